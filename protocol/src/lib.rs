@@ -1,0 +1,24 @@
+//! The station byte protocol: frames, typed messages, values and a tokio-util codec.
+//!
+//! The crate is pure: it knows nothing of sockets, runtimes or the gateway.
+//! `SPEC.md` beside this crate is the normative description of the wire format.
+//!
+//! Layers, bottom up:
+//! - [`frame`]: the envelope (sync, version, opcode, request id, length, CRCs).
+//! - [`codec`]: a tokio-util `Decoder`/`Encoder` for [`RawFrame`] that resynchronises on garbage.
+//! - [`value`]: typed values and their rendering in the station's REST value format.
+//! - [`message`]: the typed requests and responses carried in frame payloads.
+
+pub mod codec;
+pub mod frame;
+pub mod message;
+pub mod value;
+mod wire;
+
+pub use codec::{CodecStats, StationCodec};
+pub use frame::{FrameError, MAX_PAYLOAD, Opcode, PROTOCOL_VERSION, RawFrame};
+pub use message::{
+    ChangeType, ChannelDescriptor, Direction, ErrorCode, Hello, HelloReply, ItemResult, ModuleInfo,
+    Notify, PayloadError, Request, Response, StationError,
+};
+pub use value::{Value, ValueError, ValueType};

@@ -1,0 +1,129 @@
+//! Primitive payload encodings: big-endian integers, length-prefixed strings and byte strings.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::message::PayloadError;
+
+/// A cursor over a payload that refuses to read past its end.
+pub(crate) struct Reader {
+    buf: Bytes,
+    field: &'static str,
+}
+
+impl Reader {
+    pub(crate) fn new(buf: Bytes) -> Reader {
+        Reader {
+            buf,
+            field: "payload",
+        }
+    }
+
+    /// Names the field being read, for error messages.
+    pub(crate) fn at(&mut self, field: &'static str) -> &mut Reader {
+        self.field = field;
+        self
+    }
+
+    fn need(&self, n: usize) -> Result<(), PayloadError> {
+        if self.buf.remaining() < n {
+            Err(PayloadError::Truncated(self.field))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, PayloadError> {
+        self.need(1)?;
+        Ok(self.buf.get_u8())
+    }
+
+    pub(crate) fn u16(&mut self) -> Result<u16, PayloadError> {
+        self.need(2)?;
+        Ok(self.buf.get_u16())
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, PayloadError> {
+        self.need(4)?;
+        Ok(self.buf.get_u32())
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, PayloadError> {
+        self.need(8)?;
+        Ok(self.buf.get_u64())
+    }
+
+    pub(crate) fn i64(&mut self) -> Result<i64, PayloadError> {
+        self.need(8)?;
+        Ok(self.buf.get_i64())
+    }
+
+    pub(crate) fn f64(&mut self) -> Result<f64, PayloadError> {
+        self.need(8)?;
+        Ok(self.buf.get_f64())
+    }
+
+    pub(crate) fn bool(&mut self) -> Result<bool, PayloadError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(PayloadError::BadTag(self.field, other)),
+        }
+    }
+
+    pub(crate) fn bytes(&mut self) -> Result<Bytes, PayloadError> {
+        let len = usize::from(self.u16()?);
+        self.need(len)?;
+        Ok(self.buf.split_to(len))
+    }
+
+    pub(crate) fn string(&mut self) -> Result<String, PayloadError> {
+        let field = self.field;
+        let raw = self.bytes()?;
+        String::from_utf8(raw.to_vec()).map_err(|_| PayloadError::NotUtf8(field))
+    }
+
+    /// A count of items, refused when the payload cannot hold that many of `min_item_len`.
+    pub(crate) fn count(&mut self, min_item_len: usize) -> Result<usize, PayloadError> {
+        let n = usize::from(self.u16()?);
+        if n.saturating_mul(min_item_len) > self.buf.remaining() {
+            return Err(PayloadError::Truncated(self.field));
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn finish(self) -> Result<(), PayloadError> {
+        if self.buf.has_remaining() {
+            Err(PayloadError::TrailingBytes(self.buf.remaining()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Writes primitives; strings and byte strings longer than 65 535 bytes are cut at a
+/// character boundary, which can only happen to text no frame could carry anyway.
+pub(crate) trait Writer {
+    fn put_string(&mut self, s: &str);
+    fn put_blob(&mut self, b: &[u8]);
+    fn put_count(&mut self, n: usize);
+}
+
+impl Writer for BytesMut {
+    fn put_string(&mut self, s: &str) {
+        let mut end = s.len().min(u16::MAX as usize);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.put_blob(&s.as_bytes()[..end]);
+    }
+
+    fn put_blob(&mut self, b: &[u8]) {
+        let len = b.len().min(u16::MAX as usize);
+        self.put_u16(len as u16);
+        self.put_slice(&b[..len]);
+    }
+
+    fn put_count(&mut self, n: usize) {
+        self.put_u16(u16::try_from(n).unwrap_or(u16::MAX));
+    }
+}

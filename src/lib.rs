@@ -1,0 +1,1 @@
+//! Station Gateway: the one way to a high-voltage test station.
