@@ -195,7 +195,7 @@ fn parse_hex(text: &str) -> Option<Vec<u8>> {
                 .unwrap_or(part)
         })
         .collect();
-    if digits.len() % 2 != 0 {
+    if digits.len() % 2 != 0 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..digits.len())
@@ -280,6 +280,9 @@ mod tests {
             Ok(Value::Bytes(Bytes::from_static(&[0xDE, 0xAD, 0x01])))
         );
         assert!(Value::parse_as(ValueType::Bytes, "ABC", &[]).is_err());
+        // `u8::from_str_radix` takes a sign; hex text must not.
+        assert!(Value::parse_as(ValueType::Bytes, "+1+2", &[]).is_err());
+        assert!(Value::parse_as(ValueType::Bytes, "DE é", &[]).is_err());
         assert_eq!(
             Value::parse_as(ValueType::String, "*IDN?\\n", &[]),
             Ok(Value::String("*IDN?\n".into()))

@@ -100,8 +100,9 @@ impl Reader {
     }
 }
 
-/// Writes primitives; strings and byte strings longer than 65 535 bytes are cut at a
-/// character boundary, which can only happen to text no frame could carry anyway.
+/// Writes primitives. A string or byte string longer than 65 535 bytes is cut to 65 535 bytes,
+/// which with its length prefix is more than a payload may hold, so the message is refused as
+/// too large: never sent cut short.
 pub(crate) trait Writer {
     fn put_string(&mut self, s: &str);
     fn put_blob(&mut self, b: &[u8]);
@@ -110,11 +111,7 @@ pub(crate) trait Writer {
 
 impl Writer for BytesMut {
     fn put_string(&mut self, s: &str) {
-        let mut end = s.len().min(u16::MAX as usize);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.put_blob(&s.as_bytes()[..end]);
+        self.put_blob(s.as_bytes());
     }
 
     fn put_blob(&mut self, b: &[u8]) {
