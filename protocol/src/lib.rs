@@ -8,10 +8,13 @@
 //! - [`codec`]: a tokio-util `Decoder`/`Encoder` for [`RawFrame`] that resynchronises on garbage.
 //! - [`value`]: typed values and their rendering in the station's REST value format.
 //! - [`message`]: the typed requests and responses carried in frame payloads.
+//!
+//! [`spec_examples`] holds one example frame of every kind, as `SPEC.md` shows them.
 
 pub mod codec;
 pub mod frame;
 pub mod message;
+pub mod spec_examples;
 pub mod value;
 mod wire;
 

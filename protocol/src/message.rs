@@ -586,7 +586,8 @@ impl Response {
                 window: r.at("window").u16()?,
             }),
             Opcode::SystemReply => {
-                let n = r.at("module count").count(16)?;
+                // The smallest module: index 2, three empty strings 2 each, revision 4.
+                let n = r.at("module count").count(12)?;
                 let mut modules = Vec::with_capacity(n);
                 for _ in 0..n {
                     modules.push(ModuleInfo {
@@ -602,7 +603,9 @@ impl Response {
             Opcode::ListReply => {
                 let total = r.at("list total").u32()?;
                 let offset = r.at("list offset").u32()?;
-                let n = r.at("channel count").count(26)?;
+                // The smallest channel: seven empty strings 2 each, flags 4, direction, access,
+                // consuming and value type 1 each, option count 2.
+                let n = r.at("channel count").count(22)?;
                 let mut channels = Vec::with_capacity(n);
                 for _ in 0..n {
                     channels.push(get_channel(&mut r)?);
@@ -666,5 +669,494 @@ impl Response {
 impl From<StationError> for Response {
     fn from(error: StationError) -> Response {
         Response::Error(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::spec_examples::{SpecMessage, spec_examples};
+
+    fn frame(opcode: u8, payload: &[u8]) -> RawFrame {
+        RawFrame {
+            opcode,
+            request_id: 9,
+            payload: Bytes::copy_from_slice(payload),
+        }
+    }
+
+    /// Every kind of request and response, including every value type and both result kinds.
+    fn all_messages() -> Vec<(u32, SpecMessage)> {
+        let mut messages: Vec<(u32, SpecMessage)> = spec_examples()
+            .into_iter()
+            .map(|e| (e.request_id, e.message))
+            .collect();
+        let empty_module = ModuleInfo {
+            index: 0,
+            name: String::new(),
+            product_id: String::new(),
+            revision: 0,
+            serial: String::new(),
+        };
+        let empty_channel = ChannelDescriptor {
+            name: String::new(),
+            alias: String::new(),
+            net_name: String::new(),
+            type_flags: 0,
+            direction: Direction::In,
+            unit: String::new(),
+            description: String::new(),
+            group: String::new(),
+            readable: false,
+            writable: false,
+            consuming: false,
+            value_type: ValueType::Bytes,
+            options: Vec::new(),
+        };
+        let extra = [
+            SpecMessage::Request(Request::Read { names: vec![] }),
+            SpecMessage::Request(Request::Write { items: vec![] }),
+            SpecMessage::Response(Response::System(vec![])),
+            SpecMessage::Response(Response::System(vec![empty_module.clone(), empty_module])),
+            SpecMessage::Response(Response::List {
+                total: 0,
+                offset: 0,
+                channels: vec![],
+            }),
+            SpecMessage::Response(Response::List {
+                total: 2,
+                offset: 1,
+                channels: vec![empty_channel],
+            }),
+            SpecMessage::Response(Response::Read(vec![
+                Ok(Value::Bool(false)),
+                Ok(Value::Bytes(Bytes::new())),
+                Ok(Value::String(String::new())),
+            ])),
+            SpecMessage::Response(Response::Write(vec![Ok(()), Ok(())])),
+            SpecMessage::Response(Response::Notify(Notify::ConfigurationChanged {
+                change: ChangeType::Removed,
+                message: String::new(),
+            })),
+        ];
+        messages.extend(extra.into_iter().map(|m| (u32::MAX, m)));
+        messages
+    }
+
+    fn to_frame(message: &SpecMessage, request_id: u32) -> RawFrame {
+        match message {
+            SpecMessage::Request(r) => r.to_frame(request_id).unwrap(),
+            SpecMessage::Response(r) => r.to_frame(request_id).unwrap(),
+        }
+    }
+
+    fn from_frame(like: &SpecMessage, frame: &RawFrame) -> Result<SpecMessage, PayloadError> {
+        Ok(match like {
+            SpecMessage::Request(_) => SpecMessage::Request(Request::from_frame(frame)?),
+            SpecMessage::Response(_) => SpecMessage::Response(Response::from_frame(frame)?),
+        })
+    }
+
+    #[test]
+    fn every_message_kind_round_trips() {
+        for (id, message) in all_messages() {
+            let frame = to_frame(&message, id);
+            assert_eq!(frame.request_id, id);
+            assert_eq!(from_frame(&message, &frame), Ok(message.clone()));
+        }
+    }
+
+    #[test]
+    fn minimal_modules_and_channels_are_not_refused_as_truncated() {
+        // One module with empty strings is 12 bytes, one channel 22; the count check that
+        // refuses impossible counts must not refuse these.
+        let module = ModuleInfo {
+            index: 1,
+            name: String::new(),
+            product_id: String::new(),
+            revision: 2,
+            serial: String::new(),
+        };
+        let reply = Response::System(vec![module]);
+        let frame = reply.to_frame(1).unwrap();
+        assert_eq!(frame.payload.len(), 2 + 12);
+        assert_eq!(Response::from_frame(&frame), Ok(reply));
+    }
+
+    #[test]
+    fn opcodes_are_checked() {
+        assert_eq!(
+            Request::from_frame(&frame(0x42, &[])),
+            Err(PayloadError::UnknownOpcode(0x42))
+        );
+        assert_eq!(
+            Response::from_frame(&frame(0x42, &[])),
+            Err(PayloadError::UnknownOpcode(0x42))
+        );
+        for reply in [0x81, 0x87, Opcode::Notify as u8, Opcode::Error as u8] {
+            assert_eq!(
+                Request::from_frame(&frame(reply, &[])),
+                Err(PayloadError::NotARequest(reply))
+            );
+        }
+        assert_eq!(
+            Response::from_frame(&frame(Opcode::System as u8, &[])),
+            Err(PayloadError::NotAResponse(0x02))
+        );
+    }
+
+    #[test]
+    fn every_truncation_is_refused_without_panic() {
+        for (id, message) in all_messages() {
+            let whole = to_frame(&message, id);
+            for cut in 0..whole.payload.len() {
+                let short = RawFrame {
+                    payload: whole.payload.slice(..cut),
+                    ..whole.clone()
+                };
+                match from_frame(&message, &short) {
+                    Err(PayloadError::Truncated(field)) => assert!(!field.is_empty()),
+                    other => panic!("{message:?} cut at {cut}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn truncation_names_the_field() {
+        let hello = frame(Opcode::Hello as u8, &[1, 0, 5, b'a']);
+        assert_eq!(
+            Request::from_frame(&hello),
+            Err(PayloadError::Truncated("client name"))
+        );
+        assert_eq!(
+            Request::from_frame(&frame(Opcode::Ping as u8, &[1, 2, 3])),
+            Err(PayloadError::Truncated("ping nonce"))
+        );
+        assert_eq!(
+            Request::from_frame(&frame(Opcode::List as u8, &[0, 0, 0, 0, 1])),
+            Err(PayloadError::Truncated("list limit"))
+        );
+        // A float value with only four of its eight bytes.
+        assert_eq!(
+            Request::from_frame(&frame(Opcode::Transact as u8, &[0, 1, b'x', 1, 0, 0, 0, 0])),
+            Err(PayloadError::Truncated("value"))
+        );
+        // A count far beyond what the payload holds is refused before anything is allocated.
+        assert_eq!(
+            Request::from_frame(&frame(Opcode::Read as u8, &[0xFF, 0xFF, 0, 0])),
+            Err(PayloadError::Truncated("name count"))
+        );
+        assert_eq!(
+            Response::from_frame(&frame(
+                Opcode::ListReply as u8,
+                &[0, 0, 0, 9, 0, 0, 0, 0, 0, 9]
+            )),
+            Err(PayloadError::Truncated("channel count"))
+        );
+    }
+
+    #[test]
+    fn bad_tags_and_text_are_refused() {
+        let transact = |value: &[u8]| {
+            let mut payload = vec![0, 1, b'x'];
+            payload.extend_from_slice(value);
+            Request::from_frame(&frame(Opcode::Transact as u8, &payload))
+        };
+        assert_eq!(transact(&[9]), Err(PayloadError::BadTag("value type", 9)));
+        assert_eq!(transact(&[3, 2]), Err(PayloadError::BadTag("value", 2)));
+        assert_eq!(
+            transact(&[5, 0, 2, 0xC3, 0x28]),
+            Err(PayloadError::NotUtf8("value"))
+        );
+        assert_eq!(transact(&[3, 1, 0]), Err(PayloadError::TrailingBytes(1)));
+        assert_eq!(
+            Response::from_frame(&frame(Opcode::Error as u8, &[0, 0, 0])),
+            Err(PayloadError::BadTag("error code", 0))
+        );
+        assert_eq!(
+            Response::from_frame(&frame(Opcode::ReadReply as u8, &[0, 1, 2, 0, 0])),
+            Err(PayloadError::BadTag("result status", 2))
+        );
+        assert_eq!(
+            Response::from_frame(&frame(Opcode::Notify as u8, &[3, 0, 0])),
+            Err(PayloadError::BadTag("notify kind", 3))
+        );
+        assert_eq!(
+            Response::from_frame(&frame(Opcode::Notify as u8, &[1, 4, 0, 0])),
+            Err(PayloadError::BadTag("change type", 4))
+        );
+        // A channel with access bits 4.
+        let mut list = vec![0, 0, 0, 1, 0, 0, 0, 0, 0, 1];
+        list.extend_from_slice(&[
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 4, 0, 1, 0, 0,
+        ]);
+        assert_eq!(
+            Response::from_frame(&frame(Opcode::ListReply as u8, &list)),
+            Err(PayloadError::BadTag("channel access", 4))
+        );
+        list[10 + 17] = 3;
+        assert!(Response::from_frame(&frame(Opcode::ListReply as u8, &list)).is_ok());
+        list[10 + 10] = 0;
+        assert_eq!(
+            Response::from_frame(&frame(Opcode::ListReply as u8, &list)),
+            Err(PayloadError::BadTag("channel direction", 0))
+        );
+    }
+
+    #[test]
+    fn oversized_messages_are_refused() {
+        let names = vec!["x".repeat(1000); 70];
+        assert_eq!(
+            Request::Read { names }.to_frame(1),
+            Err(FrameError::PayloadTooLarge(70 * 1002 + 2))
+        );
+        let items = vec![(String::new(), Value::Bool(true)); 70_000];
+        assert!(Request::Write { items }.to_frame(1).is_err());
+        assert!(Response::Write(vec![Ok(()); 70_000]).to_frame(1).is_err());
+        let error = StationError::new(ErrorCode::Internal, "e".repeat(MAX_PAYLOAD));
+        assert!(Response::Error(error).to_frame(1).is_err());
+        // The largest message that fits is accepted.
+        let error = StationError::new(ErrorCode::Internal, "e".repeat(MAX_PAYLOAD - 3));
+        let frame = Response::Error(error.clone()).to_frame(1).unwrap();
+        assert_eq!(frame.payload.len(), MAX_PAYLOAD);
+        assert_eq!(Response::from_frame(&frame), Ok(Response::Error(error)));
+    }
+
+    #[test]
+    fn overlong_text_is_refused_not_cut() {
+        // 65 536 bytes whose byte 65 535 is inside a character: cutting it at a character
+        // boundary would leave a payload that fits, silently losing the text's end.
+        let text = format!("{}{}", "a".repeat(65_532), '\u{1F600}');
+        let hello = Request::Hello(Hello {
+            version: 1,
+            client: text.clone(),
+        });
+        assert!(matches!(
+            hello.to_frame(1),
+            Err(FrameError::PayloadTooLarge(_))
+        ));
+        let error = Response::Error(StationError::new(ErrorCode::Internal, text));
+        assert!(matches!(
+            error.to_frame(1),
+            Err(FrameError::PayloadTooLarge(_))
+        ));
+    }
+
+    // Property tests: arbitrary messages survive a round trip bit for bit.
+
+    fn arb_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9._ ]{0,12}",
+            any::<String>().prop_map(|s| s.chars().take(8).collect()),
+        ]
+    }
+
+    fn arb_float() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<f64>(),
+            Just(f64::NAN),
+            Just(-f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(-0.0),
+            any::<u64>().prop_map(f64::from_bits),
+        ]
+    }
+
+    fn arb_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            arb_float().prop_map(Value::Float),
+            any::<i64>().prop_map(Value::Integer),
+            any::<bool>().prop_map(Value::Bool),
+            arb_text().prop_map(Value::Enum),
+            arb_text().prop_map(Value::String),
+            proptest::collection::vec(any::<u8>(), 0..16).prop_map(|b| Value::Bytes(b.into())),
+        ]
+    }
+
+    fn arb_error() -> impl Strategy<Value = StationError> {
+        (1u8..=8, arb_text()).prop_map(|(code, message)| StationError {
+            code: ErrorCode::from_u8(code).unwrap(),
+            message,
+        })
+    }
+
+    fn arb_channel() -> impl Strategy<Value = ChannelDescriptor> {
+        (
+            (arb_text(), arb_text(), arb_text(), any::<u32>(), 1u8..=3),
+            (arb_text(), arb_text(), arb_text()),
+            (any::<bool>(), any::<bool>(), any::<bool>(), 1u8..=6),
+            proptest::collection::vec(arb_text(), 0..4),
+        )
+            .prop_map(
+                |(
+                    (name, alias, net_name, type_flags, direction),
+                    (unit, description, group),
+                    (readable, writable, consuming, value_type),
+                    options,
+                )| ChannelDescriptor {
+                    name,
+                    alias,
+                    net_name,
+                    type_flags,
+                    direction: Direction::from_u8(direction).unwrap(),
+                    unit,
+                    description,
+                    group,
+                    readable,
+                    writable,
+                    consuming,
+                    value_type: ValueType::from_u8(value_type).unwrap(),
+                    options,
+                },
+            )
+    }
+
+    fn arb_request() -> impl Strategy<Value = Request> {
+        prop_oneof![
+            (any::<u8>(), arb_text())
+                .prop_map(|(version, client)| Request::Hello(Hello { version, client })),
+            Just(Request::System),
+            (any::<u32>(), any::<u16>())
+                .prop_map(|(offset, limit)| Request::List { offset, limit }),
+            proptest::collection::vec(arb_text(), 0..6).prop_map(|names| Request::Read { names }),
+            proptest::collection::vec((arb_text(), arb_value()), 0..6)
+                .prop_map(|items| Request::Write { items }),
+            (arb_text(), arb_value()).prop_map(|(name, value)| Request::Transact { name, value }),
+            any::<u64>().prop_map(|nonce| Request::Ping { nonce }),
+        ]
+    }
+
+    fn arb_response() -> impl Strategy<Value = Response> {
+        let module = (
+            any::<u16>(),
+            arb_text(),
+            arb_text(),
+            any::<u32>(),
+            arb_text(),
+        )
+            .prop_map(|(index, name, product_id, revision, serial)| ModuleInfo {
+                index,
+                name,
+                product_id,
+                revision,
+                serial,
+            });
+        prop_oneof![
+            (
+                any::<u8>(),
+                arb_text(),
+                arb_text(),
+                arb_text(),
+                any::<u16>()
+            )
+                .prop_map(|(version, station, firmware, serial, window)| {
+                    Response::Hello(HelloReply {
+                        version,
+                        station,
+                        firmware,
+                        serial,
+                        window,
+                    })
+                }),
+            proptest::collection::vec(module, 0..4).prop_map(Response::System),
+            (
+                any::<u32>(),
+                any::<u32>(),
+                proptest::collection::vec(arb_channel(), 0..4)
+            )
+                .prop_map(|(total, offset, channels)| Response::List {
+                    total,
+                    offset,
+                    channels
+                }),
+            proptest::collection::vec(
+                prop_oneof![arb_value().prop_map(Ok), arb_error().prop_map(Err)],
+                0..6
+            )
+            .prop_map(Response::Read),
+            proptest::collection::vec(prop_oneof![Just(Ok(())), arb_error().prop_map(Err)], 0..6)
+                .prop_map(Response::Write),
+            arb_value().prop_map(Response::Transact),
+            any::<u64>().prop_map(|nonce| Response::Ping { nonce }),
+            (1u8..=3, arb_text()).prop_map(|(change, message)| Response::Notify(
+                Notify::ConfigurationChanged {
+                    change: ChangeType::from_u8(change).unwrap(),
+                    message
+                }
+            )),
+            (arb_text(), arb_text()).prop_map(|(channel, message)| Response::Notify(
+                Notify::OutputTripped { channel, message }
+            )),
+            arb_error().prop_map(Response::Error),
+        ]
+    }
+
+    /// NaN is not equal to itself, so messages holding one are compared on their encoding only.
+    fn has_nan(values: &[&Value]) -> bool {
+        values
+            .iter()
+            .any(|v| matches!(v, Value::Float(x) if x.is_nan()))
+    }
+
+    fn request_values(request: &Request) -> Vec<&Value> {
+        match request {
+            Request::Write { items } => items.iter().map(|(_, v)| v).collect(),
+            Request::Transact { value, .. } => vec![value],
+            _ => vec![],
+        }
+    }
+
+    fn response_values(response: &Response) -> Vec<&Value> {
+        match response {
+            Response::Read(results) => results.iter().filter_map(|r| r.as_ref().ok()).collect(),
+            Response::Transact(value) => vec![value],
+            _ => vec![],
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_round_trips(request in arb_request(), id in any::<u32>()) {
+            let frame = request.to_frame(id).unwrap();
+            prop_assert_eq!(frame.opcode, request.opcode() as u8);
+            prop_assert_eq!(frame.request_id, id);
+            let decoded = Request::from_frame(&frame).unwrap();
+            // Bit for bit, NaN payloads and the sign of zero included.
+            prop_assert_eq!(&decoded.to_frame(id).unwrap(), &frame);
+            if !has_nan(&request_values(&request)) {
+                prop_assert_eq!(decoded, request);
+            }
+        }
+
+        #[test]
+        fn any_response_round_trips(response in arb_response(), id in any::<u32>()) {
+            let frame = response.to_frame(id).unwrap();
+            prop_assert_eq!(frame.opcode, response.opcode() as u8);
+            let decoded = Response::from_frame(&frame).unwrap();
+            prop_assert_eq!(&decoded.to_frame(id).unwrap(), &frame);
+            if !has_nan(&response_values(&response)) {
+                prop_assert_eq!(decoded, response);
+            }
+        }
+
+        #[test]
+        fn any_payload_decodes_or_errs_without_panic(
+            opcode in any::<u8>(),
+            payload in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let frame = frame(opcode, &payload);
+            // Whatever decodes must encode back to the same bytes.
+            if let Ok(request) = Request::from_frame(&frame) {
+                prop_assert_eq!(request.to_frame(9).unwrap(), frame.clone());
+            }
+            if let Ok(response) = Response::from_frame(&frame) {
+                prop_assert_eq!(response.to_frame(9).unwrap(), frame);
+            }
+        }
     }
 }
