@@ -296,4 +296,29 @@ mod tests {
             assert_eq!(text.parse::<f64>().unwrap(), x, "{text}");
         }
     }
+
+    proptest::proptest! {
+        #[test]
+        fn rendering_reads_back(
+            x in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO,
+            i in proptest::prelude::any::<i64>(),
+            b in proptest::prelude::any::<bool>(),
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..16),
+        ) {
+            let cases = [
+                Value::Float(x),
+                Value::Integer(i),
+                Value::Bool(b),
+                Value::Bytes(raw.into()),
+            ];
+            for value in cases {
+                let text = value.render();
+                proptest::prop_assert_eq!(
+                    Value::parse_as(value.value_type(), &text, &[]),
+                    Ok(value.clone()),
+                    "{}", text
+                );
+            }
+        }
+    }
 }
