@@ -1,1 +1,13 @@
 //! Station Gateway: the one way to a high-voltage test station.
+//!
+//! See `ARCHITECTURE.md` for the tasks, the channels between them and who owns what.
+
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod gateway;
+pub mod http;
+pub mod link;
+
+pub use config::Config;
+pub use gateway::{GatewayHandle, Listeners, run, start};

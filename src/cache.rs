@@ -1,0 +1,126 @@
+//! The value cache: the last value the hardware gave for each channel, when, and under which
+//! link generation. Every hardware read feeds it; every write invalidates its channel.
+
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use station_protocol::Value;
+
+/// One channel's last known value.
+#[derive(Debug, Clone)]
+pub struct CachedValue {
+    pub value: Value,
+    /// When the READ that produced it was sent: ages are never understated.
+    pub read_at: Instant,
+    pub generation: u64,
+}
+
+impl CachedValue {
+    pub fn age(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.read_at)
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    value: Option<CachedValue>,
+    /// A write was sent at this time: reads sent before it must not refill the slot.
+    invalidated_at: Option<Instant>,
+}
+
+/// name → last value. Shared by the link task (writer) and every reader.
+#[derive(Debug, Default)]
+pub struct ValueCache {
+    slots: DashMap<String, Slot>,
+}
+
+impl ValueCache {
+    pub fn new() -> ValueCache {
+        ValueCache::default()
+    }
+
+    /// Records a value read by a READ sent at `read_at`, unless a write to the channel was
+    /// sent after that READ.
+    pub fn insert(&self, name: &str, value: Value, read_at: Instant, generation: u64) {
+        let fresh = CachedValue { value, read_at, generation };
+        match self.slots.get_mut(name) {
+            Some(mut slot) => {
+                if slot.invalidated_at.is_some_and(|at| read_at < at) {
+                    return;
+                }
+                if slot.value.as_ref().is_some_and(|old| old.read_at > read_at) {
+                    return;
+                }
+                slot.value = Some(fresh);
+            }
+            None => {
+                self.slots.insert(name.to_owned(), Slot { value: Some(fresh), invalidated_at: None });
+            }
+        }
+    }
+
+    /// Forgets a channel's value because a write to it was sent at `at`.
+    pub fn invalidate(&self, name: &str, at: Instant) {
+        let mut slot = self
+            .slots
+            .entry(name.to_owned())
+            .or_insert(Slot { value: None, invalidated_at: None });
+        slot.value = None;
+        slot.invalidated_at = Some(at);
+    }
+
+    pub fn get(&self, name: &str) -> Option<CachedValue> {
+        self.slots.get(name).and_then(|slot| slot.value.clone())
+    }
+
+    /// The value when it was read under `generation` no longer than `max_age` ago.
+    pub fn get_fresh(&self, name: &str, max_age: Duration, generation: u64, now: Instant) -> Option<CachedValue> {
+        self.get(name)
+            .filter(|cached| cached.generation == generation && cached.age(now) <= max_age)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_sent_before_a_write_does_not_refill_the_slot() {
+        let cache = ValueCache::new();
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(1);
+        cache.invalidate("V", t1);
+        cache.insert("V", Value::Float(1.0), t0, 1);
+        assert!(cache.get("V").is_none());
+        cache.insert("V", Value::Float(2.0), t1 + Duration::from_millis(1), 1);
+        assert_eq!(cache.get("V").unwrap().value, Value::Float(2.0));
+    }
+
+    #[test]
+    fn freshness_needs_the_generation_and_the_age() {
+        let cache = ValueCache::new();
+        let t0 = Instant::now();
+        cache.insert("V", Value::Float(1.0), t0, 3);
+        let later = t0 + Duration::from_millis(500);
+        assert!(cache.get_fresh("V", Duration::from_millis(600), 3, later).is_some());
+        assert!(cache.get_fresh("V", Duration::from_millis(400), 3, later).is_none());
+        assert!(cache.get_fresh("V", Duration::from_millis(600), 4, later).is_none());
+    }
+
+    #[test]
+    fn an_older_read_does_not_replace_a_newer_one() {
+        let cache = ValueCache::new();
+        let t0 = Instant::now();
+        cache.insert("V", Value::Float(2.0), t0 + Duration::from_millis(5), 1);
+        cache.insert("V", Value::Float(1.0), t0, 1);
+        assert_eq!(cache.get("V").unwrap().value, Value::Float(2.0));
+    }
+}

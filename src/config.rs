@@ -1,0 +1,264 @@
+//! The gateway's configuration: a serde struct where every key has a default, read from TOML,
+//! overridden by command-line flags, and validated with errors that name the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The documented example config, also printed by `station-gateway --print-config`.
+pub const EXAMPLE_CONFIG: &str = include_str!("../config/gateway.toml");
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub station: StationConfig,
+    pub http: HttpConfig,
+    pub legacy: LegacyConfig,
+    pub lease: LeaseConfig,
+    pub events: EventsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StationConfig {
+    /// `tcp://HOST:PORT` or `serial:///dev/ttyUSB0?baud=115200&parity=none&stop_bits=1`.
+    pub url: String,
+    /// How long one request may wait for the station's answer.
+    pub request_timeout_ms: u64,
+    /// How long one connection attempt may take.
+    pub connect_timeout_ms: u64,
+    /// First and longest pause between reconnection attempts.
+    pub reconnect_min_ms: u64,
+    pub reconnect_max_ms: u64,
+    /// Most channel names put in one READ frame.
+    pub max_names_per_read: usize,
+    /// Requests waiting for the link before new ones are refused with 503.
+    pub queue_depth: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    pub listen: String,
+    /// A path the API lives under, e.g. `/station3` for `http://host:5000/station3/api/...`.
+    pub path_prefix: String,
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its request headers.
+    pub header_read_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LegacyConfig {
+    /// Where byte-protocol clients connect; off when empty.
+    pub listen: String,
+    pub read_max_age_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaseConfig {
+    /// `memory` for now.
+    pub backend: String,
+    /// A bearer token that may break anyone's lease with `DELETE api/lease`; off when empty.
+    pub admin_token: String,
+    /// Channel writes applied when a lease runs out without being released.
+    pub safe_state: Vec<SafeWrite>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SafeWrite {
+    pub channel: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    pub max_streams: usize,
+    pub max_subscriptions_per_stream: usize,
+    pub max_channels_per_subscription: usize,
+    /// Events held for a slow reader before newer ones are dropped.
+    pub stream_queue: usize,
+}
+
+impl Default for StationConfig {
+    fn default() -> Self {
+        StationConfig {
+            url: "tcp://127.0.0.1:4000".into(),
+            request_timeout_ms: 2000,
+            connect_timeout_ms: 2000,
+            reconnect_min_ms: 100,
+            reconnect_max_ms: 5000,
+            max_names_per_read: 64,
+            queue_depth: 4096,
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: "127.0.0.1:5000".into(),
+            path_prefix: String::new(),
+            max_body_bytes: 1024 * 1024,
+            header_read_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl Default for LegacyConfig {
+    fn default() -> Self {
+        LegacyConfig { listen: String::new(), read_max_age_ms: 1000 }
+    }
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig { backend: "memory".into(), admin_token: String::new(), safe_state: Vec::new() }
+    }
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            max_streams: 2000,
+            max_subscriptions_per_stream: 32,
+            max_channels_per_subscription: 256,
+            stream_queue: 64,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            station: StationConfig::default(),
+            http: HttpConfig::default(),
+            legacy: LegacyConfig::default(),
+            lease: LeaseConfig::default(),
+            events: EventsConfig::default(),
+        }
+    }
+}
+
+/// A config that cannot be used, with the key (and file and line where known) at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("config key {key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Config::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parses TOML; `origin` names the source in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|error| {
+            let line = error
+                .span()
+                .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            let message = error.message().to_owned();
+            ConfigError::Parse {
+                origin: match line {
+                    Some(line) => format!("{origin}, line {line}"),
+                    None => origin.to_owned(),
+                },
+                message,
+            }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: ranges, addresses, URLs.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+            ConfigError::Invalid { key, message: message.into() }
+        }
+        crate::link::StationUrl::parse(&self.station.url)
+            .map_err(|error| invalid("station.url", error.to_string()))?;
+        if !(1..=600_000).contains(&self.station.request_timeout_ms) {
+            return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
+        }
+        if self.station.connect_timeout_ms == 0 {
+            return Err(invalid("station.connect_timeout_ms", "must be above 0"));
+        }
+        if self.station.reconnect_min_ms == 0 || self.station.reconnect_min_ms > self.station.reconnect_max_ms {
+            return Err(invalid(
+                "station.reconnect_min_ms",
+                "must be above 0 and at most station.reconnect_max_ms",
+            ));
+        }
+        if !(1..=1000).contains(&self.station.max_names_per_read) {
+            return Err(invalid("station.max_names_per_read", "must be 1 to 1000"));
+        }
+        if self.station.queue_depth == 0 {
+            return Err(invalid("station.queue_depth", "must be above 0"));
+        }
+        parse_listen(&self.http.listen).map_err(|m| invalid("http.listen", m))?;
+        if !self.http.path_prefix.is_empty() && !self.http.path_prefix.starts_with('/') {
+            return Err(invalid("http.path_prefix", "must be empty or start with /"));
+        }
+        if self.http.max_body_bytes == 0 {
+            return Err(invalid("http.max_body_bytes", "must be above 0"));
+        }
+        if !self.legacy.listen.is_empty() {
+            parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;
+        }
+        if self.lease.backend != "memory" {
+            return Err(invalid("lease.backend", format!("{:?} is not a known backend (memory)", self.lease.backend)));
+        }
+        if self.events.stream_queue == 0 {
+            return Err(invalid("events.stream_queue", "must be above 0"));
+        }
+        Ok(())
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.station.request_timeout_ms)
+    }
+}
+
+/// An address to listen on, `HOST:PORT`.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| format!("{text:?} is not an address such as 127.0.0.1:5000"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_is_valid_and_says_the_defaults() {
+        let example = Config::from_toml(EXAMPLE_CONFIG, "config/gateway.toml").unwrap();
+        assert_eq!(example, Config::default());
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_its_line() {
+        let error = Config::from_toml("[station]\nurl = \"tcp://a:1\"\nspeed = 3\n", "x.toml").unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("x.toml, line 3"), "{text}");
+        assert!(text.contains("speed"), "{text}");
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key() {
+        let error = Config::from_toml("[station]\nrequest_timeout_ms = 0\n", "x.toml").unwrap_err();
+        assert!(error.to_string().contains("station.request_timeout_ms"), "{error}");
+        let error = Config::from_toml("[station]\nurl = \"ftp://x\"\n", "x.toml").unwrap_err();
+        assert!(error.to_string().contains("station.url"), "{error}");
+    }
+}

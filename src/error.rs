@@ -1,0 +1,64 @@
+//! The gateway's errors as a client sees them: one type, [`ApiError`], and the one place where
+//! every lower layer's error is given its HTTP status.
+
+use hyper::StatusCode;
+use station_protocol::{ErrorCode, StationError};
+
+use crate::link::LinkError;
+
+/// An error answer: a status and a message that says what happened and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn no_such_resource(name: &str) -> ApiError {
+        ApiError::not_found(format!("no such resource: {name}"))
+    }
+}
+
+/// The HTTP status for a station error code.
+pub fn station_status(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::UnknownChannel => StatusCode::NOT_FOUND,
+        ErrorCode::ReadOnly | ErrorCode::BadValue | ErrorCode::Unsupported => StatusCode::BAD_REQUEST,
+        ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
+        ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
+    }
+}
+
+impl From<StationError> for ApiError {
+    fn from(error: StationError) -> ApiError {
+        ApiError::new(station_status(error.code), error.message)
+    }
+}
+
+impl From<LinkError> for ApiError {
+    fn from(error: LinkError) -> ApiError {
+        let status = match &error {
+            LinkError::Station(station) => return ApiError::from(station.clone()),
+            LinkError::Disconnected(_) | LinkError::Overloaded(_) | LinkError::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            LinkError::Timeout(_) | LinkError::WriteTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            LinkError::OutcomeUnknown(_) | LinkError::Protocol(_) => StatusCode::BAD_GATEWAY,
+            LinkError::Refused(_) => StatusCode::LOCKED,
+            LinkError::TooLarge(_) => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, error.to_string())
+    }
+}

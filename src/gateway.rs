@@ -1,0 +1,130 @@
+//! The gateway as a whole: its shared state, how it starts, and how it stops.
+//!
+//! [`run`] is the entry point `main` uses; tests use [`start`] to get a [`GatewayHandle`]
+//! with the bound addresses and the link.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::Config;
+use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
+
+/// How long shutdown waits for requests in flight.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// What every request handler shares.
+pub struct Gateway {
+    pub config: Config,
+    pub link: LinkHandle,
+    pub started: Instant,
+    /// Cancelled when the gateway shuts down; long-lived responses end with it.
+    pub shutdown: CancellationToken,
+}
+
+/// The sockets the gateway serves, bound by the caller (so `127.0.0.1:0` works in tests).
+pub struct Listeners {
+    pub http: TcpListener,
+    pub legacy: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the addresses `config` names.
+    pub async fn bind(config: &Config) -> std::io::Result<Listeners> {
+        let http = TcpListener::bind(&config.http.listen).await?;
+        let legacy = match config.legacy.listen.as_str() {
+            "" => None,
+            addr => Some(TcpListener::bind(addr).await?),
+        };
+        Ok(Listeners { http, legacy })
+    }
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot use the listening socket: {0}")]
+    Listener(std::io::Error),
+}
+
+/// A running gateway.
+pub struct GatewayHandle {
+    pub gateway: Arc<Gateway>,
+    pub http_addr: SocketAddr,
+    pub legacy_addr: Option<SocketAddr>,
+    tasks: JoinSet<()>,
+}
+
+impl GatewayHandle {
+    pub fn link(&self) -> &LinkHandle {
+        &self.gateway.link
+    }
+
+    /// `http://ADDR`, for clients in tests.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// Waits until the station link is up.
+    pub async fn connected(&self) {
+        let mut info = self.gateway.link.watch_info();
+        let _ = info.wait_for(|info| info.connected).await;
+    }
+
+    /// Stops accepting, finishes requests in flight (up to a few seconds), ends streams.
+    pub async fn stop(mut self) {
+        self.gateway.shutdown.cancel();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Starts the gateway's tasks on `listeners`.
+pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle, StartError> {
+    config.validate()?;
+    let url = StationUrl::parse(&config.station.url).map_err(|error| {
+        crate::config::ConfigError::Invalid { key: "station.url", message: error.to_string() }
+    })?;
+    let settings = LinkSettings {
+        url,
+        request_timeout: config.request_timeout(),
+        connect_timeout: Duration::from_millis(config.station.connect_timeout_ms),
+        reconnect_min: Duration::from_millis(config.station.reconnect_min_ms),
+        reconnect_max: Duration::from_millis(config.station.reconnect_max_ms),
+        max_names_per_read: config.station.max_names_per_read,
+        queue_depth: config.station.queue_depth,
+        client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
+    };
+    let shutdown = CancellationToken::new();
+    let (link_task, link) = LinkTask::new(settings);
+    let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
+    let legacy_addr = match &listeners.legacy {
+        Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
+        None => None,
+    };
+    let gateway = Arc::new(Gateway { config, link, started: Instant::now(), shutdown: shutdown.clone() });
+    let mut tasks = JoinSet::new();
+    tasks.spawn(link_task.run(shutdown.clone()));
+    tasks.spawn(crate::http::serve(listeners.http, gateway.clone(), shutdown.clone(), DRAIN));
+    info!(%http_addr, "HTTP listening on http://{http_addr}");
+    if let Some(addr) = legacy_addr {
+        info!(%addr, "legacy byte-protocol listener on {addr}");
+    }
+    Ok(GatewayHandle { gateway, http_addr, legacy_addr, tasks })
+}
+
+/// Runs the gateway until `shutdown` completes, then stops it gracefully.
+pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    let handle = start(listeners, config).await?;
+    shutdown.await;
+    info!("shutting down");
+    handle.stop().await;
+    Ok(())
+}

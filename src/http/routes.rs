@@ -1,0 +1,472 @@
+//! Routing and the REST contract's endpoints (../shared/contract.md), except the lease and
+//! the event stream, which live in modules of their own.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Map, Value as Json, json};
+use station_protocol::{ChannelDescriptor, ItemResult, Value};
+
+use super::body::{JsonBody, read_body, value_text};
+use super::{Body, error_response, json_response};
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::link::ChannelTable;
+
+/// The REST API version this gateway serves.
+pub const API_VERSION: &str = "1.0";
+
+/// One endpoint of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Capabilities,
+    ConnectionStatus,
+    ResourceNames,
+    ValueGet,
+    ValueSet,
+    ValuesGet,
+    ValuesSet,
+    Transact,
+    Channels,
+    ChannelLookup,
+    Modules,
+    ModulesLoaded,
+    PhysicalSystem,
+    ApplicationName,
+    ApplicationIdentification,
+    ApplicationStatus,
+}
+
+impl Route {
+    /// The route for a method and a path below `api/`; `Err` says whether the path exists.
+    pub fn find(method: &Method, path: &str) -> Result<Route, bool> {
+        let route = match path {
+            "capabilities" => Route::Capabilities,
+            "connection/status" => Route::ConnectionStatus,
+            "resources/names" => Route::ResourceNames,
+            "resources/value/get" => Route::ValueGet,
+            "resources/value/set" => Route::ValueSet,
+            "resources/values/get" => Route::ValuesGet,
+            "resources/values/set" => Route::ValuesSet,
+            "resources/transact" => Route::Transact,
+            "channels" => Route::Channels,
+            "channels/channel" => Route::ChannelLookup,
+            "modules" => Route::Modules,
+            "modules/loaded" => Route::ModulesLoaded,
+            "modules/physical-system" => Route::PhysicalSystem,
+            "application/name" => Route::ApplicationName,
+            "application/identification" => Route::ApplicationIdentification,
+            "application/status" => Route::ApplicationStatus,
+            _ => return Err(false),
+        };
+        if *method == route.method() { Ok(route) } else { Err(true) }
+    }
+
+    pub fn method(self) -> Method {
+        match self {
+            Route::ValueGet
+            | Route::ValueSet
+            | Route::ValuesGet
+            | Route::ValuesSet
+            | Route::Transact
+            | Route::ChannelLookup => Method::POST,
+            _ => Method::GET,
+        }
+    }
+}
+
+/// Answers one request; never fails: every error becomes a JSON error answer.
+pub async fn handle(gateway: Arc<Gateway>, request: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+    match route_and_answer(&gateway, request).await {
+        Ok(response) => response,
+        Err(error) => error_response(&error),
+    }
+}
+
+async fn route_and_answer(gateway: &Gateway, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path();
+    let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
+    let below_api = path
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix("/api/"))
+        .map(|rest| rest.trim_end_matches('/'));
+    let Some(below_api) = below_api else {
+        return Err(ApiError::not_found(format!("no such endpoint: {} {path}", parts.method)));
+    };
+    let route = Route::find(&parts.method, below_api).map_err(|exists| {
+        if exists {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed on {path}", parts.method))
+        } else {
+            ApiError::not_found(format!("no such endpoint: {} {path}", parts.method))
+        }
+    })?;
+    let json = if route.method() == Method::POST {
+        let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
+        JsonBody::parse(&bytes)?
+    } else {
+        JsonBody::parse(b"")?
+    };
+    let answer = match route {
+        Route::Capabilities => capabilities(),
+        Route::ConnectionStatus => {
+            let info = gateway.link.info();
+            json!({ "isConnected": info.connected, "lastError": info.last_error })
+        }
+        Route::ResourceNames => {
+            let channels = known_channels(gateway)?;
+            Json::Array(channels.channels.iter().map(|ch| Json::String(ch.name.clone())).collect())
+        }
+        Route::ValueGet => value_get(gateway, &json).await?,
+        Route::ValueSet => value_set(gateway, &json).await?,
+        Route::ValuesGet => values_get(gateway, &json).await?,
+        Route::ValuesSet => values_set(gateway, &json).await?,
+        Route::Transact => transact(gateway, &json).await?,
+        Route::Channels => {
+            let channels = known_channels(gateway)?;
+            Json::Array(channels.channels.iter().enumerate().map(|(i, ch)| channel_json(i, ch)).collect())
+        }
+        Route::ChannelLookup => channel_lookup(gateway, &json)?,
+        Route::Modules | Route::ModulesLoaded => modules(gateway)?,
+        Route::PhysicalSystem => physical_system(gateway)?,
+        Route::ApplicationName => Json::String(station_name(gateway)?),
+        Route::ApplicationIdentification => {
+            let info = gateway.link.info();
+            let hello = info.hello.as_ref().ok_or_else(not_yet_connected)?;
+            Json::String(format!(
+                "{} (serial {}, firmware {}) through Station Gateway {}",
+                hello.station,
+                hello.serial,
+                hello.firmware,
+                env!("CARGO_PKG_VERSION")
+            ))
+        }
+        Route::ApplicationStatus => {
+            let info = gateway.link.info();
+            Json::String(if info.connected { "OK" } else if info.hello.is_some() { "Error" } else { "Unknown" }.into())
+        }
+    };
+    Ok(json_response(StatusCode::OK, &answer))
+}
+
+fn capabilities() -> Json {
+    json!({
+        "apiVersion": API_VERSION,
+        "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
+        "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
+        "features": ["resources", "channels", "modules", "maxAge"],
+    })
+}
+
+fn not_yet_connected() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "station disconnected: the gateway has not reached the station yet",
+    )
+}
+
+/// The channel list, or 503 when the station has never been reached.
+fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
+    let info = gateway.link.info();
+    if info.hello.is_none() {
+        let why = info.last_error.clone().unwrap_or_else(|| "connecting".into());
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("station disconnected: {why}")));
+    }
+    Ok(info.channels.clone())
+}
+
+fn station_name(gateway: &Gateway) -> Result<String, ApiError> {
+    let info = gateway.link.info();
+    Ok(info.hello.as_ref().ok_or_else(not_yet_connected)?.station.clone())
+}
+
+/// Checks every name against the channel list; 404 names the first unknown one.
+fn check_names<'a>(channels: &'a ChannelTable, names: &[String]) -> Result<Vec<&'a ChannelDescriptor>, ApiError> {
+    names.iter().map(|name| channels.get(name).ok_or_else(|| ApiError::no_such_resource(name))).collect()
+}
+
+/// A station value from request text, by the channel's type.
+fn parse_value(channel: &ChannelDescriptor, text: &str) -> Result<Value, ApiError> {
+    if !channel.writable {
+        return Err(ApiError::bad_request(format!("{} is read only", channel.name)));
+    }
+    Value::parse_as(channel.value_type, text, &channel.options)
+        .map_err(|error| ApiError::bad_request(format!("bad value for {}: {error}", channel.name)))
+}
+
+fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<(), ApiError> {
+    for (name, result) in names.iter().zip(results) {
+        if let Err(error) = result {
+            let mut api = ApiError::from(error.clone());
+            if !api.message.contains(name.as_str()) {
+                api.message = format!("{name}: {}", api.message);
+            }
+            return Err(api);
+        }
+    }
+    Ok(())
+}
+
+async fn value_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+    let name = body.string("Name")?.to_owned();
+    let channels = known_channels(gateway)?;
+    check_names(&channels, std::slice::from_ref(&name))?;
+    let names = vec![name];
+    let results = gateway.link.read(names.clone()).await?;
+    first_item_error(&names, &results)?;
+    let value = results.into_iter().next().and_then(Result::ok).map(|v| v.render()).unwrap_or_default();
+    Ok(json!({ "value": value }))
+}
+
+async fn values_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+    let names = body.string_list("Names")?;
+    let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
+    let channels = known_channels(gateway)?;
+    check_names(&channels, &names)?;
+    let generation = gateway.link.info().generation;
+    let now = Instant::now();
+    let mut values: HashMap<String, (String, f64)> = HashMap::new();
+    let mut misses = Vec::new();
+    if max_age_ms > 0 {
+        let max_age = std::time::Duration::from_millis(max_age_ms);
+        for name in &names {
+            match gateway.link.cache().get_fresh(name, max_age, generation, now) {
+                Some(cached) => {
+                    values.insert(name.clone(), (cached.value.render(), age_ms(cached.age(now))));
+                }
+                None if !misses.contains(name) => misses.push(name.clone()),
+                None => {}
+            }
+        }
+    } else {
+        for name in &names {
+            if !misses.contains(name) {
+                misses.push(name.clone());
+            }
+        }
+    }
+    if !misses.is_empty() {
+        let results = gateway.link.read(misses.clone()).await?;
+        first_item_error(&misses, &results)?;
+        let now = Instant::now();
+        for (name, result) in misses.iter().zip(results) {
+            if let Ok(value) = result {
+                let age = gateway.link.cache().get(name).map(|c| age_ms(c.age(now))).unwrap_or(0.0);
+                values.insert(name.clone(), (value.render(), age));
+            }
+        }
+    }
+    let mut resources = Map::new();
+    let mut ages = Map::new();
+    for name in &names {
+        if let Some((value, age)) = values.get(name) {
+            resources.insert(name.clone(), Json::String(value.clone()));
+            ages.insert(name.clone(), json!(age));
+        }
+    }
+    Ok(json!({ "resources": resources, "ageMs": ages }))
+}
+
+/// Milliseconds with a tenth of a millisecond's precision.
+fn age_ms(age: std::time::Duration) -> f64 {
+    (age.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+async fn value_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+    let name = body.string("Name")?.to_owned();
+    let text = body.value_text("Value")?;
+    let channels = known_channels(gateway)?;
+    let channel = channels.get(&name).ok_or_else(|| ApiError::no_such_resource(&name))?;
+    let value = parse_value(channel, &text)?;
+    let names = vec![name.clone()];
+    let results = gateway.link.write(vec![(name, value)], None).await?;
+    first_item_error(&names, &results)?;
+    Ok(json!({}))
+}
+
+async fn values_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+    let resources = body.object("Resources")?;
+    let channels = known_channels(gateway)?;
+    let mut items = Vec::with_capacity(resources.len());
+    for (name, raw) in resources {
+        let channel = channels.get(name).ok_or_else(|| ApiError::no_such_resource(name))?;
+        let text = value_text(raw, &format!("Resources.{name}"))?;
+        items.push((name.clone(), parse_value(channel, &text)?));
+    }
+    if items.is_empty() {
+        return Ok(json!({}));
+    }
+    let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
+    let results = gateway.link.write(items, None).await?;
+    if results.iter().all(Result::is_ok) {
+        return Ok(json!({}));
+    }
+    // Say exactly what was and was not applied: a POST is never half-applied silently.
+    let mut failed = Vec::new();
+    let mut applied = Vec::new();
+    let mut status = StatusCode::BAD_REQUEST;
+    for (name, result) in names.iter().zip(&results) {
+        match result {
+            Ok(()) => applied.push(name.as_str()),
+            Err(error) => {
+                if failed.is_empty() {
+                    status = ApiError::from(error.clone()).status;
+                }
+                failed.push(format!("{name}: {}", error.message));
+            }
+        }
+    }
+    let applied = if applied.is_empty() { "none".to_owned() } else { applied.join(", ") };
+    Err(ApiError::new(status, format!("not applied: {}; applied: {applied}", failed.join("; "))))
+}
+
+async fn transact(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+    let name = body.string("Name")?.to_owned();
+    let text = body.value_text("Value")?;
+    let channels = known_channels(gateway)?;
+    let channel = channels.get(&name).ok_or_else(|| ApiError::no_such_resource(&name))?;
+    let value = parse_value(channel, &text)?;
+    let answer = gateway.link.transact(name, value, None).await?;
+    Ok(json!({ "value": answer.render() }))
+}
+
+/// Names of the channel type flags, as the REST contract's `channelType` lists them.
+const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
+    (1, "Analog"),
+    (1 << 1, "Digital"),
+    (1 << 2, "VirtualDigital"),
+    (1 << 3, "Temperature"),
+    (1 << 4, "Multiplexer"),
+    (1 << 5, "Resistance"),
+    (1 << 6, "Counter"),
+    (1 << 7, "Frequency"),
+    (1 << 8, "Actuator"),
+    (1 << 10, "Register"),
+    (1 << 11, "Current"),
+    (1 << 12, "Ratiometric"),
+    (1 << 13, "UART"),
+    (1 << 14, "SPI"),
+    (1 << 15, "I2C"),
+    (1 << 16, "ByteStream"),
+    (1 << 17, "Socket"),
+    (1 << 24, "Instrument"),
+];
+
+/// `"Analog, Current"` for the flags set.
+pub fn type_flag_names(flags: u32) -> String {
+    let names: Vec<&str> = TYPE_FLAG_NAMES.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, n)| *n).collect();
+    if names.is_empty() { "Undefined".into() } else { names.join(", ") }
+}
+
+/// The contract's channel object for one descriptor.
+pub fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
+    let usage = if ch.consuming {
+        "BusSignal"
+    } else if ch.writable {
+        "UserAllocatable"
+    } else {
+        "ReadOnlySystemControl"
+    };
+    let device = ch.name.rsplit_once('.').map(|(device, _)| device).unwrap_or("");
+    json!({
+        "channelIndex": position,
+        "index": position,
+        "enabled": true,
+        "usage": usage,
+        "deviceName": device,
+        "channelType": type_flag_names(ch.type_flags),
+        "channelTypeCapability": type_flag_names(ch.type_flags),
+        "alias": ch.alias,
+        "netName": ch.net_name,
+        "groupName": ch.group,
+        "capability": ch.direction.label(),
+        "description": ch.description,
+        "direction": ch.direction.label(),
+        "directionChanged": false,
+        "defaultDirection": ch.direction.label(),
+        "unit": ch.unit,
+        "isVirtual": false,
+        "details": {
+            "name": ch.name,
+            "valueType": ch.value_type.name(),
+            "readable": ch.readable,
+            "writable": ch.writable,
+            "readConsumesData": ch.consuming,
+            "options": ch.options,
+        },
+    })
+}
+
+fn channel_lookup(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+    let channels = known_channels(gateway)?;
+    let (field, wanted) = match (body.get("Alias"), body.get("NetName")) {
+        (Some(_), _) => ("alias", body.string("Alias")?),
+        (None, Some(_)) => ("net name", body.string("NetName")?),
+        (None, None) => return Err(ApiError::bad_request("give the field Alias or NetName")),
+    };
+    let found = channels.channels.iter().enumerate().find(|(_, ch)| match field {
+        "alias" => ch.alias == wanted,
+        _ => ch.net_name == wanted,
+    });
+    match found {
+        Some((position, ch)) => Ok(channel_json(position, ch)),
+        None => Err(ApiError::not_found(format!("no channel with the {field} {wanted:?}"))),
+    }
+}
+
+fn modules(gateway: &Gateway) -> Result<Json, ApiError> {
+    let info = gateway.link.info();
+    info.hello.as_ref().ok_or_else(not_yet_connected)?;
+    Ok(Json::Array(
+        info.modules
+            .iter()
+            .map(|m| {
+                json!({
+                    "name": m.name,
+                    "enabled": true,
+                    "className": "StationModule",
+                    "assemblyPath": "",
+                    "namespace": "",
+                    "imageName": m.product_id,
+                    "initialData": {
+                        "index": m.index,
+                        "productID": m.product_id,
+                        "revision": m.revision,
+                        "serialNumber": m.serial,
+                    },
+                })
+            })
+            .collect(),
+    ))
+}
+
+fn physical_system(gateway: &Gateway) -> Result<Json, ApiError> {
+    let info = gateway.link.info();
+    let hello = info.hello.as_ref().ok_or_else(not_yet_connected)?;
+    let modules: Vec<Json> = info
+        .modules
+        .iter()
+        .map(|m| {
+            json!({
+                "index": m.index,
+                "name": m.name,
+                "productID": m.product_id,
+                "revision": m.revision,
+                "serialNumber": m.serial,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "host": hello.station,
+        "ethIpV4": "",
+        "ethIpV6": "",
+        "firmware": hello.firmware,
+        "mac": "",
+        "modules": modules,
+        "networkInterfaces": {},
+    }))
+}

@@ -1,0 +1,240 @@
+//! The station link: one task ([`LinkTask`]) owns the connection to the station; everyone else
+//! holds a cheap, cloneable [`LinkHandle`] that sends it requests over a bounded channel.
+//!
+//! The task connects (HELLO, SYSTEM, LIST), pipelines requests up to the station's window,
+//! merges concurrent reads into READ frames, lets concurrent reads of one channel share one
+//! hardware read (single flight), times requests out, and reconnects with capped back-off.
+//! What it learned of the station is published as a [`StationInfo`] snapshot; changes of state
+//! are broadcast as [`LinkEvent`]s.
+
+mod task;
+mod transport;
+mod url;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use station_protocol::{
+    ChangeType, ChannelDescriptor, HelloReply, ItemResult, ModuleInfo, Notify, Request, Response, StationError, Value,
+};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+pub use task::{LinkSettings, LinkTask};
+pub use url::{Parity, SerialSettings, StationUrl, UrlError};
+
+use crate::cache::ValueCache;
+
+/// Why a request to the station did not get the station's answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LinkError {
+    #[error("station disconnected: {0}")]
+    Disconnected(String),
+    #[error("the station did not answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    #[error(
+        "the station did not answer the write within {} ms; it may or may not have been applied: read the channel to find out",
+        .0.as_millis()
+    )]
+    WriteTimeout(Duration),
+    #[error(
+        "the link to the station dropped after the write was sent ({0}); it may or may not have been applied: read the channel to find out"
+    )]
+    OutcomeUnknown(String),
+    #[error("{0}")]
+    Station(StationError),
+    /// Refused at the link before sending, e.g. because the lease changed hands.
+    #[error("{0}")]
+    Refused(String),
+    #[error("the station link has {0} requests waiting; try again shortly")]
+    Overloaded(usize),
+    #[error("the station sent an answer the gateway cannot read: {0}")]
+    Protocol(String),
+    #[error("the request does not fit in one station frame: {0}")]
+    TooLarge(String),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}
+
+/// A check run by the link task just before a change is put on the wire; an `Err` refuses it
+/// with [`LinkError::Refused`] and it is never sent. This is where lease fencing happens.
+pub type SendGuard = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// The station's channel list, indexed by name.
+#[derive(Debug, Default)]
+pub struct ChannelTable {
+    pub channels: Vec<ChannelDescriptor>,
+    by_name: HashMap<String, usize>,
+}
+
+impl ChannelTable {
+    pub fn new(channels: Vec<ChannelDescriptor>) -> ChannelTable {
+        let by_name = channels.iter().enumerate().map(|(i, ch)| (ch.name.clone(), i)).collect();
+        ChannelTable { channels, by_name }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ChannelDescriptor> {
+        self.by_name.get(name).map(|&i| &self.channels[i])
+    }
+
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+}
+
+/// What the gateway knows of the station, replaced as a whole whenever it changes.
+#[derive(Debug, Default)]
+pub struct StationInfo {
+    pub connected: bool,
+    /// Goes up by one at every successful (re)connection.
+    pub generation: u64,
+    pub last_error: Option<String>,
+    pub hello: Option<HelloReply>,
+    pub modules: Vec<ModuleInfo>,
+    /// Kept from the last connection while the link is down.
+    pub channels: Arc<ChannelTable>,
+}
+
+/// Changes on the link, for the event stream and the legacy listener.
+#[derive(Debug, Clone)]
+pub enum LinkEvent {
+    Connection { connected: bool, generation: u64, last_error: Option<String> },
+    Configuration { change: ChangeType, generation: u64 },
+    /// Every NOTIFY from the station, as it came.
+    Notify(Notify),
+}
+
+/// Counters of the link's work, for metrics and benchmarks.
+#[derive(Debug, Default)]
+pub struct LinkStats {
+    pub frames_sent: AtomicU64,
+    pub read_frames: AtomicU64,
+    pub names_read: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub crc_errors: AtomicU64,
+    pub refused_by_guard: AtomicU64,
+}
+
+impl LinkStats {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// What a caller asks of the link task.
+pub(crate) enum Command {
+    Read { names: Vec<String>, reply: oneshot::Sender<Result<Vec<ItemResult<Value>>, LinkError>> },
+    Change { request: Request, guard: Option<SendGuard>, reply: oneshot::Sender<Result<Response, LinkError>> },
+    /// Any other request, answered with the station's response as it came (legacy clients).
+    Pass { request: Request, reply: oneshot::Sender<Result<Response, LinkError>> },
+}
+
+/// A cloneable handle to the link task.
+#[derive(Clone)]
+pub struct LinkHandle {
+    commands: mpsc::Sender<Command>,
+    info: watch::Receiver<Arc<StationInfo>>,
+    events: broadcast::Sender<LinkEvent>,
+    cache: Arc<ValueCache>,
+    stats: Arc<LinkStats>,
+    request_timeout: Duration,
+}
+
+impl LinkHandle {
+    /// Reads `names` from the hardware: a forced read. One result per name, in order.
+    ///
+    /// The read joins a READ of the same channel that has not been sent yet, never one
+    /// already on the wire, so its value was read after the call.
+    pub async fn read(&self, names: Vec<String>) -> Result<Vec<ItemResult<Value>>, LinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Read { names, reply })?;
+        self.wait(answer, LinkError::Timeout(self.request_timeout)).await
+    }
+
+    /// Writes `items` in one WRITE frame; one status per item.
+    pub async fn write(
+        &self,
+        items: Vec<(String, Value)>,
+        guard: Option<SendGuard>,
+    ) -> Result<Vec<ItemResult<()>>, LinkError> {
+        match self.change(Request::Write { items }, guard).await? {
+            Response::Write(results) => Ok(results),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Writes `value` to `name` and reads `name` back, as one step on the station.
+    pub async fn transact(&self, name: String, value: Value, guard: Option<SendGuard>) -> Result<Value, LinkError> {
+        match self.change(Request::Transact { name, value }, guard).await? {
+            Response::Transact(value) => Ok(value),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn change(&self, request: Request, guard: Option<SendGuard>) -> Result<Response, LinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Change { request, guard, reply })?;
+        match self.wait(answer, LinkError::WriteTimeout(self.request_timeout)).await? {
+            Response::Error(error) => Err(LinkError::Station(error)),
+            response => Ok(response),
+        }
+    }
+
+    /// Sends any request and returns the station's response as it came, errors included.
+    pub async fn pass(&self, request: Request) -> Result<Response, LinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Pass { request, reply })?;
+        self.wait(answer, LinkError::Timeout(self.request_timeout)).await
+    }
+
+    fn send(&self, command: Command) -> Result<(), LinkError> {
+        self.commands.try_send(command).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => LinkError::Overloaded(self.commands.max_capacity()),
+            mpsc::error::TrySendError::Closed(_) => LinkError::ShuttingDown,
+        })
+    }
+
+    async fn wait<T>(
+        &self,
+        answer: oneshot::Receiver<Result<T, LinkError>>,
+        on_timeout: LinkError,
+    ) -> Result<T, LinkError> {
+        match tokio::time::timeout(self.request_timeout, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(LinkError::ShuttingDown),
+            Err(_) => Err(on_timeout),
+        }
+    }
+
+    /// What the gateway knows of the station now.
+    pub fn info(&self) -> Arc<StationInfo> {
+        self.info.borrow().clone()
+    }
+
+    /// A receiver that sees every new [`StationInfo`].
+    pub fn watch_info(&self) -> watch::Receiver<Arc<StationInfo>> {
+        self.info.clone()
+    }
+
+    pub fn subscribe_events(&self) -> broadcast::Receiver<LinkEvent> {
+        self.events.subscribe()
+    }
+
+    pub fn cache(&self) -> &Arc<ValueCache> {
+        &self.cache
+    }
+
+    pub fn stats(&self) -> &Arc<LinkStats> {
+        &self.stats
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+}
+
+fn unexpected(response: &Response) -> LinkError {
+    LinkError::Protocol(format!("unexpected {:?} answer", response.opcode()))
+}

@@ -1,0 +1,52 @@
+//! Opening the byte stream to the station: a TCP socket or a serial line.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_serial::SerialPortBuilderExt;
+
+use super::url::{Parity, StationUrl};
+
+/// A byte stream to the station, whatever carries it.
+pub trait StationStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> StationStream for T {}
+
+/// Opens the stream `url` names, within `timeout`.
+pub async fn open(url: &StationUrl, timeout: Duration) -> Result<Box<dyn StationStream>, String> {
+    match url {
+        StationUrl::Tcp { host, port } => {
+            let connect = TcpStream::connect((host.as_str(), *port));
+            let stream = tokio::time::timeout(timeout, connect)
+                .await
+                .map_err(|_| format!("no answer from {host}:{port} within {} ms", timeout.as_millis()))?
+                .map_err(|error| format!("cannot connect to {host}:{port}: {error}"))?;
+            let _ = stream.set_nodelay(true);
+            Ok(Box::new(stream))
+        }
+        StationUrl::Serial(settings) => {
+            let builder = tokio_serial::new(&settings.path, settings.baud)
+                .data_bits(match settings.data_bits {
+                    5 => tokio_serial::DataBits::Five,
+                    6 => tokio_serial::DataBits::Six,
+                    7 => tokio_serial::DataBits::Seven,
+                    _ => tokio_serial::DataBits::Eight,
+                })
+                .parity(match settings.parity {
+                    Parity::None => tokio_serial::Parity::None,
+                    Parity::Odd => tokio_serial::Parity::Odd,
+                    Parity::Even => tokio_serial::Parity::Even,
+                })
+                .stop_bits(if settings.stop_bits == 2 {
+                    tokio_serial::StopBits::Two
+                } else {
+                    tokio_serial::StopBits::One
+                })
+                .flow_control(tokio_serial::FlowControl::None);
+            let port = builder
+                .open_native_async()
+                .map_err(|error| format!("cannot open serial device {}: {error}", settings.path))?;
+            Ok(Box::new(port))
+        }
+    }
+}

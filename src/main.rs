@@ -1,0 +1,125 @@
+//! `station-gateway`: parses flags and config, binds the listeners, and runs the gateway
+//! until SIGINT or SIGTERM.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use station_gateway::config::{Config, EXAMPLE_CONFIG, parse_listen};
+use station_gateway::{Listeners, run};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "The one way to a high-voltage test station: REST contract, control lease, value cache")]
+struct Args {
+    /// Config file (TOML); see config/gateway.toml. Every key has a default.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The station: tcp://HOST:PORT or serial:///dev/ttyUSB0?baud=115200
+    #[arg(long)]
+    station: Option<String>,
+    /// Where to serve HTTP, e.g. 127.0.0.1:5000 (port 0 picks a free one).
+    #[arg(long)]
+    http: Option<String>,
+    /// Where to serve the legacy byte protocol, e.g. 127.0.0.1:4001.
+    #[arg(long)]
+    legacy: Option<String>,
+    /// Where the control lease lives: memory.
+    #[arg(long)]
+    lease_backend: Option<String>,
+    /// Start an embedded station simulator and point the link at it.
+    #[arg(long)]
+    simulator: bool,
+    /// The simulator's station profile (default: the built-in station).
+    #[arg(long, requires = "simulator")]
+    simulator_profile: Option<PathBuf>,
+    /// Log format: human or json. RUST_LOG sets the level (default info).
+    #[arg(long, default_value = "human")]
+    log_format: String,
+    /// Print the documented example config and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.print_config {
+        print!("{EXAMPLE_CONFIG}");
+        return Ok(());
+    }
+    init_logging(&args.log_format)?;
+
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if let Some(station) = args.station {
+        config.station.url = station;
+    }
+    if let Some(http) = args.http {
+        parse_listen(&http).map_err(|why| anyhow::anyhow!("--http: {why}"))?;
+        config.http.listen = http;
+    }
+    if let Some(legacy) = args.legacy {
+        parse_listen(&legacy).map_err(|why| anyhow::anyhow!("--legacy: {why}"))?;
+        config.legacy.listen = legacy;
+    }
+    if let Some(backend) = args.lease_backend {
+        config.lease.backend = backend;
+    }
+
+    let _simulator = if args.simulator {
+        let profile = match &args.simulator_profile {
+            Some(path) => station_simulator::Profile::from_file(path)?,
+            None => station_simulator::Profile::default_station(),
+        };
+        let simulator = station_simulator::Simulator::start(profile, "127.0.0.1:0".parse()?)
+            .await
+            .context("cannot start the embedded simulator")?;
+        config.station.url = format!("tcp://{}", simulator.local_addr());
+        tracing::info!("embedded station simulator on {}", simulator.local_addr());
+        Some(simulator)
+    } else {
+        None
+    };
+    config.validate()?;
+
+    let listeners = Listeners::bind(&config)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.http.listen))?;
+    run(listeners, config, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn init_logging(format: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        "human" => builder.init(),
+        "json" => builder.json().init(),
+        other => anyhow::bail!("--log-format: {other:?} is not human or json"),
+    }
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
