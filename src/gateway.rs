@@ -9,11 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::Config;
+use crate::lease::LeaseView;
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
 /// How long shutdown waits for requests in flight.
@@ -26,6 +28,8 @@ pub struct Gateway {
     pub started: Instant,
     /// Cancelled when the gateway shuts down; long-lived responses end with it.
     pub shutdown: CancellationToken,
+    /// Every change of hands of the control lease (taken, released, ran out, broken).
+    pub lease_events: broadcast::Sender<LeaseView>,
 }
 
 /// The sockets the gateway serves, bound by the caller (so `127.0.0.1:0` works in tests).
@@ -109,7 +113,8 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
         None => None,
     };
-    let gateway = Arc::new(Gateway { config, link, started: Instant::now(), shutdown: shutdown.clone() });
+    let (lease_events, _) = broadcast::channel(64);
+    let gateway = Arc::new(Gateway { config, link, started: Instant::now(), shutdown: shutdown.clone(), lease_events });
     let mut tasks = JoinSet::new();
     tasks.spawn(link_task.run(shutdown.clone()));
     tasks.spawn(crate::http::serve(listeners.http, gateway.clone(), shutdown.clone(), DRAIN));

@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 pub mod gateway;
 pub mod http;
+pub mod lease;
 pub mod link;
 
 pub use config::Config;
