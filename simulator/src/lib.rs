@@ -1,1 +1,23 @@
-//! placeholder
+//! A simulated high-voltage test station speaking the station byte protocol over TCP or a
+//! pseudo-terminal, with fault injection and a log of applied writes for tests.
+//!
+//! Layers:
+//! - [`profile`]: the station described as data (`config/station.toml`), validated.
+//! - `station`: the station's state and behaviour, computed from elapsed time.
+//! - `connection`: one client link: frames in, concurrent requests, paced and faulted replies out.
+//! - [`server`]: [`Simulator::start`], the listener, the trip ticker and the [`SimulatorHandle`].
+//! - `pty`: a pseudo-terminal master as a byte stream, for the serial path.
+//! - [`client`]: a small sequential client used by `station-cli` and the tests.
+//! - [`control`]: the line-based control interface of `station-sim --control`.
+
+pub mod client;
+mod connection;
+pub mod control;
+pub mod profile;
+mod pty;
+pub mod server;
+mod station;
+
+pub use client::{ClientError, StationClient};
+pub use profile::{ChannelModel, ChannelSpec, InvalidProfile, Profile, ProfileError};
+pub use server::{ConnectionId, Simulator, SimulatorHandle, WriteRecord};

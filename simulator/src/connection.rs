@@ -1,0 +1,340 @@
+//! One client connection: frames in, requests answered concurrently up to the window, replies
+//! and notifications out through one writer that applies the link's faults and pacing.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use station_protocol::frame::HEADER_LEN;
+use station_protocol::{
+    ErrorCode, HelloReply, PROTOCOL_VERSION, PayloadError, RawFrame, Request, Response,
+    StationCodec, StationError,
+};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::server::{ConnectionId, Shared, WriteRecord};
+
+/// Frames waiting for the writer; NOTIFYs are dropped when a slow client lets it fill up.
+const OUTGOING_QUEUE: usize = 256;
+
+/// The largest LIST page payload: one frame's payload less the page header.
+const LIST_PAGE_BUDGET: usize = station_protocol::MAX_PAYLOAD - 16;
+
+/// How a stream is served.
+#[derive(Debug, Clone)]
+pub(crate) struct LinkOptions {
+    /// Requests in flight at once; HELLO reports it.
+    pub window: u16,
+    /// Pace replies as a serial line of this many bits per second would (10 bits a byte).
+    pub baud: Option<u32>,
+    /// Who is on the other end, for the write log.
+    pub peer: String,
+}
+
+/// Serves `stream` until the client leaves, the connection is dropped or the simulator stops.
+pub(crate) async fn serve<S>(shared: Arc<Shared>, stream: S, options: LinkOptions)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (id, cancel, outgoing_tx, outgoing_rx) = shared.register(&options.peer, OUTGOING_QUEUE);
+    tracing::debug!(connection = id.0, peer = %options.peer, "connection opened");
+    let (read_half, write_half) = tokio::io::split(stream);
+    let writer = tokio::spawn(write_frames(
+        shared.clone(),
+        write_half,
+        outgoing_rx,
+        options.baud,
+        cancel.clone(),
+    ));
+    let mut frames = FramedRead::new(read_half, StationCodec::new());
+    let in_flight = Arc::new(Semaphore::new(usize::from(options.window.max(1))));
+    loop {
+        let frame = tokio::select! {
+            _ = cancel.cancelled() => break,
+            frame = frames.next() => frame,
+        };
+        let frame = match frame {
+            Some(Ok(frame)) => frame,
+            Some(Err(error)) => {
+                tracing::debug!(connection = id.0, %error, "read failed");
+                break;
+            }
+            None => break,
+        };
+        if shared.faults.stalled.load(Ordering::SeqCst) {
+            continue;
+        }
+        let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+            let busy = StationError::new(
+                ErrorCode::Busy,
+                format!(
+                    "{} requests are already in flight; the window is {}",
+                    options.window, options.window
+                ),
+            );
+            let _ = outgoing_tx.try_send(error_frame(frame.request_id, busy));
+            continue;
+        };
+        let shared = shared.clone();
+        let outgoing = outgoing_tx.clone();
+        let options = options.clone();
+        tokio::spawn(async move {
+            let reply = answer(&shared, &frame, id, &options).await;
+            let delay = shared.faults.reply_delay();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            drop(permit);
+            let _ = outgoing.send(reply).await;
+        });
+    }
+    cancel.cancel();
+    drop(outgoing_tx);
+    let _ = writer.await;
+    shared.unregister(id);
+    tracing::debug!(connection = id.0, "connection closed");
+}
+
+fn error_frame(request_id: u32, error: StationError) -> RawFrame {
+    let fallback = || RawFrame::new(station_protocol::Opcode::Error, request_id, Vec::new());
+    Response::Error(error)
+        .to_frame(request_id)
+        .unwrap_or_else(|_| fallback())
+}
+
+/// Writes frames in order, applying stall, corruption and baud pacing.
+async fn write_frames<W>(
+    shared: Arc<Shared>,
+    mut sink: W,
+    mut frames: mpsc::Receiver<RawFrame>,
+    baud: Option<u32>,
+    cancel: CancellationToken,
+) where
+    W: AsyncWrite + Unpin,
+{
+    let mut line_free_at = Instant::now();
+    loop {
+        let frame = tokio::select! {
+            _ = cancel.cancelled() => break,
+            frame = frames.recv() => frame,
+        };
+        let Some(frame) = frame else { break };
+        if shared.faults.stalled.load(Ordering::SeqCst) {
+            continue;
+        }
+        let Ok(mut bytes) = frame.to_bytes() else {
+            continue;
+        };
+        let is_reply = frame.request_id != 0;
+        if is_reply && shared.faults.corrupt_next.swap(false, Ordering::SeqCst) {
+            // A payload byte, or the frame CRC when there is no payload: the header stays
+            // intact, so the client's codec sees a whole frame whose CRC fails.
+            let at = if bytes.len() > HEADER_LEN + 4 {
+                HEADER_LEN
+            } else {
+                bytes.len() - 1
+            };
+            bytes[at] ^= 0xFF;
+        }
+        let written = match baud {
+            None => sink.write_all(&bytes).await,
+            Some(baud) => write_paced(&mut sink, &bytes, baud, &mut line_free_at).await,
+        };
+        if written.and(sink.flush().await).is_err() {
+            break;
+        }
+    }
+    let _ = sink.shutdown().await;
+}
+
+/// Writes `bytes` no faster than a serial line of `baud` bits per second would carry them.
+async fn write_paced<W>(
+    sink: &mut W,
+    bytes: &[u8],
+    baud: u32,
+    line_free_at: &mut Instant,
+) -> std::io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+{
+    const CHUNK: usize = 16;
+    for chunk in bytes.chunks(CHUNK) {
+        let on_the_line = Duration::from_secs_f64(chunk.len() as f64 * 10.0 / f64::from(baud));
+        *line_free_at = (*line_free_at).max(Instant::now()) + on_the_line;
+        sink.write_all(chunk).await?;
+        sink.flush().await?;
+        tokio::time::sleep_until(*line_free_at).await;
+    }
+    Ok(())
+}
+
+/// The reply frame for one request frame.
+async fn answer(
+    shared: &Shared,
+    frame: &RawFrame,
+    id: ConnectionId,
+    options: &LinkOptions,
+) -> RawFrame {
+    let request_id = frame.request_id;
+    let request = match Request::from_frame(frame) {
+        Ok(request) => request,
+        Err(error) => {
+            let code = match error {
+                PayloadError::UnknownOpcode(_) | PayloadError::NotARequest(_) => {
+                    ErrorCode::Unsupported
+                }
+                _ => ErrorCode::Malformed,
+            };
+            return error_frame(request_id, StationError::new(code, error.to_string()));
+        }
+    };
+    let work = shared.faults.processing() + shared.latency_of(&request);
+    if !work.is_zero() {
+        tokio::time::sleep(work).await;
+    }
+    let response = respond(shared, request, id, options);
+    match response.to_frame(request_id) {
+        Ok(frame) => frame,
+        Err(error) => error_frame(
+            request_id,
+            StationError::new(
+                ErrorCode::BadValue,
+                format!("the reply would not fit in one frame ({error}); ask for less at once"),
+            ),
+        ),
+    }
+}
+
+fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOptions) -> Response {
+    let now = Instant::now();
+    match request {
+        Request::Hello(hello) => {
+            if hello.version != PROTOCOL_VERSION {
+                return Response::Error(StationError::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "protocol version {} is not supported; this station speaks {PROTOCOL_VERSION}",
+                        hello.version
+                    ),
+                ));
+            }
+            let info = &shared.profile.station;
+            Response::Hello(HelloReply {
+                version: PROTOCOL_VERSION,
+                station: info.name.clone(),
+                firmware: info.firmware.clone(),
+                serial: info.serial.clone(),
+                window: options.window,
+            })
+        }
+        Request::System => Response::System(shared.profile.modules.clone()),
+        Request::List { offset, limit } => {
+            let station = shared.lock_station();
+            let total = station.channel_count();
+            let limit = if limit == 0 {
+                usize::MAX
+            } else {
+                usize::from(limit)
+            };
+            let mut channels = Vec::new();
+            let mut budget = LIST_PAGE_BUDGET;
+            let mut index = offset as usize;
+            while channels.len() < limit {
+                let Some(descriptor) = station.descriptor_at(index) else {
+                    break;
+                };
+                let size = descriptor_wire_len(descriptor);
+                if size > budget {
+                    break;
+                }
+                budget -= size;
+                channels.push(descriptor.clone());
+                index += 1;
+            }
+            Response::List {
+                total: u32::try_from(total).unwrap_or(u32::MAX),
+                offset,
+                channels,
+            }
+        }
+        Request::Read { names } => {
+            shared.stats.read_frames.fetch_add(1, Ordering::SeqCst);
+            shared.record_batch(names.len());
+            let results = {
+                let mut station = shared.lock_station();
+                names.iter().map(|name| station.read(name, now)).collect()
+            };
+            shared.flush_notifies();
+            Response::Read(results)
+        }
+        Request::Write { items } => {
+            let mut applied = Vec::new();
+            let results = {
+                let mut station = shared.lock_station();
+                items
+                    .into_iter()
+                    .map(|(name, value)| {
+                        station.write(&name, value, now).map(|write| {
+                            applied.push(write);
+                        })
+                    })
+                    .collect()
+            };
+            shared.log_writes(applied, id, &options.peer);
+            shared.flush_notifies();
+            Response::Write(results)
+        }
+        Request::Transact { name, value } => {
+            let result = shared.lock_station().transact(&name, value, now);
+            let response = match result {
+                Ok((applied, read)) => {
+                    shared.log_writes(vec![applied], id, &options.peer);
+                    Response::Transact(read)
+                }
+                Err(error) => Response::Error(error),
+            };
+            shared.flush_notifies();
+            response
+        }
+        Request::Ping { nonce } => Response::Ping { nonce },
+    }
+}
+
+/// Bytes one descriptor takes in a LIST reply.
+fn descriptor_wire_len(d: &station_protocol::ChannelDescriptor) -> usize {
+    let strings = [
+        &d.name,
+        &d.alias,
+        &d.net_name,
+        &d.unit,
+        &d.description,
+        &d.group,
+    ];
+    let text: usize = strings.iter().map(|s| 2 + s.len()).sum();
+    let options: usize = d.options.iter().map(|o| 2 + o.len()).sum();
+    text + 4 + 1 + 1 + 1 + 1 + 2 + options
+}
+
+impl WriteRecord {
+    pub(crate) fn applied(
+        write: crate::station::AppliedWrite,
+        connection: ConnectionId,
+        peer: &str,
+        at: Instant,
+        since_start: Duration,
+    ) -> WriteRecord {
+        WriteRecord {
+            at,
+            since_start,
+            channel: write.channel,
+            value: write.value,
+            connection,
+            peer: peer.to_owned(),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! A tiny line-based control interface for demos: one command a line, one line of answer.
+//!
+//! Commands: `drop`, `stall on|off`, `corrupt`, `delay MS`, `processing MS`, `remove CHANNEL`,
+//! `restart`, `refuse on|off`, `writes`, `status`, `help`.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+use crate::server::SimulatorHandle;
+
+const HELP: &str = "commands: drop | stall on|off | corrupt | delay MS | processing MS | \
+                    remove CHANNEL | restart | refuse on|off | writes | status | help";
+
+/// Serves control connections on `listener` until the simulator's task is dropped.
+pub async fn run_control(listener: TcpListener, simulator: SimulatorHandle) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let simulator = simulator.clone();
+        tokio::spawn(async move {
+            let (read_half, mut write_half) = stream.into_split();
+            let mut lines = BufReader::new(read_half).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let mut answer = execute(&simulator, &line).await;
+                answer.push('\n');
+                if write_half.write_all(answer.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+fn on_off(word: Option<&str>) -> Option<bool> {
+    match word? {
+        "on" | "true" | "1" => Some(true),
+        "off" | "false" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+fn millis(word: Option<&str>) -> Option<Duration> {
+    word?.parse().ok().map(Duration::from_millis)
+}
+
+/// Carries out one command line; the answer is one line without its newline.
+pub async fn execute(simulator: &SimulatorHandle, line: &str) -> String {
+    let mut words = line.split_whitespace();
+    let command = words.next().unwrap_or("");
+    let argument = words.next();
+    match command {
+        "drop" => {
+            let count = simulator.connection_count();
+            simulator.drop_connections();
+            format!("ok: dropped {count} connections")
+        }
+        "stall" => match on_off(argument) {
+            Some(stalled) => {
+                simulator.set_stall(stalled);
+                format!("ok: stall {}", if stalled { "on" } else { "off" })
+            }
+            None => "error: stall on|off".to_owned(),
+        },
+        "corrupt" => {
+            simulator.corrupt_next_reply();
+            "ok: the next reply will be corrupt".to_owned()
+        }
+        "delay" => match millis(argument) {
+            Some(delay) => {
+                simulator.set_reply_delay(delay);
+                format!("ok: replies delayed {} ms", delay.as_millis())
+            }
+            None => "error: delay MS".to_owned(),
+        },
+        "processing" => match millis(argument) {
+            Some(time) => {
+                simulator.set_processing_time(time);
+                format!("ok: processing takes {} ms", time.as_millis())
+            }
+            None => "error: processing MS".to_owned(),
+        },
+        "remove" => match argument {
+            Some(name) if simulator.remove_channel(name) => format!("ok: removed {name}"),
+            Some(name) => format!("error: no such channel: {name}"),
+            None => "error: remove CHANNEL".to_owned(),
+        },
+        "restart" => {
+            simulator.restart();
+            "ok: restarted".to_owned()
+        }
+        "refuse" => match on_off(argument) {
+            Some(refuse) => match simulator.set_refuse_connections(refuse).await {
+                Ok(()) => format!(
+                    "ok: {}",
+                    if refuse {
+                        "refusing connections"
+                    } else {
+                        "accepting connections"
+                    }
+                ),
+                Err(error) => format!("error: {error}"),
+            },
+            None => "error: refuse on|off".to_owned(),
+        },
+        "writes" => {
+            let log = simulator.write_log();
+            let items: Vec<String> = log
+                .iter()
+                .map(|w| {
+                    format!(
+                        "{:.3}s conn {} ({}) {}={}",
+                        w.since_start.as_secs_f64(),
+                        w.connection.0,
+                        w.peer,
+                        w.channel,
+                        w.value.render().escape_debug()
+                    )
+                })
+                .collect();
+            format!("ok: {} writes: {}", log.len(), items.join("; "))
+        }
+        "status" => format!(
+            "ok: connections {} accepted {} read frames {} applied writes {}",
+            simulator.connection_count(),
+            simulator.connections_accepted(),
+            simulator.read_frames(),
+            simulator.write_log().len()
+        ),
+        "help" => HELP.to_owned(),
+        other => format!("error: unknown command {other:?}; {HELP}"),
+    }
+}

@@ -1,0 +1,507 @@
+//! The simulator: a TCP listener, a trip-checking ticker, the shared station state, and the
+//! cloneable [`SimulatorHandle`] through which tests and the control interface inject faults
+//! and observe what reached the "hardware".
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use station_protocol::{ChangeType, ChannelDescriptor, Notify, RawFrame, Request, Response, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::{self, LinkOptions};
+use crate::profile::{ChannelSpec, Profile};
+use crate::station::{AppliedWrite, Station};
+
+/// Identifies one connection (or one pty session) for the life of the simulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionId(pub u64);
+
+/// One write the station applied. Refused writes are never recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteRecord {
+    /// When it was applied.
+    pub at: Instant,
+    /// The same moment, as time since the simulator started.
+    pub since_start: Duration,
+    pub channel: String,
+    /// The value as applied (enum names in their canonical spelling).
+    pub value: Value,
+    pub connection: ConnectionId,
+    /// The client's address, or `pty` for the pseudo-terminal.
+    pub peer: String,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Faults that apply to every connection.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    pub stalled: AtomicBool,
+    pub corrupt_next: AtomicBool,
+    reply_delay: Mutex<Duration>,
+    processing: Mutex<Duration>,
+}
+
+impl Faults {
+    pub(crate) fn reply_delay(&self) -> Duration {
+        *lock(&self.reply_delay)
+    }
+
+    pub(crate) fn processing(&self) -> Duration {
+        *lock(&self.processing)
+    }
+}
+
+/// Counters for tests.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub read_frames: AtomicU64,
+    read_batches: Mutex<Vec<usize>>,
+    connections_accepted: AtomicU64,
+}
+
+struct ConnectionEntry {
+    cancel: CancellationToken,
+    outgoing: mpsc::Sender<RawFrame>,
+}
+
+struct ListenerCommand {
+    accept: bool,
+    done: oneshot::Sender<io::Result<()>>,
+}
+
+/// State shared by the listener, the ticker, every connection and every handle.
+pub(crate) struct Shared {
+    pub profile: Profile,
+    started: Instant,
+    station: Mutex<Station>,
+    pub faults: Faults,
+    pub stats: Stats,
+    connections: Mutex<HashMap<ConnectionId, ConnectionEntry>>,
+    next_connection: AtomicU64,
+    write_log: Mutex<Vec<WriteRecord>>,
+    local_addr: SocketAddr,
+    listener_control: mpsc::Sender<ListenerCommand>,
+    shutdown: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn lock_station(&self) -> MutexGuard<'_, Station> {
+        lock(&self.station)
+    }
+
+    /// Adds a connection to the registry: its id, its cancel token and its outgoing queue.
+    pub(crate) fn register(
+        &self,
+        _peer: &str,
+        queue: usize,
+    ) -> (
+        ConnectionId,
+        CancellationToken,
+        mpsc::Sender<RawFrame>,
+        mpsc::Receiver<RawFrame>,
+    ) {
+        let id = ConnectionId(self.next_connection.fetch_add(1, Ordering::SeqCst) + 1);
+        let cancel = self.shutdown.child_token();
+        let (tx, rx) = mpsc::channel(queue);
+        self.stats
+            .connections_accepted
+            .fetch_add(1, Ordering::SeqCst);
+        lock(&self.connections).insert(
+            id,
+            ConnectionEntry {
+                cancel: cancel.clone(),
+                outgoing: tx.clone(),
+            },
+        );
+        (id, cancel, tx, rx)
+    }
+
+    pub(crate) fn unregister(&self, id: ConnectionId) {
+        lock(&self.connections).remove(&id);
+    }
+
+    pub(crate) fn record_batch(&self, names: usize) {
+        lock(&self.stats.read_batches).push(names);
+    }
+
+    /// Extra time the channels a request touches take.
+    pub(crate) fn latency_of(&self, request: &Request) -> Duration {
+        let station = self.lock_station();
+        match request {
+            Request::Read { names } => names.iter().map(|n| station.latency_of(n)).sum(),
+            Request::Write { items } => items.iter().map(|(n, _)| station.latency_of(n)).sum(),
+            Request::Transact { name, .. } => station.latency_of(name),
+            _ => Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn log_writes(&self, applied: Vec<AppliedWrite>, id: ConnectionId, peer: &str) {
+        if applied.is_empty() {
+            return;
+        }
+        let at = Instant::now();
+        let since_start = at.saturating_duration_since(self.started);
+        let mut log = lock(&self.write_log);
+        for write in applied {
+            log.push(WriteRecord::applied(write, id, peer, at, since_start));
+        }
+    }
+
+    /// Sends the station's pending notifications to every connection.
+    pub(crate) fn flush_notifies(&self) {
+        let notifies = self.lock_station().take_notifies();
+        for notify in notifies {
+            self.broadcast(notify);
+        }
+    }
+
+    fn broadcast(&self, notify: Notify) {
+        tracing::info!(?notify, "notify");
+        let Ok(frame) = Response::Notify(notify).to_frame(0) else {
+            return;
+        };
+        for entry in lock(&self.connections).values() {
+            // A client too slow to drain its queue misses a notification rather than
+            // holding up the station.
+            let _ = entry.outgoing.try_send(frame.clone());
+        }
+    }
+
+    fn drop_connections(&self) {
+        let dropped: Vec<_> = lock(&self.connections).drain().collect();
+        for (_, entry) in dropped {
+            entry.cancel.cancel();
+        }
+    }
+}
+
+/// Starts simulators.
+pub struct Simulator;
+
+impl Simulator {
+    /// Serves `profile` on TCP at `addr` (port 0 picks a free port; see
+    /// [`SimulatorHandle::local_addr`]), many connections at once.
+    pub async fn start(profile: Profile, addr: SocketAddr) -> io::Result<SimulatorHandle> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let now = Instant::now();
+        let (control_tx, control_rx) = mpsc::channel(4);
+        let shared = Arc::new(Shared {
+            station: Mutex::new(Station::power_on(&profile, now)),
+            faults: Faults {
+                processing: Mutex::new(profile.station.processing),
+                ..Faults::default()
+            },
+            profile,
+            started: now,
+            stats: Stats::default(),
+            connections: Mutex::new(HashMap::new()),
+            next_connection: AtomicU64::new(0),
+            write_log: Mutex::new(Vec::new()),
+            local_addr,
+            listener_control: control_tx,
+            shutdown: CancellationToken::new(),
+        });
+        tokio::spawn(run_listener(shared.clone(), listener, control_rx));
+        tokio::spawn(run_ticker(shared.clone()));
+        tracing::info!(%local_addr, "station simulator listening");
+        Ok(SimulatorHandle { shared })
+    }
+
+    /// Starts a simulator (also on TCP, at a free loopback port) and serves it on a new
+    /// pseudo-terminal with window 1; returns the slave device path to open as a serial port.
+    pub async fn start_pty(
+        profile: Profile,
+        baud: Option<u32>,
+    ) -> io::Result<(SimulatorHandle, PathBuf)> {
+        let handle = Simulator::start(profile, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let path = handle.attach_pty(baud)?;
+        Ok((handle, path))
+    }
+}
+
+async fn run_listener(
+    shared: Arc<Shared>,
+    first: TcpListener,
+    mut control: mpsc::Receiver<ListenerCommand>,
+) {
+    let mut listener = Some(first);
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            command = control.recv() => {
+                let Some(command) = command else { break };
+                let result = if !command.accept {
+                    listener = None;
+                    Ok(())
+                } else if listener.is_some() {
+                    Ok(())
+                } else {
+                    TcpListener::bind(shared.local_addr).await.map(|l| {
+                        listener = Some(l);
+                    })
+                };
+                let _ = command.done.send(result);
+            }
+            accepted = accept(listener.as_ref()) => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let options = LinkOptions {
+                        window: shared.profile.station.tcp_window,
+                        baud: None,
+                        peer: peer.to_string(),
+                    };
+                    tokio::spawn(connection::serve(shared.clone(), stream, options));
+                }
+                Err(error) => {
+                    // Out of descriptors and the like: wait rather than spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+async fn accept(listener: Option<&TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Checks the outputs for trips even when nobody reads them, so NOTIFYs go out on time.
+async fn run_ticker(shared: Arc<Shared>) {
+    let mut ticks = tokio::time::interval(shared.profile.station.tick);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            _ = ticks.tick() => {
+                shared.lock_station().advance(Instant::now());
+                shared.flush_notifies();
+            }
+        }
+    }
+}
+
+/// A cheap, cloneable handle on a running simulator: fault controls and observations.
+#[derive(Clone)]
+pub struct SimulatorHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SimulatorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatorHandle")
+            .field("local_addr", &self.shared.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimulatorHandle {
+    /// The TCP address the simulator listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// The profile the simulator was started with.
+    pub fn profile(&self) -> &Profile {
+        &self.shared.profile
+    }
+
+    /// Serves any byte stream (a pipe, a pty, a duplex) as one connection with `window`
+    /// requests in flight. The task ends when the stream closes or the connection is dropped.
+    pub fn serve_stream<S>(&self, stream: S, window: u16) -> JoinHandle<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let options = LinkOptions {
+            window,
+            baud: None,
+            peer: "stream".to_owned(),
+        };
+        tokio::spawn(connection::serve(self.shared.clone(), stream, options))
+    }
+
+    /// Opens a pseudo-terminal and serves it (window 1, paced at `baud` when given);
+    /// returns the slave device path. Clients may open and close the slave as often as they like.
+    pub fn attach_pty(&self, baud: Option<u32>) -> io::Result<PathBuf> {
+        let (master, path) = crate::pty::PtyPort::open()?;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            // A dropped connection or restart ends a session; the pty stays and is served again.
+            while !shared.shutdown.is_cancelled() {
+                let options = LinkOptions {
+                    window: 1,
+                    baud,
+                    peer: "pty".to_owned(),
+                };
+                connection::serve(shared.clone(), master.clone(), options).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        Ok(path)
+    }
+
+    /// Closes every open connection now (a pty session restarts, empty).
+    pub fn drop_connections(&self) {
+        self.shared.drop_connections();
+    }
+
+    /// While stalled the station reads requests and ignores them, and sends nothing.
+    pub fn set_stall(&self, stalled: bool) {
+        self.shared.faults.stalled.store(stalled, Ordering::SeqCst);
+    }
+
+    /// Flips one byte of the next reply frame (on any connection) so its CRC fails.
+    pub fn corrupt_next_reply(&self) {
+        self.shared
+            .faults
+            .corrupt_next
+            .store(true, Ordering::SeqCst);
+    }
+
+    /// Holds every reply back this long after it is ready.
+    pub fn set_reply_delay(&self, delay: Duration) {
+        *lock(&self.shared.faults.reply_delay) = delay;
+    }
+
+    /// Time every request takes before it is answered (the profile's `processing_ms`).
+    pub fn set_processing_time(&self, processing: Duration) {
+        *lock(&self.shared.faults.processing) = processing;
+    }
+
+    /// Closes the listening socket (connection attempts are refused) or opens it again on the
+    /// same address. Open connections are not touched; see [`SimulatorHandle::power_off`].
+    pub async fn set_refuse_connections(&self, refuse: bool) -> io::Result<()> {
+        let (done, result) = oneshot::channel();
+        let command = ListenerCommand {
+            accept: !refuse,
+            done,
+        };
+        let stopped = || io::Error::new(io::ErrorKind::NotConnected, "the simulator has stopped");
+        self.shared
+            .listener_control
+            .send(command)
+            .await
+            .map_err(|_| stopped())?;
+        result.await.map_err(|_| stopped())?
+    }
+
+    /// The station goes down: connections are dropped and new ones refused.
+    pub async fn power_off(&self) -> io::Result<()> {
+        self.set_refuse_connections(true).await?;
+        self.drop_connections();
+        Ok(())
+    }
+
+    /// The station comes back from a power cycle: state reset, connections accepted again.
+    pub async fn power_on(&self) -> io::Result<()> {
+        self.reset_station();
+        self.set_refuse_connections(false).await
+    }
+
+    /// A power cycle: every connection dropped, the station back to its power-on state
+    /// (outputs off, settings at their defaults, channel list as in the profile).
+    pub fn restart(&self) {
+        self.drop_connections();
+        self.reset_station();
+    }
+
+    fn reset_station(&self) {
+        let fresh = Station::power_on(&self.shared.profile, Instant::now());
+        let mut station = self.shared.lock_station();
+        let old = std::mem::replace(&mut *station, fresh);
+        station.carry_read_counts_from(old);
+    }
+
+    /// Removes a channel and tells every connection (NOTIFY ConfigurationChanged, Removed).
+    /// False when there is no such channel.
+    pub fn remove_channel(&self, name: &str) -> bool {
+        let removed = self.shared.lock_station().remove_channel(name);
+        if removed {
+            self.shared.broadcast(Notify::ConfigurationChanged {
+                change: ChangeType::Removed,
+                message: format!("channel {name} removed"),
+            });
+        }
+        removed
+    }
+
+    /// Adds a channel at the end of the list and tells every connection (NOTIFY
+    /// ConfigurationChanged, Added). False when the name is taken.
+    pub fn add_channel(&self, spec: ChannelSpec) -> bool {
+        let name = spec.descriptor.name.clone();
+        let added = self.shared.lock_station().add_channel(spec);
+        if added {
+            self.shared.broadcast(Notify::ConfigurationChanged {
+                change: ChangeType::Added,
+                message: format!("channel {name} added"),
+            });
+        }
+        added
+    }
+
+    /// Adds a plain stored-value channel described by `descriptor`; see [`Self::add_channel`].
+    pub fn add_setting_channel(&self, descriptor: ChannelDescriptor) -> bool {
+        self.add_channel(ChannelSpec::setting(descriptor))
+    }
+
+    /// Every write the station applied, oldest first.
+    pub fn write_log(&self) -> Vec<WriteRecord> {
+        lock(&self.shared.write_log).clone()
+    }
+
+    /// Empties the write log.
+    pub fn clear_write_log(&self) {
+        lock(&self.shared.write_log).clear();
+    }
+
+    /// Hardware reads of one channel: READ items and TRANSACT reads.
+    pub fn reads_of(&self, name: &str) -> u64 {
+        self.shared.lock_station().reads_of(name)
+    }
+
+    /// READ frames answered.
+    pub fn read_frames(&self) -> u64 {
+        self.shared.stats.read_frames.load(Ordering::SeqCst)
+    }
+
+    /// The number of names in each READ frame answered, oldest first.
+    pub fn read_batch_sizes(&self) -> Vec<usize> {
+        lock(&self.shared.stats.read_batches).clone()
+    }
+
+    /// Connections open now (a served pty counts as one).
+    pub fn connection_count(&self) -> usize {
+        lock(&self.shared.connections).len()
+    }
+
+    /// Connections (and pty sessions) ever opened.
+    pub fn connections_accepted(&self) -> u64 {
+        self.shared
+            .stats
+            .connections_accepted
+            .load(Ordering::SeqCst)
+    }
+
+    /// Stops listening, closes every connection and ends the simulator's tasks.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+        self.shared.drop_connections();
+    }
+}
