@@ -42,7 +42,11 @@ impl ValueCache {
     /// Records a value read by a READ sent at `read_at`, unless a write to the channel was
     /// sent after that READ.
     pub fn insert(&self, name: &str, value: Value, read_at: Instant, generation: u64) {
-        let fresh = CachedValue { value, read_at, generation };
+        let fresh = CachedValue {
+            value,
+            read_at,
+            generation,
+        };
         match self.slots.get_mut(name) {
             Some(mut slot) => {
                 if slot.invalidated_at.is_some_and(|at| read_at < at) {
@@ -54,17 +58,23 @@ impl ValueCache {
                 slot.value = Some(fresh);
             }
             None => {
-                self.slots.insert(name.to_owned(), Slot { value: Some(fresh), invalidated_at: None });
+                self.slots.insert(
+                    name.to_owned(),
+                    Slot {
+                        value: Some(fresh),
+                        invalidated_at: None,
+                    },
+                );
             }
         }
     }
 
     /// Forgets a channel's value because a write to it was sent at `at`.
     pub fn invalidate(&self, name: &str, at: Instant) {
-        let mut slot = self
-            .slots
-            .entry(name.to_owned())
-            .or_insert(Slot { value: None, invalidated_at: None });
+        let mut slot = self.slots.entry(name.to_owned()).or_insert(Slot {
+            value: None,
+            invalidated_at: None,
+        });
         slot.value = None;
         slot.invalidated_at = Some(at);
     }
@@ -74,7 +84,13 @@ impl ValueCache {
     }
 
     /// The value when it was read under `generation` no longer than `max_age` ago.
-    pub fn get_fresh(&self, name: &str, max_age: Duration, generation: u64, now: Instant) -> Option<CachedValue> {
+    pub fn get_fresh(
+        &self,
+        name: &str,
+        max_age: Duration,
+        generation: u64,
+        now: Instant,
+    ) -> Option<CachedValue> {
         self.get(name)
             .filter(|cached| cached.generation == generation && cached.age(now) <= max_age)
     }
@@ -110,9 +126,21 @@ mod tests {
         let t0 = Instant::now();
         cache.insert("V", Value::Float(1.0), t0, 3);
         let later = t0 + Duration::from_millis(500);
-        assert!(cache.get_fresh("V", Duration::from_millis(600), 3, later).is_some());
-        assert!(cache.get_fresh("V", Duration::from_millis(400), 3, later).is_none());
-        assert!(cache.get_fresh("V", Duration::from_millis(600), 4, later).is_none());
+        assert!(
+            cache
+                .get_fresh("V", Duration::from_millis(600), 3, later)
+                .is_some()
+        );
+        assert!(
+            cache
+                .get_fresh("V", Duration::from_millis(400), 3, later)
+                .is_none()
+        );
+        assert!(
+            cache
+                .get_fresh("V", Duration::from_millis(600), 4, later)
+                .is_none()
+        );
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct EventsConfig {
     pub max_channels_per_subscription: usize,
     /// Events held for a slow reader before newer ones are dropped.
     pub stream_queue: usize,
+    /// A subscription not renewed (PUT) within this long ends; the contract says 60 s.
+    pub subscription_ttl_ms: u64,
 }
 
 impl Default for StationConfig {
@@ -112,13 +114,20 @@ impl Default for HttpConfig {
 
 impl Default for LegacyConfig {
     fn default() -> Self {
-        LegacyConfig { listen: String::new(), read_max_age_ms: 1000 }
+        LegacyConfig {
+            listen: String::new(),
+            read_max_age_ms: 1000,
+        }
     }
 }
 
 impl Default for LeaseConfig {
     fn default() -> Self {
-        LeaseConfig { backend: "memory".into(), admin_token: String::new(), safe_state: Vec::new() }
+        LeaseConfig {
+            backend: "memory".into(),
+            admin_token: String::new(),
+            safe_state: Vec::new(),
+        }
     }
 }
 
@@ -129,6 +138,7 @@ impl Default for EventsConfig {
             max_subscriptions_per_stream: 32,
             max_channels_per_subscription: 256,
             stream_queue: 64,
+            subscription_ttl_ms: 60_000,
         }
     }
 }
@@ -149,7 +159,10 @@ impl Default for Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("config key {key}: {message}")]
@@ -158,8 +171,10 @@ pub enum ConfigError {
 
 impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         Config::from_toml(&text, &path.display().to_string())
     }
 
@@ -185,7 +200,10 @@ impl Config {
     /// Checks what serde cannot: ranges, addresses, URLs.
     pub fn validate(&self) -> Result<(), ConfigError> {
         fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-            ConfigError::Invalid { key, message: message.into() }
+            ConfigError::Invalid {
+                key,
+                message: message.into(),
+            }
         }
         crate::link::StationUrl::parse(&self.station.url)
             .map_err(|error| invalid("station.url", error.to_string()))?;
@@ -195,7 +213,9 @@ impl Config {
         if self.station.connect_timeout_ms == 0 {
             return Err(invalid("station.connect_timeout_ms", "must be above 0"));
         }
-        if self.station.reconnect_min_ms == 0 || self.station.reconnect_min_ms > self.station.reconnect_max_ms {
+        if self.station.reconnect_min_ms == 0
+            || self.station.reconnect_min_ms > self.station.reconnect_max_ms
+        {
             return Err(invalid(
                 "station.reconnect_min_ms",
                 "must be above 0 and at most station.reconnect_max_ms",
@@ -218,10 +238,19 @@ impl Config {
             parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;
         }
         if self.lease.backend != "memory" {
-            return Err(invalid("lease.backend", format!("{:?} is not a known backend (memory)", self.lease.backend)));
+            return Err(invalid(
+                "lease.backend",
+                format!("{:?} is not a known backend (memory)", self.lease.backend),
+            ));
         }
         if self.events.stream_queue == 0 {
             return Err(invalid("events.stream_queue", "must be above 0"));
+        }
+        if !(100..=3_600_000).contains(&self.events.subscription_ttl_ms) {
+            return Err(invalid(
+                "events.subscription_ttl_ms",
+                "must be 100 to 3600000",
+            ));
         }
         Ok(())
     }
@@ -233,7 +262,8 @@ impl Config {
 
 /// An address to listen on, `HOST:PORT`.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    text.parse().map_err(|_| format!("{text:?} is not an address such as 127.0.0.1:5000"))
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an address such as 127.0.0.1:5000"))
 }
 
 #[cfg(test)]
@@ -248,7 +278,8 @@ mod tests {
 
     #[test]
     fn an_unknown_key_is_named_with_its_line() {
-        let error = Config::from_toml("[station]\nurl = \"tcp://a:1\"\nspeed = 3\n", "x.toml").unwrap_err();
+        let error =
+            Config::from_toml("[station]\nurl = \"tcp://a:1\"\nspeed = 3\n", "x.toml").unwrap_err();
         let text = error.to_string();
         assert!(text.contains("x.toml, line 3"), "{text}");
         assert!(text.contains("speed"), "{text}");
@@ -257,7 +288,10 @@ mod tests {
     #[test]
     fn a_bad_value_names_the_key() {
         let error = Config::from_toml("[station]\nrequest_timeout_ms = 0\n", "x.toml").unwrap_err();
-        assert!(error.to_string().contains("station.request_timeout_ms"), "{error}");
+        assert!(
+            error.to_string().contains("station.request_timeout_ms"),
+            "{error}"
+        );
         let error = Config::from_toml("[station]\nurl = \"ftp://x\"\n", "x.toml").unwrap_err();
         assert!(error.to_string().contains("station.url"), "{error}");
     }

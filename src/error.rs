@@ -4,6 +4,7 @@
 use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
+use crate::events::EventsError;
 use crate::link::LinkError;
 
 /// An error answer: a status and a message that says what happened and what to do.
@@ -15,7 +16,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into() }
+        ApiError {
+            status,
+            message: message.into(),
+        }
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -35,7 +39,9 @@ impl ApiError {
 pub fn station_status(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::UnknownChannel => StatusCode::NOT_FOUND,
-        ErrorCode::ReadOnly | ErrorCode::BadValue | ErrorCode::Unsupported => StatusCode::BAD_REQUEST,
+        ErrorCode::ReadOnly | ErrorCode::BadValue | ErrorCode::Unsupported => {
+            StatusCode::BAD_REQUEST
+        }
         ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
         ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
     }
@@ -58,6 +64,27 @@ impl From<LinkError> for ApiError {
             LinkError::OutcomeUnknown(_) | LinkError::Protocol(_) => StatusCode::BAD_GATEWAY,
             LinkError::Refused(_) => StatusCode::LOCKED,
             LinkError::TooLarge(_) => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, error.to_string())
+    }
+}
+
+impl From<EventsError> for ApiError {
+    fn from(error: EventsError) -> ApiError {
+        let status = match &error {
+            EventsError::TooManyStreams(_) | EventsError::TooManySubscriptions { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            EventsError::NoSuchStream(_) | EventsError::NoSuchSubscription(_) => {
+                StatusCode::NOT_FOUND
+            }
+            EventsError::IntervalOutOfRange(_)
+            | EventsError::NoChannels
+            | EventsError::TooManyChannels { .. }
+            | EventsError::UnknownChannel(_) => StatusCode::BAD_REQUEST,
+            EventsError::StationNotReached(_) | EventsError::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         };
         ApiError::new(status, error.to_string())
     }

@@ -30,6 +30,8 @@ pub struct Gateway {
     pub shutdown: CancellationToken,
     /// Every change of hands of the control lease (taken, released, ran out, broken).
     pub lease_events: broadcast::Sender<LeaseView>,
+    /// Open event streams and their subscriptions.
+    pub events: Arc<crate::events::Events>,
 }
 
 /// The sockets the gateway serves, bound by the caller (so `127.0.0.1:0` works in tests).
@@ -94,7 +96,10 @@ impl GatewayHandle {
 pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle, StartError> {
     config.validate()?;
     let url = StationUrl::parse(&config.station.url).map_err(|error| {
-        crate::config::ConfigError::Invalid { key: "station.url", message: error.to_string() }
+        crate::config::ConfigError::Invalid {
+            key: "station.url",
+            message: error.to_string(),
+        }
     })?;
     let settings = LinkSettings {
         url,
@@ -114,19 +119,52 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         None => None,
     };
     let (lease_events, _) = broadcast::channel(64);
-    let gateway = Arc::new(Gateway { config, link, started: Instant::now(), shutdown: shutdown.clone(), lease_events });
+    let events = crate::events::Events::new(config.events.clone(), link.clone(), shutdown.clone());
+    let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
+    let gateway = Arc::new(Gateway {
+        config,
+        link,
+        started: Instant::now(),
+        shutdown: shutdown.clone(),
+        lease_events,
+        events,
+    });
     let mut tasks = JoinSet::new();
     tasks.spawn(link_task.run(shutdown.clone()));
-    tasks.spawn(crate::http::serve(listeners.http, gateway.clone(), shutdown.clone(), DRAIN));
+    tasks.spawn(crate::events::scheduler::run(
+        gateway.events.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::events::relay::run(
+        gateway.events.clone(),
+        link_events,
+        lease_receiver,
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::http::serve(
+        listeners.http,
+        gateway.clone(),
+        shutdown.clone(),
+        DRAIN,
+    ));
     info!(%http_addr, "HTTP listening on http://{http_addr}");
     if let Some(addr) = legacy_addr {
         info!(%addr, "legacy byte-protocol listener on {addr}");
     }
-    Ok(GatewayHandle { gateway, http_addr, legacy_addr, tasks })
+    Ok(GatewayHandle {
+        gateway,
+        http_addr,
+        legacy_addr,
+        tasks,
+    })
 }
 
 /// Runs the gateway until `shutdown` completes, then stops it gracefully.
-pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+pub async fn run(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
     let handle = start(listeners, config).await?;
     shutdown.await;
     info!("shutting down");

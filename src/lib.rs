@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod gateway;
 pub mod http;
 pub mod lease;

@@ -1,6 +1,7 @@
 //! `station-gateway`: parses flags and config, binds the listeners, and runs the gateway
 //! until SIGINT or SIGTERM.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -9,7 +10,10 @@ use station_gateway::config::{Config, EXAMPLE_CONFIG, parse_listen};
 use station_gateway::{Listeners, run};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "The one way to a high-voltage test station: REST contract, control lease, value cache")]
+#[command(
+    version,
+    about = "The one way to a high-voltage test station: REST contract, control lease, value cache"
+)]
 struct Args {
     /// Config file (TOML); see config/gateway.toml. Every key has a default.
     #[arg(long)]
@@ -94,7 +98,10 @@ async fn main() -> anyhow::Result<()> {
 fn init_logging(format: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     match format {
         "human" => builder.init(),
         "json" => builder.json().init(),
@@ -108,13 +115,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -16,7 +16,9 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the request body is over the {limit}-byte limit"),
         )),
-        Err(error) => Err(ApiError::bad_request(format!("the request body could not be read: {error}"))),
+        Err(error) => Err(ApiError::bad_request(format!(
+            "the request body could not be read: {error}"
+        ))),
     }
 }
 
@@ -31,18 +33,27 @@ impl JsonBody {
         }
         match serde_json::from_slice::<Json>(bytes) {
             Ok(Json::Object(map)) => Ok(JsonBody(map)),
-            Ok(_) => Err(ApiError::bad_request("the request body must be a JSON object")),
-            Err(error) => Err(ApiError::bad_request(format!("the request body is not valid JSON: {error}"))),
+            Ok(_) => Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            )),
+            Err(error) => Err(ApiError::bad_request(format!(
+                "the request body is not valid JSON: {error}"
+            ))),
         }
     }
 
     /// The field called `name`, in any letter case.
     pub fn get(&self, name: &str) -> Option<&Json> {
-        self.0.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value).filter(|v| !v.is_null())
+        self.0
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value)
+            .filter(|v| !v.is_null())
     }
 
     pub fn required(&self, name: &str) -> Result<&Json, ApiError> {
-        self.get(name).ok_or_else(|| ApiError::bad_request(format!("the field {name} is missing")))
+        self.get(name)
+            .ok_or_else(|| ApiError::bad_request(format!("the field {name} is missing")))
     }
 
     pub fn string(&self, name: &str) -> Result<&str, ApiError> {
@@ -61,14 +72,24 @@ impl JsonBody {
             None => Ok(None),
             Some(value) => value
                 .as_u64()
-                .or_else(|| value.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9e15).map(|f| f as u64))
+                .or_else(|| {
+                    value
+                        .as_f64()
+                        .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9e15)
+                        .map(|f| f as u64)
+                })
                 .map(Some)
-                .ok_or_else(|| ApiError::bad_request(format!("the field {name} must be a whole number of 0 or more"))),
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "the field {name} must be a whole number of 0 or more"
+                    ))
+                }),
         }
     }
 
     pub fn string_list(&self, name: &str) -> Result<Vec<String>, ApiError> {
-        let wrong = || ApiError::bad_request(format!("the field {name} must be an array of strings"));
+        let wrong =
+            || ApiError::bad_request(format!("the field {name} must be an array of strings"));
         self.required(name)?
             .as_array()
             .ok_or_else(wrong)?
@@ -91,7 +112,9 @@ pub fn value_text(value: &Json, field: &str) -> Result<String, ApiError> {
         Json::Number(number) => Ok(number.to_string()),
         Json::Bool(true) => Ok("True".into()),
         Json::Bool(false) => Ok("False".into()),
-        _ => Err(ApiError::bad_request(format!("the field {field} must be a string such as \"5\" or \"True\""))),
+        _ => Err(ApiError::bad_request(format!(
+            "the field {field} must be a string such as \"5\" or \"True\""
+        ))),
     }
 }
 
@@ -109,10 +132,30 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let body = JsonBody::parse(br#"{"Names": "A", "MaxAgeMs": -1}"#).unwrap();
-        assert!(body.string_list("Names").unwrap_err().message.contains("Names"));
-        assert!(body.optional_u64("MaxAgeMs").unwrap_err().message.contains("MaxAgeMs"));
-        assert!(body.string("Value").unwrap_err().message.contains("Value is missing"));
+        assert!(
+            body.string_list("Names")
+                .unwrap_err()
+                .message
+                .contains("Names")
+        );
+        assert!(
+            body.optional_u64("MaxAgeMs")
+                .unwrap_err()
+                .message
+                .contains("MaxAgeMs")
+        );
+        assert!(
+            body.string("Value")
+                .unwrap_err()
+                .message
+                .contains("Value is missing")
+        );
         assert!(JsonBody::parse(b"[1]").is_err());
-        assert!(JsonBody::parse(b"{").unwrap_err().message.contains("not valid JSON"));
+        assert!(
+            JsonBody::parse(b"{")
+                .unwrap_err()
+                .message
+                .contains("not valid JSON")
+        );
     }
 }

@@ -30,23 +30,36 @@ pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<
     let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
     let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
     *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
     response
 }
 
 /// An error answer: `{"error": message, "status": code}`; the reference client shows `error`.
 pub fn error_response(error: &ApiError) -> Response<Body> {
-    json_response(error.status, &serde_json::json!({ "error": error.message, "status": error.status.as_u16() }))
+    json_response(
+        error.status,
+        &serde_json::json!({ "error": error.message, "status": error.status.as_u16() }),
+    )
 }
 
 /// Serves HTTP on `listener` until `shutdown`, then lets in-flight requests finish for up to
 /// `drain` before it returns.
-pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken, drain: Duration) {
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: CancellationToken,
+    drain: Duration,
+) {
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(gateway.config.http.header_read_timeout_ms))
+        .header_read_timeout(Duration::from_millis(
+            gateway.config.http.header_read_timeout_ms,
+        ))
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
     loop {
@@ -79,7 +92,13 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cance
     }
     drop(listener);
     info!("HTTP: no longer accepting; finishing requests in flight");
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
-        info!("HTTP: gave up waiting for connections after {} ms", drain.as_millis());
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        info!(
+            "HTTP: gave up waiting for connections after {} ms",
+            drain.as_millis()
+        );
     }
 }

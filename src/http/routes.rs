@@ -39,6 +39,10 @@ pub enum Route {
     ApplicationName,
     ApplicationIdentification,
     ApplicationStatus,
+    Events,
+    SubscriptionCreate,
+    SubscriptionUpdate,
+    SubscriptionDelete,
 }
 
 impl Route {
@@ -61,9 +65,19 @@ impl Route {
             "application/name" => Route::ApplicationName,
             "application/identification" => Route::ApplicationIdentification,
             "application/status" => Route::ApplicationStatus,
+            "events" => Route::Events,
+            "subscriptions" => Route::SubscriptionCreate,
+            path if crate::events::http::subscription_id(path).is_some() => match *method {
+                Method::DELETE => Route::SubscriptionDelete,
+                _ => Route::SubscriptionUpdate,
+            },
             _ => return Err(false),
         };
-        if *method == route.method() { Ok(route) } else { Err(true) }
+        if *method == route.method() {
+            Ok(route)
+        } else {
+            Err(true)
+        }
     }
 
     pub fn method(self) -> Method {
@@ -73,21 +87,31 @@ impl Route {
             | Route::ValuesGet
             | Route::ValuesSet
             | Route::Transact
-            | Route::ChannelLookup => Method::POST,
+            | Route::ChannelLookup
+            | Route::SubscriptionCreate => Method::POST,
+            Route::SubscriptionUpdate => Method::PUT,
+            Route::SubscriptionDelete => Method::DELETE,
             _ => Method::GET,
         }
     }
 }
 
 /// Answers one request; never fails: every error becomes a JSON error answer.
-pub async fn handle(gateway: Arc<Gateway>, request: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+pub async fn handle(
+    gateway: Arc<Gateway>,
+    request: Request<Incoming>,
+    _peer: SocketAddr,
+) -> Response<Body> {
     match route_and_answer(&gateway, request).await {
         Ok(response) => response,
         Err(error) => error_response(&error),
     }
 }
 
-async fn route_and_answer(gateway: &Gateway, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn route_and_answer(
+    gateway: &Gateway,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
     let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
@@ -96,16 +120,22 @@ async fn route_and_answer(gateway: &Gateway, request: Request<Incoming>) -> Resu
         .and_then(|rest| rest.strip_prefix("/api/"))
         .map(|rest| rest.trim_end_matches('/'));
     let Some(below_api) = below_api else {
-        return Err(ApiError::not_found(format!("no such endpoint: {} {path}", parts.method)));
+        return Err(ApiError::not_found(format!(
+            "no such endpoint: {} {path}",
+            parts.method
+        )));
     };
     let route = Route::find(&parts.method, below_api).map_err(|exists| {
         if exists {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not allowed on {path}", parts.method))
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{} is not allowed on {path}", parts.method),
+            )
         } else {
             ApiError::not_found(format!("no such endpoint: {} {path}", parts.method))
         }
     })?;
-    let json = if route.method() == Method::POST {
+    let json = if matches!(route.method(), Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
         JsonBody::parse(&bytes)?
     } else {
@@ -119,7 +149,13 @@ async fn route_and_answer(gateway: &Gateway, request: Request<Incoming>) -> Resu
         }
         Route::ResourceNames => {
             let channels = known_channels(gateway)?;
-            Json::Array(channels.channels.iter().map(|ch| Json::String(ch.name.clone())).collect())
+            Json::Array(
+                channels
+                    .channels
+                    .iter()
+                    .map(|ch| Json::String(ch.name.clone()))
+                    .collect(),
+            )
         }
         Route::ValueGet => value_get(gateway, &json).await?,
         Route::ValueSet => value_set(gateway, &json).await?,
@@ -128,7 +164,14 @@ async fn route_and_answer(gateway: &Gateway, request: Request<Incoming>) -> Resu
         Route::Transact => transact(gateway, &json).await?,
         Route::Channels => {
             let channels = known_channels(gateway)?;
-            Json::Array(channels.channels.iter().enumerate().map(|(i, ch)| channel_json(i, ch)).collect())
+            Json::Array(
+                channels
+                    .channels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, ch)| channel_json(i, ch))
+                    .collect(),
+            )
         }
         Route::ChannelLookup => channel_lookup(gateway, &json)?,
         Route::Modules | Route::ModulesLoaded => modules(gateway)?,
@@ -145,9 +188,26 @@ async fn route_and_answer(gateway: &Gateway, request: Request<Incoming>) -> Resu
                 env!("CARGO_PKG_VERSION")
             ))
         }
+        Route::Events => return crate::events::http::open_stream(gateway),
+        Route::SubscriptionCreate => crate::events::http::create(gateway, &json)?,
+        Route::SubscriptionUpdate => {
+            crate::events::http::update(gateway, subscription_id(below_api), &json)?
+        }
+        Route::SubscriptionDelete => {
+            crate::events::http::delete(gateway, subscription_id(below_api))?
+        }
         Route::ApplicationStatus => {
             let info = gateway.link.info();
-            Json::String(if info.connected { "OK" } else if info.hello.is_some() { "Error" } else { "Unknown" }.into())
+            Json::String(
+                if info.connected {
+                    "OK"
+                } else if info.hello.is_some() {
+                    "Error"
+                } else {
+                    "Unknown"
+                }
+                .into(),
+            )
         }
     };
     Ok(json_response(StatusCode::OK, &answer))
@@ -158,8 +218,13 @@ fn capabilities() -> Json {
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
         "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
-        "features": ["resources", "channels", "modules", "maxAge"],
+        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions"],
     })
+}
+
+/// The `{id}` of `subscriptions/{id}`; the route was chosen by that shape.
+fn subscription_id(below_api: &str) -> &str {
+    crate::events::http::subscription_id(below_api).unwrap_or_default()
 }
 
 fn not_yet_connected() -> ApiError {
@@ -173,26 +238,50 @@ fn not_yet_connected() -> ApiError {
 fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
     let info = gateway.link.info();
     if info.hello.is_none() {
-        let why = info.last_error.clone().unwrap_or_else(|| "connecting".into());
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("station disconnected: {why}")));
+        let why = info
+            .last_error
+            .clone()
+            .unwrap_or_else(|| "connecting".into());
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("station disconnected: {why}"),
+        ));
     }
     Ok(info.channels.clone())
 }
 
 fn station_name(gateway: &Gateway) -> Result<String, ApiError> {
     let info = gateway.link.info();
-    Ok(info.hello.as_ref().ok_or_else(not_yet_connected)?.station.clone())
+    Ok(info
+        .hello
+        .as_ref()
+        .ok_or_else(not_yet_connected)?
+        .station
+        .clone())
 }
 
 /// Checks every name against the channel list; 404 names the first unknown one.
-fn check_names<'a>(channels: &'a ChannelTable, names: &[String]) -> Result<Vec<&'a ChannelDescriptor>, ApiError> {
-    names.iter().map(|name| channels.get(name).ok_or_else(|| ApiError::no_such_resource(name))).collect()
+fn check_names<'a>(
+    channels: &'a ChannelTable,
+    names: &[String],
+) -> Result<Vec<&'a ChannelDescriptor>, ApiError> {
+    names
+        .iter()
+        .map(|name| {
+            channels
+                .get(name)
+                .ok_or_else(|| ApiError::no_such_resource(name))
+        })
+        .collect()
 }
 
 /// A station value from request text, by the channel's type.
 fn parse_value(channel: &ChannelDescriptor, text: &str) -> Result<Value, ApiError> {
     if !channel.writable {
-        return Err(ApiError::bad_request(format!("{} is read only", channel.name)));
+        return Err(ApiError::bad_request(format!(
+            "{} is read only",
+            channel.name
+        )));
     }
     Value::parse_as(channel.value_type, text, &channel.options)
         .map_err(|error| ApiError::bad_request(format!("bad value for {}: {error}", channel.name)))
@@ -218,7 +307,12 @@ async fn value_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError>
     let names = vec![name];
     let results = gateway.link.read(names.clone()).await?;
     first_item_error(&names, &results)?;
-    let value = results.into_iter().next().and_then(Result::ok).map(|v| v.render()).unwrap_or_default();
+    let value = results
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
+        .map(|v| v.render())
+        .unwrap_or_default();
     Ok(json!({ "value": value }))
 }
 
@@ -234,9 +328,16 @@ async fn values_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError
     if max_age_ms > 0 {
         let max_age = std::time::Duration::from_millis(max_age_ms);
         for name in &names {
-            match gateway.link.cache().get_fresh(name, max_age, generation, now) {
+            match gateway
+                .link
+                .cache()
+                .get_fresh(name, max_age, generation, now)
+            {
                 Some(cached) => {
-                    values.insert(name.clone(), (cached.value.render(), age_ms(cached.age(now))));
+                    values.insert(
+                        name.clone(),
+                        (cached.value.render(), age_ms(cached.age(now))),
+                    );
                 }
                 None if !misses.contains(name) => misses.push(name.clone()),
                 None => {}
@@ -255,7 +356,12 @@ async fn values_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError
         let now = Instant::now();
         for (name, result) in misses.iter().zip(results) {
             if let Ok(value) = result {
-                let age = gateway.link.cache().get(name).map(|c| age_ms(c.age(now))).unwrap_or(0.0);
+                let age = gateway
+                    .link
+                    .cache()
+                    .get(name)
+                    .map(|c| age_ms(c.age(now)))
+                    .unwrap_or(0.0);
                 values.insert(name.clone(), (value.render(), age));
             }
         }
@@ -280,7 +386,9 @@ async fn value_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError>
     let name = body.string("Name")?.to_owned();
     let text = body.value_text("Value")?;
     let channels = known_channels(gateway)?;
-    let channel = channels.get(&name).ok_or_else(|| ApiError::no_such_resource(&name))?;
+    let channel = channels
+        .get(&name)
+        .ok_or_else(|| ApiError::no_such_resource(&name))?;
     let value = parse_value(channel, &text)?;
     let names = vec![name.clone()];
     let results = gateway.link.write(vec![(name, value)], None).await?;
@@ -293,7 +401,9 @@ async fn values_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError
     let channels = known_channels(gateway)?;
     let mut items = Vec::with_capacity(resources.len());
     for (name, raw) in resources {
-        let channel = channels.get(name).ok_or_else(|| ApiError::no_such_resource(name))?;
+        let channel = channels
+            .get(name)
+            .ok_or_else(|| ApiError::no_such_resource(name))?;
         let text = value_text(raw, &format!("Resources.{name}"))?;
         items.push((name.clone(), parse_value(channel, &text)?));
     }
@@ -320,15 +430,24 @@ async fn values_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError
             }
         }
     }
-    let applied = if applied.is_empty() { "none".to_owned() } else { applied.join(", ") };
-    Err(ApiError::new(status, format!("not applied: {}; applied: {applied}", failed.join("; "))))
+    let applied = if applied.is_empty() {
+        "none".to_owned()
+    } else {
+        applied.join(", ")
+    };
+    Err(ApiError::new(
+        status,
+        format!("not applied: {}; applied: {applied}", failed.join("; ")),
+    ))
 }
 
 async fn transact(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
     let name = body.string("Name")?.to_owned();
     let text = body.value_text("Value")?;
     let channels = known_channels(gateway)?;
-    let channel = channels.get(&name).ok_or_else(|| ApiError::no_such_resource(&name))?;
+    let channel = channels
+        .get(&name)
+        .ok_or_else(|| ApiError::no_such_resource(&name))?;
     let value = parse_value(channel, &text)?;
     let answer = gateway.link.transact(name, value, None).await?;
     Ok(json!({ "value": answer.render() }))
@@ -358,8 +477,16 @@ const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
 
 /// `"Analog, Current"` for the flags set.
 pub fn type_flag_names(flags: u32) -> String {
-    let names: Vec<&str> = TYPE_FLAG_NAMES.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, n)| *n).collect();
-    if names.is_empty() { "Undefined".into() } else { names.join(", ") }
+    let names: Vec<&str> = TYPE_FLAG_NAMES
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if names.is_empty() {
+        "Undefined".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// The contract's channel object for one descriptor.
@@ -371,7 +498,11 @@ pub fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
     } else {
         "ReadOnlySystemControl"
     };
-    let device = ch.name.rsplit_once('.').map(|(device, _)| device).unwrap_or("");
+    let device = ch
+        .name
+        .rsplit_once('.')
+        .map(|(device, _)| device)
+        .unwrap_or("");
     json!({
         "channelIndex": position,
         "index": position,
@@ -408,13 +539,19 @@ fn channel_lookup(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> 
         (None, Some(_)) => ("net name", body.string("NetName")?),
         (None, None) => return Err(ApiError::bad_request("give the field Alias or NetName")),
     };
-    let found = channels.channels.iter().enumerate().find(|(_, ch)| match field {
-        "alias" => ch.alias == wanted,
-        _ => ch.net_name == wanted,
-    });
+    let found = channels
+        .channels
+        .iter()
+        .enumerate()
+        .find(|(_, ch)| match field {
+            "alias" => ch.alias == wanted,
+            _ => ch.net_name == wanted,
+        });
     match found {
         Some((position, ch)) => Ok(channel_json(position, ch)),
-        None => Err(ApiError::not_found(format!("no channel with the {field} {wanted:?}"))),
+        None => Err(ApiError::not_found(format!(
+            "no channel with the {field} {wanted:?}"
+        ))),
     }
 }
 

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use station_protocol::{
-    ChangeType, ChannelDescriptor, HelloReply, ItemResult, ModuleInfo, Notify, Request, Response, StationError, Value,
+    ChangeType, ChannelDescriptor, HelloReply, ItemResult, ModuleInfo, Notify, Request, Response,
+    StationError, Value,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
@@ -70,7 +71,11 @@ pub struct ChannelTable {
 
 impl ChannelTable {
     pub fn new(channels: Vec<ChannelDescriptor>) -> ChannelTable {
-        let by_name = channels.iter().enumerate().map(|(i, ch)| (ch.name.clone(), i)).collect();
+        let by_name = channels
+            .iter()
+            .enumerate()
+            .map(|(i, ch)| (ch.name.clone(), i))
+            .collect();
         ChannelTable { channels, by_name }
     }
 
@@ -99,8 +104,15 @@ pub struct StationInfo {
 /// Changes on the link, for the event stream and the legacy listener.
 #[derive(Debug, Clone)]
 pub enum LinkEvent {
-    Connection { connected: bool, generation: u64, last_error: Option<String> },
-    Configuration { change: ChangeType, generation: u64 },
+    Connection {
+        connected: bool,
+        generation: u64,
+        last_error: Option<String>,
+    },
+    Configuration {
+        change: ChangeType,
+        generation: u64,
+    },
     /// Every NOTIFY from the station, as it came.
     Notify(Notify),
 }
@@ -125,10 +137,20 @@ impl LinkStats {
 
 /// What a caller asks of the link task.
 pub(crate) enum Command {
-    Read { names: Vec<String>, reply: oneshot::Sender<Result<Vec<ItemResult<Value>>, LinkError>> },
-    Change { request: Request, guard: Option<SendGuard>, reply: oneshot::Sender<Result<Response, LinkError>> },
+    Read {
+        names: Vec<String>,
+        reply: oneshot::Sender<Result<Vec<ItemResult<Value>>, LinkError>>,
+    },
+    Change {
+        request: Request,
+        guard: Option<SendGuard>,
+        reply: oneshot::Sender<Result<Response, LinkError>>,
+    },
     /// Any other request, answered with the station's response as it came (legacy clients).
-    Pass { request: Request, reply: oneshot::Sender<Result<Response, LinkError>> },
+    Pass {
+        request: Request,
+        reply: oneshot::Sender<Result<Response, LinkError>>,
+    },
 }
 
 /// A cloneable handle to the link task.
@@ -150,7 +172,8 @@ impl LinkHandle {
     pub async fn read(&self, names: Vec<String>) -> Result<Vec<ItemResult<Value>>, LinkError> {
         let (reply, answer) = oneshot::channel();
         self.send(Command::Read { names, reply })?;
-        self.wait(answer, LinkError::Timeout(self.request_timeout)).await
+        self.wait(answer, LinkError::Timeout(self.request_timeout))
+            .await
     }
 
     /// Writes `items` in one WRITE frame; one status per item.
@@ -166,17 +189,36 @@ impl LinkHandle {
     }
 
     /// Writes `value` to `name` and reads `name` back, as one step on the station.
-    pub async fn transact(&self, name: String, value: Value, guard: Option<SendGuard>) -> Result<Value, LinkError> {
-        match self.change(Request::Transact { name, value }, guard).await? {
+    pub async fn transact(
+        &self,
+        name: String,
+        value: Value,
+        guard: Option<SendGuard>,
+    ) -> Result<Value, LinkError> {
+        match self
+            .change(Request::Transact { name, value }, guard)
+            .await?
+        {
             Response::Transact(value) => Ok(value),
             other => Err(unexpected(&other)),
         }
     }
 
-    async fn change(&self, request: Request, guard: Option<SendGuard>) -> Result<Response, LinkError> {
+    async fn change(
+        &self,
+        request: Request,
+        guard: Option<SendGuard>,
+    ) -> Result<Response, LinkError> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Change { request, guard, reply })?;
-        match self.wait(answer, LinkError::WriteTimeout(self.request_timeout)).await? {
+        self.send(Command::Change {
+            request,
+            guard,
+            reply,
+        })?;
+        match self
+            .wait(answer, LinkError::WriteTimeout(self.request_timeout))
+            .await?
+        {
             Response::Error(error) => Err(LinkError::Station(error)),
             response => Ok(response),
         }
@@ -186,14 +228,19 @@ impl LinkHandle {
     pub async fn pass(&self, request: Request) -> Result<Response, LinkError> {
         let (reply, answer) = oneshot::channel();
         self.send(Command::Pass { request, reply })?;
-        self.wait(answer, LinkError::Timeout(self.request_timeout)).await
+        self.wait(answer, LinkError::Timeout(self.request_timeout))
+            .await
     }
 
     fn send(&self, command: Command) -> Result<(), LinkError> {
-        self.commands.try_send(command).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(_) => LinkError::Overloaded(self.commands.max_capacity()),
-            mpsc::error::TrySendError::Closed(_) => LinkError::ShuttingDown,
-        })
+        self.commands
+            .try_send(command)
+            .map_err(|error| match error {
+                mpsc::error::TrySendError::Full(_) => {
+                    LinkError::Overloaded(self.commands.max_capacity())
+                }
+                mpsc::error::TrySendError::Closed(_) => LinkError::ShuttingDown,
+            })
     }
 
     async fn wait<T>(

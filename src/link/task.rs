@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use station_protocol::{
-    ChangeType, ChannelDescriptor, Hello, HelloReply, ItemResult, ModuleInfo, Notify, PROTOCOL_VERSION, RawFrame,
-    Request, Response, StationCodec, StationError, Value,
+    ChangeType, ChannelDescriptor, Hello, HelloReply, ItemResult, ModuleInfo, Notify,
+    PROTOCOL_VERSION, RawFrame, Request, Response, StationCodec, StationError, Value,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -18,7 +18,9 @@ use tracing::{debug, info, warn};
 
 use super::transport::{self, StationStream};
 use super::url::StationUrl;
-use super::{ChannelTable, Command, LinkError, LinkEvent, LinkHandle, LinkStats, SendGuard, StationInfo};
+use super::{
+    ChannelTable, Command, LinkError, LinkEvent, LinkHandle, LinkStats, SendGuard, StationInfo,
+};
 use crate::cache::ValueCache;
 
 /// How the link task connects and paces its work.
@@ -71,11 +73,22 @@ struct ReadCall {
 type Waiter = (u64, usize);
 
 enum InFlightKind {
-    Read { names: Vec<String>, waiters: Vec<Vec<Waiter>> },
-    Change { reply: oneshot::Sender<Result<Response, LinkError>>, transact_name: Option<String> },
-    Pass { reply: oneshot::Sender<Result<Response, LinkError>> },
+    Read {
+        names: Vec<String>,
+        waiters: Vec<Vec<Waiter>>,
+    },
+    Change {
+        reply: oneshot::Sender<Result<Response, LinkError>>,
+        transact_name: Option<String>,
+    },
+    Pass {
+        reply: oneshot::Sender<Result<Response, LinkError>>,
+    },
     Ping,
-    ListPage { change: ChangeType, channels: Vec<ChannelDescriptor> },
+    ListPage {
+        change: ChangeType,
+        channels: Vec<ChannelDescriptor>,
+    },
 }
 
 struct InFlight {
@@ -85,8 +98,15 @@ struct InFlight {
 }
 
 enum Queued {
-    Change { request: Request, guard: Option<SendGuard>, reply: oneshot::Sender<Result<Response, LinkError>> },
-    Pass { request: Request, reply: oneshot::Sender<Result<Response, LinkError>> },
+    Change {
+        request: Request,
+        guard: Option<SendGuard>,
+        reply: oneshot::Sender<Result<Response, LinkError>>,
+    },
+    Pass {
+        request: Request,
+        reply: oneshot::Sender<Result<Response, LinkError>>,
+    },
 }
 
 /// The state of one connection, from handshake to loss.
@@ -127,7 +147,14 @@ impl LinkTask {
             stats: stats.clone(),
             request_timeout: settings.request_timeout,
         };
-        let task = LinkTask { settings, commands, info: info_tx, events, cache, stats };
+        let task = LinkTask {
+            settings,
+            commands,
+            info: info_tx,
+            events,
+            cache,
+            stats,
+        };
         (task, handle)
     }
 
@@ -204,8 +231,18 @@ impl LinkTask {
         }
     }
 
-    async fn serve(&mut self, connected: Connected, generation: u64, shutdown: &CancellationToken) -> SessionEnd {
-        let Connected { framed, hello, modules, channels } = connected;
+    async fn serve(
+        &mut self,
+        connected: Connected,
+        generation: u64,
+        shutdown: &CancellationToken,
+    ) -> SessionEnd {
+        let Connected {
+            framed,
+            hello,
+            modules,
+            channels,
+        } = connected;
         let previous = self.info.borrow().channels.clone();
         let changed = !previous.channels.is_empty() && previous.channels != channels;
         info!(
@@ -221,9 +258,16 @@ impl LinkTask {
             modules,
             channels: Arc::new(ChannelTable::new(channels)),
         }));
-        let _ = self.events.send(LinkEvent::Connection { connected: true, generation, last_error: None });
+        let _ = self.events.send(LinkEvent::Connection {
+            connected: true,
+            generation,
+            last_error: None,
+        });
         if changed {
-            let _ = self.events.send(LinkEvent::Configuration { change: ChangeType::Changed, generation });
+            let _ = self.events.send(LinkEvent::Configuration {
+                change: ChangeType::Changed,
+                generation,
+            });
         }
         let mut session = Session {
             framed,
@@ -296,7 +340,9 @@ impl LinkTask {
         let stats = s.framed.codec().stats();
         let total = stats.crc_errors + stats.header_errors;
         if total > s.codec_errors_seen {
-            self.stats.crc_errors.fetch_add(total - s.codec_errors_seen, Ordering::Relaxed);
+            self.stats
+                .crc_errors
+                .fetch_add(total - s.codec_errors_seen, Ordering::Relaxed);
             s.codec_errors_seen = total;
         }
     }
@@ -305,7 +351,11 @@ impl LinkTask {
     async fn dispatch(&mut self, s: &mut Session) -> Result<(), String> {
         let mut sent_any = false;
         loop {
-            let busy = s.in_flight.values().filter(|f| !matches!(f.kind, InFlightKind::Ping)).count();
+            let busy = s
+                .in_flight
+                .values()
+                .filter(|f| !matches!(f.kind, InFlightKind::Ping))
+                .count();
             if busy >= s.window {
                 break;
             }
@@ -345,13 +395,22 @@ impl LinkTask {
             }
             let cost = name.len() + 2;
             if cost > READ_PAYLOAD_BUDGET {
-                s.deliver(&live, Err(StationError::new(
-                    station_protocol::ErrorCode::BadValue,
-                    format!("a channel name of {} bytes does not fit in a frame", name.len()),
-                )));
+                s.deliver(
+                    &live,
+                    Err(StationError::new(
+                        station_protocol::ErrorCode::BadValue,
+                        format!(
+                            "a channel name of {} bytes does not fit in a frame",
+                            name.len()
+                        ),
+                    )),
+                );
                 continue;
             }
-            if s.names_in_flight.contains(&name) || names.len() >= self.settings.max_names_per_read || cost > budget {
+            if s.names_in_flight.contains(&name)
+                || names.len() >= self.settings.max_names_per_read
+                || cost > budget
+            {
                 s.read_waiters.insert(name.clone(), live);
                 kept.push_back(name);
                 continue;
@@ -365,17 +424,25 @@ impl LinkTask {
             return Ok(false);
         }
         let id = s.take_id();
-        let frame = Request::Read { names: names.clone() }
-            .to_frame(id)
-            .map_err(|error| format!("cannot build a READ frame: {error}"))?;
+        let frame = Request::Read {
+            names: names.clone(),
+        }
+        .to_frame(id)
+        .map_err(|error| format!("cannot build a READ frame: {error}"))?;
         s.start_send(frame)?;
         self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
         self.stats.read_frames.fetch_add(1, Ordering::Relaxed);
-        self.stats.names_read.fetch_add(names.len() as u64, Ordering::Relaxed);
+        self.stats
+            .names_read
+            .fetch_add(names.len() as u64, Ordering::Relaxed);
         for name in &names {
             s.names_in_flight.insert(name.clone());
         }
-        s.track(id, self.settings.request_timeout, InFlightKind::Read { names, waiters });
+        s.track(
+            id,
+            self.settings.request_timeout,
+            InFlightKind::Read { names, waiters },
+        );
         Ok(true)
     }
 
@@ -383,7 +450,11 @@ impl LinkTask {
     fn send_change(&mut self, s: &mut Session) -> Result<bool, String> {
         while let Some(queued) = s.changes.pop_front() {
             let (request, kind) = match queued {
-                Queued::Change { request, guard, reply } => {
+                Queued::Change {
+                    request,
+                    guard,
+                    reply,
+                } => {
                     if reply.is_closed() {
                         // The caller gave up (timed out) before it was sent: never send it now.
                         continue;
@@ -399,7 +470,13 @@ impl LinkTask {
                         Request::Transact { name, .. } => Some(name.clone()),
                         _ => None,
                     };
-                    (request, InFlightKind::Change { reply, transact_name })
+                    (
+                        request,
+                        InFlightKind::Change {
+                            reply,
+                            transact_name,
+                        },
+                    )
                 }
                 Queued::Pass { request, reply } => {
                     if reply.is_closed() {
@@ -418,7 +495,9 @@ impl LinkTask {
             };
             let now = std::time::Instant::now();
             match &request {
-                Request::Write { items } => items.iter().for_each(|(name, _)| self.cache.invalidate(name, now)),
+                Request::Write { items } => items
+                    .iter()
+                    .for_each(|(name, _)| self.cache.invalidate(name, now)),
                 Request::Transact { name, .. } => self.cache.invalidate(name, now),
                 _ => {}
             }
@@ -441,7 +520,10 @@ impl LinkTask {
             return Ok(());
         }
         let Some(in_flight) = s.in_flight.remove(&frame.request_id) else {
-            debug!(request_id = frame.request_id, "dropping a late or unknown reply");
+            debug!(
+                request_id = frame.request_id,
+                "dropping a late or unknown reply"
+            );
             return Ok(());
         };
         let response = match response {
@@ -477,7 +559,8 @@ impl LinkTask {
                     Response::Read(results) if results.len() == names.len() => {
                         for ((name, group), result) in names.iter().zip(&waiters).zip(results) {
                             if let Ok(value) = &result {
-                                self.cache.insert(name, value.clone(), read_at, s.generation);
+                                self.cache
+                                    .insert(name, value.clone(), read_at, s.generation);
                             }
                             s.deliver(group, result);
                         }
@@ -488,16 +571,24 @@ impl LinkTask {
                         }
                     }
                     other => {
-                        let why = format!("a READ of {} names was answered with {:?}", names.len(), other.opcode());
+                        let why = format!(
+                            "a READ of {} names was answered with {:?}",
+                            names.len(),
+                            other.opcode()
+                        );
                         for group in &waiters {
                             s.fail_calls(group, LinkError::Protocol(why.clone()));
                         }
                     }
                 }
             }
-            InFlightKind::Change { reply, transact_name } => {
+            InFlightKind::Change {
+                reply,
+                transact_name,
+            } => {
                 if let (Some(name), Response::Transact(value)) = (transact_name, &response) {
-                    self.cache.insert(&name, value.clone(), read_at, s.generation);
+                    self.cache
+                        .insert(&name, value.clone(), read_at, s.generation);
                 }
                 let _ = reply.send(Ok(response));
             }
@@ -505,19 +596,33 @@ impl LinkTask {
                 let _ = reply.send(Ok(response));
             }
             InFlightKind::Ping => s.ping_outstanding = false,
-            InFlightKind::ListPage { change, mut channels } => match response {
-                Response::List { total, channels: page, .. } => {
+            InFlightKind::ListPage {
+                change,
+                mut channels,
+            } => match response {
+                Response::List {
+                    total,
+                    channels: page,
+                    ..
+                } => {
                     let empty_page = page.is_empty();
                     channels.extend(page);
                     if channels.len() < total as usize && !empty_page {
                         let offset = channels.len() as u32;
                         let id = s.take_id();
-                        let frame = Request::List { offset, limit: LIST_PAGE }
-                            .to_frame(id)
-                            .map_err(|error| error.to_string())?;
+                        let frame = Request::List {
+                            offset,
+                            limit: LIST_PAGE,
+                        }
+                        .to_frame(id)
+                        .map_err(|error| error.to_string())?;
                         s.start_send(frame)?;
                         s.flush().await?;
-                        s.track(id, self.settings.request_timeout, InFlightKind::ListPage { change, channels });
+                        s.track(
+                            id,
+                            self.settings.request_timeout,
+                            InFlightKind::ListPage { change, channels },
+                        );
                     } else {
                         s.list_refresh_running = false;
                         self.publish_channels(channels, change, s.generation);
@@ -525,7 +630,10 @@ impl LinkTask {
                 }
                 other => {
                     s.list_refresh_running = false;
-                    warn!("the station answered LIST with {:?}; keeping the old channel list", other.opcode());
+                    warn!(
+                        "the station answered LIST with {:?}; keeping the old channel list",
+                        other.opcode()
+                    );
                 }
             },
         }
@@ -539,13 +647,22 @@ impl LinkTask {
         {
             s.list_refresh_running = true;
             let id = s.take_id();
-            match (Request::List { offset: 0, limit: LIST_PAGE }).to_frame(id) {
+            match (Request::List {
+                offset: 0,
+                limit: LIST_PAGE,
+            })
+            .to_frame(id)
+            {
                 Ok(frame) => {
                     if s.start_send(frame).is_ok() {
-                        s.track(id, self.settings.request_timeout, InFlightKind::ListPage {
-                            change: *change,
-                            channels: Vec::new(),
-                        });
+                        s.track(
+                            id,
+                            self.settings.request_timeout,
+                            InFlightKind::ListPage {
+                                change: *change,
+                                channels: Vec::new(),
+                            },
+                        );
                     }
                 }
                 Err(_) => s.list_refresh_running = false,
@@ -554,9 +671,18 @@ impl LinkTask {
         let _ = self.events.send(LinkEvent::Notify(notify));
     }
 
-    fn publish_channels(&self, channels: Vec<ChannelDescriptor>, change: ChangeType, generation: u64) {
+    fn publish_channels(
+        &self,
+        channels: Vec<ChannelDescriptor>,
+        change: ChangeType,
+        generation: u64,
+    ) {
         let previous = self.info.borrow().clone();
-        info!(channels = channels.len(), "station channel list changed ({})", change.label());
+        info!(
+            channels = channels.len(),
+            "station channel list changed ({})",
+            change.label()
+        );
         self.info.send_replace(Arc::new(StationInfo {
             connected: previous.connected,
             generation: previous.generation,
@@ -565,17 +691,27 @@ impl LinkTask {
             modules: previous.modules.clone(),
             channels: Arc::new(ChannelTable::new(channels)),
         }));
-        let _ = self.events.send(LinkEvent::Configuration { change, generation });
+        let _ = self
+            .events
+            .send(LinkEvent::Configuration { change, generation });
     }
 
     /// Answers requests whose time is up and checks, with a PING, that the station still
     /// answers at all; a PING that times out ends the session.
     async fn on_timeouts(&mut self, s: &mut Session) -> Result<(), String> {
+        self.count_codec_errors(s);
         let now = Instant::now();
-        let expired: Vec<u32> = s.in_flight.iter().filter(|(_, f)| f.deadline <= now).map(|(id, _)| *id).collect();
+        let expired: Vec<u32> = s
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
         let mut resync = false;
         for id in expired {
-            let Some(in_flight) = s.in_flight.remove(&id) else { continue };
+            let Some(in_flight) = s.in_flight.remove(&id) else {
+                continue;
+            };
             self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
             let timeout = self.settings.request_timeout;
             match in_flight.kind {
@@ -609,7 +745,11 @@ impl LinkTask {
         if resync && !s.ping_outstanding {
             s.ping_outstanding = true;
             let id = s.take_id();
-            let frame = Request::Ping { nonce: u64::from(id) }.to_frame(id).map_err(|e| e.to_string())?;
+            let frame = Request::Ping {
+                nonce: u64::from(id),
+            }
+            .to_frame(id)
+            .map_err(|e| e.to_string())?;
             s.start_send(frame)?;
             s.flush().await?;
             s.track(id, self.settings.request_timeout, InFlightKind::Ping);
@@ -637,7 +777,9 @@ impl Session {
     }
 
     fn start_send(&mut self, frame: RawFrame) -> Result<(), String> {
-        self.framed.start_send_unpin(frame).map_err(|error| format!("write to the station failed: {error}"))
+        self.framed
+            .start_send_unpin(frame)
+            .map_err(|error| format!("write to the station failed: {error}"))
     }
 
     async fn flush(&mut self) -> Result<(), String> {
@@ -648,7 +790,14 @@ impl Session {
 
     fn track(&mut self, id: u32, timeout: Duration, kind: InFlightKind) {
         let sent_at = Instant::now();
-        self.in_flight.insert(id, InFlight { sent_at, deadline: sent_at + timeout, kind });
+        self.in_flight.insert(
+            id,
+            InFlight {
+                sent_at,
+                deadline: sent_at + timeout,
+                kind,
+            },
+        );
     }
 
     fn enqueue(&mut self, command: Command) {
@@ -667,17 +816,36 @@ impl Session {
                     }
                     waiting.push((call, index));
                 }
-                self.read_calls.insert(call, ReadCall { results: vec![None; names.len()], remaining: names.len(), reply });
+                self.read_calls.insert(
+                    call,
+                    ReadCall {
+                        results: vec![None; names.len()],
+                        remaining: names.len(),
+                        reply,
+                    },
+                );
             }
-            Command::Change { request, guard, reply } => self.changes.push_back(Queued::Change { request, guard, reply }),
-            Command::Pass { request, reply } => self.changes.push_back(Queued::Pass { request, reply }),
+            Command::Change {
+                request,
+                guard,
+                reply,
+            } => self.changes.push_back(Queued::Change {
+                request,
+                guard,
+                reply,
+            }),
+            Command::Pass { request, reply } => {
+                self.changes.push_back(Queued::Pass { request, reply })
+            }
         }
     }
 
     /// Gives one name's result to every call waiting for it; answers calls that are complete.
     fn deliver(&mut self, waiters: &[Waiter], result: ItemResult<Value>) {
         for &(call_id, index) in waiters {
-            let Some(call) = self.read_calls.get_mut(&call_id) else { continue };
+            let Some(call) = self.read_calls.get_mut(&call_id) else {
+                continue;
+            };
             if call.results[index].is_none() {
                 call.results[index] = Some(result.clone());
                 call.remaining -= 1;
@@ -685,7 +853,11 @@ impl Session {
             if call.remaining == 0
                 && let Some(call) = self.read_calls.remove(&call_id)
             {
-                let results = call.results.into_iter().map(|r| r.expect("every result is filled")).collect();
+                let results = call
+                    .results
+                    .into_iter()
+                    .map(|r| r.expect("every result is filled"))
+                    .collect();
                 let _ = call.reply.send(Ok(results));
             }
         }
@@ -710,7 +882,9 @@ impl Session {
             }
         }
         for (_, call) in self.read_calls.drain() {
-            let _ = call.reply.send(Err(LinkError::Disconnected(why.to_owned())));
+            let _ = call
+                .reply
+                .send(Err(LinkError::Disconnected(why.to_owned())));
         }
         for queued in self.changes.drain(..) {
             match queued {
@@ -760,30 +934,57 @@ async fn connect(settings: &LinkSettings) -> Result<Connected, String> {
         let id = next_id;
         next_id += 1;
         let frame = request.to_frame(id).map_err(|error| error.to_string())?;
-        framed.send(frame).await.map_err(|error| format!("write to the station failed: {error}"))?;
+        framed
+            .send(frame)
+            .await
+            .map_err(|error| format!("write to the station failed: {error}"))?;
         let wait = async {
             loop {
                 match framed.next().await {
                     Some(Ok(frame)) if frame.request_id == id => {
-                        return Response::from_frame(&frame)
-                            .map_err(|error| format!("the station's answer to {:?} is unreadable: {error}", request.opcode()));
+                        return Response::from_frame(&frame).map_err(|error| {
+                            format!(
+                                "the station's answer to {:?} is unreadable: {error}",
+                                request.opcode()
+                            )
+                        });
                     }
                     Some(Ok(_)) => continue,
-                    Some(Err(error)) => return Err(format!("read from the station failed: {error}")),
-                    None => return Err("the station closed the connection during the handshake".into()),
+                    Some(Err(error)) => {
+                        return Err(format!("read from the station failed: {error}"));
+                    }
+                    None => {
+                        return Err("the station closed the connection during the handshake".into());
+                    }
                 }
             }
         };
-        tokio::time::timeout(settings.request_timeout, wait).await.map_err(|_| {
-            format!("the station did not answer {:?} within {} ms", request.opcode(), settings.request_timeout.as_millis())
-        })?
+        tokio::time::timeout(settings.request_timeout, wait)
+            .await
+            .map_err(|_| {
+                format!(
+                    "the station did not answer {:?} within {} ms",
+                    request.opcode(),
+                    settings.request_timeout.as_millis()
+                )
+            })?
     };
-    let hello = match exchange(Request::Hello(Hello { version: PROTOCOL_VERSION, client: settings.client_name.clone() }))
-        .await?
+    let hello = match exchange(Request::Hello(Hello {
+        version: PROTOCOL_VERSION,
+        client: settings.client_name.clone(),
+    }))
+    .await?
     {
         Response::Hello(hello) => hello,
-        Response::Error(error) => return Err(format!("the station refused HELLO: {}", error.message)),
-        other => return Err(format!("the station answered HELLO with {:?}", other.opcode())),
+        Response::Error(error) => {
+            return Err(format!("the station refused HELLO: {}", error.message));
+        }
+        other => {
+            return Err(format!(
+                "the station answered HELLO with {:?}",
+                other.opcode()
+            ));
+        }
     };
     if hello.version != PROTOCOL_VERSION {
         return Err(format!(
@@ -793,22 +994,50 @@ async fn connect(settings: &LinkSettings) -> Result<Connected, String> {
     }
     let modules = match exchange(Request::System).await? {
         Response::System(modules) => modules,
-        Response::Error(error) => return Err(format!("the station refused SYSTEM: {}", error.message)),
-        other => return Err(format!("the station answered SYSTEM with {:?}", other.opcode())),
+        Response::Error(error) => {
+            return Err(format!("the station refused SYSTEM: {}", error.message));
+        }
+        other => {
+            return Err(format!(
+                "the station answered SYSTEM with {:?}",
+                other.opcode()
+            ));
+        }
     };
     let mut channels = Vec::new();
     loop {
-        match exchange(Request::List { offset: channels.len() as u32, limit: LIST_PAGE }).await? {
-            Response::List { total, channels: page, .. } => {
+        match exchange(Request::List {
+            offset: channels.len() as u32,
+            limit: LIST_PAGE,
+        })
+        .await?
+        {
+            Response::List {
+                total,
+                channels: page,
+                ..
+            } => {
                 let empty = page.is_empty();
                 channels.extend(page);
                 if channels.len() >= total as usize || empty {
                     break;
                 }
             }
-            Response::Error(error) => return Err(format!("the station refused LIST: {}", error.message)),
-            other => return Err(format!("the station answered LIST with {:?}", other.opcode())),
+            Response::Error(error) => {
+                return Err(format!("the station refused LIST: {}", error.message));
+            }
+            other => {
+                return Err(format!(
+                    "the station answered LIST with {:?}",
+                    other.opcode()
+                ));
+            }
         }
     }
-    Ok(Connected { framed, hello, modules, channels })
+    Ok(Connected {
+        framed,
+        hello,
+        modules,
+        channels,
+    })
 }

@@ -19,7 +19,12 @@ pub async fn open(url: &StationUrl, timeout: Duration) -> Result<Box<dyn Station
             let connect = TcpStream::connect((host.as_str(), *port));
             let stream = tokio::time::timeout(timeout, connect)
                 .await
-                .map_err(|_| format!("no answer from {host}:{port} within {} ms", timeout.as_millis()))?
+                .map_err(|_| {
+                    format!(
+                        "no answer from {host}:{port} within {} ms",
+                        timeout.as_millis()
+                    )
+                })?
                 .map_err(|error| format!("cannot connect to {host}:{port}: {error}"))?;
             let _ = stream.set_nodelay(true);
             Ok(Box::new(stream))

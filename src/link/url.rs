@@ -35,7 +35,10 @@ pub struct UrlError {
 
 impl StationUrl {
     pub fn parse(url: &str) -> Result<StationUrl, UrlError> {
-        let fail = |why: &str| UrlError { url: url.to_owned(), why: why.to_owned() };
+        let fail = |why: &str| UrlError {
+            url: url.to_owned(),
+            why: why.to_owned(),
+        };
         if let Some(rest) = url.strip_prefix("tcp://") {
             let rest = rest.trim_end_matches('/');
             let (host, port) = rest
@@ -45,16 +48,23 @@ impl StationUrl {
             if host.is_empty() {
                 return Err(fail("the host is missing"));
             }
-            let port = port.parse().map_err(|_| fail("the port must be a number 1 to 65535"))?;
+            let port = port
+                .parse()
+                .map_err(|_| fail("the port must be a number 1 to 65535"))?;
             if port == 0 {
                 return Err(fail("the port must be a number 1 to 65535"));
             }
-            return Ok(StationUrl::Tcp { host: host.to_owned(), port });
+            return Ok(StationUrl::Tcp {
+                host: host.to_owned(),
+                port,
+            });
         }
         if let Some(rest) = url.strip_prefix("serial://") {
             let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
             if !path.starts_with('/') {
-                return Err(fail("a serial station needs a device path, as in serial:///dev/ttyUSB0"));
+                return Err(fail(
+                    "a serial station needs a device path, as in serial:///dev/ttyUSB0",
+                ));
             }
             let mut settings = SerialSettings {
                 path: path.to_owned(),
@@ -64,7 +74,9 @@ impl StationUrl {
                 stop_bits: 1,
             };
             for pair in query.split('&').filter(|p| !p.is_empty()) {
-                let (key, value) = pair.split_once('=').ok_or_else(|| fail("query parts must be key=value"))?;
+                let (key, value) = pair
+                    .split_once('=')
+                    .ok_or_else(|| fail("query parts must be key=value"))?;
                 match key {
                     "baud" => {
                         settings.baud = value
@@ -121,19 +133,41 @@ mod tests {
     fn parses_both_kinds() {
         assert_eq!(
             StationUrl::parse("tcp://127.0.0.1:4000").unwrap(),
-            StationUrl::Tcp { host: "127.0.0.1".into(), port: 4000 }
+            StationUrl::Tcp {
+                host: "127.0.0.1".into(),
+                port: 4000
+            }
         );
-        let StationUrl::Serial(s) = StationUrl::parse("serial:///dev/ttyUSB0?baud=9600&parity=even&stop_bits=2").unwrap()
+        let StationUrl::Serial(s) =
+            StationUrl::parse("serial:///dev/ttyUSB0?baud=9600&parity=even&stop_bits=2").unwrap()
         else {
             panic!("not serial")
         };
-        assert_eq!((s.path.as_str(), s.baud, s.parity, s.stop_bits, s.data_bits), ("/dev/ttyUSB0", 9600, Parity::Even, 2, 8));
+        assert_eq!(
+            (s.path.as_str(), s.baud, s.parity, s.stop_bits, s.data_bits),
+            ("/dev/ttyUSB0", 9600, Parity::Even, 2, 8)
+        );
     }
 
     #[test]
     fn refuses_with_a_reason() {
-        assert!(StationUrl::parse("tcp://host").unwrap_err().to_string().contains("port"));
-        assert!(StationUrl::parse("serial:///dev/x?baud=fast").unwrap_err().to_string().contains("baud"));
-        assert!(StationUrl::parse("http://x").unwrap_err().to_string().contains("tcp://"));
+        assert!(
+            StationUrl::parse("tcp://host")
+                .unwrap_err()
+                .to_string()
+                .contains("port")
+        );
+        assert!(
+            StationUrl::parse("serial:///dev/x?baud=fast")
+                .unwrap_err()
+                .to_string()
+                .contains("baud")
+        );
+        assert!(
+            StationUrl::parse("http://x")
+                .unwrap_err()
+                .to_string()
+                .contains("tcp://")
+        );
     }
 }

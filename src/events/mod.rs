@@ -1,0 +1,404 @@
+//! The event stream (`GET api/events`) and value subscriptions: the registry of open streams
+//! and their subscriptions ([`Events`]), shared by the HTTP handlers, the [`scheduler`] that
+//! reads for every subscription, and the [`relay`] that fans link and lease events out.
+//!
+//! Every event reaches a stream through its bounded queue ([`sse::StreamSink`]), filled with
+//! `try_send` only: no producer ever waits for a reader. See `docs/events.md`.
+
+pub mod http;
+pub mod relay;
+pub mod scheduler;
+pub mod sse;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::EventsConfig;
+use crate::link::LinkHandle;
+use sse::StreamSink;
+
+/// The shortest and longest `IntervalMs` a subscription may ask for.
+pub const MIN_INTERVAL_MS: u64 = 100;
+pub const MAX_INTERVAL_MS: u64 = 60_000;
+
+/// A stream whose queue stays full this long is closed (its reader is stuck).
+pub const STUCK_LIMIT: Duration = Duration::from_secs(30);
+
+/// Why an event-stream or subscription request was refused; `crate::error` gives each its status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventsError {
+    #[error(
+        "the gateway already serves {0} event streams (events.max_streams); close one or try again later"
+    )]
+    TooManyStreams(usize),
+    #[error(
+        "no such event stream: {0}; it has closed or never existed: open api/events and use the streamId of its hello"
+    )]
+    NoSuchStream(String),
+    #[error(
+        "no such subscription: {0}; it has ended (deleted, not renewed in time, or its stream closed)"
+    )]
+    NoSuchSubscription(String),
+    #[error("IntervalMs must be {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS} ms; got {0}")]
+    IntervalOutOfRange(u64),
+    #[error("Channels must name at least one channel")]
+    NoChannels,
+    #[error(
+        "a subscription may name at most {max} channels (events.max_channels_per_subscription); got {count}: split it"
+    )]
+    TooManyChannels { count: usize, max: usize },
+    #[error(
+        "stream {stream} already has {max} subscriptions (events.max_subscriptions_per_stream); delete one or open another stream"
+    )]
+    TooManySubscriptions { stream: String, max: usize },
+    #[error("no such channel: {0}; subscriptions take the names of api/resources/names")]
+    UnknownChannel(String),
+    #[error("station disconnected: {0}; the channel list is not known yet")]
+    StationNotReached(String),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}
+
+/// What a subscription is created or renewed with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionRequest {
+    pub channels: Vec<String>,
+    pub interval_ms: u64,
+}
+
+/// A live subscription as its owner sees it: `{id, expiresInMs}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionGrant {
+    pub id: String,
+    pub expires_in: Duration,
+}
+
+impl SubscriptionGrant {
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({ "id": self.id, "expiresInMs": self.expires_in.as_millis() as u64 })
+    }
+}
+
+/// One subscription, owned by the registry; the scheduler reads a snapshot of it per tick.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pub id: Arc<str>,
+    pub stream: Arc<StreamSink>,
+    pub channels: Arc<[String]>,
+    pub interval: Duration,
+    pub expires_at: Instant,
+    pub next_due: Instant,
+}
+
+#[derive(Debug)]
+struct StreamEntry {
+    sink: Arc<StreamSink>,
+    subscriptions: HashSet<Arc<str>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    streams: HashMap<Arc<str>, StreamEntry>,
+    pub subscriptions: HashMap<Arc<str>, Subscription>,
+}
+
+impl Registry {
+    fn remove_subscription(&mut self, id: &str) -> Option<Subscription> {
+        let subscription = self.subscriptions.remove(id)?;
+        if let Some(entry) = self.streams.get_mut(&*subscription.stream.id) {
+            entry.subscriptions.remove(id);
+        }
+        Some(subscription)
+    }
+}
+
+/// The open event streams and their subscriptions.
+pub struct Events {
+    limits: EventsConfig,
+    subscription_ttl: Duration,
+    link: LinkHandle,
+    shutdown: CancellationToken,
+    registry: Mutex<Registry>,
+    /// Wakes the scheduler when subscriptions are added, changed or removed.
+    pub(crate) changed: Notify,
+    /// The origin of the scheduler's time grid: subscriptions with the same interval tick
+    /// together, so their reads share one READ.
+    pub(crate) epoch: Instant,
+}
+
+impl Events {
+    pub fn new(limits: EventsConfig, link: LinkHandle, shutdown: CancellationToken) -> Arc<Events> {
+        let subscription_ttl = Duration::from_millis(limits.subscription_ttl_ms);
+        Arc::new(Events {
+            limits,
+            subscription_ttl,
+            link,
+            shutdown,
+            registry: Mutex::new(Registry::default()),
+            changed: Notify::new(),
+            epoch: Instant::now(),
+        })
+    }
+
+    pub fn link(&self) -> &LinkHandle {
+        &self.link
+    }
+
+    pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
+        // A panic elsewhere while holding the lock leaves plain data behind: keep serving.
+        self.registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Open streams now.
+    pub fn stream_count(&self) -> usize {
+        self.registry().streams.len()
+    }
+
+    /// Live subscriptions now.
+    pub fn subscription_count(&self) -> usize {
+        self.registry().subscriptions.len()
+    }
+
+    /// Registers a new stream and queues its `hello`; the returned sink's receiver is the body.
+    pub(crate) fn open_stream(self: &Arc<Events>) -> Result<sse::OpenedStream, EventsError> {
+        if self.shutdown.is_cancelled() {
+            return Err(EventsError::ShuttingDown);
+        }
+        let info = self.link.info();
+        let mut registry = self.registry();
+        if registry.streams.len() >= self.limits.max_streams {
+            return Err(EventsError::TooManyStreams(registry.streams.len()));
+        }
+        let id: Arc<str> = random_id().into();
+        let (sink, receiver) = StreamSink::new(id.clone(), self.limits.stream_queue);
+        let hello = json!({
+            "isConnected": info.connected,
+            "generation": info.generation,
+            "apiVersion": crate::http::routes::API_VERSION,
+            "streamId": &*id,
+        });
+        // The queue is new and at least one event long: hello always fits, as id 1.
+        let _ = sink.push("hello", &hello.to_string());
+        registry.streams.insert(
+            id.clone(),
+            StreamEntry {
+                sink: sink.clone(),
+                subscriptions: HashSet::new(),
+            },
+        );
+        drop(registry);
+        Ok(sse::OpenedStream {
+            sink,
+            receiver,
+            guard: sse::StreamGuard::new(Arc::downgrade(self), id),
+        })
+    }
+
+    /// Ends a stream and, at once, every subscription it had.
+    pub fn close_stream(&self, id: &str) {
+        let mut registry = self.registry();
+        let Some(entry) = registry.streams.remove(id) else {
+            return;
+        };
+        for subscription in &entry.subscriptions {
+            registry.subscriptions.remove(subscription);
+        }
+        drop(registry);
+        entry.sink.close();
+        self.changed.notify_one();
+    }
+
+    /// Every open stream, for fanning an event out.
+    pub(crate) fn sinks(&self) -> Vec<Arc<StreamSink>> {
+        self.registry()
+            .streams
+            .values()
+            .map(|entry| entry.sink.clone())
+            .collect()
+    }
+
+    /// Queues one event on every open stream.
+    pub(crate) fn broadcast(&self, event: &str, data: &str) {
+        for sink in self.sinks() {
+            let _ = sink.push(event, data);
+        }
+    }
+
+    /// Checks a create or update request against the limits and the channel list.
+    fn check(&self, request: &SubscriptionRequest) -> Result<Arc<[String]>, EventsError> {
+        if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&request.interval_ms) {
+            return Err(EventsError::IntervalOutOfRange(request.interval_ms));
+        }
+        let mut channels: Vec<String> = Vec::with_capacity(request.channels.len());
+        for name in &request.channels {
+            if !channels.contains(name) {
+                channels.push(name.clone());
+            }
+        }
+        if channels.is_empty() {
+            return Err(EventsError::NoChannels);
+        }
+        if channels.len() > self.limits.max_channels_per_subscription {
+            return Err(EventsError::TooManyChannels {
+                count: channels.len(),
+                max: self.limits.max_channels_per_subscription,
+            });
+        }
+        let info = self.link.info();
+        if info.hello.is_none() {
+            let why = info
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "connecting".into());
+            return Err(EventsError::StationNotReached(why));
+        }
+        if let Some(unknown) = channels
+            .iter()
+            .find(|name| info.channels.get(name).is_none())
+        {
+            return Err(EventsError::UnknownChannel(unknown.clone()));
+        }
+        Ok(channels.into())
+    }
+
+    /// `POST api/subscriptions`.
+    pub fn subscribe(
+        &self,
+        stream_id: &str,
+        request: &SubscriptionRequest,
+    ) -> Result<SubscriptionGrant, EventsError> {
+        let channels = self.check(request)?;
+        let now = Instant::now();
+        let mut registry = self.registry();
+        let entry = registry
+            .streams
+            .get(stream_id)
+            .ok_or_else(|| EventsError::NoSuchStream(stream_id.to_owned()))?;
+        if entry.subscriptions.len() >= self.limits.max_subscriptions_per_stream {
+            return Err(EventsError::TooManySubscriptions {
+                stream: stream_id.to_owned(),
+                max: self.limits.max_subscriptions_per_stream,
+            });
+        }
+        let sink = entry.sink.clone();
+        let id: Arc<str> = random_id().into();
+        let subscription = Subscription {
+            id: id.clone(),
+            stream: sink,
+            channels,
+            interval: Duration::from_millis(request.interval_ms),
+            expires_at: now + self.subscription_ttl,
+            // The first values go out at once; later ones on the interval's grid.
+            next_due: now,
+        };
+        registry.subscriptions.insert(id.clone(), subscription);
+        if let Some(entry) = registry.streams.get_mut(stream_id) {
+            entry.subscriptions.insert(id.clone());
+        }
+        drop(registry);
+        self.changed.notify_one();
+        Ok(SubscriptionGrant {
+            id: id.to_string(),
+            expires_in: self.subscription_ttl,
+        })
+    }
+
+    /// `PUT api/subscriptions/{id}`: replaces channels and interval, and renews.
+    pub fn update(
+        &self,
+        id: &str,
+        request: &SubscriptionRequest,
+    ) -> Result<SubscriptionGrant, EventsError> {
+        let channels = self.check(request)?;
+        let now = Instant::now();
+        let mut registry = self.registry();
+        let subscription = registry
+            .subscriptions
+            .get_mut(id)
+            .filter(|subscription| subscription.expires_at > now)
+            .ok_or_else(|| EventsError::NoSuchSubscription(id.to_owned()))?;
+        let interval = Duration::from_millis(request.interval_ms);
+        if interval != subscription.interval || channels != subscription.channels {
+            subscription.next_due = now;
+        }
+        subscription.channels = channels;
+        subscription.interval = interval;
+        subscription.expires_at = now + self.subscription_ttl;
+        drop(registry);
+        self.changed.notify_one();
+        Ok(SubscriptionGrant {
+            id: id.to_owned(),
+            expires_in: self.subscription_ttl,
+        })
+    }
+
+    /// `DELETE api/subscriptions/{id}`.
+    pub fn unsubscribe(&self, id: &str) -> Result<(), EventsError> {
+        let removed = self.registry().remove_subscription(id);
+        match removed {
+            Some(_) => {
+                self.changed.notify_one();
+                Ok(())
+            }
+            None => Err(EventsError::NoSuchSubscription(id.to_owned())),
+        }
+    }
+
+    /// Ends subscriptions not renewed in time, and closes streams stuck for [`STUCK_LIMIT`].
+    /// Returns when this next needs doing.
+    pub(crate) fn sweep(&self, now: Instant) -> Option<Instant> {
+        let mut registry = self.registry();
+        let expired: Vec<Arc<str>> = registry
+            .subscriptions
+            .values()
+            .filter(|subscription| subscription.expires_at <= now)
+            .map(|subscription| subscription.id.clone())
+            .collect();
+        for id in &expired {
+            registry.remove_subscription(id);
+        }
+        let stuck: Vec<Arc<str>> = registry
+            .streams
+            .values()
+            .filter(|entry| {
+                entry
+                    .sink
+                    .stuck_for(now)
+                    .is_some_and(|stuck| stuck >= STUCK_LIMIT)
+            })
+            .map(|entry| entry.sink.id.clone())
+            .collect();
+        let next_expiry = registry
+            .subscriptions
+            .values()
+            .map(|subscription| subscription.expires_at)
+            .min();
+        drop(registry);
+        for id in &stuck {
+            tracing::info!(stream = %id, "closing an event stream whose reader has not read for {} s", STUCK_LIMIT.as_secs());
+            self.close_stream(id);
+        }
+        next_expiry
+    }
+
+    /// The live subscriptions' channels and intervals (for tests and diagnostics).
+    pub fn subscription_of(&self, id: &str) -> Option<(Vec<String>, Duration)> {
+        self.registry()
+            .subscriptions
+            .get(id)
+            .map(|s| (s.channels.to_vec(), s.interval))
+    }
+}
+
+/// A random 128-bit id in hex: stream and subscription ids cannot be guessed.
+fn random_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}

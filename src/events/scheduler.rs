@@ -1,0 +1,291 @@
+//! The one subscription scheduler: a task that wakes when a subscription is due, takes what it
+//! can from the value cache, reads the rest from the hardware in one `LinkHandle::read`, and
+//! queues a `values` event per due subscription without ever waiting for a reader.
+//!
+//! Subscriptions tick on a grid shared by all of them (multiples of their interval from
+//! [`Events::epoch`]), so those with the same interval tick together and share one read. A
+//! channel is read from the hardware only when the cache holds no value younger than
+//! [`FRESH_FRACTION`] of the shortest interval any subscription asks of it; so each channel
+//! is read at most about once per that interval, however many subscriptions name it, and a
+//! value read by anyone else in the meantime is reused.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value as Json, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Events;
+use super::sse::StreamSink;
+
+/// A cached value this fraction of the channel's interval old (or younger) is reused. Less
+/// than 1 so that timer jitter cannot make a value read at the previous tick look fresh,
+/// which would halve the read rate and double the ages.
+pub const FRESH_FRACTION: (u32, u32) = (3, 4);
+
+/// The scheduler wakes at least this often to end expired subscriptions and stuck streams.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What one tick owes one subscription.
+struct Due {
+    id: Arc<str>,
+    stream: Arc<StreamSink>,
+    channels: Arc<[String]>,
+}
+
+/// One channel's outcome in a tick.
+enum Outcome {
+    Value { text: String, age_ms: f64 },
+    Error(String),
+}
+
+/// Runs until `shutdown`.
+pub async fn run(events: Arc<Events>, shutdown: CancellationToken) {
+    loop {
+        let now = Instant::now();
+        let next_expiry = events.sweep(now);
+        let next_due = tick(&events, &shutdown).await;
+        let mut wake = Instant::now() + SWEEP_EVERY;
+        for at in [next_expiry, next_due].into_iter().flatten() {
+            wake = wake.min(at);
+        }
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
+            _ = events.changed.notified() => {}
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}
+
+/// Serves every due subscription; returns when the next one is due.
+async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> {
+    let now = Instant::now();
+    let (due, shortest) = plan(events, now);
+    if !due.is_empty() {
+        let outcomes = read_channels(events, &due, &shortest, shutdown).await;
+        for subscription in &due {
+            let data = values_event(&subscription.id, &subscription.channels, &outcomes);
+            let _ = subscription.stream.push("values", &data);
+        }
+    }
+    events
+        .registry()
+        .subscriptions
+        .values()
+        .map(|subscription| subscription.next_due)
+        .min()
+}
+
+/// Picks the due subscriptions and moves each to its next grid point; also gives the
+/// shortest interval any live subscription asks of each channel they name.
+fn plan(events: &Events, now: Instant) -> (Vec<Due>, HashMap<String, Duration>) {
+    let mut registry = events.registry();
+    let mut due = Vec::new();
+    let mut shortest: HashMap<String, Duration> = HashMap::new();
+    for subscription in registry.subscriptions.values_mut() {
+        if subscription.next_due <= now {
+            subscription.next_due = next_on_grid(events.epoch, subscription.interval, now);
+            due.push(Due {
+                id: subscription.id.clone(),
+                stream: subscription.stream.clone(),
+                channels: subscription.channels.clone(),
+            });
+        }
+    }
+    if due.is_empty() {
+        return (due, shortest);
+    }
+    for subscription in registry.subscriptions.values() {
+        for name in subscription.channels.iter() {
+            shortest
+                .entry(name.clone())
+                .and_modify(|interval| *interval = (*interval).min(subscription.interval))
+                .or_insert(subscription.interval);
+        }
+    }
+    (due, shortest)
+}
+
+/// The first point of `interval`'s grid from `epoch` strictly after `now`.
+pub fn next_on_grid(epoch: Instant, interval: Duration, now: Instant) -> Instant {
+    let since = now.saturating_duration_since(epoch).as_nanos();
+    let step = interval.as_nanos().max(1);
+    let steps = since / step + 1;
+    epoch + Duration::from_nanos(u64::try_from(steps * step).unwrap_or(u64::MAX))
+}
+
+/// The outcome of every channel the due subscriptions name: from the cache when fresh enough,
+/// else from one hardware read of all the misses.
+async fn read_channels(
+    events: &Events,
+    due: &[Due],
+    shortest: &HashMap<String, Duration>,
+    shutdown: &CancellationToken,
+) -> HashMap<String, Outcome> {
+    let link = events.link();
+    let info = link.info();
+    let now = std::time::Instant::now();
+    let mut outcomes: HashMap<String, Outcome> = HashMap::new();
+    let mut misses: Vec<String> = Vec::new();
+    for subscription in due {
+        for name in subscription.channels.iter() {
+            if outcomes.contains_key(name) || misses.contains(name) {
+                continue;
+            }
+            let Some(channel) = info.channels.get(name) else {
+                outcomes.insert(
+                    name.clone(),
+                    Outcome::Error(format!("no such channel: {name}")),
+                );
+                continue;
+            };
+            if channel.consuming {
+                let why = format!("reading {name} consumes data; subscriptions never read it");
+                outcomes.insert(name.clone(), Outcome::Error(why));
+                continue;
+            }
+            let interval = shortest
+                .get(name)
+                .copied()
+                .unwrap_or(Duration::from_millis(super::MIN_INTERVAL_MS));
+            let max_age = interval * FRESH_FRACTION.0 / FRESH_FRACTION.1;
+            match link.cache().get_fresh(name, max_age, info.generation, now) {
+                Some(cached) => {
+                    let outcome = Outcome::Value {
+                        text: cached.value.render(),
+                        age_ms: age_ms(cached.age(now)),
+                    };
+                    outcomes.insert(name.clone(), outcome);
+                }
+                None => misses.push(name.clone()),
+            }
+        }
+    }
+    if misses.is_empty() {
+        return outcomes;
+    }
+    let read = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return outcomes,
+        read = link.read(misses.clone()) => read,
+    };
+    let now = std::time::Instant::now();
+    match read {
+        Ok(results) => {
+            for (name, result) in misses.into_iter().zip(results) {
+                let outcome = match result {
+                    Ok(value) => {
+                        let age = link
+                            .cache()
+                            .get(&name)
+                            .filter(|cached| cached.value == value)
+                            .map(|cached| age_ms(cached.age(now)))
+                            .unwrap_or(0.0);
+                        Outcome::Value {
+                            text: value.render(),
+                            age_ms: age,
+                        }
+                    }
+                    Err(error) => Outcome::Error(error.message),
+                };
+                outcomes.insert(name, outcome);
+            }
+        }
+        Err(error) => {
+            let why = error.to_string();
+            for name in misses {
+                outcomes.insert(name, Outcome::Error(why.clone()));
+            }
+        }
+    }
+    outcomes
+}
+
+/// The `values` event's data for one subscription.
+fn values_event(id: &str, channels: &[String], outcomes: &HashMap<String, Outcome>) -> String {
+    let mut values = Map::new();
+    let mut ages = Map::new();
+    let mut errors = Map::new();
+    for name in channels {
+        match outcomes.get(name) {
+            Some(Outcome::Value { text, age_ms }) => {
+                values.insert(name.clone(), Json::String(text.clone()));
+                ages.insert(name.clone(), json!(age_ms));
+            }
+            Some(Outcome::Error(why)) => {
+                errors.insert(name.clone(), Json::String(why.clone()));
+            }
+            None => {
+                errors.insert(
+                    name.clone(),
+                    Json::String("not read: the gateway is shutting down".into()),
+                );
+            }
+        }
+    }
+    let errors = if errors.is_empty() {
+        Json::Null
+    } else {
+        Json::Object(errors)
+    };
+    json!({ "subscription": id, "values": values, "ageMs": ages, "errors": errors }).to_string()
+}
+
+/// Milliseconds with a tenth of a millisecond's precision, as `values/get` gives them.
+fn age_ms(age: Duration) -> f64 {
+    (age.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_points_are_multiples_of_the_interval_strictly_after_now() {
+        let epoch = Instant::now();
+        let interval = Duration::from_millis(100);
+        assert_eq!(next_on_grid(epoch, interval, epoch), epoch + interval);
+        assert_eq!(
+            next_on_grid(epoch, interval, epoch + Duration::from_millis(99)),
+            epoch + interval
+        );
+        assert_eq!(
+            next_on_grid(epoch, interval, epoch + interval),
+            epoch + interval * 2
+        );
+        assert_eq!(
+            next_on_grid(
+                epoch,
+                Duration::from_millis(250),
+                epoch + Duration::from_millis(1010)
+            ),
+            epoch + Duration::from_millis(1250)
+        );
+    }
+
+    #[test]
+    fn a_values_event_names_failures_and_says_null_without_them() {
+        let mut outcomes = HashMap::new();
+        outcomes.insert(
+            "A".to_owned(),
+            Outcome::Value {
+                text: "5".into(),
+                age_ms: 1.5,
+            },
+        );
+        outcomes.insert("B".to_owned(), Outcome::Error("timed out".into()));
+        let data: Json =
+            serde_json::from_str(&values_event("s1", &["A".into(), "B".into()], &outcomes))
+                .unwrap();
+        assert_eq!(data["subscription"], "s1");
+        assert_eq!(data["values"], json!({ "A": "5" }));
+        assert_eq!(data["ageMs"], json!({ "A": 1.5 }));
+        assert_eq!(data["errors"], json!({ "B": "timed out" }));
+        let data: Json =
+            serde_json::from_str(&values_event("s1", &["A".into()], &outcomes)).unwrap();
+        assert!(data["errors"].is_null());
+    }
+}

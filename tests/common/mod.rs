@@ -1,0 +1,104 @@
+//! Shared test harness: a simulator and a gateway on ports the OS picks.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use serde_json::{Value as Json, json};
+use station_gateway::{Config, GatewayHandle, Listeners};
+use station_simulator::{Profile, Simulator, SimulatorHandle};
+use tokio::net::TcpListener;
+
+pub struct Rig {
+    pub sim: SimulatorHandle,
+    pub gateway: GatewayHandle,
+    pub http: reqwest::Client,
+}
+
+/// A config pointing at `sim`, with `tweak` applied.
+pub fn config_for(sim: &SimulatorHandle, tweak: impl FnOnce(&mut Config)) -> Config {
+    let mut config = Config::default();
+    config.station.url = format!("tcp://{}", sim.local_addr());
+    config.http.listen = "127.0.0.1:0".into();
+    tweak(&mut config);
+    config
+}
+
+/// Starts the default simulator and a gateway connected to it.
+pub async fn rig(tweak: impl FnOnce(&mut Config)) -> Rig {
+    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = config_for(&sim, tweak);
+    let gateway = start_gateway(config).await;
+    Rig {
+        sim,
+        gateway,
+        http: reqwest::Client::new(),
+    }
+}
+
+pub async fn start_gateway(config: Config) -> GatewayHandle {
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = station_gateway::start(Listeners { http, legacy: None }, config)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), gateway.connected())
+        .await
+        .expect("the gateway never connected");
+    gateway
+}
+
+impl Rig {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/api/{path}", self.gateway.base_url())
+    }
+
+    /// POSTs JSON and returns the status and the JSON answer.
+    pub async fn post(&self, path: &str, body: Json) -> (u16, Json) {
+        let response = self
+            .http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Json::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Json) {
+        let response = self.http.get(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Json::Null))
+    }
+
+    pub async fn read(&self, name: &str) -> (u16, Json) {
+        self.post("resources/value/get", json!({ "Name": name }))
+            .await
+    }
+
+    pub async fn write(&self, name: &str, value: &str) -> (u16, Json) {
+        self.post(
+            "resources/value/set",
+            json!({ "Name": name, "Value": value }),
+        )
+        .await
+    }
+
+    /// Waits until the link has come up with a generation above `generation`.
+    pub async fn reconnected_after(&self, generation: u64) {
+        let mut info = self.gateway.link().watch_info();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            info.wait_for(|i| i.connected && i.generation > generation),
+        )
+        .await
+        .expect("the link did not reconnect")
+        .unwrap();
+    }
+}
+
+pub const MON_3V3: &str = "0.1.ESH10000158.MON_3V3";
+pub const VSET1: &str = "0.4.ESH10000662.VSET1";
+pub const VMON1: &str = "0.4.ESH10000662.VMON1";
+pub const ON1: &str = "0.4.ESH10000662.ON1";
