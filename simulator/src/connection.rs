@@ -165,10 +165,11 @@ where
     const CHUNK: usize = 16;
     for chunk in bytes.chunks(CHUNK) {
         let on_the_line = Duration::from_secs_f64(chunk.len() as f64 * 10.0 / f64::from(baud));
+        // A byte arrives when its last bit has crossed the line: wait, then hand it over.
         *line_free_at = (*line_free_at).max(Instant::now()) + on_the_line;
+        tokio::time::sleep_until(*line_free_at).await;
         sink.write_all(chunk).await?;
         sink.flush().await?;
-        tokio::time::sleep_until(*line_free_at).await;
     }
     Ok(())
 }

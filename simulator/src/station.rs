@@ -122,7 +122,7 @@ enum ChannelState {
     Stateless,
     Stored(Value),
     I2c {
-        registers: [u8; 256],
+        registers: Box<[u8; 256]>,
         queue: VecDeque<u8>,
     },
     Uart {
@@ -146,7 +146,7 @@ impl Channel {
         let state = match &spec.model {
             ChannelModel::Setting { default, .. } => ChannelState::Stored(default.clone()),
             ChannelModel::I2c { registers } => {
-                let mut all = [0u8; 256];
+                let mut all = Box::new([0u8; 256]);
                 all[..registers.len()].copy_from_slice(registers);
                 ChannelState::I2c {
                     registers: all,
