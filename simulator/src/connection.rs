@@ -41,7 +41,7 @@ pub(crate) async fn serve<S>(shared: Arc<Shared>, stream: S, options: LinkOption
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (id, cancel, outgoing_tx, outgoing_rx) = shared.register(&options.peer, OUTGOING_QUEUE);
+    let (id, cancel, outgoing_tx, outgoing_rx) = shared.register(OUTGOING_QUEUE);
     tracing::debug!(connection = id.0, peer = %options.peer, "connection opened");
     let (read_half, write_half) = tokio::io::split(stream);
     let writer = tokio::spawn(write_frames(
@@ -73,8 +73,8 @@ where
             let busy = StationError::new(
                 ErrorCode::Busy,
                 format!(
-                    "{} requests are already in flight; the window is {}",
-                    options.window, options.window
+                    "the station takes {} requests at once and has that many in flight",
+                    options.window
                 ),
             );
             let _ = outgoing_tx.try_send(error_frame(frame.request_id, busy));

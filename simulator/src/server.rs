@@ -105,7 +105,6 @@ impl Shared {
     /// Adds a connection to the registry: its id, its cancel token and its outgoing queue.
     pub(crate) fn register(
         &self,
-        _peer: &str,
         queue: usize,
     ) -> (
         ConnectionId,
