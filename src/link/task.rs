@@ -370,7 +370,8 @@ impl LinkTask {
             }
             sent_any = true;
         }
-        if sent_any {
+        // Frames queued outside dispatch (the LIST a configuration NOTIFY starts) go out too.
+        if sent_any || !s.framed.write_buffer().is_empty() {
             s.flush().await?;
         }
         Ok(())
