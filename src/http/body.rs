@@ -23,6 +23,7 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
 }
 
 /// A JSON object body with case-insensitive field access.
+#[derive(Debug)]
 pub struct JsonBody(Map<String, Json>);
 
 impl JsonBody {
