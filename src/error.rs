@@ -5,6 +5,7 @@ use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
 use crate::events::EventsError;
+use crate::lease::LeaseError;
 use crate::link::LinkError;
 
 /// An error answer: a status and a message that says what happened and what to do.
@@ -85,6 +86,24 @@ impl From<EventsError> for ApiError {
             EventsError::StationNotReached(_) | EventsError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+        };
+        ApiError::new(status, error.to_string())
+    }
+}
+
+impl From<LeaseError> for ApiError {
+    fn from(error: LeaseError) -> ApiError {
+        let status = match &error {
+            LeaseError::BadTtl(_) | LeaseError::BadWait(_) => StatusCode::BAD_REQUEST,
+            LeaseError::HeldByOther { .. } => StatusCode::CONFLICT,
+            LeaseError::LockedBy { .. }
+            | LeaseError::LeaseEnded { .. }
+            | LeaseError::ConsumingNotCached { .. } => StatusCode::LOCKED,
+            LeaseError::NoSuchLease | LeaseError::NobodyHolds | LeaseError::AdminBreakOff => {
+                StatusCode::NOT_FOUND
+            }
+            LeaseError::AdminTokenWrong => StatusCode::FORBIDDEN,
+            LeaseError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         ApiError::new(status, error.to_string())
     }

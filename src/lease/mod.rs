@@ -1,6 +1,21 @@
 //! The control lease: who may change the station. What others see of it is a [`LeaseView`].
+//!
+//! [`store`] holds named leases behind the [`LeaseStore`] trait (memory here; more backends
+//! later); [`control`] builds the gateway's one control lease on it: admission of requests,
+//! fencing at the link, waiting, expiry, safe state and events.
+
+pub mod control;
+pub mod store;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+
+pub use control::{Admitted, ControlLease, LeaseAnswer};
+pub use store::{
+    AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseStore, LeaseStoreError, LeaseToken,
+    MemoryLeaseStore,
+};
 
 /// The lease as anyone may see it (never the lease id): `GET lease` and the `lease` event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -11,4 +26,147 @@ pub struct LeaseView {
     pub expires_in_ms: u64,
     /// When the current holder took it (RFC 3339, UTC); `None` while nobody holds it.
     pub since: Option<String>,
+}
+
+impl LeaseView {
+    pub fn nobody() -> LeaseView {
+        LeaseView {
+            held: false,
+            owner: None,
+            expires_in_ms: 0,
+            since: None,
+        }
+    }
+}
+
+/// What a request needs of the lease; decided per route, enforced in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Changes nothing on the station: open to everyone.
+    Open,
+    /// Reads that accept cached values: open, but for a non-holder while someone else holds the
+    /// lease, channels whose read consumes data come from the cache only.
+    CachedRead,
+    /// Reads from the hardware: the holder's, or anyone's while nobody holds the lease.
+    ForcedRead,
+    /// Changes to the station: like forced reads, and fenced at the link.
+    Change,
+}
+
+/// The shortest and longest time to live a client may ask for, and the default.
+pub const MIN_TTL: Duration = Duration::from_millis(1_000);
+pub const MAX_TTL: Duration = Duration::from_millis(600_000);
+pub const DEFAULT_TTL: Duration = Duration::from_millis(30_000);
+/// The longest `waitMs` of `POST lease?waitMs=N`.
+pub const MAX_WAIT: Duration = Duration::from_millis(60_000);
+
+/// Why a lease operation or a request was refused. Its HTTP status is chosen in `crate::error`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LeaseError {
+    #[error("TtlMs must be 1000 to 600000 (milliseconds); got {0}")]
+    BadTtl(u64),
+    #[error("waitMs must be 0 to 60000 (milliseconds); got {0}")]
+    BadWait(String),
+    /// An acquisition while someone else holds it.
+    #[error("the lease is held by {owner} for another {}; try again later or wait with ?waitMs=N", seconds_left(*.expires_in))]
+    HeldByOther { owner: String, expires_in: Duration },
+    /// A change or forced read by someone who does not hold the lease.
+    #[error("the station is leased: held by {owner} for another {}; only its holder may change the station or read it from the hardware (cached reads with MaxAgeMs work)", seconds_left(*.expires_in))]
+    LockedBy { owner: String, expires_in: Duration },
+    /// A request carrying an `X-Lease-Id` that is not the live lease.
+    #[error("lease ended: the X-Lease-Id sent is not the live lease (it ran out, was released or was broken){}; acquire the lease again", now_held(.held_by))]
+    LeaseEnded { held_by: Option<(String, Duration)> },
+    /// A non-holder's cached read of a channel whose read consumes data, with nothing cached.
+    #[error("{channel} has no cached value, and reading it from the hardware would consume its data, which only the lease holder may do: held by {owner} for another {}", seconds_left(*.expires_in))]
+    ConsumingNotCached {
+        channel: String,
+        owner: String,
+        expires_in: Duration,
+    },
+    #[error(
+        "no such lease: it has ended (ran out, was released or was broken); acquire the lease again"
+    )]
+    NoSuchLease,
+    #[error("nobody holds the lease")]
+    NobodyHolds,
+    #[error(
+        "the admin break is off: set lease.admin_token in the gateway's config to use DELETE api/lease"
+    )]
+    AdminBreakOff,
+    #[error(
+        "breaking the lease needs the header Authorization: Bearer <lease.admin_token>; the one sent is missing or wrong"
+    )]
+    AdminTokenWrong,
+    #[error("{0}")]
+    Store(#[from] LeaseStoreError),
+}
+
+/// "12 s", rounded up so a lease with time left never says 0.
+pub fn seconds_left(left: Duration) -> String {
+    format!("{} s", left.as_millis().div_ceil(1000))
+}
+
+fn now_held(held_by: &Option<(String, Duration)>) -> String {
+    match held_by {
+        Some((owner, left)) => format!(
+            "; it is now held by {owner} for another {}",
+            seconds_left(*left)
+        ),
+        None => String::new(),
+    }
+}
+
+/// Whole milliseconds, saturating.
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A wall-clock time as RFC 3339 in UTC with milliseconds, e.g. `2024-05-01T12:00:00.123Z`.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let seconds = since_epoch.as_secs();
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_utc_dates() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let leap_day = UNIX_EPOCH + Duration::from_millis(951_782_400_000 + 3_723_456);
+        assert_eq!(rfc3339(leap_day), "2000-02-29T01:02:03.456Z");
+        let later = UNIX_EPOCH + Duration::from_secs(1_735_689_599);
+        assert_eq!(rfc3339(later), "2024-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn time_left_rounds_up_to_whole_seconds() {
+        assert_eq!(seconds_left(Duration::from_millis(11_001)), "12 s");
+        assert_eq!(seconds_left(Duration::from_millis(12_000)), "12 s");
+        assert_eq!(seconds_left(Duration::from_millis(1)), "1 s");
+    }
 }
