@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::Config;
-use crate::lease::LeaseView;
+use crate::lease::{ControlLease, LeaseView, MemoryLeaseStore};
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
 /// How long shutdown waits for requests in flight.
@@ -30,6 +30,8 @@ pub struct Gateway {
     pub shutdown: CancellationToken,
     /// Every change of hands of the control lease (taken, released, ran out, broken).
     pub lease_events: broadcast::Sender<LeaseView>,
+    /// The control lease: who may change the station.
+    pub lease: Arc<ControlLease>,
     /// Open event streams and their subscriptions.
     pub events: Arc<crate::events::Events>,
 }
@@ -119,6 +121,13 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         None => None,
     };
     let (lease_events, _) = broadcast::channel(64);
+    let lease = ControlLease::new(
+        Arc::new(MemoryLeaseStore::new()),
+        format!("control:{}", config.station.url),
+        lease_events.clone(),
+    )
+    .with_safe_state(link.clone(), config.lease.safe_state.clone());
+    let lease = Arc::new(lease);
     let events = crate::events::Events::new(config.events.clone(), link.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
     let gateway = Arc::new(Gateway {
@@ -127,10 +136,12 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         started: Instant::now(),
         shutdown: shutdown.clone(),
         lease_events,
+        lease,
         events,
     });
     let mut tasks = JoinSet::new();
     tasks.spawn(link_task.run(shutdown.clone()));
+    tasks.spawn(gateway.lease.clone().run_expiry(shutdown.clone()));
     tasks.spawn(crate::events::scheduler::run(
         gateway.events.clone(),
         shutdown.clone(),

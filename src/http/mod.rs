@@ -3,6 +3,7 @@
 //! Routing and the endpoints are in [`routes`]; request bodies in [`body`].
 
 pub mod body;
+pub mod lease;
 pub mod routes;
 
 use std::convert::Infallible;

@@ -12,9 +12,11 @@ use serde_json::{Map, Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
 use super::body::{JsonBody, read_body, value_text};
+use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::{Body, error_response, json_response};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use crate::lease::{Access, Admitted};
 use crate::link::ChannelTable;
 
 /// The REST API version this gateway serves.
@@ -43,6 +45,16 @@ pub enum Route {
     SubscriptionCreate,
     SubscriptionUpdate,
     SubscriptionDelete,
+    /// `GET lease`: who holds it.
+    LeaseStatus,
+    /// `POST lease`: take (or re-take) it.
+    LeaseAcquire,
+    /// `DELETE lease`: the admin break.
+    LeaseBreak,
+    /// `PUT lease/{id}`.
+    LeaseRenew,
+    /// `DELETE lease/{id}`.
+    LeaseRelease,
 }
 
 impl Route {
@@ -71,6 +83,15 @@ impl Route {
                 Method::DELETE => Route::SubscriptionDelete,
                 _ => Route::SubscriptionUpdate,
             },
+            "lease" => match *method {
+                Method::POST => Route::LeaseAcquire,
+                Method::DELETE => Route::LeaseBreak,
+                _ => Route::LeaseStatus,
+            },
+            path if lease_id_in_path(path).is_some() => match *method {
+                Method::DELETE => Route::LeaseRelease,
+                _ => Route::LeaseRenew,
+            },
             _ => return Err(false),
         };
         if *method == route.method() {
@@ -88,29 +109,60 @@ impl Route {
             | Route::ValuesSet
             | Route::Transact
             | Route::ChannelLookup
-            | Route::SubscriptionCreate => Method::POST,
-            Route::SubscriptionUpdate => Method::PUT,
-            Route::SubscriptionDelete => Method::DELETE,
+            | Route::SubscriptionCreate
+            | Route::LeaseAcquire => Method::POST,
+            Route::SubscriptionUpdate | Route::LeaseRenew => Method::PUT,
+            Route::SubscriptionDelete | Route::LeaseBreak | Route::LeaseRelease => Method::DELETE,
             _ => Method::GET,
         }
     }
+
+    /// What the route needs of the control lease, enforced for every request in
+    /// `route_and_answer`. Cached reads (`values/get` with `MaxAgeMs > 0`), the channel lookup,
+    /// subscriptions and the lease endpoints change nothing and stay open.
+    pub fn needs_lease(&self, body: &JsonBody) -> Access {
+        match self {
+            Route::ValueSet | Route::ValuesSet | Route::Transact => Access::Change,
+            Route::ValueGet => Access::ForcedRead,
+            Route::ValuesGet => match body.optional_u64("MaxAgeMs") {
+                Ok(Some(max_age_ms)) if max_age_ms > 0 => Access::CachedRead,
+                _ => Access::ForcedRead,
+            },
+            _ => Access::Open,
+        }
+    }
+}
+
+/// The `{id}` of `lease/{id}`.
+fn lease_id_in_path(path: &str) -> Option<&str> {
+    path.strip_prefix("lease/")
+        .filter(|id| !id.is_empty() && !id.contains('/'))
 }
 
 /// Answers one request; never fails: every error becomes a JSON error answer.
 pub async fn handle(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
-    _peer: SocketAddr,
+    peer: SocketAddr,
 ) -> Response<Body> {
-    match route_and_answer(&gateway, request).await {
+    let presented = presented_lease_id(request.headers()).map(str::to_owned);
+    let mut response = match route_and_answer(&gateway, request, peer).await {
         Ok(response) => response,
         Err(error) => error_response(&error),
+    };
+    // The holder's responses carry the fence its requests are admitted under.
+    if let Some(fence) = gateway.lease.fence_of(presented.as_deref())
+        && !response.headers().contains_key(LEASE_FENCE_HEADER)
+    {
+        set_fence_header(&mut response, fence);
     }
+    response
 }
 
 async fn route_and_answer(
     gateway: &Gateway,
     request: Request<Incoming>,
+    peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
@@ -141,6 +193,10 @@ async fn route_and_answer(
     } else {
         JsonBody::parse(b"")?
     };
+    // The one place the control lease is enforced: 423 for a non-holder's changes and forced
+    // reads, and for changes a send guard that fences them again at the link.
+    let presented = presented_lease_id(&parts.headers);
+    let admitted = gateway.lease.admit(route.needs_lease(&json), presented)?;
     let answer = match route {
         Route::Capabilities => capabilities(),
         Route::ConnectionStatus => {
@@ -158,10 +214,10 @@ async fn route_and_answer(
             )
         }
         Route::ValueGet => value_get(gateway, &json).await?,
-        Route::ValueSet => value_set(gateway, &json).await?,
-        Route::ValuesGet => values_get(gateway, &json).await?,
-        Route::ValuesSet => values_set(gateway, &json).await?,
-        Route::Transact => transact(gateway, &json).await?,
+        Route::ValueSet => value_set(gateway, &json, &admitted).await?,
+        Route::ValuesGet => values_get(gateway, &json, &admitted).await?,
+        Route::ValuesSet => values_set(gateway, &json, &admitted).await?,
+        Route::Transact => transact(gateway, &json, &admitted).await?,
         Route::Channels => {
             let channels = known_channels(gateway)?;
             Json::Array(
@@ -196,6 +252,18 @@ async fn route_and_answer(
         Route::SubscriptionDelete => {
             crate::events::http::delete(gateway, subscription_id(below_api))?
         }
+        Route::LeaseStatus => super::lease::status(gateway),
+        Route::LeaseAcquire => {
+            return super::lease::acquire(gateway, &json, parts.uri.query(), presented).await;
+        }
+        Route::LeaseRenew => {
+            let id = lease_id_in_path(below_api).unwrap_or_default();
+            return super::lease::renew(gateway, id, &json).await;
+        }
+        Route::LeaseRelease => {
+            super::lease::release(gateway, lease_id_in_path(below_api).unwrap_or_default()).await?
+        }
+        Route::LeaseBreak => super::lease::break_lease(gateway, &parts.headers, peer).await?,
         Route::ApplicationStatus => {
             let info = gateway.link.info();
             Json::String(
@@ -218,7 +286,7 @@ fn capabilities() -> Json {
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
         "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
-        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions"],
+        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"],
     })
 }
 
@@ -316,7 +384,11 @@ async fn value_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError>
     Ok(json!({ "value": value }))
 }
 
-async fn values_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+async fn values_get(
+    gateway: &Gateway,
+    body: &JsonBody,
+    admitted: &Admitted,
+) -> Result<Json, ApiError> {
     let names = body.string_list("Names")?;
     let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
     let channels = known_channels(gateway)?;
@@ -328,6 +400,17 @@ async fn values_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError
     if max_age_ms > 0 {
         let max_age = std::time::Duration::from_millis(max_age_ms);
         for name in &names {
+            let consuming = channels.get(name).is_some_and(|channel| channel.consuming);
+            if consuming && let Some(refusal) = admitted.refuse_consuming(name) {
+                // Someone else holds the lease: never consume this channel's data; serve any
+                // cached value however old, with its true age.
+                let cached = gateway.link.cache().get(name).ok_or(refusal)?;
+                values.insert(
+                    name.clone(),
+                    (cached.value.render(), age_ms(cached.age(now))),
+                );
+                continue;
+            }
             match gateway
                 .link
                 .cache()
@@ -382,7 +465,11 @@ fn age_ms(age: std::time::Duration) -> f64 {
     (age.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
-async fn value_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+async fn value_set(
+    gateway: &Gateway,
+    body: &JsonBody,
+    admitted: &Admitted,
+) -> Result<Json, ApiError> {
     let name = body.string("Name")?.to_owned();
     let text = body.value_text("Value")?;
     let channels = known_channels(gateway)?;
@@ -391,12 +478,19 @@ async fn value_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError>
         .ok_or_else(|| ApiError::no_such_resource(&name))?;
     let value = parse_value(channel, &text)?;
     let names = vec![name.clone()];
-    let results = gateway.link.write(vec![(name, value)], None).await?;
+    let results = gateway
+        .link
+        .write(vec![(name, value)], admitted.guard.clone())
+        .await?;
     first_item_error(&names, &results)?;
     Ok(json!({}))
 }
 
-async fn values_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+async fn values_set(
+    gateway: &Gateway,
+    body: &JsonBody,
+    admitted: &Admitted,
+) -> Result<Json, ApiError> {
     let resources = body.object("Resources")?;
     let channels = known_channels(gateway)?;
     let mut items = Vec::with_capacity(resources.len());
@@ -411,7 +505,7 @@ async fn values_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError
         return Ok(json!({}));
     }
     let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
-    let results = gateway.link.write(items, None).await?;
+    let results = gateway.link.write(items, admitted.guard.clone()).await?;
     if results.iter().all(Result::is_ok) {
         return Ok(json!({}));
     }
@@ -441,7 +535,11 @@ async fn values_set(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError
     ))
 }
 
-async fn transact(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+async fn transact(
+    gateway: &Gateway,
+    body: &JsonBody,
+    admitted: &Admitted,
+) -> Result<Json, ApiError> {
     let name = body.string("Name")?.to_owned();
     let text = body.value_text("Value")?;
     let channels = known_channels(gateway)?;
@@ -449,7 +547,10 @@ async fn transact(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> 
         .get(&name)
         .ok_or_else(|| ApiError::no_such_resource(&name))?;
     let value = parse_value(channel, &text)?;
-    let answer = gateway.link.transact(name, value, None).await?;
+    let answer = gateway
+        .link
+        .transact(name, value, admitted.guard.clone())
+        .await?;
     Ok(json!({ "value": answer.render() }))
 }
 

@@ -1,0 +1,180 @@
+//! The control lease's endpoints (contract, "The control lease"): `GET lease`, `POST lease`,
+//! `PUT lease/{id}`, `DELETE lease/{id}`, and the admin break `DELETE lease`.
+//!
+//! Admission of every other request is in `routes.rs`; the lease itself in `crate::lease`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use hyper::{Response, StatusCode};
+use serde_json::{Value as Json, json};
+use subtle::ConstantTimeEq;
+use tracing::warn;
+
+use super::body::JsonBody;
+use super::{Body, json_response};
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::lease::{DEFAULT_TTL, LeaseError, MAX_TTL, MAX_WAIT, MIN_TTL};
+
+/// The header a holder sends with every request.
+pub const LEASE_ID_HEADER: &str = "x-lease-id";
+/// The header on the holder's responses: the fence its requests are admitted under.
+pub const LEASE_FENCE_HEADER: &str = "x-lease-fence";
+/// The longest owner name kept.
+const MAX_OWNER_CHARS: usize = 200;
+
+/// The `X-Lease-Id` a request carries; an empty one counts as none.
+pub fn presented_lease_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(LEASE_ID_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+}
+
+/// Puts `X-Lease-Fence: fence` on a response.
+pub fn set_fence_header(response: &mut Response<Body>, fence: u64) {
+    response
+        .headers_mut()
+        .insert(LEASE_FENCE_HEADER, HeaderValue::from(fence));
+}
+
+/// `GET lease`: who holds it; never the id.
+pub fn status(gateway: &Gateway) -> Json {
+    json!(gateway.lease.view())
+}
+
+/// `POST lease[?waitMs=N]` with `{Owner, TtlMs?}`.
+pub async fn acquire(
+    gateway: &Gateway,
+    body: &JsonBody,
+    query: Option<&str>,
+    presented: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let owner = body.string("Owner")?.trim();
+    if owner.is_empty() {
+        return Err(ApiError::bad_request(
+            "the field Owner must name who takes the lease, e.g. \"TAT station 3\"",
+        ));
+    }
+    let owner: String = owner.chars().take(MAX_OWNER_CHARS).collect();
+    let ttl = ttl(body)?.unwrap_or(DEFAULT_TTL);
+    let wait = wait(query)?;
+    let answer = gateway.lease.acquire(owner, ttl, presented, wait).await?;
+    let mut response = json_response(StatusCode::OK, &json!(answer));
+    set_fence_header(&mut response, answer.fence);
+    Ok(response)
+}
+
+/// `PUT lease/{id}` with `{TtlMs?}`.
+pub async fn renew(
+    gateway: &Gateway,
+    id: &str,
+    body: &JsonBody,
+) -> Result<Response<Body>, ApiError> {
+    let answer = gateway.lease.renew(id, ttl(body)?).await?;
+    let mut response = json_response(StatusCode::OK, &json!(answer));
+    set_fence_header(&mut response, answer.fence);
+    Ok(response)
+}
+
+/// `DELETE lease/{id}`.
+pub async fn release(gateway: &Gateway, id: &str) -> Result<Json, ApiError> {
+    gateway.lease.release(id).await?;
+    Ok(json!({}))
+}
+
+/// `DELETE lease` with `Authorization: Bearer <lease.admin_token>`: ends whoever holds it.
+pub async fn break_lease(
+    gateway: &Gateway,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<Json, ApiError> {
+    let expected = gateway.config.lease.admin_token.as_bytes();
+    if expected.is_empty() {
+        return Err(LeaseError::AdminBreakOff.into());
+    }
+    let presented = headers
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("");
+    if !bool::from(presented.as_bytes().ct_eq(expected)) {
+        warn!(%peer, "refused an admin break of the control lease from {peer}: missing or wrong token");
+        return Err(LeaseError::AdminTokenWrong.into());
+    }
+    let broken = gateway.lease.break_lease(peer).await?;
+    Ok(json!({ "broken": broken }))
+}
+
+/// `TtlMs`, when given, in range.
+fn ttl(body: &JsonBody) -> Result<Option<Duration>, ApiError> {
+    let Some(ttl_ms) = body.optional_u64("TtlMs")? else {
+        return Ok(None);
+    };
+    let ttl = Duration::from_millis(ttl_ms);
+    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Err(LeaseError::BadTtl(ttl_ms).into());
+    }
+    Ok(Some(ttl))
+}
+
+/// `waitMs` from the query (any letter case); none is no wait.
+fn wait(query: Option<&str>) -> Result<Duration, LeaseError> {
+    let Some(query) = query else {
+        return Ok(Duration::ZERO);
+    };
+    let Some(text) = query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| key.eq_ignore_ascii_case("waitMs"))
+        .map(|(_, value)| value)
+    else {
+        return Ok(Duration::ZERO);
+    };
+    let wait = text
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| LeaseError::BadWait(text.to_owned()))?;
+    if wait > MAX_WAIT {
+        return Err(LeaseError::BadWait(text.to_owned()));
+    }
+    Ok(wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_comes_from_the_query_in_range() {
+        assert_eq!(wait(None).unwrap(), Duration::ZERO);
+        assert_eq!(
+            wait(Some("x=1&WAITMS=250")).unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(wait(Some("waitMs=60000")).unwrap(), MAX_WAIT);
+        assert!(
+            wait(Some("waitMs=60001"))
+                .unwrap_err()
+                .to_string()
+                .contains("waitMs")
+        );
+        assert!(wait(Some("waitMs=-1")).is_err());
+    }
+
+    #[test]
+    fn ttl_must_be_one_second_to_ten_minutes() {
+        let body = |text: &str| JsonBody::parse(text.as_bytes()).unwrap();
+        assert_eq!(ttl(&body("{}")).unwrap(), None);
+        assert_eq!(ttl(&body(r#"{"ttlMs": 1000}"#)).unwrap(), Some(MIN_TTL));
+        for bad in ["999", "600001", "0"] {
+            let error = ttl(&body(&format!(r#"{{"TtlMs": {bad}}}"#))).unwrap_err();
+            assert_eq!(error.status, StatusCode::BAD_REQUEST);
+            assert!(error.message.contains("TtlMs"), "{}", error.message);
+        }
+    }
+}
