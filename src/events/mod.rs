@@ -402,3 +402,98 @@ impl Events {
 fn random_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::{LinkSettings, LinkTask, StationUrl};
+
+    /// Events on a link that is never run: enough for streams, which need no station.
+    fn events(limits: EventsConfig) -> Arc<Events> {
+        let settings = LinkSettings {
+            url: StationUrl::parse("tcp://127.0.0.1:1").unwrap(),
+            request_timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_millis(100),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_millis(100),
+            max_names_per_read: 64,
+            queue_depth: 4,
+            client_name: "test".into(),
+        };
+        let (_task, link) = LinkTask::new(settings);
+        Events::new(limits, link, CancellationToken::new())
+    }
+
+    #[tokio::test]
+    async fn a_stream_full_for_the_stuck_limit_is_closed_and_a_drained_one_is_not() {
+        let events = events(EventsConfig {
+            stream_queue: 2,
+            ..EventsConfig::default()
+        });
+        let stuck = events.open_stream().unwrap();
+        let mut slow = events.open_stream().unwrap();
+        for sink in [&stuck.sink, &slow.sink] {
+            assert_eq!(sink.push("x", "{}"), sse::Push::Queued);
+            assert_eq!(sink.push("x", "{}"), sse::Push::Dropped);
+        }
+        // The slow reader catches up: its queue has room again.
+        slow.receiver.recv().await.unwrap();
+        let now = Instant::now();
+        events.sweep(now);
+        assert_eq!(events.stream_count(), 2);
+        events.sweep(now + STUCK_LIMIT + Duration::from_secs(1));
+        assert_eq!(events.stream_count(), 1);
+        assert!(stuck.sink.is_closed());
+        assert!(!slow.sink.is_closed());
+        assert_eq!(stuck.sink.push("x", "{}"), sse::Push::Closed);
+    }
+
+    #[tokio::test]
+    async fn streams_past_the_limit_are_refused_and_a_dropped_body_frees_its_place() {
+        let events = events(EventsConfig {
+            max_streams: 1,
+            ..EventsConfig::default()
+        });
+        let first = events.open_stream().unwrap();
+        assert_eq!(
+            events.open_stream().err(),
+            Some(EventsError::TooManyStreams(1))
+        );
+        drop(first.into_body(CancellationToken::new()));
+        assert_eq!(events.stream_count(), 0);
+        assert!(events.open_stream().is_ok());
+    }
+
+    #[tokio::test]
+    async fn subscribing_needs_a_known_channel_list_and_a_live_stream() {
+        let events = events(EventsConfig::default());
+        let request = SubscriptionRequest {
+            channels: vec!["A".into()],
+            interval_ms: 100,
+        };
+        assert!(matches!(
+            events.subscribe("nope", &request),
+            Err(EventsError::StationNotReached(_))
+        ));
+        let request = SubscriptionRequest {
+            channels: vec!["A".into()],
+            interval_ms: 99,
+        };
+        assert_eq!(
+            events.subscribe("nope", &request),
+            Err(EventsError::IntervalOutOfRange(99))
+        );
+        let request = SubscriptionRequest {
+            channels: vec![],
+            interval_ms: 100,
+        };
+        assert_eq!(
+            events.subscribe("nope", &request),
+            Err(EventsError::NoChannels)
+        );
+        assert_eq!(
+            events.unsubscribe("nope"),
+            Err(EventsError::NoSuchSubscription("nope".into()))
+        );
+    }
+}

@@ -1,0 +1,806 @@
+//! The event stream and subscriptions against the simulator: hello, values on the interval,
+//! update, delete, expiry, link and configuration events, fan-out through one scheduler,
+//! slow readers, consuming channels, closed streams, limits and shutdown.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use common::*;
+use serde_json::{Value as Json, json};
+use station_gateway::lease::LeaseView;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const IMON1: &str = "0.4.ESH10000662.IMON1";
+const UART01: &str = "0.ESH10000023.UART01";
+const I2C09: &str = "0.ESH10000023.I2C09";
+
+/// One server-sent event.
+#[derive(Debug, Clone)]
+struct Event {
+    id: u64,
+    name: String,
+    data: Json,
+}
+
+/// A reader of `GET api/events`, parsing as the reference client does.
+struct Sse {
+    response: reqwest::Response,
+    buf: Vec<u8>,
+    pings: usize,
+}
+
+impl Sse {
+    async fn open(rig: &Rig) -> Result<Sse> {
+        let response = rig
+            .http
+            .get(rig.url("events"))
+            .header("Accept", "text/event-stream")
+            .send()
+            .await?;
+        if response.status() != 200 {
+            bail!(
+                "GET events: {} {}",
+                response.status(),
+                response.text().await?
+            );
+        }
+        let content_type = response.headers()["content-type"].to_str()?.to_owned();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        Ok(Sse {
+            response,
+            buf: Vec::new(),
+            pings: 0,
+        })
+    }
+
+    /// Opens a stream and reads its hello.
+    async fn open_hello(rig: &Rig) -> Result<(Sse, Json)> {
+        let mut sse = Sse::open(rig).await?;
+        let hello = sse
+            .next(Duration::from_secs(2))
+            .await?
+            .context("the stream ended before hello")?;
+        assert_eq!(hello.name, "hello");
+        assert_eq!(hello.id, 1);
+        Ok((sse, hello.data))
+    }
+
+    /// The next event; `None` when the stream ended; an error after `within` without one.
+    async fn next(&mut self, within: Duration) -> Result<Option<Event>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(block)?;
+                let (mut id, mut name, mut data) = (0, String::from("message"), Vec::new());
+                for line in text.lines() {
+                    if line.starts_with(':') {
+                        continue;
+                    }
+                    let (key, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match key {
+                        "id" => id = value.parse()?,
+                        "event" => name = value.to_owned(),
+                        "data" => data.push(value.to_owned()),
+                        _ => {}
+                    }
+                }
+                if data.is_empty() {
+                    self.pings += 1;
+                    continue;
+                }
+                assert_eq!(data.len(), 1, "one data line per event: {text}");
+                return Ok(Some(Event {
+                    id,
+                    name,
+                    data: serde_json::from_str(&data[0])?,
+                }));
+            }
+            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
+                Err(_) => bail!("no event within {within:?}"),
+                Ok(Err(error)) => return Err(error.into()),
+                Ok(Ok(None)) => return Ok(None),
+                Ok(Ok(Some(chunk))) => self.buf.extend_from_slice(&chunk),
+            }
+        }
+    }
+
+    /// The next event called `name`, skipping others.
+    async fn next_named(&mut self, name: &str, within: Duration) -> Result<Event> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self
+                .next(left)
+                .await
+                .with_context(|| format!("waiting for a {name} event"))?
+            {
+                Some(event) if event.name == name => return Ok(event),
+                Some(_) => {}
+                None => bail!("the stream ended while waiting for a {name} event"),
+            }
+        }
+    }
+}
+
+async fn send(
+    rig: &Rig,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Json>,
+) -> Result<(u16, Json)> {
+    let mut request = rig.http.request(method, rig.url(path));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await.unwrap_or(Json::Null)))
+}
+
+async fn subscribe(rig: &Rig, stream: &str, channels: &[&str], interval_ms: u64) -> Result<String> {
+    let body = json!({ "StreamId": stream, "Channels": channels, "IntervalMs": interval_ms });
+    let (status, answer) = rig.post("subscriptions", body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["expiresInMs"].as_u64().is_some(), "{answer}");
+    Ok(answer["id"].as_str().context("no id")?.to_owned())
+}
+
+fn stream_id(hello: &Json) -> String {
+    hello["streamId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn hello_comes_first_and_capabilities_list_events_and_subscriptions() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (_sse, hello) = Sse::open_hello(&rig).await?;
+    assert_eq!(hello["isConnected"], true);
+    assert_eq!(hello["generation"], rig.gateway.link().info().generation);
+    assert!(hello["apiVersion"].is_string());
+    assert_eq!(stream_id(&hello).len(), 32);
+    let (_other, second) = Sse::open_hello(&rig).await?;
+    assert_ne!(stream_id(&hello), stream_id(&second));
+    let (_, capabilities) = rig.get("capabilities").await;
+    let features = capabilities["features"].as_array().unwrap();
+    assert!(features.contains(&json!("events")) && features.contains(&json!("subscriptions")));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_subscription_delivers_values_and_ages_about_every_interval_then_update_and_delete()
+-> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    let id = subscribe(&rig, &stream_id(&hello), &[VMON1, IMON1], 200).await?;
+    let mut arrivals = Vec::new();
+    let mut last_id = 1;
+    while arrivals.len() < 8 {
+        let event = sse.next_named("values", Duration::from_secs(2)).await?;
+        assert_eq!(event.id, last_id + 1, "no gaps for a reader that keeps up");
+        last_id = event.id;
+        arrivals.push(Instant::now());
+        let data = &event.data;
+        assert_eq!(data["subscription"], id.as_str());
+        assert!(data["errors"].is_null(), "{data}");
+        for name in [VMON1, IMON1] {
+            assert!(data["values"][name].is_string(), "{data}");
+            let age = data["ageMs"][name].as_f64().unwrap();
+            assert!((0.0..250.0).contains(&age), "{data}");
+        }
+    }
+    // The first event goes out at once; the rest about every 200 ms.
+    let span = arrivals[7].duration_since(arrivals[1]);
+    let mean = span / 6;
+    assert!(
+        mean >= Duration::from_millis(150) && mean <= Duration::from_millis(260),
+        "mean spacing {mean:?}"
+    );
+
+    // Update: other channels (lower-case keys bind too), a new interval.
+    let (status, answer) = send(
+        &rig,
+        reqwest::Method::PUT,
+        &format!("subscriptions/{id}"),
+        Some(json!({ "channels": [MON_3V3], "intervalMs": 100 })),
+    )
+    .await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["id"], id.as_str());
+    let mut seen = 0;
+    let started = Instant::now();
+    while seen < 5 {
+        let event = sse.next_named("values", Duration::from_secs(2)).await?;
+        if event.data["values"].get(MON_3V3).is_some() {
+            assert!(event.data["values"].get(VMON1).is_none(), "{}", event.data);
+            seen += 1;
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "5 events at 100 ms took {:?}",
+        started.elapsed()
+    );
+
+    // Delete: 200, then no more values; a second delete and a PUT are 404.
+    let (status, _) = send(
+        &rig,
+        reqwest::Method::DELETE,
+        &format!("subscriptions/{id}"),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 200);
+    let deleted = Instant::now();
+    loop {
+        match sse.next(Duration::from_millis(600)).await {
+            Ok(Some(event)) if event.name == "values" => {
+                assert!(
+                    deleted.elapsed() < Duration::from_millis(150),
+                    "values after delete"
+                );
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => bail!("the stream ended"),
+            Err(_) => break,
+        }
+    }
+    let (status, body) = send(
+        &rig,
+        reqwest::Method::DELETE,
+        &format!("subscriptions/{id}"),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = send(
+        &rig,
+        reqwest::Method::PUT,
+        &format!("subscriptions/{id}"),
+        Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
+    )
+    .await?;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no such subscription"),
+        "{body}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_subscription_not_renewed_ends_and_a_renewed_one_lives_on() -> Result<()> {
+    let rig = rig(|c| c.events.subscription_ttl_ms = 700).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    let stream = stream_id(&hello);
+    let lapsing = subscribe(&rig, &stream, &[VMON1], 100).await?;
+    let renewed = subscribe(&rig, &stream, &[IMON1], 100).await?;
+    let started = Instant::now();
+    let mut last_lapsing = started;
+    let mut last_renewed = started;
+    let mut next_renewal = started + Duration::from_millis(300);
+    while started.elapsed() < Duration::from_millis(2000) {
+        if Instant::now() >= next_renewal {
+            let (status, body) = send(
+                &rig,
+                reqwest::Method::PUT,
+                &format!("subscriptions/{renewed}"),
+                Some(json!({ "Channels": [IMON1], "IntervalMs": 100 })),
+            )
+            .await?;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["expiresInMs"], 700);
+            next_renewal += Duration::from_millis(300);
+        }
+        let event = sse.next_named("values", Duration::from_secs(1)).await?;
+        if event.data["subscription"] == lapsing.as_str() {
+            last_lapsing = Instant::now();
+        } else if event.data["subscription"] == renewed.as_str() {
+            last_renewed = Instant::now();
+        }
+    }
+    let lapsed_after = last_lapsing.duration_since(started);
+    assert!(
+        lapsed_after >= Duration::from_millis(500) && lapsed_after <= Duration::from_millis(900),
+        "the unrenewed subscription's last values came {lapsed_after:?} after it started"
+    );
+    assert!(last_renewed.elapsed() < Duration::from_millis(300));
+    let (status, _) = send(
+        &rig,
+        reqwest::Method::PUT,
+        &format!("subscriptions/{lapsing}"),
+        Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
+    )
+    .await?;
+    assert_eq!(status, 404);
+    Ok(())
+}
+
+#[tokio::test]
+async fn requests_out_of_bounds_get_clear_4xx_answers() -> Result<()> {
+    let rig = rig(|c| {
+        c.events.max_streams = 2;
+        c.events.max_subscriptions_per_stream = 2;
+        c.events.max_channels_per_subscription = 3;
+    })
+    .await;
+    let (_sse, hello) = Sse::open_hello(&rig).await?;
+    let stream = stream_id(&hello);
+    let post = |body: Json| rig.post("subscriptions", body);
+
+    for interval in [0, 99, 60_001] {
+        let (status, body) =
+            post(json!({ "StreamId": stream, "Channels": [VMON1], "IntervalMs": interval })).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("IntervalMs must be 100 to 60000"),
+            "{body}"
+        );
+    }
+    let (status, body) = post(
+        json!({ "StreamId": stream, "Channels": [VMON1, "No.Such.Channel"], "IntervalMs": 100 }),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("No.Such.Channel"),
+        "{body}"
+    );
+    let (status, body) =
+        post(json!({ "StreamId": "nope", "Channels": [VMON1], "IntervalMs": 100 })).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no such event stream"),
+        "{body}"
+    );
+    let (status, body) =
+        post(json!({ "StreamId": stream, "Channels": [], "IntervalMs": 100 })).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) =
+        post(json!({ "StreamId": stream, "Channels": "x", "IntervalMs": 100 })).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post(json!({ "StreamId": stream, "Channels": [VMON1] })).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("IntervalMs"),
+        "{body}"
+    );
+    let (status, body) =
+        post(json!({ "StreamId": stream, "Channels": [VMON1, IMON1, MON_3V3, VSET1], "IntervalMs": 100 })).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("at most 3 channels"),
+        "{body}"
+    );
+    let response = rig
+        .http
+        .post(rig.url("subscriptions"))
+        .body("{not json")
+        .send()
+        .await?;
+    assert_eq!(response.status(), 400);
+
+    subscribe(&rig, &stream, &[VMON1], 100).await?;
+    subscribe(&rig, &stream, &[VMON1], 1000).await?;
+    let (status, body) =
+        post(json!({ "streamid": stream, "channels": [VMON1], "intervalms": 100 })).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("already has 2 subscriptions"),
+        "{body}"
+    );
+
+    let _second = Sse::open(&rig).await?;
+    let response = rig.http.get(rig.url("events")).send().await?;
+    assert_eq!(response.status(), 429);
+    let body: Json = response.json().await?;
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("events.max_streams"),
+        "{body}"
+    );
+
+    let (status, _) = send(&rig, reqwest::Method::GET, "subscriptions/abc", None).await?;
+    assert_eq!(status, 405);
+    Ok(())
+}
+
+#[tokio::test]
+async fn consuming_channels_are_never_read_and_always_named_in_errors() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    subscribe(&rig, &stream_id(&hello), &[UART01, I2C09, VMON1], 100).await?;
+    for _ in 0..5 {
+        let data = sse.next_named("values", Duration::from_secs(2)).await?.data;
+        assert!(data["values"][VMON1].is_string(), "{data}");
+        for name in [UART01, I2C09] {
+            assert!(data["values"].get(name).is_none(), "{data}");
+            let why = data["errors"][name].as_str().unwrap();
+            assert!(
+                why.contains("consumes data") && why.contains(name),
+                "{data}"
+            );
+        }
+    }
+    assert_eq!(rig.sim.reads_of(UART01), 0);
+    assert_eq!(rig.sim.reads_of(I2C09), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_read_leaves_the_channel_out_and_names_it_in_errors() -> Result<()> {
+    let rig = rig(|c| c.station.request_timeout_ms = 300).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
+    sse.next_named("values", Duration::from_secs(2)).await?;
+    rig.sim.set_stall(true);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let data = sse.next_named("values", Duration::from_secs(2)).await?.data;
+        if data["errors"].is_object() {
+            assert!(data["values"].get(VMON1).is_none(), "{data}");
+            assert!(data["errors"][VMON1].is_string(), "{data}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no errors while the station stalls"
+        );
+    }
+    rig.sim.set_stall(false);
+    Ok(())
+}
+
+#[tokio::test]
+async fn connection_events_follow_a_drop_and_the_reconnect_with_the_next_generation() -> Result<()>
+{
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    let generation = hello["generation"].as_u64().unwrap();
+    rig.sim.drop_connections();
+    let down = sse
+        .next_named("connection", Duration::from_secs(3))
+        .await?
+        .data;
+    assert_eq!(down["isConnected"], false, "{down}");
+    assert!(down["lastError"].is_string(), "{down}");
+    let up = sse
+        .next_named("connection", Duration::from_secs(5))
+        .await?
+        .data;
+    assert_eq!(up["isConnected"], true, "{up}");
+    assert_eq!(up["generation"].as_u64(), Some(generation + 1), "{up}");
+    assert!(up["lastError"].is_null(), "{up}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_configuration_event_follows_a_change_of_the_channel_list() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    assert!(rig.sim.remove_channel(MON_3V3));
+    let event = sse
+        .next_named("configuration", Duration::from_secs(3))
+        .await?
+        .data;
+    assert_eq!(event["changeType"], "Removed", "{event}");
+    assert_eq!(event["generation"], hello["generation"], "{event}");
+    // The removed channel can no longer be subscribed to.
+    let (status, body) = rig
+        .post(
+            "subscriptions",
+            json!({ "StreamId": stream_id(&hello), "Channels": [MON_3V3], "IntervalMs": 100 }),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn lease_changes_are_relayed_to_every_stream() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut first, _) = Sse::open_hello(&rig).await?;
+    let (mut second, _) = Sse::open_hello(&rig).await?;
+    let view = LeaseView {
+        held: true,
+        owner: Some("TAT 3".into()),
+        expires_in_ms: 30_000,
+        since: None,
+    };
+    rig.gateway.gateway.lease_events.send(view)?;
+    for sse in [&mut first, &mut second] {
+        let event = sse.next_named("lease", Duration::from_secs(2)).await?;
+        assert_eq!(event.id, 2);
+        assert_eq!(
+            event.data,
+            json!({ "held": true, "owner": "TAT 3", "expiresInMs": 30000, "since": null })
+        );
+    }
+    Ok(())
+}
+
+/// 200 streams on the same 10 channels at 100 ms: the station sees about 10 reads per channel
+/// per second, not 2 000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_streams_on_the_same_channels_share_one_read_per_interval() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (_, names) = rig.get("resources/names").await;
+    let channels: Vec<String> = names
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .filter(|name| {
+            ["VMON", "IMON", "VSET", "ISET"]
+                .iter()
+                .any(|kind| name.contains(kind))
+        })
+        .take(10)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(channels.len(), 10, "{names}");
+    let channel_refs: Vec<&str> = channels.iter().map(String::as_str).collect();
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let (mut sse, hello) = Sse::open_hello(&rig).await?;
+        subscribe(&rig, &stream_id(&hello), &channel_refs, 100).await?;
+        readers.spawn(async move {
+            let mut values = Vec::new();
+            let mut last_id = 1;
+            let mut gaps = 0;
+            while let Ok(Some(event)) = sse.next(Duration::from_secs(2)).await {
+                if event.id != last_id + 1 {
+                    gaps += 1;
+                }
+                last_id = event.id;
+                if event.name == "values" {
+                    values.push((Instant::now(), event.data["errors"].is_null()));
+                }
+            }
+            (values, gaps)
+        });
+    }
+    let reads_before: Vec<u64> = channels.iter().map(|name| rig.sim.reads_of(name)).collect();
+    let frames_before = rig.sim.read_frames();
+    let window_start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let seconds = window_start.elapsed().as_secs_f64();
+    let reads_after: Vec<u64> = channels.iter().map(|name| rig.sim.reads_of(name)).collect();
+    let frames = rig.sim.read_frames() - frames_before;
+    let window_end = Instant::now();
+    for ((name, before), after) in channels.iter().zip(&reads_before).zip(&reads_after) {
+        let per_second = (after - before) as f64 / seconds;
+        eprintln!("{name}: {per_second:.1} reads/s");
+        assert!(per_second <= 15.0, "{name}: {per_second:.1} reads/s");
+        assert!(per_second >= 5.0, "{name}: only {per_second:.1} reads/s");
+    }
+    assert!(
+        (frames as f64 / seconds) <= 20.0,
+        "{frames} READ frames in {seconds:.1} s"
+    );
+    let stop = Instant::now();
+    rig.gateway.stop().await;
+    assert!(
+        stop.elapsed() < Duration::from_secs(2),
+        "shutdown waited {:?} for 200 streams",
+        stop.elapsed()
+    );
+    let mut delivered = 0;
+    while let Some(result) = readers.join_next().await {
+        let (values, gaps) = result?;
+        assert_eq!(gaps, 0, "a reader that keeps up sees no gaps");
+        let in_window = values
+            .iter()
+            .filter(|(at, _)| *at >= window_start && *at <= window_end)
+            .count();
+        assert!(
+            in_window as f64 >= seconds * 7.0,
+            "a stream got {in_window} values events in {seconds:.1} s"
+        );
+        assert!(values.iter().all(|(_, clean)| *clean));
+        delivered += in_window;
+    }
+    assert!(delivered as f64 >= 200.0 * seconds * 7.0);
+    Ok(())
+}
+
+/// A reader that stops reading (a tiny receive window, never read) has its events dropped
+/// at the gateway, without slowing the scheduler or anyone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_reader_stops_reading_does_not_delay_the_others() -> Result<()> {
+    let rig = rig(|c| {
+        c.events.stream_queue = 8;
+        c.events.max_channels_per_subscription = 1000;
+    })
+    .await;
+    let (_, names) = rig.get("resources/names").await;
+    let all: Vec<String> = names
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .map(str::to_owned)
+        .collect();
+
+    // The stuck reader: a raw socket with a small receive buffer, read only for its hello.
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_recv_buffer_size(4096)?;
+    let mut stuck = socket.connect(rig.gateway.http_addr).await?;
+    stuck
+        .write_all(
+            b"GET /api/events HTTP/1.1\r\nHost: gateway\r\nAccept: text/event-stream\r\n\r\n",
+        )
+        .await?;
+    let mut head = vec![0u8; 4096];
+    let mut got = 0;
+    let stuck_id = loop {
+        got += stuck.read(&mut head[got..]).await?;
+        let text = String::from_utf8_lossy(&head[..got]).to_string();
+        if let Some(at) = text.find("\"streamId\":\"") {
+            if let Some(id) = text[at + 12..]
+                .split('"')
+                .next()
+                .filter(|id| id.len() == 32)
+            {
+                break id.to_owned();
+            }
+        }
+        if got == head.len() {
+            bail!("no hello: {text}");
+        }
+    };
+    let all_refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    for _ in 0..10 {
+        subscribe(&rig, &stuck_id, &all_refs, 100).await?;
+    }
+
+    let (mut healthy, hello) = Sse::open_hello(&rig).await?;
+    subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
+    let started = Instant::now();
+    let mut last = Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut count = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        healthy.next_named("values", Duration::from_secs(1)).await?;
+        longest = longest.max(last.elapsed());
+        last = Instant::now();
+        count += 1;
+    }
+    assert!(count >= 30, "only {count} values events in 4 s");
+    assert!(
+        longest < Duration::from_millis(400),
+        "the healthy stream waited {longest:?} for an event"
+    );
+
+    // The stuck stream fell behind: the gateway dropped its events (an id gap when read).
+    let subscriptions = rig.gateway.gateway.events.subscription_count();
+    assert_eq!(
+        subscriptions, 11,
+        "the stuck stream is not closed before the stuck limit"
+    );
+    let mut buffer = Vec::new();
+    let mut chunk = vec![0u8; 65536];
+    let mut ids = Vec::new();
+    let read_until = Instant::now() + Duration::from_secs(10);
+    let gap = loop {
+        let n = tokio::time::timeout(Duration::from_secs(2), stuck.read(&mut chunk)).await??;
+        if n == 0 {
+            bail!("the stuck stream ended");
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buffer);
+        ids.clear();
+        ids.extend(
+            text.lines()
+                .filter_map(|line| line.strip_prefix("id: "))
+                .filter_map(|id| id.parse::<u64>().ok()),
+        );
+        if let Some(pair) = ids.windows(2).find(|pair| pair[1] != pair[0] + 1) {
+            break (pair[0], pair[1]);
+        }
+        if Instant::now() > read_until {
+            bail!("no id gap in {} events", ids.len());
+        }
+    };
+    assert!(gap.1 > gap.0 + 1, "{gap:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_closed_stream_ends_its_subscriptions_at_once() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    let id = subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
+    sse.next_named("values", Duration::from_secs(2)).await?;
+    assert_eq!(rig.gateway.gateway.events.stream_count(), 1);
+    drop(sse);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let (status, _) = send(
+            &rig,
+            reqwest::Method::PUT,
+            &format!("subscriptions/{id}"),
+            Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
+        )
+        .await?;
+        if status == 404 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the subscription outlived its stream"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rig.gateway.gateway.events.stream_count(), 0);
+    assert_eq!(rig.gateway.gateway.events.subscription_count(), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_idle_stream_gets_a_ping_comment_within_ten_seconds() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, _) = Sse::open_hello(&rig).await?;
+    let started = Instant::now();
+    while sse.pings == 0 {
+        if let Ok(Some(event)) = sse.next(Duration::from_millis(200)).await {
+            bail!("unexpected event {event:?}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no ping in 10 s"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_streams_promptly() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
+    let (mut idle, _) = Sse::open_hello(&rig).await?;
+    sse.next_named("values", Duration::from_secs(2)).await?;
+    let Rig { gateway, .. } = rig;
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), gateway.stop())
+        .await
+        .context("stop waited for the streams")?;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "stop took {:?}",
+        started.elapsed()
+    );
+    for stream in [&mut sse, &mut idle] {
+        loop {
+            match stream.next(Duration::from_secs(1)).await {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(error) => bail!("the stream did not end cleanly: {error:#}"),
+            }
+        }
+    }
+    Ok(())
+}
