@@ -1,0 +1,171 @@
+//! The gateway as a child process: spawned from its release binary, its bound addresses read
+//! from its log on stderr, its CPU time and memory read from `/proc/PID`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+/// A running `station-gateway` child.
+pub struct GatewayProcess {
+    child: Child,
+    pub pid: u32,
+    pub http_addr: SocketAddr,
+    pub legacy_addr: Option<SocketAddr>,
+    /// When the process was spawned.
+    pub spawned: Instant,
+}
+
+impl GatewayProcess {
+    /// Spawns `binary --station URL --http 127.0.0.1:0 --legacy 127.0.0.1:0` and waits (up to
+    /// 20 s) until it logged the HTTP address it bound.
+    pub async fn spawn(binary: &Path, station_url: &str) -> anyhow::Result<GatewayProcess> {
+        let spawned = Instant::now();
+        let mut child = Command::new(binary)
+            .args(["--station", station_url])
+            .args(["--http", "127.0.0.1:0", "--legacy", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let pid = child.id().context("the gateway exited at once")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let (found_tx, found_rx) = oneshot::channel();
+        // Reads the log to its end so the child never blocks on a full pipe.
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut found_tx = Some(found_tx);
+            let mut legacy = None;
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addr) = addr_after(&line, "legacy byte-protocol listener on ") {
+                    legacy = Some(addr);
+                }
+                if let Some(addr) = addr_after(&line, "HTTP listening on http://")
+                    && let Some(tx) = found_tx.take()
+                {
+                    // The legacy line follows the HTTP line; give it a moment.
+                    let legacy_line =
+                        tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await;
+                    if let Ok(Ok(Some(next))) = legacy_line
+                        && let Some(addr) = addr_after(&next, "legacy byte-protocol listener on ")
+                    {
+                        legacy = Some(addr);
+                    }
+                    let _ = tx.send((addr, legacy));
+                }
+                if std::env::var_os("STATION_BENCH_GATEWAY_LOG").is_some() {
+                    eprintln!("[gateway] {line}");
+                }
+            }
+        });
+        let (http_addr, legacy_addr) = tokio::time::timeout(Duration::from_secs(20), found_rx)
+            .await
+            .context("the gateway did not log its HTTP address within 20 s")?
+            .context("the gateway exited before it logged its HTTP address")?;
+        Ok(GatewayProcess {
+            child,
+            pid,
+            http_addr,
+            legacy_addr,
+            spawned,
+        })
+    }
+
+    /// CPU time (user + system) the process has used so far.
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        cpu_time_of(self.pid)
+    }
+
+    /// Resident memory now, in bytes.
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        rss_of(self.pid)
+    }
+
+    /// Stops the gateway: SIGTERM, then a kill after 5 s.
+    pub async fn stop(mut self) {
+        // SAFETY: kill(2) with a pid we spawned and still own as a child (not yet reaped).
+        unsafe {
+            libc::kill(self.pid as libc::pid_t, libc::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// The socket address that follows `marker` on a log line.
+fn addr_after(line: &str, marker: &str) -> Option<SocketAddr> {
+    let rest = &line[line.find(marker)? + marker.len()..];
+    let end = rest
+        .find(|c: char| c.is_whitespace() || c == '"')
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// utime + stime of a process, from `/proc/PID/stat`.
+pub fn cpu_time_of(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces; fields are counted after its closing parenthesis.
+    let after = &stat[stat.rfind(')').context("odd /proc stat")? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the name: state is field 3 of stat(5), so utime (14) and stime (15) are 11 and 12 here.
+    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_nanos(
+        (utime + stime) * 1_000_000_000 / ticks,
+    ))
+}
+
+/// VmRSS of a process, from `/proc/PID/status`, in bytes.
+pub fn rss_of(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    for line in status.lines() {
+        if let Some(rest) = line.strip_prefix("VmRSS:") {
+            let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse()?;
+            return Ok(kb * 1024);
+        }
+    }
+    bail!("no VmRSS in /proc/{pid}/status")
+}
+
+/// The release `station-gateway` binary: `--gateway PATH`, or built next to this binary (with
+/// `cargo build --release -p station-gateway` first when run through cargo).
+pub fn locate_binary(explicit: Option<PathBuf>, build: bool) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        return Ok(path);
+    }
+    if build && let Some(cargo) = std::env::var_os("CARGO") {
+        eprintln!("building the release gateway: cargo build --release -p station-gateway");
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "-p", "station-gateway", "--bin"])
+            .arg("station-gateway")
+            .status()
+            .context("cannot run cargo")?;
+        if !status.success() {
+            bail!("cargo build --release -p station-gateway failed");
+        }
+    }
+    let me = std::env::current_exe()?;
+    let dir = me.parent().context("no directory")?;
+    let path = dir.join("station-gateway");
+    if !path.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p station-gateway` or pass --gateway PATH",
+            path.display()
+        );
+    }
+    Ok(path)
+}

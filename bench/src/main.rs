@@ -1,0 +1,270 @@
+//! `station-bench`: starts the simulator in-process and the release gateway as a child process,
+//! runs the scenarios of issue 8 each beside a baseline measured in the same run, prints a
+//! markdown table and writes it into `BENCHMARKS.md`.
+//!
+//! `cargo run --release -p station-bench -- --all`
+
+mod child;
+mod http;
+mod load;
+mod report;
+mod scenarios;
+mod workers;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use station_simulator::{Profile, Simulator};
+
+use crate::child::GatewayProcess;
+use crate::load::Bounds;
+use crate::report::Row;
+use crate::scenarios::Bench;
+
+/// Every scenario, in the order they run.
+const SCENARIOS: [&str; 10] = [
+    "idle",
+    "cached",
+    "forced",
+    "batch",
+    "set",
+    "sets",
+    "coalescing",
+    "legacy",
+    "fanout",
+    "serial",
+];
+
+#[derive(Parser, Debug)]
+#[command(about = "Station Gateway benchmarks: each scenario beside its baseline, on loopback")]
+struct Args {
+    /// Run every scenario and write the results into BENCHMARKS.md.
+    #[arg(long)]
+    all: bool,
+    /// Run one scenario (repeatable): idle, cached, forced, batch, set, sets, coalescing,
+    /// legacy, fanout, serial.
+    #[arg(long = "scenario", value_name = "NAME")]
+    scenarios: Vec<String>,
+    /// Measuring time of each throughput run (a warm-up of a fifth of it comes first).
+    #[arg(long, default_value_t = 5)]
+    duration_secs: u64,
+    /// Most requests one worker sends in a measured run.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_requests_per_worker: u64,
+    /// Event streams in the fan-out scenario.
+    #[arg(long, default_value_t = 1000)]
+    streams: usize,
+    /// How long the fan-out is measured.
+    #[arg(long, default_value_t = 10)]
+    fanout_secs: u64,
+    /// The station-gateway binary (default: the release build next to this binary, built
+    /// first when run through cargo).
+    #[arg(long)]
+    gateway: Option<PathBuf>,
+    /// Where to write the results (with --all, or when given).
+    #[arg(long)]
+    write: Option<PathBuf>,
+    /// Print only; do not write BENCHMARKS.md even with --all.
+    #[arg(long)]
+    no_write: bool,
+    /// A note to put beside the results (e.g. what else was running).
+    #[arg(long)]
+    note: Vec<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let selected: Vec<String> = if args.all || args.scenarios.is_empty() {
+        SCENARIOS.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        for name in &args.scenarios {
+            if !SCENARIOS.contains(&name.as_str()) {
+                bail!("no scenario {name:?}; there are {}", SCENARIOS.join(", "));
+            }
+        }
+        args.scenarios.clone()
+    };
+    let wants = |name: &str| selected.iter().any(|s| s == name);
+    raise_file_limit();
+    let command = std::env::args().skip(1).fold(
+        "cargo run --release -p station-bench --".to_owned(),
+        |acc, a| format!("{acc} {a}"),
+    );
+    let load_at_start = report::load_average();
+    let started_at = report::now_utc();
+
+    let binary = child::locate_binary(args.gateway.clone(), true)?;
+    let load_after_build = report::load_average();
+    eprintln!("gateway binary: {}", binary.display());
+
+    let simulator = Simulator::start(
+        Profile::default_station(),
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .context("cannot start the simulator")?;
+    let names: Vec<String> = simulator
+        .profile()
+        .channels
+        .iter()
+        .filter(|ch| ch.descriptor.readable && !ch.descriptor.consuming && ch.latency.is_zero())
+        .map(|ch| ch.descriptor.name.clone())
+        .collect();
+    if names.len() < 10 {
+        bail!(
+            "the station profile has only {} plain readable channels",
+            names.len()
+        );
+    }
+    let bounds = Bounds {
+        warmup: Duration::from_secs(args.duration_secs).div_f64(5.0),
+        duration: Duration::from_secs(args.duration_secs),
+        max_per_worker: args.max_requests_per_worker,
+    };
+
+    let mut rows: Vec<Row> = Vec::new();
+    let needs_tcp_gateway = selected.iter().any(|s| s != "serial");
+    if needs_tcp_gateway {
+        let url = format!("tcp://{}", simulator.local_addr());
+        let gateway = GatewayProcess::spawn(&binary, &url).await?;
+        eprintln!(
+            "gateway pid {} on http://{} (legacy {:?})",
+            gateway.pid, gateway.http_addr, gateway.legacy_addr
+        );
+        let bench = Bench {
+            simulator: simulator.clone(),
+            gateway,
+            bounds,
+            names: names.clone(),
+            fanout_streams: args.streams,
+            fanout_window: Duration::from_secs(args.fanout_secs),
+        };
+        let first_answer = bench.wait_until_serving(Duration::from_secs(20)).await?;
+        if wants("idle") {
+            step(&mut rows, "idle", async {
+                Ok(bench.idle(first_answer).await)
+            })
+            .await;
+        }
+        if wants("cached") {
+            step(&mut rows, "cached", bench.cached()).await;
+        }
+        if wants("forced") {
+            step(&mut rows, "forced", bench.forced()).await;
+        }
+        if wants("batch") {
+            step(&mut rows, "batch", bench.batch()).await;
+        }
+        if wants("set") {
+            step(&mut rows, "set", bench.set_one()).await;
+        }
+        if wants("sets") {
+            step(&mut rows, "sets", bench.set_many()).await;
+        }
+        if wants("coalescing") {
+            step(&mut rows, "coalescing", bench.coalescing()).await;
+        }
+        if wants("legacy") {
+            step(&mut rows, "legacy", async { Ok(bench.legacy().await) }).await;
+        }
+        if wants("fanout") {
+            step(&mut rows, "fanout", async { Ok(bench.fanout().await) }).await;
+        }
+        bench.gateway.stop().await;
+    }
+    if wants("serial") {
+        step(&mut rows, "serial", async {
+            Ok(scenarios::serial(&simulator, &binary, &names[0], bounds).await)
+        })
+        .await;
+    }
+    simulator.shutdown();
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+
+    let table = report::table(&rows);
+    println!("{table}");
+
+    let target = match (&args.write, args.all && !args.no_write) {
+        (Some(path), _) => Some(path.clone()),
+        (None, true) => Some(workspace_root().join("BENCHMARKS.md")),
+        (None, false) => None,
+    };
+    if let Some(path) = target {
+        let mut notes = args.note.clone();
+        let busy = load_at_start.max(load_after_build);
+        if busy > 0.5 {
+            notes.push(format!(
+                "the machine was not idle: 1-minute load average {load_at_start:.2} at the start and {load_after_build:.2} after the build (other engineers' builds and tests were running); treat throughput as a lower bound"
+            ));
+        }
+        let mut section = format!(
+            "## Results\n\n- Date: {started_at}\n- Machine: {}\n- Command: `{command}`\n- Each throughput run: {} s measured after {:.1} s of warm-up; fan-out measured over {} s\n",
+            report::machine(),
+            args.duration_secs,
+            bounds.warmup.as_secs_f64(),
+            args.fanout_secs
+        );
+        for note in notes {
+            section.push_str(&format!("- Note: {note}\n"));
+        }
+        section.push('\n');
+        section.push_str(&table);
+        report::write_results(&path, &section)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs one scenario; a failure becomes a "not measurable" row rather than ending the run.
+async fn step(
+    rows: &mut Vec<Row>,
+    name: &str,
+    scenario: impl std::future::Future<Output = anyhow::Result<Row>>,
+) {
+    eprintln!("scenario {name} ...");
+    let row = match scenario.await {
+        Ok(row) => row,
+        Err(why) => Row::not_measurable("?", name, format!("{why:#}")),
+    };
+    eprintln!(
+        "  {} | {} | {} | {}",
+        row.gateway, row.baseline, row.ratio, row.target
+    );
+    for note in &row.notes {
+        eprintln!("  note: {note}");
+    }
+    rows.push(row);
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// 1 000 event streams need more descriptors than a default soft limit may allow; the child
+/// gateway inherits the raised limit.
+fn raise_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

@@ -1,0 +1,831 @@
+//! The eight scenarios of issue 8, each measured through the gateway and beside its baseline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::{Method, StatusCode};
+use serde_json::json;
+use station_protocol::{Request, Response, StationCodec, Value};
+use station_simulator::{SimulatorHandle, StationClient};
+use tokio::net::TcpStream;
+use tokio_util::codec::Encoder;
+use tokio_util::sync::CancellationToken;
+
+use crate::child::GatewayProcess;
+use crate::http::{HttpConnection, start_trivial_server};
+use crate::load::{Bounds, Measured, drive, new_histogram};
+use crate::report::{Row, Verdict, megabytes, micros, rate_cell, thousands};
+use crate::workers::{DirectReadWorker, DirectWriteWorker, RestWorker};
+
+const VALUES_GET: &str = "/api/resources/values/get";
+const VALUE_GET: &str = "/api/resources/value/get";
+const VALUE_SET: &str = "/api/resources/value/set";
+const VALUES_SET: &str = "/api/resources/values/set";
+
+/// What every scenario needs.
+pub struct Bench {
+    pub simulator: SimulatorHandle,
+    pub gateway: GatewayProcess,
+    pub bounds: Bounds,
+    /// Channels that are readable, have no read side effects and no extra latency.
+    pub names: Vec<String>,
+    pub fanout_streams: usize,
+    pub fanout_window: Duration,
+}
+
+fn body(value: serde_json::Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(&value).expect("JSON"))
+}
+
+fn ratio(numerator: f64, denominator: f64) -> f64 {
+    if denominator == 0.0 {
+        f64::NAN
+    } else {
+        numerator / denominator
+    }
+}
+
+/// Gateway CPU used over a span, as a percentage of one core.
+struct CpuSpan {
+    pid: u32,
+    cpu: Duration,
+    at: Instant,
+}
+
+impl CpuSpan {
+    fn start(gateway: &GatewayProcess) -> CpuSpan {
+        CpuSpan {
+            pid: gateway.pid,
+            cpu: gateway.cpu_time().unwrap_or_default(),
+            at: Instant::now(),
+        }
+    }
+
+    fn percent(&self) -> f64 {
+        let cpu = crate::child::cpu_time_of(self.pid).unwrap_or_default();
+        let wall = self.at.elapsed().as_secs_f64();
+        100.0 * (cpu.saturating_sub(self.cpu)).as_secs_f64() / wall.max(1e-9)
+    }
+}
+
+async fn rest_workers(
+    gateway: &GatewayProcess,
+    count: usize,
+    path: &'static str,
+    body_of: impl Fn(usize) -> Bytes,
+) -> anyhow::Result<Vec<RestWorker>> {
+    let mut workers = Vec::with_capacity(count);
+    for i in 0..count {
+        workers.push(RestWorker {
+            connection: HttpConnection::open(gateway.http_addr).await?,
+            path,
+            body: body_of(i),
+        });
+    }
+    Ok(workers)
+}
+
+async fn direct_clients(
+    addr: std::net::SocketAddr,
+    count: usize,
+) -> anyhow::Result<Vec<StationClient<TcpStream>>> {
+    let mut clients = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut client = StationClient::connect(addr).await?;
+        client.set_timeout(Duration::from_secs(2));
+        client.hello("station-bench").await?;
+        clients.push(client);
+    }
+    Ok(clients)
+}
+
+impl Bench {
+    /// Waits until a forced read through the gateway answers 200; returns when it did.
+    pub async fn wait_until_serving(&self, limit: Duration) -> anyhow::Result<Instant> {
+        wait_until_serving(&self.gateway, &self.names[0], limit).await
+    }
+
+    /// 8. Idle memory, and the time from spawn to the first answered forced read.
+    pub async fn idle(&self, first_answer: Instant) -> Row {
+        let mut row = Row::new("8", "Idle memory; start-up to first answered request");
+        let startup = first_answer.duration_since(self.gateway.spawned);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss = self.gateway.rss_bytes().unwrap_or(0);
+        row.gateway = format!(
+            "RSS {} idle · start-up {}",
+            megabytes(rss),
+            micros(startup.as_secs_f64() * 1e6)
+        );
+        row.baseline = "target".to_owned();
+        row.ratio = format!("{:.2} × 20 MB", rss as f64 / 20e6);
+        row.target = "idle RSS ≤ 20 MB".to_owned();
+        row.verdict = Verdict::from_bool(rss <= 20_000_000);
+        row.notes.push(
+            "start-up: spawn of the release binary → first 200 to a forced value/get \
+             (process start, config, bind, station connect with HELLO/SYSTEM/LIST, first read)"
+                .to_owned(),
+        );
+        row
+    }
+
+    /// 1. Cached read over 64 keep-alive connections, against a trivial hyper server.
+    pub async fn cached(&self) -> anyhow::Result<Row> {
+        let mut row = Row::new(
+            "1",
+            "Cached read (values/get, 1 name, MaxAgeMs 600000), 64 conns",
+        );
+        let request = body(json!({ "Names": [self.names[0]], "MaxAgeMs": 600_000 }));
+        // Prime the cache, and take the exact answer for the trivial server to send.
+        let mut probe = HttpConnection::open(self.gateway.http_addr).await?;
+        let answer = probe.post(VALUES_GET, &request).await?;
+        drop(probe);
+
+        let stop = CancellationToken::new();
+        let trivial_addr = start_trivial_server(answer.clone(), stop.clone()).await?;
+        let mut baseline_workers = Vec::new();
+        for _ in 0..64 {
+            baseline_workers.push(RestWorker {
+                connection: HttpConnection::open(trivial_addr).await?,
+                path: VALUES_GET,
+                body: request.clone(),
+            });
+        }
+        let baseline = drive(baseline_workers, self.bounds).await;
+        stop.cancel();
+
+        let workers = rest_workers(&self.gateway, 64, VALUES_GET, |_| request.clone()).await?;
+        let cpu = CpuSpan::start(&self.gateway);
+        let measured = drive(workers, self.bounds).await;
+        let cpu = cpu.percent();
+
+        let r = ratio(measured.throughput(), baseline.throughput());
+        row.gateway = rate_cell(&measured);
+        row.baseline = format!("trivial hyper server: {}", rate_cell(&baseline));
+        row.ratio = format!("{r:.2}× throughput");
+        row.target = "≥ 0.5× trivial hyper".to_owned();
+        row.verdict = Verdict::from_bool(r >= 0.5 && measured.errors == 0);
+        row.notes.push(format!(
+            "gateway CPU {cpu:.0} % of one core; answer {} bytes; both servers share the 2 cores with the load generator",
+            answer.len()
+        ));
+        error_notes(&mut row, &measured, &baseline);
+        Ok(row)
+    }
+
+    /// 2. Forced reads through the gateway against the same reads straight to the simulator.
+    pub async fn forced(&self) -> anyhow::Result<Row> {
+        const CONNS: usize = 8;
+        let mut row = Row::new("2", "Forced read (value/get), 8 conns");
+        let names: Vec<String> = (0..CONNS)
+            .map(|i| self.names[i % self.names.len()].clone())
+            .collect();
+
+        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let baseline_workers = clients
+            .into_iter()
+            .zip(&names)
+            .map(|(client, name)| DirectReadWorker {
+                client,
+                names: vec![name.clone()],
+            })
+            .collect();
+        let baseline = drive(baseline_workers, self.bounds).await;
+
+        let workers = rest_workers(&self.gateway, CONNS, VALUE_GET, |i| {
+            body(json!({ "Name": names[i] }))
+        })
+        .await?;
+        let frames_before = self.simulator.read_frames();
+        let cpu = CpuSpan::start(&self.gateway);
+        let measured = drive(workers, self.bounds).await;
+        let cpu = cpu.percent();
+        let frames = self.simulator.read_frames() - frames_before;
+
+        let overhead = measured.p50_us() - baseline.p50_us();
+        let r = ratio(measured.throughput(), baseline.throughput());
+        row.gateway = rate_cell(&measured);
+        row.baseline = format!("direct byte protocol, 8 conns: {}", rate_cell(&baseline));
+        row.ratio = format!("{r:.2}× throughput; p50 +{}", micros(overhead));
+        row.target = "p50 overhead ≤ 50 µs; ≥ 0.8× direct".to_owned();
+        row.verdict = Verdict::from_bool(overhead <= 50.0 && r >= 0.8 && measured.errors == 0);
+        row.notes.push(format!(
+            "gateway CPU {cpu:.0} % of one core; {} READ frames reached the simulator for the gateway's requests (incl. warm-up), {:.2} requests per frame in the measured window",
+            frames,
+            measured.requests as f64 / frames.max(1) as f64
+        ));
+        error_notes(&mut row, &measured, &baseline);
+        Ok(row)
+    }
+
+    /// 3a. A forced read of 50 names in one values/get, against one READ of the same names.
+    pub async fn batch(&self) -> anyhow::Result<Row> {
+        const CONNS: usize = 8;
+        let names: Vec<String> = (0..50)
+            .map(|i| self.names[i % self.names.len()].clone())
+            .collect();
+        let distinct = self.names.len().min(50);
+        let mut row = Row::new(
+            "3a",
+            "Batched forced read, 50 names (values/get, no MaxAgeMs), 8 conns",
+        );
+        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let baseline_workers = clients
+            .into_iter()
+            .map(|client| DirectReadWorker {
+                client,
+                names: names.clone(),
+            })
+            .collect();
+        let baseline = drive(baseline_workers, self.bounds).await;
+        let request = body(json!({ "Names": names }));
+        let workers = rest_workers(&self.gateway, CONNS, VALUES_GET, |_| request.clone()).await?;
+        let cpu = CpuSpan::start(&self.gateway);
+        let measured = drive(workers, self.bounds).await;
+        let cpu = cpu.percent();
+        fill_rate_row(
+            &mut row,
+            &measured,
+            &baseline,
+            "direct READ of the 50 names, 8 conns",
+        );
+        row.notes.push(format!(
+            "gateway CPU {cpu:.0} % of one core; {distinct} distinct names (the station has {} side-effect-free channels; the rest repeat)",
+            self.names.len()
+        ));
+        Ok(row)
+    }
+
+    /// 3b. value/set of VSET1, against a WRITE of it.
+    pub async fn set_one(&self) -> anyhow::Result<Row> {
+        const CONNS: usize = 8;
+        let mut row = Row::new("3b", "value/set VSET1, 8 conns");
+        let name = "0.4.ESH10000662.VSET1";
+        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let baseline_workers = clients
+            .into_iter()
+            .map(|client| DirectWriteWorker {
+                client,
+                items: vec![(name.to_owned(), Value::Float(100.0))],
+            })
+            .collect();
+        let baseline = drive(baseline_workers, self.bounds).await;
+        let request = body(json!({ "Name": name, "Value": "100" }));
+        let workers = rest_workers(&self.gateway, CONNS, VALUE_SET, |_| request.clone()).await?;
+        let measured = drive(workers, self.bounds).await;
+        fill_rate_row(&mut row, &measured, &baseline, "direct WRITE, 8 conns");
+        Ok(row)
+    }
+
+    /// 3c. values/set of 6 names, against one WRITE of them.
+    pub async fn set_many(&self) -> anyhow::Result<Row> {
+        const CONNS: usize = 8;
+        let mut row = Row::new("3c", "values/set of 6 names (VSET1-4, ISET1-2), 8 conns");
+        let items: Vec<(String, f64)> = (1..=4)
+            .map(|n| (format!("0.4.ESH10000662.VSET{n}"), 100.0))
+            .chain((1..=2).map(|n| (format!("0.4.ESH10000662.ISET{n}"), 500.0)))
+            .collect();
+        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let baseline_workers = clients
+            .into_iter()
+            .map(|client| DirectWriteWorker {
+                client,
+                items: items
+                    .iter()
+                    .map(|(name, v)| (name.clone(), Value::Float(*v)))
+                    .collect(),
+            })
+            .collect();
+        let baseline = drive(baseline_workers, self.bounds).await;
+        let resources: serde_json::Map<String, serde_json::Value> = items
+            .iter()
+            .map(|(name, v)| (name.clone(), json!(v.to_string())))
+            .collect();
+        let request = body(json!({ "Resources": resources }));
+        let workers = rest_workers(&self.gateway, CONNS, VALUES_SET, |_| request.clone()).await?;
+        let measured = drive(workers, self.bounds).await;
+        fill_rate_row(
+            &mut row,
+            &measured,
+            &baseline,
+            "direct WRITE of 6 items, 8 conns",
+        );
+        Ok(row)
+    }
+
+    /// 4. Rounds of 100 concurrent forced reads of one channel: hardware reads per request.
+    pub async fn coalescing(&self) -> anyhow::Result<Row> {
+        const CONCURRENT: usize = 100;
+        let mut row = Row::new(
+            "4",
+            "Coalescing: rounds of 100 concurrent forced reads of one channel",
+        );
+        let name = self.names[0].clone();
+        let request = body(json!({ "Name": name }));
+        let mut connections = Vec::with_capacity(CONCURRENT);
+        for _ in 0..CONCURRENT {
+            connections.push(HttpConnection::open(self.gateway.http_addr).await?);
+        }
+        let max_rounds = 500u64;
+        let reads_before = self.simulator.reads_of(&name);
+        let mut histogram = new_histogram();
+        let mut rounds = 0u64;
+        let mut errors = 0u64;
+        let mut first_error = None;
+        let started = Instant::now();
+        while rounds < max_rounds && started.elapsed() < self.bounds.duration {
+            let mut tasks = tokio::task::JoinSet::new();
+            for mut connection in connections.drain(..) {
+                let request = request.clone();
+                tasks.spawn(async move {
+                    let sent = Instant::now();
+                    let result = connection.post(VALUE_GET, &request).await;
+                    (connection, sent.elapsed(), result.map(|_| ()))
+                });
+            }
+            while let Some(joined) = tasks.join_next().await {
+                let (connection, took, result) = joined.context("a request task panicked")?;
+                match result {
+                    Ok(()) => {
+                        let _ = histogram.record(took.as_nanos().max(1) as u64);
+                    }
+                    Err(why) => {
+                        errors += 1;
+                        first_error.get_or_insert(format!("{why:#}"));
+                    }
+                }
+                connections.push(connection);
+            }
+            rounds += 1;
+            if errors > 0 {
+                break;
+            }
+        }
+        let elapsed = started.elapsed();
+        let reads = self.simulator.reads_of(&name) - reads_before;
+        let requests = rounds * CONCURRENT as u64;
+        let per_request = reads as f64 / requests.max(1) as f64;
+        let measured = Measured {
+            requests: histogram.len(),
+            errors,
+            first_error,
+            elapsed,
+            histogram,
+        };
+        row.gateway = format!(
+            "{per_request:.3} hardware reads/request ({reads} reads for {requests} requests in {rounds} rounds) · {}",
+            rate_cell(&measured)
+        );
+        row.baseline = "no coalescing: 1 hardware read/request".to_owned();
+        row.ratio = format!("{per_request:.3}× the reads");
+        row.target = "≤ 0.02 hardware reads/request".to_owned();
+        row.verdict = Verdict::from_bool(per_request <= 0.02 && errors == 0);
+        row.notes.push(format!(
+            "per round: ≥ 1 read (the read on the wire when the round starts) + 1 for the requests that arrived while it was in flight; {} reads per round here",
+            format_args!("{:.2}", reads as f64 / rounds.max(1) as f64)
+        ));
+        if let Some(error) = &measured.first_error {
+            row.notes
+                .push(format!("{} errors, first: {error}", measured.errors));
+        }
+        Ok(row)
+    }
+
+    /// 6. Reads through the gateway's legacy listener against reads straight to the simulator.
+    pub async fn legacy(&self) -> Row {
+        const CONNS: usize = 8;
+        let scenario = "Legacy port: READ of 1 channel, 8 conns";
+        let Some(legacy_addr) = self.gateway.legacy_addr else {
+            return Row::not_measurable(
+                "6",
+                scenario,
+                "the gateway did not log a legacy listener address (`legacy byte-protocol listener on ADDR`)".to_owned(),
+            );
+        };
+        let clients = match tokio::time::timeout(
+            Duration::from_secs(5),
+            direct_clients(legacy_addr, CONNS),
+        )
+        .await
+        {
+            Ok(Ok(clients)) => clients,
+            Ok(Err(why)) => {
+                return Row::not_measurable(
+                    "6",
+                    scenario,
+                    format!("the legacy listener at {legacy_addr} did not answer HELLO: {why:#}"),
+                );
+            }
+            Err(_) => {
+                return Row::not_measurable(
+                    "6",
+                    scenario,
+                    format!(
+                        "the legacy listener at {legacy_addr} accepted nothing / answered no HELLO within 5 s (not served yet in this build)"
+                    ),
+                );
+            }
+        };
+        let result: anyhow::Result<Row> = async {
+            let mut row = Row::new("6", scenario);
+            let names: Vec<String> = (0..CONNS)
+                .map(|i| self.names[i % self.names.len()].clone())
+                .collect();
+            let direct = direct_clients(self.simulator.local_addr(), CONNS).await?;
+            let baseline_workers = direct
+                .into_iter()
+                .zip(&names)
+                .map(|(client, name)| DirectReadWorker {
+                    client,
+                    names: vec![name.clone()],
+                })
+                .collect();
+            let baseline = drive(baseline_workers, self.bounds).await;
+            let workers = clients
+                .into_iter()
+                .zip(&names)
+                .map(|(client, name)| DirectReadWorker {
+                    client,
+                    names: vec![name.clone()],
+                })
+                .collect();
+            let measured = drive(workers, self.bounds).await;
+            fill_rate_row(
+                &mut row,
+                &measured,
+                &baseline,
+                "direct to the simulator, 8 conns",
+            );
+            let overhead = measured.p50_us() - baseline.p50_us();
+            let r = ratio(measured.throughput(), baseline.throughput());
+            row.ratio = format!("{r:.2}× throughput; p50 +{}", micros(overhead));
+            row.target = "(as forced read) p50 +≤ 50 µs; ≥ 0.8×".to_owned();
+            row.verdict = Verdict::from_bool(overhead <= 50.0 && r >= 0.8 && measured.errors == 0);
+            Ok(row)
+        }
+        .await;
+        result.unwrap_or_else(|why| Row::not_measurable("6", scenario, format!("{why:#}")))
+    }
+
+    /// 5. 1 000 event streams, 10 channels each at 100 ms: events per second, CPU, memory.
+    pub async fn fanout(&self) -> Row {
+        let scenario = format!(
+            "Event fan-out: {} streams × 10 channels @ 100 ms",
+            self.fanout_streams
+        );
+        match self.fanout_inner().await {
+            Ok(mut row) => {
+                row.scenario = scenario;
+                row
+            }
+            Err(why) => Row::not_measurable("5", scenario, format!("{why:#}")),
+        }
+    }
+
+    async fn fanout_inner(&self) -> anyhow::Result<Row> {
+        let streams = self.fanout_streams;
+        let channels: Vec<String> = self.names.iter().take(10).cloned().collect();
+        let counting = Arc::new(AtomicBool::new(false));
+        let events = Arc::new(AtomicU64::new(0));
+        let subscribed = Arc::new(AtomicU64::new(0));
+        let stop = CancellationToken::new();
+        let open_limit = Arc::new(tokio::sync::Semaphore::new(32));
+        let rss_before = self.gateway.rss_bytes().unwrap_or(0);
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..streams {
+            let addr = self.gateway.http_addr;
+            let channels = channels.clone();
+            let (counting, events, subscribed, stop, open_limit) = (
+                counting.clone(),
+                events.clone(),
+                subscribed.clone(),
+                stop.clone(),
+                open_limit.clone(),
+            );
+            tasks.spawn(async move {
+                let permit = open_limit.acquire_owned().await?;
+                let mut stream = EventStream::open(addr).await?;
+                let hello = tokio::time::timeout(Duration::from_secs(5), stream.next_event())
+                    .await
+                    .context("no hello event within 5 s")??;
+                let (kind, data) = hello;
+                if kind != "hello" {
+                    bail!("the first event is {kind:?}, not hello");
+                }
+                let data: serde_json::Value = serde_json::from_str(&data)?;
+                let stream_id = data
+                    .get("streamId")
+                    .and_then(|v| {
+                        v.as_str()
+                            .map(str::to_owned)
+                            .or_else(|| Some(v.to_string()))
+                    })
+                    .context("hello has no streamId")?;
+                let mut control = HttpConnection::open(addr).await?;
+                let request = body(json!({
+                    "StreamId": stream_id, "Channels": channels, "IntervalMs": 100
+                }));
+                control.post("/api/subscriptions", &request).await?;
+                drop(control);
+                drop(permit);
+                subscribed.fetch_add(1, Ordering::Relaxed);
+                loop {
+                    let next = tokio::select! {
+                        _ = stop.cancelled() => return Ok(()),
+                        next = stream.next_event() => next?,
+                    };
+                    if next.0 == "values" && counting.load(Ordering::Relaxed) {
+                        events.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        // Wait until every stream is subscribed, or one failed.
+        let setup_started = Instant::now();
+        while subscribed.load(Ordering::Relaxed) < streams as u64 {
+            if let Some(Ok(Err(why))) = tasks.try_join_next() {
+                stop.cancel();
+                tasks.shutdown().await;
+                return Err(why.context(format!(
+                    "event stream setup failed after {} of {streams} streams subscribed",
+                    subscribed.load(Ordering::Relaxed)
+                )));
+            }
+            if setup_started.elapsed() > Duration::from_secs(60) {
+                stop.cancel();
+                tasks.shutdown().await;
+                bail!(
+                    "only {} of {streams} streams subscribed within 60 s",
+                    subscribed.load(Ordering::Relaxed)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let setup = setup_started.elapsed();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        counting.store(true, Ordering::Relaxed);
+        let cpu = CpuSpan::start(&self.gateway);
+        let started = Instant::now();
+        let mut peak_rss = 0;
+        while started.elapsed() < self.fanout_window {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            peak_rss = peak_rss.max(self.gateway.rss_bytes().unwrap_or(0));
+        }
+        counting.store(false, Ordering::Relaxed);
+        let elapsed = started.elapsed();
+        let cpu = cpu.percent();
+        let delivered = events.load(Ordering::Relaxed);
+        stop.cancel();
+        let mut failed = 0;
+        while let Some(joined) = tasks.join_next().await {
+            if !matches!(joined, Ok(Ok(()))) {
+                failed += 1;
+            }
+        }
+        let per_second = delivered as f64 / elapsed.as_secs_f64();
+        let expected = streams as f64 * 10.0;
+        let mut row = Row::new("5", "");
+        row.gateway = format!(
+            "{} events/s · CPU {cpu:.0} % of one core · RSS {} (peak)",
+            thousands(per_second),
+            megabytes(peak_rss)
+        );
+        row.baseline = format!(
+            "expected {} events/s (1 per stream per 100 ms)",
+            thousands(expected)
+        );
+        row.ratio = format!("{:.2}× expected events", per_second / expected);
+        row.target = "CPU ≤ 25 % of one core; RSS ≤ 80 MB".to_owned();
+        row.verdict = Verdict::from_bool(cpu <= 25.0 && peak_rss <= 80_000_000 && failed == 0);
+        row.notes.push(format!(
+            "{streams} streams opened and subscribed in {:.1} s; measured over {:.1} s; RSS before the streams {}; {failed} streams ended early",
+            setup.as_secs_f64(),
+            elapsed.as_secs_f64(),
+            megabytes(rss_before)
+        ));
+        Ok(row)
+    }
+}
+
+/// Waits until a forced read of `name` through `gateway` answers 200.
+pub async fn wait_until_serving(
+    gateway: &GatewayProcess,
+    name: &str,
+    limit: Duration,
+) -> anyhow::Result<Instant> {
+    let started = Instant::now();
+    let request = body(json!({ "Name": name }));
+    let mut last_error = String::new();
+    while started.elapsed() < limit {
+        match HttpConnection::open(gateway.http_addr).await {
+            Ok(mut connection) => loop {
+                match connection.post(VALUE_GET, &request).await {
+                    Ok(_) => return Ok(Instant::now()),
+                    Err(why) => last_error = format!("{why:#}"),
+                }
+                if started.elapsed() >= limit {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            },
+            Err(why) => last_error = format!("{why:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    bail!("the gateway answered no forced read within {limit:?}: {last_error}")
+}
+
+fn fill_rate_row(row: &mut Row, measured: &Measured, baseline: &Measured, baseline_name: &str) {
+    let r = ratio(measured.throughput(), baseline.throughput());
+    row.gateway = rate_cell(measured);
+    row.baseline = format!("{baseline_name}: {}", rate_cell(baseline));
+    row.ratio = format!(
+        "{r:.2}× throughput; p50 +{}",
+        micros(measured.p50_us() - baseline.p50_us())
+    );
+    row.target = "—".to_owned();
+    row.verdict = Verdict::Info;
+    error_notes(row, measured, baseline);
+}
+
+fn error_notes(row: &mut Row, measured: &Measured, baseline: &Measured) {
+    if let Some(error) = &measured.first_error {
+        row.notes.push(format!(
+            "gateway: {} errors, first: {error}",
+            measured.errors
+        ));
+    }
+    if let Some(error) = &baseline.first_error {
+        row.notes.push(format!(
+            "baseline: {} errors, first: {error}",
+            baseline.errors
+        ));
+    }
+}
+
+/// One `text/event-stream` response, read event by event.
+struct EventStream {
+    body: hyper::body::Incoming,
+    buffer: BytesMut,
+    _connection: HttpConnection,
+}
+
+impl EventStream {
+    async fn open(addr: std::net::SocketAddr) -> anyhow::Result<EventStream> {
+        let mut connection = HttpConnection::open(addr).await?;
+        let response = connection.send(Method::GET, "/api/events", None).await?;
+        if response.status() != StatusCode::OK {
+            let status = response.status();
+            let text = response.into_body().collect().await?.to_bytes();
+            bail!(
+                "GET api/events: HTTP {status}: {}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+        Ok(EventStream {
+            body: response.into_body(),
+            buffer: BytesMut::new(),
+            _connection: connection,
+        })
+    }
+
+    /// The next event's name and data; comments (pings) are skipped.
+    async fn next_event(&mut self) -> anyhow::Result<(String, String)> {
+        loop {
+            if let Some(end) = find(&self.buffer, b"\n\n") {
+                let block = self.buffer.split_to(end + 2);
+                let text = String::from_utf8_lossy(&block);
+                let mut kind = String::new();
+                let mut data = String::new();
+                for line in text.lines() {
+                    if let Some(rest) = line.strip_prefix("event:") {
+                        kind = rest.trim().to_owned();
+                    } else if let Some(rest) = line.strip_prefix("data:") {
+                        data.push_str(rest.trim_start());
+                    }
+                }
+                if kind.is_empty() && data.is_empty() {
+                    continue;
+                }
+                return Ok((kind, data));
+            }
+            let frame = self
+                .body
+                .frame()
+                .await
+                .context("the event stream ended")??;
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Scenario 7: forced reads over a 115 200 baud serial line (the simulator's pty), against
+/// the wire time of the frames plus the station's processing time.
+pub async fn serial(
+    simulator: &SimulatorHandle,
+    binary: &std::path::Path,
+    name: &str,
+    bounds: Bounds,
+) -> Row {
+    let scenario = "Serial link 115 200 baud: forced read round trip, 1 client";
+    match serial_inner(simulator, binary, name, bounds).await {
+        Ok(row) => row,
+        Err(why) => Row::not_measurable("7", scenario, format!("{why:#}")),
+    }
+}
+
+async fn serial_inner(
+    simulator: &SimulatorHandle,
+    binary: &std::path::Path,
+    name: &str,
+    bounds: Bounds,
+) -> anyhow::Result<Row> {
+    const BAUD: u32 = 115_200;
+    let mut row = Row::new(
+        "7",
+        "Serial link 115 200 baud: forced read round trip, 1 client",
+    );
+    let path = simulator.attach_pty(Some(BAUD))?;
+    let path_text = path.to_str().context("pty path is not UTF-8")?.to_owned();
+    let serial_bounds = Bounds {
+        warmup: Duration::from_millis(200),
+        duration: bounds.duration,
+        max_per_worker: 2_000,
+    };
+
+    // Direct: the same READ straight over the pty, for reference.
+    let port = tokio_serial::SerialStream::open(&tokio_serial::new(&path_text, BAUD))
+        .context("cannot open the pty")?;
+    let mut client = StationClient::new(port);
+    client.set_timeout(Duration::from_secs(2));
+    client.hello("station-bench").await?;
+    let value = client.read_one(name).await?;
+    let direct = drive(
+        vec![DirectReadWorker {
+            client,
+            names: vec![name.to_owned()],
+        }],
+        serial_bounds,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Wire time of one forced read: request and reply frames, 10 bits a byte.
+    let mut codec = StationCodec::new();
+    let mut request = BytesMut::new();
+    codec.encode(
+        Request::Read {
+            names: vec![name.to_owned()],
+        }
+        .to_frame(1)?,
+        &mut request,
+    )?;
+    let mut reply = BytesMut::new();
+    codec.encode(Response::Read(vec![Ok(value)]).to_frame(1)?, &mut reply)?;
+    let bytes = request.len() + reply.len();
+    let wire = Duration::from_secs_f64(bytes as f64 * 10.0 / f64::from(BAUD));
+    let reply_wire = Duration::from_secs_f64(reply.len() as f64 * 10.0 / f64::from(BAUD));
+    let processing = simulator.profile().station.processing;
+    let floor = wire + processing;
+
+    let url = format!("serial://{path_text}?baud={BAUD}");
+    let gateway = GatewayProcess::spawn(binary, &url).await?;
+    let outcome: anyhow::Result<Measured> = async {
+        wait_until_serving(&gateway, name, Duration::from_secs(15)).await?;
+        let workers =
+            rest_workers(&gateway, 1, VALUE_GET, |_| body(json!({ "Name": name }))).await?;
+        Ok(drive(workers, serial_bounds).await)
+    }
+    .await;
+    gateway.stop().await;
+    let measured = outcome?;
+    let r = ratio(measured.p50_us(), floor.as_secs_f64() * 1e6);
+    row.gateway = rate_cell(&measured);
+    row.baseline = format!(
+        "wire time {} ({bytes} bytes × 10 bits) + processing {} = {}; direct over the pty: {}",
+        micros(wire.as_secs_f64() * 1e6),
+        micros(processing.as_secs_f64() * 1e6),
+        micros(floor.as_secs_f64() * 1e6),
+        rate_cell(&direct)
+    );
+    row.ratio = format!("p50 {r:.2}× wire + processing");
+    row.target = "≤ 1.2× wire + processing".to_owned();
+    row.verdict = Verdict::from_bool(r <= 1.2 && measured.errors == 0);
+    row.notes.push(format!(
+        "frames: request {} bytes, reply {} bytes; the simulator paces its replies only (reply wire time {}), the pty carries requests at once",
+        request.len(),
+        reply.len(),
+        micros(reply_wire.as_secs_f64() * 1e6)
+    ));
+    error_notes(&mut row, &measured, &direct);
+    Ok(row)
+}
