@@ -519,25 +519,63 @@ async fn a_configuration_event_follows_a_change_of_the_channel_list() -> Result<
 }
 
 #[tokio::test]
-async fn lease_changes_are_relayed_to_every_stream() -> Result<()> {
+async fn lease_changes_are_relayed_and_subscriptions_work_while_someone_else_holds_it() -> Result<()>
+{
     let rig = rig(|_| {}).await;
-    let (mut first, _) = Sse::open_hello(&rig).await?;
+    let (mut first, hello) = Sse::open_hello(&rig).await?;
     let (mut second, _) = Sse::open_hello(&rig).await?;
+    let (status, lease) = rig
+        .post("lease", json!({ "Owner": "TAT 3", "TtlMs": 30000 }))
+        .await;
+    assert_eq!(status, 200, "{lease}");
+    for sse in [&mut first, &mut second] {
+        let event = sse.next_named("lease", Duration::from_secs(2)).await?;
+        assert_eq!(event.id, 2);
+        assert_eq!(event.data["held"], true, "{}", event.data);
+        assert_eq!(event.data["owner"], "TAT 3", "{}", event.data);
+        assert!(event.data.get("leaseId").is_none(), "{}", event.data);
+    }
+    // Someone without the lease subscribes, renews and gets values.
+    let id = subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
+    let data = first
+        .next_named("values", Duration::from_secs(2))
+        .await?
+        .data;
+    assert!(data["values"][VMON1].is_string(), "{data}");
+    let (status, body) = send(
+        &rig,
+        reqwest::Method::PUT,
+        &format!("subscriptions/{id}"),
+        Some(json!({ "Channels": [VMON1], "IntervalMs": 200 })),
+    )
+    .await?;
+    assert_eq!(status, 200, "{body}");
+    let lease_id = lease["leaseId"].as_str().context("no leaseId")?;
+    let (status, body) = send(
+        &rig,
+        reqwest::Method::DELETE,
+        &format!("lease/{lease_id}"),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 200, "{body}");
+    for sse in [&mut first, &mut second] {
+        let event = sse.next_named("lease", Duration::from_secs(2)).await?;
+        assert_eq!(event.data["held"], false, "{}", event.data);
+    }
+    // The relay also passes on whatever the lease sends on its channel, as it is.
     let view = LeaseView {
         held: true,
-        owner: Some("TAT 3".into()),
+        owner: Some("TAT 4".into()),
         expires_in_ms: 30_000,
         since: None,
     };
     rig.gateway.gateway.lease_events.send(view)?;
-    for sse in [&mut first, &mut second] {
-        let event = sse.next_named("lease", Duration::from_secs(2)).await?;
-        assert_eq!(event.id, 2);
-        assert_eq!(
-            event.data,
-            json!({ "held": true, "owner": "TAT 3", "expiresInMs": 30000, "since": null })
-        );
-    }
+    let event = second.next_named("lease", Duration::from_secs(2)).await?;
+    assert_eq!(
+        event.data,
+        json!({ "held": true, "owner": "TAT 4", "expiresInMs": 30000, "since": null })
+    );
     Ok(())
 }
 
@@ -658,14 +696,13 @@ async fn a_stream_whose_reader_stops_reading_does_not_delay_the_others() -> Resu
     let stuck_id = loop {
         got += stuck.read(&mut head[got..]).await?;
         let text = String::from_utf8_lossy(&head[..got]).to_string();
-        if let Some(at) = text.find("\"streamId\":\"") {
-            if let Some(id) = text[at + 12..]
+        if let Some(at) = text.find("\"streamId\":\"")
+            && let Some(id) = text[at + 12..]
                 .split('"')
                 .next()
                 .filter(|id| id.len() == 32)
-            {
-                break id.to_owned();
-            }
+        {
+            break id.to_owned();
         }
         if got == head.len() {
             bail!("no hello: {text}");
