@@ -87,7 +87,13 @@ fn plan(events: &Events, now: Instant) -> (Vec<Due>, HashMap<String, Duration>) 
     let mut shortest: HashMap<String, Duration> = HashMap::new();
     for subscription in registry.subscriptions.values_mut() {
         if subscription.next_due <= now {
-            subscription.next_due = next_on_grid(events.epoch, subscription.interval, now);
+            let mut next = next_on_grid(events.epoch, subscription.interval, now);
+            // After the first values (sent at once, off the grid) or a late tick, keep at
+            // least half an interval between two events of one subscription.
+            if next.duration_since(now) < subscription.interval / 2 {
+                next += subscription.interval;
+            }
+            subscription.next_due = next;
             due.push(Due {
                 id: subscription.id.clone(),
                 stream: subscription.stream.clone(),
