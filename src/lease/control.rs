@@ -723,12 +723,10 @@ mod tests {
             .unwrap();
         for access in [Access::Change, Access::ForcedRead] {
             let error = lease.admit(access, None).err().unwrap();
-            assert_eq!(
-                error
-                    .to_string()
-                    .contains("held by TAT station 3 for another 12 s"),
-                true,
-                "{error}"
+            let message = error.to_string();
+            assert!(
+                message.contains("held by TAT station 3 for another 12 s"),
+                "{message}"
             );
         }
         let cached = lease.admit(Access::CachedRead, None).unwrap();
