@@ -520,7 +520,12 @@ async fn values_set(
                 if failed.is_empty() {
                     status = ApiError::from(error.clone()).status;
                 }
-                failed.push(format!("{name}: {}", error.message));
+                // The station's message usually names the channel already.
+                if error.message.contains(name.as_str()) {
+                    failed.push(error.message.clone());
+                } else {
+                    failed.push(format!("{name}: {}", error.message));
+                }
             }
         }
     }
