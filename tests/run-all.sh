@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every test of Station Gateway, from a fresh machine: builds the workspace, runs the Rust
+# tests, sets up a Python virtual environment with the reference client (accordionq2) and
+# pytest, and runs the reference-client suite against the built gateway.
+#
+#   bash tests/run-all.sh
+#
+# Exits non-zero on any failure. Environment:
+#   CARGO_TARGET_DIR     where cargo builds (default: target/); the suite uses its debug build
+#   STATION_GATEWAY_BIN  the gateway binary the Python suite runs (default: from CARGO_TARGET_DIR)
+#   PYTHON               the Python used to create the venv (default: python3)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$(pwd)
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+case $target_dir in /*) ;; *) target_dir=$root/$target_dir ;; esac
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo build --workspace --all-targets"
+cargo build --workspace --all-targets
+
+step "cargo test --workspace"
+cargo test --workspace
+
+venv=$root/target/pyenv
+if [[ ! -x $venv/bin/python ]]; then
+    step "creating the Python virtual environment $venv"
+    "${PYTHON:-python3}" -m venv "$venv"
+fi
+step "installing accordionq2 and pytest into $venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check accordionq2==5.28.1 pytest
+
+export STATION_GATEWAY_BIN=${STATION_GATEWAY_BIN:-$target_dir/debug/station-gateway}
+export PYTHONDONTWRITEBYTECODE=1
+step "pytest tests/python (gateway: $STATION_GATEWAY_BIN)"
+status=0
+"$venv/bin/python" -m pytest tests/python -q || status=$?
+if [[ $status -eq 5 ]]; then
+    echo "run-all: pytest collected no tests; that is a failure" >&2
+    exit 1
+fi
+if [[ $status -ne 0 ]]; then
+    echo "run-all: the reference-client suite failed (pytest exit $status)" >&2
+    exit "$status"
+fi
+step "all tests passed"
