@@ -22,6 +22,6 @@ pub use codec::{CodecStats, StationCodec};
 pub use frame::{FrameError, MAX_PAYLOAD, Opcode, PROTOCOL_VERSION, RawFrame};
 pub use message::{
     ChangeType, ChannelDescriptor, Direction, ErrorCode, Hello, HelloReply, ItemResult, ModuleInfo,
-    Notify, PayloadError, Request, Response, StationError,
+    Notify, PayloadError, Request, Response, StationError, list_page,
 };
 pub use value::{Value, ValueError, ValueType};

@@ -172,6 +172,50 @@ pub struct ChannelDescriptor {
     pub options: Vec<String>,
 }
 
+impl ChannelDescriptor {
+    /// Bytes this descriptor takes in a LIST reply.
+    pub fn encoded_len(&self) -> usize {
+        let strings = [
+            &self.name,
+            &self.alias,
+            &self.net_name,
+            &self.unit,
+            &self.description,
+            &self.group,
+        ];
+        let text: usize = strings.iter().map(|s| 2 + s.len()).sum();
+        let options: usize = self.options.iter().map(|o| 2 + o.len()).sum();
+        text + 4 + 1 + 1 + 1 + 1 + 2 + options
+    }
+}
+
+/// The page of `channels` a LIST with `offset` and `limit` gets: at most `limit` descriptors
+/// (`0` means as many as fit), never more than fit in one frame, and at least one when any
+/// remain and the limit allows one. The reply is `Response::List { total, offset, channels }`.
+pub fn list_page(channels: &[ChannelDescriptor], offset: u32, limit: u16) -> Response {
+    let limit = if limit == 0 {
+        usize::MAX
+    } else {
+        usize::from(limit)
+    };
+    // total, offset and count come before the descriptors.
+    let mut budget = crate::frame::MAX_PAYLOAD - 10;
+    let mut page = Vec::new();
+    for descriptor in channels.iter().skip(offset as usize) {
+        let size = descriptor.encoded_len();
+        if page.len() >= limit || size > budget {
+            break;
+        }
+        budget -= size;
+        page.push(descriptor.clone());
+    }
+    Response::List {
+        total: u32::try_from(channels.len()).unwrap_or(u32::MAX),
+        offset,
+        channels: page,
+    }
+}
+
 /// What kind of change a configuration NOTIFY announces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]

@@ -249,7 +249,7 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
                 let Some(descriptor) = station.descriptor_at(index) else {
                     break;
                 };
-                let size = descriptor_wire_len(descriptor);
+                let size = descriptor.encoded_len();
                 if size > budget {
                     break;
                 }
@@ -304,21 +304,6 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
         }
         Request::Ping { nonce } => Response::Ping { nonce },
     }
-}
-
-/// Bytes one descriptor takes in a LIST reply.
-fn descriptor_wire_len(d: &station_protocol::ChannelDescriptor) -> usize {
-    let strings = [
-        &d.name,
-        &d.alias,
-        &d.net_name,
-        &d.unit,
-        &d.description,
-        &d.group,
-    ];
-    let text: usize = strings.iter().map(|s| 2 + s.len()).sum();
-    let options: usize = d.options.iter().map(|o| 2 + o.len()).sum();
-    text + 4 + 1 + 1 + 1 + 1 + 2 + options
 }
 
 impl WriteRecord {
