@@ -10,7 +10,7 @@ use serde::Deserialize;
 /// The documented example config, also printed by `station-gateway --print-config`.
 pub const EXAMPLE_CONFIG: &str = include_str!("../config/gateway.toml");
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub station: StationConfig,
@@ -54,7 +54,18 @@ pub struct HttpConfig {
 pub struct LegacyConfig {
     /// Where byte-protocol clients connect; off when empty.
     pub listen: String,
+    /// While someone holds the lease, legacy reads are served from the cache up to this age.
     pub read_max_age_ms: u64,
+    /// Legacy clients connected at once; more are refused with a BUSY error.
+    pub max_clients: usize,
+    /// A client that sends nothing for this long is disconnected.
+    pub idle_timeout_ms: u64,
+    /// Client IP addresses allowed to connect; everyone when empty.
+    pub allow: Vec<String>,
+    /// Requests one client may have in flight, announced in HELLO.
+    pub window: u16,
+    /// Reply frames queued for a client that is slow to read; past that it is dropped.
+    pub output_frames: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -117,6 +128,11 @@ impl Default for LegacyConfig {
         LegacyConfig {
             listen: String::new(),
             read_max_age_ms: 1000,
+            max_clients: 256,
+            idle_timeout_ms: 300_000,
+            allow: Vec::new(),
+            window: 8,
+            output_frames: 256,
         }
     }
 }
@@ -139,18 +155,6 @@ impl Default for EventsConfig {
             max_channels_per_subscription: 256,
             stream_queue: 64,
             subscription_ttl_ms: 60_000,
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            station: StationConfig::default(),
-            http: HttpConfig::default(),
-            legacy: LegacyConfig::default(),
-            lease: LeaseConfig::default(),
-            events: EventsConfig::default(),
         }
     }
 }
@@ -181,9 +185,13 @@ impl Config {
     /// Parses TOML; `origin` names the source in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|error| {
-            let line = error
-                .span()
-                .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            let line = error.span().map(|span| {
+                text.as_bytes()[..span.start.min(text.len())]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count()
+                    + 1
+            });
             let message = error.message().to_owned();
             ConfigError::Parse {
                 origin: match line {
@@ -233,6 +241,23 @@ impl Config {
         }
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", "must be above 0"));
+        }
+        for address in &self.legacy.allow {
+            address.parse::<std::net::IpAddr>().map_err(|_| {
+                invalid("legacy.allow", format!("{address:?} is not an IP address"))
+            })?;
+        }
+        if self.legacy.max_clients == 0 {
+            return Err(invalid("legacy.max_clients", "must be above 0"));
+        }
+        if self.legacy.idle_timeout_ms == 0 {
+            return Err(invalid("legacy.idle_timeout_ms", "must be above 0"));
+        }
+        if !(1..=64).contains(&self.legacy.window) {
+            return Err(invalid("legacy.window", "must be 1 to 64"));
+        }
+        if self.legacy.output_frames == 0 {
+            return Err(invalid("legacy.output_frames", "must be above 0"));
         }
         if !self.legacy.listen.is_empty() {
             parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;

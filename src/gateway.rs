@@ -158,6 +158,13 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         shutdown.clone(),
         DRAIN,
     ));
+    if let Some(listener) = listeners.legacy {
+        tasks.spawn(crate::legacy::serve(
+            listener,
+            gateway.clone(),
+            shutdown.clone(),
+        ));
+    }
     info!(%http_addr, "HTTP listening on http://{http_addr}");
     if let Some(addr) = legacy_addr {
         info!(%addr, "legacy byte-protocol listener on {addr}");

@@ -9,6 +9,7 @@ pub mod events;
 pub mod gateway;
 pub mod http;
 pub mod lease;
+pub mod legacy;
 pub mod link;
 
 pub use config::Config;

@@ -1,0 +1,369 @@
+//! The legacy listener: 6.x byte-protocol clients connect here instead of to the station,
+//! share the one station link, and are bound by the control lease like everyone else.
+//!
+//! Each client gets a reader (this task) and a writer task joined by a bounded queue of reply
+//! frames: a client that does not read its replies fills its queue and is dropped, and never
+//! slows the link or the other clients. Request ids need no table: every request is answered by
+//! the task that asked the link, with the client's own id.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use station_protocol::{
+    ErrorCode, HelloReply, ItemResult, PayloadError, RawFrame, Request, Response, StationCodec,
+    StationError, Value,
+};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::gateway::Gateway;
+use crate::lease::{Access, LeaseError};
+use crate::link::{LinkError, LinkEvent, SendGuard};
+
+/// Serves legacy clients on `listener` until `shutdown`.
+pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
+    let limits = Arc::new(Semaphore::new(gateway.config.legacy.max_clients));
+    let allowed: Vec<IpAddr> = gateway
+        .config
+        .legacy
+        .allow
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    loop {
+        let (stream, peer) = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    debug!("legacy accept failed: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        if !allowed.is_empty() && !allowed.contains(&peer.ip()) {
+            warn!(%peer, "legacy client refused: not on legacy.allow");
+            continue;
+        }
+        let Ok(permit) = limits.clone().try_acquire_owned() else {
+            warn!(%peer, "legacy client refused: {} clients already connected", gateway.config.legacy.max_clients);
+            refuse_busy(stream).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let gateway = gateway.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            info!(%peer, "legacy client connected");
+            let why = serve_client(stream, peer, gateway, shutdown).await;
+            info!(%peer, "legacy client gone: {why}");
+            drop(permit);
+        });
+    }
+}
+
+/// Tells a client over the connection limit why, then closes.
+async fn refuse_busy(stream: TcpStream) {
+    let mut writer = FramedWrite::new(stream, StationCodec::new());
+    let error = StationError::new(
+        ErrorCode::Busy,
+        "the gateway has too many legacy clients; try again later",
+    );
+    if let Ok(frame) = Response::Error(error).to_frame(0) {
+        let _ = tokio::time::timeout(Duration::from_millis(200), writer.send(frame)).await;
+    }
+}
+
+/// Serves one client until it leaves, idles out, overflows or the gateway shuts down.
+async fn serve_client(
+    stream: TcpStream,
+    peer: SocketAddr,
+    gateway: Arc<Gateway>,
+    shutdown: CancellationToken,
+) -> String {
+    let config = &gateway.config.legacy;
+    let (read_half, write_half) = stream.into_split();
+    let mut frames = FramedRead::new(read_half, StationCodec::new());
+    let (replies, mut outbox) = mpsc::channel::<RawFrame>(config.output_frames);
+    let client_gone = CancellationToken::new();
+    let writer = {
+        let client_gone = client_gone.clone();
+        tokio::spawn(async move {
+            let mut sink = FramedWrite::new(write_half, StationCodec::new());
+            while let Some(frame) = outbox.recv().await {
+                if sink.send(frame).await.is_err() {
+                    break;
+                }
+            }
+            client_gone.cancel();
+        })
+    };
+    let mut notifications = gateway.link.subscribe_events();
+    let in_flight = Arc::new(Semaphore::new(usize::from(config.window)));
+    let idle = Duration::from_millis(config.idle_timeout_ms);
+    let why = loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break "the gateway is shutting down".to_owned(),
+            _ = client_gone.cancelled() => break "the connection closed".to_owned(),
+            event = notifications.recv() => {
+                if let Ok(LinkEvent::Notify(notify)) = event
+                    && let Ok(frame) = Response::Notify(notify).to_frame(0)
+                    && replies.try_send(frame).is_err()
+                {
+                    break "it did not read its replies (output buffer full)".to_owned();
+                }
+            }
+            frame = tokio::time::timeout(idle, frames.next()) => match frame {
+                Err(_) => break format!("idle for {} s", idle.as_secs()),
+                Ok(None) => break "the client closed the connection".to_owned(),
+                Ok(Some(Err(error))) => break format!("read failed: {error}"),
+                Ok(Some(Ok(frame))) => {
+                    let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                        let busy = StationError::new(ErrorCode::Busy, format!(
+                            "more than {} requests in flight; wait for answers", config.window));
+                        if !queue_reply(&replies, frame.request_id, Response::Error(busy)) {
+                            break "it did not read its replies (output buffer full)".to_owned();
+                        }
+                        continue;
+                    };
+                    let gateway = gateway.clone();
+                    let replies = replies.clone();
+                    let client_gone = client_gone.clone();
+                    tokio::spawn(async move {
+                        let request_id = frame.request_id;
+                        let response = answer(&gateway, &frame, peer).await;
+                        if !queue_reply(&replies, request_id, response) {
+                            client_gone.cancel();
+                        }
+                        drop(permit);
+                    });
+                }
+            },
+        }
+    };
+    drop(replies);
+    writer.abort();
+    why
+}
+
+/// Queues a reply; false when the client's output buffer is full.
+fn queue_reply(replies: &mpsc::Sender<RawFrame>, request_id: u32, response: Response) -> bool {
+    let frame = response.to_frame(request_id).unwrap_or_else(|error| {
+        let too_big = StationError::new(
+            ErrorCode::Internal,
+            format!("the answer does not fit in a frame: {error}"),
+        );
+        Response::Error(too_big)
+            .to_frame(request_id)
+            .expect("a short error always fits")
+    });
+    match replies.try_send(frame) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Closed(_)) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => false,
+    }
+}
+
+/// The answer to one request frame, as the station would give it.
+async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Response {
+    let request = match Request::from_frame(frame) {
+        Ok(request) => request,
+        Err(PayloadError::UnknownOpcode(op) | PayloadError::NotARequest(op)) => {
+            return Response::Error(StationError::new(
+                ErrorCode::Unsupported,
+                format!("opcode 0x{op:02X} is not a request this station answers"),
+            ));
+        }
+        Err(error) => {
+            return Response::Error(StationError::new(
+                ErrorCode::Malformed,
+                format!("malformed request: {error}"),
+            ));
+        }
+    };
+    let info = gateway.link.info();
+    let connected = || -> Result<(), Response> {
+        if info.connected {
+            Ok(())
+        } else {
+            let why = info
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "connecting".into());
+            Err(Response::Error(StationError::new(
+                ErrorCode::Internal,
+                format!("station disconnected: {why}"),
+            )))
+        }
+    };
+    match request {
+        Request::Ping { nonce } => Response::Ping { nonce },
+        Request::Hello(_) => match &info.hello {
+            Some(hello) => Response::Hello(HelloReply {
+                window: gateway.config.legacy.window,
+                ..hello.clone()
+            }),
+            None => connected()
+                .err()
+                .unwrap_or_else(|| internal("the station has not said hello yet")),
+        },
+        Request::System => match info.hello {
+            Some(_) => Response::System(info.modules.clone()),
+            None => connected()
+                .err()
+                .unwrap_or_else(|| internal("the station has not been reached yet")),
+        },
+        Request::List { offset, limit } => {
+            station_protocol::list_page(&info.channels.channels, offset, limit)
+        }
+        Request::Read { names } => {
+            if let Err(error) = connected() {
+                return error;
+            }
+            read(gateway, names).await
+        }
+        Request::Write { items } => {
+            if let Err(error) = connected() {
+                return error;
+            }
+            let guard = match legacy_policy(gateway) {
+                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Open(guard) => guard,
+            };
+            debug!(%peer, items = items.len(), "legacy write");
+            match gateway.link.write(items, Some(guard)).await {
+                Ok(results) => Response::Write(results),
+                Err(error) => link_error(error),
+            }
+        }
+        Request::Transact { name, value } => {
+            if let Err(error) = connected() {
+                return error;
+            }
+            let guard = match legacy_policy(gateway) {
+                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Open(guard) => guard,
+            };
+            match gateway.link.transact(name, value, Some(guard)).await {
+                Ok(value) => Response::Transact(value),
+                Err(error) => link_error(error),
+            }
+        }
+    }
+}
+
+/// A READ: straight to the link while nobody holds the lease; while someone does, from the
+/// cache up to `legacy.read_max_age_ms`, misses read, and channels whose read consumes data
+/// refused with LOCKED.
+async fn read(gateway: &Gateway, names: Vec<String>) -> Response {
+    let locked_by = match legacy_policy(gateway) {
+        LegacyPolicy::Open(_) => None,
+        LegacyPolicy::Locked(message) => Some(message),
+    };
+    let Some(message) = locked_by else {
+        return match gateway.link.read(names).await {
+            Ok(results) => Response::Read(results),
+            Err(error) => link_error(error),
+        };
+    };
+    let info = gateway.link.info();
+    let max_age = Duration::from_millis(gateway.config.legacy.read_max_age_ms);
+    let now = Instant::now();
+    let mut results: Vec<Option<ItemResult<Value>>> = vec![None; names.len()];
+    let mut misses: Vec<String> = Vec::new();
+    let mut miss_positions: HashMap<String, Vec<usize>> = HashMap::new();
+    for (position, name) in names.iter().enumerate() {
+        match info.channels.get(name) {
+            Some(channel) if channel.consuming => {
+                results[position] = Some(Err(StationError::new(
+                    ErrorCode::Locked,
+                    format!(
+                        "reading {name} consumes data, which only the lease holder may do: {message}"
+                    ),
+                )));
+            }
+            _ => match gateway
+                .link
+                .cache()
+                .get_fresh(name, max_age, info.generation, now)
+            {
+                Some(cached) => results[position] = Some(Ok(cached.value)),
+                None => {
+                    let positions = miss_positions.entry(name.clone()).or_default();
+                    if positions.is_empty() {
+                        misses.push(name.clone());
+                    }
+                    positions.push(position);
+                }
+            },
+        }
+    }
+    if !misses.is_empty() {
+        match gateway.link.read(misses.clone()).await {
+            Ok(read) => {
+                for (name, result) in misses.iter().zip(read) {
+                    for &position in &miss_positions[name] {
+                        results[position] = Some(result.clone());
+                    }
+                }
+            }
+            Err(error) => return link_error(error),
+        }
+    }
+    Response::Read(
+        results
+            .into_iter()
+            .map(|r| r.expect("every position is answered"))
+            .collect(),
+    )
+}
+
+/// What the lease allows a legacy client right now.
+enum LegacyPolicy {
+    /// Nobody holds the lease: requests pass as on the station; changes carry the fence.
+    Open(SendGuard),
+    /// Someone holds it: the message names the holder and the time left.
+    Locked(String),
+}
+
+/// Legacy clients never hold the lease (the byte protocol has no way to say so): they may
+/// change the station only while nobody holds it.
+fn legacy_policy(gateway: &Gateway) -> LegacyPolicy {
+    match gateway.lease.admit(Access::Change, None) {
+        Ok(admitted) => match admitted.guard {
+            Some(guard) => LegacyPolicy::Open(guard),
+            None => LegacyPolicy::Locked("the control lease refused the change".into()),
+        },
+        Err(error @ LeaseError::LockedBy { .. }) => LegacyPolicy::Locked(error.to_string()),
+        Err(error) => LegacyPolicy::Locked(error.to_string()),
+    }
+}
+
+fn locked(message: String) -> Response {
+    Response::Error(StationError::new(ErrorCode::Locked, message))
+}
+
+fn internal(message: &str) -> Response {
+    Response::Error(StationError::new(ErrorCode::Internal, message))
+}
+
+/// A link error as the station protocol's ERROR frame.
+fn link_error(error: LinkError) -> Response {
+    let code = match &error {
+        LinkError::Station(station) => return Response::Error(station.clone()),
+        LinkError::Refused(_) => ErrorCode::Locked,
+        LinkError::Overloaded(_) => ErrorCode::Busy,
+        LinkError::TooLarge(_) => ErrorCode::BadValue,
+        _ => ErrorCode::Internal,
+    };
+    Response::Error(StationError::new(code, error.to_string()))
+}
