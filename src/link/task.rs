@@ -359,11 +359,18 @@ impl LinkTask {
             if busy >= s.window {
                 break;
             }
-            let sent = if s.reads_turn {
-                self.send_read_batch(s)? || self.send_change(s)?
-            } else {
-                self.send_change(s)? || self.send_read_batch(s)?
-            };
+            // Reads and changes take turns, so neither can starve the other.
+            let mut sent = false;
+            for reads in [s.reads_turn, !s.reads_turn] {
+                sent = if reads {
+                    self.send_read_batch(s)?
+                } else {
+                    self.send_change(s)?
+                };
+                if sent {
+                    break;
+                }
+            }
             s.reads_turn = !s.reads_turn;
             if !sent {
                 break;
