@@ -70,6 +70,10 @@ struct Args {
     /// Print only; do not write BENCHMARKS.md even with --all.
     #[arg(long)]
     no_write: bool,
+    /// An environment variable for the gateway child only, KEY=VALUE (repeatable), e.g.
+    /// TOKIO_WORKER_THREADS=1 to try a runtime setting without rebuilding.
+    #[arg(long, value_name = "KEY=VALUE")]
+    gateway_env: Vec<String>,
     /// A note to put beside the results (e.g. what else was running).
     #[arg(long)]
     note: Vec<String>,
@@ -100,6 +104,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "cargo run --release -p station-bench --".to_owned(),
         |acc, a| format!("{acc} {a}"),
     );
+    let mut gateway_env = Vec::new();
+    for pair in &args.gateway_env {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--gateway-env {pair:?} is not KEY=VALUE"))?;
+        gateway_env.push((key.to_owned(), value.to_owned()));
+    }
     let load_at_start = report::load_average();
     let started_at = report::now_utc();
 
@@ -136,7 +147,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let needs_tcp_gateway = selected.iter().any(|s| s != "serial");
     if needs_tcp_gateway {
         let url = format!("tcp://{}", simulator.local_addr());
-        let gateway = GatewayProcess::spawn(&binary, &url).await?;
+        let gateway = GatewayProcess::spawn(&binary, &url, &gateway_env).await?;
         eprintln!(
             "gateway pid {} on http://{} (legacy {:?})",
             gateway.pid, gateway.http_addr, gateway.legacy_addr
@@ -184,7 +195,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if wants("serial") {
         step(&mut rows, "serial", async {
-            Ok(scenarios::serial(&simulator, &binary, &names[0], bounds).await)
+            Ok(scenarios::serial(&simulator, &binary, &names[0], bounds, &gateway_env).await)
         })
         .await;
     }

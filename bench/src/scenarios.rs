@@ -735,9 +735,10 @@ pub async fn serial(
     binary: &std::path::Path,
     name: &str,
     bounds: Bounds,
+    env: &[(String, String)],
 ) -> Row {
     let scenario = "Serial link 115 200 baud: forced read round trip, 1 client";
-    match serial_inner(simulator, binary, name, bounds).await {
+    match serial_inner(simulator, binary, name, bounds, env).await {
         Ok(row) => row,
         Err(why) => Row::not_measurable("7", scenario, format!("{why:#}")),
     }
@@ -748,6 +749,7 @@ async fn serial_inner(
     binary: &std::path::Path,
     name: &str,
     bounds: Bounds,
+    env: &[(String, String)],
 ) -> anyhow::Result<Row> {
     const BAUD: u32 = 115_200;
     let mut row = Row::new(
@@ -798,7 +800,7 @@ async fn serial_inner(
     let floor = wire + processing;
 
     let url = format!("serial://{path_text}?baud={BAUD}");
-    let gateway = GatewayProcess::spawn(binary, &url).await?;
+    let gateway = GatewayProcess::spawn(binary, &url, env).await?;
     let outcome: anyhow::Result<Measured> = async {
         wait_until_serving(&gateway, name, Duration::from_secs(15)).await?;
         let workers =
