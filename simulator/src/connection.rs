@@ -34,6 +34,8 @@ pub(crate) struct LinkOptions {
     pub baud: Option<u32>,
     /// Who is on the other end, for the write log.
     pub peer: String,
+    /// Ends the connection when cancelled (a detached pty), besides the usual ways.
+    pub stop: Option<CancellationToken>,
 }
 
 /// Serves `stream` until the client leaves, the connection is dropped or the simulator stops.
@@ -42,6 +44,15 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (id, cancel, outgoing_tx, outgoing_rx) = shared.register(OUTGOING_QUEUE);
+    if let Some(stop) = options.stop.clone() {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => cancel.cancel(),
+                _ = cancel.cancelled() => {}
+            }
+        });
+    }
     tracing::debug!(connection = id.0, peer = %options.peer, "connection opened");
     let (read_half, write_half) = tokio::io::split(stream);
     let writer = tokio::spawn(write_frames(

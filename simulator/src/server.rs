@@ -92,6 +92,8 @@ pub(crate) struct Shared {
     connections: Mutex<HashMap<ConnectionId, ConnectionEntry>>,
     next_connection: AtomicU64,
     write_log: Mutex<Vec<WriteRecord>>,
+    /// Attached pseudo-terminals by slave path; cancelling one detaches it.
+    ptys: Mutex<HashMap<PathBuf, CancellationToken>>,
     local_addr: SocketAddr,
     listener_control: mpsc::Sender<ListenerCommand>,
     shutdown: CancellationToken,
@@ -210,6 +212,7 @@ impl Simulator {
             connections: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(0),
             write_log: Mutex::new(Vec::new()),
+            ptys: Mutex::new(HashMap::new()),
             local_addr,
             listener_control: control_tx,
             shutdown: CancellationToken::new(),
@@ -262,6 +265,7 @@ async fn run_listener(
                         window: shared.profile.station.tcp_window,
                         baud: None,
                         peer: peer.to_string(),
+                        stop: None,
                     };
                     tokio::spawn(connection::serve(shared.clone(), stream, options));
                 }
@@ -332,28 +336,47 @@ impl SimulatorHandle {
             window,
             baud: None,
             peer: "stream".to_owned(),
+            stop: None,
         };
         tokio::spawn(connection::serve(self.shared.clone(), stream, options))
     }
 
     /// Opens a pseudo-terminal and serves it (window 1, paced at `baud` when given);
     /// returns the slave device path. Clients may open and close the slave as often as they like.
+    /// [`SimulatorHandle::detach_pty`] closes it again.
     pub fn attach_pty(&self, baud: Option<u32>) -> io::Result<PathBuf> {
         let (master, path) = crate::pty::PtyPort::open()?;
         let shared = self.shared.clone();
+        let detached = shared.shutdown.child_token();
+        lock(&shared.ptys).insert(path.clone(), detached.clone());
         tokio::spawn(async move {
-            // A dropped connection or restart ends a session; the pty stays and is served again.
-            while !shared.shutdown.is_cancelled() {
+            // A dropped connection or restart ends a session; the pty stays and is served again
+            // until it is detached. The master (the last clone) is closed when this task ends.
+            while !detached.is_cancelled() {
                 let options = LinkOptions {
                     window: 1,
                     baud,
                     peer: "pty".to_owned(),
+                    stop: Some(detached.clone()),
                 };
                 connection::serve(shared.clone(), master.clone(), options).await;
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
         Ok(path)
+    }
+
+    /// The serial device disappears: ends the pty's session and closes its master, so the
+    /// slave device at `path` goes away and a client that has it open sees the line hang up.
+    /// False when no pty is attached at `path`. Call [`SimulatorHandle::attach_pty`] for a new one.
+    pub fn detach_pty(&self, path: &std::path::Path) -> bool {
+        match lock(&self.shared.ptys).remove(path) {
+            Some(detached) => {
+                detached.cancel();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Closes every open connection now (a pty session restarts, empty).

@@ -277,3 +277,39 @@ async fn the_pty_can_be_paced_as_a_slow_serial_line() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_detached_pty_disappears_and_a_new_one_can_be_attached() {
+    let (sim, path) = Simulator::start_pty(Profile::default_station(), None)
+        .await
+        .unwrap();
+    let port =
+        tokio_serial::SerialStream::open(&tokio_serial::new(path.to_string_lossy(), 115_200))
+            .unwrap();
+    let mut client = station_simulator::StationClient::new(port);
+    client.set_timeout(Duration::from_secs(1));
+    client.hello("before").await.unwrap();
+    assert!(sim.detach_pty(&path));
+    assert!(!sim.detach_pty(&path), "detached twice");
+    // The line hangs up: the open client's next request fails, and the device goes away.
+    assert!(client.read_one(MON_3V3).await.is_err());
+    drop(client);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} is still there",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A new pty serves the same station.
+    let again = sim.attach_pty(None).unwrap();
+    let port =
+        tokio_serial::SerialStream::open(&tokio_serial::new(again.to_string_lossy(), 115_200))
+            .unwrap();
+    let mut client = station_simulator::StationClient::new(port);
+    client.set_timeout(Duration::from_secs(3));
+    client.hello("after").await.unwrap();
+    assert!(client.read_one(MON_3V3).await.is_ok());
+}
