@@ -1,0 +1,411 @@
+//! The fault matrix: each simulator fault at the moment it hurts most (mid-read, mid-write,
+//! under load, across a restart, while subscriptions run, on the serial line), checking that
+//! the gateway answers promptly and truthfully and that the write log agrees with what it said.
+//! tests/link.rs has the single-fault basics; these extend them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value as Json, json};
+use station_gateway::Config;
+use station_gateway::link::LinkStats;
+use station_protocol::Value;
+use station_simulator::{Profile, Simulator};
+
+const ADC08: &str = "0.8.ESH10000590.ADC08";
+
+/// Waits (polling the link's counters, not sleeping blindly) until `n` more frames were sent.
+async fn frames_sent_beyond(rig: &Rig, before: u64, n: u64) {
+    let stats = rig.gateway.link().stats().clone();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while LinkStats::get(&stats.frames_sent) < before + n {
+        assert!(Instant::now() < deadline, "the request never went out");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn frames_sent(rig: &Rig) -> u64 {
+    LinkStats::get(&rig.gateway.link().stats().frames_sent)
+}
+
+fn spawn_post(rig: &Rig, path: &str, body: Json) -> tokio::task::JoinHandle<(u16, Json)> {
+    let http = rig.http.clone();
+    let url = rig.url(path);
+    tokio::spawn(async move {
+        let response = http.post(url).json(&body).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Json::Null))
+    })
+}
+
+fn error_text(body: &Json) -> &str {
+    body["error"].as_str().unwrap_or("")
+}
+
+fn written(rig: &Rig, channel: &str, value: f64) -> bool {
+    rig.sim
+        .write_log()
+        .iter()
+        .any(|w| w.channel == channel && w.value == Value::Float(value))
+}
+
+#[tokio::test]
+async fn a_drop_in_the_middle_of_a_read_fails_fast_and_never_serves_a_value() {
+    let rig = rig(|c| c.station.request_timeout_ms = 3000).await;
+    let generation = rig.gateway.link().info().generation;
+    // The station has the READ and is about to answer when the link drops.
+    rig.sim.set_reply_delay(Duration::from_millis(400));
+    let before = frames_sent(&rig);
+    let started = Instant::now();
+    let read = spawn_post(&rig, "resources/value/get", json!({ "Name": MON_3V3 }));
+    frames_sent_beyond(&rig, before, 1).await;
+    rig.sim.drop_connections();
+    let (status, body) = read.await.unwrap();
+    assert!(
+        status == 503 || status == 502,
+        "a read cut off by a drop: {status} {body}"
+    );
+    assert!(!error_text(&body).is_empty(), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "not answered at once: {:?}",
+        started.elapsed()
+    );
+    rig.sim.set_reply_delay(Duration::ZERO);
+    rig.reconnected_after(generation).await;
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A write cut off after it was sent is 502 "may or may not", never 200, whether the station
+/// applied it (reply delayed) or not (stalled); the write log says which happened.
+#[tokio::test]
+async fn a_drop_in_the_middle_of_a_write_is_502_whether_or_not_the_station_applied_it() {
+    let rig = rig(|c| c.station.request_timeout_ms = 5000).await;
+    for (case, applied) in [("reply delayed", true), ("stalled", false)] {
+        let generation = rig.gateway.link().info().generation;
+        let value = if applied { 111.0 } else { 222.0 };
+        if applied {
+            rig.sim.set_reply_delay(Duration::from_millis(500));
+        } else {
+            rig.sim.set_stall(true);
+        }
+        let before = frames_sent(&rig);
+        let write = spawn_post(
+            &rig,
+            "resources/value/set",
+            json!({ "Name": VSET1, "Value": value.to_string() }),
+        );
+        frames_sent_beyond(&rig, before, 1).await;
+        // Let the station take the frame off the socket (and apply it, when it will).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while applied && !written(&rig, VSET1, value) {
+            assert!(
+                Instant::now() < deadline,
+                "{case}: the write was never applied"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if !applied {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        rig.sim.drop_connections();
+        let (status, body) = write.await.unwrap();
+        assert_eq!(status, 502, "{case}: {body}");
+        assert!(
+            error_text(&body).contains("may or may not have been applied"),
+            "{case}: {body}"
+        );
+        assert_eq!(written(&rig, VSET1, value), applied, "{case}: write log");
+        rig.sim.set_reply_delay(Duration::ZERO);
+        rig.sim.set_stall(false);
+        rig.reconnected_after(generation).await;
+    }
+}
+
+#[tokio::test]
+async fn a_stall_under_load_answers_everyone_504_within_the_timeout_and_then_resyncs() {
+    let timeout_ms = 400;
+    let rig = rig(|c| c.station.request_timeout_ms = timeout_ms).await;
+    let generation = rig.gateway.link().info().generation;
+    rig.sim.set_stall(true);
+    let started = Instant::now();
+    let mut requests: Vec<_> = [MON_3V3, VMON1, ADC08]
+        .iter()
+        .cycle()
+        .take(20)
+        .map(|name| spawn_post(&rig, "resources/value/get", json!({ "Name": name })))
+        .collect();
+    requests.push(spawn_post(
+        &rig,
+        "resources/value/set",
+        json!({ "Name": VSET1, "Value": "333" }),
+    ));
+    for request in requests {
+        let (status, body) = request.await.unwrap();
+        // A request queued behind the stalled ones may see the link already torn down: 503.
+        assert!(
+            [502, 503, 504].contains(&status),
+            "a stalled station: {status} {body}"
+        );
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_millis(timeout_ms * 2 + 600),
+        "answers took {waited:?}"
+    );
+    assert!(!written(&rig, VSET1, 333.0), "a stalled station applied");
+    rig.sim.set_stall(false);
+    rig.reconnected_after(generation).await;
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A corrupted reply byte: the frame is dropped; a read fails cleanly or is retried, and no
+/// 200 ever carries a wrong value; a write whose reply was lost is never reported as done.
+#[tokio::test]
+async fn corrupted_replies_never_become_wrong_values_or_false_successes() {
+    let rig = rig(|c| c.station.request_timeout_ms = 300).await;
+    let crc_errors = || LinkStats::get(&rig.gateway.link().stats().crc_errors);
+    let mut failed = 0;
+    for round in 0..8 {
+        let before = crc_errors();
+        rig.sim.corrupt_next_reply();
+        let (status, body) = rig.read(MON_3V3).await;
+        if status == 200 {
+            let volts: f64 = body["value"].as_str().unwrap().parse().unwrap();
+            assert!(
+                (volts - 3.3).abs() < 0.1,
+                "round {round}: wrong value {volts}"
+            );
+        } else {
+            assert!([502, 503, 504].contains(&status), "{status} {body}");
+            failed += 1;
+        }
+        // Wait for the corrupted frame to be seen (it may have been a reply to a PING).
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while crc_errors() == before {
+            // Something has to be answered for the corruption to fire.
+            let _ = rig.read(MON_3V3).await;
+            assert!(Instant::now() < deadline, "no corrupt frame was counted");
+        }
+        rig.gateway
+            .link()
+            .watch_info()
+            .wait_for(|i| i.connected)
+            .await
+            .unwrap();
+    }
+    assert!(failed > 0, "no read ever hit the corrupted reply");
+    // A write whose reply is corrupted: applied on the station, but the gateway cannot know.
+    rig.sim.corrupt_next_reply();
+    let (status, body) = rig.write(VSET1, "444").await;
+    assert_ne!(
+        status, 200,
+        "a write without a readable reply reported done: {body}"
+    );
+    assert!(
+        error_text(&body).contains("may or may not have been applied"),
+        "{status} {body}"
+    );
+    assert!(written(&rig, VSET1, 444.0), "the station did apply it");
+}
+
+/// One SSE stream, read raw: enough to wait for named events.
+struct Events {
+    response: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl Events {
+    async fn open(rig: &Rig) -> (Events, Json) {
+        let response = rig.http.get(rig.url("events")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut events = Events {
+            response,
+            buf: Vec::new(),
+        };
+        let hello = events.next_named("hello", Duration::from_secs(2)).await;
+        (events, hello)
+    }
+
+    async fn next_named(&mut self, name: &str, within: Duration) -> Json {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(block).unwrap();
+                let event = text.lines().find_map(|l| l.strip_prefix("event: "));
+                let data = text.lines().find_map(|l| l.strip_prefix("data: "));
+                if let (Some(event), Some(data)) = (event, data)
+                    && event == name
+                {
+                    return serde_json::from_str(data).unwrap();
+                }
+            }
+            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
+                Ok(Ok(Some(chunk))) => self.buf.extend_from_slice(&chunk),
+                other => panic!("no {name} event within {within:?}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Station restart: reconnect with generation + 1, a `configuration` event because the
+/// channel list came back different, and the old generation's cached value never served as
+/// fresh, even with a MaxAgeMs far longer than its age.
+#[tokio::test]
+async fn a_station_restart_bumps_the_generation_and_never_serves_old_values_as_fresh() {
+    let rig = rig(|_| {}).await;
+    let (mut events, hello) = Events::open(&rig).await;
+    let generation = hello["generation"].as_u64().unwrap();
+    let (status, body) = rig.write(VSET1, "77").await;
+    assert_eq!(status, 200, "{body}");
+    let cached_read = json!({ "Names": [VSET1], "MaxAgeMs": 600000 });
+    let (_, body) = rig.post("resources/values/get", cached_read.clone()).await;
+    assert_eq!(body["resources"][VSET1], "77", "{body}");
+    // The list now differs from the profile's, which the restart brings back.
+    assert!(rig.sim.remove_channel(ADC08));
+    let removed = events
+        .next_named("configuration", Duration::from_secs(3))
+        .await;
+    assert_eq!(removed["changeType"], "Removed", "{removed}");
+
+    rig.sim.restart();
+    rig.reconnected_after(generation).await;
+    assert_eq!(rig.gateway.link().info().generation, generation + 1);
+    let changed = events
+        .next_named("configuration", Duration::from_secs(3))
+        .await;
+    assert_eq!(changed["changeType"], "Changed", "{changed}");
+    assert_eq!(changed["generation"], json!(generation + 1), "{changed}");
+    let (status, body) = rig.post("resources/values/get", cached_read).await;
+    assert_eq!(status, 200, "{body}");
+    let value: f64 = body["resources"][VSET1].as_str().unwrap().parse().unwrap();
+    assert_ne!(
+        value, 77.0,
+        "a value from before the restart was served: {body}"
+    );
+    // Its age is that of the new hardware read (its round trip), not of the old value.
+    assert!(body["ageMs"][VSET1].as_f64().unwrap() < 500.0, "{body}");
+    // The channel that came back can be read again.
+    let (status, body) = rig.read(ADC08).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn subscriptions_keep_running_while_the_channel_list_changes_under_them() {
+    let rig = rig(|_| {}).await;
+    let (mut events, hello) = Events::open(&rig).await;
+    let stream = hello["streamId"].as_str().unwrap().to_owned();
+    let (status, body) = rig
+        .post(
+            "subscriptions",
+            json!({ "StreamId": stream, "Channels": [MON_3V3, ADC08], "IntervalMs": 100 }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let first = events.next_named("values", Duration::from_secs(2)).await;
+    assert!(first["values"][ADC08].is_string(), "{first}");
+    assert!(rig.sim.remove_channel(ADC08));
+    events
+        .next_named("configuration", Duration::from_secs(3))
+        .await;
+    // Within a few intervals the removed channel is an error and the other keeps coming.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let values = events.next_named("values", Duration::from_secs(2)).await;
+        assert!(values["values"][MON_3V3].is_string(), "{values}");
+        if values["values"][ADC08].is_null() {
+            assert!(values["errors"][ADC08].is_string(), "{values}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the removed channel kept its values"
+        );
+    }
+    // The channel comes back: the same subscription serves it again.
+    rig.sim.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let values = events.next_named("values", Duration::from_secs(3)).await;
+        if values["values"][ADC08].is_string() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the channel never came back: {values}"
+        );
+    }
+}
+
+/// A symlink that names "the serial device", so the test can swap the pty behind it.
+fn point(link: &Path, target: &Path) {
+    let _ = std::fs::remove_file(link);
+    std::os::unix::fs::symlink(target, link).unwrap();
+}
+
+#[tokio::test]
+async fn a_serial_device_that_disappears_and_comes_back_is_reconnected() {
+    let (sim, first) = Simulator::start_pty(Profile::default_station(), None)
+        .await
+        .unwrap();
+    let dir: PathBuf = std::env::temp_dir().join(format!(
+        "gateway-faults-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let device = dir.join("ttyStation");
+    point(&device, &first);
+    let mut config = Config::default();
+    config.station.url = format!("serial://{}?baud=115200", device.display());
+    config.station.reconnect_max_ms = 200;
+    config.station.request_timeout_ms = 500;
+    config.http.listen = "127.0.0.1:0".into();
+    let gateway = start_gateway(config).await;
+    let rig = Rig {
+        sim: sim.clone(),
+        gateway,
+        http: reqwest::Client::new(),
+    };
+    let generation = rig.gateway.link().info().generation;
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 200, "{body}");
+
+    // The device goes away (USB adapter pulled): the link goes down, requests fail at once.
+    assert!(sim.detach_pty(&first));
+    let mut info = rig.gateway.link().watch_info();
+    tokio::time::timeout(Duration::from_secs(3), info.wait_for(|i| !i.connected))
+        .await
+        .expect("the link did not notice the device went away")
+        .unwrap();
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 503, "{body}");
+    let (status, body) = rig.write(VSET1, "55").await;
+    assert_eq!(status, 503, "{body}");
+
+    // It comes back (as a new pty behind the same name): the link reconnects by itself.
+    let second = sim.attach_pty(None).unwrap();
+    point(&device, &second);
+    rig.reconnected_after(generation).await;
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = rig.write(VSET1, "56").await;
+    assert_eq!(status, 200, "{body}");
+    let log = sim.write_log();
+    assert!(!log.iter().any(|w| w.value == Value::Float(55.0)));
+    assert!(
+        log.iter()
+            .any(|w| w.value == Value::Float(56.0) && w.peer == "pty")
+    );
+    rig.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
