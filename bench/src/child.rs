@@ -109,6 +109,45 @@ impl GatewayProcess {
     }
 }
 
+/// The trivial hyper server in a process of its own (this binary with `--serve-trivial`), so
+/// the cached read can also be compared with a server that pays the same cross-process hops.
+pub struct TrivialProcess {
+    _child: Child,
+    pub addr: SocketAddr,
+}
+
+impl TrivialProcess {
+    pub async fn spawn(answer: &[u8]) -> anyhow::Result<TrivialProcess> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--serve-trivial")
+            .arg(String::from_utf8_lossy(answer).as_ref())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start the trivial server process")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let find = async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addr) = addr_after(&line, "trivial server listening on http://") {
+                    return Some(addr);
+                }
+            }
+            None
+        };
+        let addr = tokio::time::timeout(Duration::from_secs(10), find)
+            .await
+            .context("the trivial server process did not start within 10 s")?
+            .context("the trivial server process exited")?;
+        Ok(TrivialProcess {
+            _child: child,
+            addr,
+        })
+    }
+}
+
 /// The socket address that follows `marker` on a log line.
 fn addr_after(line: &str, marker: &str) -> Option<SocketAddr> {
     let rest = &line[line.find(marker)? + marker.len()..];

@@ -54,6 +54,10 @@ struct Args {
     /// Most requests one worker sends in a measured run.
     #[arg(long, default_value_t = 1_000_000)]
     max_requests_per_worker: u64,
+    /// Connections for every throughput scenario instead of their defaults (64 for the cached
+    /// read, 8 for the others); e.g. 1 for a latency breakdown without queueing.
+    #[arg(long)]
+    conns: Option<usize>,
     /// Event streams in the fan-out scenario.
     #[arg(long, default_value_t = 1000)]
     streams: usize,
@@ -74,6 +78,10 @@ struct Args {
     /// TOKIO_WORKER_THREADS=1 to try a runtime setting without rebuilding.
     #[arg(long, value_name = "KEY=VALUE")]
     gateway_env: Vec<String>,
+    /// Internal: serve ANSWER as the trivial hyper server in this process and nothing else (the
+    /// cross-process baseline of the cached read runs the harness itself this way).
+    #[arg(long, value_name = "ANSWER", hide = true)]
+    serve_trivial: Option<String>,
     /// A note to put beside the results (e.g. what else was running).
     #[arg(long)]
     note: Vec<String>,
@@ -84,7 +92,19 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if let Some(answer) = args.serve_trivial {
+        return runtime.block_on(serve_trivial(answer));
+    }
     runtime.block_on(run(args))
+}
+
+/// The trivial server as a process of its own; runs until killed.
+async fn serve_trivial(answer: String) -> anyhow::Result<()> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let addr = http::start_trivial_server(answer.into(), stop).await?;
+    eprintln!("trivial server listening on http://{addr}");
+    std::future::pending::<()>().await;
+    Ok(())
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -159,6 +179,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             names: names.clone(),
             fanout_streams: args.streams,
             fanout_window: Duration::from_secs(args.fanout_secs),
+            conns: args.conns,
         };
         let first_answer = bench.wait_until_serving(Duration::from_secs(20)).await?;
         if wants("idle") {

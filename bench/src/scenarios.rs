@@ -35,6 +35,8 @@ pub struct Bench {
     pub names: Vec<String>,
     pub fanout_streams: usize,
     pub fanout_window: Duration,
+    /// Connections for every throughput scenario instead of their defaults (64 cached, 8 others).
+    pub conns: Option<usize>,
 }
 
 fn body(value: serde_json::Value) -> Bytes {
@@ -104,6 +106,10 @@ async fn direct_clients(
 }
 
 impl Bench {
+    fn conns_or(&self, default: usize) -> usize {
+        self.conns.unwrap_or(default).max(1)
+    }
+
     /// Waits until a forced read through the gateway answers 200; returns when it did.
     pub async fn wait_until_serving(&self, limit: Duration) -> anyhow::Result<Instant> {
         wait_until_serving(&self.gateway, &self.names[0], limit).await
@@ -136,7 +142,10 @@ impl Bench {
     pub async fn cached(&self) -> anyhow::Result<Row> {
         let mut row = Row::new(
             "1",
-            "Cached read (values/get, 1 name, MaxAgeMs 600000), 64 conns",
+            format!(
+                "Cached read (values/get, 1 name, MaxAgeMs 600000), {} conns",
+                self.conns_or(64)
+            ),
         );
         let request = body(json!({ "Names": [self.names[0]], "MaxAgeMs": 600_000 }));
         // Prime the cache, and take the exact answer for the trivial server to send.
@@ -147,7 +156,7 @@ impl Bench {
         let stop = CancellationToken::new();
         let trivial_addr = start_trivial_server(answer.clone(), stop.clone()).await?;
         let mut baseline_workers = Vec::new();
-        for _ in 0..64 {
+        for _ in 0..self.conns_or(64) {
             baseline_workers.push(RestWorker {
                 connection: HttpConnection::open(trivial_addr).await?,
                 path: VALUES_GET,
@@ -157,15 +166,36 @@ impl Bench {
         let baseline = drive(baseline_workers, self.bounds).await;
         stop.cancel();
 
-        let workers = rest_workers(&self.gateway, 64, VALUES_GET, |_| request.clone()).await?;
+        // The same server in a process of its own pays the same process hops as the gateway.
+        let trivial = crate::child::TrivialProcess::spawn(&answer).await?;
+        let mut child_workers = Vec::new();
+        for _ in 0..self.conns_or(64) {
+            child_workers.push(RestWorker {
+                connection: HttpConnection::open(trivial.addr).await?,
+                path: VALUES_GET,
+                body: request.clone(),
+            });
+        }
+        let child_baseline = drive(child_workers, self.bounds).await;
+        drop(trivial);
+
+        let workers = rest_workers(&self.gateway, self.conns_or(64), VALUES_GET, |_| {
+            request.clone()
+        })
+        .await?;
         let cpu = CpuSpan::start(&self.gateway);
         let measured = drive(workers, self.bounds).await;
         let cpu = cpu.percent();
 
         let r = ratio(measured.throughput(), baseline.throughput());
         row.gateway = rate_cell(&measured);
-        row.baseline = format!("trivial hyper server: {}", rate_cell(&baseline));
-        row.ratio = format!("{r:.2}× throughput");
+        let r_child = ratio(measured.throughput(), child_baseline.throughput());
+        row.baseline = format!(
+            "trivial hyper server in the bench process: {}; in a child process: {}",
+            rate_cell(&baseline),
+            rate_cell(&child_baseline)
+        );
+        row.ratio = format!("{r:.2}× throughput ({r_child:.2}× the child-process server)");
         row.target = "≥ 0.5× trivial hyper".to_owned();
         row.verdict = Verdict::from_bool(r >= 0.5 && measured.errors == 0);
         row.notes.push(format!(
@@ -178,13 +208,13 @@ impl Bench {
 
     /// 2. Forced reads through the gateway against the same reads straight to the simulator.
     pub async fn forced(&self) -> anyhow::Result<Row> {
-        const CONNS: usize = 8;
-        let mut row = Row::new("2", "Forced read (value/get), 8 conns");
-        let names: Vec<String> = (0..CONNS)
+        let conns = self.conns_or(8);
+        let mut row = Row::new("2", format!("Forced read (value/get), {conns} conns"));
+        let names: Vec<String> = (0..conns)
             .map(|i| self.names[i % self.names.len()].clone())
             .collect();
 
-        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
         let baseline_workers = clients
             .into_iter()
             .zip(&names)
@@ -195,7 +225,7 @@ impl Bench {
             .collect();
         let baseline = drive(baseline_workers, self.bounds).await;
 
-        let workers = rest_workers(&self.gateway, CONNS, VALUE_GET, |i| {
+        let workers = rest_workers(&self.gateway, conns, VALUE_GET, |i| {
             body(json!({ "Name": names[i] }))
         })
         .await?;
@@ -208,7 +238,10 @@ impl Bench {
         let overhead = measured.p50_us() - baseline.p50_us();
         let r = ratio(measured.throughput(), baseline.throughput());
         row.gateway = rate_cell(&measured);
-        row.baseline = format!("direct byte protocol, 8 conns: {}", rate_cell(&baseline));
+        row.baseline = format!(
+            "direct byte protocol, {conns} conns: {}",
+            rate_cell(&baseline)
+        );
         row.ratio = format!("{r:.2}× throughput; p50 +{}", micros(overhead));
         row.target = "p50 overhead ≤ 50 µs; ≥ 0.8× direct".to_owned();
         row.verdict = Verdict::from_bool(overhead <= 50.0 && r >= 0.8 && measured.errors == 0);
@@ -223,16 +256,16 @@ impl Bench {
 
     /// 3a. A forced read of 50 names in one values/get, against one READ of the same names.
     pub async fn batch(&self) -> anyhow::Result<Row> {
-        const CONNS: usize = 8;
+        let conns = self.conns_or(8);
         let names: Vec<String> = (0..50)
             .map(|i| self.names[i % self.names.len()].clone())
             .collect();
         let distinct = self.names.len().min(50);
         let mut row = Row::new(
             "3a",
-            "Batched forced read, 50 names (values/get, no MaxAgeMs), 8 conns",
+            format!("Batched forced read, 50 names (values/get, no MaxAgeMs), {conns} conns"),
         );
-        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
         let baseline_workers = clients
             .into_iter()
             .map(|client| DirectReadWorker {
@@ -242,7 +275,7 @@ impl Bench {
             .collect();
         let baseline = drive(baseline_workers, self.bounds).await;
         let request = body(json!({ "Names": names }));
-        let workers = rest_workers(&self.gateway, CONNS, VALUES_GET, |_| request.clone()).await?;
+        let workers = rest_workers(&self.gateway, conns, VALUES_GET, |_| request.clone()).await?;
         let cpu = CpuSpan::start(&self.gateway);
         let measured = drive(workers, self.bounds).await;
         let cpu = cpu.percent();
@@ -250,7 +283,7 @@ impl Bench {
             &mut row,
             &measured,
             &baseline,
-            "direct READ of the 50 names, 8 conns",
+            &format!("direct READ of the 50 names, {conns} conns"),
         );
         row.notes.push(format!(
             "gateway CPU {cpu:.0} % of one core; {distinct} distinct names (the station has {} side-effect-free channels; the rest repeat)",
@@ -261,10 +294,10 @@ impl Bench {
 
     /// 3b. value/set of VSET1, against a WRITE of it.
     pub async fn set_one(&self) -> anyhow::Result<Row> {
-        const CONNS: usize = 8;
-        let mut row = Row::new("3b", "value/set VSET1, 8 conns");
+        let conns = self.conns_or(8);
+        let mut row = Row::new("3b", format!("value/set VSET1, {conns} conns"));
         let name = "0.4.ESH10000662.VSET1";
-        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
         let baseline_workers = clients
             .into_iter()
             .map(|client| DirectWriteWorker {
@@ -274,21 +307,29 @@ impl Bench {
             .collect();
         let baseline = drive(baseline_workers, self.bounds).await;
         let request = body(json!({ "Name": name, "Value": "100" }));
-        let workers = rest_workers(&self.gateway, CONNS, VALUE_SET, |_| request.clone()).await?;
+        let workers = rest_workers(&self.gateway, conns, VALUE_SET, |_| request.clone()).await?;
         let measured = drive(workers, self.bounds).await;
-        fill_rate_row(&mut row, &measured, &baseline, "direct WRITE, 8 conns");
+        fill_rate_row(
+            &mut row,
+            &measured,
+            &baseline,
+            &format!("direct WRITE, {conns} conns"),
+        );
         Ok(row)
     }
 
     /// 3c. values/set of 6 names, against one WRITE of them.
     pub async fn set_many(&self) -> anyhow::Result<Row> {
-        const CONNS: usize = 8;
-        let mut row = Row::new("3c", "values/set of 6 names (VSET1-4, ISET1-2), 8 conns");
+        let conns = self.conns_or(8);
+        let mut row = Row::new(
+            "3c",
+            format!("values/set of 6 names (VSET1-4, ISET1-2), {conns} conns"),
+        );
         let items: Vec<(String, f64)> = (1..=4)
             .map(|n| (format!("0.4.ESH10000662.VSET{n}"), 100.0))
             .chain((1..=2).map(|n| (format!("0.4.ESH10000662.ISET{n}"), 500.0)))
             .collect();
-        let clients = direct_clients(self.simulator.local_addr(), CONNS).await?;
+        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
         let baseline_workers = clients
             .into_iter()
             .map(|client| DirectWriteWorker {
@@ -305,13 +346,13 @@ impl Bench {
             .map(|(name, v)| (name.clone(), json!(v.to_string())))
             .collect();
         let request = body(json!({ "Resources": resources }));
-        let workers = rest_workers(&self.gateway, CONNS, VALUES_SET, |_| request.clone()).await?;
+        let workers = rest_workers(&self.gateway, conns, VALUES_SET, |_| request.clone()).await?;
         let measured = drive(workers, self.bounds).await;
         fill_rate_row(
             &mut row,
             &measured,
             &baseline,
-            "direct WRITE of 6 items, 8 conns",
+            &format!("direct WRITE of 6 items, {conns} conns"),
         );
         Ok(row)
     }
@@ -396,8 +437,9 @@ impl Bench {
 
     /// 6. Reads through the gateway's legacy listener against reads straight to the simulator.
     pub async fn legacy(&self) -> Row {
-        const CONNS: usize = 8;
-        let scenario = "Legacy port: READ of 1 channel, 8 conns";
+        let conns = self.conns_or(8);
+        let scenario = format!("Legacy port: READ of 1 channel, {conns} conns");
+        let scenario = scenario.as_str();
         let Some(legacy_addr) = self.gateway.legacy_addr else {
             return Row::not_measurable(
                 "6",
@@ -407,7 +449,7 @@ impl Bench {
         };
         let clients = match tokio::time::timeout(
             Duration::from_secs(5),
-            direct_clients(legacy_addr, CONNS),
+            direct_clients(legacy_addr, conns),
         )
         .await
         {
@@ -431,10 +473,10 @@ impl Bench {
         };
         let result: anyhow::Result<Row> = async {
             let mut row = Row::new("6", scenario);
-            let names: Vec<String> = (0..CONNS)
+            let names: Vec<String> = (0..conns)
                 .map(|i| self.names[i % self.names.len()].clone())
                 .collect();
-            let direct = direct_clients(self.simulator.local_addr(), CONNS).await?;
+            let direct = direct_clients(self.simulator.local_addr(), conns).await?;
             let baseline_workers = direct
                 .into_iter()
                 .zip(&names)
@@ -457,7 +499,7 @@ impl Bench {
                 &mut row,
                 &measured,
                 &baseline,
-                "direct to the simulator, 8 conns",
+                &format!("direct to the simulator, {conns} conns"),
             );
             let overhead = measured.p50_us() - baseline.p50_us();
             let r = ratio(measured.throughput(), baseline.throughput());
