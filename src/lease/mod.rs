@@ -1,20 +1,33 @@
 //! The control lease: who may change the station. What others see of it is a [`LeaseView`].
 //!
-//! [`store`] holds named leases behind the [`LeaseStore`] trait (memory here; more backends
-//! later); [`control`] builds the gateway's one control lease on it: admission of requests,
-//! fencing at the link, waiting, expiry, safe state and events.
+//! [`store`] holds named leases and semaphores behind the [`LeaseStore`] trait, with backends in
+//! memory, [`sqlite`], [`postgres`] and [`redis`], opened by URL in [`backends`]; [`plan`] is the
+//! decision the row-based ones share. [`engine`] is the API lab code uses (`Lease`,
+//! `LeaseGuard`); [`control`] builds the gateway's one control lease on the store: admission of
+//! requests, fencing at the link, waiting, expiry, safe state and events.
 
+pub mod backends;
 pub mod control;
+pub mod engine;
+pub mod plan;
+pub mod postgres;
+pub mod redis;
+pub mod sqlite;
 pub mod store;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+pub use backends::{BackendUrl, LeaseBackends};
 pub use control::{Admitted, ControlLease, LeaseAnswer};
+pub use engine::{Lease, LeaseGuard, LeaseGuardError};
+pub use postgres::PostgresLeaseStore;
+pub use redis::RedisLeaseStore;
+pub use sqlite::SqliteLeaseStore;
 pub use store::{
-    AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseStore, LeaseStoreError, LeaseToken,
-    MemoryLeaseStore,
+    AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
+    LeaseToken, MemoryLeaseStore,
 };
 
 /// The lease as anyone may see it (never the lease id): `GET lease` and the `lease` event.

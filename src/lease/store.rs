@@ -1,11 +1,12 @@
-//! The lease store: named, exclusive leases with a token, a fence and a time to live, behind one
-//! object-safe trait ([`LeaseStore`]) so that other backends (issue 7: SQLite, Postgres, Redis)
-//! slot in beside the in-memory one ([`MemoryLeaseStore`]) without changing its users.
+//! The lease store: named leases and semaphores with a token, a fence and a time to live, behind
+//! one object-safe trait ([`LeaseStore`]); backends: memory ([`MemoryLeaseStore`], here), SQLite
+//! and Postgres (`sql`), Redis (`redis`), opened by URL in `backends`.
 //!
 //! Semantics every backend keeps:
 //! - acquiring gives a random token, or the caller's own token, so that a retry of the same job
 //!   re-acquires (renews) its own lease instead of being refused;
-//! - the fence goes up by one each time a name is taken, and is never reused;
+//! - the fence goes up each time a name (or a semaphore slot of it) is taken, and is never
+//!   reused, also across restarts of a backend that keeps its data;
 //! - a lease ends by itself once its TTL has passed, and never refreshes itself;
 //! - only the token that holds a lease can refresh or release it, and only while it lasts:
 //!   refresh and release answer `false`/`None` once it expired or moved on.
@@ -18,6 +19,8 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
+
+use super::plan::{AcquirePlan, SlotRow, duration_to_millis, plan_acquire, wall_millis};
 
 /// The secret that proves who holds a lease: 128 random bits as 32 hex digits, or a token the
 /// caller chose. Its `Debug` never shows it.
@@ -64,8 +67,10 @@ pub struct LeaseGrant {
     pub ttl: Duration,
     /// How long it has left, as of the answer.
     pub expires_in: Duration,
-    /// When this holder took it (wall clock, for display).
+    /// When this holder took it (the backend's clock, for display).
     pub since: SystemTime,
+    /// The semaphore slot it holds; 0 for an exclusive lease.
+    pub slot: u32,
 }
 
 /// Who holds a lease, as anyone may see it (never the token).
@@ -75,6 +80,32 @@ pub struct LeaseHolder {
     pub fence: u64,
     pub expires_in: Duration,
     pub since: SystemTime,
+    pub slot: u32,
+}
+
+impl LeaseHolder {
+    /// A holder the backend could not describe (never expected; keeps refusals total).
+    pub fn unknown() -> LeaseHolder {
+        LeaseHolder {
+            owner: "an unknown holder".into(),
+            fence: 0,
+            expires_in: Duration::ZERO,
+            since: SystemTime::UNIX_EPOCH,
+            slot: 0,
+        }
+    }
+}
+
+impl From<LeaseGrant> for LeaseHolder {
+    fn from(grant: LeaseGrant) -> LeaseHolder {
+        LeaseHolder {
+            owner: grant.owner,
+            fence: grant.fence,
+            expires_in: grant.expires_in,
+            since: grant.since,
+            slot: grant.slot,
+        }
+    }
 }
 
 /// What one acquisition attempt asks for.
@@ -93,8 +124,33 @@ pub enum Acquisition {
     Taken(LeaseGrant),
     /// The caller's token already held it: renewed, same token and fence.
     Renewed(LeaseGrant),
-    /// Someone else holds it.
+    /// Someone else holds it (for a semaphore: every slot is taken; this is the holder whose
+    /// slot frees soonest).
     HeldByOther(LeaseHolder),
+}
+
+/// An exclusive lease or a counted semaphore. A name is used as one or the other, never both:
+/// the SQL backends keep both in one table (see `sql`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseKind {
+    /// One holder at a time (slot 0).
+    Exclusive,
+    /// At most `slots` holders at a time (slots `0..slots`). `slots` matters only to acquiring.
+    Semaphore { slots: u32 },
+}
+
+impl LeaseKind {
+    /// How many may hold it at once.
+    pub fn slots(self) -> u32 {
+        match self {
+            LeaseKind::Exclusive => 1,
+            LeaseKind::Semaphore { slots } => slots.max(1),
+        }
+    }
+
+    pub fn is_semaphore(self) -> bool {
+        matches!(self, LeaseKind::Semaphore { .. })
+    }
 }
 
 /// Why a store could not answer. A lease the backend could not confirm is never reported held.
@@ -104,22 +160,30 @@ pub enum LeaseStoreError {
     Unavailable(String),
     #[error("the lease store failed: {0}")]
     Backend(String),
+    #[error("lease backend {url:?} cannot be used: {message}")]
+    BadBackend { url: String, message: String },
 }
 
-/// A store of named, exclusive leases. Object safe: the gateway holds an `Arc<dyn LeaseStore>`.
+/// A store of named leases and semaphores. Object safe: the gateway holds an
+/// `Arc<dyn LeaseStore>`. Backends implement the four `*_kind` methods and [`holders`];
+/// the exclusive-lease shorthands (`try_acquire`, `refresh`, `release`, `current`) come free.
+///
+/// [`holders`]: LeaseStore::holders
 pub trait LeaseStore: Send + Sync {
-    /// Tries once to take `name`. With the token of the live lease it renews that lease
-    /// (`Acquisition::Renewed`) instead of refusing.
-    fn try_acquire<'a>(
+    /// Tries once to take a slot of `name`. With the token of a live holder it renews that
+    /// holder's lease (`Acquisition::Renewed`) instead of refusing.
+    fn try_acquire_kind<'a>(
         &'a self,
+        kind: LeaseKind,
         name: &'a str,
         request: AcquireRequest,
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>>;
 
-    /// Extends the lease from now by `ttl` (`None`: the TTL it was last given). `None` when it
-    /// expired or moved on.
-    fn refresh<'a>(
+    /// Extends the lease `token` holds from now by `ttl` (`None`: the TTL it was last given).
+    /// `None` when it expired or moved on.
+    fn refresh_kind<'a>(
         &'a self,
+        kind: LeaseKind,
         name: &'a str,
         token: &'a LeaseToken,
         ttl: Option<Duration>,
@@ -127,64 +191,88 @@ pub trait LeaseStore: Send + Sync {
 
     /// Ends the lease `token` holds. `false` when it had already expired or moved on; it never
     /// ends someone else's.
-    fn release<'a>(
+    fn release_kind<'a>(
         &'a self,
+        kind: LeaseKind,
         name: &'a str,
         token: &'a LeaseToken,
     ) -> BoxFuture<'a, Result<bool, LeaseStoreError>>;
 
-    /// The live lease on `name`, token included (for the process that owns the name, e.g. to
-    /// resume after a restart); never shown to clients.
+    /// Every live holder of `name`, tokens included (for the process that owns the name, e.g.
+    /// to resume after a restart); never shown to clients. Ordered by slot.
+    fn holders<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LeaseGrant>, LeaseStoreError>>;
+
+    /// [`try_acquire_kind`](LeaseStore::try_acquire_kind) for an exclusive lease.
+    fn try_acquire<'a>(
+        &'a self,
+        name: &'a str,
+        request: AcquireRequest,
+    ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
+        self.try_acquire_kind(LeaseKind::Exclusive, name, request)
+    }
+
+    /// [`refresh_kind`](LeaseStore::refresh_kind) for an exclusive lease.
+    fn refresh<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a LeaseToken,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Option<LeaseGrant>, LeaseStoreError>> {
+        self.refresh_kind(LeaseKind::Exclusive, name, token, ttl)
+    }
+
+    /// [`release_kind`](LeaseStore::release_kind) for an exclusive lease.
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a LeaseToken,
+    ) -> BoxFuture<'a, Result<bool, LeaseStoreError>> {
+        self.release_kind(LeaseKind::Exclusive, name, token)
+    }
+
+    /// The live exclusive lease on `name`, token included.
     fn current<'a>(
         &'a self,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<LeaseGrant>, LeaseStoreError>>;
+    ) -> BoxFuture<'a, Result<Option<LeaseGrant>, LeaseStoreError>> {
+        Box::pin(async move {
+            Ok(self
+                .holders(LeaseKind::Exclusive, name)
+                .await?
+                .into_iter()
+                .next())
+        })
+    }
 }
 
-/// One name's state in memory: the holder (possibly past its expiry) and the last fence given.
+/// One name's rows in memory, and its fence counter.
 #[derive(Debug, Default)]
-struct NameState {
-    holder: Option<MemoryHolder>,
-    last_fence: u64,
-}
-
-#[derive(Debug)]
-struct MemoryHolder {
-    token: LeaseToken,
-    owner: String,
-    fence: u64,
-    ttl: Duration,
-    since: SystemTime,
-    expires_at: Instant,
-}
-
-impl MemoryHolder {
-    fn grant(&self, now: Instant) -> LeaseGrant {
-        LeaseGrant {
-            token: self.token.clone(),
-            owner: self.owner.clone(),
-            fence: self.fence,
-            ttl: self.ttl,
-            expires_in: self.expires_at.saturating_duration_since(now),
-            since: self.since,
-        }
-    }
-}
-
-impl NameState {
-    /// The holder while its lease lasts.
-    fn live_holder(&mut self, now: Instant) -> Option<&mut MemoryHolder> {
-        self.holder
-            .as_mut()
-            .filter(|holder| holder.expires_at > now)
-    }
+struct MemoryName {
+    rows: Vec<SlotRow>,
+    last_fence: i64,
 }
 
 /// Leases in this process's memory, timed on tokio's monotonic clock (so tests can pause it).
-/// The default backend and what tests get; lost when the process ends.
-#[derive(Debug, Default)]
+/// The default backend and what tests get; lost when the process ends. Makes the same
+/// decisions as the SQL backends ([`plan_acquire`]), on rows kept in a map.
+#[derive(Debug)]
 pub struct MemoryLeaseStore {
-    names: Mutex<HashMap<String, NameState>>,
+    names: Mutex<HashMap<(bool, String), MemoryName>>,
+    /// The zero of this store's millisecond clock.
+    epoch: Instant,
+}
+
+impl Default for MemoryLeaseStore {
+    fn default() -> Self {
+        MemoryLeaseStore {
+            names: Mutex::default(),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 impl MemoryLeaseStore {
@@ -192,120 +280,124 @@ impl MemoryLeaseStore {
         MemoryLeaseStore::default()
     }
 
-    fn names(&self) -> MutexGuard<'_, HashMap<String, NameState>> {
+    fn names(&self) -> MutexGuard<'_, HashMap<(bool, String), MemoryName>> {
         self.names.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn try_acquire_now(&self, name: &str, request: AcquireRequest) -> Acquisition {
-        let now = Instant::now();
-        let mut names = self.names();
-        let state = names.entry(name.to_owned()).or_default();
-        if let Some(holder) = state.live_holder(now) {
-            if request
-                .token
-                .as_ref()
-                .is_some_and(|token| holder.token.matches(token.as_str()))
-            {
-                holder.ttl = request.ttl;
-                holder.expires_at = now + request.ttl;
-                return Acquisition::Renewed(holder.grant(now));
-            }
-            return Acquisition::HeldByOther(LeaseHolder {
-                owner: holder.owner.clone(),
-                fence: holder.fence,
-                expires_in: holder.expires_at.saturating_duration_since(now),
-                since: holder.since,
-            });
-        }
-        state.last_fence += 1;
-        let holder = MemoryHolder {
-            token: request.token.unwrap_or_else(LeaseToken::random),
-            owner: request.owner,
-            fence: state.last_fence,
-            ttl: request.ttl,
-            since: SystemTime::now(),
-            expires_at: now + request.ttl,
-        };
-        let grant = holder.grant(now);
-        state.holder = Some(holder);
-        Acquisition::Taken(grant)
+    fn now(&self) -> i64 {
+        duration_to_millis(Instant::now().saturating_duration_since(self.epoch))
     }
 
-    fn refresh_now(
+    fn try_acquire_now(&self, kind: LeaseKind, name: &str, request: AcquireRequest) -> Acquisition {
+        let now = self.now();
+        let token = request.token.clone().unwrap_or_else(LeaseToken::random);
+        let mut names = self.names();
+        let state = names
+            .entry((kind.is_semaphore(), name.to_owned()))
+            .or_default();
+        let plan = plan_acquire(
+            kind,
+            &state.rows,
+            state.last_fence,
+            now,
+            wall_millis(SystemTime::now()),
+            &request,
+            &token,
+        );
+        match &plan {
+            AcquirePlan::Renew(row) | AcquirePlan::Take(row) => {
+                state.last_fence = state.last_fence.max(row.fence);
+                state.rows.retain(|old| old.slot != row.slot);
+                state.rows.push(row.clone());
+                state.rows.sort_by_key(|row| row.slot);
+            }
+            AcquirePlan::Refuse(_) => {}
+        }
+        plan.outcome(now)
+    }
+
+    /// The live row `token` holds, for a change by `update`.
+    fn with_live_row<T>(
         &self,
+        kind: LeaseKind,
         name: &str,
         token: &LeaseToken,
-        ttl: Option<Duration>,
-    ) -> Option<LeaseGrant> {
-        let now = Instant::now();
+        update: impl FnOnce(&mut SlotRow, i64) -> T,
+    ) -> Option<T> {
+        let now = self.now();
         let mut names = self.names();
-        let holder = names
-            .get_mut(name)?
-            .live_holder(now)
-            .filter(|holder| holder.token.matches(token.as_str()))?;
-        if let Some(ttl) = ttl {
-            holder.ttl = ttl;
-        }
-        holder.expires_at = now + holder.ttl;
-        Some(holder.grant(now))
+        let state = names.get_mut(&(kind.is_semaphore(), name.to_owned()))?;
+        let row = state
+            .rows
+            .iter_mut()
+            .find(|row| row.is_live(now) && token.matches(&row.holder))?;
+        Some(update(row, now))
     }
 
-    fn release_now(&self, name: &str, token: &LeaseToken) -> bool {
-        let now = Instant::now();
-        let mut names = self.names();
-        let Some(state) = names.get_mut(name) else {
-            return false;
-        };
-        let holds = state
-            .live_holder(now)
-            .is_some_and(|holder| holder.token.matches(token.as_str()));
-        if holds {
-            state.holder = None;
-        }
-        holds
-    }
-
-    fn current_now(&self, name: &str) -> Option<LeaseGrant> {
-        let now = Instant::now();
-        let mut names = self.names();
+    fn holders_now(&self, kind: LeaseKind, name: &str) -> Vec<LeaseGrant> {
+        let now = self.now();
+        let names = self.names();
         names
-            .get_mut(name)?
-            .live_holder(now)
-            .map(|holder| holder.grant(now))
+            .get(&(kind.is_semaphore(), name.to_owned()))
+            .map(|state| {
+                state
+                    .rows
+                    .iter()
+                    .filter(|row| row.is_live(now))
+                    .map(|row| row.grant(now))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
 impl LeaseStore for MemoryLeaseStore {
-    fn try_acquire<'a>(
+    fn try_acquire_kind<'a>(
         &'a self,
+        kind: LeaseKind,
         name: &'a str,
         request: AcquireRequest,
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
-        Box::pin(async move { Ok(self.try_acquire_now(name, request)) })
+        Box::pin(async move { Ok(self.try_acquire_now(kind, name, request)) })
     }
 
-    fn refresh<'a>(
+    fn refresh_kind<'a>(
         &'a self,
+        kind: LeaseKind,
         name: &'a str,
         token: &'a LeaseToken,
         ttl: Option<Duration>,
     ) -> BoxFuture<'a, Result<Option<LeaseGrant>, LeaseStoreError>> {
-        Box::pin(async move { Ok(self.refresh_now(name, token, ttl)) })
+        Box::pin(async move {
+            Ok(self.with_live_row(kind, name, token, |row, now| {
+                if let Some(ttl) = ttl {
+                    row.ttl_ms = duration_to_millis(ttl);
+                }
+                row.expires_at = now + row.ttl_ms;
+                row.grant(now)
+            }))
+        })
     }
 
-    fn release<'a>(
+    fn release_kind<'a>(
         &'a self,
+        kind: LeaseKind,
         name: &'a str,
         token: &'a LeaseToken,
     ) -> BoxFuture<'a, Result<bool, LeaseStoreError>> {
-        Box::pin(async move { Ok(self.release_now(name, token)) })
+        Box::pin(async move {
+            Ok(self
+                .with_live_row(kind, name, token, |row, now| row.expires_at = now)
+                .is_some())
+        })
     }
 
-    fn current<'a>(
+    fn holders<'a>(
         &'a self,
+        kind: LeaseKind,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<LeaseGrant>, LeaseStoreError>> {
-        Box::pin(async move { Ok(self.current_now(name)) })
+    ) -> BoxFuture<'a, Result<Vec<LeaseGrant>, LeaseStoreError>> {
+        Box::pin(async move { Ok(self.holders_now(kind, name)) })
     }
 }
 

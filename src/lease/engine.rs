@@ -1,0 +1,310 @@
+//! The lease engine as lab code uses it: [`Lease::exclusive`] (`lease(name, ttl)`) and
+//! [`Lease::semaphore`] (`semaphore(name, slots, ttl)`) on any [`LeaseStore`], with
+//! `acquire(blocking, wait)`, `refresh(ttl)`, `release()` and a scoped [`LeaseGuard`].
+//!
+//! A `Lease` carries its token from the start (random, or the caller's owner token), so a retry
+//! of the same job (`acquire` again, or a new `Lease` with the same owner token) re-acquires its
+//! own lease instead of being refused. A lease never refreshes itself: its holder calls
+//! `refresh` before the TTL passes, or loses it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::store::{
+    AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
+    LeaseToken,
+};
+
+/// The first pause between attempts of a blocking acquire; it doubles up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+/// The longest pause between attempts of a blocking acquire (before jitter).
+pub const MAX_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Why a [`LeaseGuard`] could not be had.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LeaseGuardError {
+    #[error("lease {name} not acquired: {}", held_by(.holder))]
+    LeaseNotAcquired {
+        name: String,
+        holder: Option<LeaseHolder>,
+    },
+    #[error("{0}")]
+    Store(#[from] LeaseStoreError),
+}
+
+fn held_by(holder: &Option<LeaseHolder>) -> String {
+    match holder {
+        Some(holder) => format!(
+            "held by {} (fence {}) for another {} ms",
+            holder.owner,
+            holder.fence,
+            holder.expires_in.as_millis()
+        ),
+        None => "still held when the wait ran out".into(),
+    }
+}
+
+/// One lease or semaphore slot as its (would-be) holder sees it.
+pub struct Lease {
+    store: Arc<dyn LeaseStore>,
+    kind: LeaseKind,
+    name: String,
+    owner: String,
+    ttl: Duration,
+    token: LeaseToken,
+    /// What the store last said about our lease (None: not held as far as we know).
+    held: Mutex<Option<LeaseGrant>>,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("owner", &self.owner)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl Lease {
+    /// `lease(name, ttl)`: exclusive.
+    pub fn exclusive(store: Arc<dyn LeaseStore>, name: impl Into<String>, ttl: Duration) -> Lease {
+        Lease::new(store, LeaseKind::Exclusive, name.into(), ttl)
+    }
+
+    /// `semaphore(name, slots, ttl)`: at most `slots` holders.
+    pub fn semaphore(
+        store: Arc<dyn LeaseStore>,
+        name: impl Into<String>,
+        slots: u32,
+        ttl: Duration,
+    ) -> Lease {
+        Lease::new(store, LeaseKind::Semaphore { slots }, name.into(), ttl)
+    }
+
+    fn new(store: Arc<dyn LeaseStore>, kind: LeaseKind, name: String, ttl: Duration) -> Lease {
+        Lease {
+            store,
+            kind,
+            owner: name.clone(),
+            name,
+            ttl,
+            token: LeaseToken::random(),
+            held: Mutex::new(None),
+        }
+    }
+
+    /// The caller's own token: a retry with the same token re-acquires its own lease.
+    pub fn with_owner_token(mut self, token: LeaseToken) -> Lease {
+        self.token = token;
+        self
+    }
+
+    /// Who holds it, as others see it (default: the name).
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Lease {
+        self.owner = owner.into();
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn kind(&self) -> LeaseKind {
+        self.kind
+    }
+
+    pub fn token(&self) -> &LeaseToken {
+        &self.token
+    }
+
+    /// What the store last confirmed (fence, slot, time left as of that answer).
+    pub fn grant(&self) -> Option<LeaseGrant> {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The fence of the last acquisition, while we believe we hold it.
+    pub fn fence(&self) -> Option<u64> {
+        self.grant().map(|grant| grant.fence)
+    }
+
+    fn remember(&self, grant: Option<LeaseGrant>) {
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = grant;
+    }
+
+    /// One attempt. `Err(holder)` names who holds it.
+    pub async fn try_acquire(&self) -> Result<Result<LeaseGrant, LeaseHolder>, LeaseStoreError> {
+        let request = AcquireRequest {
+            owner: self.owner.clone(),
+            ttl: self.ttl,
+            token: Some(self.token.clone()),
+        };
+        let answer = self
+            .store
+            .try_acquire_kind(self.kind, &self.name, request)
+            .await;
+        match answer {
+            Ok(Acquisition::Taken(grant) | Acquisition::Renewed(grant)) => {
+                self.remember(Some(grant.clone()));
+                Ok(Ok(grant))
+            }
+            Ok(Acquisition::HeldByOther(holder)) => {
+                self.remember(None);
+                Ok(Err(holder))
+            }
+            Err(error) => {
+                // Not confirmed: never believed held.
+                self.remember(None);
+                Err(error)
+            }
+        }
+    }
+
+    /// Non-blocking: one attempt. Blocking: attempts with jittered, doubling back-off until it
+    /// is held or `wait` has passed (`None`: forever). `Ok(false)` when not held; a backend
+    /// error ends the wait at once.
+    pub async fn acquire(
+        &self,
+        blocking: bool,
+        wait: Option<Duration>,
+    ) -> Result<bool, LeaseStoreError> {
+        Ok(self.acquire_or_holder(blocking, wait).await?.is_ok())
+    }
+
+    async fn acquire_or_holder(
+        &self,
+        blocking: bool,
+        wait: Option<Duration>,
+    ) -> Result<Result<LeaseGrant, LeaseHolder>, LeaseStoreError> {
+        let deadline = wait.map(|wait| Instant::now() + wait);
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let attempt = self.try_acquire().await?;
+            if attempt.is_ok() || !blocking {
+                return Ok(attempt);
+            }
+            let mut pause = jittered(backoff);
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(attempt);
+                }
+                pause = pause.min(left);
+            }
+            tokio::time::sleep(pause).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Extends it from now by `ttl` (`None`: the TTL it was last given). `false` when it expired
+    /// or moved on.
+    pub async fn refresh(&self, ttl: Option<Duration>) -> Result<bool, LeaseStoreError> {
+        let grant = self
+            .store
+            .refresh_kind(self.kind, &self.name, &self.token, ttl)
+            .await;
+        match grant {
+            Ok(grant) => {
+                let refreshed = grant.is_some();
+                self.remember(grant);
+                Ok(refreshed)
+            }
+            Err(error) => {
+                self.remember(None);
+                Err(error)
+            }
+        }
+    }
+
+    /// Ends it. `false` when it had already expired or moved on; never ends someone else's.
+    pub async fn release(&self) -> Result<bool, LeaseStoreError> {
+        self.remember(None);
+        self.store
+            .release_kind(self.kind, &self.name, &self.token)
+            .await
+    }
+
+    /// Acquires (as [`acquire`](Lease::acquire)) and hands back a guard that releases it.
+    pub async fn guard(
+        self,
+        blocking: bool,
+        wait: Option<Duration>,
+    ) -> Result<LeaseGuard, LeaseGuardError> {
+        match self.acquire_or_holder(blocking, wait).await? {
+            Ok(_) => Ok(LeaseGuard { lease: Some(self) }),
+            Err(holder) => Err(LeaseGuardError::LeaseNotAcquired {
+                name: self.name,
+                holder: Some(holder),
+            }),
+        }
+    }
+}
+
+/// Full jitter in the upper half: a pause between `backoff / 2` and `backoff`.
+fn jittered(backoff: Duration) -> Duration {
+    let half = backoff / 2;
+    half + half.mul_f64(rand::thread_rng().r#gen::<f64>())
+}
+
+/// A held lease that is released when the scope ends. Prefer [`LeaseGuard::release`] (it
+/// waits for the store and says whether it was still held); dropping the guard releases it
+/// best-effort in a spawned task (nothing to release it with outside a tokio runtime: it then
+/// simply runs out).
+#[derive(Debug)]
+pub struct LeaseGuard {
+    lease: Option<Lease>,
+}
+
+impl LeaseGuard {
+    pub fn lease(&self) -> &Lease {
+        self.lease
+            .as_ref()
+            .expect("a LeaseGuard holds its lease until release or drop")
+    }
+
+    pub fn fence(&self) -> Option<u64> {
+        self.lease().fence()
+    }
+
+    /// Extends it from now (see [`Lease::refresh`]).
+    pub async fn refresh(&self, ttl: Option<Duration>) -> Result<bool, LeaseStoreError> {
+        self.lease().refresh(ttl).await
+    }
+
+    /// Releases it now. `false` when it had already expired or moved on.
+    pub async fn release(mut self) -> Result<bool, LeaseStoreError> {
+        match self.lease.take() {
+            Some(lease) => lease.release().await,
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(error) = lease.release().await {
+                        warn!(name = %lease.name, "lease guard dropped: release failed ({error}); it runs out by itself");
+                    }
+                });
+            }
+            Err(_) => warn!(
+                name = %lease.name,
+                "lease guard dropped outside a tokio runtime: not released; it runs out by itself"
+            ),
+        }
+    }
+}
