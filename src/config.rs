@@ -71,8 +71,12 @@ pub struct LegacyConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LeaseConfig {
-    /// `memory` for now.
+    /// Where leases live: `memory`, `sqlite:PATH`, `postgres://...` or `redis://...`.
     pub backend: String,
+    /// The control lease's name in the backend; empty: `control:<station.url>`. Set it when
+    /// the station URL is not stable (e.g. `--simulator` picks a free port each start) and the
+    /// lease must survive a restart.
+    pub name: String,
     /// A bearer token that may break anyone's lease with `DELETE api/lease`; off when empty.
     pub admin_token: String,
     /// Channel writes applied when a lease runs out without being released.
@@ -141,6 +145,7 @@ impl Default for LeaseConfig {
     fn default() -> Self {
         LeaseConfig {
             backend: "memory".into(),
+            name: String::new(),
             admin_token: String::new(),
             safe_state: Vec::new(),
         }
@@ -262,12 +267,8 @@ impl Config {
         if !self.legacy.listen.is_empty() {
             parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;
         }
-        if self.lease.backend != "memory" {
-            return Err(invalid(
-                "lease.backend",
-                format!("{:?} is not a known backend (memory)", self.lease.backend),
-            ));
-        }
+        crate::lease::BackendUrl::parse(&self.lease.backend)
+            .map_err(|error| invalid("lease.backend", error.to_string()))?;
         if self.events.stream_queue == 0 {
             return Err(invalid("events.stream_queue", "must be above 0"));
         }
@@ -278,6 +279,14 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The control lease's name: `lease.name`, or `control:<station.url>`.
+    pub fn control_lease_name(&self) -> String {
+        match self.lease.name.trim() {
+            "" => format!("control:{}", self.station.url),
+            name => name.to_owned(),
+        }
     }
 
     pub fn request_timeout(&self) -> Duration {

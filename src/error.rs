@@ -5,7 +5,8 @@ use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
 use crate::events::EventsError;
-use crate::lease::LeaseError;
+use crate::http::named_leases::NamedLeaseError;
+use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
 
 /// An error answer: a status and a message that says what happened and what to do.
@@ -104,6 +105,33 @@ impl From<LeaseError> for ApiError {
             }
             LeaseError::AdminTokenWrong => StatusCode::FORBIDDEN,
             LeaseError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError::new(status, error.to_string())
+    }
+}
+
+/// A lease backend that could not answer (unreachable, locked, failed): 503, never "held".
+impl From<LeaseStoreError> for ApiError {
+    fn from(error: LeaseStoreError) -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{error}; the lease's state is unknown, try again"),
+        )
+    }
+}
+
+impl From<NamedLeaseError> for ApiError {
+    fn from(error: NamedLeaseError) -> ApiError {
+        let status = match &error {
+            NamedLeaseError::BadName(_)
+            | NamedLeaseError::BadTtl(_)
+            | NamedLeaseError::BadWait(_)
+            | NamedLeaseError::BadSlots(_)
+            | NamedLeaseError::MissingToken => StatusCode::BAD_REQUEST,
+            NamedLeaseError::Held { .. } => StatusCode::CONFLICT,
+            NamedLeaseError::Ended { .. } => StatusCode::NOT_FOUND,
+            NamedLeaseError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            NamedLeaseError::Store(store) => return ApiError::from(store.clone()),
         };
         ApiError::new(status, error.to_string())
     }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::Config;
-use crate::lease::{ControlLease, LeaseView, MemoryLeaseStore};
+use crate::lease::{ControlLease, LeaseBackends, LeaseView};
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
 /// How long shutdown waits for requests in flight.
@@ -32,6 +32,8 @@ pub struct Gateway {
     pub lease_events: broadcast::Sender<LeaseView>,
     /// The control lease: who may change the station.
     pub lease: Arc<ControlLease>,
+    /// The lease backends: the configured one (the control lease's) and any named per call.
+    pub leases: Arc<LeaseBackends>,
     /// Open event streams and their subscriptions.
     pub events: Arc<crate::events::Events>,
 }
@@ -61,6 +63,10 @@ pub enum StartError {
     Config(#[from] crate::config::ConfigError),
     #[error("cannot use the listening socket: {0}")]
     Listener(std::io::Error),
+    #[error("lease.backend: {0}")]
+    LeaseBackend(crate::lease::LeaseStoreError),
+    #[error("cannot resume the control lease from lease.backend: {0}")]
+    LeaseResume(crate::lease::LeaseError),
 }
 
 /// A running gateway.
@@ -120,13 +126,21 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
         None => None,
     };
+    let leases = Arc::new(
+        LeaseBackends::open(&config.lease.backend)
+            .await
+            .map_err(StartError::LeaseBackend)?,
+    );
     let (lease_events, _) = broadcast::channel(64);
     let lease = ControlLease::new(
-        Arc::new(MemoryLeaseStore::new()),
-        format!("control:{}", config.station.url),
+        leases.default_store(),
+        config.control_lease_name(),
         lease_events.clone(),
     )
     .with_safe_state(link.clone(), config.lease.safe_state.clone());
+    // With a backend that outlives the process, the lease held before a restart is still held:
+    // never start believing nobody holds it when the backend cannot say.
+    lease.resume().await.map_err(StartError::LeaseResume)?;
     let lease = Arc::new(lease);
     let events = crate::events::Events::new(config.events.clone(), link.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
@@ -137,6 +151,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         shutdown: shutdown.clone(),
         lease_events,
         lease,
+        leases,
         events,
     });
     let mut tasks = JoinSet::new();

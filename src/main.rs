@@ -27,7 +27,7 @@ struct Args {
     /// Where to serve the legacy byte protocol, e.g. 127.0.0.1:4001.
     #[arg(long)]
     legacy: Option<String>,
-    /// Where the control lease lives: memory.
+    /// Where leases live: memory, sqlite:PATH, postgres://... or redis://...
     #[arg(long)]
     lease_backend: Option<String>,
     /// Start an embedded station simulator and point the link at it.

@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod lease;
+pub mod named_leases;
 pub mod routes;
 
 use std::convert::Infallible;

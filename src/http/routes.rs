@@ -145,6 +145,10 @@ pub async fn handle(
     request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
+    // Named leases and semaphores for lab scripts (`v1/leases`, `v1/semaphores`), beside api/.
+    if super::named_leases::is_named_lease_path(&gateway, request.uri().path()) {
+        return super::named_leases::handle(&gateway, request).await;
+    }
     let presented = presented_lease_id(request.headers()).map(str::to_owned);
     let mut response = match route_and_answer(&gateway, request, peer).await {
         Ok(response) => response,
