@@ -47,6 +47,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let shutdown = shutdown_signal()?;
     if args.print_config {
         print!("{EXAMPLE_CONFIG}");
         return Ok(());
@@ -91,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
     let listeners = Listeners::bind(&config)
         .await
         .with_context(|| format!("cannot listen on {}", config.http.listen))?;
-    run(listeners, config, shutdown_signal()).await?;
+    run(listeners, config, shutdown).await?;
     Ok(())
 }
 
@@ -110,24 +111,26 @@ fn init_logging(format: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Completes on SIGINT or SIGTERM. The handlers are installed when this is called, not when
+/// it is first awaited, so a signal that arrives while the gateway starts is not lost (nor does
+/// it kill the process by its default action).
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        Ok(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        })
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
 }
