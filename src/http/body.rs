@@ -3,23 +3,32 @@
 
 use http_body_util::{BodyExt, Limited};
 use hyper::StatusCode;
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use serde_json::{Map, Value as Json};
 
 use crate::error::ApiError;
 
 /// Reads the whole body, refusing one over `limit` bytes with 413.
 pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    // A declared Content-Length over the limit is refused at once, not after waiting for
+    // bytes that may never come.
+    if body.size_hint().lower() > limit as u64 {
+        return Err(too_large(limit));
+    }
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is over the {limit}-byte limit"),
-        )),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
         Err(error) => Err(ApiError::bad_request(format!(
             "the request body could not be read: {error}"
         ))),
     }
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is over the {limit}-byte limit"),
+    )
 }
 
 /// A JSON object body with case-insensitive field access.
