@@ -190,20 +190,25 @@ impl Config {
     /// Parses TOML; `origin` names the source in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|error| {
-            let line = error.span().map(|span| {
-                text.as_bytes()[..span.start.min(text.len())]
+            let at = error.span().map(|span| span.start.min(text.len()));
+            let line = at.map(|at| {
+                text.as_bytes()[..at]
                     .iter()
                     .filter(|&&b| b == b'\n')
                     .count()
                     + 1
             });
-            let message = error.message().to_owned();
+            let key = at.and_then(|at| key_at(text, at));
+            let mut place = origin.to_owned();
+            if let Some(line) = line {
+                place.push_str(&format!(", line {line}"));
+            }
+            if let Some(key) = key {
+                place.push_str(&format!(", key {key}"));
+            }
             ConfigError::Parse {
-                origin: match line {
-                    Some(line) => format!("{origin}, line {line}"),
-                    None => origin.to_owned(),
-                },
-                message,
+                origin: place,
+                message: error.message().to_owned(),
             }
         })?;
         config.validate()?;
@@ -294,6 +299,28 @@ impl Config {
     }
 }
 
+/// The dotted key (`http.max_body_bytes`) of the `key = value` line holding byte `at`, with
+/// the `[table]` it sits under; `None` when that line is not a key.
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    if key.is_empty() || key.starts_with('[') || key.starts_with('#') {
+        return None;
+    }
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && !l.starts_with("[["))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    Some(match table {
+        Some(table) => format!("{table}.{key}"),
+        None => key.to_owned(),
+    })
+}
+
 /// An address to listen on, `HOST:PORT`.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     text.parse()
@@ -317,6 +344,16 @@ mod tests {
         let text = error.to_string();
         assert!(text.contains("x.toml, line 3"), "{text}");
         assert!(text.contains("speed"), "{text}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_the_key_and_line() {
+        let error = Config::from_toml("[http]\nmax_body_bytes = \"lots\"\n", "x.toml").unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("x.toml, line 2, key http.max_body_bytes"),
+            "{text}"
+        );
     }
 
     #[test]
