@@ -84,11 +84,6 @@ impl GatewayProcess {
         })
     }
 
-    /// CPU time (user + system) the process has used so far.
-    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        cpu_time_of(self.pid)
-    }
-
     /// Resident memory now, in bytes.
     pub fn rss_bytes(&self) -> anyhow::Result<u64> {
         rss_of(self.pid)

@@ -60,11 +60,21 @@ struct CpuSpan {
 
 impl CpuSpan {
     fn start(gateway: &GatewayProcess) -> CpuSpan {
+        CpuSpan::of(gateway.pid)
+    }
+
+    fn of(pid: u32) -> CpuSpan {
         CpuSpan {
-            pid: gateway.pid,
-            cpu: gateway.cpu_time().unwrap_or_default(),
+            pid,
+            cpu: crate::child::cpu_time_of(pid).unwrap_or_default(),
             at: Instant::now(),
         }
+    }
+
+    /// CPU time per request over the span, in µs.
+    fn per_request_us(&self, requests: u64) -> f64 {
+        let cpu = crate::child::cpu_time_of(self.pid).unwrap_or_default();
+        cpu.saturating_sub(self.cpu).as_secs_f64() * 1e6 / requests.max(1) as f64
     }
 
     fn percent(&self) -> f64 {
@@ -223,7 +233,10 @@ impl Bench {
                 names: vec![name.clone()],
             })
             .collect();
+        let own = CpuSpan::of(std::process::id());
         let baseline = drive(baseline_workers, self.bounds).await;
+        // Warm-up included: the span covers the whole run.
+        let direct_cpu = own.per_request_us(baseline.requests * 6 / 5);
 
         let workers = rest_workers(&self.gateway, conns, VALUE_GET, |i| {
             body(json!({ "Name": names[i] }))
@@ -231,8 +244,15 @@ impl Bench {
         .await?;
         let frames_before = self.simulator.read_frames();
         let cpu = CpuSpan::start(&self.gateway);
+        let own = CpuSpan::of(std::process::id());
         let measured = drive(workers, self.bounds).await;
+        let requests = measured.requests * 6 / 5;
+        let (gateway_cpu, bench_cpu) = (cpu.per_request_us(requests), own.per_request_us(requests));
         let cpu = cpu.percent();
+        row.notes.push(format!(
+            "CPU per request (warm-up included, approximate): direct {direct_cpu:.0} µs (client + simulator, one process); through the gateway {:.0} µs = gateway {gateway_cpu:.0} µs + bench process (HTTP client + simulator) {bench_cpu:.0} µs",
+            gateway_cpu + bench_cpu
+        ));
         let frames = self.simulator.read_frames() - frames_before;
 
         let overhead = measured.p50_us() - baseline.p50_us();
