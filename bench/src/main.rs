@@ -122,7 +122,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     raise_file_limit();
     let command = std::env::args().skip(1).fold(
         "cargo run --release -p station-bench --".to_owned(),
-        |acc, a| format!("{acc} {a}"),
+        |acc, a| {
+            if a.contains([' ', '\'', '"']) {
+                format!("{acc} '{}'", a.replace('\'', "'\\''"))
+            } else {
+                format!("{acc} {a}")
+            }
+        },
     );
     let mut gateway_env = Vec::new();
     for pair in &args.gateway_env {
