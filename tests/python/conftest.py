@@ -11,6 +11,8 @@ Fixtures other test files reuse (the lease and event-stream suites build on thes
 - `client_factory`  more clients (a second test station, another thread): `client_factory()`
 - `gateway_factory` gateways of a test's own (other flags or config), stopped after the test
 - `hv1`             output 1 of the HV supply, switched off and set to 0 V after the test
+- `station_sim`     a standalone station-sim the test can fault (simproc.SimProcess: `.url`,
+                    `.control("drop")`), for `gateway_factory("--station", sim.url, simulator=False)`
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from accordionq2 import AccordionQ2Client
 
 import station
 from gatewayproc import STOP_TIMEOUT_S, GatewayProcess, start_gateway
+from simproc import SimProcess
 
 CLIENT_TIMEOUT_S = 15.0
 
@@ -73,6 +76,14 @@ def gateway_factory() -> Iterator[Callable[..., GatewayProcess]]:
     yield make
     for process in started:
         process.kill()
+
+
+@pytest.fixture
+def station_sim() -> Iterator[SimProcess]:
+    """A station-sim process of the test's own, on ports the OS picks; killed after the test."""
+    sim = SimProcess()
+    yield sim
+    sim.kill()
 
 
 @pytest.fixture
