@@ -34,6 +34,11 @@ pub struct StationConfig {
     pub reconnect_max_ms: u64,
     /// Most channel names put in one READ frame.
     pub max_names_per_read: usize,
+    /// Reads of a channel that arrive while a READ of it is on the wire wait for the next
+    /// READ; that one goes out once no new reader came for this long (µs)...
+    pub coalesce_quiet_us: u64,
+    /// ...or this long after the first of them was held (µs). 0 sends at once.
+    pub coalesce_max_us: u64,
     /// Requests waiting for the link before new ones are refused with 503.
     pub queue_depth: usize,
 }
@@ -111,6 +116,8 @@ impl Default for StationConfig {
             reconnect_min_ms: 100,
             reconnect_max_ms: 5000,
             max_names_per_read: 64,
+            coalesce_quiet_us: 300,
+            coalesce_max_us: 5000,
             queue_depth: 4096,
         }
     }
@@ -281,6 +288,12 @@ impl Config {
             return Err(invalid(
                 "events.subscription_ttl_ms",
                 "must be 100 to 3600000",
+            ));
+        }
+        if self.station.coalesce_max_us > 1_000_000 {
+            return Err(invalid(
+                "station.coalesce_max_us",
+                "must be at most 1000000 (1 s)",
             ));
         }
         Ok(())

@@ -116,6 +116,8 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         reconnect_min: Duration::from_millis(config.station.reconnect_min_ms),
         reconnect_max: Duration::from_millis(config.station.reconnect_max_ms),
         max_names_per_read: config.station.max_names_per_read,
+        coalesce_quiet: Duration::from_micros(config.station.coalesce_quiet_us),
+        coalesce_max: Duration::from_micros(config.station.coalesce_max_us),
         queue_depth: config.station.queue_depth,
         client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
     };

@@ -417,6 +417,8 @@ mod tests {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_millis(100),
             max_names_per_read: 64,
+            coalesce_quiet: Duration::ZERO,
+            coalesce_max: Duration::ZERO,
             queue_depth: 4,
             client_name: "test".into(),
         };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use station_protocol::{
     ChangeType, ChannelDescriptor, Hello, HelloReply, ItemResult, ModuleInfo, Notify,
     PROTOCOL_VERSION, RawFrame, Request, Response, StationCodec, StationError, Value,
@@ -32,6 +32,10 @@ pub struct LinkSettings {
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
     pub max_names_per_read: usize,
+    /// How long a burst of reads of one channel is gathered: until no new reader came for
+    /// `coalesce_quiet`, at most `coalesce_max` after the first was held.
+    pub coalesce_quiet: Duration,
+    pub coalesce_max: Duration,
     pub queue_depth: usize,
     /// Sent in HELLO, for the station's log.
     pub client_name: String,
@@ -123,6 +127,8 @@ struct Session {
     read_order: VecDeque<String>,
     read_waiters: HashMap<String, Vec<Waiter>>,
     changes: VecDeque<Queued>,
+    /// Channels whose next READ is held back to gather a burst: (first held, send after).
+    held: HashMap<String, (Instant, Instant)>,
     ping_outstanding: bool,
     list_refresh_running: bool,
     reads_turn: bool,
@@ -281,6 +287,7 @@ impl LinkTask {
             read_order: VecDeque::new(),
             read_waiters: HashMap::new(),
             changes: VecDeque::new(),
+            held: HashMap::new(),
             ping_outstanding: false,
             list_refresh_running: false,
             reads_turn: true,
@@ -304,14 +311,39 @@ impl LinkTask {
                 return SessionEnd::Lost(why);
             }
             let next_deadline = s.in_flight.values().map(|f| f.deadline).min();
+            let now = Instant::now();
+            let next_release = s
+                .held
+                .values()
+                .map(|(_, until)| *until)
+                .filter(|until| *until > now)
+                .min();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return SessionEnd::Shutdown,
                 frame = s.framed.next() => match frame {
                     Some(Ok(frame)) => {
-                        self.count_codec_errors(s);
                         if let Err(why) = self.on_frame(s, frame).await {
                             return SessionEnd::Lost(why);
+                        }
+                        // Take every answer already buffered, and every queued command, before
+                        // sending anything: one write and one flush for all of them.
+                        while let Some(next) = s.framed.next().now_or_never() {
+                            match next {
+                                Some(Ok(frame)) => {
+                                    if let Err(why) = self.on_frame(s, frame).await {
+                                        return SessionEnd::Lost(why);
+                                    }
+                                }
+                                Some(Err(error)) => {
+                                    return SessionEnd::Lost(format!("read from the station failed: {error}"));
+                                }
+                                None => return SessionEnd::Lost("the station closed the connection".into()),
+                            }
+                        }
+                        self.count_codec_errors(s);
+                        while let Ok(command) = self.commands.try_recv() {
+                            s.enqueue(command, &self.settings);
                         }
                     }
                     Some(Err(error)) => return SessionEnd::Lost(format!("read from the station failed: {error}")),
@@ -322,11 +354,12 @@ impl LinkTask {
                 },
                 command = self.commands.recv() => {
                     let Some(command) = command else { return SessionEnd::Shutdown };
-                    s.enqueue(command);
+                    s.enqueue(command, &self.settings);
                     while let Ok(command) = self.commands.try_recv() {
-                        s.enqueue(command);
+                        s.enqueue(command, &self.settings);
                     }
                 }
+                _ = sleep_until_opt(next_release), if next_release.is_some() => {}
                 _ = sleep_until_opt(next_deadline), if next_deadline.is_some() => {
                     if let Err(why) = self.on_timeouts(s).await {
                         return SessionEnd::Lost(why);
@@ -390,6 +423,7 @@ impl LinkTask {
         let mut waiters = Vec::new();
         let mut budget = READ_PAYLOAD_BUDGET;
         let mut kept = VecDeque::with_capacity(s.read_order.len());
+        let now = Instant::now();
         while let Some(name) = s.read_order.pop_front() {
             let live: Vec<Waiter> = s
                 .read_waiters
@@ -415,7 +449,9 @@ impl LinkTask {
                 );
                 continue;
             }
+            let gathering = s.held.get(&name).is_some_and(|(_, until)| *until > now);
             if s.names_in_flight.contains(&name)
+                || gathering
                 || names.len() >= self.settings.max_names_per_read
                 || cost > budget
             {
@@ -424,10 +460,15 @@ impl LinkTask {
                 continue;
             }
             budget -= cost;
+            s.held.remove(&name);
             names.push(name);
             waiters.push(live);
         }
         s.read_order = kept;
+        let Session {
+            held, read_waiters, ..
+        } = s;
+        held.retain(|name, (_, until)| *until > now || read_waiters.contains_key(name));
         if names.is_empty() {
             return Ok(false);
         }
@@ -808,7 +849,7 @@ impl Session {
         );
     }
 
-    fn enqueue(&mut self, command: Command) {
+    fn enqueue(&mut self, command: Command, settings: &LinkSettings) {
         match command {
             Command::Read { names, reply } => {
                 if names.is_empty() {
@@ -817,7 +858,18 @@ impl Session {
                 }
                 let call = self.next_call;
                 self.next_call += 1;
+                let now = Instant::now();
                 for (index, name) in names.iter().enumerate() {
+                    // A reader that finds its channel on the wire (or already held) is part of a
+                    // burst: hold the next READ of it until the burst is over, within limits.
+                    if !settings.coalesce_max.is_zero()
+                        && (self.names_in_flight.contains(name) || self.held.contains_key(name))
+                    {
+                        let first = self.held.get(name).map_or(now, |(first, _)| *first);
+                        let until =
+                            (now + settings.coalesce_quiet).min(first + settings.coalesce_max);
+                        self.held.insert(name.clone(), (first, until));
+                    }
                     let waiting = self.read_waiters.entry(name.clone()).or_default();
                     if waiting.is_empty() {
                         self.read_order.push_back(name.clone());
@@ -903,6 +955,7 @@ impl Session {
         }
         self.read_order.clear();
         self.read_waiters.clear();
+        self.held.clear();
         self.names_in_flight.clear();
     }
 }
