@@ -66,8 +66,14 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
     let (due, shortest) = plan(events, now);
     if !due.is_empty() {
         let outcomes = read_channels(events, &due, &shortest, shutdown).await;
+        // Subscriptions to the same channels share one serialization of their values; only
+        // the subscription id differs between their events.
+        let mut bodies: HashMap<&[String], String> = HashMap::new();
         for subscription in &due {
-            let data = values_event(&subscription.id, &subscription.channels, &outcomes);
+            let body = bodies
+                .entry(&subscription.channels[..])
+                .or_insert_with(|| values_body(&subscription.channels, &outcomes));
+            let data = values_event_with(&subscription.id, body);
             let _ = subscription.stream.push("values", &data);
         }
     }
@@ -106,10 +112,13 @@ fn plan(events: &Events, now: Instant) -> (Vec<Due>, HashMap<String, Duration>) 
     }
     for subscription in registry.subscriptions.values() {
         for name in subscription.channels.iter() {
-            shortest
-                .entry(name.clone())
-                .and_modify(|interval| *interval = (*interval).min(subscription.interval))
-                .or_insert(subscription.interval);
+            // Look up before inserting: most names are already there, and need no clone.
+            match shortest.get_mut(name.as_str()) {
+                Some(interval) => *interval = (*interval).min(subscription.interval),
+                None => {
+                    shortest.insert(name.clone(), subscription.interval);
+                }
+            }
         }
     }
     (due, shortest)
@@ -211,7 +220,19 @@ async fn read_channels(
 }
 
 /// The `values` event's data for one subscription.
+#[cfg(test)]
 fn values_event(id: &str, channels: &[String], outcomes: &HashMap<String, Outcome>) -> String {
+    values_event_with(id, &values_body(channels, outcomes))
+}
+
+/// A `values` event's data from its subscription id and [`values_body`].
+fn values_event_with(id: &str, body: &str) -> String {
+    let id = Json::String(id.to_owned());
+    format!("{{\"subscription\":{id},{body}")
+}
+
+/// Everything of a `values` event but the subscription id: `"values":…,"ageMs":…,"errors":…}`.
+fn values_body(channels: &[String], outcomes: &HashMap<String, Outcome>) -> String {
     let mut values = Map::new();
     let mut ages = Map::new();
     let mut errors = Map::new();
@@ -237,7 +258,9 @@ fn values_event(id: &str, channels: &[String], outcomes: &HashMap<String, Outcom
     } else {
         Json::Object(errors)
     };
-    json!({ "subscription": id, "values": values, "ageMs": ages, "errors": errors }).to_string()
+    let whole = json!({ "values": values, "ageMs": ages, "errors": errors }).to_string();
+    // `{"ageMs":…}` without its opening brace, to follow the subscription id.
+    whole[1..].to_owned()
 }
 
 /// Milliseconds with a tenth of a millisecond's precision, as `values/get` gives them.
