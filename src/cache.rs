@@ -1,6 +1,7 @@
 //! The value cache: the last value the hardware gave for each channel, when, and under which
 //! link generation. Every hardware read feeds it; every write invalidates its channel.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -32,6 +33,9 @@ struct Slot {
 #[derive(Debug, Default)]
 pub struct ValueCache {
     slots: DashMap<String, Slot>,
+    /// Answers of [`ValueCache::get_fresh`]: fresh enough, or not (for metrics).
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 impl ValueCache {
@@ -91,8 +95,24 @@ impl ValueCache {
         generation: u64,
         now: Instant,
     ) -> Option<CachedValue> {
-        self.get(name)
-            .filter(|cached| cached.generation == generation && cached.age(now) <= max_age)
+        let fresh = self
+            .get(name)
+            .filter(|cached| cached.generation == generation && cached.age(now) <= max_age);
+        let counter = if fresh.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        fresh
+    }
+
+    /// How many reads with a maximum age were served from the cache, and how many were not.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
     }
 
     pub fn len(&self) -> usize {

@@ -166,6 +166,8 @@ pub struct ControlLease {
     expiry_changed: Notify,
     events: broadcast::Sender<LeaseView>,
     safe_state: Option<SafeState>,
+    /// Changes of hands so far, for metrics.
+    pub counters: crate::metrics::LeaseCounters,
 }
 
 impl ControlLease {
@@ -184,6 +186,7 @@ impl ControlLease {
             expiry_changed: Notify::new(),
             events,
             safe_state: None,
+            counters: Default::default(),
         }
     }
 
@@ -417,6 +420,7 @@ impl ControlLease {
             return Err(LeaseError::NoSuchLease);
         }
         info!(owner = %ended.owner, fence = ended.fence, "control lease released");
+        self.counters.released.inc();
         self.publish(LeaseView::nobody());
         self.hand_over().await;
         Ok(())
@@ -439,6 +443,7 @@ impl ControlLease {
             at = %rfc3339(SystemTime::now()),
             "control lease broken by an admin from {peer}"
         );
+        self.counters.broken.inc();
         self.publish(LeaseView::nobody());
         self.hand_over().await;
         Ok(broken)
@@ -506,6 +511,7 @@ impl ControlLease {
         let view = live.view(now);
         if taken {
             info!(owner = %live.owner, fence = live.fence, "control lease taken");
+            self.counters.taken.inc();
         }
         *lock(&self.live) = Some(live);
         self.expiry_changed.notify_one();
@@ -539,6 +545,7 @@ impl ControlLease {
     /// take it. Caller holds `transitions`.
     async fn after_running_out(&self, ended: LiveLease) {
         warn!(owner = %ended.owner, fence = ended.fence, "control lease ran out: {} did not renew it in time", ended.owner);
+        self.counters.expired.inc();
         self.apply_safe_state(&ended).await;
         self.publish(LeaseView::nobody());
         self.hand_over().await;

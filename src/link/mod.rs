@@ -127,6 +127,8 @@ pub struct LinkStats {
     pub reconnects: AtomicU64,
     pub crc_errors: AtomicU64,
     pub refused_by_guard: AtomicU64,
+    /// Time from sending a request frame to its answer.
+    pub latency: crate::metrics::Histogram,
 }
 
 impl LinkStats {
@@ -279,6 +281,11 @@ impl LinkHandle {
 
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// Requests waiting for the link task to take them off the channel.
+    pub fn queue_depth(&self) -> usize {
+        self.commands.max_capacity() - self.commands.capacity()
     }
 }
 

@@ -575,6 +575,7 @@ impl LinkTask {
             );
             return Ok(());
         };
+        self.stats.latency.observe(in_flight.sent_at.elapsed());
         let response = match response {
             Ok(response) => response,
             Err(error) => {
