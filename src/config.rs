@@ -18,6 +18,8 @@ pub struct Config {
     pub legacy: LegacyConfig,
     pub lease: LeaseConfig,
     pub events: EventsConfig,
+    pub access: AccessConfig,
+    pub status_page: StatusPageConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -52,6 +54,113 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// How long a client may take to send its request headers.
     pub header_read_timeout_ms: u64,
+    /// HTTP connections open at once; past that, new ones wait in the listen backlog.
+    pub max_connections: usize,
+    pub tls: TlsConfig,
+}
+
+/// HTTPS: a PEM certificate chain and private key; off while both are empty. The files are
+/// read at start-up, not when the config is parsed.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: String,
+    pub key: String,
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        !self.cert.is_empty() || !self.key.is_empty()
+    }
+}
+
+/// What a credential may do; each role includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads, the event stream, subscriptions, who holds the lease, metrics, the status page.
+    Read,
+    /// Also writes, transactions and taking, renewing and releasing the lease.
+    Control,
+    /// Also breaking anyone's lease (`DELETE api/lease`).
+    Admin,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Control => "control",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// Access control: off while both lists are empty.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    /// API keys, sent as `X-Api-Key: KEY`.
+    pub keys: Vec<ApiKey>,
+    /// Users for HTTP Basic authentication (`Authorization: Basic ...`).
+    pub users: Vec<User>,
+}
+
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    pub key: String,
+    pub role: Role,
+}
+
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+    pub role: Role,
+}
+
+// Secrets never reach a log, not even through `{:?}` of the whole config.
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("key", &"<redacted>")
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("password", &"<redacted>")
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+/// The status page at `/`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatusPageConfig {
+    /// Channels whose live values the page shows: a full name, or the end of one after a dot
+    /// (`VMON1` is `0.4.ESH10000662.VMON1`); the first channel that matches is shown.
+    pub channels: Vec<String>,
+    /// How often the page's values are refreshed (ms).
+    pub interval_ms: u64,
+}
+
+impl Default for StatusPageConfig {
+    fn default() -> Self {
+        StatusPageConfig {
+            channels: ["MON_3V3", "VMON1", "IMON1", "STAT1", "CPU_TEMP"]
+                .map(String::from)
+                .to_vec(),
+            interval_ms: 1000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -130,6 +239,8 @@ impl Default for HttpConfig {
             path_prefix: String::new(),
             max_body_bytes: 1024 * 1024,
             header_read_timeout_ms: 10_000,
+            max_connections: 4096,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -246,6 +357,12 @@ impl Config {
                 "must be above 0 and at most station.reconnect_max_ms",
             ));
         }
+        if self.station.coalesce_max_us > 1_000_000 {
+            return Err(invalid(
+                "station.coalesce_max_us",
+                "must be at most 1000000 (1 s)",
+            ));
+        }
         if !(1..=1000).contains(&self.station.max_names_per_read) {
             return Err(invalid("station.max_names_per_read", "must be 1 to 1000"));
         }
@@ -255,6 +372,9 @@ impl Config {
         parse_listen(&self.http.listen).map_err(|m| invalid("http.listen", m))?;
         if !self.http.path_prefix.is_empty() && !self.http.path_prefix.starts_with('/') {
             return Err(invalid("http.path_prefix", "must be empty or start with /"));
+        }
+        if self.http.max_connections == 0 {
+            return Err(invalid("http.max_connections", "must be above 0"));
         }
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", "must be above 0"));
@@ -281,6 +401,45 @@ impl Config {
         }
         crate::lease::BackendUrl::parse(&self.lease.backend)
             .map_err(|error| invalid("lease.backend", error.to_string()))?;
+        if self.http.tls.enabled() {
+            if self.http.tls.cert.is_empty() {
+                return Err(invalid(
+                    "http.tls.cert",
+                    "give the certificate (PEM) as well as http.tls.key, or neither",
+                ));
+            }
+            if self.http.tls.key.is_empty() {
+                return Err(invalid(
+                    "http.tls.key",
+                    "give the private key (PEM) as well as http.tls.cert, or neither",
+                ));
+            }
+        }
+        for key in &self.access.keys {
+            if key.key.len() < 16 {
+                return Err(invalid(
+                    "access.keys",
+                    "every key must be at least 16 characters (e.g. openssl rand -hex 24)",
+                ));
+            }
+        }
+        for (i, user) in self.access.users.iter().enumerate() {
+            if user.name.is_empty() || user.name.contains(':') {
+                return Err(invalid(
+                    "access.users",
+                    format!("user {}: the name must be non-empty and without ':'", i + 1),
+                ));
+            }
+            if user.password.is_empty() {
+                return Err(invalid(
+                    "access.users",
+                    format!("user {:?}: the password must not be empty", user.name),
+                ));
+            }
+        }
+        if !(100..=60_000).contains(&self.status_page.interval_ms) {
+            return Err(invalid("status_page.interval_ms", "must be 100 to 60000"));
+        }
         if self.events.stream_queue == 0 {
             return Err(invalid("events.stream_queue", "must be above 0"));
         }
@@ -288,12 +447,6 @@ impl Config {
             return Err(invalid(
                 "events.subscription_ttl_ms",
                 "must be 100 to 3600000",
-            ));
-        }
-        if self.station.coalesce_max_us > 1_000_000 {
-            return Err(invalid(
-                "station.coalesce_max_us",
-                "must be at most 1000000 (1 s)",
             ));
         }
         Ok(())
@@ -348,6 +501,42 @@ mod tests {
     fn the_example_config_is_valid_and_says_the_defaults() {
         let example = Config::from_toml(EXAMPLE_CONFIG, "config/gateway.toml").unwrap();
         assert_eq!(example, Config::default());
+    }
+
+    #[test]
+    fn the_sample_production_config_parses_with_tls_access_and_a_safe_state() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/production.toml");
+        // The certificate files need not exist to parse: they are read at start-up.
+        let config = Config::from_file(&path).unwrap();
+        assert!(config.http.tls.enabled());
+        assert!(config.access.keys.iter().any(|k| k.role == Role::Control));
+        assert!(config.access.users.iter().any(|u| u.role == Role::Admin));
+        assert!(!config.legacy.allow.is_empty());
+        assert!(
+            config
+                .lease
+                .safe_state
+                .iter()
+                .any(|w| w.channel.ends_with(".ON1") && w.value == "False")
+        );
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_access_entries_are_checked() {
+        let error = Config::from_toml("[http.tls]\ncert = \"a.pem\"\n", "x.toml").unwrap_err();
+        assert!(error.to_string().contains("http.tls.key"), "{error}");
+        let error = Config::from_toml(
+            "[access]\nkeys = [{ key = \"short\", role = \"read\" }]\n",
+            "x.toml",
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("access.keys"), "{error}");
+        let error = Config::from_toml(
+            "[access]\nkeys = [{ key = \"0123456789abcdef\", role = \"root\" }]\n",
+            "x.toml",
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("root"), "{error}");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
 use crate::events::EventsError;
+use crate::http::access::AccessError;
 use crate::http::named_leases::NamedLeaseError;
 use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
@@ -105,6 +106,16 @@ impl From<LeaseError> for ApiError {
             }
             LeaseError::AdminTokenWrong => StatusCode::FORBIDDEN,
             LeaseError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError::new(status, error.to_string())
+    }
+}
+
+impl From<AccessError> for ApiError {
+    fn from(error: AccessError) -> ApiError {
+        let status = match &error {
+            AccessError::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
+            AccessError::Forbidden { .. } => StatusCode::FORBIDDEN,
         };
         ApiError::new(status, error.to_string())
     }

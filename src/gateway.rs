@@ -36,6 +36,12 @@ pub struct Gateway {
     pub leases: Arc<LeaseBackends>,
     /// Open event streams and their subscriptions.
     pub events: Arc<crate::events::Events>,
+    /// Counters and histograms for `GET /metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// Who may do what over HTTP; off while no credentials are configured.
+    pub access: crate::http::access::AccessControl,
+    /// HTTPS, while `[http.tls]` names a certificate and key.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// The sockets the gateway serves, bound by the caller (so `127.0.0.1:0` works in tests).
@@ -67,11 +73,15 @@ pub enum StartError {
     LeaseBackend(crate::lease::LeaseStoreError),
     #[error("cannot resume the control lease from lease.backend: {0}")]
     LeaseResume(crate::lease::LeaseError),
+    #[error("{0}")]
+    Tls(#[from] crate::http::tls::TlsError),
 }
 
 /// A running gateway.
 pub struct GatewayHandle {
     pub gateway: Arc<Gateway>,
+    /// Whether HTTP is served with TLS (`https://`).
+    pub tls: bool,
     pub http_addr: SocketAddr,
     pub legacy_addr: Option<SocketAddr>,
     tasks: JoinSet<()>,
@@ -82,9 +92,10 @@ impl GatewayHandle {
         &self.gateway.link
     }
 
-    /// `http://ADDR`, for clients in tests.
+    /// `http://ADDR` (`https://` with TLS), for clients in tests.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.http_addr)
     }
 
     /// Waits until the station link is up.
@@ -121,6 +132,9 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         queue_depth: config.station.queue_depth,
         client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
     };
+    // Certificate and key files are read now, not when the config was parsed.
+    let tls = crate::http::tls::acceptor(&config.http.tls)?;
+    let access = crate::http::access::AccessControl::new(&config.access);
     let shutdown = CancellationToken::new();
     let (link_task, link) = LinkTask::new(settings);
     let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
@@ -155,6 +169,9 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         lease,
         leases,
         events,
+        metrics: crate::http::ops::new_metrics(),
+        access,
+        tls,
     });
     let mut tasks = JoinSet::new();
     tasks.spawn(link_task.run(shutdown.clone()));
@@ -182,11 +199,24 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
             shutdown.clone(),
         ));
     }
-    info!(%http_addr, "HTTP listening on http://{http_addr}");
+    let scheme = if gateway.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    info!(%http_addr, "HTTP listening on {scheme}://{http_addr}");
+    if gateway.access.enabled() {
+        info!(
+            keys = gateway.config.access.keys.len(),
+            users = gateway.config.access.users.len(),
+            "access control on"
+        );
+    }
     if let Some(addr) = legacy_addr {
         info!(%addr, "legacy byte-protocol listener on {addr}");
     }
     Ok(GatewayHandle {
+        tls: gateway.tls.is_some(),
         gateway,
         http_addr,
         legacy_addr,

@@ -51,10 +51,12 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cance
         };
         if !allowed.is_empty() && !allowed.contains(&peer.ip()) {
             warn!(%peer, "legacy client refused: not on legacy.allow");
+            gateway.metrics.legacy_refused.inc();
             continue;
         }
         let Ok(permit) = limits.clone().try_acquire_owned() else {
             warn!(%peer, "legacy client refused: {} clients already connected", gateway.config.legacy.max_clients);
+            gateway.metrics.legacy_refused.inc();
             refuse_busy(stream).await;
             continue;
         };
@@ -63,7 +65,10 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: Cance
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             info!(%peer, "legacy client connected");
-            let why = serve_client(stream, peer, gateway, shutdown).await;
+            gateway.metrics.legacy_connections.inc();
+            gateway.metrics.legacy_clients.inc();
+            let why = serve_client(stream, peer, gateway.clone(), shutdown).await;
+            gateway.metrics.legacy_clients.dec();
             info!(%peer, "legacy client gone: {why}");
             drop(permit);
         });

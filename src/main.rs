@@ -36,6 +36,10 @@ struct Args {
     /// The simulator's station profile (default: the built-in station).
     #[arg(long, requires = "simulator")]
     simulator_profile: Option<PathBuf>,
+    /// Adds an API key with the role `control` (sent as X-Api-Key); turns access control on.
+    /// May be given more than once.
+    #[arg(long = "api-key", value_name = "KEY")]
+    api_keys: Vec<String>,
     /// Log format: human or json. RUST_LOG sets the level (default info).
     #[arg(long, default_value = "human")]
     log_format: String,
@@ -72,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(backend) = args.lease_backend {
         config.lease.backend = backend;
     }
+    add_api_keys(&mut config, args.api_keys);
 
     let _simulator = if args.simulator {
         let profile = match &args.simulator_profile {
@@ -94,6 +99,16 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.http.listen))?;
     run(listeners, config, shutdown).await?;
     Ok(())
+}
+
+/// `--api-key KEY`: one `control` key each.
+fn add_api_keys(config: &mut Config, keys: Vec<String>) {
+    for key in keys {
+        config.access.keys.push(station_gateway::config::ApiKey {
+            key,
+            role: station_gateway::config::Role::Control,
+        });
+    }
 }
 
 fn init_logging(format: &str) -> anyhow::Result<()> {
@@ -132,5 +147,40 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
         Ok(async {
             let _ = tokio::signal::ctrl_c().await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_flags_add_control_keys() {
+        let args = Args::try_parse_from([
+            "station-gateway",
+            "--api-key",
+            "first-key-0123456789",
+            "--api-key=second-key-0123456789",
+        ])
+        .unwrap();
+        let mut config = Config::default();
+        add_api_keys(&mut config, args.api_keys);
+        let keys: Vec<_> = config
+            .access
+            .keys
+            .iter()
+            .map(|k| (k.key.as_str(), k.role))
+            .collect();
+        use station_gateway::config::Role;
+        assert_eq!(
+            keys,
+            [
+                ("first-key-0123456789", Role::Control),
+                ("second-key-0123456789", Role::Control)
+            ]
+        );
+        config.validate().unwrap();
+        let args = Args::try_parse_from(["station-gateway"]).unwrap();
+        assert!(args.api_keys.is_empty());
     }
 }

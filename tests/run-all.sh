@@ -18,6 +18,16 @@ case $target_dir in /*) ;; *) target_dir=$root/$target_dir ;; esac
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# The status page test (tests/operations.rs) drives headless Chromium, and fails under CI
+# without it: install it when missing (as root, or with passwordless sudo).
+if ! command -v chromium >/dev/null 2>&1; then
+    step "installing chromium (for the status page test)"
+    sudo=""
+    if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; fi
+    $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+        || echo "run-all: could not install chromium; the status page test fails under CI without it" >&2
+fi
+
 step "cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
 

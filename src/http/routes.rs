@@ -13,7 +13,9 @@ use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
 use super::body::{JsonBody, read_body, value_text};
 use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
+use super::ops::{self, Operation};
 use super::{Body, error_response, json_response};
+use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::lease::{Access, Admitted};
@@ -133,6 +135,16 @@ impl Route {
     }
 }
 
+/// What a request is for: an operations endpoint (`/healthz`, `/metrics`, `/`, ...) or an API
+/// route with its path below `api/`.
+#[derive(Clone, Copy)]
+enum Target<'p> {
+    Operation(Operation),
+    Api(Route, &'p str),
+    /// `v1/leases/...`, `v1/semaphores/...` (`named_leases.rs`).
+    NamedLeases,
+}
+
 /// The `{id}` of `lease/{id}`.
 fn lease_id_in_path(path: &str) -> Option<&str> {
     path.strip_prefix("lease/")
@@ -145,12 +157,19 @@ pub async fn handle(
     request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
-    // Named leases and semaphores for lab scripts (`v1/leases`, `v1/semaphores`), beside api/.
-    if super::named_leases::is_named_lease_path(&gateway, request.uri().path()) {
-        return super::named_leases::handle(&gateway, request).await;
+    // The API's own description, public like the contract it describes.
+    let prefix = &gateway.config.http.path_prefix;
+    if let Some(doc) = super::openapi::answer(prefix, request.method(), request.uri().path()) {
+        return doc;
     }
+    let started = Instant::now();
+    let (method, uri) = (
+        request.method().clone(),
+        ops::access_log_enabled().then(|| request.uri().clone()),
+    );
+    let mut slot = ops::UNMATCHED_SLOT;
     let presented = presented_lease_id(request.headers()).map(str::to_owned);
-    let mut response = match route_and_answer(&gateway, request, peer).await {
+    let mut response = match route_and_answer(&gateway, request, peer, &mut slot).await {
         Ok(response) => response,
         Err(error) => error_response(&error),
     };
@@ -160,6 +179,15 @@ pub async fn handle(
     {
         set_fence_header(&mut response, fence);
     }
+    ops::finish(
+        &gateway,
+        slot,
+        &method,
+        uri.as_ref(),
+        peer,
+        started,
+        &mut response,
+    );
     response
 }
 
@@ -167,30 +195,68 @@ async fn route_and_answer(
     gateway: &Gateway,
     request: Request<Incoming>,
     peer: SocketAddr,
+    slot: &mut usize,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
     let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
-    let below_api = path
-        .strip_prefix(prefix)
+    let below_prefix = path.strip_prefix(prefix);
+    let below_api = below_prefix
         .and_then(|rest| rest.strip_prefix("/api/"))
         .map(|rest| rest.trim_end_matches('/'));
-    let Some(below_api) = below_api else {
-        return Err(ApiError::not_found(format!(
-            "no such endpoint: {} {path}",
-            parts.method
-        )));
-    };
-    let route = Route::find(&parts.method, below_api).map_err(|exists| {
-        if exists {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{} is not allowed on {path}", parts.method),
-            )
-        } else {
-            ApiError::not_found(format!("no such endpoint: {} {path}", parts.method))
+    // Health, readiness, metrics and the status page live beside api/, and so do named leases
+    // and semaphores for lab scripts (`v1/leases`, `v1/semaphores`).
+    let target = match (below_prefix.and_then(Operation::find), below_api) {
+        (Some(operation), _) => Target::Operation(operation),
+        _ if super::named_leases::is_named_lease_path(gateway, path) => Target::NamedLeases,
+        (None, Some(below_api)) => Target::Api(
+            Route::find(&parts.method, below_api).map_err(|exists| {
+                if exists {
+                    ApiError::new(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        format!("{} is not allowed on {path}", parts.method),
+                    )
+                } else {
+                    ApiError::not_found(format!("no such endpoint: {} {path}", parts.method))
+                }
+            })?,
+            below_api,
+        ),
+        (None, None) => {
+            return Err(ApiError::not_found(format!(
+                "no such endpoint: {} {path}",
+                parts.method
+            )));
         }
-    })?;
+    };
+    let needed = match target {
+        Target::Operation(operation) => {
+            *slot = operation.slot();
+            operation.needed_role()
+        }
+        Target::Api(route, _) => {
+            *slot = ops::route_slot(route);
+            Some(super::access::needed_role(route))
+        }
+        Target::NamedLeases => {
+            *slot = ops::NAMED_LEASES_SLOT;
+            Some(match parts.method {
+                Method::GET | Method::HEAD => Role::Read,
+                _ => Role::Control,
+            })
+        }
+    };
+    // The one place access control is checked: before the body is read and before the lease
+    // admission. 401 without valid credentials, 403 for a role too low.
+    let granted = gateway.access.authorize(&parts.headers, needed)?;
+    let (route, below_api) = match target {
+        Target::Operation(operation) => return ops::answer(gateway, operation, &parts.method),
+        Target::NamedLeases => {
+            let request = Request::from_parts(parts, body);
+            return Ok(super::named_leases::handle(gateway, request).await);
+        }
+        Target::Api(route, below_api) => (route, below_api),
+    };
     let json = if matches!(route.method(), Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
         JsonBody::parse(&bytes)?
@@ -266,6 +332,10 @@ async fn route_and_answer(
         }
         Route::LeaseRelease => {
             super::lease::release(gateway, lease_id_in_path(below_api).unwrap_or_default()).await?
+        }
+        // An admin's credentials are the authority to break the lease; no bearer token needed.
+        Route::LeaseBreak if granted == Some(Role::Admin) => {
+            json!({ "broken": gateway.lease.break_lease(peer).await? })
         }
         Route::LeaseBreak => super::lease::break_lease(gateway, &parts.headers, peer).await?,
         Route::ApplicationStatus => {

@@ -1,0 +1,289 @@
+//! Access control for HTTP: API keys (`X-Api-Key`) and HTTP Basic users, each with a
+//! [`Role`]; off while none are configured. Checked once per request in `routes.rs`, before
+//! the body is read and before the lease admission.
+//!
+//! Keys and passwords are compared in constant time and never logged.
+
+use base64::Engine as _;
+use hyper::header::{AUTHORIZATION, HeaderMap};
+use subtle::ConstantTimeEq;
+
+use super::routes::Route;
+use crate::config::{AccessConfig, Role};
+
+/// The header API keys travel in (the reference client's `default_headers`).
+pub const API_KEY_HEADER: &str = "x-api-key";
+/// The `WWW-Authenticate` challenge sent with a 401 while Basic users are configured.
+pub const BASIC_CHALLENGE: &str = "Basic realm=\"station-gateway\", charset=\"UTF-8\"";
+
+/// Why a request was refused by access control. Its HTTP status is chosen in `crate::error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// No credentials, or ones that match no key or user.
+    #[error("{}", unauthenticated_message(*.keys, *.basic))]
+    Unauthenticated { keys: bool, basic: bool },
+    /// Valid credentials whose role is too low.
+    #[error("this needs the role {} or higher; the credentials sent have the role {}; ask the gateway's operator for a key or user with that role", .needed.name(), .granted.name())]
+    Forbidden { needed: Role, granted: Role },
+}
+
+fn unauthenticated_message(keys: bool, basic: bool) -> String {
+    let how = match (keys, basic) {
+        (true, true) => {
+            "an API key in the X-Api-Key header, or a user and password with HTTP Basic"
+        }
+        (true, false) => "an API key in the X-Api-Key header",
+        _ => "a user and password with HTTP Basic",
+    };
+    format!(
+        "authentication required: the gateway's access control is on; send {how} (missing or wrong credentials)"
+    )
+}
+
+/// The configured credentials, ready for constant-time comparison.
+#[derive(Default)]
+pub struct AccessControl {
+    keys: Vec<(Vec<u8>, Role)>,
+    /// `name:password` as a Basic header carries it once decoded.
+    users: Vec<(Vec<u8>, Role)>,
+}
+
+// Never the secrets, not even in a debug print.
+impl std::fmt::Debug for AccessControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessControl")
+            .field("keys", &self.keys.len())
+            .field("users", &self.users.len())
+            .finish()
+    }
+}
+
+impl AccessControl {
+    pub fn new(config: &AccessConfig) -> AccessControl {
+        AccessControl {
+            keys: config
+                .keys
+                .iter()
+                .map(|k| (k.key.as_bytes().to_vec(), k.role))
+                .collect(),
+            users: config
+                .users
+                .iter()
+                .map(|u| (format!("{}:{}", u.name, u.password).into_bytes(), u.role))
+                .collect(),
+        }
+    }
+
+    /// Whether any credential is configured; when not, everyone may do everything.
+    pub fn enabled(&self) -> bool {
+        !self.keys.is_empty() || !self.users.is_empty()
+    }
+
+    /// Whether Basic users are configured (401s then carry a `WWW-Authenticate` challenge).
+    pub fn basic_enabled(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// Checks a request's credentials against `needed`. `Ok(None)` while access control is off
+    /// or nothing is needed; `Ok(Some(role))` is the role the credentials were granted.
+    pub fn authorize(
+        &self,
+        headers: &HeaderMap,
+        needed: Option<Role>,
+    ) -> Result<Option<Role>, AccessError> {
+        let Some(needed) = needed.filter(|_| self.enabled()) else {
+            return Ok(None);
+        };
+        let granted = self
+            .key_role(headers)
+            .or_else(|| self.basic_role(headers))
+            .ok_or(AccessError::Unauthenticated {
+                keys: !self.keys.is_empty(),
+                basic: self.basic_enabled(),
+            })?;
+        if granted < needed {
+            return Err(AccessError::Forbidden { needed, granted });
+        }
+        Ok(Some(granted))
+    }
+
+    fn key_role(&self, headers: &HeaderMap) -> Option<Role> {
+        let presented = headers.get(API_KEY_HEADER)?.as_bytes();
+        matching_role(&self.keys, presented)
+    }
+
+    fn basic_role(&self, headers: &HeaderMap) -> Option<Role> {
+        let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+        let (scheme, encoded) = value.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("basic") {
+            return None;
+        }
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .ok()?;
+        matching_role(&self.users, &decoded)
+    }
+}
+
+/// The role of the entry equal to `presented`; every entry is compared in constant time, and
+/// the comparison does not stop at the first match.
+fn matching_role(entries: &[(Vec<u8>, Role)], presented: &[u8]) -> Option<Role> {
+    let mut found = None;
+    for (secret, role) in entries {
+        if bool::from(secret.as_slice().ct_eq(presented)) {
+            found = found.max(Some(*role));
+        }
+    }
+    found
+}
+
+/// The role an API route needs while access control is on.
+pub fn needed_role(route: Route) -> Role {
+    match route {
+        Route::ValueSet
+        | Route::ValuesSet
+        | Route::Transact
+        | Route::LeaseAcquire
+        | Route::LeaseRenew
+        | Route::LeaseRelease => Role::Control,
+        Route::LeaseBreak => Role::Admin,
+        Route::Capabilities
+        | Route::ConnectionStatus
+        | Route::ResourceNames
+        | Route::ValueGet
+        | Route::ValuesGet
+        | Route::Channels
+        | Route::ChannelLookup
+        | Route::Modules
+        | Route::ModulesLoaded
+        | Route::PhysicalSystem
+        | Route::ApplicationName
+        | Route::ApplicationIdentification
+        | Route::ApplicationStatus
+        | Route::Events
+        | Route::SubscriptionCreate
+        | Route::SubscriptionUpdate
+        | Route::SubscriptionDelete
+        | Route::LeaseStatus => Role::Read,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ApiKey, User};
+    use hyper::header::HeaderValue;
+
+    fn control() -> AccessControl {
+        AccessControl::new(&AccessConfig {
+            keys: vec![
+                ApiKey {
+                    key: "reader-key-0123456789".into(),
+                    role: Role::Read,
+                },
+                ApiKey {
+                    key: "control-key-0123456789".into(),
+                    role: Role::Control,
+                },
+            ],
+            users: vec![User {
+                name: "ops".into(),
+                password: "s3cret:with colon".into(),
+                role: Role::Admin,
+            }],
+        })
+    }
+
+    fn headers(name: &'static str, value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(name, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    fn basic(user_pass: &str) -> HeaderMap {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(user_pass);
+        headers("authorization", &format!("Basic {encoded}"))
+    }
+
+    #[test]
+    fn off_without_credentials_configured() {
+        let off = AccessControl::default();
+        assert_eq!(
+            off.authorize(&HeaderMap::new(), Some(Role::Admin)),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn keys_and_users_get_their_roles() {
+        let access = control();
+        let reader = headers(API_KEY_HEADER, "reader-key-0123456789");
+        assert_eq!(
+            access.authorize(&reader, Some(Role::Read)),
+            Ok(Some(Role::Read))
+        );
+        assert_eq!(
+            access.authorize(&reader, Some(Role::Control)),
+            Err(AccessError::Forbidden {
+                needed: Role::Control,
+                granted: Role::Read
+            })
+        );
+        let controller = headers(API_KEY_HEADER, "control-key-0123456789");
+        assert!(access.authorize(&controller, Some(Role::Control)).is_ok());
+        assert!(access.authorize(&controller, Some(Role::Admin)).is_err());
+        let admin = basic("ops:s3cret:with colon");
+        assert_eq!(
+            access.authorize(&admin, Some(Role::Admin)),
+            Ok(Some(Role::Admin))
+        );
+        assert_eq!(access.authorize(&admin, None), Ok(None));
+    }
+
+    #[test]
+    fn missing_or_wrong_credentials_are_unauthenticated() {
+        let access = control();
+        let error = AccessError::Unauthenticated {
+            keys: true,
+            basic: true,
+        };
+        let unauthenticated = Err(error.clone());
+        for headers in [
+            HeaderMap::new(),
+            headers(API_KEY_HEADER, "reader-key-012345678"),
+            headers(API_KEY_HEADER, "reader-key-01234567890"),
+            basic("ops:wrong"),
+            basic("ops"),
+            headers("authorization", "Basic !!!not base64"),
+            headers("authorization", "Bearer reader-key-0123456789"),
+        ] {
+            assert_eq!(
+                access.authorize(&headers, Some(Role::Read)),
+                unauthenticated
+            );
+        }
+        let message = error.to_string();
+        assert!(message.contains("X-Api-Key"), "{message}");
+        assert!(message.contains("Basic"), "{message}");
+    }
+
+    #[test]
+    fn the_debug_print_shows_no_secret() {
+        let printed = format!("{:?}", control());
+        assert!(!printed.contains("key-0123"), "{printed}");
+        let config = AccessConfig {
+            keys: vec![ApiKey {
+                key: "control-key-0123456789".into(),
+                role: Role::Control,
+            }],
+            users: vec![User {
+                name: "ops".into(),
+                password: "hunter22".into(),
+                role: Role::Admin,
+            }],
+        };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("control-key"), "{printed}");
+        assert!(!printed.contains("hunter22"), "{printed}");
+    }
+}

@@ -1,0 +1,440 @@
+//! What operators need beside the REST contract: `GET /healthz`, `GET /readyz`,
+//! `GET /metrics` (Prometheus), the status page at `/` with its `status.json`, and what
+//! happens after every request is answered: its metrics and its access log line.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Method, Response, StatusCode, Uri};
+use serde_json::{Value as Json, json};
+use tracing::info;
+
+use super::access::BASIC_CHALLENGE;
+use super::routes::Route;
+use super::{Body, json_response};
+use crate::config::Role;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::link::{ChannelTable, LinkStats};
+use crate::metrics::{Metrics, Snapshot};
+
+/// The status page, served as it is; its script fetches `status.json` and opens the event
+/// stream.
+const STATUS_PAGE: &str = include_str!("status.html");
+
+/// The endpoints outside `api/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// The process is alive.
+    Healthz,
+    /// The station link is up.
+    Readyz,
+    Metrics,
+    StatusPage,
+    StatusJson,
+}
+
+impl Operation {
+    /// The operation at `below_prefix` (the path after `http.path_prefix`), any method.
+    pub fn find(below_prefix: &str) -> Option<Operation> {
+        Some(match below_prefix {
+            "/healthz" => Operation::Healthz,
+            "/readyz" => Operation::Readyz,
+            "/metrics" => Operation::Metrics,
+            "" | "/" | "/index.html" => Operation::StatusPage,
+            "/status.json" => Operation::StatusJson,
+            _ => return None,
+        })
+    }
+
+    /// The role needed while access control is on; `None`: always open.
+    pub fn needed_role(self) -> Option<Role> {
+        match self {
+            Operation::Healthz | Operation::Readyz => None,
+            Operation::Metrics | Operation::StatusPage | Operation::StatusJson => Some(Role::Read),
+        }
+    }
+
+    /// Its metrics slot.
+    pub fn slot(self) -> usize {
+        match self {
+            Operation::Healthz => 1,
+            Operation::Readyz => 2,
+            Operation::Metrics => 3,
+            Operation::StatusPage => 4,
+            Operation::StatusJson => 5,
+        }
+    }
+}
+
+/// The slot of requests that matched no endpoint.
+pub const UNMATCHED_SLOT: usize = 0;
+/// The slot of named leases and semaphores (`v1/leases`, `v1/semaphores`).
+pub const NAMED_LEASES_SLOT: usize = 6;
+
+/// Every API route, in declaration order (`route as usize` is its position).
+pub const ROUTES: [Route; 25] = [
+    Route::Capabilities,
+    Route::ConnectionStatus,
+    Route::ResourceNames,
+    Route::ValueGet,
+    Route::ValueSet,
+    Route::ValuesGet,
+    Route::ValuesSet,
+    Route::Transact,
+    Route::Channels,
+    Route::ChannelLookup,
+    Route::Modules,
+    Route::ModulesLoaded,
+    Route::PhysicalSystem,
+    Route::ApplicationName,
+    Route::ApplicationIdentification,
+    Route::ApplicationStatus,
+    Route::Events,
+    Route::SubscriptionCreate,
+    Route::SubscriptionUpdate,
+    Route::SubscriptionDelete,
+    Route::LeaseStatus,
+    Route::LeaseAcquire,
+    Route::LeaseBreak,
+    Route::LeaseRenew,
+    Route::LeaseRelease,
+];
+
+/// An API route's metrics slot: after the operations.
+pub fn route_slot(route: Route) -> usize {
+    7 + route as usize
+}
+
+/// An API route's label in metrics: its method and path template.
+pub fn route_label(route: Route) -> &'static str {
+    match route {
+        Route::Capabilities => "GET api/capabilities",
+        Route::ConnectionStatus => "GET api/connection/status",
+        Route::ResourceNames => "GET api/resources/names",
+        Route::ValueGet => "POST api/resources/value/get",
+        Route::ValueSet => "POST api/resources/value/set",
+        Route::ValuesGet => "POST api/resources/values/get",
+        Route::ValuesSet => "POST api/resources/values/set",
+        Route::Transact => "POST api/resources/transact",
+        Route::Channels => "GET api/channels",
+        Route::ChannelLookup => "POST api/channels/channel",
+        Route::Modules => "GET api/modules",
+        Route::ModulesLoaded => "GET api/modules/loaded",
+        Route::PhysicalSystem => "GET api/modules/physical-system",
+        Route::ApplicationName => "GET api/application/name",
+        Route::ApplicationIdentification => "GET api/application/identification",
+        Route::ApplicationStatus => "GET api/application/status",
+        Route::Events => "GET api/events",
+        Route::SubscriptionCreate => "POST api/subscriptions",
+        Route::SubscriptionUpdate => "PUT api/subscriptions/{id}",
+        Route::SubscriptionDelete => "DELETE api/subscriptions/{id}",
+        Route::LeaseStatus => "GET api/lease",
+        Route::LeaseAcquire => "POST api/lease",
+        Route::LeaseBreak => "DELETE api/lease",
+        Route::LeaseRenew => "PUT api/lease/{id}",
+        Route::LeaseRelease => "DELETE api/lease/{id}",
+    }
+}
+
+/// The gateway's metrics registry, with a slot for every endpoint.
+pub fn new_metrics() -> Metrics {
+    let mut labels = vec![
+        "unmatched",
+        "GET /healthz",
+        "GET /readyz",
+        "GET /metrics",
+        "GET /",
+        "GET /status.json",
+        "v1/leases and v1/semaphores",
+    ];
+    labels.extend(ROUTES.iter().map(|route| route_label(*route)));
+    Metrics::new(labels)
+}
+
+/// Answers an operation.
+pub fn answer(
+    gateway: &Gateway,
+    operation: Operation,
+    method: &Method,
+) -> Result<Response<Body>, ApiError> {
+    if *method != Method::GET && *method != Method::HEAD {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method} is not allowed here; use GET"),
+        ));
+    }
+    Ok(match operation {
+        Operation::Healthz => json_response(
+            StatusCode::OK,
+            &json!({ "status": "alive", "uptimeSeconds": gateway.started.elapsed().as_secs() }),
+        ),
+        Operation::Readyz => {
+            let info = gateway.link.info();
+            if info.connected {
+                json_response(
+                    StatusCode::OK,
+                    &json!({ "ready": true, "generation": info.generation }),
+                )
+            } else {
+                let why = info.last_error.as_deref().unwrap_or("connecting");
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: the station link is down: {why}"),
+                ));
+            }
+        }
+        Operation::Metrics => text_response(
+            "text/plain; version=0.0.4; charset=utf-8",
+            snapshot(gateway).render(),
+        ),
+        Operation::StatusPage => text_response("text/html; charset=utf-8", STATUS_PAGE.to_owned()),
+        Operation::StatusJson => json_response(StatusCode::OK, &status_json(gateway)),
+    })
+}
+
+fn text_response(content_type: &'static str, text: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Everything `/metrics` shows, read from where it is kept.
+pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
+    let info = gateway.link.info();
+    Snapshot {
+        metrics: &gateway.metrics,
+        link: gateway.link.stats(),
+        link_connected: info.connected,
+        link_generation: info.generation,
+        link_queue_depth: gateway.link.queue_depth(),
+        cache: gateway.link.cache().hits_and_misses(),
+        cache_entries: gateway.link.cache().len(),
+        lease_held: gateway.lease.view().held,
+        lease: &gateway.lease.counters,
+        event_streams: gateway.events.stream_count(),
+        subscriptions: gateway.events.subscription_count(),
+        uptime: gateway.started.elapsed(),
+    }
+}
+
+/// The channels the status page shows: for each configured entry, the first channel whose
+/// name is it or ends with `.` and it.
+pub fn status_channels(configured: &[String], table: &ChannelTable) -> Vec<String> {
+    let mut chosen: Vec<String> = Vec::new();
+    for wanted in configured {
+        let found = table.channels.iter().find(|ch| {
+            ch.name == *wanted
+                || ch
+                    .name
+                    .strip_suffix(wanted.as_str())
+                    .is_some_and(|head| head.ends_with('.'))
+        });
+        if let Some(channel) = found
+            && !chosen.contains(&channel.name)
+        {
+            chosen.push(channel.name.clone());
+        }
+    }
+    chosen
+}
+
+/// `status.json`: what the status page shows besides the live values.
+fn status_json(gateway: &Gateway) -> Json {
+    let info = gateway.link.info();
+    let stats: &LinkStats = gateway.link.stats();
+    let hello = info.hello.as_ref();
+    let channels = status_channels(&gateway.config.status_page.channels, &info.channels);
+    let units: serde_json::Map<String, Json> = channels
+        .iter()
+        .filter_map(|name| info.channels.get(name))
+        .map(|ch| (ch.name.clone(), Json::String(ch.unit.clone())))
+        .collect();
+    let (hits, misses) = gateway.link.cache().hits_and_misses();
+    json!({
+        "gateway": {
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptimeSeconds": gateway.started.elapsed().as_secs(),
+        },
+        "station": {
+            "connected": info.connected,
+            "generation": info.generation,
+            "lastError": info.last_error,
+            "name": hello.map(|h| h.station.clone()),
+            "serial": hello.map(|h| h.serial.clone()),
+            "firmware": hello.map(|h| h.firmware.clone()),
+            "channelCount": info.channels.channels.len(),
+        },
+        "lease": gateway.lease.view(),
+        "link": {
+            "requests": LinkStats::get(&stats.frames_sent),
+            "readFrames": LinkStats::get(&stats.read_frames),
+            "namesRead": LinkStats::get(&stats.names_read),
+            "timeouts": LinkStats::get(&stats.timeouts),
+            "crcErrors": LinkStats::get(&stats.crc_errors),
+            "reconnects": LinkStats::get(&stats.reconnects),
+            "queueDepth": gateway.link.queue_depth(),
+            "meanLatencyMs": stats.latency.mean().map(|mean| mean.as_secs_f64() * 1000.0),
+            "cacheHits": hits,
+            "cacheMisses": misses,
+        },
+        "events": {
+            "streams": gateway.events.stream_count(),
+            "subscriptions": gateway.events.subscription_count(),
+        },
+        "channels": channels,
+        "units": units,
+        "intervalMs": gateway.config.status_page.interval_ms,
+    })
+}
+
+/// After a request was answered: its metrics, the 401 challenge while Basic users are
+/// configured, and the access log line (method, path with any lease id hidden, status, time;
+/// never credentials, never a lease id).
+pub fn finish(
+    gateway: &Gateway,
+    slot: usize,
+    method: &Method,
+    uri: Option<&Uri>,
+    peer: SocketAddr,
+    started: Instant,
+    response: &mut Response<Body>,
+) {
+    let elapsed = started.elapsed();
+    let status = response.status();
+    let metrics = &gateway.metrics;
+    metrics.http.record(slot, status.as_u16(), elapsed);
+    match status {
+        StatusCode::LOCKED => metrics.lease_refused_locked.inc(),
+        StatusCode::CONFLICT if slot == route_slot(Route::LeaseAcquire) => {
+            metrics.lease_refused_held.inc()
+        }
+        StatusCode::UNAUTHORIZED => {
+            metrics.access_unauthenticated.inc();
+            if gateway.access.basic_enabled() {
+                response
+                    .headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static(BASIC_CHALLENGE));
+            }
+        }
+        StatusCode::FORBIDDEN => metrics.access_forbidden.inc(),
+        _ => {}
+    }
+    if let Some(uri) = uri {
+        access_log(method, uri, peer, status, elapsed);
+    }
+}
+
+/// Whether access log lines are wanted (`RUST_LOG=access=off` turns them off); when not, the
+/// request entry keeps no copy of the URI.
+pub fn access_log_enabled() -> bool {
+    tracing::enabled!(target: "access", tracing::Level::INFO)
+}
+
+fn access_log(method: &Method, uri: &Uri, peer: SocketAddr, status: StatusCode, elapsed: Duration) {
+    let path = loggable_path(uri.path());
+    let duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1000.0;
+    info!(
+        target: "access",
+        method = %method,
+        path = %path,
+        status = status.as_u16(),
+        duration_ms,
+        peer = %peer,
+        "request"
+    );
+}
+
+/// The path without a lease id (`.../api/lease/{id}`): a lease id is a secret of its holder.
+/// No query string either.
+fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.find("/api/lease/") {
+        Some(at) => format!("{}/api/lease/{{id}}", &path[..at]).into(),
+        None => path.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_has_its_own_slot_in_declaration_order() {
+        for (position, route) in ROUTES.iter().enumerate() {
+            assert_eq!(*route as usize, position, "{route:?}");
+        }
+        let metrics = new_metrics();
+        for route in ROUTES {
+            assert_eq!(
+                metrics.http.slot_of(route_label(route)),
+                Some(route_slot(route))
+            );
+        }
+        for operation in [
+            Operation::Healthz,
+            Operation::Readyz,
+            Operation::Metrics,
+            Operation::StatusPage,
+            Operation::StatusJson,
+        ] {
+            let label = match operation {
+                Operation::Healthz => "GET /healthz",
+                Operation::Readyz => "GET /readyz",
+                Operation::Metrics => "GET /metrics",
+                Operation::StatusPage => "GET /",
+                Operation::StatusJson => "GET /status.json",
+            };
+            assert_eq!(metrics.http.slot_of(label), Some(operation.slot()));
+        }
+        assert_eq!(
+            metrics.http.slot_of("v1/leases and v1/semaphores"),
+            Some(NAMED_LEASES_SLOT)
+        );
+    }
+
+    #[test]
+    fn the_access_log_never_shows_a_lease_id() {
+        assert_eq!(
+            loggable_path("/p/api/lease/3f9a-secret"),
+            "/p/api/lease/{id}"
+        );
+        assert_eq!(loggable_path("/api/lease"), "/api/lease");
+        assert_eq!(loggable_path("/api/channels"), "/api/channels");
+    }
+
+    #[test]
+    fn status_channels_match_whole_names_or_their_ends() {
+        use station_protocol::{ChannelDescriptor, Direction, ValueType};
+        let channel = |name: &str| ChannelDescriptor {
+            name: name.into(),
+            alias: String::new(),
+            net_name: String::new(),
+            type_flags: 1,
+            direction: Direction::In,
+            unit: "V".into(),
+            description: String::new(),
+            group: String::new(),
+            readable: true,
+            writable: false,
+            consuming: false,
+            value_type: ValueType::Float,
+            options: Vec::new(),
+        };
+        let table = ChannelTable::new(vec![
+            channel("0.4.X.VMON1"),
+            channel("0.4.X.VMON10"),
+            channel("0.4.X.XVMON1"),
+            channel("CPU_TEMP"),
+        ]);
+        let configured = ["VMON1", "CPU_TEMP", "NOPE", "0.4.X.VMON10", "VMON1"].map(String::from);
+        assert_eq!(
+            status_channels(&configured, &table),
+            ["0.4.X.VMON1", "CPU_TEMP", "0.4.X.VMON10"]
+        );
+    }
+}
