@@ -27,8 +27,14 @@ async fn a_stalled_station_gets_504_within_the_timeout_and_the_link_recovers() {
         "{body}"
     );
     assert!(waited < Duration::from_millis(1000), "took {waited:?}");
+    // The PING sent after the timeout goes unanswered too, so the link gives up on this
+    // connection; once the station answers again it reconnects with the next generation.
+    let mut info = rig.gateway.link().watch_info();
+    tokio::time::timeout(Duration::from_secs(5), info.wait_for(|i| !i.connected))
+        .await
+        .expect("the link never gave up on the stalled station")
+        .unwrap();
     rig.sim.set_stall(false);
-    // The PING after the timeout also went unanswered, so the link reconnects.
     rig.reconnected_after(generation).await;
     let (status, body) = rig.read(MON_3V3).await;
     assert_eq!(status, 200, "{body}");

@@ -195,7 +195,7 @@ fn parse_hex(text: &str) -> Option<Vec<u8>> {
                 .unwrap_or(part)
         })
         .collect();
-    if digits.len() % 2 != 0 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !digits.len().is_multiple_of(2) || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..digits.len())
