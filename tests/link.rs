@@ -270,3 +270,41 @@ async fn the_serial_link_works_over_a_pseudo_terminal() {
     );
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_forced_reads_spread_over_milliseconds_all_finish_and_cost_about_two_reads_each()
+{
+    // Readers that arrive while their channel is on the wire are held for the next READ;
+    // every hold must end in a READ, however the arrivals and the answers interleave.
+    // Timer-driven arrivals come in 1 ms clusters: a quiet time above that gathers them.
+    let rig = rig(|c| {
+        c.station.request_timeout_ms = 2000;
+        c.station.coalesce_quiet_us = 1500;
+    })
+    .await;
+    let link = rig.gateway.link().clone();
+    let before = rig.sim.reads_of(MON_3V3);
+    let rounds = 150;
+    for round in 0..rounds {
+        let mut readers = tokio::task::JoinSet::new();
+        for i in 0..100u64 {
+            let link = link.clone();
+            readers.spawn(async move {
+                // Spread the arrivals over about 3 ms, as HTTP clients' requests arrive.
+                tokio::time::sleep(Duration::from_micros((i * 37 + round * 11) % 3000)).await;
+                link.read(vec![MON_3V3.to_owned()]).await
+            });
+        }
+        while let Some(answer) = readers.join_next().await {
+            let results = answer
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert!(results[0].is_ok(), "round {round}: {:?}", results[0]);
+        }
+    }
+    let per_round = (rig.sim.reads_of(MON_3V3) - before) as f64 / rounds as f64;
+    assert!(
+        per_round <= 3.0,
+        "{per_round} hardware reads per burst of 100"
+    );
+}

@@ -311,12 +311,20 @@ impl LinkTask {
                 return SessionEnd::Lost(why);
             }
             let next_deadline = s.in_flight.values().map(|f| f.deadline).min();
-            let now = Instant::now();
+            // Wake to send a gathered READ when its hold ends: only for channels not on the wire
+            // (their answer wakes the task) and only while the window has room (a freed slot
+            // does). A hold that has already ended wakes the task at once.
+            let room = s
+                .in_flight
+                .values()
+                .filter(|f| !matches!(f.kind, InFlightKind::Ping))
+                .count()
+                < s.window;
             let next_release = s
                 .held
-                .values()
-                .map(|(_, until)| *until)
-                .filter(|until| *until > now)
+                .iter()
+                .filter(|(name, _)| room && !s.names_in_flight.contains(*name))
+                .map(|(_, (_, until))| *until)
                 .min();
             tokio::select! {
                 biased;
