@@ -25,14 +25,21 @@ pub const LEASE_FENCE_HEADER: &str = "x-lease-fence";
 /// The longest owner name kept.
 const MAX_OWNER_CHARS: usize = 200;
 
-/// The `X-Lease-Id` a request carries; an empty one counts as none.
+/// The `X-Lease-Id` a request carries.
+///
+/// A header that is present but blank or not text is still a lease id, one that is never the
+/// live lease: a change carrying it is refused as "lease ended", not let through as if it
+/// carried none.
 pub fn presented_lease_id(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(LEASE_ID_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .map(str::trim)
-        .filter(|id| !id.is_empty())
+    let value = headers.get(LEASE_ID_HEADER)?;
+    match value.to_str().map(str::trim) {
+        Ok(id) if !id.is_empty() => Some(id),
+        _ => Some(NOT_A_LEASE_ID),
+    }
 }
+
+/// What a blank or non-text `X-Lease-Id` counts as: no lease id ever looks like it.
+const NOT_A_LEASE_ID: &str = "(not a lease id)";
 
 /// Puts `X-Lease-Fence: fence` on a response.
 pub fn set_fence_header(response: &mut Response<Body>, fence: u64) {
@@ -147,6 +154,22 @@ fn wait(query: Option<&str>) -> Result<Duration, LeaseError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_blank_or_non_text_lease_id_is_presented_and_never_a_lease() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(presented_lease_id(&headers), None);
+        headers.insert(LEASE_ID_HEADER, HeaderValue::from_static("  abc  "));
+        assert_eq!(presented_lease_id(&headers), Some("abc"));
+        headers.insert(LEASE_ID_HEADER, HeaderValue::from_static("   "));
+        assert_eq!(presented_lease_id(&headers), Some(NOT_A_LEASE_ID));
+        headers.insert(
+            LEASE_ID_HEADER,
+            HeaderValue::from_bytes(&[0xFF, 0xFE]).unwrap(),
+        );
+        assert_eq!(presented_lease_id(&headers), Some(NOT_A_LEASE_ID));
+    }
+
     use super::*;
 
     #[test]
