@@ -334,3 +334,22 @@ async fn garbage_from_one_client_drops_that_client_only_and_notifications_reach_
         "{notify:?}"
     );
 }
+
+#[tokio::test]
+async fn writes_to_made_up_channel_names_are_refused_and_do_not_grow_the_cache() {
+    let rig = legacy_rig(|_| {}).await;
+    let mut client = StationClient::connect(rig.legacy).await.unwrap();
+    let slots_before = rig.gateway.link().cache().len();
+    for batch in 0..20 {
+        let items: Vec<(String, Value)> = (0..50)
+            .map(|i| (format!("No.Such.Channel{batch}_{i}"), Value::Float(1.0)))
+            .collect();
+        let results = client.write(items).await.unwrap();
+        assert!(
+            results
+                .iter()
+                .all(|r| matches!(r, Err(e) if e.code == ErrorCode::UnknownChannel))
+        );
+    }
+    assert_eq!(rig.gateway.link().cache().len(), slots_before);
+}

@@ -550,12 +550,18 @@ impl LinkTask {
                     continue;
                 }
             };
+            // Only the station's own channels get a cache slot: names a legacy client makes up
+            // must not grow the cache (the station refuses them anyway).
             let now = std::time::Instant::now();
+            let channels = self.info.borrow().channels.clone();
+            let invalidate = |name: &str| {
+                if channels.get(name).is_some() {
+                    self.cache.invalidate(name, now);
+                }
+            };
             match &request {
-                Request::Write { items } => items
-                    .iter()
-                    .for_each(|(name, _)| self.cache.invalidate(name, now)),
-                Request::Transact { name, .. } => self.cache.invalidate(name, now),
+                Request::Write { items } => items.iter().for_each(|(name, _)| invalidate(name)),
+                Request::Transact { name, .. } => invalidate(name),
                 _ => {}
             }
             s.start_send(frame)?;
