@@ -3,71 +3,13 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
 use common::*;
-use serde_json::json;
-use station_gateway::{Config, GatewayHandle, Listeners};
 use station_protocol::{ErrorCode, Value};
-use station_simulator::{ClientError, Profile, Simulator, SimulatorHandle, StationClient};
-use tokio::net::TcpListener;
-
-struct LegacyRig {
-    sim: SimulatorHandle,
-    gateway: GatewayHandle,
-    legacy: SocketAddr,
-    http: reqwest::Client,
-}
-
-async fn legacy_rig(tweak: impl FnOnce(&mut Config)) -> LegacyRig {
-    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let config = config_for(&sim, tweak);
-    let listeners = Listeners {
-        http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        legacy: Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
-    };
-    let gateway = station_gateway::start(listeners, config).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), gateway.connected())
-        .await
-        .unwrap();
-    let legacy = gateway.legacy_addr.unwrap();
-    LegacyRig {
-        sim,
-        gateway,
-        legacy,
-        http: reqwest::Client::new(),
-    }
-}
-
-impl LegacyRig {
-    async fn take_lease(&self, owner: &str) -> String {
-        let response = self
-            .http
-            .post(format!("{}/api/lease", self.gateway.base_url()))
-            .json(&json!({ "Owner": owner, "TtlMs": 30000 }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let body: serde_json::Value = response.json().await.unwrap();
-        body["leaseId"].as_str().unwrap().to_owned()
-    }
-
-    async fn release_lease(&self, id: &str) {
-        let response = self
-            .http
-            .delete(format!("{}/api/lease/{id}", self.gateway.base_url()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
-}
+use station_simulator::{ClientError, StationClient};
 
 /// The `station-cli` binary of the simulator crate, built if a narrower `cargo test` left it out.
 fn station_cli() -> PathBuf {

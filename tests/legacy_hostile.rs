@@ -5,46 +5,18 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use common::*;
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
-use station_gateway::{Config, GatewayHandle, Listeners};
+
 use station_protocol::{ErrorCode, Request, Response, StationCodec};
-use station_simulator::{Profile, Simulator, SimulatorHandle, StationClient};
+use station_simulator::StationClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_util::codec::{Encoder, FramedRead};
-
-struct LegacyRig {
-    sim: SimulatorHandle,
-    _gateway: GatewayHandle,
-    legacy: SocketAddr,
-}
-
-async fn legacy_rig(tweak: impl FnOnce(&mut Config)) -> LegacyRig {
-    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let config = config_for(&sim, tweak);
-    let listeners = Listeners {
-        http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        legacy: Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
-    };
-    let gateway = station_gateway::start(listeners, config).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), gateway.connected())
-        .await
-        .unwrap();
-    let legacy = gateway.legacy_addr.unwrap();
-    LegacyRig {
-        sim,
-        _gateway: gateway,
-        legacy,
-    }
-}
 
 async fn good_client(rig: &LegacyRig) -> StationClient<TcpStream> {
     let mut client = StationClient::connect(rig.legacy).await.unwrap();

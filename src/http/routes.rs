@@ -539,11 +539,8 @@ fn age_ms(age: std::time::Duration) -> f64 {
     (age.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
-async fn value_set(
-    gateway: &Gateway,
-    body: &JsonBody,
-    admitted: &Admitted,
-) -> Result<Json, ApiError> {
+/// The `Name` and `Value` of a body, the value read as that channel's type.
+fn named_value(gateway: &Gateway, body: &JsonBody) -> Result<(String, Value), ApiError> {
     let name = body.string("Name")?.to_owned();
     let text = body.value_text("Value")?;
     let channels = known_channels(gateway)?;
@@ -551,6 +548,15 @@ async fn value_set(
         .get(&name)
         .ok_or_else(|| ApiError::no_such_resource(&name))?;
     let value = parse_value(channel, &text)?;
+    Ok((name, value))
+}
+
+async fn value_set(
+    gateway: &Gateway,
+    body: &JsonBody,
+    admitted: &Admitted,
+) -> Result<Json, ApiError> {
+    let (name, value) = named_value(gateway, body)?;
     let names = vec![name.clone()];
     let results = gateway
         .link
@@ -619,13 +625,7 @@ async fn transact(
     body: &JsonBody,
     admitted: &Admitted,
 ) -> Result<Json, ApiError> {
-    let name = body.string("Name")?.to_owned();
-    let text = body.value_text("Value")?;
-    let channels = known_channels(gateway)?;
-    let channel = channels
-        .get(&name)
-        .ok_or_else(|| ApiError::no_such_resource(&name))?;
-    let value = parse_value(channel, &text)?;
+    let (name, value) = named_value(gateway, body)?;
     let answer = gateway
         .link
         .transact(name, value, admitted.guard.clone())

@@ -1,6 +1,7 @@
 //! Shared test harness: a simulator and a gateway on ports the OS picks.
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
@@ -102,3 +103,60 @@ pub const MON_3V3: &str = "0.1.ESH10000158.MON_3V3";
 pub const VSET1: &str = "0.4.ESH10000662.VSET1";
 pub const VMON1: &str = "0.4.ESH10000662.VMON1";
 pub const ON1: &str = "0.4.ESH10000662.ON1";
+
+/// A simulator and a gateway with its legacy listener on.
+pub struct LegacyRig {
+    pub sim: SimulatorHandle,
+    pub gateway: GatewayHandle,
+    pub legacy: SocketAddr,
+    pub http: reqwest::Client,
+}
+
+/// Starts the default simulator and a gateway with the legacy listener on.
+pub async fn legacy_rig(tweak: impl FnOnce(&mut Config)) -> LegacyRig {
+    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = config_for(&sim, tweak);
+    let listeners = Listeners {
+        http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+    };
+    let gateway = station_gateway::start(listeners, config).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), gateway.connected())
+        .await
+        .unwrap();
+    let legacy = gateway.legacy_addr.unwrap();
+    LegacyRig {
+        sim,
+        gateway,
+        legacy,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl LegacyRig {
+    /// Takes the control lease over HTTP for `owner`; returns the lease id.
+    pub async fn take_lease(&self, owner: &str) -> String {
+        let response = self
+            .http
+            .post(format!("{}/api/lease", self.gateway.base_url()))
+            .json(&json!({ "Owner": owner, "TtlMs": 30000 }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = response.json().await.unwrap();
+        body["leaseId"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn release_lease(&self, id: &str) {
+        let response = self
+            .http
+            .delete(format!("{}/api/lease/{id}", self.gateway.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+}
