@@ -24,20 +24,25 @@ use tokio::time::Sleep;
 /// How long to wait before reading again while no client has the slave open.
 const NO_CLIENT_RETRY: Duration = Duration::from_millis(20);
 
-/// The master side of a pseudo-terminal. Clones share the descriptor; one session at a time
+/// The master side of a pseudo-terminal. Clones share the device; one session at a time
 /// should use it.
+///
+/// Each clone watches its own duplicate of the master descriptor. When the last client closes
+/// the slave, the master reports a hang-up, and tokio keeps a hang-up as readiness for good: a
+/// watcher that saw one would find the master "readable" forever and spin on reads that would
+/// block. So after a hang-up the duplicate is replaced by a fresh one, watched anew.
 pub(crate) struct PtyPort {
-    fd: Arc<AsyncFd<OwnedFd>>,
+    master: Arc<OwnedFd>,
+    fd: AsyncFd<OwnedFd>,
     retry: Option<Pin<Box<Sleep>>>,
 }
 
-impl Clone for PtyPort {
-    fn clone(&self) -> PtyPort {
-        PtyPort {
-            fd: self.fd.clone(),
-            retry: None,
-        }
-    }
+/// A duplicate of `master`, registered with the runtime.
+fn watch(master: &OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    let duplicate = master.try_clone()?;
+    // SAFETY: an `OwnedFd` keeps its descriptor open and unchanged until it is dropped, which
+    // only happens when the `AsyncFd` is.
+    unsafe { AsyncFd::register(duplicate) }.map_err(|error| error.into())
 }
 
 impl PtyPort {
@@ -52,16 +57,31 @@ impl PtyPort {
         let mut termios = tcgetattr(master.as_fd())?;
         cfmakeraw(&mut termios);
         tcsetattr(master.as_fd(), SetArg::TCSANOW, &termios)?;
-        // SAFETY: an `OwnedFd` keeps its descriptor open and unchanged until it is dropped,
-        // which only happens when the `AsyncFd` is.
-        let fd = unsafe { AsyncFd::register(OwnedFd::from(master)) }?;
+        let master = Arc::new(OwnedFd::from(master));
+        let fd = watch(&master)?;
         Ok((
             PtyPort {
-                fd: Arc::new(fd),
+                master,
+                fd,
                 retry: None,
             },
             path,
         ))
+    }
+
+    /// Another handle on the same master, for the next session.
+    pub(crate) fn try_clone(&self) -> io::Result<PtyPort> {
+        Ok(PtyPort {
+            master: self.master.clone(),
+            fd: watch(&self.master)?,
+            retry: None,
+        })
+    }
+
+    /// Forgets a hang-up: watches a fresh duplicate of the master.
+    fn watch_again(&mut self) -> io::Result<()> {
+        self.fd = watch(&self.master)?;
+        Ok(())
     }
 }
 
@@ -76,21 +96,27 @@ impl AsyncRead for PtyPort {
                 ready!(retry.as_mut().poll(cx));
                 self.retry = None;
             }
-            let fd = self.fd.clone();
-            let mut guard = ready!(fd.poll_read_ready(cx))?;
+            let this = &mut *self;
+            let mut guard = ready!(this.fd.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
-            match guard.try_io(|inner| {
+            let hung_up = guard.ready().is_read_closed();
+            let result = guard.try_io(|inner| {
                 nix::unistd::read(inner.get_ref(), unfilled).map_err(io::Error::from)
-            }) {
+            });
+            drop(guard);
+            match result {
                 Ok(Ok(n)) => {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
+                // No client has the slave open: try again in a moment.
                 Ok(Err(error)) if error.raw_os_error() == Some(Errno::EIO as i32) => {
-                    // No client has the slave open; readiness stays set so the next try reads.
-                    self.retry = Some(Box::pin(tokio::time::sleep(NO_CLIENT_RETRY)));
+                    this.watch_again()?;
+                    this.retry = Some(Box::pin(tokio::time::sleep(NO_CLIENT_RETRY)));
                 }
                 Ok(Err(error)) => return Poll::Ready(Err(error)),
+                // A client has the slave open again since the hang-up this watch still shows.
+                Err(_would_block) if hung_up => this.watch_again()?,
                 Err(_would_block) => {}
             }
         }
@@ -103,17 +129,21 @@ impl AsyncWrite for PtyPort {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
         loop {
-            let mut guard = ready!(self.fd.poll_write_ready(cx))?;
-            match guard
-                .try_io(|inner| nix::unistd::write(inner.get_ref(), buf).map_err(io::Error::from))
-            {
+            let mut guard = ready!(this.fd.poll_write_ready(cx))?;
+            let hung_up = guard.ready().is_write_closed();
+            let result = guard
+                .try_io(|inner| nix::unistd::write(inner.get_ref(), buf).map_err(io::Error::from));
+            drop(guard);
+            match result {
                 Ok(Ok(n)) => return Poll::Ready(Ok(n)),
                 // Nobody on the line: the bytes are lost, as on a real serial line.
                 Ok(Err(error)) if error.raw_os_error() == Some(Errno::EIO as i32) => {
                     return Poll::Ready(Ok(buf.len()));
                 }
                 Ok(Err(error)) => return Poll::Ready(Err(error)),
+                Err(_would_block) if hung_up => this.watch_again()?,
                 Err(_would_block) => {}
             }
         }

@@ -349,6 +349,7 @@ impl SimulatorHandle {
         let shared = self.shared.clone();
         let detached = shared.shutdown.child_token();
         lock(&shared.ptys).insert(path.clone(), detached.clone());
+        let master_path = path.clone();
         tokio::spawn(async move {
             // A dropped connection or restart ends a session; the pty stays and is served again
             // until it is detached. The master (the last clone) is closed when this task ends.
@@ -359,7 +360,12 @@ impl SimulatorHandle {
                     peer: "pty".to_owned(),
                     stop: Some(detached.clone()),
                 };
-                connection::serve(shared.clone(), master.clone(), options).await;
+                match master.try_clone() {
+                    Ok(port) => connection::serve(shared.clone(), port, options).await,
+                    Err(error) => {
+                        tracing::warn!("cannot serve the pty {}: {error}", master_path.display())
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });

@@ -254,27 +254,45 @@ async fn a_client_drives_the_station_through_the_pty() {
 }
 
 #[tokio::test]
-async fn the_pty_can_be_paced_as_a_slow_serial_line() {
-    let (_sim, path) = Simulator::start_pty(Profile::default_station(), Some(9600))
+async fn the_pty_is_paced_as_a_slow_serial_line_both_ways() {
+    const BAUD: u32 = 38_400;
+    let (sim, path) = Simulator::start_pty(Profile::default_station(), Some(BAUD))
         .await
         .unwrap();
     let port =
-        tokio_serial::SerialStream::open(&tokio_serial::new(path.to_string_lossy(), 9600)).unwrap();
+        tokio_serial::SerialStream::open(&tokio_serial::new(path.to_string_lossy(), BAUD)).unwrap();
     let mut client = station_simulator::StationClient::new(port);
+    client.set_timeout(Duration::from_secs(5));
+    client.hello("paced").await.unwrap();
+    // A READ of 20 names: about 550 request bytes and 300 reply bytes, 10 bits each.
+    let names: Vec<String> = sim
+        .profile()
+        .channels
+        .iter()
+        .filter(|ch| ch.descriptor.readable && !ch.descriptor.consuming)
+        .take(20)
+        .map(|ch| ch.descriptor.name.clone())
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let started = Instant::now();
-    let hello = client.hello("paced").await.unwrap();
-    // The HELLO reply is about 60 bytes: at 9600 baud (960 bytes/s) more than 50 ms.
-    let reply_bytes = Response::Hello(hello)
-        .to_frame(1)
-        .unwrap()
-        .to_bytes()
-        .unwrap()
-        .len();
-    let line_time = Duration::from_secs_f64(reply_bytes as f64 * 10.0 / 9600.0);
+    let results = client.read(&names).await.unwrap();
+    let elapsed = started.elapsed();
+    let frame_bytes = |frame: RawFrame| frame.to_bytes().unwrap().len();
+    let request_bytes = frame_bytes(
+        Request::Read {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+        }
+        .to_frame(2)
+        .unwrap(),
+    );
+    let reply_bytes = frame_bytes(Response::Read(results).to_frame(2).unwrap());
+    let line_time = |bytes: usize| Duration::from_secs_f64(bytes as f64 * 10.0 / f64::from(BAUD));
+    // The request is taken only once its last byte has crossed the line, and the reply is
+    // handed over only once its own has: the round trip is at least both.
+    let both = line_time(request_bytes) + line_time(reply_bytes);
     assert!(
-        started.elapsed() >= line_time.mul_f64(0.9),
-        "{:?}",
-        started.elapsed()
+        elapsed >= both.mul_f64(0.95),
+        "a READ of {request_bytes} request and {reply_bytes} reply bytes at {BAUD} baud took {elapsed:?}, less than the {both:?} the line needs"
     );
 }
 
@@ -312,4 +330,78 @@ async fn a_detached_pty_disappears_and_a_new_one_can_be_attached() {
     client.set_timeout(Duration::from_secs(3));
     client.hello("after").await.unwrap();
     assert!(client.read_one(MON_3V3).await.is_ok());
+}
+
+/// A client that opens the serial device after another one closed it is served like the first,
+/// and while it sends nothing the station stays idle. (The hang-up the first close left on the
+/// master once made the simulator poll it for ever: a core spent on reads that would block,
+/// and the station's timers and answers late by tens of milliseconds.)
+#[test]
+fn a_pty_opened_again_after_a_close_is_served_without_spinning() {
+    let (path_tx, path_rx) = std::sync::mpsc::channel();
+    let (measure_tx, measure_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (cpu_tx, cpu_rx) = std::sync::mpsc::channel();
+    let station = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let (_sim, path) = Simulator::start_pty(Profile::default_station(), None)
+                .await
+                .unwrap();
+            path_tx.send(path).unwrap();
+            // Each message asks for this thread's CPU time so far (the whole station runs here).
+            let mut measure_rx = measure_rx;
+            while measure_rx.recv().await.is_some() {
+                cpu_tx.send(thread_cpu_ticks()).unwrap();
+            }
+        });
+    });
+    let path = path_rx.recv().unwrap();
+    let clients = tokio::runtime::Runtime::new().unwrap();
+    clients.block_on(async {
+        for round in 1..=3 {
+            let port =
+                tokio_serial::SerialStream::open(&tokio_serial::new(path.to_string_lossy(), 115_200))
+                    .unwrap();
+            let mut client = station_simulator::StationClient::new(port);
+            client.set_timeout(Duration::from_secs(3));
+            client
+                .hello("reopening")
+                .await
+                .unwrap_or_else(|error| panic!("client {round}: HELLO: {error}"));
+            for _ in 0..5 {
+                client
+                    .read_one(MON_3V3)
+                    .await
+                    .unwrap_or_else(|error| panic!("client {round}: READ: {error}"));
+            }
+            if round == 3 {
+                // The third client holds the line open and sends nothing for a second.
+                measure_tx.send(()).unwrap();
+                let before = cpu_rx.recv().unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                measure_tx.send(()).unwrap();
+                let after = cpu_rx.recv().unwrap();
+                let ticks_per_second = 100;
+                assert!(
+                    after - before < ticks_per_second / 4,
+                    "the station used {} of {ticks_per_second} CPU ticks in a second with nothing to do",
+                    after - before
+                );
+            }
+        }
+    });
+    drop(measure_tx);
+    station.join().unwrap();
+}
+
+/// The calling thread's CPU time (user + system) in clock ticks, from /proc.
+fn thread_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
