@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
-use station_protocol::frame::HEADER_LEN;
+use station_protocol::frame::{HEADER_LEN, TRAILER_LEN};
 use station_protocol::{
     ErrorCode, HelloReply, PROTOCOL_VERSION, PayloadError, RawFrame, Request, Response,
     StationCodec, StationError,
@@ -64,6 +64,9 @@ where
     ));
     let mut frames = FramedRead::new(read_half, StationCodec::new());
     let in_flight = Arc::new(Semaphore::new(usize::from(options.window.max(1))));
+    // On a paced line a request is whole only when its last byte has crossed the line; the
+    // client handed over all of it at once, so count its wire time from when it was read.
+    let mut line_in_free_at = Instant::now();
     loop {
         let frame = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -91,10 +94,18 @@ where
             let _ = outgoing_tx.try_send(error_frame(frame.request_id, busy));
             continue;
         };
+        let arrived = options.baud.map(|baud| {
+            line_in_free_at = line_in_free_at.max(Instant::now())
+                + wire_time(HEADER_LEN + frame.payload.len() + TRAILER_LEN, baud);
+            line_in_free_at
+        });
         let shared = shared.clone();
         let outgoing = outgoing_tx.clone();
         let options = options.clone();
         tokio::spawn(async move {
+            if let Some(arrived) = arrived {
+                pace_until(arrived).await;
+            }
             let reply = answer(&shared, &frame, id, &options).await;
             let delay = shared.faults.reply_delay();
             if !delay.is_zero() {
@@ -163,7 +174,10 @@ async fn write_frames<W>(
     let _ = sink.shutdown().await;
 }
 
-/// Writes `bytes` no faster than a serial line of `baud` bits per second would carry them.
+/// Writes `bytes` no faster than a serial line of `baud` bits per second would carry them: the
+/// frame is handed over when its last byte would have crossed the line. (Handing it over in
+/// pieces would model no more: the client can do nothing with part of a frame, and every
+/// piece would add a timer's rounding.)
 async fn write_paced<W>(
     sink: &mut W,
     bytes: &[u8],
@@ -173,16 +187,31 @@ async fn write_paced<W>(
 where
     W: AsyncWrite + Unpin,
 {
-    const CHUNK: usize = 16;
-    for chunk in bytes.chunks(CHUNK) {
-        let on_the_line = Duration::from_secs_f64(chunk.len() as f64 * 10.0 / f64::from(baud));
-        // A byte arrives when its last bit has crossed the line: wait, then hand it over.
-        *line_free_at = (*line_free_at).max(Instant::now()) + on_the_line;
-        tokio::time::sleep_until(*line_free_at).await;
-        sink.write_all(chunk).await?;
-        sink.flush().await?;
+    *line_free_at = (*line_free_at).max(Instant::now()) + wire_time(bytes.len(), baud);
+    pace_until(*line_free_at).await;
+    sink.write_all(bytes).await?;
+    sink.flush().await
+}
+
+/// How long `bytes` take on a serial line of `baud` bits per second: 10 bits a byte (start,
+/// 8 data, stop).
+fn wire_time(bytes: usize, baud: u32) -> Duration {
+    Duration::from_secs_f64(bytes as f64 * 10.0 / f64::from(baud))
+}
+
+/// Waits until `deadline` to within about 0.1 ms. tokio's timer rounds up to the next
+/// millisecond, which on a frame of 3 ms would add a sixth; the last stretch is slept on a
+/// blocking thread with the operating system's finer timer instead.
+async fn pace_until(deadline: Instant) {
+    const COARSE_SLACK: Duration = Duration::from_millis(2);
+    let now = Instant::now();
+    if deadline > now + COARSE_SLACK {
+        tokio::time::sleep_until(deadline - COARSE_SLACK).await;
     }
-    Ok(())
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if !remaining.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(remaining)).await;
+    }
 }
 
 /// The reply frame for one request frame.
