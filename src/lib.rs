@@ -11,6 +11,7 @@ pub mod http;
 pub mod lease;
 pub mod legacy;
 pub mod link;
+pub mod logs;
 pub mod metrics;
 
 pub use config::Config;

@@ -1,0 +1,316 @@
+//! The log writer: formatted lines go into a shared buffer that one thread writes out, so an
+//! access line costs a request task a copy, never a system call or a thread wake-up.
+//!
+//! Access lines (target `access`) are written in batches, at most [`BATCH_INTERVAL`] after the
+//! first line of a batch; every other line (start-up, link up and down, warnings) wakes the
+//! writer at once. A writer that cannot keep up (stderr blocked) drops lines past
+//! [`MAX_BUFFERED`] and says how many it dropped, rather than growing or stalling requests.
+
+use std::io::Write;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tracing::Metadata;
+use tracing_subscriber::fmt::MakeWriter;
+
+/// How long the first access line of a batch may wait for others before it is written.
+pub const BATCH_INTERVAL: Duration = Duration::from_millis(50);
+/// Buffered bytes past which the writer is woken before the interval ends.
+pub const WRITE_SOON: usize = 64 * 1024;
+/// Buffered bytes past which lines are dropped (and counted) instead of kept.
+pub const MAX_BUFFERED: usize = 8 * 1024 * 1024;
+
+/// The `tracing` target of the one-line-per-request access log.
+pub const ACCESS_TARGET: &str = "access";
+
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    dropped: u64,
+    /// A line that should not wait for the batch interval is in `bytes`.
+    urgent: bool,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // A panic while holding this lock leaves only bytes behind: keep logging.
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The [`MakeWriter`] given to `tracing_subscriber`; cheap to clone.
+#[derive(Clone)]
+pub struct BatchingWriter {
+    shared: Arc<Shared>,
+}
+
+/// Owns the writer thread. Dropping it writes out what is left and ends the thread.
+pub struct BatchingWriterGuard {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Starts the writer thread over `out` (stderr in the gateway, a buffer in tests).
+pub fn batching_writer<W: Write + Send + 'static>(out: W) -> (BatchingWriter, BatchingWriterGuard) {
+    let shared = Arc::new(Shared::default());
+    let thread = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("log-writer".into())
+            .spawn(move || write_until_closed(&shared, out))
+            .expect("cannot start the log writer thread")
+    };
+    (
+        BatchingWriter {
+            shared: shared.clone(),
+        },
+        BatchingWriterGuard {
+            shared,
+            thread: Some(thread),
+        },
+    )
+}
+
+fn write_until_closed<W: Write>(shared: &Shared, mut out: W) {
+    let mut batch = Vec::new();
+    loop {
+        let (dropped, closed) = {
+            let mut pending = shared.lock();
+            while pending.bytes.is_empty() && pending.dropped == 0 && !pending.closed {
+                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+            }
+            // Let a batch of access lines gather, unless something should go out now.
+            let deadline = Instant::now() + BATCH_INTERVAL;
+            while !pending.urgent && !pending.closed && pending.bytes.len() < WRITE_SOON {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                pending = shared
+                    .wake
+                    .wait_timeout(pending, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            std::mem::swap(&mut pending.bytes, &mut batch);
+            pending.urgent = false;
+            (std::mem::take(&mut pending.dropped), pending.closed)
+        };
+        // A log that cannot be written has nowhere to report it: carry on.
+        let _ = out.write_all(&batch);
+        if dropped > 0 {
+            let _ = writeln!(
+                out,
+                "station-gateway: {dropped} log lines dropped: the log output could not keep up"
+            );
+        }
+        let _ = out.flush();
+        batch.clear();
+        if closed {
+            return;
+        }
+    }
+}
+
+impl Drop for BatchingWriterGuard {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One event's formatted line, appended to the shared buffer in one piece.
+pub struct LineWriter<'a> {
+    shared: &'a Shared,
+    urgent: bool,
+}
+
+impl Write for LineWriter<'_> {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let mut pending = self.shared.lock();
+        if pending.bytes.len() + line.len() > MAX_BUFFERED {
+            pending.dropped += 1;
+            return Ok(line.len());
+        }
+        let was_empty = pending.bytes.is_empty();
+        pending.bytes.extend_from_slice(line);
+        let crossed =
+            pending.bytes.len() >= WRITE_SOON && pending.bytes.len() - line.len() < WRITE_SOON;
+        let wake = (self.urgent && !pending.urgent) || was_empty || crossed;
+        pending.urgent |= self.urgent;
+        drop(pending);
+        // The writer sleeps only while the buffer is empty, or while it lets a batch gather:
+        // wake it for the first line, an urgent line, or a full buffer; no other line costs a
+        // wake-up.
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for BatchingWriter {
+    type Writer = LineWriter<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter {
+            shared: &self.shared,
+            urgent: true,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &Metadata<'_>) -> Self::Writer {
+        LineWriter {
+            shared: &self.shared,
+            urgent: meta.target() != ACCESS_TARGET,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Write` the test can read back, with a count of the writes it was given.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<(Vec<u8>, usize)>>);
+
+    impl Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            let mut inner = self.0.lock().unwrap();
+            inner.0.extend_from_slice(bytes);
+            inner.1 += 1;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Sink {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().0.clone()).unwrap()
+        }
+        fn writes(&self) -> usize {
+            self.0.lock().unwrap().1
+        }
+    }
+
+    fn line(writer: &BatchingWriter, urgent: bool, text: &str) {
+        let mut line = LineWriter {
+            shared: &writer.shared,
+            urgent,
+        };
+        line.write_all(text.as_bytes()).unwrap();
+    }
+
+    fn wait_for(sink: &Sink, what: &str) -> Duration {
+        let started = Instant::now();
+        while !sink.text().contains(what) {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{what:?} was not written within 5 s; written: {:?}",
+                sink.text()
+            );
+            std::thread::yield_now();
+        }
+        started.elapsed()
+    }
+
+    #[test]
+    fn access_lines_are_written_together_in_order() {
+        let sink = Sink::default();
+        let (writer, guard) = batching_writer(sink.clone());
+        for n in 0..100 {
+            line(&writer, false, &format!("access {n}\n"));
+        }
+        wait_for(&sink, "access 99\n");
+        let expected: String = (0..100).map(|n| format!("access {n}\n")).collect();
+        assert_eq!(sink.text(), expected);
+        assert!(sink.writes() <= 4, "{} writes for one batch", sink.writes());
+        drop(guard);
+    }
+
+    #[test]
+    fn an_urgent_line_does_not_wait_for_the_batch() {
+        let sink = Sink::default();
+        let (writer, _guard) = batching_writer(sink.clone());
+        line(&writer, false, "access 1\n");
+        line(&writer, true, "station link down\n");
+        let waited = wait_for(&sink, "station link down\n");
+        assert!(
+            waited < BATCH_INTERVAL,
+            "an urgent line waited {waited:?}, the whole batch interval"
+        );
+        assert_eq!(sink.text(), "access 1\nstation link down\n");
+    }
+
+    #[test]
+    fn dropping_the_guard_writes_what_is_left() {
+        let sink = Sink::default();
+        let (writer, guard) = batching_writer(sink.clone());
+        line(&writer, false, "last access line\n");
+        drop(guard);
+        assert_eq!(sink.text(), "last access line\n");
+    }
+
+    #[test]
+    fn lines_past_the_limit_are_dropped_and_counted() {
+        /// A sink that blocks until released: the log output is stuck.
+        struct Stuck(Arc<(Mutex<bool>, Condvar)>, Sink);
+        impl Write for Stuck {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                let (released, cv) = &*self.0;
+                let mut released = released.lock().unwrap();
+                while !*released {
+                    released = cv.wait(released).unwrap();
+                }
+                self.1.write(bytes)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let sink = Sink::default();
+        let (writer, guard) = batching_writer(Stuck(gate.clone(), sink.clone()));
+        // The first batch is taken by the writer, which then blocks on the stuck output.
+        line(&writer, true, "first\n");
+        while !writer.shared.lock().bytes.is_empty() {
+            std::thread::yield_now();
+        }
+        let big = "x".repeat(1024 * 1024 - 1) + "\n";
+        for _ in 0..10 {
+            line(&writer, false, &big);
+        }
+        assert!(writer.shared.lock().bytes.len() <= MAX_BUFFERED);
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        drop(guard);
+        let text = sink.text();
+        assert!(text.starts_with("first\n"));
+        assert!(
+            text.contains("2 log lines dropped"),
+            "no count of the dropped lines in {} bytes",
+            text.len()
+        );
+        assert_eq!(text.matches('x').count(), 8 * (1024 * 1024 - 1));
+    }
+}
