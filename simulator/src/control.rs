@@ -1,7 +1,7 @@
 //! A tiny line-based control interface for demos: one command a line, one line of answer.
 //!
 //! Commands: `drop`, `stall on|off`, `corrupt`, `delay MS`, `processing MS`, `remove CHANNEL`,
-//! `restart`, `refuse on|off`, `writes`, `status`, `help`.
+//! `restart`, `refuse on|off`, `writes`, `reads CHANNEL`, `status`, `help`.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use crate::server::SimulatorHandle;
 
 const HELP: &str = "commands: drop | stall on|off | corrupt | delay MS | processing MS | \
-                    remove CHANNEL | restart | refuse on|off | writes | status | help";
+                    remove CHANNEL | restart | refuse on|off | writes | reads CHANNEL | status | help";
 
 /// Serves control connections on `listener` until the simulator's task is dropped.
 pub async fn run_control(listener: TcpListener, simulator: SimulatorHandle) {
@@ -126,6 +126,10 @@ pub async fn execute(simulator: &SimulatorHandle, line: &str) -> String {
                 .collect();
             format!("ok: {} writes: {}", log.len(), items.join("; "))
         }
+        "reads" => match argument {
+            Some(name) => format!("ok: reads {}", simulator.reads_of(name)),
+            None => "error: reads CHANNEL".to_owned(),
+        },
         "status" => format!(
             "ok: connections {} accepted {} read frames {} applied writes {}",
             simulator.connection_count(),
@@ -135,5 +139,45 @@ pub async fn execute(simulator: &SimulatorHandle, line: &str) -> String {
         ),
         "help" => HELP.to_owned(),
         other => format!("error: unknown command {other:?}; {HELP}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Profile, Simulator, StationClient};
+
+    #[tokio::test]
+    async fn reads_and_status_count_what_the_station_was_asked() {
+        let simulator =
+            Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap();
+        let mut client = StationClient::connect(simulator.local_addr())
+            .await
+            .unwrap();
+        client.hello("control test").await.unwrap();
+        let name = "0.1.ESH10000158.MON_3V3";
+        client
+            .read(&[name, "0.1.ESH10000158.MON_1V8"])
+            .await
+            .unwrap();
+        client.read_one(name).await.unwrap();
+        assert_eq!(
+            execute(&simulator, &format!("reads {name}")).await,
+            "ok: reads 2"
+        );
+        assert_eq!(
+            execute(&simulator, "reads 0.1.ESH10000158.MON_1V8").await,
+            "ok: reads 1"
+        );
+        assert_eq!(execute(&simulator, "reads").await, "error: reads CHANNEL");
+        assert!(
+            execute(&simulator, "status")
+                .await
+                .contains("read frames 2"),
+            "{}",
+            execute(&simulator, "status").await
+        );
     }
 }
