@@ -111,36 +111,114 @@ pub struct TrivialProcess {
     pub addr: SocketAddr,
 }
 
+/// What a helper process (this binary in one of its hidden roles) prints when it is ready.
+pub const TRIVIAL_READY: &str = "trivial server listening on http://";
+pub const STATION_READY: &str = "station listening on ";
+pub const STATION_CONTROL: &str = " control ";
+
 impl TrivialProcess {
     pub async fn spawn(answer: &[u8]) -> anyhow::Result<TrivialProcess> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .arg("--serve-trivial")
-            .arg(String::from_utf8_lossy(answer).as_ref())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start the trivial server process")?;
-        let stderr = child.stderr.take().context("no stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        let find = async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(addr) = addr_after(&line, "trivial server listening on http://") {
-                    return Some(addr);
-                }
-            }
-            None
-        };
-        let addr = tokio::time::timeout(Duration::from_secs(10), find)
-            .await
-            .context("the trivial server process did not start within 10 s")?
-            .context("the trivial server process exited")?;
+        let answer = String::from_utf8_lossy(answer);
+        let (child, line) = spawn_helper(&["--serve-trivial", &answer], TRIVIAL_READY).await?;
+        let addr = addr_after(&line, TRIVIAL_READY).context("no address on the ready line")?;
         Ok(TrivialProcess {
             _child: child,
             addr,
         })
     }
+}
+
+/// The station simulator in a process of its own (this binary with `--serve-station`): a real
+/// station is a device of its own, so direct clients and the gateway alike pay a hop to reach
+/// it. Its counters are read over the simulator's control interface.
+pub struct StationProcess {
+    _child: Child,
+    pub pid: u32,
+    pub addr: SocketAddr,
+    control: SocketAddr,
+}
+
+impl StationProcess {
+    pub async fn spawn() -> anyhow::Result<StationProcess> {
+        let (child, line) = spawn_helper(&["--serve-station"], STATION_READY).await?;
+        let pid = child.id().context("the station process exited at once")?;
+        let addr = addr_after(&line, STATION_READY).context("no station address")?;
+        let control = addr_after(&line, STATION_CONTROL).context("no control address")?;
+        Ok(StationProcess {
+            _child: child,
+            pid,
+            addr,
+            control,
+        })
+    }
+
+    /// Asks the station's control interface one question; the answer without `ok: `.
+    async fn ask(&self, question: &str) -> anyhow::Result<String> {
+        use tokio::io::AsyncWriteExt;
+        let stream = tokio::net::TcpStream::connect(self.control).await?;
+        let (read_half, mut write_half) = stream.into_split();
+        write_half
+            .write_all(format!("{question}\n").as_bytes())
+            .await?;
+        let mut answer = String::new();
+        BufReader::new(read_half).read_line(&mut answer).await?;
+        match answer.trim_end().strip_prefix("ok: ") {
+            Some(rest) => Ok(rest.to_owned()),
+            None => bail!("the station's control interface answered {question:?} with {answer:?}"),
+        }
+    }
+
+    /// Hardware reads of `name` so far.
+    pub async fn reads_of(&self, name: &str) -> anyhow::Result<u64> {
+        let answer = self.ask(&format!("reads {name}")).await?;
+        number_after(&answer, "reads ")
+    }
+
+    /// READ frames the station has answered so far.
+    pub async fn read_frames(&self) -> anyhow::Result<u64> {
+        let answer = self.ask("status").await?;
+        number_after(&answer, "read frames ")
+    }
+}
+
+fn number_after(text: &str, marker: &str) -> anyhow::Result<u64> {
+    let rest = &text[text
+        .find(marker)
+        .with_context(|| format!("no {marker:?} in {text:?}"))?
+        + marker.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits
+        .parse()
+        .with_context(|| format!("no number after {marker:?} in {text:?}"))
+}
+
+/// Starts this binary with `args` and waits (up to 10 s) for the stderr line holding `ready`;
+/// the rest of stderr is read and dropped so the child never blocks on a full pipe.
+async fn spawn_helper(args: &[&str], ready: &str) -> anyhow::Result<(Child, String)> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {args:?}"))?;
+    let stderr = child.stderr.take().context("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let find = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(ready) {
+                return Some(line);
+            }
+        }
+        None
+    };
+    let line = tokio::time::timeout(Duration::from_secs(10), find)
+        .await
+        .with_context(|| format!("{args:?} did not start within 10 s"))?
+        .with_context(|| format!("{args:?} exited before it was ready"))?;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, line))
 }
 
 /// The socket address that follows `marker` on a log line.

@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use station_simulator::{Profile, Simulator};
 
-use crate::child::GatewayProcess;
+use crate::child::{GatewayProcess, StationProcess};
 use crate::load::Bounds;
 use crate::report::Row;
 use crate::scenarios::Bench;
@@ -82,6 +82,10 @@ struct Args {
     /// cross-process baseline of the cached read runs the harness itself this way).
     #[arg(long, value_name = "ANSWER", hide = true)]
     serve_trivial: Option<String>,
+    /// Internal: serve the default station simulator and its control interface in this
+    /// process and nothing else (the harness runs the station itself this way).
+    #[arg(long, hide = true)]
+    serve_station: bool,
     /// A note to put beside the results (e.g. what else was running).
     #[arg(long)]
     note: Vec<String>,
@@ -95,6 +99,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(answer) = args.serve_trivial {
         return runtime.block_on(serve_trivial(answer));
     }
+    if args.serve_station {
+        return runtime.block_on(serve_station());
+    }
     runtime.block_on(run(args))
 }
 
@@ -102,8 +109,28 @@ fn main() -> anyhow::Result<()> {
 async fn serve_trivial(answer: String) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let addr = http::start_trivial_server(answer.into(), stop).await?;
-    eprintln!("trivial server listening on http://{addr}");
+    eprintln!("{}{addr}", child::TRIVIAL_READY);
     std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// The station as a process of its own; runs until killed.
+async fn serve_station() -> anyhow::Result<()> {
+    let simulator = Simulator::start(
+        Profile::default_station(),
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .context("cannot start the simulator")?;
+    let control = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    eprintln!(
+        "{}{}{}{}",
+        child::STATION_READY,
+        simulator.local_addr(),
+        child::STATION_CONTROL,
+        control.local_addr()?
+    );
+    station_simulator::control::run_control(control, simulator).await;
     Ok(())
 }
 
@@ -172,14 +199,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut rows: Vec<Row> = Vec::new();
     let needs_tcp_gateway = selected.iter().any(|s| s != "serial");
     if needs_tcp_gateway {
-        let url = format!("tcp://{}", simulator.local_addr());
+        let station = StationProcess::spawn().await?;
+        let url = format!("tcp://{}", station.addr);
         let gateway = GatewayProcess::spawn(&binary, &url, &gateway_env).await?;
         eprintln!(
-            "gateway pid {} on http://{} (legacy {:?})",
-            gateway.pid, gateway.http_addr, gateway.legacy_addr
+            "station pid {} on {}; gateway pid {} on http://{} (legacy {:?})",
+            station.pid, station.addr, gateway.pid, gateway.http_addr, gateway.legacy_addr
         );
         let bench = Bench {
-            simulator: simulator.clone(),
+            station,
             gateway,
             bounds,
             names: names.clone(),

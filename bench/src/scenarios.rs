@@ -15,9 +15,9 @@ use tokio::net::TcpStream;
 use tokio_util::codec::Encoder;
 use tokio_util::sync::CancellationToken;
 
-use crate::child::GatewayProcess;
+use crate::child::{GatewayProcess, StationProcess};
 use crate::http::{HttpConnection, start_trivial_server};
-use crate::load::{Bounds, Measured, drive, new_histogram};
+use crate::load::{Bounds, Measured, Worker, drive, new_histogram};
 use crate::report::{Row, Verdict, megabytes, micros, rate_cell, thousands};
 use crate::workers::{DirectReadWorker, DirectWriteWorker, RestWorker};
 
@@ -28,7 +28,8 @@ const VALUES_SET: &str = "/api/resources/values/set";
 
 /// What every scenario needs.
 pub struct Bench {
-    pub simulator: SimulatorHandle,
+    /// The station the gateway and the direct baselines talk to, in a process of its own.
+    pub station: StationProcess,
     pub gateway: GatewayProcess,
     pub bounds: Bounds,
     /// Channels that are readable, have no read side effects and no extra latency.
@@ -84,19 +85,16 @@ impl CpuSpan {
     }
 }
 
+/// `count` load connections to the HTTP server at `addr`, each posting `body_of(i)` to `path`.
 async fn rest_workers(
-    gateway: &GatewayProcess,
+    addr: std::net::SocketAddr,
     count: usize,
     path: &'static str,
     body_of: impl Fn(usize) -> Bytes,
 ) -> anyhow::Result<Vec<RestWorker>> {
     let mut workers = Vec::with_capacity(count);
     for i in 0..count {
-        workers.push(RestWorker {
-            connection: HttpConnection::open(gateway.http_addr).await?,
-            path,
-            body: body_of(i),
-        });
+        workers.push(RestWorker::open(addr, path, &body_of(i)).await?);
     }
     Ok(workers)
 }
@@ -118,6 +116,37 @@ async fn direct_clients(
 impl Bench {
     fn conns_or(&self, default: usize) -> usize {
         self.conns.unwrap_or(default).max(1)
+    }
+
+    /// One connection alone, for half the usual time: the latency of the path itself, without
+    /// queueing behind other requests on a busy machine.
+    async fn unloaded<W: Worker>(&self, worker: W) -> Measured {
+        let bounds = Bounds {
+            warmup: self.bounds.warmup / 2,
+            duration: self.bounds.duration / 2,
+            ..self.bounds
+        };
+        drive(vec![worker], bounds).await
+    }
+
+    /// A read of `name` straight from the station and through `through`, one connection each.
+    async fn unloaded_note<W: Worker>(&self, name: &str, through: W) -> anyhow::Result<String> {
+        let client = direct_clients(self.station.addr, 1).await?.remove(0);
+        let direct = self
+            .unloaded(DirectReadWorker {
+                client,
+                names: vec![name.to_owned()],
+            })
+            .await;
+        let through = self.unloaded(through).await;
+        Ok(format!(
+            "unloaded (1 connection, nothing queued): direct p50 {} · p99 {}; through the gateway p50 {} · p99 {}: p50 +{}",
+            micros(direct.p50_us()),
+            micros(direct.p99_us()),
+            micros(through.p50_us()),
+            micros(through.p99_us()),
+            micros(through.p50_us() - direct.p50_us())
+        ))
     }
 
     /// Waits until a forced read through the gateway answers 200; returns when it did.
@@ -165,33 +194,28 @@ impl Bench {
 
         let stop = CancellationToken::new();
         let trivial_addr = start_trivial_server(answer.clone(), stop.clone()).await?;
-        let mut baseline_workers = Vec::new();
-        for _ in 0..self.conns_or(64) {
-            baseline_workers.push(RestWorker {
-                connection: HttpConnection::open(trivial_addr).await?,
-                path: VALUES_GET,
-                body: request.clone(),
-            });
-        }
+        let baseline_workers = rest_workers(trivial_addr, self.conns_or(64), VALUES_GET, |_| {
+            request.clone()
+        })
+        .await?;
         let baseline = drive(baseline_workers, self.bounds).await;
         stop.cancel();
 
         // The same server in a process of its own pays the same process hops as the gateway.
         let trivial = crate::child::TrivialProcess::spawn(&answer).await?;
-        let mut child_workers = Vec::new();
-        for _ in 0..self.conns_or(64) {
-            child_workers.push(RestWorker {
-                connection: HttpConnection::open(trivial.addr).await?,
-                path: VALUES_GET,
-                body: request.clone(),
-            });
-        }
+        let child_workers = rest_workers(trivial.addr, self.conns_or(64), VALUES_GET, |_| {
+            request.clone()
+        })
+        .await?;
         let child_baseline = drive(child_workers, self.bounds).await;
         drop(trivial);
 
-        let workers = rest_workers(&self.gateway, self.conns_or(64), VALUES_GET, |_| {
-            request.clone()
-        })
+        let workers = rest_workers(
+            self.gateway.http_addr,
+            self.conns_or(64),
+            VALUES_GET,
+            |_| request.clone(),
+        )
         .await?;
         let cpu = CpuSpan::start(&self.gateway);
         let measured = drive(workers, self.bounds).await;
@@ -224,7 +248,7 @@ impl Bench {
             .map(|i| self.names[i % self.names.len()].clone())
             .collect();
 
-        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
+        let clients = direct_clients(self.station.addr, conns).await?;
         let baseline_workers = clients
             .into_iter()
             .zip(&names)
@@ -234,26 +258,37 @@ impl Bench {
             })
             .collect();
         let own = CpuSpan::of(std::process::id());
+        let station = CpuSpan::of(self.station.pid);
         let baseline = drive(baseline_workers, self.bounds).await;
-        // Warm-up included: the span covers the whole run.
-        let direct_cpu = own.per_request_us(baseline.requests * 6 / 5);
+        // Warm-up included: the spans cover the whole run.
+        let requests = baseline.requests * 6 / 5;
+        let (direct_client_cpu, direct_station_cpu) = (
+            own.per_request_us(requests),
+            station.per_request_us(requests),
+        );
 
-        let workers = rest_workers(&self.gateway, conns, VALUE_GET, |i| {
+        let workers = rest_workers(self.gateway.http_addr, conns, VALUE_GET, |i| {
             body(json!({ "Name": names[i] }))
         })
         .await?;
-        let frames_before = self.simulator.read_frames();
+        let frames_before = self.station.read_frames().await?;
         let cpu = CpuSpan::start(&self.gateway);
         let own = CpuSpan::of(std::process::id());
+        let station = CpuSpan::of(self.station.pid);
         let measured = drive(workers, self.bounds).await;
         let requests = measured.requests * 6 / 5;
-        let (gateway_cpu, bench_cpu) = (cpu.per_request_us(requests), own.per_request_us(requests));
+        let (gateway_cpu, client_cpu, station_cpu) = (
+            cpu.per_request_us(requests),
+            own.per_request_us(requests),
+            station.per_request_us(requests),
+        );
         let cpu = cpu.percent();
         row.notes.push(format!(
-            "CPU per request (warm-up included, approximate): direct {direct_cpu:.0} µs (client + simulator, one process); through the gateway {:.0} µs = gateway {gateway_cpu:.0} µs + bench process (HTTP client + simulator) {bench_cpu:.0} µs",
-            gateway_cpu + bench_cpu
+            "CPU per request (warm-up included, approximate): direct {:.0} µs = client {direct_client_cpu:.0} + station {direct_station_cpu:.0}; through the gateway {:.0} µs = HTTP client {client_cpu:.0} + gateway {gateway_cpu:.0} + station {station_cpu:.0}",
+            direct_client_cpu + direct_station_cpu,
+            client_cpu + gateway_cpu + station_cpu
         ));
-        let frames = self.simulator.read_frames() - frames_before;
+        let frames = self.station.read_frames().await? - frames_before;
 
         let overhead = measured.p50_us() - baseline.p50_us();
         let r = ratio(measured.throughput(), baseline.throughput());
@@ -266,10 +301,17 @@ impl Bench {
         row.target = "p50 overhead ≤ 50 µs; ≥ 0.8× direct".to_owned();
         row.verdict = Verdict::from_bool(overhead <= 50.0 && r >= 0.8 && measured.errors == 0);
         row.notes.push(format!(
-            "gateway CPU {cpu:.0} % of one core; {} READ frames reached the simulator for the gateway's requests (incl. warm-up), {:.2} requests per frame in the measured window",
+            "gateway CPU {cpu:.0} % of one core; {} READ frames reached the station for the gateway's requests, {:.2} requests per frame (warm-up included)",
             frames,
-            measured.requests as f64 / frames.max(1) as f64
+            requests as f64 / frames.max(1) as f64
         ));
+        let one = RestWorker::open(
+            self.gateway.http_addr,
+            VALUE_GET,
+            &body(json!({ "Name": names[0] })),
+        )
+        .await?;
+        row.notes.push(self.unloaded_note(&names[0], one).await?);
         error_notes(&mut row, &measured, &baseline);
         Ok(row)
     }
@@ -285,7 +327,7 @@ impl Bench {
             "3a",
             format!("Batched forced read, 50 names (values/get, no MaxAgeMs), {conns} conns"),
         );
-        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
+        let clients = direct_clients(self.station.addr, conns).await?;
         let baseline_workers = clients
             .into_iter()
             .map(|client| DirectReadWorker {
@@ -295,7 +337,10 @@ impl Bench {
             .collect();
         let baseline = drive(baseline_workers, self.bounds).await;
         let request = body(json!({ "Names": names }));
-        let workers = rest_workers(&self.gateway, conns, VALUES_GET, |_| request.clone()).await?;
+        let workers = rest_workers(self.gateway.http_addr, conns, VALUES_GET, |_| {
+            request.clone()
+        })
+        .await?;
         let cpu = CpuSpan::start(&self.gateway);
         let measured = drive(workers, self.bounds).await;
         let cpu = cpu.percent();
@@ -317,7 +362,7 @@ impl Bench {
         let conns = self.conns_or(8);
         let mut row = Row::new("3b", format!("value/set VSET1, {conns} conns"));
         let name = "0.4.ESH10000662.VSET1";
-        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
+        let clients = direct_clients(self.station.addr, conns).await?;
         let baseline_workers = clients
             .into_iter()
             .map(|client| DirectWriteWorker {
@@ -327,7 +372,10 @@ impl Bench {
             .collect();
         let baseline = drive(baseline_workers, self.bounds).await;
         let request = body(json!({ "Name": name, "Value": "100" }));
-        let workers = rest_workers(&self.gateway, conns, VALUE_SET, |_| request.clone()).await?;
+        let workers = rest_workers(self.gateway.http_addr, conns, VALUE_SET, |_| {
+            request.clone()
+        })
+        .await?;
         let measured = drive(workers, self.bounds).await;
         fill_rate_row(
             &mut row,
@@ -349,7 +397,7 @@ impl Bench {
             .map(|n| (format!("0.4.ESH10000662.VSET{n}"), 100.0))
             .chain((1..=2).map(|n| (format!("0.4.ESH10000662.ISET{n}"), 500.0)))
             .collect();
-        let clients = direct_clients(self.simulator.local_addr(), conns).await?;
+        let clients = direct_clients(self.station.addr, conns).await?;
         let baseline_workers = clients
             .into_iter()
             .map(|client| DirectWriteWorker {
@@ -366,7 +414,10 @@ impl Bench {
             .map(|(name, v)| (name.clone(), json!(v.to_string())))
             .collect();
         let request = body(json!({ "Resources": resources }));
-        let workers = rest_workers(&self.gateway, conns, VALUES_SET, |_| request.clone()).await?;
+        let workers = rest_workers(self.gateway.http_addr, conns, VALUES_SET, |_| {
+            request.clone()
+        })
+        .await?;
         let measured = drive(workers, self.bounds).await;
         fill_rate_row(
             &mut row,
@@ -386,12 +437,12 @@ impl Bench {
         );
         let name = self.names[0].clone();
         let request = body(json!({ "Name": name }));
-        let mut connections = Vec::with_capacity(CONCURRENT);
-        for _ in 0..CONCURRENT {
-            connections.push(HttpConnection::open(self.gateway.http_addr).await?);
-        }
+        let mut connections = rest_workers(self.gateway.http_addr, CONCURRENT, VALUE_GET, |_| {
+            request.clone()
+        })
+        .await?;
         let max_rounds = 500u64;
-        let reads_before = self.simulator.reads_of(&name);
+        let reads_before = self.station.reads_of(&name).await?;
         let mut histogram = new_histogram();
         let mut rounds = 0u64;
         let mut errors = 0u64;
@@ -400,11 +451,10 @@ impl Bench {
         while rounds < max_rounds && started.elapsed() < self.bounds.duration {
             let mut tasks = tokio::task::JoinSet::new();
             for mut connection in connections.drain(..) {
-                let request = request.clone();
                 tasks.spawn(async move {
                     let sent = Instant::now();
-                    let result = connection.post(VALUE_GET, &request).await;
-                    (connection, sent.elapsed(), result.map(|_| ()))
+                    let result = connection.call().await;
+                    (connection, sent.elapsed(), result)
                 });
             }
             while let Some(joined) = tasks.join_next().await {
@@ -426,7 +476,7 @@ impl Bench {
             }
         }
         let elapsed = started.elapsed();
-        let reads = self.simulator.reads_of(&name) - reads_before;
+        let reads = self.station.reads_of(&name).await? - reads_before;
         let requests = rounds * CONCURRENT as u64;
         let per_request = reads as f64 / requests.max(1) as f64;
         let measured = Measured {
@@ -437,11 +487,11 @@ impl Bench {
             histogram,
         };
         row.gateway = format!(
-            "{per_request:.3} hardware reads/request ({reads} reads for {requests} requests in {rounds} rounds) · {}",
+            "{per_request:.4} hardware reads/request ({reads} reads for {requests} requests in {rounds} rounds) · {}",
             rate_cell(&measured)
         );
         row.baseline = "no coalescing: 1 hardware read/request".to_owned();
-        row.ratio = format!("{per_request:.3}× the reads");
+        row.ratio = format!("{per_request:.4}× the reads");
         row.target = "≤ 0.02 hardware reads/request".to_owned();
         row.verdict = Verdict::from_bool(per_request <= 0.02 && errors == 0);
         row.notes.push(format!(
@@ -496,7 +546,7 @@ impl Bench {
             let names: Vec<String> = (0..conns)
                 .map(|i| self.names[i % self.names.len()].clone())
                 .collect();
-            let direct = direct_clients(self.simulator.local_addr(), conns).await?;
+            let direct = direct_clients(self.station.addr, conns).await?;
             let baseline_workers = direct
                 .into_iter()
                 .zip(&names)
@@ -519,13 +569,19 @@ impl Bench {
                 &mut row,
                 &measured,
                 &baseline,
-                &format!("direct to the simulator, {conns} conns"),
+                &format!("direct to the station, {conns} conns"),
             );
             let overhead = measured.p50_us() - baseline.p50_us();
             let r = ratio(measured.throughput(), baseline.throughput());
             row.ratio = format!("{r:.2}× throughput; p50 +{}", micros(overhead));
             row.target = "(as forced read) p50 +≤ 50 µs; ≥ 0.8×".to_owned();
             row.verdict = Verdict::from_bool(overhead <= 50.0 && r >= 0.8 && measured.errors == 0);
+            let one = direct_clients(legacy_addr, 1).await?.remove(0);
+            let one = DirectReadWorker {
+                client: one,
+                names: vec![names[0].clone()],
+            };
+            row.notes.push(self.unloaded_note(&names[0], one).await?);
             Ok(row)
         }
         .await;
@@ -865,8 +921,10 @@ async fn serial_inner(
     let gateway = GatewayProcess::spawn(binary, &url, env).await?;
     let outcome: anyhow::Result<Measured> = async {
         wait_until_serving(&gateway, name, Duration::from_secs(15)).await?;
-        let workers =
-            rest_workers(&gateway, 1, VALUE_GET, |_| body(json!({ "Name": name }))).await?;
+        let workers = rest_workers(gateway.http_addr, 1, VALUE_GET, |_| {
+            body(json!({ "Name": name }))
+        })
+        .await?;
         Ok(drive(workers, serial_bounds).await)
     }
     .await;
@@ -885,7 +943,7 @@ async fn serial_inner(
     row.target = "≤ 1.2× wire + processing".to_owned();
     row.verdict = Verdict::from_bool(r <= 1.2 && measured.errors == 0);
     row.notes.push(format!(
-        "frames: request {} bytes, reply {} bytes; the simulator paces its replies only (reply wire time {}), the pty carries requests at once",
+        "frames: request {} bytes, reply {} bytes; the simulator paces both ways: a request is taken when its last byte has crossed the line, a reply handed over when its own has (reply wire time {})",
         request.len(),
         reply.len(),
         micros(reply_wire.as_secs_f64() * 1e6)

@@ -1,25 +1,36 @@
 //! The clients the scenarios drive: REST requests over one keep-alive connection, and reads and
 //! writes straight to a station (simulator or legacy listener) over the byte protocol.
 
+use std::net::SocketAddr;
+
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use station_protocol::Value;
 use station_simulator::StationClient;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::http::HttpConnection;
+use crate::http::LoadConnection;
 use crate::load::Worker;
 
-/// `POST path` with a fixed JSON body, expecting 200.
+/// `POST` of a fixed JSON body on one keep-alive connection, expecting 200.
 pub struct RestWorker {
-    pub connection: HttpConnection,
-    pub path: &'static str,
-    pub body: Bytes,
+    pub connection: LoadConnection,
+    /// The whole request, built once.
+    pub request: Bytes,
+}
+
+impl RestWorker {
+    pub async fn open(addr: SocketAddr, path: &str, body: &[u8]) -> anyhow::Result<RestWorker> {
+        Ok(RestWorker {
+            connection: LoadConnection::open(addr).await?,
+            request: LoadConnection::post_request(addr, path, body),
+        })
+    }
 }
 
 impl Worker for RestWorker {
     async fn call(&mut self) -> anyhow::Result<()> {
-        self.connection.post(self.path, &self.body).await?;
+        self.connection.call(&self.request).await?;
         Ok(())
     }
 }
