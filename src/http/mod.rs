@@ -36,6 +36,11 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// A JSON answer.
 pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
     let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
+    json_bytes_response(status, bytes)
+}
+
+/// A JSON answer already serialized.
+pub fn json_bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(

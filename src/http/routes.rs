@@ -1,20 +1,20 @@
 //! Routing and the REST contract's endpoints (../shared/contract.md), except the lease and
 //! the event stream, which live in modules of their own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
 use super::body::{JsonBody, read_body, value_text};
 use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops::{self, Operation};
-use super::{Body, error_response, json_response};
+use super::{Body, error_response, json_bytes_response, json_response};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -285,7 +285,10 @@ async fn route_and_answer(
         }
         Route::ValueGet => value_get(gateway, &json).await?,
         Route::ValueSet => value_set(gateway, &json, &admitted).await?,
-        Route::ValuesGet => values_get(gateway, &json, &admitted).await?,
+        Route::ValuesGet => {
+            let answer = values_get(gateway, &json, &admitted).await?;
+            return Ok(json_bytes_response(StatusCode::OK, answer));
+        }
         Route::ValuesSet => values_set(gateway, &json, &admitted).await?,
         Route::Transact => transact(gateway, &json, &admitted).await?,
         Route::Channels => {
@@ -458,58 +461,54 @@ async fn value_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError>
     Ok(json!({ "value": value }))
 }
 
+/// `values/get`: `{"resources": {name: value}, "ageMs": {name: age}}`, each name once, in the
+/// order first asked. Written straight into bytes: this is the hot read path (every cached
+/// read and every batch), and a `serde_json::Value` tree of two maps cost more than the rest
+/// of the request.
 async fn values_get(
     gateway: &Gateway,
     body: &JsonBody,
     admitted: &Admitted,
-) -> Result<Json, ApiError> {
+) -> Result<Vec<u8>, ApiError> {
     let names = body.string_list("Names")?;
     let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
     let channels = known_channels(gateway)?;
     check_names(&channels, &names)?;
     let generation = gateway.link.info().generation;
     let now = Instant::now();
-    let mut values: HashMap<String, (String, f64)> = HashMap::new();
-    let mut misses = Vec::new();
-    if max_age_ms > 0 {
-        let max_age = std::time::Duration::from_millis(max_age_ms);
-        for name in &names {
+    let mut values: HashMap<&str, (String, f64)> = HashMap::with_capacity(names.len());
+    // The names to read from the station, once each, in the order first asked.
+    let mut misses: Vec<&str> = Vec::new();
+    let mut missed: HashSet<&str> = HashSet::new();
+    for name in &names {
+        let name = name.as_str();
+        if max_age_ms > 0 {
+            let max_age = std::time::Duration::from_millis(max_age_ms);
             let consuming = channels.get(name).is_some_and(|channel| channel.consuming);
             if consuming && let Some(refusal) = admitted.refuse_consuming(name) {
                 // Someone else holds the lease: never consume this channel's data; serve any
                 // cached value however old, with its true age.
                 let cached = gateway.link.cache().get(name).ok_or(refusal)?;
-                values.insert(
-                    name.clone(),
-                    (cached.value.render(), age_ms(cached.age(now))),
-                );
+                values.insert(name, (cached.value.render(), age_ms(cached.age(now))));
                 continue;
             }
-            match gateway
+            if let Some(cached) = gateway
                 .link
                 .cache()
                 .get_fresh(name, max_age, generation, now)
             {
-                Some(cached) => {
-                    values.insert(
-                        name.clone(),
-                        (cached.value.render(), age_ms(cached.age(now))),
-                    );
-                }
-                None if !misses.contains(name) => misses.push(name.clone()),
-                None => {}
+                values.insert(name, (cached.value.render(), age_ms(cached.age(now))));
+                continue;
             }
         }
-    } else {
-        for name in &names {
-            if !misses.contains(name) {
-                misses.push(name.clone());
-            }
+        if missed.insert(name) {
+            misses.push(name);
         }
     }
     if !misses.is_empty() {
-        let results = gateway.link.read(misses.clone()).await?;
-        first_item_error(&misses, &results)?;
+        let asked: Vec<String> = misses.iter().map(|name| (*name).to_owned()).collect();
+        let results = gateway.link.read(asked.clone()).await?;
+        first_item_error(&asked, &results)?;
         let now = Instant::now();
         for (name, result) in misses.iter().zip(results) {
             if let Ok(value) = result {
@@ -519,19 +518,44 @@ async fn values_get(
                     .get(name)
                     .map(|c| age_ms(c.age(now)))
                     .unwrap_or(0.0);
-                values.insert(name.clone(), (value.render(), age));
+                values.insert(name, (value.render(), age));
             }
         }
     }
-    let mut resources = Map::new();
-    let mut ages = Map::new();
+    let mut order: Vec<&str> = Vec::with_capacity(values.len());
+    let mut listed: HashSet<&str> = HashSet::with_capacity(values.len());
     for name in &names {
-        if let Some((value, age)) = values.get(name) {
-            resources.insert(name.clone(), Json::String(value.clone()));
-            ages.insert(name.clone(), json!(age));
+        if values.contains_key(name.as_str()) && listed.insert(name) {
+            order.push(name);
         }
     }
-    Ok(json!({ "resources": resources, "ageMs": ages }))
+    let mut out = Vec::with_capacity(32 + order.len() * 64);
+    out.extend_from_slice(b"{\"resources\":{");
+    for (i, name) in order.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(&mut out, name);
+        out.push(b':');
+        write_json(&mut out, &values[name].0);
+    }
+    out.extend_from_slice(b"},\"ageMs\":{");
+    for (i, name) in order.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(&mut out, name);
+        out.push(b':');
+        write_json(&mut out, &values[name].1);
+    }
+    out.extend_from_slice(b"}}");
+    Ok(out)
+}
+
+/// Appends `value` as JSON. Only strings and numbers are written this way, and writing those
+/// into a `Vec` cannot fail.
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// Milliseconds with a tenth of a millisecond's precision.
