@@ -152,8 +152,9 @@ impl StationProcess {
         })
     }
 
-    /// Asks the station's control interface one question; the answer without `ok: `.
-    async fn ask(&self, question: &str) -> anyhow::Result<String> {
+    /// Asks the station's control interface one question (`processing 1`, `status`, ...); the
+    /// answer without `ok: `.
+    pub async fn ask(&self, question: &str) -> anyhow::Result<String> {
         use tokio::io::AsyncWriteExt;
         let stream = tokio::net::TcpStream::connect(self.control).await?;
         let (read_half, mut write_half) = stream.into_split();

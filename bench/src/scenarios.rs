@@ -316,6 +316,70 @@ impl Bench {
         Ok(row)
     }
 
+    /// 2b. Forced reads while the station takes a millisecond over every request, as station
+    /// firmware does: the station, not the machine's CPU, is then the limit, as with hardware.
+    pub async fn slow_station(&self) -> anyhow::Result<Row> {
+        const PROCESSING_MS: u64 = 1;
+        let conns = self.conns_or(8);
+        let mut row = Row::new(
+            "2b",
+            format!(
+                "Forced read (value/get), {conns} conns, the station taking {PROCESSING_MS} ms over each request"
+            ),
+        );
+        let names: Vec<String> = (0..conns)
+            .map(|i| self.names[i % self.names.len()].clone())
+            .collect();
+        self.station
+            .ask(&format!("processing {PROCESSING_MS}"))
+            .await?;
+        let outcome: anyhow::Result<(Measured, Measured)> = async {
+            let clients = direct_clients(self.station.addr, conns).await?;
+            let baseline_workers = clients
+                .into_iter()
+                .zip(&names)
+                .map(|(client, name)| DirectReadWorker {
+                    client,
+                    names: vec![name.clone()],
+                })
+                .collect();
+            let baseline = drive(baseline_workers, self.bounds).await;
+            let workers = rest_workers(self.gateway.http_addr, conns, VALUE_GET, |i| {
+                body(json!({ "Name": names[i] }))
+            })
+            .await?;
+            Ok((baseline, drive(workers, self.bounds).await))
+        }
+        .await;
+        self.station.ask("processing 0").await?;
+        let (baseline, measured) = outcome?;
+        fill_rate_row(
+            &mut row,
+            &measured,
+            &baseline,
+            &format!("direct byte protocol, {conns} conns"),
+        );
+        let r = ratio(measured.throughput(), baseline.throughput());
+        row.target = "≥ 0.8× direct".to_owned();
+        row.verdict = Verdict::from_bool(r >= 0.8 && measured.errors == 0);
+        row.notes.push(format!(
+            "the station works on up to {} requests of a connection at once; the direct clients have a connection each, the gateway one for all",
+            self.station_window().await
+        ));
+        Ok(row)
+    }
+
+    /// The window the station offers in HELLO.
+    async fn station_window(&self) -> String {
+        match direct_clients(self.station.addr, 1).await {
+            Ok(mut clients) => match clients[0].hello("station-bench").await {
+                Ok(hello) => hello.window.to_string(),
+                Err(_) => "?".to_owned(),
+            },
+            Err(_) => "?".to_owned(),
+        }
+    }
+
     /// 3a. A forced read of 50 names in one values/get, against one READ of the same names.
     pub async fn batch(&self) -> anyhow::Result<Row> {
         let conns = self.conns_or(8);
