@@ -113,6 +113,22 @@ async fn direct_clients(
     Ok(clients)
 }
 
+/// A byte-protocol client per name at `addr`, each reading its one name.
+async fn read_workers(
+    addr: std::net::SocketAddr,
+    names: &[String],
+) -> anyhow::Result<Vec<DirectReadWorker<TcpStream>>> {
+    Ok(direct_clients(addr, names.len())
+        .await?
+        .into_iter()
+        .zip(names)
+        .map(|(client, name)| DirectReadWorker {
+            client,
+            names: vec![name.clone()],
+        })
+        .collect())
+}
+
 impl Bench {
     fn conns_or(&self, default: usize) -> usize {
         self.conns.unwrap_or(default).max(1)
@@ -248,15 +264,7 @@ impl Bench {
             .map(|i| self.names[i % self.names.len()].clone())
             .collect();
 
-        let clients = direct_clients(self.station.addr, conns).await?;
-        let baseline_workers = clients
-            .into_iter()
-            .zip(&names)
-            .map(|(client, name)| DirectReadWorker {
-                client,
-                names: vec![name.clone()],
-            })
-            .collect();
+        let baseline_workers = read_workers(self.station.addr, &names).await?;
         let own = CpuSpan::of(std::process::id());
         let station = CpuSpan::of(self.station.pid);
         let baseline = drive(baseline_workers, self.bounds).await;
@@ -334,15 +342,7 @@ impl Bench {
             .ask(&format!("processing {PROCESSING_MS}"))
             .await?;
         let outcome: anyhow::Result<(Measured, Measured)> = async {
-            let clients = direct_clients(self.station.addr, conns).await?;
-            let baseline_workers = clients
-                .into_iter()
-                .zip(&names)
-                .map(|(client, name)| DirectReadWorker {
-                    client,
-                    names: vec![name.clone()],
-                })
-                .collect();
+            let baseline_workers = read_workers(self.station.addr, &names).await?;
             let baseline = drive(baseline_workers, self.bounds).await;
             let workers = rest_workers(self.gateway.http_addr, conns, VALUE_GET, |i| {
                 body(json!({ "Name": names[i] }))
@@ -610,15 +610,7 @@ impl Bench {
             let names: Vec<String> = (0..conns)
                 .map(|i| self.names[i % self.names.len()].clone())
                 .collect();
-            let direct = direct_clients(self.station.addr, conns).await?;
-            let baseline_workers = direct
-                .into_iter()
-                .zip(&names)
-                .map(|(client, name)| DirectReadWorker {
-                    client,
-                    names: vec![name.clone()],
-                })
-                .collect();
+            let baseline_workers = read_workers(self.station.addr, &names).await?;
             let baseline = drive(baseline_workers, self.bounds).await;
             let workers = clients
                 .into_iter()

@@ -530,26 +530,30 @@ async fn values_get(
         }
     }
     let mut out = Vec::with_capacity(32 + order.len() * 64);
-    out.extend_from_slice(b"{\"resources\":{");
-    for (i, name) in order.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_json(&mut out, name);
-        out.push(b':');
-        write_json(&mut out, &values[name].0);
-    }
-    out.extend_from_slice(b"},\"ageMs\":{");
-    for (i, name) in order.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_json(&mut out, name);
-        out.push(b':');
-        write_json(&mut out, &values[name].1);
-    }
-    out.extend_from_slice(b"}}");
+    out.extend_from_slice(b"{\"resources\":");
+    write_object(&mut out, &order, |name| &values[name].0);
+    out.extend_from_slice(b",\"ageMs\":");
+    write_object(&mut out, &order, |name| &values[name].1);
+    out.push(b'}');
     Ok(out)
+}
+
+/// Appends `{"name": value, ...}` for `names`, in that order.
+fn write_object<'v, T: serde::Serialize + ?Sized + 'v>(
+    out: &mut Vec<u8>,
+    names: &[&str],
+    value_of: impl Fn(&str) -> &'v T,
+) {
+    out.push(b'{');
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(out, *name);
+        out.push(b':');
+        write_json(out, value_of(name));
+    }
+    out.push(b'}');
 }
 
 /// Appends `value` as JSON. Only strings and numbers are written this way, and writing those

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -186,6 +187,26 @@ def test_request_keys_bind_case_insensitively(gateway_url: str) -> None:
     )
     assert answer.status == 200, answer
     assert set(answer.json()["resources"]) == {station.MON_1V8}
+
+
+def test_values_get_names_each_resource_once_in_the_order_asked(gateway_url: str) -> None:
+    # Not in sorted order, with a repeat.
+    asked = [station.CPU_TEMP, station.MON_3V3, station.MON_1V8, station.MON_3V3]
+    for max_age in (0, 60000):
+        body = json.dumps({"Names": asked, "MaxAgeMs": max_age})
+        answer = station.raw_request(gateway_url, "POST", "api/resources/values/get", body)
+        assert answer.status == 200, answer
+        assert answer.headers["content-type"].startswith("application/json"), answer.headers
+        # Keys in the order first asked, each once (a JSON object with a repeated key would be
+        # read differently by different clients).
+        pairs = json.loads(answer.body, object_pairs_hook=lambda items: items)
+        assert [key for key, _ in pairs] == ["resources", "ageMs"], answer.body
+        expected = [station.CPU_TEMP, station.MON_3V3, station.MON_1V8]
+        resources, ages = dict(pairs)["resources"], dict(pairs)["ageMs"]
+        assert [key for key, _ in resources] == expected, answer.body
+        assert [key for key, _ in ages] == expected, answer.body
+        assert float(dict(resources)[station.MON_3V3]) == pytest.approx(3.3, abs=0.05)
+        assert all(isinstance(age, float) and age >= 0.0 for _, age in ages), answer.body
 
 
 def test_one_client_many_requests_on_one_connection(client: AccordionQ2Client) -> None:
