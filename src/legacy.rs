@@ -234,7 +234,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
-            read(gateway, names).await
+            read(gateway, names, peer).await
         }
         Request::Write { items } => {
             if let Err(error) = connected() {
@@ -269,13 +269,13 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
 /// A READ: straight to the link while nobody holds the lease; while someone does, from the
 /// cache up to `legacy.read_max_age_ms`, misses read, and channels whose read consumes data
 /// refused with LOCKED.
-async fn read(gateway: &Gateway, names: Vec<String>) -> Response {
+async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Response {
     let locked_by = match legacy_policy(gateway) {
         LegacyPolicy::Open(_) => None,
         LegacyPolicy::Locked(message) => Some(message),
     };
     let Some(message) = locked_by else {
-        return match gateway.link.read(names).await {
+        return match gateway.link.read_for(peer, names).await {
             Ok(results) => Response::Read(results),
             Err(error) => link_error(error),
         };
@@ -313,7 +313,7 @@ async fn read(gateway: &Gateway, names: Vec<String>) -> Response {
         }
     }
     if !misses.is_empty() {
-        match gateway.link.read(misses.clone()).await {
+        match gateway.link.read_for(peer, misses.clone()).await {
             Ok(read) => {
                 for (name, result) in misses.iter().zip(read) {
                     for &position in &miss_positions[name] {

@@ -308,3 +308,55 @@ async fn bursts_of_forced_reads_spread_over_milliseconds_all_finish_and_cost_abo
         "{per_round} hardware reads per burst of 100"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_from_other_clients_just_after_an_answer_are_gathered_but_a_loop_is_not_held() {
+    // A long quiet time makes a hold plain to see.
+    let rig = rig(|c| {
+        c.station.coalesce_quiet_us = 200_000;
+        c.station.coalesce_max_us = 1_000_000;
+    })
+    .await;
+    let link = rig.gateway.link().clone();
+    let client = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+
+    // One client reading in a loop comes back just after each of its own answers: never held.
+    let started = Instant::now();
+    for _ in 0..10 {
+        let results = link
+            .read_for(client(1000), vec![MON_3V3.to_owned()])
+            .await
+            .unwrap();
+        assert!(results[0].is_ok(), "{:?}", results[0]);
+    }
+    let looped = started.elapsed();
+    assert!(
+        looped < Duration::from_millis(1000),
+        "10 reads in a loop took {looped:?}: they were held as if they were a burst"
+    );
+
+    // Ten other clients, 20 ms apart, the first just after client 1000's answer: a burst,
+    // gathered into one READ (read one by one, they would cost ten).
+    let before = rig.sim.reads_of(MON_3V3);
+    link.read_for(client(1000), vec![MON_3V3.to_owned()])
+        .await
+        .unwrap();
+    let mut readers = tokio::task::JoinSet::new();
+    for i in 0..10u16 {
+        let link = link.clone();
+        readers.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20 * u64::from(i))).await;
+            link.read_for(client(2000 + i), vec![MON_3V3.to_owned()])
+                .await
+        });
+    }
+    while let Some(answer) = readers.join_next().await {
+        let results = answer.unwrap().unwrap();
+        assert!(results[0].is_ok(), "{:?}", results[0]);
+    }
+    assert_eq!(
+        rig.sim.reads_of(MON_3V3) - before,
+        2,
+        "client 1000's READ and one for the ten others"
+    );
+}

@@ -283,10 +283,10 @@ async fn route_and_answer(
                     .collect(),
             )
         }
-        Route::ValueGet => value_get(gateway, &json).await?,
+        Route::ValueGet => value_get(gateway, &json, peer).await?,
         Route::ValueSet => value_set(gateway, &json, &admitted).await?,
         Route::ValuesGet => {
-            let answer = values_get(gateway, &json, &admitted).await?;
+            let answer = values_get(gateway, &json, &admitted, peer).await?;
             return Ok(json_bytes_response(StatusCode::OK, answer));
         }
         Route::ValuesSet => values_set(gateway, &json, &admitted).await?,
@@ -445,12 +445,12 @@ fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<()
     Ok(())
 }
 
-async fn value_get(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
+async fn value_get(gateway: &Gateway, body: &JsonBody, peer: SocketAddr) -> Result<Json, ApiError> {
     let name = body.string("Name")?.to_owned();
     let channels = known_channels(gateway)?;
     check_names(&channels, std::slice::from_ref(&name))?;
     let names = vec![name];
-    let results = gateway.link.read(names.clone()).await?;
+    let results = gateway.link.read_for(peer, names.clone()).await?;
     first_item_error(&names, &results)?;
     let value = results
         .into_iter()
@@ -469,6 +469,7 @@ async fn values_get(
     gateway: &Gateway,
     body: &JsonBody,
     admitted: &Admitted,
+    peer: SocketAddr,
 ) -> Result<Vec<u8>, ApiError> {
     let names = body.string_list("Names")?;
     let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
@@ -507,7 +508,7 @@ async fn values_get(
     }
     if !misses.is_empty() {
         let asked: Vec<String> = misses.iter().map(|name| (*name).to_owned()).collect();
-        let results = gateway.link.read(asked.clone()).await?;
+        let results = gateway.link.read_for(peer, asked.clone()).await?;
         first_item_error(&asked, &results)?;
         let now = Instant::now();
         for (name, result) in misses.iter().zip(results) {

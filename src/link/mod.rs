@@ -141,6 +141,8 @@ impl LinkStats {
 pub(crate) enum Command {
     Read {
         names: Vec<String>,
+        /// Who asks (a client connection), for telling a burst from one client's loop.
+        caller: Option<Caller>,
         reply: oneshot::Sender<Result<Vec<ItemResult<Value>>, LinkError>>,
     },
     Change {
@@ -154,6 +156,9 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Result<Response, LinkError>>,
     },
 }
+
+/// A client connection, by its peer address: who asked for a read.
+pub type Caller = std::net::SocketAddr;
 
 /// A cloneable handle to the link task.
 #[derive(Clone)]
@@ -172,8 +177,30 @@ impl LinkHandle {
     /// The read joins a READ of the same channel that has not been sent yet, never one
     /// already on the wire, so its value was read after the call.
     pub async fn read(&self, names: Vec<String>) -> Result<Vec<ItemResult<Value>>, LinkError> {
+        self.read_as(None, names).await
+    }
+
+    /// [`LinkHandle::read`] for a client connection: readers from other connections that
+    /// arrive just after this one's answer are gathered as a burst; this one's next read is not.
+    pub async fn read_for(
+        &self,
+        caller: Caller,
+        names: Vec<String>,
+    ) -> Result<Vec<ItemResult<Value>>, LinkError> {
+        self.read_as(Some(caller), names).await
+    }
+
+    async fn read_as(
+        &self,
+        caller: Option<Caller>,
+        names: Vec<String>,
+    ) -> Result<Vec<ItemResult<Value>>, LinkError> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Read { names, reply })?;
+        self.send(Command::Read {
+            names,
+            caller,
+            reply,
+        })?;
         self.wait(answer, LinkError::Timeout(self.request_timeout))
             .await
     }

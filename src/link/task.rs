@@ -19,7 +19,8 @@ use tracing::{debug, info, warn};
 use super::transport::{self, StationStream};
 use super::url::StationUrl;
 use super::{
-    ChannelTable, Command, LinkError, LinkEvent, LinkHandle, LinkStats, SendGuard, StationInfo,
+    Caller, ChannelTable, Command, LinkError, LinkEvent, LinkHandle, LinkStats, SendGuard,
+    StationInfo,
 };
 use crate::cache::ValueCache;
 
@@ -70,6 +71,7 @@ enum SessionEnd {
 struct ReadCall {
     results: Vec<Option<ItemResult<Value>>>,
     remaining: usize,
+    caller: Option<Caller>,
     reply: oneshot::Sender<Result<Vec<ItemResult<Value>>, LinkError>>,
 }
 
@@ -129,6 +131,8 @@ struct Session {
     changes: VecDeque<Queued>,
     /// Channels whose next READ is held back to gather a burst: (first held, send after).
     held: HashMap<String, (Instant, Instant)>,
+    /// Channels whose READ was answered less than `coalesce_quiet` ago: when, and to whom.
+    answered: HashMap<String, (Instant, Vec<Caller>)>,
     ping_outstanding: bool,
     list_refresh_running: bool,
     reads_turn: bool,
@@ -288,6 +292,7 @@ impl LinkTask {
             read_waiters: HashMap::new(),
             changes: VecDeque::new(),
             held: HashMap::new(),
+            answered: HashMap::new(),
             ping_outstanding: false,
             list_refresh_running: false,
             reads_turn: true,
@@ -619,6 +624,7 @@ impl LinkTask {
                 for name in &names {
                     s.names_in_flight.remove(name);
                 }
+                s.note_answered(&names, &waiters, self.settings.coalesce_quiet);
                 match response {
                     Response::Read(results) if results.len() == names.len() => {
                         for ((name, group), result) in names.iter().zip(&waiters).zip(results) {
@@ -866,7 +872,11 @@ impl Session {
 
     fn enqueue(&mut self, command: Command, settings: &LinkSettings) {
         match command {
-            Command::Read { names, reply } => {
+            Command::Read {
+                names,
+                caller,
+                reply,
+            } => {
                 if names.is_empty() {
                     let _ = reply.send(Ok(Vec::new()));
                     return;
@@ -875,10 +885,22 @@ impl Session {
                 self.next_call += 1;
                 let now = Instant::now();
                 for (index, name) in names.iter().enumerate() {
-                    // A reader that finds its channel on the wire (or already held) is part of a
-                    // burst: hold the next READ of it until the burst is over, within limits.
+                    // A reader that finds its channel on the wire (or already held), or answered
+                    // a moment ago to other clients, is part of a burst: hold the next READ of
+                    // it until the burst is over, within limits. (A client reading in a loop
+                    // comes back just after its own answer: that is no burst.)
+                    let just_answered_to_others = || {
+                        caller.is_some_and(|caller| {
+                            self.answered.get(name).is_some_and(|(at, callers)| {
+                                now.saturating_duration_since(*at) < settings.coalesce_quiet
+                                    && !callers.contains(&caller)
+                            })
+                        })
+                    };
                     if !settings.coalesce_max.is_zero()
-                        && (self.names_in_flight.contains(name) || self.held.contains_key(name))
+                        && (self.names_in_flight.contains(name)
+                            || self.held.contains_key(name)
+                            || just_answered_to_others())
                     {
                         let first = self.held.get(name).map_or(now, |(first, _)| *first);
                         let until =
@@ -896,6 +918,7 @@ impl Session {
                     ReadCall {
                         results: vec![None; names.len()],
                         remaining: names.len(),
+                        caller,
                         reply,
                     },
                 );
@@ -912,6 +935,23 @@ impl Session {
             Command::Pass { request, reply } => {
                 self.changes.push_back(Queued::Pass { request, reply })
             }
+        }
+    }
+
+    /// Remembers, for a moment, that a READ of `names` was answered and to which callers.
+    fn note_answered(&mut self, names: &[String], waiters: &[Vec<Waiter>], quiet: Duration) {
+        if quiet.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        self.answered
+            .retain(|_, (at, _)| now.saturating_duration_since(*at) < quiet);
+        for (name, group) in names.iter().zip(waiters) {
+            let callers: Vec<Caller> = group
+                .iter()
+                .filter_map(|(call, _)| self.read_calls.get(call).and_then(|c| c.caller))
+                .collect();
+            self.answered.insert(name.clone(), (now, callers));
         }
     }
 
@@ -971,6 +1011,7 @@ impl Session {
         self.read_order.clear();
         self.read_waiters.clear();
         self.held.clear();
+        self.answered.clear();
         self.names_in_flight.clear();
     }
 }
