@@ -117,7 +117,17 @@ impl LoadConnection {
     /// Sends `request` (from [`LoadConnection::post_request`]) and reads the whole answer;
     /// fails unless it is 200.
     pub async fn call(&mut self, request: &[u8]) -> anyhow::Result<Bytes> {
-        self.stream.write_all(request).await.context("send")?;
+        self.send(request).await?;
+        self.receive().await
+    }
+
+    /// Writes `request`; [`LoadConnection::receive`] reads its answer.
+    pub async fn send(&mut self, request: &[u8]) -> anyhow::Result<()> {
+        self.stream.write_all(request).await.context("send")
+    }
+
+    /// Reads the next whole answer; fails unless it is 200.
+    pub async fn receive(&mut self) -> anyhow::Result<Bytes> {
         let head_len = loop {
             if let Some(end) = find(&self.buffer, b"\r\n\r\n") {
                 break end + 4;
