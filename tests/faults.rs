@@ -158,6 +158,14 @@ async fn a_stall_under_load_answers_everyone_504_within_the_timeout_and_then_res
         "answers took {waited:?}"
     );
     assert!(!written(&rig, VSET1, 333.0), "a stalled station applied");
+    // The callers' own timeouts can answer them a moment before the link task sends its PING:
+    // un-stalled that early, the station would answer the PING and the link would rightly
+    // stay up. Wait for the link to give up on the stalled connection first.
+    let mut info = rig.gateway.link().watch_info();
+    tokio::time::timeout(Duration::from_secs(5), info.wait_for(|i| !i.connected))
+        .await
+        .expect("the link never gave up on the stalled station")
+        .unwrap();
     rig.sim.set_stall(false);
     rig.reconnected_after(generation).await;
     let (status, body) = rig.read(MON_3V3).await;
