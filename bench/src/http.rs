@@ -16,6 +16,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+/// A TCP connection to `addr` with Nagle's algorithm off, as every client here uses.
+async fn connect(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("cannot connect to {addr}"))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 /// One keep-alive HTTP/1.1 connection; requests go one at a time.
 pub struct HttpConnection {
     sender: SendRequest<Full<Bytes>>,
@@ -24,10 +33,7 @@ pub struct HttpConnection {
 
 impl HttpConnection {
     pub async fn open(addr: SocketAddr) -> anyhow::Result<HttpConnection> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        stream.set_nodelay(true)?;
+        let stream = connect(addr).await?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .context("HTTP handshake")?;
@@ -93,10 +99,7 @@ pub struct LoadConnection {
 
 impl LoadConnection {
     pub async fn open(addr: SocketAddr) -> anyhow::Result<LoadConnection> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        stream.set_nodelay(true)?;
+        let stream = connect(addr).await?;
         Ok(LoadConnection {
             stream,
             buffer: BytesMut::with_capacity(4096),
@@ -180,7 +183,8 @@ impl LoadConnection {
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+/// Where `needle` first starts in `haystack`.
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 

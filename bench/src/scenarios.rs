@@ -16,7 +16,7 @@ use tokio_util::codec::Encoder;
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{GatewayProcess, StationProcess};
-use crate::http::{HttpConnection, start_trivial_server};
+use crate::http::{HttpConnection, find, start_trivial_server};
 use crate::load::{Bounds, Measured, Worker, drive, new_histogram};
 use crate::report::{Row, Verdict, megabytes, micros, rate_cell, thousands};
 use crate::workers::{DirectReadWorker, DirectWriteWorker, RestWorker};
@@ -924,10 +924,6 @@ impl EventStream {
             }
         }
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Scenario 7: forced reads over a 115 200 baud serial line (the simulator's pty), against
