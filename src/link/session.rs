@@ -242,7 +242,7 @@ fn check_kind(entry: &InFlight, response: &Response) -> Result<(), ProtocolError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use station_protocol::{ErrorCode, StationError};
+    use station_protocol::{ErrorCode, StationError, Value};
 
     const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -309,6 +309,31 @@ mod tests {
             }
         );
         assert_eq!(error.to_string(), "unexpected ReadReply answer");
+    }
+
+    #[test]
+    fn a_read_answered_with_another_number_of_values_is_a_protocol_error() {
+        use crate::link::read_queue::{CoalescePolicy, ReadQueue};
+        let mut reads = ReadQueue::new(CoalescePolicy {
+            quiet: Duration::ZERO,
+            max: Duration::ZERO,
+            max_names: 10,
+        });
+        let now = Instant::now();
+        let (reply, _answer) = oneshot::channel();
+        reads.enqueue(vec!["a".into(), "b".into()], None, reply, now);
+        let batch = reads.next_batch(now).expect("a READ of a and b");
+        let mut session = Session::new(1, TIMEOUT);
+        let id = session.take_id();
+        session.track(id, Opcode::Read, None, InFlightKind::Read(batch), now);
+        let reply = session.verify_reply(id, Ok(Response::Read(vec![Ok(Value::Bool(true))])));
+        let Reply::Mismatch(_, error) = reply else {
+            panic!("one value for two names was accepted")
+        };
+        assert_eq!(
+            error.to_string(),
+            "a READ of 2 names was answered with ReadReply"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The link task: the connect/back-off loop, and one session's `select!` over the framed
 //! stream, the command channel and the timers. Every decision is made by the pure parts it
-//! drives: [`ReadQueue`] (coalescing), [`Session`] (ids, in flight, timeouts, reply check) and
-//! the handshake.
+//! drives: [`ReadQueue`](super::read_queue::ReadQueue) (coalescing),
+//! [`Session`](super::session::Session) (ids, in flight, timeouts, the reply check) and the
+//! handshake; [`Connection`] turns their decisions into frames.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -299,3 +299,14 @@ fn the_end_of_a_session_fails_every_reader() {
     assert!(matches!(b.try_recv(), Ok(Err(LinkError::ShuttingDown))));
     assert!(q.next_release(true).is_none());
 }
+
+#[test]
+fn names_beyond_the_payload_budget_go_in_the_next_read() {
+    let mut q = queue();
+    let t = Instant::now();
+    let long = |c: char| c.to_string().repeat(READ_PAYLOAD_BUDGET / 2);
+    let (a, b) = (long('a'), long('b'));
+    let _reader = read(&mut q, &[a.as_str(), b.as_str()], None, t);
+    assert_eq!(q.next_batch(t).expect("first READ").names, [a]);
+    assert_eq!(q.next_batch(t).expect("second READ").names, [b]);
+}
