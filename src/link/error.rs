@@ -135,3 +135,47 @@ fn label(opcode: Opcode) -> &'static str {
         _ => "the request",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clients, the reference-client suite and operators' log searches know these words.
+    #[test]
+    fn the_messages_read_as_they_did_when_the_reasons_were_strings() {
+        let closed = LinkError::Disconnected(LinkDown::Closed);
+        assert_eq!(
+            closed.to_string(),
+            "station disconnected: the station closed the connection"
+        );
+        let ping = LinkDown::PingTimeout(Duration::from_millis(2000));
+        assert_eq!(
+            ping.to_string(),
+            "the station stopped answering (no reply to PING within 2000 ms)"
+        );
+        let cut = LinkError::OutcomeUnknown(OutcomeCause::LinkDown(LinkDown::Closed));
+        assert_eq!(
+            cut.to_string(),
+            "the link to the station dropped after the write was sent (the station closed the \
+             connection); it may or may not have been applied: read the channel to find out"
+        );
+        let unreadable = LinkError::OutcomeUnknown(OutcomeCause::Reply(ProtocolError::BadPayload(
+            PayloadError::Truncated("a status"),
+        )));
+        assert!(unreadable.to_string().contains(
+            "(its answer could not be read: payload ends inside a status); it may or may not"
+        ));
+        let refused = OpenError::ConnectTimeout {
+            target: "10.0.0.5:7000".into(),
+            timeout: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            LinkError::Disconnected(LinkDown::Open(Arc::new(refused))).to_string(),
+            "station disconnected: no answer from 10.0.0.5:7000 within 1500 ms"
+        );
+        assert_eq!(
+            LinkError::Disconnected(LinkDown::Connecting).to_string(),
+            "station disconnected: connecting"
+        );
+    }
+}
