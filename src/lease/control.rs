@@ -279,7 +279,7 @@ impl ControlLease {
     /// under "nobody holds it" (`None`): it refuses once the lease changed hands or ran out.
     fn send_guard(&self, admitted_fence: Option<u64>) -> SendGuard {
         let live = self.live.clone();
-        Arc::new(move || {
+        SendGuard::new(admitted_fence, move || {
             let now = Instant::now();
             let live = lock(&live);
             let current = live.as_ref().filter(|l| l.is_live(now));

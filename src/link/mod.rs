@@ -7,6 +7,11 @@
 //! What it learned of the station is published as a [`StationInfo`] snapshot; changes of state
 //! are broadcast as [`LinkEvent`]s.
 
+mod connection;
+mod error;
+mod handshake;
+mod read_queue;
+mod session;
 mod task;
 mod transport;
 mod url;
@@ -17,50 +22,61 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use station_protocol::{
-    ChangeType, ChannelDescriptor, HelloReply, ItemResult, ModuleInfo, Notify, Request, Response,
-    StationError, Value,
+    ChangeType, ChannelDescriptor, HelloReply, ItemResult, ModuleInfo, Notify, Opcode, Request,
+    Response, Value,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use task::{LinkSettings, LinkTask};
 pub use url::{Parity, SerialSettings, StationUrl, UrlError};
 
 use crate::cache::ValueCache;
 
-/// Why a request to the station did not get the station's answer.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum LinkError {
-    #[error("station disconnected: {0}")]
-    Disconnected(String),
-    #[error("the station did not answer within {} ms", .0.as_millis())]
-    Timeout(Duration),
-    #[error(
-        "the station did not answer the write within {} ms; it may or may not have been applied: read the channel to find out",
-        .0.as_millis()
-    )]
-    WriteTimeout(Duration),
-    #[error(
-        "the link to the station dropped after the write was sent ({0}); it may or may not have been applied: read the channel to find out"
-    )]
-    OutcomeUnknown(String),
-    #[error("{0}")]
-    Station(StationError),
-    /// Refused at the link before sending, e.g. because the lease changed hands.
-    #[error("{0}")]
-    Refused(String),
-    #[error("the station link has {0} requests waiting; try again shortly")]
-    Overloaded(usize),
-    #[error("the station sent an answer the gateway cannot read: {0}")]
-    Protocol(String),
-    #[error("the request does not fit in one station frame: {0}")]
-    TooLarge(String),
-    #[error("the gateway is shutting down")]
-    ShuttingDown,
-}
-
 /// A check run by the link task just before a change is put on the wire; an `Err` refuses it
 /// with [`LinkError::Refused`] and it is never sent. This is where lease fencing happens.
-pub type SendGuard = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+///
+/// It carries the lease fence the change was admitted under, so the link knows which changes
+/// of a given lease are still at the station.
+#[derive(Clone)]
+pub struct SendGuard {
+    fence: Option<u64>,
+    check: Arc<GuardCheck>,
+}
+
+type GuardCheck = dyn Fn() -> Result<(), String> + Send + Sync;
+
+impl SendGuard {
+    /// A guard for a change admitted under the lease with `fence` (`None`: nobody held it).
+    pub fn new(
+        fence: Option<u64>,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> SendGuard {
+        SendGuard {
+            fence,
+            check: Arc::new(check),
+        }
+    }
+
+    /// The lease fence the change was admitted under.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// Whether the change may still be sent; the reason it may not.
+    pub fn check(&self) -> Result<(), String> {
+        (self.check)()
+    }
+}
+
+/// Calling a guard runs its check, as when it was a plain closure.
+impl std::ops::Deref for SendGuard {
+    type Target = GuardCheck;
+
+    fn deref(&self) -> &GuardCheck {
+        &*self.check
+    }
+}
 
 /// The station's channel list, indexed by name.
 #[derive(Debug, Default)]
@@ -127,6 +143,8 @@ pub struct LinkStats {
     pub reconnects: AtomicU64,
     pub crc_errors: AtomicU64,
     pub refused_by_guard: AtomicU64,
+    /// Replies whose request id was not in flight (late after a timeout, or unknown): dropped.
+    pub late_replies: AtomicU64,
     /// Time from sending a request frame to its answer.
     pub latency: crate::metrics::Histogram,
 }
@@ -213,7 +231,7 @@ impl LinkHandle {
     ) -> Result<Vec<ItemResult<()>>, LinkError> {
         match self.change(Request::Write { items }, guard).await? {
             Response::Write(results) => Ok(results),
-            other => Err(unexpected(&other)),
+            other => Err(unexpected(Opcode::Write, &other)),
         }
     }
 
@@ -229,7 +247,7 @@ impl LinkHandle {
             .await?
         {
             Response::Transact(value) => Ok(value),
-            other => Err(unexpected(&other)),
+            other => Err(unexpected(Opcode::Transact, &other)),
         }
     }
 
@@ -316,6 +334,9 @@ impl LinkHandle {
     }
 }
 
-fn unexpected(response: &Response) -> LinkError {
-    LinkError::Protocol(format!("unexpected {:?} answer", response.opcode()))
+fn unexpected(asked: Opcode, response: &Response) -> LinkError {
+    LinkError::Protocol(ProtocolError::UnexpectedReply {
+        asked,
+        answered: response.opcode(),
+    })
 }

@@ -6,6 +6,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_serial::SerialPortBuilderExt;
 
+use super::OpenError;
 use super::url::{Parity, StationUrl};
 
 /// A byte stream to the station, whatever carries it.
@@ -13,19 +14,23 @@ pub trait StationStream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> StationStream for T {}
 
 /// Opens the stream `url` names, within `timeout`.
-pub async fn open(url: &StationUrl, timeout: Duration) -> Result<Box<dyn StationStream>, String> {
+pub async fn open(
+    url: &StationUrl,
+    timeout: Duration,
+) -> Result<Box<dyn StationStream>, OpenError> {
     match url {
         StationUrl::Tcp { host, port } => {
             let connect = TcpStream::connect((host.as_str(), *port));
             let stream = tokio::time::timeout(timeout, connect)
                 .await
-                .map_err(|_| {
-                    format!(
-                        "no answer from {host}:{port} within {} ms",
-                        timeout.as_millis()
-                    )
+                .map_err(|_| OpenError::ConnectTimeout {
+                    target: format!("{host}:{port}"),
+                    timeout,
                 })?
-                .map_err(|error| format!("cannot connect to {host}:{port}: {error}"))?;
+                .map_err(|source| OpenError::Connect {
+                    target: format!("{host}:{port}"),
+                    source,
+                })?;
             let _ = stream.set_nodelay(true);
             Ok(Box::new(stream))
         }
@@ -50,7 +55,10 @@ pub async fn open(url: &StationUrl, timeout: Duration) -> Result<Box<dyn Station
                 .flow_control(tokio_serial::FlowControl::None);
             let port = builder
                 .open_native_async()
-                .map_err(|error| format!("cannot open serial device {}: {error}", settings.path))?;
+                .map_err(|source| OpenError::Serial {
+                    path: settings.path.clone(),
+                    source,
+                })?;
             Ok(Box::new(port))
         }
     }

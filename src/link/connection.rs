@@ -1,0 +1,582 @@
+//! One connection's work between handshake and loss: queues the callers' commands, puts them
+//! on the wire as the window allows, and hands every reply to whoever waits for it. The
+//! decisions are the pure parts' ([`ReadQueue`], [`Session`]); this adds the frames, the value
+//! cache, the counters and the published [`StationInfo`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::SinkExt;
+use station_protocol::{ChangeType, ChannelDescriptor, Notify, RawFrame, Request, Response};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::handshake::{self, Framing};
+use super::read_queue::{CoalescePolicy, ReadAnswer, ReadQueue};
+use super::session::{InFlightKind, Reply, ResponseReply, Session};
+use super::{
+    ChannelTable, Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError,
+    SendGuard, StationInfo,
+};
+use crate::cache::ValueCache;
+
+/// What the link task shares with its handles: the published state and the value cache.
+pub struct Shared {
+    pub info: watch::Sender<Arc<StationInfo>>,
+    pub events: broadcast::Sender<LinkEvent>,
+    pub cache: Arc<ValueCache>,
+    pub stats: Arc<LinkStats>,
+}
+
+impl Shared {
+    fn publish_channels(
+        &self,
+        channels: Vec<ChannelDescriptor>,
+        change: ChangeType,
+        generation: u64,
+    ) {
+        let previous = self.info.borrow().clone();
+        info!(
+            channels = channels.len(),
+            "station channel list changed ({})",
+            change.label()
+        );
+        self.info.send_replace(Arc::new(StationInfo {
+            connected: previous.connected,
+            generation: previous.generation,
+            last_error: previous.last_error.clone(),
+            hello: previous.hello.clone(),
+            modules: previous.modules.clone(),
+            channels: Arc::new(ChannelTable::new(channels)),
+        }));
+        let _ = self
+            .events
+            .send(LinkEvent::Configuration { change, generation });
+    }
+}
+
+/// A change or passed-through request waiting for room in the window.
+enum Queued {
+    Change {
+        request: Request,
+        guard: Option<SendGuard>,
+        reply: ResponseReply,
+    },
+    Pass {
+        request: Request,
+        reply: ResponseReply,
+    },
+}
+
+/// The state of one connection, from handshake to loss.
+pub struct Connection {
+    pub framed: Framing,
+    pub generation: u64,
+    request_timeout: Duration,
+    session: Session,
+    reads: ReadQueue,
+    changes: VecDeque<Queued>,
+    list_refresh_running: bool,
+    reads_turn: bool,
+    codec_errors_seen: u64,
+}
+
+impl Connection {
+    pub fn new(
+        framed: Framing,
+        generation: u64,
+        window: usize,
+        request_timeout: Duration,
+        policy: CoalescePolicy,
+    ) -> Connection {
+        Connection {
+            framed,
+            generation,
+            request_timeout,
+            session: Session::new(window, request_timeout),
+            reads: ReadQueue::new(policy),
+            changes: VecDeque::new(),
+            list_refresh_running: false,
+            reads_turn: true,
+            codec_errors_seen: 0,
+        }
+    }
+
+    /// When the next request in flight times out.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.session.next_deadline()
+    }
+
+    /// When a held READ is due to be sent.
+    pub fn next_release(&self) -> Option<Instant> {
+        self.reads.next_release(self.session.has_room())
+    }
+
+    pub fn enqueue(&mut self, command: Command) {
+        match command {
+            Command::Read {
+                names,
+                caller,
+                reply,
+            } => self.reads.enqueue(names, caller, reply, Instant::now()),
+            Command::Change {
+                request,
+                guard,
+                reply,
+            } => self.changes.push_back(Queued::Change {
+                request,
+                guard,
+                reply,
+            }),
+            Command::Pass { request, reply } => {
+                self.changes.push_back(Queued::Pass { request, reply })
+            }
+        }
+    }
+
+    /// Queues a request the link makes itself (READ, PING, LIST) and tracks it.
+    fn send(&mut self, request: Request, kind: InFlightKind, now: Instant) -> Result<(), LinkDown> {
+        let id = self.session.take_id();
+        self.send_with_id(id, request, kind, now)
+    }
+
+    fn send_with_id(
+        &mut self,
+        id: u32,
+        request: Request,
+        kind: InFlightKind,
+        now: Instant,
+    ) -> Result<(), LinkDown> {
+        let opcode = request.opcode();
+        let frame = request.to_frame(id).map_err(|source| LinkDown::Encode {
+            opcode,
+            source: Arc::new(source),
+        })?;
+        self.start_send(frame)?;
+        self.session.track(id, opcode, None, kind, now);
+        Ok(())
+    }
+
+    fn start_send(&mut self, frame: RawFrame) -> Result<(), LinkDown> {
+        self.framed
+            .start_send_unpin(frame)
+            .map_err(|error| LinkDown::Write(Arc::new(error)))
+    }
+
+    pub async fn flush(&mut self) -> Result<(), LinkDown> {
+        SinkExt::<RawFrame>::flush(&mut self.framed)
+            .await
+            .map_err(|error| LinkDown::Write(Arc::new(error)))
+    }
+
+    /// Answers everything in flight and queued when the session ends: a change already sent
+    /// has an unknown outcome; everything else was not done.
+    pub fn fail_everything(&mut self, why: &LinkDown) {
+        let not_done = LinkError::Disconnected(why.clone());
+        for in_flight in self.session.drain() {
+            match in_flight.kind {
+                InFlightKind::Change { reply, .. } => {
+                    let cause = OutcomeCause::LinkDown(why.clone());
+                    let _ = reply.send(Err(LinkError::OutcomeUnknown(cause)));
+                }
+                // Its readers are among the read queue's, failed below.
+                InFlightKind::Read(_) => {}
+                other => other.fail(not_done.clone()),
+            }
+        }
+        self.reads.fail_all(&not_done);
+        for queued in self.changes.drain(..) {
+            match queued {
+                Queued::Change { reply, .. } | Queued::Pass { reply, .. } => {
+                    let _ = reply.send(Err(not_done.clone()));
+                }
+            }
+        }
+    }
+
+    pub fn count_codec_errors(&mut self, shared: &Shared) {
+        let stats = self.framed.codec().stats();
+        let total = stats.crc_errors + stats.header_errors;
+        if total > self.codec_errors_seen {
+            shared
+                .stats
+                .crc_errors
+                .fetch_add(total - self.codec_errors_seen, Ordering::Relaxed);
+            self.codec_errors_seen = total;
+        }
+    }
+
+    /// Puts queued work on the wire while the station's window has room.
+    pub async fn dispatch(&mut self, shared: &Shared) -> Result<(), LinkDown> {
+        let mut sent_any = false;
+        while self.session.has_room() {
+            // Reads and changes take turns, so neither can starve the other.
+            let mut sent = false;
+            for reads in [self.reads_turn, !self.reads_turn] {
+                sent = if reads {
+                    self.send_read_batch(shared)?
+                } else {
+                    self.send_change(shared)?
+                };
+                if sent {
+                    break;
+                }
+            }
+            self.reads_turn = !self.reads_turn;
+            if !sent {
+                break;
+            }
+            sent_any = true;
+        }
+        // Frames queued outside dispatch (the LIST a configuration NOTIFY starts) go out too.
+        if sent_any || !self.framed.write_buffer().is_empty() {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the READ the read queue says is due, if any.
+    fn send_read_batch(&mut self, shared: &Shared) -> Result<bool, LinkDown> {
+        let now = Instant::now();
+        let Some(batch) = self.reads.next_batch(now) else {
+            return Ok(false);
+        };
+        let count = batch.names.len() as u64;
+        let request = Request::Read {
+            names: batch.names.clone(),
+        };
+        self.send(request, InFlightKind::Read(batch), now)?;
+        shared.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+        shared.stats.read_frames.fetch_add(1, Ordering::Relaxed);
+        shared.stats.names_read.fetch_add(count, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Sends the oldest queued change or passed-through request.
+    fn send_change(&mut self, shared: &Shared) -> Result<bool, LinkDown> {
+        while let Some(queued) = self.changes.pop_front() {
+            let (request, fence, kind) = match queued {
+                Queued::Change {
+                    request,
+                    guard,
+                    reply,
+                } => {
+                    if reply.is_closed() {
+                        // The caller gave up (timed out) before it was sent: never send it now.
+                        continue;
+                    }
+                    if let Some(guard) = &guard
+                        && let Err(why) = guard.check()
+                    {
+                        shared
+                            .stats
+                            .refused_by_guard
+                            .fetch_add(1, Ordering::Relaxed);
+                        let _ = reply.send(Err(LinkError::Refused(why)));
+                        continue;
+                    }
+                    let transact_name = match &request {
+                        Request::Transact { name, .. } => Some(name.clone()),
+                        _ => None,
+                    };
+                    let fence = guard.as_ref().and_then(SendGuard::fence);
+                    let kind = InFlightKind::Change {
+                        reply,
+                        transact_name,
+                    };
+                    (request, fence, kind)
+                }
+                Queued::Pass { request, reply } => {
+                    if reply.is_closed() {
+                        continue;
+                    }
+                    (request, None, InFlightKind::Pass { reply })
+                }
+            };
+            let id = self.session.take_id();
+            let frame = match request.to_frame(id) {
+                Ok(frame) => frame,
+                Err(error) => {
+                    kind.fail(LinkError::TooLarge(Arc::new(error)));
+                    continue;
+                }
+            };
+            // Only the station's own channels get a cache slot: names a legacy client makes up
+            // must not grow the cache (the station refuses them anyway).
+            let now = std::time::Instant::now();
+            let channels = shared.info.borrow().channels.clone();
+            let invalidate = |name: &str| {
+                if channels.get(name).is_some() {
+                    shared.cache.invalidate(name, now);
+                }
+            };
+            match &request {
+                Request::Write { items } => items.iter().for_each(|(name, _)| invalidate(name)),
+                Request::Transact { name, .. } => invalidate(name),
+                _ => {}
+            }
+            self.start_send(frame)?;
+            self.session
+                .track(id, request.opcode(), fence, kind, Instant::now());
+            shared.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Hands a frame from the station to whoever waits for it, after the reply check.
+    /// Frames it queues (the next LIST page) go out with the next dispatch's flush.
+    pub fn on_frame(&mut self, shared: &Shared, frame: RawFrame) -> Result<(), LinkDown> {
+        let response = Response::from_frame(&frame);
+        if frame.request_id == 0 {
+            match response {
+                Ok(Response::Notify(notify)) => self.on_notify(shared, notify),
+                Ok(other) => debug!("ignoring {:?} with request id 0", other.opcode()),
+                Err(error) => warn!("ignoring an unreadable notification: {error}"),
+            }
+            return Ok(());
+        }
+        let (in_flight, answer) = match self.session.verify_reply(frame.request_id, response) {
+            Reply::Answer(in_flight, response) => (in_flight, Ok(response)),
+            Reply::Mismatch(in_flight, error) => (in_flight, Err(error)),
+            Reply::Unknown => {
+                shared.stats.late_replies.fetch_add(1, Ordering::Relaxed);
+                debug!(
+                    request_id = frame.request_id,
+                    late_replies = self.session.late_replies(),
+                    "dropping a late or unknown reply"
+                );
+                return Ok(());
+            }
+        };
+        shared.stats.latency.observe(in_flight.sent_at.elapsed());
+        let read_at = in_flight.sent_at.into_std();
+        let now = Instant::now();
+        match (in_flight.kind, answer) {
+            (InFlightKind::Read(batch), Ok(Response::Read(results))) => {
+                for (name, result) in batch.names.iter().zip(&results) {
+                    if let Ok(value) = result {
+                        shared
+                            .cache
+                            .insert(name, value.clone(), read_at, self.generation);
+                    }
+                }
+                self.reads.answered(batch, ReadAnswer::Values(results), now);
+            }
+            (InFlightKind::Read(batch), Ok(Response::Error(error))) => {
+                self.reads.answered(batch, ReadAnswer::Refused(error), now);
+            }
+            (InFlightKind::Read(batch), Ok(other)) => {
+                // The reply check lets only READ and ERROR through for a READ.
+                let error = ProtocolError::ReadMismatch {
+                    names: batch.names.len(),
+                    answered: other.opcode(),
+                };
+                self.reads
+                    .answered_wrongly(batch, LinkError::Protocol(error), now);
+            }
+            (InFlightKind::Read(batch), Err(error @ ProtocolError::BadPayload(_))) => {
+                self.reads.lost(batch, LinkError::Protocol(error));
+            }
+            (InFlightKind::Read(batch), Err(error)) => {
+                self.reads
+                    .answered_wrongly(batch, LinkError::Protocol(error), now);
+            }
+            (
+                InFlightKind::Change {
+                    reply,
+                    transact_name,
+                },
+                Ok(response),
+            ) => {
+                if let (Some(name), Response::Transact(value)) = (transact_name, &response) {
+                    shared
+                        .cache
+                        .insert(&name, value.clone(), read_at, self.generation);
+                }
+                let _ = reply.send(Ok(response));
+            }
+            (InFlightKind::Change { reply, .. }, Err(error @ ProtocolError::BadPayload(_))) => {
+                let _ = reply.send(Err(LinkError::OutcomeUnknown(OutcomeCause::Reply(error))));
+            }
+            (InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply }, Err(error)) => {
+                let _ = reply.send(Err(LinkError::Protocol(error)));
+            }
+            (InFlightKind::Pass { reply }, Ok(response)) => {
+                let _ = reply.send(Ok(response));
+            }
+            (InFlightKind::Ping, _) => {}
+            (
+                InFlightKind::ListPage {
+                    change,
+                    mut channels,
+                },
+                answer,
+            ) => match answer {
+                Ok(Response::List {
+                    total,
+                    channels: page,
+                    ..
+                }) => {
+                    if handshake::add_list_page(&mut channels, total, page) {
+                        let request = handshake::list_page(channels.len());
+                        self.send(request, InFlightKind::ListPage { change, channels }, now)?;
+                    } else {
+                        self.list_refresh_running = false;
+                        shared.publish_channels(channels, change, self.generation);
+                    }
+                }
+                Ok(other) => {
+                    self.list_refresh_running = false;
+                    warn!(
+                        "the station answered LIST with {:?}; keeping the old channel list",
+                        other.opcode()
+                    );
+                }
+                Err(error) => {
+                    self.list_refresh_running = false;
+                    warn!(
+                        "the station's answer to LIST is unusable ({error}); keeping the old channel list"
+                    );
+                }
+            },
+        }
+        Ok(())
+    }
+
+    fn on_notify(&mut self, shared: &Shared, notify: Notify) {
+        info!("station notification: {notify:?}");
+        if let Notify::ConfigurationChanged { change, .. } = &notify
+            && !self.list_refresh_running
+        {
+            let kind = InFlightKind::ListPage {
+                change: *change,
+                channels: Vec::new(),
+            };
+            // Sent with the next flush; a failed send ends the session at that flush.
+            self.list_refresh_running = self
+                .send(handshake::list_page(0), kind, Instant::now())
+                .is_ok();
+        }
+        let _ = shared.events.send(LinkEvent::Notify(notify));
+    }
+
+    /// Answers requests whose time is up and checks, with a PING, that the station still
+    /// answers at all; a PING that times out ends the session.
+    pub fn on_timeouts(&mut self, shared: &Shared) -> Result<(), LinkDown> {
+        self.count_codec_errors(shared);
+        let timeout = self.request_timeout;
+        let expired = self.session.expired(Instant::now());
+        let expired_any = !expired.is_empty();
+        let mut ping_timed_out = false;
+        for in_flight in &expired {
+            shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            ping_timed_out |= matches!(in_flight.kind, InFlightKind::Ping);
+        }
+        for in_flight in expired {
+            match in_flight.kind {
+                InFlightKind::Ping => {}
+                InFlightKind::Read(batch) => self.reads.lost(batch, LinkError::Timeout(timeout)),
+                InFlightKind::Change { reply, .. } => {
+                    let _ = reply.send(Err(LinkError::WriteTimeout(timeout)));
+                }
+                InFlightKind::Pass { reply } => {
+                    let _ = reply.send(Err(LinkError::Timeout(timeout)));
+                }
+                InFlightKind::ListPage { .. } => {
+                    self.list_refresh_running = false;
+                    warn!("the station did not answer LIST in time; keeping the old channel list");
+                }
+            }
+        }
+        if ping_timed_out {
+            return Err(LinkDown::PingTimeout(timeout));
+        }
+        if !expired_any || self.session.ping_outstanding() {
+            return Ok(());
+        }
+        let id = self.session.take_id();
+        let ping = Request::Ping {
+            nonce: u64::from(id),
+        };
+        self.send_with_id(id, ping, InFlightKind::Ping, Instant::now())
+    }
+}
+
+impl InFlightKind {
+    /// Answers a change or passed-through request with `error`; other kinds have no caller.
+    fn fail(self, error: LinkError) {
+        if let InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply } = self {
+            let _ = reply.send(Err(error));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use station_protocol::{Opcode, StationCodec};
+    use tokio_util::codec::Framed;
+
+    use super::*;
+    use crate::link::transport::StationStream;
+
+    fn shared() -> Shared {
+        Shared {
+            info: watch::channel(Arc::new(StationInfo::default())).0,
+            events: broadcast::channel(16).0,
+            cache: Arc::new(ValueCache::new()),
+            stats: Arc::new(LinkStats::default()),
+        }
+    }
+
+    fn configuration_changed() -> RawFrame {
+        let notify = Notify::ConfigurationChanged {
+            change: ChangeType::Changed,
+            message: "a module was swapped".into(),
+        };
+        Response::Notify(notify)
+            .to_frame(0)
+            .expect("a small NOTIFY fits in a frame")
+    }
+
+    /// (A LIST refresh whose reply could not be read once stayed "running" for the rest of
+    /// the connection, and no configuration change was picked up again.)
+    #[tokio::test(start_paused = true)]
+    async fn an_unreadable_list_reply_ends_the_refresh_so_the_next_change_starts_another() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let stream: Box<dyn StationStream> = Box::new(ours);
+        let mut station = Framed::new(theirs, StationCodec::new());
+        let policy = CoalescePolicy {
+            quiet: Duration::ZERO,
+            max: Duration::ZERO,
+            max_names: 10,
+        };
+        let timeout = Duration::from_secs(2);
+        let mut c = Connection::new(
+            Framed::new(stream, StationCodec::new()),
+            1,
+            4,
+            timeout,
+            policy,
+        );
+        let shared = shared();
+        for attempt in ["first", "second"] {
+            c.on_frame(&shared, configuration_changed())
+                .expect("a NOTIFY is taken");
+            c.dispatch(&shared).await.expect("the LIST is flushed");
+            let list = tokio::time::timeout(timeout, station.next())
+                .await
+                .unwrap_or_else(|_| panic!("no {attempt} LIST after a configuration change"))
+                .expect("the link is open")
+                .expect("a whole frame");
+            assert_eq!(list.kind(), Some(Opcode::List));
+            let unreadable = RawFrame::new(Opcode::ListReply, list.request_id, vec![0xFF]);
+            c.on_frame(&shared, unreadable)
+                .expect("an unreadable reply does not end the session");
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The link's errors: [`LinkError`] for callers, and the typed reasons inside it — why the
+//! link is down ([`LinkDown`]), what was wrong with a reply ([`ProtocolError`]), why the
+//! handshake failed ([`HandshakeError`]). "The station said no" ([`LinkError::Station`]) is
+//! kept apart from "the link broke" ([`LinkError::Disconnected`], [`LinkError::OutcomeUnknown`]).
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use station_protocol::{FrameError, Opcode, PayloadError, StationError};
+
+/// Why a request to the station did not get the station's answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LinkError {
+    /// The link is down (or went down before the request was sent): nothing was done.
+    #[error("station disconnected: {0}")]
+    Disconnected(LinkDown),
+    #[error("the station did not answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    #[error(
+        "the station did not answer the write within {} ms; it may or may not have been applied: read the channel to find out",
+        .0.as_millis()
+    )]
+    WriteTimeout(Duration),
+    /// A change was sent, then the link broke (or its answer was unreadable).
+    #[error(
+        "the link to the station dropped after the write was sent ({0}); it may or may not have been applied: read the channel to find out"
+    )]
+    OutcomeUnknown(OutcomeCause),
+    /// The station answered, and said no.
+    #[error("{0}")]
+    Station(StationError),
+    /// Refused at the link before sending, e.g. because the lease changed hands.
+    #[error("{0}")]
+    Refused(String),
+    #[error("the station link has {0} requests waiting; try again shortly")]
+    Overloaded(usize),
+    #[error("the station sent an answer the gateway cannot read: {0}")]
+    Protocol(ProtocolError),
+    #[error("the request does not fit in one station frame: {0}")]
+    TooLarge(Arc<FrameError>),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}
+
+/// Why the link to the station is down, or why a session with it ended.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LinkDown {
+    /// Not connected yet.
+    #[error("connecting")]
+    Connecting,
+    #[error(transparent)]
+    Open(Arc<OpenError>),
+    #[error("write to the station failed: {0}")]
+    Write(Arc<io::Error>),
+    #[error("read from the station failed: {0}")]
+    Read(Arc<io::Error>),
+    #[error("the station closed the connection")]
+    Closed,
+    #[error("the station stopped answering (no reply to PING within {} ms)", .0.as_millis())]
+    PingTimeout(Duration),
+    #[error(transparent)]
+    Handshake(HandshakeError),
+    #[error("cannot build a {opcode:?} frame: {source}")]
+    Encode {
+        opcode: Opcode,
+        source: Arc<FrameError>,
+    },
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}
+
+/// Why the byte stream to the station could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("no answer from {target} within {} ms", .timeout.as_millis())]
+    ConnectTimeout { target: String, timeout: Duration },
+    #[error("cannot connect to {target}: {source}")]
+    Connect { target: String, source: io::Error },
+    #[error("cannot open serial device {path}: {source}")]
+    Serial {
+        path: String,
+        source: tokio_serial::Error,
+    },
+}
+
+/// Why HELLO, SYSTEM or LIST at connection time did not succeed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("the station closed the connection during the handshake")]
+    Closed,
+    #[error("the station did not answer {opcode:?} within {} ms", .timeout.as_millis())]
+    Timeout { opcode: Opcode, timeout: Duration },
+    #[error("the station's answer to {opcode:?} is unreadable: {source}")]
+    Unreadable {
+        opcode: Opcode,
+        source: PayloadError,
+    },
+    #[error("the station refused {}: {}", label(*.opcode), .error.message)]
+    Refused { opcode: Opcode, error: StationError },
+    #[error("the station answered {} with {answered:?}", label(*.opcode))]
+    Unexpected { opcode: Opcode, answered: Opcode },
+    #[error("the station speaks protocol version {station}, the gateway {gateway}")]
+    Version { station: u8, gateway: u8 },
+}
+
+/// What was wrong with a reply that came back with a known request id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// The payload is not the message its opcode announces.
+    #[error("its answer could not be read: {0}")]
+    BadPayload(PayloadError),
+    /// A reply of another kind than the request (or, for a READ, of another length).
+    #[error("unexpected {answered:?} answer")]
+    UnexpectedReply { asked: Opcode, answered: Opcode },
+    #[error("a READ of {names} names was answered with {answered:?}")]
+    ReadMismatch { names: usize, answered: Opcode },
+}
+
+/// Why the outcome of a sent change is not known.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OutcomeCause {
+    #[error(transparent)]
+    LinkDown(LinkDown),
+    #[error(transparent)]
+    Reply(ProtocolError),
+}
+
+/// HELLO, SYSTEM, LIST as the handshake's messages have always named them.
+fn label(opcode: Opcode) -> &'static str {
+    match opcode {
+        Opcode::Hello => "HELLO",
+        Opcode::System => "SYSTEM",
+        Opcode::List => "LIST",
+        _ => "the request",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clients, the reference-client suite and operators' log searches know these words.
+    #[test]
+    fn the_messages_read_as_they_did_when_the_reasons_were_strings() {
+        let closed = LinkError::Disconnected(LinkDown::Closed);
+        assert_eq!(
+            closed.to_string(),
+            "station disconnected: the station closed the connection"
+        );
+        let ping = LinkDown::PingTimeout(Duration::from_millis(2000));
+        assert_eq!(
+            ping.to_string(),
+            "the station stopped answering (no reply to PING within 2000 ms)"
+        );
+        let cut = LinkError::OutcomeUnknown(OutcomeCause::LinkDown(LinkDown::Closed));
+        assert_eq!(
+            cut.to_string(),
+            "the link to the station dropped after the write was sent (the station closed the \
+             connection); it may or may not have been applied: read the channel to find out"
+        );
+        let unreadable = LinkError::OutcomeUnknown(OutcomeCause::Reply(ProtocolError::BadPayload(
+            PayloadError::Truncated("a status"),
+        )));
+        assert!(unreadable.to_string().contains(
+            "(its answer could not be read: payload ends inside a status); it may or may not"
+        ));
+        let refused = OpenError::ConnectTimeout {
+            target: "10.0.0.5:7000".into(),
+            timeout: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            LinkError::Disconnected(LinkDown::Open(Arc::new(refused))).to_string(),
+            "station disconnected: no answer from 10.0.0.5:7000 within 1500 ms"
+        );
+        assert_eq!(
+            LinkError::Disconnected(LinkDown::Connecting).to_string(),
+            "station disconnected: connecting"
+        );
+    }
+}

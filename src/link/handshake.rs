@@ -1,0 +1,176 @@
+//! The handshake at connection time (HELLO, SYSTEM, every page of LIST), and the paging of the
+//! LIST refresh a configuration NOTIFY starts later.
+
+use futures::{SinkExt, StreamExt};
+use station_protocol::{
+    ChannelDescriptor, Hello, HelloReply, ModuleInfo, Opcode, PROTOCOL_VERSION, Request, Response,
+    StationCodec,
+};
+use tokio_util::codec::Framed;
+
+use super::task::LinkSettings;
+use super::transport::{self, StationStream};
+use super::{HandshakeError, LinkDown};
+use std::sync::Arc;
+
+/// Names per LIST page asked of the station.
+pub const LIST_PAGE: u16 = 128;
+
+/// The framed byte stream to the station.
+pub type Framing = Framed<Box<dyn StationStream>, StationCodec>;
+
+/// A connection that has finished its handshake.
+pub struct Connected {
+    pub framed: Framing,
+    pub hello: HelloReply,
+    pub modules: Vec<ModuleInfo>,
+    pub channels: Vec<ChannelDescriptor>,
+}
+
+/// The LIST request for the page starting at `offset`.
+pub fn list_page(offset: usize) -> Request {
+    Request::List {
+        offset: u32::try_from(offset).unwrap_or(u32::MAX),
+        limit: LIST_PAGE,
+    }
+}
+
+/// Adds a LIST page to `channels`; whether another page is to be asked for.
+pub fn add_list_page(
+    channels: &mut Vec<ChannelDescriptor>,
+    total: u32,
+    page: Vec<ChannelDescriptor>,
+) -> bool {
+    let empty_page = page.is_empty();
+    channels.extend(page);
+    channels.len() < total as usize && !empty_page
+}
+
+/// Opens the stream and runs HELLO, SYSTEM and LIST (every page).
+pub async fn connect(settings: &LinkSettings) -> Result<Connected, LinkDown> {
+    let stream = transport::open(&settings.url, settings.connect_timeout)
+        .await
+        .map_err(|error| LinkDown::Open(Arc::new(error)))?;
+    let mut framed = Framed::new(stream, StationCodec::new());
+    let mut next_id = 1u32;
+    let mut exchange = async |request: Request| -> Result<Response, LinkDown> {
+        let id = next_id;
+        next_id += 1;
+        let opcode = request.opcode();
+        let frame = request.to_frame(id).map_err(|source| LinkDown::Encode {
+            opcode,
+            source: Arc::new(source),
+        })?;
+        framed
+            .send(frame)
+            .await
+            .map_err(|error| LinkDown::Write(Arc::new(error)))?;
+        let wait = async {
+            loop {
+                match framed.next().await {
+                    Some(Ok(frame)) if frame.request_id == id => {
+                        return Response::from_frame(&frame).map_err(|source| {
+                            LinkDown::Handshake(HandshakeError::Unreadable { opcode, source })
+                        });
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(error)) => return Err(LinkDown::Read(Arc::new(error))),
+                    None => return Err(LinkDown::Handshake(HandshakeError::Closed)),
+                }
+            }
+        };
+        tokio::time::timeout(settings.request_timeout, wait)
+            .await
+            .map_err(|_| {
+                LinkDown::Handshake(HandshakeError::Timeout {
+                    opcode,
+                    timeout: settings.request_timeout,
+                })
+            })?
+    };
+    let refused = |opcode, response: Response| {
+        LinkDown::Handshake(match response {
+            Response::Error(error) => HandshakeError::Refused { opcode, error },
+            other => HandshakeError::Unexpected {
+                opcode,
+                answered: other.opcode(),
+            },
+        })
+    };
+    let hello = match exchange(Request::Hello(Hello {
+        version: PROTOCOL_VERSION,
+        client: settings.client_name.clone(),
+    }))
+    .await?
+    {
+        Response::Hello(hello) => hello,
+        other => return Err(refused(Opcode::Hello, other)),
+    };
+    if hello.version != PROTOCOL_VERSION {
+        return Err(LinkDown::Handshake(HandshakeError::Version {
+            station: hello.version,
+            gateway: PROTOCOL_VERSION,
+        }));
+    }
+    let modules = match exchange(Request::System).await? {
+        Response::System(modules) => modules,
+        other => return Err(refused(Opcode::System, other)),
+    };
+    let mut channels = Vec::new();
+    loop {
+        match exchange(list_page(channels.len())).await? {
+            Response::List {
+                total,
+                channels: page,
+                ..
+            } => {
+                if !add_list_page(&mut channels, total, page) {
+                    break;
+                }
+            }
+            other => return Err(refused(Opcode::List, other)),
+        }
+    }
+    Ok(Connected {
+        framed,
+        hello,
+        modules,
+        channels,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use station_protocol::{ErrorCode, StationError};
+
+    #[test]
+    fn list_pages_are_asked_for_until_the_total_or_an_empty_page() {
+        let mut channels = Vec::new();
+        assert!(!add_list_page(&mut channels, 0, Vec::new()));
+        assert!(
+            !add_list_page(&mut channels, 5, Vec::new()),
+            "an empty page ends it"
+        );
+    }
+
+    #[test]
+    fn handshake_errors_read_as_before() {
+        let refused = HandshakeError::Refused {
+            opcode: Opcode::Hello,
+            error: StationError::new(ErrorCode::Busy, "too many clients"),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "the station refused HELLO: too many clients"
+        );
+        let unexpected = HandshakeError::Unexpected {
+            opcode: Opcode::List,
+            answered: Opcode::ReadReply,
+        };
+        assert_eq!(
+            unexpected.to_string(),
+            "the station answered LIST with ReadReply"
+        );
+    }
+}

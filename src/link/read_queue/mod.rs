@@ -1,0 +1,324 @@
+//! Every decision about forced reads, without I/O: which reads wait, which are held to gather
+//! a burst, what goes in the next READ frame, and when the next held READ is due. The clock is
+//! passed in, so the rules are unit-tested below without sockets or a runtime.
+//!
+//! The rules:
+//! - Reads of a channel not yet sent are merged: every reader of it gets the one answer, and
+//!   one READ carries many channels (up to `max_names` and a payload budget).
+//! - A reader never joins a READ already on the wire (its value must be read after it asked):
+//!   it waits for the next one, which is held back to gather the rest of the burst.
+//! - A hold lasts until no new reader came for `quiet`, and at most `max` after it began.
+//! - A reader from another client connection just after an answer (within `quiet`) is part of
+//!   a burst and starts a hold too; a client reading in a loop, back after its own answer, is not.
+//! - A hold that has ended is released even when it ended between a dispatch and the wait.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use station_protocol::{ErrorCode, ItemResult, StationError, Value};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Caller, LinkError};
+
+/// Payload bytes a READ may fill with names; leaves room under the frame limit.
+pub const READ_PAYLOAD_BUDGET: usize = 60_000;
+
+/// Where a read call's answer goes.
+pub type ReadReply = oneshot::Sender<Result<Vec<ItemResult<Value>>, LinkError>>;
+
+/// Where a name's result goes: which call, which position in it.
+pub type Waiter = (u64, usize);
+
+/// How reads are gathered; from `station.coalesce_quiet_us`, `coalesce_max_us` and
+/// `max_names_per_read`. A zero `max` never holds a READ back.
+#[derive(Debug, Clone, Copy)]
+pub struct CoalescePolicy {
+    pub quiet: Duration,
+    pub max: Duration,
+    pub max_names: usize,
+}
+
+/// A forced read call waiting for one or more names.
+struct ReadCall {
+    results: Vec<Option<ItemResult<Value>>>,
+    remaining: usize,
+    caller: Option<Caller>,
+    reply: ReadReply,
+}
+
+/// A READ's worth of names, and who waits for each; handed out by [`ReadQueue::next_batch`]
+/// and given back with its answer.
+#[derive(Debug)]
+pub struct ReadBatch {
+    pub names: Vec<String>,
+    waiters: Vec<Vec<Waiter>>,
+}
+
+/// How the station answered a READ.
+pub enum ReadAnswer {
+    /// One result per name, in order.
+    Values(Vec<ItemResult<Value>>),
+    /// The READ as a whole failed: every name gets this error.
+    Refused(StationError),
+}
+
+/// A hold on a channel's next READ: since when, and until when.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    first: Instant,
+    until: Instant,
+}
+
+/// The forced reads of one session.
+pub struct ReadQueue {
+    policy: CoalescePolicy,
+    next_call: u64,
+    calls: HashMap<u64, ReadCall>,
+    /// Names waiting for a READ not yet sent, in the order first asked.
+    order: VecDeque<String>,
+    waiting: HashMap<String, Vec<Waiter>>,
+    on_wire: HashSet<String>,
+    held: HashMap<String, Hold>,
+    /// Channels whose READ was answered less than `quiet` ago: when, and to whom.
+    answered: HashMap<String, (Instant, Vec<Caller>)>,
+}
+
+impl ReadQueue {
+    pub fn new(policy: CoalescePolicy) -> ReadQueue {
+        ReadQueue {
+            policy,
+            next_call: 1,
+            calls: HashMap::new(),
+            order: VecDeque::new(),
+            waiting: HashMap::new(),
+            on_wire: HashSet::new(),
+            held: HashMap::new(),
+            answered: HashMap::new(),
+        }
+    }
+
+    /// Takes a read call of `names` by `caller`, made at `now`.
+    pub fn enqueue(
+        &mut self,
+        names: Vec<String>,
+        caller: Option<Caller>,
+        reply: ReadReply,
+        now: Instant,
+    ) {
+        if names.is_empty() {
+            let _ = reply.send(Ok(Vec::new()));
+            return;
+        }
+        let call = self.next_call;
+        self.next_call += 1;
+        for (index, name) in names.iter().enumerate() {
+            if self.starts_or_extends_hold(name, caller, now) {
+                let first = self.held.get(name).map_or(now, |hold| hold.first);
+                let until = (now + self.policy.quiet).min(first + self.policy.max);
+                self.held.insert(name.clone(), Hold { first, until });
+            }
+            let waiting = self.waiting.entry(name.clone()).or_default();
+            if waiting.is_empty() {
+                self.order.push_back(name.clone());
+            }
+            waiting.push((call, index));
+        }
+        self.calls.insert(
+            call,
+            ReadCall {
+                results: vec![None; names.len()],
+                remaining: names.len(),
+                caller,
+                reply,
+            },
+        );
+    }
+
+    /// A reader that finds its channel on the wire (or already held), or answered a moment ago
+    /// to other clients, is part of a burst. A client reading in a loop comes back just after
+    /// its own answer: that is no burst.
+    fn starts_or_extends_hold(&self, name: &str, caller: Option<Caller>, now: Instant) -> bool {
+        if self.policy.max.is_zero() {
+            return false;
+        }
+        let just_answered_to_others = || {
+            caller.is_some_and(|caller| {
+                self.answered.get(name).is_some_and(|(at, callers)| {
+                    now.saturating_duration_since(*at) < self.policy.quiet
+                        && !callers.contains(&caller)
+                })
+            })
+        };
+        self.on_wire.contains(name) || self.held.contains_key(name) || just_answered_to_others()
+    }
+
+    /// The next READ to send at `now`: waiting names not on the wire and not held, in the order
+    /// first asked, within the name and payload limits. Marks them on the wire. Readers who gave
+    /// up are dropped; a name too long for any frame is answered with an error.
+    pub fn next_batch(&mut self, now: Instant) -> Option<ReadBatch> {
+        let mut names = Vec::new();
+        let mut waiters = Vec::new();
+        let mut budget = READ_PAYLOAD_BUDGET;
+        let mut kept = VecDeque::with_capacity(self.order.len());
+        while let Some(name) = self.order.pop_front() {
+            let live: Vec<Waiter> = self
+                .waiting
+                .remove(&name)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(call, _)| self.calls.get(call).is_some_and(|c| !c.reply.is_closed()))
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
+            let cost = name.len() + 2;
+            if cost > READ_PAYLOAD_BUDGET {
+                let error = StationError::new(
+                    ErrorCode::BadValue,
+                    format!(
+                        "a channel name of {} bytes does not fit in a frame",
+                        name.len()
+                    ),
+                );
+                self.deliver(&live, Err(error));
+                continue;
+            }
+            let gathering = self.held.get(&name).is_some_and(|hold| hold.until > now);
+            if self.on_wire.contains(&name)
+                || gathering
+                || names.len() >= self.policy.max_names
+                || cost > budget
+            {
+                self.waiting.insert(name.clone(), live);
+                kept.push_back(name);
+                continue;
+            }
+            budget -= cost;
+            self.held.remove(&name);
+            names.push(name);
+            waiters.push(live);
+        }
+        self.order = kept;
+        let waiting = &self.waiting;
+        self.held
+            .retain(|name, hold| hold.until > now || waiting.contains_key(name));
+        if names.is_empty() {
+            return None;
+        }
+        self.on_wire.extend(names.iter().cloned());
+        Some(ReadBatch { names, waiters })
+    }
+
+    /// When a held READ is due: the earliest hold of a channel not on the wire (its answer
+    /// wakes the task anyway), and only while the window has room (a freed slot wakes it).
+    /// A hold that has already ended is due at once, even if it ended after the last dispatch.
+    pub fn next_release(&self, window_has_room: bool) -> Option<Instant> {
+        if !window_has_room {
+            return None;
+        }
+        self.held
+            .iter()
+            .filter(|(name, _)| !self.on_wire.contains(*name))
+            .map(|(_, hold)| hold.until)
+            .min()
+    }
+
+    /// The station answered `batch` at `now`: every reader gets its result.
+    pub fn answered(&mut self, batch: ReadBatch, answer: ReadAnswer, now: Instant) {
+        self.off_wire(&batch);
+        self.note_answered(&batch, now);
+        match answer {
+            ReadAnswer::Values(results) => {
+                for (group, result) in batch.waiters.iter().zip(results) {
+                    self.deliver(group, result);
+                }
+            }
+            ReadAnswer::Refused(error) => {
+                for group in &batch.waiters {
+                    self.deliver(group, Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    /// The station answered `batch`, but not with values for it: its readers get `error`.
+    pub fn answered_wrongly(&mut self, batch: ReadBatch, error: LinkError, now: Instant) {
+        self.off_wire(&batch);
+        self.note_answered(&batch, now);
+        self.fail_waiters(&batch.waiters, &error);
+    }
+
+    /// `batch` got no usable answer (timed out, unreadable): its readers get `error`.
+    pub fn lost(&mut self, batch: ReadBatch, error: LinkError) {
+        self.off_wire(&batch);
+        self.fail_waiters(&batch.waiters, &error);
+    }
+
+    /// The session ended: every waiting reader gets `error`, and nothing is remembered.
+    pub fn fail_all(&mut self, error: &LinkError) {
+        for (_, call) in self.calls.drain() {
+            let _ = call.reply.send(Err(error.clone()));
+        }
+        self.order.clear();
+        self.waiting.clear();
+        self.held.clear();
+        self.answered.clear();
+        self.on_wire.clear();
+    }
+
+    fn off_wire(&mut self, batch: &ReadBatch) {
+        for name in &batch.names {
+            self.on_wire.remove(name);
+        }
+    }
+
+    /// Remembers, for `quiet`, that a READ of `batch` was answered and to which callers.
+    fn note_answered(&mut self, batch: &ReadBatch, now: Instant) {
+        let quiet = self.policy.quiet;
+        if quiet.is_zero() {
+            return;
+        }
+        self.answered
+            .retain(|_, (at, _)| now.saturating_duration_since(*at) < quiet);
+        for (name, group) in batch.names.iter().zip(&batch.waiters) {
+            let callers: Vec<Caller> = group
+                .iter()
+                .filter_map(|(call, _)| self.calls.get(call).and_then(|c| c.caller))
+                .collect();
+            self.answered.insert(name.clone(), (now, callers));
+        }
+    }
+
+    /// Gives one name's result to every call waiting for it; answers calls that are complete.
+    fn deliver(&mut self, waiters: &[Waiter], result: ItemResult<Value>) {
+        for &(call_id, index) in waiters {
+            let Some(call) = self.calls.get_mut(&call_id) else {
+                continue;
+            };
+            if call.results[index].is_none() {
+                call.results[index] = Some(result.clone());
+                call.remaining -= 1;
+            }
+            if call.remaining == 0
+                && let Some(call) = self.calls.remove(&call_id)
+            {
+                let results = call.results.into_iter().flatten().collect();
+                let _ = call.reply.send(Ok(results));
+            }
+        }
+    }
+
+    fn fail_waiters(&mut self, groups: &[Vec<Waiter>], error: &LinkError) {
+        for group in groups {
+            for &(call_id, _) in group {
+                if let Some(call) = self.calls.remove(&call_id) {
+                    let _ = call.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
