@@ -325,7 +325,9 @@ impl ControlLease {
 
     /// Whether a lease that runs out leaves a safe state to apply.
     fn has_safe_state(&self) -> bool {
-        self.safe_state.as_ref().is_some_and(|s| !s.writes.is_empty())
+        self.safe_state
+            .as_ref()
+            .is_some_and(|s| !s.writes.is_empty())
     }
 
     /// Loads the store's live lease, if any (a backend that outlives the process), and a safe
@@ -464,11 +466,13 @@ impl ControlLease {
                     Ok(())
                 }
                 (None, LeaseState::Free) => Ok(()),
-                (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => Err(format!(
-                    "lease ended: the lease this change was admitted under (fence {admitted}) was replaced by \
+                (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => {
+                    Err(format!(
+                        "lease ended: the lease this change was admitted under (fence {admitted}) was replaced by \
                      {}'s (fence {}) before the change reached the station; it was not sent",
-                    current.owner, current.fence
-                )),
+                        current.owner, current.fence
+                    ))
+                }
                 (Some(admitted), _) => Err(format!(
                     "lease ended: the lease this change was admitted under (fence {admitted}) ran out or was \
                      released before the change reached the station; it was not sent"
@@ -481,10 +485,9 @@ impl ControlLease {
                     "the station was leased by {} (whose lease has just ended) before this change reached it; it was not sent",
                     current.owner
                 )),
-                (None, LeaseState::Ending(ending)) => Err(format!(
-                    "{}; this change was not sent",
-                    ending.refusal()
-                )),
+                (None, LeaseState::Ending(ending)) => {
+                    Err(format!("{}; this change was not sent", ending.refusal()))
+                }
             }
         })
     }
@@ -897,9 +900,11 @@ impl ControlLease {
     /// Tries the safe state when one is owed and its try is due; on confirmation, finishes the
     /// lease's end. Caller holds `transitions`.
     async fn retry_safe_state(&self) {
-        let owner = match &*lock(&self.state) {
-            LeaseState::Ending(ending) if ending.safe_state_owed => ending.owner.clone(),
-            LeaseState::Ending(_) => String::new(),
+        let (owner, fence) = match &*lock(&self.state) {
+            LeaseState::Ending(ending) if ending.safe_state_owed => {
+                (ending.owner.clone(), ending.fence)
+            }
+            LeaseState::Ending(_) => (String::new(), 0),
             _ => return,
         };
         if owner.is_empty() {
@@ -935,6 +940,7 @@ impl ControlLease {
                 };
                 error!(
                     owner = %owner,
+                    fence,
                     tries,
                     "the safe state after {owner}'s lease is not confirmed (try {tries}): {why}; trying again in {} ms; no change and no new lease until it is",
                     wait.as_millis()
@@ -1091,10 +1097,8 @@ mod tests {
             name: &'a str,
             token: &'a LeaseToken,
             ttl: Option<Duration>,
-        ) -> futures::future::BoxFuture<
-            'a,
-            Result<Option<LeaseGrant>, super::super::LeaseStoreError>,
-        > {
+        ) -> futures::future::BoxFuture<'a, Result<Option<LeaseGrant>, super::super::LeaseStoreError>>
+        {
             Box::pin(async move {
                 tokio::time::sleep(self.refresh_delay).await;
                 self.inner.refresh_kind(kind, name, token, ttl).await
@@ -1163,7 +1167,10 @@ mod tests {
             lease.admit(Access::ForcedRead, None),
             Err(LeaseError::Ending { .. })
         ));
-        assert!(holders_guard().is_err(), "the holder's guard passed past the deadline");
+        assert!(
+            holders_guard().is_err(),
+            "the holder's guard passed past the deadline"
+        );
         // The renewal is confirmed after the deadline: it does not extend the lease.
         let renewed = renewal.await.unwrap();
         assert!(

@@ -126,11 +126,15 @@ pub enum LeaseError {
     )]
     AdminTokenWrong,
     /// A change, forced read or acquisition in the moment a lease is being ended.
-    #[error("the station is between leases: {owner}'s lease has just ended and the gateway is finishing it (changes still at the station, then the safe state if it ran out); try again in a moment")]
+    #[error(
+        "the station is between leases: {owner}'s lease has just ended and the gateway is finishing it (changes still at the station, then the safe state if it ran out); try again in a moment"
+    )]
     Ending { owner: String },
     /// A change, forced read or acquisition while the safe state after a lease that ran out is
     /// not yet confirmed by the station.
-    #[error("the safe state after {owner}'s lease is not yet confirmed by the station ({tries} tries; last: {last_error}); no change and no new lease until it is; the gateway keeps trying")]
+    #[error(
+        "the safe state after {owner}'s lease is not yet confirmed by the station ({tries} tries; last: {last_error}); no change and no new lease until it is; the gateway keeps trying"
+    )]
     SafeStatePending {
         owner: String,
         tries: u32,
