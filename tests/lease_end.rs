@@ -293,3 +293,46 @@ async fn a_lease_that_lapsed_while_the_gateway_was_down_gets_its_safe_state_at_t
     third.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_second_gateway_on_the_same_station_and_backend_refuses_to_start() {
+    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "sg-link-owner-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let backend = format!("sqlite:{}", dir.join("lease.db").display());
+    let config = config_for(&sim, |config| config.lease.backend = backend.clone());
+    let first = start_gateway(config.clone()).await;
+    let connections_before = sim.connections_accepted();
+
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused = station_gateway::start(
+        station_gateway::Listeners { http, legacy: None },
+        config.clone(),
+    )
+    .await
+    .err()
+    .expect("a second gateway started on a station another gateway owns");
+    let message = refused.to_string();
+    assert!(
+        message.contains("another gateway owns this station")
+            && message.contains(&format!("HTTP {}", first.http_addr)),
+        "{message}"
+    );
+    assert_eq!(
+        sim.connections_accepted(),
+        connections_before,
+        "the refused gateway connected to the station"
+    );
+
+    // Once the owner stops (and releases it), another gateway may serve the station.
+    first.stop().await;
+    let next = start_gateway(config).await;
+    next.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -9,6 +9,7 @@
 pub mod backends;
 pub mod control;
 pub mod engine;
+pub mod link_owner;
 pub mod plan;
 pub mod postgres;
 pub mod redis;
