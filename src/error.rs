@@ -100,7 +100,9 @@ impl From<LeaseError> for ApiError {
             LeaseError::HeldByOther { .. } => StatusCode::CONFLICT,
             LeaseError::LockedBy { .. }
             | LeaseError::LeaseEnded { .. }
-            | LeaseError::ConsumingNotCached { .. } => StatusCode::LOCKED,
+            | LeaseError::ConsumingNotCached { .. }
+            | LeaseError::Ending { .. } => StatusCode::LOCKED,
+            LeaseError::SafeStatePending { .. } => StatusCode::SERVICE_UNAVAILABLE,
             LeaseError::NoSuchLease | LeaseError::NobodyHolds | LeaseError::AdminBreakOff => {
                 StatusCode::NOT_FOUND
             }

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::Config;
-use crate::lease::{ControlLease, LeaseBackends, LeaseView};
+use crate::lease::link_owner::LinkOwnership;
+use crate::lease::{BackendUrl, ControlLease, LeaseBackends, LeaseView};
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
 /// How long shutdown waits for requests in flight.
@@ -75,6 +76,12 @@ pub enum StartError {
     LeaseResume(crate::lease::LeaseError),
     #[error("{0}")]
     Tls(#[from] crate::http::tls::TlsError),
+    #[error("{0}")]
+    LinkOwner(#[from] crate::lease::link_owner::LinkOwnerError),
+    #[error(
+        "the gateway stopped by itself: it could no longer prove it owns the station's link (see the log)"
+    )]
+    LinkOwnerLost,
 }
 
 /// A running gateway.
@@ -147,6 +154,20 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
             .await
             .map_err(StartError::LeaseBackend)?,
     );
+    // One gateway per station: with a backend others can reach, take the link-owner lease
+    // before the link touches the station.
+    let ownership = if BackendUrl::parse(leases.default_url())
+        .map_err(StartError::LeaseBackend)?
+        .is_shared()
+    {
+        let me = format!(
+            "station-gateway pid {} (HTTP {http_addr})",
+            std::process::id()
+        );
+        Some(LinkOwnership::claim(leases.default_store(), &config.control_lease_name(), me).await?)
+    } else {
+        None
+    };
     let (lease_events, _) = broadcast::channel(64);
     let lease = ControlLease::new(
         leases.default_store(),
@@ -174,6 +195,9 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         tls,
     });
     let mut tasks = JoinSet::new();
+    if let Some(ownership) = ownership {
+        tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
+    }
     tasks.spawn(link_task.run(shutdown.clone()));
     tasks.spawn(gateway.lease.clone().run_expiry(shutdown.clone()));
     tasks.spawn(crate::events::scheduler::run(
@@ -231,7 +255,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     let handle = start(listeners, config).await?;
-    shutdown.await;
+    let stopped_by_itself = handle.gateway.shutdown.clone();
+    tokio::select! {
+        () = shutdown => {}
+        () = stopped_by_itself.cancelled() => {
+            handle.stop().await;
+            return Err(StartError::LinkOwnerLost);
+        }
+    }
     info!("shutting down");
     handle.stop().await;
     Ok(())

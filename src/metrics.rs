@@ -220,6 +220,9 @@ pub struct LeaseCounters {
     pub released: Counter,
     pub expired: Counter,
     pub broken: Counter,
+    /// Tries of the safe state after a lease ran out: confirmed by the station, or not.
+    pub safe_state_applied: Counter,
+    pub safe_state_failed: Counter,
 }
 
 /// Counters kept by the HTTP entry and the legacy listener; the link, the cache, the lease and
@@ -278,6 +281,7 @@ pub struct Snapshot<'a> {
     pub cache: (u64, u64),
     pub cache_entries: usize,
     pub lease_held: bool,
+    pub safe_state_pending: bool,
     pub lease: &'a LeaseCounters,
     pub event_streams: usize,
     pub subscriptions: usize,
@@ -446,6 +450,25 @@ impl Snapshot<'_> {
                 counter.get()
             );
         }
+        header(
+            &mut out,
+            "lease_safe_state_tries_total",
+            "counter",
+            "Tries of the safe state after a lease ran out unreleased, by outcome (applied: the station confirmed every write).",
+        );
+        let _ = writeln!(
+            out,
+            "{PREFIX}lease_safe_state_tries_total{{outcome=\"applied\"}} {}\n{PREFIX}lease_safe_state_tries_total{{outcome=\"failed\"}} {}",
+            self.lease.safe_state_applied.get(),
+            self.lease.safe_state_failed.get()
+        );
+        single(
+            &mut out,
+            "lease_safe_state_pending",
+            "gauge",
+            "1 while a safe state is owed and not yet confirmed by the station (no change and no new lease meanwhile).",
+            u8::from(self.safe_state_pending),
+        );
         header(
             &mut out,
             "lease_refused_total",

@@ -569,6 +569,7 @@ async fn lease_changes_are_relayed_and_subscriptions_work_while_someone_else_hol
         owner: Some("TAT 4".into()),
         expires_in_ms: 30_000,
         since: None,
+        safe_state: None,
     };
     rig.gateway.gateway.lease_events.send(view)?;
     let event = second.next_named("lease", Duration::from_secs(2)).await?;

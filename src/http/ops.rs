@@ -174,6 +174,12 @@ pub fn answer(
         ),
         Operation::Readyz => {
             let info = gateway.link.info();
+            if let Some(why) = gateway.lease.safe_state_pending() {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {why}"),
+                ));
+            }
             if info.connected {
                 json_response(
                     StatusCode::OK,
@@ -216,6 +222,7 @@ pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
         cache: gateway.link.cache().hits_and_misses(),
         cache_entries: gateway.link.cache().len(),
         lease_held: gateway.lease.view().held,
+        safe_state_pending: gateway.lease.safe_state_pending().is_some(),
         lease: &gateway.lease.counters,
         event_streams: gateway.events.stream_count(),
         subscriptions: gateway.events.subscription_count(),

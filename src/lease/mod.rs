@@ -9,6 +9,7 @@
 pub mod backends;
 pub mod control;
 pub mod engine;
+pub mod link_owner;
 pub mod plan;
 pub mod postgres;
 pub mod redis;
@@ -39,6 +40,10 @@ pub struct LeaseView {
     pub expires_in_ms: u64,
     /// When the current holder took it (RFC 3339, UTC); `None` while nobody holds it.
     pub since: Option<String>,
+    /// Present while a safe state is owed after a lease that ran out and the station has not
+    /// confirmed it yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub safe_state: Option<SafeStateView>,
 }
 
 impl LeaseView {
@@ -48,8 +53,19 @@ impl LeaseView {
             owner: None,
             expires_in_ms: 0,
             since: None,
+            safe_state: None,
         }
     }
+}
+
+/// A safe state still owed: after whose lease, how many tries so far and why the last failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SafeStateView {
+    pub pending: bool,
+    pub after: String,
+    pub tries: u32,
+    pub last_error: Option<String>,
 }
 
 /// What a request needs of the lease; decided per route, enforced in one place.
@@ -110,6 +126,21 @@ pub enum LeaseError {
         "breaking the lease needs the header Authorization: Bearer <lease.admin_token>; the one sent is missing or wrong"
     )]
     AdminTokenWrong,
+    /// A change, forced read or acquisition in the moment a lease is being ended.
+    #[error(
+        "the station is between leases: {owner}'s lease has just ended and the gateway is finishing it (changes still at the station, then the safe state if it ran out); try again in a moment"
+    )]
+    Ending { owner: String },
+    /// A change, forced read or acquisition while the safe state after a lease that ran out is
+    /// not yet confirmed by the station.
+    #[error(
+        "the safe state after {owner}'s lease is not yet confirmed by the station ({tries} tries; last: {last_error}); no change and no new lease until it is; the gateway keeps trying"
+    )]
+    SafeStatePending {
+        owner: String,
+        tries: u32,
+        last_error: String,
+    },
     #[error("{0}")]
     Store(#[from] LeaseStoreError),
 }
