@@ -8,11 +8,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseToken};
+use crate::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseToken};
 
 /// One row of `sm_lease` (or its in-memory twin): one slot of one name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotRow {
+pub(crate) struct SlotRow {
     pub slot: i64,
     /// The token of whoever last held this slot (empty: never held).
     pub holder: String,
@@ -25,12 +25,12 @@ pub struct SlotRow {
 }
 
 impl SlotRow {
-    pub fn is_live(&self, now: i64) -> bool {
+    pub(crate) fn is_live(&self, now: i64) -> bool {
         self.slot >= 0 && !self.holder.is_empty() && self.expires_at > now
     }
 
     /// The row as its holder sees it.
-    pub fn grant(&self, now: i64) -> LeaseGrant {
+    pub(crate) fn grant(&self, now: i64) -> LeaseGrant {
         LeaseGrant {
             token: LeaseToken::from_text(self.holder.clone()),
             owner: self.owner.clone(),
@@ -42,14 +42,14 @@ impl SlotRow {
         }
     }
 
-    pub fn holder(&self, now: i64) -> LeaseHolder {
+    pub(crate) fn holder(&self, now: i64) -> LeaseHolder {
         LeaseHolder::from(self.grant(now))
     }
 }
 
 /// What a backend writes for one acquisition attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AcquirePlan {
+pub(crate) enum AcquirePlan {
     /// The caller's token holds `row.slot`: write its new expiry and TTL.
     Renew(SlotRow),
     /// Write `row` (a free slot, now the caller's) and set the name's fence counter to
@@ -61,7 +61,7 @@ pub enum AcquirePlan {
 
 impl AcquirePlan {
     /// The answer once the plan is written.
-    pub fn outcome(&self, now: i64) -> Acquisition {
+    pub(crate) fn outcome(&self, now: i64) -> Acquisition {
         match self {
             AcquirePlan::Renew(row) => Acquisition::Renewed(row.grant(now)),
             AcquirePlan::Take(row) => Acquisition::Taken(row.grant(now)),
@@ -71,12 +71,12 @@ impl AcquirePlan {
 }
 
 /// The slot of row that keeps a semaphore's fence counter.
-pub const SEMAPHORE_COUNTER_SLOT: i64 = -1;
+pub(crate) const SEMAPHORE_COUNTER_SLOT: i64 = -1;
 
 /// Decides one acquisition. `rows` are the name's slot rows (slot 0 and up, any order, possibly
 /// expired or never held); `last_fence` is the name's fence counter; `now` and `wall_now` are
 /// the backend's clock (they differ only in memory, where expiry runs on a monotonic clock).
-pub fn plan_acquire(
+pub(crate) fn plan_acquire(
     kind: LeaseKind,
     rows: &[SlotRow],
     last_fence: i64,
@@ -118,16 +118,16 @@ pub fn plan_acquire(
     })
 }
 
-pub fn duration_to_millis(duration: Duration) -> i64 {
+pub(crate) fn duration_to_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-pub fn millis_to_duration(millis: i64) -> Duration {
+pub(crate) fn millis_to_duration(millis: i64) -> Duration {
     Duration::from_millis(u64::try_from(millis).unwrap_or(0))
 }
 
 /// Wall-clock milliseconds since the Unix epoch (memory backend's display time).
-pub fn wall_millis(time: SystemTime) -> i64 {
+pub(crate) fn wall_millis(time: SystemTime) -> i64 {
     duration_to_millis(time.duration_since(UNIX_EPOCH).unwrap_or_default())
 }
 

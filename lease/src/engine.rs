@@ -14,7 +14,7 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::store::{
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
     LeaseToken,
 };
@@ -27,11 +27,15 @@ pub const MAX_BACKOFF: Duration = Duration::from_millis(500);
 /// Why a [`LeaseGuard`] could not be had.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseGuardError {
+    /// Someone else held it (and still did when the wait ran out).
     #[error("lease {name} not acquired: {}", held_by(.holder))]
     LeaseNotAcquired {
+        /// The lease's name.
         name: String,
+        /// Who held it at the last attempt.
         holder: Option<LeaseHolder>,
     },
+    /// The store could not answer, or refused the request.
     #[error("{0}")]
     Store(#[from] LeaseStoreError),
 }
@@ -111,14 +115,17 @@ impl Lease {
         self
     }
 
+    /// The lease's name in the store.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Exclusive, or a semaphore of how many slots.
     pub fn kind(&self) -> LeaseKind {
         self.kind
     }
 
+    /// The token this lease is held with (or will ask with).
     pub fn token(&self) -> &LeaseToken {
         &self.token
     }
@@ -264,12 +271,14 @@ pub struct LeaseGuard {
 }
 
 impl LeaseGuard {
+    /// The lease it holds.
     pub fn lease(&self) -> &Lease {
         self.lease
             .as_ref()
             .expect("a LeaseGuard holds its lease until release or drop")
     }
 
+    /// The fence it was acquired with (see [`Lease::fence`]).
     pub fn fence(&self) -> Option<u64> {
         self.lease().fence()
     }

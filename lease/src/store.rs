@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
-use super::plan::{AcquirePlan, SlotRow, duration_to_millis, plan_acquire, wall_millis};
+use crate::plan::{AcquirePlan, SlotRow, duration_to_millis, plan_acquire, wall_millis};
 
 /// The secret that proves who holds a lease: 128 random bits as 32 hex digits, or a token the
 /// caller chose. Its `Debug` never shows it.
@@ -41,6 +41,7 @@ impl LeaseToken {
         LeaseToken(text.into())
     }
 
+    /// The token as text (to hand to its holder; never log it).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -60,8 +61,12 @@ impl fmt::Debug for LeaseToken {
 /// A lease as its holder sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseGrant {
+    /// The secret that refreshes and releases it.
     pub token: LeaseToken,
+    /// Who holds it, as others see it.
     pub owner: String,
+    /// Goes up each time the name (or a slot of it) is taken: hand it to whatever the lease
+    /// protects, so that a stalled holder's late write can be told apart.
     pub fence: u64,
     /// The time to live it was last given.
     pub ttl: Duration,
@@ -76,10 +81,15 @@ pub struct LeaseGrant {
 /// Who holds a lease, as anyone may see it (never the token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHolder {
+    /// Who holds it.
     pub owner: String,
+    /// The fence it was taken with.
     pub fence: u64,
+    /// How long it has left, as of the answer.
     pub expires_in: Duration,
+    /// When this holder took it (the backend's clock, for display).
     pub since: SystemTime,
+    /// The semaphore slot it holds; 0 for an exclusive lease.
     pub slot: u32,
 }
 
@@ -111,7 +121,9 @@ impl From<LeaseGrant> for LeaseHolder {
 /// What one acquisition attempt asks for.
 #[derive(Debug, Clone)]
 pub struct AcquireRequest {
+    /// Who asks, as others will see it.
     pub owner: String,
+    /// How long the lease lasts unless refreshed.
     pub ttl: Duration,
     /// The caller's own token; `None` makes the store pick a random one.
     pub token: Option<LeaseToken>,
@@ -136,7 +148,10 @@ pub enum LeaseKind {
     /// One holder at a time (slot 0).
     Exclusive,
     /// At most `slots` holders at a time (slots `0..slots`). `slots` matters only to acquiring.
-    Semaphore { slots: u32 },
+    Semaphore {
+        /// How many may hold it at once.
+        slots: u32,
+    },
 }
 
 impl LeaseKind {
@@ -148,6 +163,7 @@ impl LeaseKind {
         }
     }
 
+    /// Whether it is a semaphore.
     pub fn is_semaphore(self) -> bool {
         matches!(self, LeaseKind::Semaphore { .. })
     }
@@ -156,12 +172,20 @@ impl LeaseKind {
 /// Why a store could not answer. A lease the backend could not confirm is never reported held.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseStoreError {
+    /// Not reached, not answering in time, or locked: try again.
     #[error("the lease store is unavailable: {0}")]
     Unavailable(String),
+    /// The backend answered with an error.
     #[error("the lease store failed: {0}")]
     Backend(String),
+    /// The backend URL is wrong.
     #[error("lease backend {url:?} cannot be used: {message}")]
-    BadBackend { url: String, message: String },
+    BadBackend {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// A store of named leases and semaphores. Object safe: the gateway holds an
@@ -276,6 +300,7 @@ impl Default for MemoryLeaseStore {
 }
 
 impl MemoryLeaseStore {
+    /// An empty store.
     pub fn new() -> MemoryLeaseStore {
         MemoryLeaseStore::default()
     }

@@ -19,8 +19,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use super::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
-use super::store::{
+use crate::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
 };
 
@@ -73,6 +73,7 @@ impl SqliteLeaseStore {
         })
     }
 
+    /// [`SqliteLeaseStore::open`] on a blocking thread.
     pub async fn open_async(
         path: PathBuf,
         busy_timeout: Duration,
@@ -82,6 +83,7 @@ impl SqliteLeaseStore {
             .map_err(|error| LeaseStoreError::Backend(format!("SQLite task failed: {error}")))?
     }
 
+    /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -103,12 +105,12 @@ impl SqliteLeaseStore {
 }
 
 /// The highest slot a kind's rows use in a query (`slot BETWEEN 0 AND max`).
-pub(super) fn max_slot(kind: LeaseKind) -> i64 {
+pub(crate) fn max_slot(kind: LeaseKind) -> i64 {
     if kind.is_semaphore() { i64::MAX } else { 0 }
 }
 
 /// The row that keeps the name's fence counter.
-pub(super) fn counter_slot(kind: LeaseKind) -> i64 {
+pub(crate) fn counter_slot(kind: LeaseKind) -> i64 {
     if kind.is_semaphore() {
         SEMAPHORE_COUNTER_SLOT
     } else {

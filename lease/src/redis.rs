@@ -27,8 +27,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Script};
 use serde::Deserialize;
 
-use super::plan::duration_to_millis;
-use super::store::{
+use crate::plan::duration_to_millis;
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
     LeaseToken,
 };

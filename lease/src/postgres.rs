@@ -17,9 +17,9 @@ use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls, Row};
 use tracing::warn;
 
-use super::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
-use super::sqlite::{counter_slot, max_slot};
-use super::store::{
+use crate::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
+use crate::sqlite::{counter_slot, max_slot};
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
 };
 
