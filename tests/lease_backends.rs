@@ -6,7 +6,33 @@ mod common;
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value as Json, json};
-use station_gateway::lease::LeaseToken;
+use station_gateway::lease::{BackendUrl, LeaseKind, LeaseStoreError, LeaseToken};
+
+fn postgres_url() -> String {
+    std::env::var("LEASE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn redis_url() -> String {
+    std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Fails the test when the shared backend at `url` cannot be reached, saying how to get one.
+async fn ensure_reachable(service: &str, variable: &str, url: &str) {
+    let reached = async {
+        let store = BackendUrl::parse(url)?.open().await?;
+        store.holders(LeaseKind::Exclusive, "test:probe").await?;
+        Ok::<_, LeaseStoreError>(())
+    }
+    .await;
+    if let Err(error) = reached {
+        panic!(
+            "{service} cannot be reached at {url}: {error}. The {service} lease tests need a \
+             {service} server: set {variable} to the URL of a reachable one, or run \
+             `bash tests/run-all.sh`, which starts a private {service} when none is reachable."
+        );
+    }
+}
 
 /// A fresh SQLite file in the temp directory.
 fn sqlite_path() -> std::path::PathBuf {
@@ -40,15 +66,41 @@ async fn call(
 
 #[tokio::test]
 async fn the_control_lease_survives_a_gateway_restart_on_sqlite() -> Result<()> {
-    use reqwest::Method;
     let path = sqlite_path();
-    let backend = format!("sqlite:{}", path.display());
+    let survived =
+        the_control_lease_survives_a_gateway_restart(&format!("sqlite:{}", path.display())).await;
+    let _ = std::fs::remove_file(&path);
+    survived
+}
+
+#[tokio::test]
+async fn the_control_lease_survives_a_gateway_restart_on_postgres() -> Result<()> {
+    let url = postgres_url();
+    ensure_reachable("PostgreSQL", "LEASE_TEST_POSTGRES_URL", &url).await;
+    the_control_lease_survives_a_gateway_restart(&url).await
+}
+
+#[tokio::test]
+async fn the_control_lease_survives_a_gateway_restart_on_redis() -> Result<()> {
+    let url = redis_url();
+    ensure_reachable("Redis", "LEASE_TEST_REDIS_URL", &url).await;
+    the_control_lease_survives_a_gateway_restart(&url).await
+}
+
+/// A lease taken through one gateway on `backend` is held, with the same id and fence, by the
+/// next gateway on it. The lease has a name of its own, so runs never meet on a shared backend.
+async fn the_control_lease_survives_a_gateway_restart(backend: &str) -> Result<()> {
+    use reqwest::Method;
+    let name = format!("control:test-{}", &LeaseToken::random().as_str()[..12]);
     let sim = station_simulator::Simulator::start(
         station_simulator::Profile::default_station(),
         "127.0.0.1:0".parse()?,
     )
     .await?;
-    let config = common::config_for(&sim, |config| config.lease.backend = backend.clone());
+    let config = common::config_for(&sim, |config| {
+        config.lease.backend = backend.to_owned();
+        config.lease.name = name.clone();
+    });
     let http = reqwest::Client::new();
 
     let first = common::start_gateway(config.clone()).await;
@@ -100,8 +152,17 @@ async fn the_control_lease_survives_a_gateway_restart_on_sqlite() -> Result<()> 
     )
     .await?;
     ensure!(status == 409, "someone else got {status}");
+    // Released through the second gateway, it is free on the backend too.
+    let (status, released) = call(
+        &http,
+        Method::DELETE,
+        &api(&second, &format!("lease/{id}")),
+        &[],
+        None,
+    )
+    .await?;
+    ensure!(status == 200, "{status} {released}");
     second.stop().await;
-    let _ = std::fs::remove_file(&path);
     Ok(())
 }
 

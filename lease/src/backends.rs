@@ -2,7 +2,6 @@
 //! (or `postgresql://`), `redis://...`. [`LeaseBackends`] opens each URL once and hands out the
 //! same store for it afterwards, so a call can name another backend than the configured one.
 
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;

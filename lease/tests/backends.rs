@@ -3,10 +3,13 @@
 //! waits and owner-token re-acquire; then faults (Redis unreachable or paused, SQLite locked)
 //! (the gateway's own lease tests are in the gateway's `tests/lease_backends.rs`).
 //!
-//! Postgres and Redis are the machine's own (`LEASE_TEST_POSTGRES_URL`, `LEASE_TEST_REDIS_URL`
-//! override them). Unreachable: under CI (`CI` set) the test fails; elsewhere it prints a loud
-//! `SKIPPED:` line and passes. Every test uses names with a random suffix, so parallel tests
-//! and reruns never meet in the shared table or keys.
+//! Postgres and Redis are the machine's own, or those named by `LEASE_TEST_POSTGRES_URL` and
+//! `LEASE_TEST_REDIS_URL`. A service that cannot be reached fails its tests, naming the service,
+//! the URL tried, the error and the fix: set the variable, or run `bash tests/run-all.sh`,
+//! which starts private ones when they are missing. Nothing is skipped. The Redis fault tests
+//! start their own `redis-server` on a unix socket in a private directory (so no other process
+//! can take its address between a stop and a restart). Every test uses names with a random
+//! suffix, so parallel tests and reruns never meet in the shared table or keys.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,8 +46,9 @@ fn sqlite_path() -> std::path::PathBuf {
     ))
 }
 
-/// Opens `url`; `None` (after a loud line) when the service is not there and this is not CI.
-async fn open_shared(what: &str, url: &str) -> Option<Arc<dyn LeaseStore>> {
+/// Opens `url` and asks it once; a service that cannot be reached fails the test, saying how to
+/// get one.
+async fn open_shared(service: &str, variable: &str, url: &str) -> Arc<dyn LeaseStore> {
     let opened = async {
         let store = BackendUrl::parse(url)?.open().await?;
         store.holders(LeaseKind::Exclusive, "test:probe").await?;
@@ -52,42 +56,34 @@ async fn open_shared(what: &str, url: &str) -> Option<Arc<dyn LeaseStore>> {
     }
     .await;
     match opened {
-        Ok(store) => Some(store),
-        Err(error) if std::env::var_os("CI").is_some() => {
-            panic!(
-                "CI runs the {what} lease suite for real, but {what} is not reachable at {url}: {error}"
-            )
-        }
-        Err(error) => {
-            eprintln!(
-                "\n*** SKIPPED: {what} not reachable at {url} ({error}); the {what} lease suite did not run ***\n"
-            );
-            None
-        }
+        Ok(store) => store,
+        Err(error) => panic!(
+            "{service} cannot be reached at {url}: {error}. The {service} lease tests need a \
+             {service} server: set {variable} to the URL of a reachable one, or run \
+             `bash tests/run-all.sh`, which starts a private {service} when none is reachable."
+        ),
     }
 }
 
-async fn open_memory() -> Option<Arc<dyn LeaseStore>> {
-    Some(Arc::new(MemoryLeaseStore::new()))
+async fn open_memory() -> Arc<dyn LeaseStore> {
+    Arc::new(MemoryLeaseStore::new())
 }
 
-async fn open_sqlite() -> Option<Arc<dyn LeaseStore>> {
+async fn open_sqlite() -> Arc<dyn LeaseStore> {
     let url = format!("sqlite:{}", sqlite_path().display());
-    Some(
-        BackendUrl::parse(&url)
-            .unwrap()
-            .open()
-            .await
-            .expect("SQLite opens a temp file"),
-    )
+    BackendUrl::parse(&url)
+        .expect("an SQLite URL parses")
+        .open()
+        .await
+        .expect("SQLite opens a temp file")
 }
 
-async fn open_postgres() -> Option<Arc<dyn LeaseStore>> {
-    open_shared("Postgres", &postgres_url()).await
+async fn open_postgres() -> Arc<dyn LeaseStore> {
+    open_shared("PostgreSQL", "LEASE_TEST_POSTGRES_URL", &postgres_url()).await
 }
 
-async fn open_redis() -> Option<Arc<dyn LeaseStore>> {
-    open_shared("Redis", &redis_url()).await
+async fn open_redis() -> Arc<dyn LeaseStore> {
+    open_shared("Redis", "LEASE_TEST_REDIS_URL", &redis_url()).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,7 +395,7 @@ async fn a_guard_acquires_and_releases(store: Arc<dyn LeaseStore>) -> Result<()>
     Ok(())
 }
 
-/// One test per behaviour for a backend; a skipped backend passes after its loud line.
+/// One test per behaviour for a backend.
 macro_rules! behaviour_suite {
     ($backend:ident, $open:path) => {
         mod $backend {
@@ -410,9 +406,7 @@ macro_rules! behaviour_suite {
                 F: FnOnce(Arc<dyn LeaseStore>) -> Fut,
                 Fut: std::future::Future<Output = Result<()>>,
             {
-                if let Some(store) = $open().await {
-                    behaviour(store).await.unwrap();
-                }
+                behaviour($open().await).await.unwrap();
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -466,15 +460,31 @@ behaviour_suite!(redis, open_redis);
 // ---------------------------------------------------------------------------------------------
 // Faults.
 
-/// A port nothing listens on (bound, then let go).
-async fn closed_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap().port()
+/// A private directory in the temp directory, removed when dropped.
+struct PrivateDir(std::path::PathBuf);
+
+impl PrivateDir {
+    fn new(what: &str) -> PrivateDir {
+        let path = std::env::temp_dir().join(format!(
+            "station-lease-{what}-{}",
+            &LeaseToken::random().as_str()[..12]
+        ));
+        std::fs::create_dir(&path).expect("a private directory in the temp directory");
+        PrivateDir(path)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[tokio::test]
 async fn redis_unreachable_is_an_error_never_held() -> Result<()> {
-    let url = format!("redis://127.0.0.1:{}", closed_port().await);
+    // A unix socket nobody listens on: unreachable for certain, unlike a TCP port let go.
+    let dir = PrivateDir::new("no-redis");
+    let url = format!("redis+unix://{}", dir.0.join("redis.sock").display());
     let store: Arc<dyn LeaseStore> = Arc::new(RedisLeaseStore::new(&url)?);
     let lease = Lease::exclusive(store.clone(), unique("down"), LONG);
     ensure!(
@@ -498,80 +508,90 @@ async fn redis_unreachable_is_an_error_never_held() -> Result<()> {
     Ok(())
 }
 
-/// A private `redis-server` (no persistence) on a free port, killed when dropped.
+/// A private `redis-server` (no persistence, no TCP) on a unix socket in its own directory,
+/// killed when dropped. A restart listens on the same socket, which no other process can take.
 struct PrivateRedis {
-    child: std::process::Child,
-    port: u16,
+    child: tokio::process::Child,
+    socket: std::path::PathBuf,
 }
 
 impl PrivateRedis {
-    /// `None` when `redis-server` is not on PATH.
-    async fn start(port: Option<u16>) -> Option<PrivateRedis> {
-        let port = match port {
-            Some(port) => port,
-            None => closed_port().await,
-        };
-        let child = std::process::Command::new("redis-server")
+    /// Starts one on `socket` and waits (at most 10 s) for its "ready to accept connections".
+    async fn start(socket: &std::path::Path) -> PrivateRedis {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new("redis-server")
             .args([
                 "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
+                "0",
                 "--save",
                 "",
                 "--appendonly",
                 "no",
+                "--unixsocket",
             ])
-            .stdout(std::process::Stdio::null())
+            .arg(socket)
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
             .spawn()
-            .ok()?;
-        let server = PrivateRedis { child, port };
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Some(server);
+            .unwrap_or_else(|error| {
+                panic!(
+                    "redis-server cannot be started ({error}): the Redis fault tests run their \
+                     own private one; install it (apt-get install redis-server) or run \
+                     `bash tests/run-all.sh`"
+                )
+            });
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(line) = lines.next_line().await? {
+                if line
+                    .to_ascii_lowercase()
+                    .contains("ready to accept connections")
+                {
+                    return Ok(true);
+                }
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<bool, std::io::Error>(false)
+        })
+        .await;
+        assert!(
+            matches!(ready, Ok(Ok(true))),
+            "redis-server on {} did not say it was ready within 10 s: {ready:?}",
+            socket.display()
+        );
+        // Keep reading its log, so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        PrivateRedis {
+            child,
+            socket: socket.to_owned(),
         }
-        panic!("redis-server on port {port} did not start");
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis+unix://{}", self.socket.display())
     }
 
     fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("redis-server is running");
         let status = std::process::Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
+            .args([signal, &pid.to_string()])
             .status()
             .expect("kill runs");
         assert!(status.success(), "kill {signal} failed");
     }
 
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Kills it and waits until it has exited.
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
     }
 }
 
 #[tokio::test]
 async fn redis_paused_is_an_error_and_a_restart_without_data_keeps_fences_rising() -> Result<()> {
-    let Some(server) = PrivateRedis::start(None).await else {
-        eprintln!(
-            "\n*** SKIPPED: redis-server is not on PATH; the paused-Redis case did not run ***\n"
-        );
-        return Ok(());
-    };
+    let dir = PrivateDir::new("redis");
+    let socket = dir.0.join("redis.sock");
+    let server = PrivateRedis::start(&socket).await;
     let store: Arc<dyn LeaseStore> = Arc::new(RedisLeaseStore::new(&server.url())?);
     let name = unique("restart");
     let mut last = 0;
@@ -590,27 +610,32 @@ async fn redis_paused_is_an_error_and_a_restart_without_data_keeps_fences_rising
     ensure!(answer.is_err(), "acquired on a paused Redis: {answer:?}");
     ensure!(paused.fence().is_none());
     ensure!(started.elapsed() < Duration::from_secs(5));
-    // Restarted without its data: the fence counter is gone, yet the next fence is higher.
-    let port = server.port;
-    server.stop();
-    let server = PrivateRedis::start(Some(port)).await.context("restart")?;
+    // Restarted without its data, on the same socket: the fence counter is gone, yet the next
+    // fence is higher.
+    server.stop().await;
+    let server = PrivateRedis::start(&socket).await;
     let lease = Lease::exclusive(store.clone(), name.clone(), LONG);
-    let mut acquired = false;
-    for _ in 0..20 {
-        // The first calls may meet the broken connection; the store reconnects by itself.
-        if let Ok(true) = lease.acquire(false, None).await {
-            acquired = true;
+    // The first call may meet the connection the restart broke; the store then drops it, and
+    // the next call connects anew.
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let answer = lease.acquire(false, None).await;
+        let acquired = matches!(answer, Ok(true));
+        answers.push(answer);
+        if acquired {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    ensure!(acquired, "not acquired after the restart");
+    ensure!(
+        matches!(answers.last(), Some(Ok(true))),
+        "not acquired after the restart: {answers:?}"
+    );
     let fence = lease.fence().context("no fence")?;
     ensure!(
         fence > last,
         "fence went from {last} to {fence} across a Redis restart"
     );
-    server.stop();
+    server.stop().await;
     Ok(())
 }
 

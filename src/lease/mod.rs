@@ -19,19 +19,18 @@
 
 pub mod control;
 
-pub use station_lease::{backends, engine, store};
 pub use station_lease::{
     AcquireRequest, Acquisition, BackendUrl, Lease, LeaseBackends, LeaseGrant, LeaseGuard,
     LeaseGuardError, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
     MemoryLeaseStore, PostgresLeaseStore, RedisLeaseStore, SqliteLeaseStore,
 };
+pub use station_lease::{backends, engine, store};
 
 pub use control::{Admitted, ControlLease, LeaseAnswer};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-
 
 /// The lease as anyone may see it (never the lease id): `GET lease` and the `lease` event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
