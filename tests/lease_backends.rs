@@ -305,3 +305,33 @@ async fn named_leases_and_semaphores_over_http() -> Result<()> {
     ensure!(status == 400, "DELETE without a token: {status}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_semaphores_slots_are_fixed_while_it_has_holders_over_http() -> Result<()> {
+    use reqwest::Method;
+    let rig = common::rig(|_| {}).await;
+    let http = reqwest::Client::new();
+    let base = rig.gateway.base_url();
+    let one_slot = format!("{base}/v1/semaphores/oven?slots=1");
+    let body = json!({ "ttlMs": 5000, "owner": "first" });
+    let (status, held) = call(&http, Method::POST, &one_slot, &[], Some(body)).await?;
+    ensure!(status == 200, "{status} {held}");
+    let many = format!("{base}/v1/semaphores/oven?slots=1000");
+    let body = json!({ "ttlMs": 5000, "owner": "greedy" });
+    let (status, refused) = call(&http, Method::POST, &many, &[], Some(body)).await?;
+    ensure!(
+        status == 409,
+        "slots=1000 on a held one-slot semaphore: {status} {refused}"
+    );
+    let message = refused["error"].as_str().unwrap_or("");
+    ensure!(
+        message.contains("has 1 slots") && message.contains("slots=1"),
+        "{refused}"
+    );
+    let (status, view) = call(&http, Method::GET, &one_slot, &[], None).await?;
+    ensure!(
+        status == 200 && view["holders"].as_array().map(Vec::len) == Some(1),
+        "{view}"
+    );
+    Ok(())
+}

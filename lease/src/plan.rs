@@ -8,7 +8,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseToken};
+use crate::store::{
+    AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStoreError, LeaseToken,
+};
 
 /// One row of `sm_lease` (or its in-memory twin): one slot of one name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +24,9 @@ pub(crate) struct SlotRow {
     pub expires_at: i64,
     pub ttl_ms: i64,
     pub since: i64,
+    /// For a semaphore: the slots it was taken with (0: unknown, a row from before this was
+    /// kept). Every live holder's is the same: the capacity in force.
+    pub capacity: i64,
 }
 
 impl SlotRow {
@@ -57,16 +62,32 @@ pub(crate) enum AcquirePlan {
     Take(SlotRow),
     /// Nobody's row changes.
     Refuse(LeaseHolder),
+    /// A semaphore asked for with other slots than its live holders took it with: nobody's row
+    /// changes.
+    CapacityConflict {
+        /// The holders' capacity.
+        in_force: i64,
+    },
 }
 
 impl AcquirePlan {
     /// The answer once the plan is written.
-    pub(crate) fn outcome(&self, now: i64) -> Acquisition {
-        match self {
+    pub(crate) fn outcome(
+        &self,
+        kind: LeaseKind,
+        now: i64,
+    ) -> Result<Acquisition, LeaseStoreError> {
+        Ok(match self {
             AcquirePlan::Renew(row) => Acquisition::Renewed(row.grant(now)),
             AcquirePlan::Take(row) => Acquisition::Taken(row.grant(now)),
             AcquirePlan::Refuse(holder) => Acquisition::HeldByOther(holder.clone()),
-        }
+            AcquirePlan::CapacityConflict { in_force } => {
+                return Err(LeaseStoreError::CapacityConflict {
+                    in_force: u32::try_from(*in_force).unwrap_or(u32::MAX),
+                    asked: kind.slots(),
+                });
+            }
+        })
     }
 }
 
@@ -87,6 +108,16 @@ pub(crate) fn plan_acquire(
 ) -> AcquirePlan {
     let ttl_ms = duration_to_millis(request.ttl);
     let live: Vec<&SlotRow> = rows.iter().filter(|row| row.is_live(now)).collect();
+    let slots = i64::from(kind.slots());
+    if kind.is_semaphore() {
+        let in_force = live
+            .iter()
+            .map(|row| row.capacity)
+            .find(|capacity| *capacity > 0 && *capacity != slots);
+        if let Some(in_force) = in_force {
+            return AcquirePlan::CapacityConflict { in_force };
+        }
+    }
     if let Some(mine) = live.iter().find(|row| token.matches(&row.holder)) {
         return AcquirePlan::Renew(SlotRow {
             expires_at: now + ttl_ms,
@@ -94,7 +125,6 @@ pub(crate) fn plan_acquire(
             ..(*mine).clone()
         });
     }
-    let slots = i64::from(kind.slots());
     let soonest = || {
         live.iter()
             .min_by_key(|row| row.expires_at)
@@ -115,6 +145,7 @@ pub(crate) fn plan_acquire(
         expires_at: now + ttl_ms,
         ttl_ms,
         since: wall_now,
+        capacity: slots,
     })
 }
 
@@ -152,6 +183,7 @@ mod tests {
             expires_at,
             ttl_ms: 100,
             since: 0,
+            capacity: 0,
         }
     }
 
@@ -196,6 +228,26 @@ mod tests {
         let kind = LeaseKind::Semaphore { slots: 1 };
         let plan = plan_acquire(kind, &rows, 9, 1000, 0, &ask("D"), &token);
         assert!(matches!(plan, AcquirePlan::Refuse(_)));
+    }
+
+    #[test]
+    fn a_semaphores_capacity_is_its_live_holders_and_free_once_they_are_gone() {
+        let token = LeaseToken::from_text("d");
+        let holder = SlotRow {
+            capacity: 1,
+            ..row(0, "a", 1, 2000)
+        };
+        let many = LeaseKind::Semaphore { slots: 1000 };
+        let plan = plan_acquire(many, &[holder.clone()], 1, 1000, 0, &ask("D"), &token);
+        assert_eq!(plan, AcquirePlan::CapacityConflict { in_force: 1 });
+        let error = plan.outcome(many, 1000).unwrap_err().to_string();
+        assert!(
+            error.contains("has 1 slots") && error.contains("slots=1000"),
+            "{error}"
+        );
+        // Its holder gone (expired), the next one sets the capacity.
+        let plan = plan_acquire(many, &[holder], 1, 3000, 0, &ask("D"), &token);
+        assert!(matches!(plan, AcquirePlan::Take(ref r) if r.capacity == 1000));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //!   since), taken with `SET NX PX`; refresh and release compare the token first (Lua
 //!   compare-and-set).
 //! - A semaphore is the sorted set `sm:sem:{NAME}` (member: token, score: expiry in ms on Redis's
-//!   `TIME`) beside the hash `sm:sem:{NAME}:holders` (token → JSON); every script first drops
-//!   members whose score has passed.
+//!   `TIME`) beside the hash `sm:sem:{NAME}:holders` (token → JSON, with the `capacity` it was
+//!   taken with: asking with other slots while it has holders is refused); every script first
+//!   drops members whose score has passed.
 //! - The fence is `INCR <key>:fence`, with a **floor**: this process remembers the highest fence
 //!   it has seen per name and the acquire script sets the counter to at least floor + 1. So a
 //!   Redis restart without persistence (this machine's Redis keeps nothing on disk) cannot
@@ -130,6 +131,16 @@ return {cjson.encode(held)}
 /// KEYS: zset, holders, fence. ARGV: token, owner, ttl_ms, floor, slots.
 const SEMAPHORE_ACQUIRE: &str = r"
 local token, owner, ttl, slots = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[5])
+local everyone = redis.call('ZRANGE', KEYS[1], 0, -1)
+for _, member in ipairs(everyone) do
+  local found = redis.call('HGET', KEYS[2], member)
+  if found then
+    local capacity = cjson.decode(found).capacity
+    if capacity and capacity > 0 and capacity ~= slots then
+      return cjson.encode({outcome = 'conflict', in_force = capacity})
+    end
+  end
+end
 local mine = redis.call('HGET', KEYS[2], token)
 if mine and redis.call('ZSCORE', KEYS[1], token) then
   local held = cjson.decode(mine)
@@ -167,7 +178,7 @@ if not slot then
   soonest.token = nil
   return cjson.encode(soonest)
 end
-local held = {token = token, owner = owner, fence = next_fence(KEYS[3]), ttl = ttl, since = now, slot = slot}
+local held = {token = token, owner = owner, fence = next_fence(KEYS[3]), ttl = ttl, since = now, slot = slot, capacity = slots}
 redis.call('ZADD', KEYS[1], now + ttl, token)
 redis.call('HSET', KEYS[2], token, cjson.encode(held))
 keep_until_last()
@@ -214,6 +225,15 @@ for i = 1, #live, 2 do
 end
 return answer
 ";
+
+/// What an acquire script answered, before it is read as a holder.
+#[derive(Debug, Deserialize)]
+struct ScriptOutcome {
+    outcome: String,
+    /// With `conflict`: the semaphore's capacity in force.
+    #[serde(default)]
+    in_force: Option<f64>,
+}
 
 /// What every script answers about one holder (numbers as Lua sends them: doubles).
 #[derive(Debug, Deserialize)]
@@ -497,6 +517,16 @@ impl LeaseStore for RedisLeaseStore {
             let answer: String = self
                 .invoke(acquire, &keys.for_script(kind, true), &args)
                 .await?;
+            let outcome: ScriptOutcome = serde_json::from_str(&answer).map_err(|error| {
+                LeaseStoreError::Backend(format!("Redis script answered unreadable JSON: {error}"))
+            })?;
+            if outcome.outcome == "conflict" {
+                return Err(LeaseStoreError::CapacityConflict {
+                    in_force: u32::try_from(whole(outcome.in_force.unwrap_or(0.0)))
+                        .unwrap_or(u32::MAX),
+                    asked: kind.slots(),
+                });
+            }
             let holder = parse_holder(&answer)?;
             self.saw_fence(&keys.fence, whole(holder.fence));
             holder.acquisition()

@@ -169,7 +169,8 @@ impl LeaseKind {
     }
 }
 
-/// Why a store could not answer. A lease the backend could not confirm is never reported held.
+/// Why a store could not answer, or refused a request that contradicts what it holds. A lease
+/// the backend could not confirm is never reported held.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseStoreError {
     /// Not reached, not answering in time, or locked: try again.
@@ -178,6 +179,19 @@ pub enum LeaseStoreError {
     /// The backend answered with an error.
     #[error("the lease store failed: {0}")]
     Backend(String),
+    /// A semaphore asked for with another number of slots than the one in force: its first
+    /// holder fixes it for as long as anyone holds it, so that no caller can make room for
+    /// itself by asking for more.
+    #[error(
+        "the semaphore has {in_force} slots, fixed by its holders for as long as anyone holds it; \
+         slots={asked} was asked: ask with slots={in_force}, or wait until nobody holds it"
+    )]
+    CapacityConflict {
+        /// The number of slots its holders took it with.
+        in_force: u32,
+        /// The number asked for.
+        asked: u32,
+    },
     /// The backend URL is wrong.
     #[error("lease backend {url:?} cannot be used: {message}")]
     BadBackend {
@@ -313,7 +327,12 @@ impl MemoryLeaseStore {
         duration_to_millis(Instant::now().saturating_duration_since(self.epoch))
     }
 
-    fn try_acquire_now(&self, kind: LeaseKind, name: &str, request: AcquireRequest) -> Acquisition {
+    fn try_acquire_now(
+        &self,
+        kind: LeaseKind,
+        name: &str,
+        request: AcquireRequest,
+    ) -> Result<Acquisition, LeaseStoreError> {
         let now = self.now();
         let token = request.token.clone().unwrap_or_else(LeaseToken::random);
         let mut names = self.names();
@@ -336,9 +355,9 @@ impl MemoryLeaseStore {
                 state.rows.push(row.clone());
                 state.rows.sort_by_key(|row| row.slot);
             }
-            AcquirePlan::Refuse(_) => {}
+            AcquirePlan::Refuse(_) | AcquirePlan::CapacityConflict { .. } => {}
         }
-        plan.outcome(now)
+        plan.outcome(kind, now)
     }
 
     /// The live row `token` holds, for a change by `update`.
@@ -383,7 +402,7 @@ impl LeaseStore for MemoryLeaseStore {
         name: &'a str,
         request: AcquireRequest,
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
-        Box::pin(async move { Ok(self.try_acquire_now(kind, name, request)) })
+        Box::pin(async move { self.try_acquire_now(kind, name, request) })
     }
 
     fn refresh_kind<'a>(

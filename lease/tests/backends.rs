@@ -395,6 +395,55 @@ async fn a_guard_acquires_and_releases(store: Arc<dyn LeaseStore>) -> Result<()>
     Ok(())
 }
 
+async fn a_semaphores_capacity_is_fixed_while_it_has_holders(
+    store: Arc<dyn LeaseStore>,
+) -> Result<()> {
+    let name = unique("capacity");
+    let first = Lease::semaphore(store.clone(), name.clone(), 1, LONG).with_owner("one slot");
+    ensure!(first.acquire(false, None).await?);
+    // Asking for more slots does not make more: it is a clear error naming the capacity.
+    let greedy = Lease::semaphore(store.clone(), name.clone(), 1000, LONG).with_owner("greedy");
+    let conflict = |answer: &Result<bool, station_lease::LeaseStoreError>, in_force: u32| matches!(answer, Err(error) if error.to_string().contains(&format!("has {in_force} slots")));
+    let answer = greedy.acquire(false, None).await;
+    ensure!(
+        conflict(&answer, 1),
+        "slots=1000 on a semaphore of 1 slot held: {answer:?}"
+    );
+    ensure!(greedy.fence().is_none(), "believed held");
+    let held = store
+        .holders(LeaseKind::Semaphore { slots: 1 }, &name)
+        .await?;
+    ensure!(
+        held.len() == 1,
+        "{} holders of a one-slot semaphore",
+        held.len()
+    );
+    // A blocking acquire ends at once: waiting cannot change the answer while it is held.
+    let started = Instant::now();
+    let answer = greedy.acquire(true, Some(LONG)).await;
+    ensure!(conflict(&answer, 1), "{answer:?}");
+    ensure!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited on a conflict"
+    );
+    // The same capacity is refused as full, not as a conflict.
+    let same = Lease::semaphore(store.clone(), name.clone(), 1, LONG);
+    ensure!(!same.acquire(false, None).await?, "two holders of one slot");
+    // Once nobody holds it, the next holder sets the capacity anew.
+    ensure!(first.release().await?);
+    ensure!(
+        greedy.acquire(false, None).await?,
+        "a free semaphore refused"
+    );
+    let answer = first.acquire(false, None).await;
+    ensure!(
+        conflict(&answer, 1000),
+        "slots=1 while 1000 are in force: {answer:?}"
+    );
+    ensure!(greedy.release().await?);
+    Ok(())
+}
+
 /// One test per behaviour for a backend.
 macro_rules! behaviour_suite {
     ($backend:ident, $open:path) => {
@@ -442,6 +491,11 @@ macro_rules! behaviour_suite {
             #[tokio::test]
             async fn an_owner_token_reacquires_its_own_lease() {
                 run(super::an_owner_token_reacquires_its_own_lease).await;
+            }
+
+            #[tokio::test]
+            async fn a_semaphores_capacity_is_fixed_while_it_has_holders() {
+                run(super::a_semaphores_capacity_is_fixed_while_it_has_holders).await;
             }
 
             #[tokio::test]
