@@ -335,3 +335,39 @@ async fn a_semaphores_slots_are_fixed_while_it_has_holders_over_http() -> Result
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_client_chosen_token_only_gets_back_the_lease_it_holds_over_http() -> Result<()> {
+    use reqwest::Method;
+    let rig = common::rig(|_| {}).await;
+    let http = reqwest::Client::new();
+    let lease_url = format!("{}/v1/leases/dataset-7", rig.gateway.base_url());
+    let body = |owner: &str| Some(json!({ "ttlMs": 5000, "owner": owner }));
+    let weak = [("X-Lease-Token", "1")];
+    // A weak token with the POST of a free lease: taken, with a token of the server's own.
+    let (status, taken) = call(&http, Method::POST, &lease_url, &weak, body("A")).await?;
+    ensure!(status == 200, "{status} {taken}");
+    let token = taken["token"].as_str().context("no token")?.to_owned();
+    ensure!(
+        token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "the server kept the client's token: {taken}"
+    );
+    // A second client guessing X-Lease-Token: 1 gets nothing.
+    let (status, refused) = call(&http, Method::POST, &lease_url, &weak, body("B")).await?;
+    ensure!(
+        status == 409,
+        "a guessed token got the lease: {status} {refused}"
+    );
+    let (status, _) = call(&http, Method::PUT, &lease_url, &weak, None).await?;
+    ensure!(status == 404, "a guessed token renewed it: {status}");
+    let (status, _) = call(&http, Method::DELETE, &lease_url, &weak, None).await?;
+    ensure!(status == 404, "a guessed token released it: {status}");
+    // The retry with the token the server gave gets the lease back, same fence.
+    let mine = [("X-Lease-Token", token.as_str())];
+    let (status, again) = call(&http, Method::POST, &lease_url, &mine, body("A")).await?;
+    ensure!(
+        status == 200 && again["fence"] == taken["fence"] && again["token"] == token.as_str(),
+        "{status} {again}"
+    );
+    Ok(())
+}

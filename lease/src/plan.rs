@@ -104,7 +104,6 @@ pub(crate) fn plan_acquire(
     now: i64,
     wall_now: i64,
     request: &AcquireRequest,
-    token: &LeaseToken,
 ) -> AcquirePlan {
     let ttl_ms = duration_to_millis(request.ttl);
     let live: Vec<&SlotRow> = rows.iter().filter(|row| row.is_live(now)).collect();
@@ -118,7 +117,7 @@ pub(crate) fn plan_acquire(
             return AcquirePlan::CapacityConflict { in_force };
         }
     }
-    if let Some(mine) = live.iter().find(|row| token.matches(&row.holder)) {
+    if let Some(mine) = live.iter().find(|row| request.is_own(&row.holder)) {
         return AcquirePlan::Renew(SlotRow {
             expires_at: now + ttl_ms,
             ttl_ms,
@@ -139,7 +138,7 @@ pub(crate) fn plan_acquire(
     };
     AcquirePlan::Take(SlotRow {
         slot,
-        holder: token.as_str().to_owned(),
+        holder: request.fresh_token().as_str().to_owned(),
         owner: request.owner.clone(),
         fence: last_fence.max(0) + 1,
         expires_at: now + ttl_ms,
@@ -167,11 +166,7 @@ mod tests {
     use super::*;
 
     fn ask(owner: &str) -> AcquireRequest {
-        AcquireRequest {
-            owner: owner.into(),
-            ttl: Duration::from_millis(100),
-            token: None,
-        }
+        AcquireRequest::new(owner, Duration::from_millis(100))
     }
 
     fn row(slot: i64, holder: &str, fence: i64, expires_at: i64) -> SlotRow {
@@ -189,7 +184,6 @@ mod tests {
 
     #[test]
     fn a_free_or_expired_slot_is_taken_with_the_next_fence() {
-        let token = LeaseToken::from_text("c");
         let plan = plan_acquire(
             LeaseKind::Exclusive,
             &[row(0, "a", 7, 1000)],
@@ -197,7 +191,6 @@ mod tests {
             1000,
             5,
             &ask("C"),
-            &token,
         );
         let AcquirePlan::Take(taken) = plan else {
             panic!("{plan:?}")
@@ -213,32 +206,30 @@ mod tests {
             row(1, "b", 2, 1500),
             row(2, "c", 3, 10),
         ];
-        let token = LeaseToken::from_text("d");
-        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"), &token);
+        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"));
         assert!(matches!(plan, AcquirePlan::Take(ref r) if r.slot == 2 && r.fence == 4));
         let rows = [
             row(0, "a", 1, 2000),
             row(1, "b", 2, 1500),
             row(2, "c", 3, 1200),
         ];
-        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"), &token);
+        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"));
         assert!(matches!(plan, AcquirePlan::Refuse(ref h) if h.owner == "C" && h.slot == 2));
         // A holder in a slot beyond a smaller N still counts.
         let rows = [row(5, "z", 9, 2000)];
         let kind = LeaseKind::Semaphore { slots: 1 };
-        let plan = plan_acquire(kind, &rows, 9, 1000, 0, &ask("D"), &token);
+        let plan = plan_acquire(kind, &rows, 9, 1000, 0, &ask("D"));
         assert!(matches!(plan, AcquirePlan::Refuse(_)));
     }
 
     #[test]
     fn a_semaphores_capacity_is_its_live_holders_and_free_once_they_are_gone() {
-        let token = LeaseToken::from_text("d");
         let holder = SlotRow {
             capacity: 1,
             ..row(0, "a", 1, 2000)
         };
         let many = LeaseKind::Semaphore { slots: 1000 };
-        let plan = plan_acquire(many, &[holder.clone()], 1, 1000, 0, &ask("D"), &token);
+        let plan = plan_acquire(many, &[holder.clone()], 1, 1000, 0, &ask("D"));
         assert_eq!(plan, AcquirePlan::CapacityConflict { in_force: 1 });
         let error = plan.outcome(many, 1000).unwrap_err().to_string();
         assert!(
@@ -246,18 +237,33 @@ mod tests {
             "{error}"
         );
         // Its holder gone (expired), the next one sets the capacity.
-        let plan = plan_acquire(many, &[holder], 1, 3000, 0, &ask("D"), &token);
+        let plan = plan_acquire(many, &[holder], 1, 3000, 0, &ask("D"));
         assert!(matches!(plan, AcquirePlan::Take(ref r) if r.capacity == 1000));
     }
 
     #[test]
     fn the_callers_own_live_token_renews_its_slot() {
         let rows = [row(0, "a", 1, 2000), row(1, "b", 2, 1500)];
-        let token = LeaseToken::from_text("b");
         let kind = LeaseKind::Semaphore { slots: 2 };
-        let plan = plan_acquire(kind, &rows, 2, 1000, 0, &ask("B"), &token);
+        let retry = ask("B").with_retry_token(LeaseToken::from_text("b"));
+        let plan = plan_acquire(kind, &rows, 2, 1000, 0, &retry);
         assert!(
             matches!(plan, AcquirePlan::Renew(ref r) if r.slot == 1 && r.fence == 2 && r.expires_at == 1100)
         );
+    }
+
+    #[test]
+    fn a_retry_token_that_holds_nothing_takes_with_a_fresh_random_token() {
+        let kind = LeaseKind::Exclusive;
+        let chosen = ask("D").with_retry_token(LeaseToken::from_text("1"));
+        let plan = plan_acquire(kind, &[row(0, "a", 1, 10)], 1, 1000, 0, &chosen);
+        let AcquirePlan::Take(taken) = plan else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(taken.holder, chosen.fresh_token().as_str());
+        assert_ne!(taken.holder, "1");
+        // Every attempt of one request is one caller: its own fresh token renews.
+        let plan = plan_acquire(kind, &[taken], 2, 1000, 0, &chosen);
+        assert!(matches!(plan, AcquirePlan::Renew(_)));
     }
 }

@@ -155,7 +155,6 @@ async fn acquire_in(
     kind: LeaseKind,
     name: &str,
     request: &AcquireRequest,
-    token: &LeaseToken,
 ) -> Result<Result<Acquisition, LeaseStoreError>, tokio_postgres::Error> {
     let transaction = client.transaction().await?;
     transaction
@@ -183,7 +182,7 @@ async fn acquire_in(
         .iter()
         .map(read_row)
         .collect::<Result<Vec<SlotRow>, _>>()?;
-    let plan = plan_acquire(kind, &rows, last_fence, now, now, request, token);
+    let plan = plan_acquire(kind, &rows, last_fence, now, now, request);
     if let AcquirePlan::Renew(row) | AcquirePlan::Take(row) = &plan {
         transaction
             .execute(
@@ -305,11 +304,10 @@ impl LeaseStore for PostgresLeaseStore {
         name: &'a str,
         request: AcquireRequest,
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
-        let token = request.token.clone().unwrap_or_else(LeaseToken::random);
         let name = name.to_owned();
         Box::pin(async move {
             self.run(move |client| {
-                Box::pin(async move { acquire_in(client, kind, &name, &request, &token).await })
+                Box::pin(async move { acquire_in(client, kind, &name, &request).await })
             })
             .await?
         })

@@ -67,15 +67,17 @@ local function next_fence(fence_key)
 end
 ";
 
-/// KEYS: lease, fence. ARGV: token, owner, ttl_ms, floor.
+/// KEYS: lease, fence. ARGV: fresh token, owner, ttl_ms, floor, slots (unused), retry token or
+/// ''. The fresh token (128 random bits) is the one a lease taken anew gets; either renews the
+/// lease it holds.
 const LEASE_ACQUIRE: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local token, owner, ttl, retry = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6]
 local current = redis.call('GET', KEYS[1])
 if current then
   local held = cjson.decode(current)
-  if held.token == token then
+  if held.token == token or (retry ~= '' and held.token == retry) then
     held.ttl = ttl
     redis.call('SET', KEYS[1], cjson.encode(held), 'PX', ttl)
     held.outcome = 'renewed'
@@ -128,9 +130,11 @@ held.expires_in = redis.call('PTTL', KEYS[1])
 return {cjson.encode(held)}
 ";
 
-/// KEYS: zset, holders, fence. ARGV: token, owner, ttl_ms, floor, slots.
+/// KEYS: zset, holders, fence. ARGV: fresh token, owner, ttl_ms, floor, slots, retry token or
+/// '' (as for a lease).
 const SEMAPHORE_ACQUIRE: &str = r"
 local token, owner, ttl, slots = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[5])
+local retry = ARGV[6]
 local everyone = redis.call('ZRANGE', KEYS[1], 0, -1)
 for _, member in ipairs(everyone) do
   local found = redis.call('HGET', KEYS[2], member)
@@ -141,12 +145,14 @@ for _, member in ipairs(everyone) do
     end
   end
 end
-local mine = redis.call('HGET', KEYS[2], token)
-if mine and redis.call('ZSCORE', KEYS[1], token) then
+local own = token
+if retry ~= '' and redis.call('ZSCORE', KEYS[1], retry) then own = retry end
+local mine = redis.call('HGET', KEYS[2], own)
+if mine and redis.call('ZSCORE', KEYS[1], own) then
   local held = cjson.decode(mine)
   held.ttl = ttl
-  redis.call('ZADD', KEYS[1], now + ttl, token)
-  redis.call('HSET', KEYS[2], token, cjson.encode(held))
+  redis.call('ZADD', KEYS[1], now + ttl, own)
+  redis.call('HSET', KEYS[2], own, cjson.encode(held))
   keep_until_last()
   held.outcome = 'renewed'
   held.expires_in = ttl
@@ -505,13 +511,18 @@ impl LeaseStore for RedisLeaseStore {
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
         Box::pin(async move {
             let keys = Keys::of(kind, name);
-            let token = request.token.unwrap_or_else(LeaseToken::random);
+            let retry = request
+                .retry_token
+                .as_ref()
+                .map(|token| token.as_str().to_owned())
+                .unwrap_or_default();
             let args = [
-                token.as_str().to_owned(),
+                request.fresh_token().as_str().to_owned(),
                 request.owner,
                 duration_to_millis(request.ttl).max(1).to_string(),
                 self.floor(&keys.fence).to_string(),
                 kind.slots().to_string(),
+                retry,
             ];
             let [acquire, ..] = self.scripts_of(kind);
             let answer: String = self

@@ -153,7 +153,6 @@ fn acquire_in(
     kind: LeaseKind,
     name: &str,
     request: &AcquireRequest,
-    token: &LeaseToken,
 ) -> rusqlite::Result<Result<Acquisition, LeaseStoreError>> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now: i64 = transaction.query_row(NOW, [], |row| row.get(0))?;
@@ -174,7 +173,7 @@ fn acquire_in(
             .query_map(params![name, max_slot(kind)], read_row)?
             .collect::<rusqlite::Result<Vec<SlotRow>>>()?
     };
-    let plan = plan_acquire(kind, &rows, last_fence, now, now, request, token);
+    let plan = plan_acquire(kind, &rows, last_fence, now, now, request);
     if let AcquirePlan::Renew(row) | AcquirePlan::Take(row) = &plan {
         transaction.execute(
             "INSERT INTO sm_lease
@@ -289,11 +288,8 @@ impl LeaseStore for SqliteLeaseStore {
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
         let name = name.to_owned();
         Box::pin(async move {
-            self.run(move |connection| {
-                let token = request.token.clone().unwrap_or_else(LeaseToken::random);
-                acquire_in(connection, kind, &name, &request, &token)
-            })
-            .await?
+            self.run(move |connection| acquire_in(connection, kind, &name, &request))
+                .await?
         })
     }
 

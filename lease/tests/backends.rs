@@ -285,7 +285,7 @@ async fn a_wrong_token_is_refused(store: Arc<dyn LeaseStore>) -> Result<()> {
         ensure!(!store.release_kind(kind, &name, &stranger).await?);
         let held = store.holders(kind, &name).await?;
         ensure!(
-            held.len() == 1 && held[0].token == *holder.token(),
+            held.len() == 1 && held[0].token == holder.token(),
             "{kind:?}: holder lost"
         );
         ensure!(holder.release().await?);
@@ -331,7 +331,6 @@ async fn a_blocking_wait_returns_within_wait_plus_one_backoff(
 async fn an_owner_token_reacquires_its_own_lease(store: Arc<dyn LeaseStore>) -> Result<()> {
     for kind in [LeaseKind::Exclusive, LeaseKind::Semaphore { slots: 1 }] {
         let name = unique("owner");
-        let mine = LeaseToken::from_text(format!("job-{}", LeaseToken::random().as_str()));
         let make = |token: Option<LeaseToken>| {
             let lease = match kind {
                 LeaseKind::Exclusive => Lease::exclusive(store.clone(), name.clone(), LONG),
@@ -344,11 +343,11 @@ async fn an_owner_token_reacquires_its_own_lease(store: Arc<dyn LeaseStore>) -> 
                 None => lease.with_owner("someone else"),
             }
         };
-        let first = make(Some(mine.clone()));
+        let first = make(None).with_owner("importer");
         ensure!(first.acquire(false, None).await?);
         let fence = first.fence().context("no fence")?;
-        // The same job, retried in a new process: the same token gets its own lease back.
-        let retry = make(Some(mine.clone()));
+        // The same job, retried in a new process with the token it kept: its own lease back.
+        let retry = make(Some(first.token()));
         ensure!(
             retry.acquire(false, None).await?,
             "{kind:?}: the retry was refused"
@@ -444,6 +443,62 @@ async fn a_semaphores_capacity_is_fixed_while_it_has_holders(
     Ok(())
 }
 
+async fn a_chosen_token_only_gets_back_the_lease_it_holds(
+    store: Arc<dyn LeaseStore>,
+) -> Result<()> {
+    for kind in [LeaseKind::Exclusive, LeaseKind::Semaphore { slots: 1 }] {
+        let name = unique("chosen");
+        let make = |owner: &str| {
+            match kind {
+                LeaseKind::Exclusive => Lease::exclusive(store.clone(), name.clone(), LONG),
+                LeaseKind::Semaphore { slots } => {
+                    Lease::semaphore(store.clone(), name.clone(), slots, LONG)
+                }
+            }
+            .with_owner(owner)
+        };
+        // A weak token on a free name: the lease is taken, with a token of the store's own.
+        let first = make("first").with_owner_token(LeaseToken::from_text("1"));
+        ensure!(first.acquire(false, None).await?, "{kind:?}: not taken");
+        let grant = first.grant().context("no grant")?;
+        ensure!(
+            grant.token != LeaseToken::from_text("1"),
+            "{kind:?}: the lease was given the client's token \"1\""
+        );
+        ensure!(
+            grant.token.as_str().len() == 32
+                && grant.token.as_str().bytes().all(|b| b.is_ascii_hexdigit()),
+            "{kind:?}: the token is not 128 random bits in hex"
+        );
+        // A second client guessing "1" gets nothing: not the lease, no refresh, no release.
+        let guesser = make("guesser").with_owner_token(LeaseToken::from_text("1"));
+        ensure!(
+            !guesser.acquire(false, None).await?,
+            "{kind:?}: a guessed token got the lease"
+        );
+        let guessed = LeaseToken::from_text("1");
+        ensure!(
+            store
+                .refresh_kind(kind, &name, &guessed, None)
+                .await?
+                .is_none()
+        );
+        ensure!(!store.release_kind(kind, &name, &guessed).await?);
+        // The token the store gave gets its own lease back, same fence.
+        let retry = make("first").with_owner_token(grant.token.clone());
+        ensure!(
+            retry.acquire(false, None).await?,
+            "{kind:?}: the retry was refused"
+        );
+        ensure!(
+            retry.fence() == Some(grant.fence),
+            "{kind:?}: the retry got a new fence"
+        );
+        ensure!(retry.release().await?);
+    }
+    Ok(())
+}
+
 /// One test per behaviour for a backend.
 macro_rules! behaviour_suite {
     ($backend:ident, $open:path) => {
@@ -496,6 +551,11 @@ macro_rules! behaviour_suite {
             #[tokio::test]
             async fn a_semaphores_capacity_is_fixed_while_it_has_holders() {
                 run(super::a_semaphores_capacity_is_fixed_while_it_has_holders).await;
+            }
+
+            #[tokio::test]
+            async fn a_chosen_token_only_gets_back_the_lease_it_holds() {
+                run(super::a_chosen_token_only_gets_back_the_lease_it_holds).await;
             }
 
             #[tokio::test]

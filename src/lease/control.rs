@@ -317,11 +317,7 @@ impl ControlLease {
             let _transition = self.transitions.lock().await;
             self.settle_expiry().await;
             if let Some(token) = presented.and_then(|p| self.live_token(p)) {
-                let request = AcquireRequest {
-                    owner,
-                    ttl,
-                    token: Some(token),
-                };
+                let request = AcquireRequest::new(owner, ttl).with_retry_token(token);
                 return match self.try_take(request).await? {
                     Ok(answer) => Ok(answer),
                     Err(holder) => Err(LeaseError::HeldByOther {
@@ -336,11 +332,7 @@ impl ControlLease {
                 line.waiting.is_empty()
             };
             if nobody_waiting {
-                let request = AcquireRequest {
-                    owner: owner.clone(),
-                    ttl,
-                    token: None,
-                };
+                let request = AcquireRequest::new(owner.clone(), ttl);
                 match self.try_take(request).await? {
                     Ok(answer) => return Ok(answer),
                     Err(holder) if wait.is_zero() => {
@@ -608,11 +600,7 @@ impl ControlLease {
             if waiter.reply.is_closed() {
                 continue;
             }
-            let request = AcquireRequest {
-                owner: waiter.owner.clone(),
-                ttl: waiter.ttl,
-                token: None,
-            };
+            let request = AcquireRequest::new(waiter.owner.clone(), waiter.ttl);
             match self.try_take(request).await {
                 Ok(Ok(answer)) => match waiter.reply.send(answer) {
                     Ok(()) => return,
