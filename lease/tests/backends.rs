@@ -754,6 +754,41 @@ async fn redis_paused_is_an_error_and_a_restart_without_data_keeps_fences_rising
 }
 
 #[tokio::test]
+async fn an_sqlite_file_from_before_semaphore_capacities_is_completed_and_keeps_its_fences()
+-> Result<()> {
+    let path = sqlite_path();
+    let older = rusqlite::Connection::open(&path)?;
+    older.execute_batch(
+        "CREATE TABLE sm_lease (
+            name TEXT NOT NULL, slot INTEGER NOT NULL, holder TEXT NOT NULL DEFAULT '',
+            owner TEXT NOT NULL DEFAULT '', fence INTEGER NOT NULL DEFAULT 0,
+            expires_at INTEGER NOT NULL DEFAULT 0, ttl_ms INTEGER NOT NULL DEFAULT 0,
+            since_ms INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (name, slot));
+         INSERT INTO sm_lease (name, slot, fence) VALUES ('test:older', 0, 41);",
+    )?;
+    drop(older);
+    let store = BackendUrl::parse(&format!("sqlite:{}", path.display()))?
+        .open()
+        .await?;
+    let lease = Lease::exclusive(store.clone(), "test:older", LONG);
+    ensure!(lease.acquire(false, None).await?);
+    ensure!(
+        lease.fence() == Some(42),
+        "fence {:?} after 41",
+        lease.fence()
+    );
+    let slot = Lease::semaphore(store.clone(), "test:older-semaphore", 2, LONG);
+    ensure!(slot.acquire(false, None).await?);
+    let greedy = Lease::semaphore(store, "test:older-semaphore", 3, LONG);
+    ensure!(
+        greedy.acquire(false, None).await.is_err(),
+        "capacity not kept"
+    );
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+#[tokio::test]
 async fn sqlite_locked_past_busy_timeout_is_an_error() -> Result<()> {
     let path = sqlite_path();
     let url = format!("sqlite:{}?busy_timeout_ms=200", path.display());
