@@ -16,6 +16,9 @@
 //!
 //! # Example
 //!
+//! A whole script is `examples/lab_script.rs`; the crate's `README.md` says what every backend
+//! keeps (exclusion, fences, time to live, tokens).
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use station_lease::{BackendUrl, Lease};
@@ -57,3 +60,8 @@ pub use store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
     LeaseToken, MemoryLeaseStore,
 };
+
+/// The examples in `README.md`, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

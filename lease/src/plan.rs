@@ -229,7 +229,7 @@ mod tests {
             ..row(0, "a", 1, 2000)
         };
         let many = LeaseKind::Semaphore { slots: 1000 };
-        let plan = plan_acquire(many, &[holder.clone()], 1, 1000, 0, &ask("D"));
+        let plan = plan_acquire(many, std::slice::from_ref(&holder), 1, 1000, 0, &ask("D"));
         assert_eq!(plan, AcquirePlan::CapacityConflict { in_force: 1 });
         let error = plan.outcome(many, 1000).unwrap_err().to_string();
         assert!(
