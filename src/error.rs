@@ -123,9 +123,13 @@ impl From<AccessError> for ApiError {
     }
 }
 
-/// A lease backend that could not answer (unreachable, locked, failed): 503, never "held".
+/// A lease backend that could not answer (unreachable, locked, failed): 503, never "held". A
+/// semaphore asked for with other slots than its holders': 409.
 impl From<LeaseStoreError> for ApiError {
     fn from(error: LeaseStoreError) -> ApiError {
+        if let LeaseStoreError::CapacityConflict { .. } = error {
+            return ApiError::new(StatusCode::CONFLICT, error.to_string());
+        }
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{error}; the lease's state is unknown, try again"),

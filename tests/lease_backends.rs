@@ -1,33 +1,12 @@
-//! The lease engine's one behavioural suite, run on every backend (memory, an SQLite file,
-//! Postgres, Redis): mutual exclusion, semaphore bounds, fences, expiry, wrong tokens, blocking
-//! waits and owner-token re-acquire; then faults (Redis unreachable or paused, SQLite locked)
-//! and the gateway's control lease surviving a restart on SQLite.
-//!
-//! Postgres and Redis are the machine's own (`LEASE_TEST_POSTGRES_URL`, `LEASE_TEST_REDIS_URL`
-//! override them). Unreachable: under CI (`CI` set) the test fails; elsewhere it prints a loud
-//! `SKIPPED:` line and passes. Every test uses names with a random suffix, so parallel tests
-//! and reruns never meet in the shared table or keys.
+//! The gateway's side of the lease backends: the control lease surviving a gateway restart on
+//! a shared backend, and the named leases and semaphores of lab scripts over HTTP (`/v1/`).
+//! The engine's own behavioural suite, on all four backends, is `lease/tests/backends.rs`.
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value as Json, json};
-use station_gateway::lease::engine::MAX_BACKOFF;
-use station_gateway::lease::{
-    BackendUrl, Lease, LeaseGuardError, LeaseKind, LeaseStore, LeaseToken, MemoryLeaseStore,
-    RedisLeaseStore,
-};
-use tokio::time::Instant;
-
-const LONG: Duration = Duration::from_secs(20);
-
-fn unique(what: &str) -> String {
-    format!("test:{what}:{}", &LeaseToken::random().as_str()[..12])
-}
+use station_gateway::lease::{BackendUrl, LeaseKind, LeaseStoreError, LeaseToken};
 
 fn postgres_url() -> String {
     std::env::var("LEASE_TEST_POSTGRES_URL")
@@ -38,626 +17,29 @@ fn redis_url() -> String {
     std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// Fails the test when the shared backend at `url` cannot be reached, saying how to get one.
+async fn ensure_reachable(service: &str, variable: &str, url: &str) {
+    let reached = async {
+        let store = BackendUrl::parse(url)?.open().await?;
+        store.holders(LeaseKind::Exclusive, "test:probe").await?;
+        Ok::<_, LeaseStoreError>(())
+    }
+    .await;
+    if let Err(error) = reached {
+        panic!(
+            "{service} cannot be reached at {url}: {error}. The {service} lease tests need a \
+             {service} server: set {variable} to the URL of a reachable one, or run \
+             `bash tests/run-all.sh`, which starts a private {service} when none is reachable."
+        );
+    }
+}
+
 /// A fresh SQLite file in the temp directory.
 fn sqlite_path() -> std::path::PathBuf {
     std::env::temp_dir().join(format!(
         "station-gateway-lease-{}.db",
         &LeaseToken::random().as_str()[..16]
     ))
-}
-
-/// Opens `url`; `None` (after a loud line) when the service is not there and this is not CI.
-async fn open_shared(what: &str, url: &str) -> Option<Arc<dyn LeaseStore>> {
-    let opened = async {
-        let store = BackendUrl::parse(url)?.open().await?;
-        store.holders(LeaseKind::Exclusive, "test:probe").await?;
-        Ok::<_, station_gateway::lease::LeaseStoreError>(store)
-    }
-    .await;
-    match opened {
-        Ok(store) => Some(store),
-        Err(error) if std::env::var_os("CI").is_some() => {
-            panic!(
-                "CI runs the {what} lease suite for real, but {what} is not reachable at {url}: {error}"
-            )
-        }
-        Err(error) => {
-            eprintln!(
-                "\n*** SKIPPED: {what} not reachable at {url} ({error}); the {what} lease suite did not run ***\n"
-            );
-            None
-        }
-    }
-}
-
-async fn open_memory() -> Option<Arc<dyn LeaseStore>> {
-    Some(Arc::new(MemoryLeaseStore::new()))
-}
-
-async fn open_sqlite() -> Option<Arc<dyn LeaseStore>> {
-    let url = format!("sqlite:{}", sqlite_path().display());
-    Some(
-        BackendUrl::parse(&url)
-            .unwrap()
-            .open()
-            .await
-            .expect("SQLite opens a temp file"),
-    )
-}
-
-async fn open_postgres() -> Option<Arc<dyn LeaseStore>> {
-    open_shared("Postgres", &postgres_url()).await
-}
-
-async fn open_redis() -> Option<Arc<dyn LeaseStore>> {
-    open_shared("Redis", &redis_url()).await
-}
-
-// ---------------------------------------------------------------------------------------------
-// The behaviours: each takes a store and says what went wrong.
-
-async fn mutual_exclusion_under_32_acquirers(store: Arc<dyn LeaseStore>) -> Result<()> {
-    let name = unique("exclusive");
-    let inside = Arc::new(AtomicUsize::new(0));
-    let fences = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for worker in 0..32 {
-        let (store, name, inside, fences) =
-            (store.clone(), name.clone(), inside.clone(), fences.clone());
-        tasks.push(tokio::spawn(async move {
-            let lease = Lease::exclusive(store, name, LONG).with_owner(format!("worker {worker}"));
-            ensure!(
-                lease.acquire(true, Some(Duration::from_secs(60))).await?,
-                "worker {worker} never got the lease"
-            );
-            let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
-            fences
-                .lock()
-                .unwrap()
-                .push(lease.fence().context("held without a fence")?);
-            tokio::time::sleep(Duration::from_millis(3)).await;
-            inside.fetch_sub(1, Ordering::SeqCst);
-            ensure!(now_inside == 1, "{now_inside} holders at once");
-            ensure!(lease.release().await?, "worker {worker}: release refused");
-            Ok(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    let fences = fences.lock().unwrap().clone();
-    ensure!(fences.len() == 32);
-    ensure!(
-        fences.windows(2).all(|pair| pair[0] < pair[1]),
-        "fences not strictly increasing in the order the lease was held: {fences:?}"
-    );
-    Ok(())
-}
-
-async fn a_semaphore_never_has_more_than_n_holders(store: Arc<dyn LeaseStore>) -> Result<()> {
-    const SLOTS: u32 = 3;
-    let name = unique("semaphore");
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for worker in 0..12 {
-        let (store, name, inside, most) =
-            (store.clone(), name.clone(), inside.clone(), most.clone());
-        tasks.push(tokio::spawn(async move {
-            let slot = Lease::semaphore(store.clone(), name.clone(), SLOTS, LONG)
-                .with_owner(format!("w{worker}"));
-            ensure!(slot.acquire(true, Some(Duration::from_secs(60))).await?);
-            let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
-            most.fetch_max(now_inside, Ordering::SeqCst);
-            let listed = store
-                .holders(LeaseKind::Semaphore { slots: SLOTS }, &name)
-                .await?;
-            ensure!(
-                listed.len() <= SLOTS as usize,
-                "store lists {} holders",
-                listed.len()
-            );
-            let grant = slot.grant().context("no grant")?;
-            ensure!(grant.slot < SLOTS, "slot {} of {SLOTS}", grant.slot);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            inside.fetch_sub(1, Ordering::SeqCst);
-            ensure!(
-                now_inside <= SLOTS as usize,
-                "{now_inside} holders of {SLOTS} slots"
-            );
-            ensure!(slot.release().await?);
-            Ok(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    ensure!(most.load(Ordering::SeqCst) <= SLOTS as usize);
-    // Full: the next one is refused, naming a holder.
-    let holders: Vec<Lease> = (0..SLOTS)
-        .map(|i| {
-            Lease::semaphore(store.clone(), name.clone(), SLOTS, LONG).with_owner(format!("h{i}"))
-        })
-        .collect();
-    for holder in &holders {
-        ensure!(holder.acquire(false, None).await?);
-    }
-    let extra = Lease::semaphore(store.clone(), name.clone(), SLOTS, LONG);
-    ensure!(
-        !extra.acquire(false, None).await?,
-        "a fourth holder of 3 slots"
-    );
-    let mut slots: Vec<u32> = holders.iter().map(|h| h.grant().unwrap().slot).collect();
-    slots.sort();
-    ensure!(slots == [0, 1, 2], "slots {slots:?}");
-    Ok(())
-}
-
-async fn fences_strictly_increase(store: Arc<dyn LeaseStore>) -> Result<()> {
-    let name = unique("fence");
-    let mut last = 0;
-    for round in 0..6 {
-        let lease = Lease::exclusive(store.clone(), name.clone(), Duration::from_millis(150));
-        ensure!(
-            lease.acquire(false, None).await?,
-            "round {round}: not acquired"
-        );
-        let fence = lease.fence().context("no fence")?;
-        ensure!(fence > last, "round {round}: fence {fence} after {last}");
-        last = fence;
-        if round % 2 == 0 {
-            ensure!(lease.release().await?);
-        } else {
-            tokio::time::sleep(Duration::from_millis(200)).await; // let it run out
-        }
-    }
-    // A semaphore's fences go up across its slots too.
-    let name = unique("fence-semaphore");
-    let mut last = 0;
-    for round in 0..4 {
-        let slot = Lease::semaphore(store.clone(), name.clone(), 2, LONG);
-        ensure!(slot.acquire(false, None).await?);
-        let fence = slot.fence().context("no fence")?;
-        ensure!(
-            fence > last,
-            "semaphore round {round}: fence {fence} after {last}"
-        );
-        last = fence;
-        // The first keeps its slot: later ones take the other slot in turn.
-        if round > 0 {
-            ensure!(slot.release().await?);
-        }
-    }
-    Ok(())
-}
-
-async fn refresh_and_release_after_expiry_are_refused(store: Arc<dyn LeaseStore>) -> Result<()> {
-    for kind in [LeaseKind::Exclusive, LeaseKind::Semaphore { slots: 2 }] {
-        let name = unique("expiry");
-        let ttl = Duration::from_millis(200);
-        let lease = match kind {
-            LeaseKind::Exclusive => Lease::exclusive(store.clone(), name.clone(), ttl),
-            LeaseKind::Semaphore { slots } => {
-                Lease::semaphore(store.clone(), name.clone(), slots, ttl)
-            }
-        };
-        ensure!(lease.acquire(false, None).await?);
-        ensure!(
-            lease.refresh(None).await?,
-            "{kind:?}: a live lease refreshes"
-        );
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        // Nobody else took it, and still the old holder can neither refresh nor release.
-        ensure!(
-            !lease.refresh(None).await?,
-            "{kind:?}: refreshed after expiry"
-        );
-        ensure!(!lease.release().await?, "{kind:?}: released after expiry");
-        ensure!(
-            store.holders(kind, &name).await?.is_empty(),
-            "{kind:?}: still listed"
-        );
-        // refresh(ttl) extends from now.
-        ensure!(lease.acquire(false, None).await?);
-        ensure!(lease.refresh(Some(Duration::from_secs(5))).await?);
-        let left = lease.grant().context("no grant")?.expires_in;
-        ensure!(
-            left > Duration::from_secs(4),
-            "{kind:?}: {left:?} left after refresh(5 s)"
-        );
-        ensure!(lease.release().await?);
-        ensure!(!lease.release().await?, "{kind:?}: released twice");
-    }
-    Ok(())
-}
-
-async fn a_wrong_token_is_refused(store: Arc<dyn LeaseStore>) -> Result<()> {
-    for kind in [LeaseKind::Exclusive, LeaseKind::Semaphore { slots: 1 }] {
-        let name = unique("token");
-        let holder = Lease::exclusive(store.clone(), name.clone(), LONG);
-        let holder = match kind {
-            LeaseKind::Exclusive => holder,
-            LeaseKind::Semaphore { slots } => {
-                Lease::semaphore(store.clone(), name.clone(), slots, LONG)
-            }
-        };
-        ensure!(holder.acquire(false, None).await?);
-        let stranger = LeaseToken::random();
-        ensure!(
-            store
-                .refresh_kind(kind, &name, &stranger, None)
-                .await?
-                .is_none()
-        );
-        ensure!(!store.release_kind(kind, &name, &stranger).await?);
-        let held = store.holders(kind, &name).await?;
-        ensure!(
-            held.len() == 1 && held[0].token == *holder.token(),
-            "{kind:?}: holder lost"
-        );
-        ensure!(holder.release().await?);
-    }
-    Ok(())
-}
-
-async fn a_blocking_wait_returns_within_wait_plus_one_backoff(
-    store: Arc<dyn LeaseStore>,
-) -> Result<()> {
-    let name = unique("wait");
-    let holder = Lease::exclusive(store.clone(), name.clone(), LONG);
-    ensure!(holder.acquire(false, None).await?);
-    let waiter = Lease::exclusive(store.clone(), name.clone(), LONG);
-    let wait = Duration::from_millis(400);
-    let started = Instant::now();
-    ensure!(!waiter.acquire(true, Some(wait)).await?, "got a held lease");
-    let took = started.elapsed();
-    ensure!(
-        took >= wait,
-        "gave up after {took:?}, before its wait of {wait:?}"
-    );
-    // One back-off, plus the time of one attempt at the backend.
-    ensure!(
-        took <= wait + MAX_BACKOFF + Duration::from_millis(500),
-        "took {took:?} for a wait of {wait:?}"
-    );
-    // Non-blocking: one attempt, at once.
-    let started = Instant::now();
-    ensure!(!waiter.acquire(false, None).await?);
-    ensure!(started.elapsed() < Duration::from_millis(500));
-    // Blocking gets it once the holder lets go.
-    let releaser = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        holder.release().await
-    });
-    ensure!(waiter.acquire(true, Some(Duration::from_secs(10))).await?);
-    ensure!(releaser.await??);
-    ensure!(waiter.release().await?);
-    Ok(())
-}
-
-async fn an_owner_token_reacquires_its_own_lease(store: Arc<dyn LeaseStore>) -> Result<()> {
-    for kind in [LeaseKind::Exclusive, LeaseKind::Semaphore { slots: 1 }] {
-        let name = unique("owner");
-        let mine = LeaseToken::from_text(format!("job-{}", LeaseToken::random().as_str()));
-        let make = |token: Option<LeaseToken>| {
-            let lease = match kind {
-                LeaseKind::Exclusive => Lease::exclusive(store.clone(), name.clone(), LONG),
-                LeaseKind::Semaphore { slots } => {
-                    Lease::semaphore(store.clone(), name.clone(), slots, LONG)
-                }
-            };
-            match token {
-                Some(token) => lease.with_owner_token(token).with_owner("importer"),
-                None => lease.with_owner("someone else"),
-            }
-        };
-        let first = make(Some(mine.clone()));
-        ensure!(first.acquire(false, None).await?);
-        let fence = first.fence().context("no fence")?;
-        // The same job, retried in a new process: the same token gets its own lease back.
-        let retry = make(Some(mine.clone()));
-        ensure!(
-            retry.acquire(false, None).await?,
-            "{kind:?}: the retry was refused"
-        );
-        ensure!(
-            retry.fence() == Some(fence),
-            "{kind:?}: the retry got a new fence"
-        );
-        let other = make(None);
-        ensure!(
-            !other.acquire(false, None).await?,
-            "{kind:?}: someone else got it"
-        );
-        ensure!(retry.release().await?);
-        ensure!(!first.release().await?, "{kind:?}: released twice");
-    }
-    Ok(())
-}
-
-async fn a_guard_acquires_and_releases(store: Arc<dyn LeaseStore>) -> Result<()> {
-    let name = unique("guard");
-    let guard = Lease::exclusive(store.clone(), name.clone(), LONG)
-        .guard(false, None)
-        .await?;
-    let refused = Lease::exclusive(store.clone(), name.clone(), LONG)
-        .guard(false, None)
-        .await;
-    ensure!(
-        matches!(refused, Err(LeaseGuardError::LeaseNotAcquired { .. })),
-        "{refused:?}"
-    );
-    ensure!(guard.release().await?);
-    // Dropped: released in the background.
-    let dropped = Lease::exclusive(store.clone(), name.clone(), LONG)
-        .guard(false, None)
-        .await?;
-    drop(dropped);
-    let next = Lease::exclusive(store.clone(), name.clone(), LONG);
-    ensure!(
-        next.acquire(true, Some(Duration::from_secs(5))).await?,
-        "a dropped guard did not release"
-    );
-    ensure!(next.release().await?);
-    Ok(())
-}
-
-/// One test per behaviour for a backend; a skipped backend passes after its loud line.
-macro_rules! behaviour_suite {
-    ($backend:ident, $open:path) => {
-        mod $backend {
-            use super::*;
-
-            async fn run<F, Fut>(behaviour: F)
-            where
-                F: FnOnce(Arc<dyn LeaseStore>) -> Fut,
-                Fut: std::future::Future<Output = Result<()>>,
-            {
-                if let Some(store) = $open().await {
-                    behaviour(store).await.unwrap();
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn mutual_exclusion_under_32_acquirers() {
-                run(super::mutual_exclusion_under_32_acquirers).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn a_semaphore_never_has_more_than_n_holders() {
-                run(super::a_semaphore_never_has_more_than_n_holders).await;
-            }
-
-            #[tokio::test]
-            async fn fences_strictly_increase() {
-                run(super::fences_strictly_increase).await;
-            }
-
-            #[tokio::test]
-            async fn refresh_and_release_after_expiry_are_refused() {
-                run(super::refresh_and_release_after_expiry_are_refused).await;
-            }
-
-            #[tokio::test]
-            async fn a_wrong_token_is_refused() {
-                run(super::a_wrong_token_is_refused).await;
-            }
-
-            #[tokio::test]
-            async fn a_blocking_wait_returns_within_wait_plus_one_backoff() {
-                run(super::a_blocking_wait_returns_within_wait_plus_one_backoff).await;
-            }
-
-            #[tokio::test]
-            async fn an_owner_token_reacquires_its_own_lease() {
-                run(super::an_owner_token_reacquires_its_own_lease).await;
-            }
-
-            #[tokio::test]
-            async fn a_guard_acquires_and_releases() {
-                run(super::a_guard_acquires_and_releases).await;
-            }
-        }
-    };
-}
-
-behaviour_suite!(memory, open_memory);
-behaviour_suite!(sqlite, open_sqlite);
-behaviour_suite!(postgres, open_postgres);
-behaviour_suite!(redis, open_redis);
-
-// ---------------------------------------------------------------------------------------------
-// Faults.
-
-/// A port nothing listens on (bound, then let go).
-async fn closed_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-#[tokio::test]
-async fn redis_unreachable_is_an_error_never_held() -> Result<()> {
-    let url = format!("redis://127.0.0.1:{}", closed_port().await);
-    let store: Arc<dyn LeaseStore> = Arc::new(RedisLeaseStore::new(&url)?);
-    let lease = Lease::exclusive(store.clone(), unique("down"), LONG);
-    ensure!(
-        lease.acquire(false, None).await.is_err(),
-        "acquired on no Redis"
-    );
-    ensure!(lease.fence().is_none(), "believed held");
-    ensure!(
-        lease
-            .acquire(true, Some(Duration::from_millis(300)))
-            .await
-            .is_err()
-    );
-    ensure!(lease.refresh(None).await.is_err());
-    ensure!(lease.release().await.is_err());
-    ensure!(store.holders(LeaseKind::Exclusive, "x").await.is_err());
-    let guard = Lease::exclusive(store, unique("down"), LONG)
-        .guard(false, None)
-        .await;
-    ensure!(matches!(guard, Err(LeaseGuardError::Store(_))), "{guard:?}");
-    Ok(())
-}
-
-/// A private `redis-server` (no persistence) on a free port, killed when dropped.
-struct PrivateRedis {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl PrivateRedis {
-    /// `None` when `redis-server` is not on PATH.
-    async fn start(port: Option<u16>) -> Option<PrivateRedis> {
-        let port = match port {
-            Some(port) => port,
-            None => closed_port().await,
-        };
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .ok()?;
-        let server = PrivateRedis { child, port };
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Some(server);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("redis-server on port {port} did not start");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal} failed");
-    }
-
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[tokio::test]
-async fn redis_paused_is_an_error_and_a_restart_without_data_keeps_fences_rising() -> Result<()> {
-    let Some(server) = PrivateRedis::start(None).await else {
-        eprintln!(
-            "\n*** SKIPPED: redis-server is not on PATH; the paused-Redis case did not run ***\n"
-        );
-        return Ok(());
-    };
-    let store: Arc<dyn LeaseStore> = Arc::new(RedisLeaseStore::new(&server.url())?);
-    let name = unique("restart");
-    let mut last = 0;
-    for _ in 0..3 {
-        let lease = Lease::exclusive(store.clone(), name.clone(), LONG);
-        ensure!(lease.acquire(false, None).await?);
-        last = lease.fence().context("no fence")?;
-        ensure!(lease.release().await?);
-    }
-    // Paused: answers time out; nothing is reported held.
-    server.signal("-STOP");
-    let paused = Lease::exclusive(store.clone(), name.clone(), LONG);
-    let started = Instant::now();
-    let answer = paused.acquire(false, None).await;
-    server.signal("-CONT");
-    ensure!(answer.is_err(), "acquired on a paused Redis: {answer:?}");
-    ensure!(paused.fence().is_none());
-    ensure!(started.elapsed() < Duration::from_secs(5));
-    // Restarted without its data: the fence counter is gone, yet the next fence is higher.
-    let port = server.port;
-    server.stop();
-    let server = PrivateRedis::start(Some(port)).await.context("restart")?;
-    let lease = Lease::exclusive(store.clone(), name.clone(), LONG);
-    let mut acquired = false;
-    for _ in 0..20 {
-        // The first calls may meet the broken connection; the store reconnects by itself.
-        if let Ok(true) = lease.acquire(false, None).await {
-            acquired = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    ensure!(acquired, "not acquired after the restart");
-    let fence = lease.fence().context("no fence")?;
-    ensure!(
-        fence > last,
-        "fence went from {last} to {fence} across a Redis restart"
-    );
-    server.stop();
-    Ok(())
-}
-
-#[tokio::test]
-async fn sqlite_locked_past_busy_timeout_is_an_error() -> Result<()> {
-    let path = sqlite_path();
-    let url = format!("sqlite:{}?busy_timeout_ms=200", path.display());
-    let store = BackendUrl::parse(&url)?.open().await?;
-    let name = unique("locked");
-    let lease = Lease::exclusive(store.clone(), name.clone(), LONG);
-    ensure!(lease.acquire(false, None).await?);
-    let blocker = rusqlite::Connection::open(&path)?;
-    blocker.execute_batch("BEGIN EXCLUSIVE")?;
-    let started = Instant::now();
-    let other = Lease::exclusive(store.clone(), name.clone(), LONG);
-    let answer = other.acquire(false, None).await;
-    ensure!(
-        answer.is_err(),
-        "answered through an exclusive lock: {answer:?}"
-    );
-    ensure!(
-        started.elapsed() >= Duration::from_millis(200),
-        "did not wait for busy_timeout"
-    );
-    ensure!(
-        lease.refresh(None).await.is_err(),
-        "refreshed through an exclusive lock"
-    );
-    blocker.execute_batch("COMMIT")?;
-    // Unlocked: the holder still holds it.
-    ensure!(lease.refresh(None).await?);
-    ensure!(!other.acquire(false, None).await?);
-    // Fences live in the file: a new store on it carries on.
-    let fence = lease.fence().context("no fence")?;
-    ensure!(lease.release().await?);
-    let reopened = BackendUrl::parse(&url)?.open().await?;
-    let again = Lease::exclusive(reopened, name, LONG);
-    ensure!(again.acquire(false, None).await?);
-    ensure!(
-        again.fence() > Some(fence),
-        "fence reused after reopening the file"
-    );
-    let _ = std::fs::remove_file(&path);
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -684,15 +66,41 @@ async fn call(
 
 #[tokio::test]
 async fn the_control_lease_survives_a_gateway_restart_on_sqlite() -> Result<()> {
-    use reqwest::Method;
     let path = sqlite_path();
-    let backend = format!("sqlite:{}", path.display());
+    let survived =
+        the_control_lease_survives_a_gateway_restart(&format!("sqlite:{}", path.display())).await;
+    let _ = std::fs::remove_file(&path);
+    survived
+}
+
+#[tokio::test]
+async fn the_control_lease_survives_a_gateway_restart_on_postgres() -> Result<()> {
+    let url = postgres_url();
+    ensure_reachable("PostgreSQL", "LEASE_TEST_POSTGRES_URL", &url).await;
+    the_control_lease_survives_a_gateway_restart(&url).await
+}
+
+#[tokio::test]
+async fn the_control_lease_survives_a_gateway_restart_on_redis() -> Result<()> {
+    let url = redis_url();
+    ensure_reachable("Redis", "LEASE_TEST_REDIS_URL", &url).await;
+    the_control_lease_survives_a_gateway_restart(&url).await
+}
+
+/// A lease taken through one gateway on `backend` is held, with the same id and fence, by the
+/// next gateway on it. The lease has a name of its own, so runs never meet on a shared backend.
+async fn the_control_lease_survives_a_gateway_restart(backend: &str) -> Result<()> {
+    use reqwest::Method;
+    let name = format!("control:test-{}", &LeaseToken::random().as_str()[..12]);
     let sim = station_simulator::Simulator::start(
         station_simulator::Profile::default_station(),
         "127.0.0.1:0".parse()?,
     )
     .await?;
-    let config = common::config_for(&sim, |config| config.lease.backend = backend.clone());
+    let config = common::config_for(&sim, |config| {
+        config.lease.backend = backend.to_owned();
+        config.lease.name = name.clone();
+    });
     let http = reqwest::Client::new();
 
     let first = common::start_gateway(config.clone()).await;
@@ -744,8 +152,17 @@ async fn the_control_lease_survives_a_gateway_restart_on_sqlite() -> Result<()> 
     )
     .await?;
     ensure!(status == 409, "someone else got {status}");
+    // Released through the second gateway, it is free on the backend too.
+    let (status, released) = call(
+        &http,
+        Method::DELETE,
+        &api(&second, &format!("lease/{id}")),
+        &[],
+        None,
+    )
+    .await?;
+    ensure!(status == 200, "{status} {released}");
     second.stop().await;
-    let _ = std::fs::remove_file(&path);
     Ok(())
 }
 
@@ -886,5 +303,71 @@ async fn named_leases_and_semaphores_over_http() -> Result<()> {
     }
     let (status, _) = call(&http, Method::DELETE, &lease_url, &[], None).await?;
     ensure!(status == 400, "DELETE without a token: {status}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_semaphores_slots_are_fixed_while_it_has_holders_over_http() -> Result<()> {
+    use reqwest::Method;
+    let rig = common::rig(|_| {}).await;
+    let http = reqwest::Client::new();
+    let base = rig.gateway.base_url();
+    let one_slot = format!("{base}/v1/semaphores/oven?slots=1");
+    let body = json!({ "ttlMs": 5000, "owner": "first" });
+    let (status, held) = call(&http, Method::POST, &one_slot, &[], Some(body)).await?;
+    ensure!(status == 200, "{status} {held}");
+    let many = format!("{base}/v1/semaphores/oven?slots=1000");
+    let body = json!({ "ttlMs": 5000, "owner": "greedy" });
+    let (status, refused) = call(&http, Method::POST, &many, &[], Some(body)).await?;
+    ensure!(
+        status == 409,
+        "slots=1000 on a held one-slot semaphore: {status} {refused}"
+    );
+    let message = refused["error"].as_str().unwrap_or("");
+    ensure!(
+        message.contains("has 1 slots") && message.contains("slots=1"),
+        "{refused}"
+    );
+    let (status, view) = call(&http, Method::GET, &one_slot, &[], None).await?;
+    ensure!(
+        status == 200 && view["holders"].as_array().map(Vec::len) == Some(1),
+        "{view}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_chosen_token_only_gets_back_the_lease_it_holds_over_http() -> Result<()> {
+    use reqwest::Method;
+    let rig = common::rig(|_| {}).await;
+    let http = reqwest::Client::new();
+    let lease_url = format!("{}/v1/leases/dataset-7", rig.gateway.base_url());
+    let body = |owner: &str| Some(json!({ "ttlMs": 5000, "owner": owner }));
+    let weak = [("X-Lease-Token", "1")];
+    // A weak token with the POST of a free lease: taken, with a token of the server's own.
+    let (status, taken) = call(&http, Method::POST, &lease_url, &weak, body("A")).await?;
+    ensure!(status == 200, "{status} {taken}");
+    let token = taken["token"].as_str().context("no token")?.to_owned();
+    ensure!(
+        token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "the server kept the client's token: {taken}"
+    );
+    // A second client guessing X-Lease-Token: 1 gets nothing.
+    let (status, refused) = call(&http, Method::POST, &lease_url, &weak, body("B")).await?;
+    ensure!(
+        status == 409,
+        "a guessed token got the lease: {status} {refused}"
+    );
+    let (status, _) = call(&http, Method::PUT, &lease_url, &weak, None).await?;
+    ensure!(status == 404, "a guessed token renewed it: {status}");
+    let (status, _) = call(&http, Method::DELETE, &lease_url, &weak, None).await?;
+    ensure!(status == 404, "a guessed token released it: {status}");
+    // The retry with the token the server gave gets the lease back, same fence.
+    let mine = [("X-Lease-Token", token.as_str())];
+    let (status, again) = call(&http, Method::POST, &lease_url, &mine, body("A")).await?;
+    ensure!(
+        status == 200 && again["fence"] == taken["fence"] && again["token"] == token.as_str(),
+        "{status} {again}"
+    );
     Ok(())
 }

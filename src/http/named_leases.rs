@@ -3,8 +3,10 @@
 //! lease backend (so several gateways on one Postgres or Redis share them).
 //!
 //! - `POST` `{ttlMs, owner?, waitMs?}` → 200 `{token, fence, expiresInMs, owner, slot?}`, 409
-//!   while held (every slot taken). With the header `X-Lease-Token` it re-acquires that token's
-//!   own lease (a retry of the same job) instead of being refused.
+//!   while held (every slot taken). The token is always the server's (128 random bits). With
+//!   the header `X-Lease-Token` it gets back the lease that token holds (a retry of the same
+//!   job) instead of being refused; a token that holds nothing is ignored. A semaphore's
+//!   `slots` is fixed by its holders while it has any: other slots are a 409 naming it.
 //! - `PUT` with `X-Lease-Token`, `{ttlMs?}` → 200 renewed from now; 404 once it ended.
 //! - `DELETE` with `X-Lease-Token` → 200; 404 once it ended.
 //! - `GET` → who holds it, time left and fence; never the token.
@@ -243,12 +245,10 @@ async fn acquire(
     } else {
         owner
     };
-    let request = AcquireRequest {
-        owner,
-        ttl,
-        // A token chosen here (not by the store) so that every attempt of a wait is one caller.
-        token: Some(token.unwrap_or_else(LeaseToken::random)),
-    };
+    // Its fresh token is drawn once, so that every attempt of a wait is one caller; the
+    // client's token only gets back the lease it already holds.
+    let mut request = AcquireRequest::new(owner, ttl);
+    request.retry_token = token;
     let store = gateway.leases.default_store();
     let deadline = tokio::time::Instant::now() + wait;
     let mut backoff = FIRST_BACKOFF;

@@ -506,11 +506,8 @@ impl ControlLease {
             let _transition = self.transitions.lock().await;
             self.settle_expiry().await;
             if let Some(live) = presented.and_then(|p| self.live_lease(p)) {
-                let request = AcquireRequest {
-                    owner,
-                    ttl,
-                    token: Some(live.token.clone()),
-                };
+                let request =
+                    AcquireRequest::new(owner, ttl).with_retry_token(live.token.clone());
                 return self.renew_by_acquire(request, &live).await;
             }
             let ending = lock(&self.state).between_leases(Instant::now());
@@ -524,11 +521,7 @@ impl ControlLease {
                     return Err(refusal);
                 }
             } else if nobody_waiting {
-                let request = AcquireRequest {
-                    owner: owner.clone(),
-                    ttl,
-                    token: None,
-                };
+                let request = AcquireRequest::new(owner.clone(), ttl);
                 match self.try_take(request).await? {
                     Ok(answer) => return Ok(answer),
                     Err(holder) if wait.is_zero() => {
@@ -837,11 +830,7 @@ impl ControlLease {
     async fn remember_safe_state_owed(&self, owner: &str) -> Result<(), LeaseError> {
         let owed = self.owed_name();
         if self.store.current(&owed).await?.is_none() {
-            let request = AcquireRequest {
-                owner: owner.to_owned(),
-                ttl: SAFE_STATE_OWED_TTL,
-                token: None,
-            };
+            let request = AcquireRequest::new(owner.to_owned(), SAFE_STATE_OWED_TTL);
             self.store.try_acquire(&owed, request).await?;
         }
         Ok(())
@@ -1020,11 +1009,7 @@ impl ControlLease {
             if waiter.reply.is_closed() {
                 continue;
             }
-            let request = AcquireRequest {
-                owner: waiter.owner.clone(),
-                ttl: waiter.ttl,
-                token: None,
-            };
+            let request = AcquireRequest::new(waiter.owner.clone(), waiter.ttl);
             match self.try_take(request).await {
                 Ok(Ok(answer)) => match waiter.reply.send(answer) {
                     Ok(()) => return,

@@ -55,11 +55,7 @@ impl LinkOwnership {
         owner: String,
     ) -> Result<LinkOwnership, LinkOwnerError> {
         let name = Self::name_for(control_name);
-        let request = AcquireRequest {
-            owner,
-            ttl: LINK_OWNER_TTL,
-            token: None,
-        };
+        let request = AcquireRequest::new(owner, LINK_OWNER_TTL);
         match store.try_acquire(&name, request).await? {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
                 info!(%name, fence = grant.fence, "this gateway owns the station's link");

@@ -1,35 +1,34 @@
 //! The control lease: who may change the station. What others see of it is a [`LeaseView`].
 //!
-//! [`store`] holds named leases and semaphores behind the [`LeaseStore`] trait, with backends in
-//! memory, [`sqlite`], [`postgres`] and [`redis`], opened by URL in [`backends`]; [`plan`] is the
-//! decision the row-based ones share. [`engine`] is the API lab code uses (`Lease`,
-//! `LeaseGuard`); [`control`] builds the gateway's one control lease on the store: admission of
-//! requests, fencing at the link, waiting, expiry, safe state and events.
+//! The lease engine is the workspace crate `station-lease` (stores on memory, SQLite,
+//! PostgreSQL and Redis, backends by URL, `Lease`, `LeaseGuard`); this module re-exports what
+//! the gateway uses of it. [`control`] builds the gateway's one control lease on a store:
+//! admission of requests, fencing at the link, waiting, expiry, safe state and events; the
+//! named leases of lab scripts are served over HTTP by `http::named_leases`.
+//!
+//! The control lease on a shared backend (SQLite, Postgres, Redis): `ControlLease` keeps an
+//! in-memory state (holder, token, fence, deadline) that admission and the link's send guards
+//! read without waiting. It is loaded from the store at start (`resume`) and replaced by the
+//! store's answer on every acquire, renew and release through this gateway; it is not re-read on
+//! every request. That is sound only with one gateway per station, which [`link_owner`]
+//! enforces: a second gateway on the same station and backend refuses to start. A shared
+//! backend is for surviving restarts and for the named leases that lab scripts share.
 
-pub mod backends;
 pub mod control;
-pub mod engine;
 pub mod link_owner;
-pub mod plan;
-pub mod postgres;
-pub mod redis;
-pub mod sqlite;
-pub mod store;
+
+pub use station_lease::{
+    AcquireRequest, Acquisition, BackendUrl, Lease, LeaseBackends, LeaseGrant, LeaseGuard,
+    LeaseGuardError, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
+    MemoryLeaseStore, PostgresLeaseStore, RedisLeaseStore, SqliteLeaseStore,
+};
+pub use station_lease::{backends, engine, store};
+
+pub use control::{Admitted, ControlLease, LeaseAnswer};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-
-pub use backends::{BackendUrl, LeaseBackends};
-pub use control::{Admitted, ControlLease, LeaseAnswer};
-pub use engine::{Lease, LeaseGuard, LeaseGuardError};
-pub use postgres::PostgresLeaseStore;
-pub use redis::RedisLeaseStore;
-pub use sqlite::SqliteLeaseStore;
-pub use store::{
-    AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
-    LeaseToken, MemoryLeaseStore,
-};
 
 /// The lease as anyone may see it (never the lease id): `GET lease` and the `lease` event.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,41 +1,37 @@
 //! Lease backends by URL: `memory`, `sqlite:PATH[?busy_timeout_ms=N]`, `postgres://...`
 //! (or `postgresql://`), `redis://...`. [`LeaseBackends`] opens each URL once and hands out the
 //! same store for it afterwards, so a call can name another backend than the configured one.
-//!
-//! The control lease on a shared backend (SQLite, Postgres, Redis): `ControlLease` keeps an
-//! in-memory snapshot (holder, token, fence, expiry instant) that admission and the link's send
-//! guards read without waiting. It is loaded from the store at start (`resume`) and replaced by
-//! the store's answer on every acquire, renew and release through this gateway; the guards also
-//! check the expiry instant, so a lease that ran out is refused at once. It is not re-read on
-//! every request. So with two gateways in front of one station on one backend, gateway A does
-//! not see a lease taken through gateway B until A next asks the store (A's own acquisitions are
-//! refused by the store, 409, as they should be), and meanwhile A could admit a change from a
-//! client that sends no lease id. One gateway per station is the supported setup; a shared
-//! backend is for surviving restarts and for the named leases that lab scripts share.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::postgres::PostgresLeaseStore;
-use super::redis::RedisLeaseStore;
-use super::sqlite::{DEFAULT_BUSY_TIMEOUT, SqliteLeaseStore};
-use super::store::{LeaseStore, LeaseStoreError, MemoryLeaseStore};
+use crate::postgres::PostgresLeaseStore;
+use crate::redis::RedisLeaseStore;
+use crate::sqlite::{DEFAULT_BUSY_TIMEOUT, SqliteLeaseStore};
+use crate::store::{LeaseStore, LeaseStoreError, MemoryLeaseStore};
 
 /// A parsed backend URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendUrl {
+    /// `memory`: this process only.
     Memory,
+    /// `sqlite:PATH[?busy_timeout_ms=N]`: every process on the host that opens the file.
     Sqlite {
+        /// The database file.
         path: PathBuf,
+        /// How long an attempt waits for another connection's write lock.
         busy_timeout: Duration,
     },
+    /// `postgres://...` or `postgresql://...`, as given.
     Postgres(String),
+    /// `redis://...`, as given.
     Redis(String),
 }
 
 impl BackendUrl {
+    /// Parses `url`, or says what is wrong with it ([`LeaseStoreError::BadBackend`]).
     pub fn parse(url: &str) -> Result<BackendUrl, LeaseStoreError> {
         let bad = |message: &str| LeaseStoreError::BadBackend {
             url: url.to_owned(),
@@ -123,6 +119,7 @@ impl LeaseBackends {
         self.default_store.clone()
     }
 
+    /// The configured backend's URL, trimmed.
     pub fn default_url(&self) -> &str {
         &self.default_url
     }
@@ -139,6 +136,14 @@ impl LeaseBackends {
         let store = BackendUrl::parse(url)?.open().await?;
         opened.insert(url.to_owned(), store.clone());
         Ok(store)
+    }
+}
+
+impl std::fmt::Debug for LeaseBackends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseBackends")
+            .field("default_url", &self.default_url)
+            .finish_non_exhaustive()
     }
 }
 

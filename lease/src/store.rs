@@ -1,10 +1,13 @@
 //! The lease store: named leases and semaphores with a token, a fence and a time to live, behind
-//! one object-safe trait ([`LeaseStore`]); backends: memory ([`MemoryLeaseStore`], here), SQLite
-//! and Postgres (`sql`), Redis (`redis`), opened by URL in `backends`.
+//! one object-safe trait ([`LeaseStore`]); backends: memory ([`MemoryLeaseStore`], here),
+//! [`crate::sqlite`], [`crate::postgres`] and [`crate::redis`], opened by URL in
+//! [`crate::backends`].
 //!
 //! Semantics every backend keeps:
-//! - acquiring gives a random token, or the caller's own token, so that a retry of the same job
-//!   re-acquires (renews) its own lease instead of being refused;
+//! - a lease taken anew gets a token of 128 random bits, drawn by this crate, never one the
+//!   caller chose; a token the caller presents ([`AcquireRequest::retry_token`]) only gets back
+//!   (renews, same fence) the lease it already holds, so that a retry of the same job is not
+//!   refused by its own lease, and a guessed token gets nothing;
 //! - the fence goes up each time a name (or a semaphore slot of it) is taken, and is never
 //!   reused, also across restarts of a backend that keeps its data;
 //! - a lease ends by itself once its TTL has passed, and never refreshes itself;
@@ -20,10 +23,10 @@ use futures::future::BoxFuture;
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
-use super::plan::{AcquirePlan, SlotRow, duration_to_millis, plan_acquire, wall_millis};
+use crate::plan::{AcquirePlan, SlotRow, duration_to_millis, plan_acquire, wall_millis};
 
-/// The secret that proves who holds a lease: 128 random bits as 32 hex digits, or a token the
-/// caller chose. Its `Debug` never shows it.
+/// The secret that proves who holds a lease: 128 random bits as 32 hex digits (a store never
+/// gives a lease any other), or a token as a caller presented it. Its `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct LeaseToken(String);
 
@@ -36,11 +39,13 @@ impl LeaseToken {
         LeaseToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    /// A token the caller chose (an owner token that survives a retry).
+    /// A token as a caller presented it (e.g. from a header): it proves nothing until a store
+    /// finds it holding a lease.
     pub fn from_text(text: impl Into<String>) -> LeaseToken {
         LeaseToken(text.into())
     }
 
+    /// The token as text (to hand to its holder; never log it).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -60,8 +65,12 @@ impl fmt::Debug for LeaseToken {
 /// A lease as its holder sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseGrant {
+    /// The secret that refreshes and releases it.
     pub token: LeaseToken,
+    /// Who holds it, as others see it.
     pub owner: String,
+    /// Goes up each time the name (or a slot of it) is taken: hand it to whatever the lease
+    /// protects, so that a stalled holder's late write can be told apart.
     pub fence: u64,
     /// The time to live it was last given.
     pub ttl: Duration,
@@ -76,10 +85,15 @@ pub struct LeaseGrant {
 /// Who holds a lease, as anyone may see it (never the token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHolder {
+    /// Who holds it.
     pub owner: String,
+    /// The fence it was taken with.
     pub fence: u64,
+    /// How long it has left, as of the answer.
     pub expires_in: Duration,
+    /// When this holder took it (the backend's clock, for display).
     pub since: SystemTime,
+    /// The semaphore slot it holds; 0 for an exclusive lease.
     pub slot: u32,
 }
 
@@ -111,10 +125,51 @@ impl From<LeaseGrant> for LeaseHolder {
 /// What one acquisition attempt asks for.
 #[derive(Debug, Clone)]
 pub struct AcquireRequest {
+    /// Who asks, as others will see it.
     pub owner: String,
+    /// How long the lease lasts unless refreshed.
     pub ttl: Duration,
-    /// The caller's own token; `None` makes the store pick a random one.
-    pub token: Option<LeaseToken>,
+    /// A token an earlier grant gave (a retry of the same job): it gets back, renewed with the
+    /// same fence, the lease it still holds. A token that holds nothing is never given to a
+    /// lease: the acquisition is then a fresh one, with [`fresh_token`](Self::fresh_token).
+    pub retry_token: Option<LeaseToken>,
+    /// The token a lease taken anew gets: 128 random bits, drawn when the request is made and
+    /// kept by its clones, so that every attempt of one request (a blocking wait) is one caller.
+    fresh_token: LeaseToken,
+}
+
+impl AcquireRequest {
+    /// A request by `owner` for `ttl`, with a fresh random token.
+    pub fn new(owner: impl Into<String>, ttl: Duration) -> AcquireRequest {
+        AcquireRequest {
+            owner: owner.into(),
+            ttl,
+            retry_token: None,
+            fresh_token: LeaseToken::random(),
+        }
+    }
+
+    /// The same request, also renewing the lease `token` holds (see [`retry_token`]).
+    ///
+    /// [`retry_token`]: AcquireRequest::retry_token
+    pub fn with_retry_token(mut self, token: LeaseToken) -> AcquireRequest {
+        self.retry_token = Some(token);
+        self
+    }
+
+    /// The token a lease taken anew by this request gets.
+    pub fn fresh_token(&self) -> &LeaseToken {
+        &self.fresh_token
+    }
+
+    /// Whether `holder` (a stored token) is this request's own: its fresh or its retry token.
+    pub fn is_own(&self, holder: &str) -> bool {
+        self.fresh_token.matches(holder)
+            || self
+                .retry_token
+                .as_ref()
+                .is_some_and(|token| token.matches(holder))
+    }
 }
 
 /// The outcome of one acquisition attempt.
@@ -136,7 +191,10 @@ pub enum LeaseKind {
     /// One holder at a time (slot 0).
     Exclusive,
     /// At most `slots` holders at a time (slots `0..slots`). `slots` matters only to acquiring.
-    Semaphore { slots: u32 },
+    Semaphore {
+        /// How many may hold it at once.
+        slots: u32,
+    },
 }
 
 impl LeaseKind {
@@ -148,20 +206,43 @@ impl LeaseKind {
         }
     }
 
+    /// Whether it is a semaphore.
     pub fn is_semaphore(self) -> bool {
         matches!(self, LeaseKind::Semaphore { .. })
     }
 }
 
-/// Why a store could not answer. A lease the backend could not confirm is never reported held.
+/// Why a store could not answer, or refused a request that contradicts what it holds. A lease
+/// the backend could not confirm is never reported held.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseStoreError {
+    /// Not reached, not answering in time, or locked: try again.
     #[error("the lease store is unavailable: {0}")]
     Unavailable(String),
+    /// The backend answered with an error.
     #[error("the lease store failed: {0}")]
     Backend(String),
+    /// A semaphore asked for with another number of slots than the one in force: its first
+    /// holder fixes it for as long as anyone holds it, so that no caller can make room for
+    /// itself by asking for more.
+    #[error(
+        "the semaphore has {in_force} slots, fixed by its holders for as long as anyone holds it; \
+         slots={asked} was asked: ask with slots={in_force}, or wait until nobody holds it"
+    )]
+    CapacityConflict {
+        /// The number of slots its holders took it with.
+        in_force: u32,
+        /// The number asked for.
+        asked: u32,
+    },
+    /// The backend URL is wrong.
     #[error("lease backend {url:?} cannot be used: {message}")]
-    BadBackend { url: String, message: String },
+    BadBackend {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// A store of named leases and semaphores. Object safe: the gateway holds an
@@ -276,6 +357,7 @@ impl Default for MemoryLeaseStore {
 }
 
 impl MemoryLeaseStore {
+    /// An empty store.
     pub fn new() -> MemoryLeaseStore {
         MemoryLeaseStore::default()
     }
@@ -288,9 +370,13 @@ impl MemoryLeaseStore {
         duration_to_millis(Instant::now().saturating_duration_since(self.epoch))
     }
 
-    fn try_acquire_now(&self, kind: LeaseKind, name: &str, request: AcquireRequest) -> Acquisition {
+    fn try_acquire_now(
+        &self,
+        kind: LeaseKind,
+        name: &str,
+        request: AcquireRequest,
+    ) -> Result<Acquisition, LeaseStoreError> {
         let now = self.now();
-        let token = request.token.clone().unwrap_or_else(LeaseToken::random);
         let mut names = self.names();
         let state = names
             .entry((kind.is_semaphore(), name.to_owned()))
@@ -302,7 +388,6 @@ impl MemoryLeaseStore {
             now,
             wall_millis(SystemTime::now()),
             &request,
-            &token,
         );
         match &plan {
             AcquirePlan::Renew(row) | AcquirePlan::Take(row) => {
@@ -311,9 +396,9 @@ impl MemoryLeaseStore {
                 state.rows.push(row.clone());
                 state.rows.sort_by_key(|row| row.slot);
             }
-            AcquirePlan::Refuse(_) => {}
+            AcquirePlan::Refuse(_) | AcquirePlan::CapacityConflict { .. } => {}
         }
-        plan.outcome(now)
+        plan.outcome(kind, now)
     }
 
     /// The live row `token` holds, for a change by `update`.
@@ -358,7 +443,7 @@ impl LeaseStore for MemoryLeaseStore {
         name: &'a str,
         request: AcquireRequest,
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
-        Box::pin(async move { Ok(self.try_acquire_now(kind, name, request)) })
+        Box::pin(async move { self.try_acquire_now(kind, name, request) })
     }
 
     fn refresh_kind<'a>(
@@ -408,11 +493,7 @@ mod tests {
     const SECOND: Duration = Duration::from_secs(1);
 
     fn request(owner: &str, ttl: Duration) -> AcquireRequest {
-        AcquireRequest {
-            owner: owner.into(),
-            ttl,
-            token: None,
-        }
+        AcquireRequest::new(owner, ttl)
     }
 
     async fn take(store: &dyn LeaseStore, owner: &str, ttl: Duration) -> LeaseGrant {
@@ -539,20 +620,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_callers_own_token_reacquires_its_lease_with_the_same_fence() {
         let store = MemoryLeaseStore::new();
-        let mine = LeaseToken::from_text("job-42");
-        let ask = |ttl| AcquireRequest {
-            owner: "importer".into(),
-            ttl,
-            token: Some(mine.clone()),
+        let chosen = LeaseToken::from_text("job-42");
+        let ask = |ttl, token: &LeaseToken| {
+            AcquireRequest::new("importer", ttl).with_retry_token(token.clone())
         };
-        let Acquisition::Taken(first) = store.try_acquire("data:42", ask(SECOND)).await.unwrap()
+        let Acquisition::Taken(first) = store
+            .try_acquire("data:42", ask(SECOND, &chosen))
+            .await
+            .unwrap()
         else {
             panic!("not taken")
         };
-        assert_eq!(first.token, mine);
+        // A chosen token that holds nothing is not given to the lease.
+        assert_ne!(first.token, chosen);
+        let mine = first.token.clone();
         tokio::time::advance(Duration::from_millis(500)).await;
-        let Acquisition::Renewed(again) =
-            store.try_acquire("data:42", ask(2 * SECOND)).await.unwrap()
+        let Acquisition::Renewed(again) = store
+            .try_acquire("data:42", ask(2 * SECOND, &mine))
+            .await
+            .unwrap()
         else {
             panic!("not renewed")
         };

@@ -1,9 +1,10 @@
 //! Leases in an SQLite file (`sqlite:PATH`), shared by every process on the host that opens it.
 //!
 //! The table (created when missing), shared with the Postgres backend:
-//! `sm_lease(name, slot, holder, owner, fence, expires_at, ttl_ms, since_ms)`, primary key
-//! `(name, slot)`. An exclusive lease is slot 0 and keeps its fence there; a semaphore uses slots
-//! `0..n` and keeps its fence counter in slot -1. Rows are never deleted: a released lease is a
+//! `sm_lease(name, slot, holder, owner, fence, expires_at, ttl_ms, since_ms, capacity)`, primary
+//! key `(name, slot)`. An exclusive lease is slot 0 and keeps its fence there; a semaphore uses
+//! slots `0..n` and keeps its fence counter in slot -1; each slot's `capacity` is the `n` it was
+//! taken with (added to a table from before it, as 0: unknown). Rows are never deleted: a released lease is a
 //! row whose `expires_at` is past, so a name's fence keeps going up for the life of the file.
 //! Times are milliseconds since the Unix epoch read from SQLite's own clock
 //! (`julianday('now')`), inside the transaction that compares them.
@@ -19,8 +20,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use super::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
-use super::store::{
+use crate::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
 };
 
@@ -36,13 +37,19 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS sm_lease (
     expires_at INTEGER NOT NULL DEFAULT 0,
     ttl_ms INTEGER NOT NULL DEFAULT 0,
     since_ms INTEGER NOT NULL DEFAULT 0,
+    capacity INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (name, slot)
 )";
+
+/// Whether a table made before `capacity` was kept lacks it.
+const LACKS_CAPACITY: &str =
+    "SELECT COUNT(*) = 0 FROM pragma_table_info('sm_lease') WHERE name = 'capacity'";
+const ADD_CAPACITY: &str = "ALTER TABLE sm_lease ADD COLUMN capacity INTEGER NOT NULL DEFAULT 0";
 
 /// SQLite's clock in milliseconds since the Unix epoch.
 const NOW: &str = "SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
-const ROW_COLUMNS: &str = "slot, holder, owner, fence, expires_at, ttl_ms, since_ms";
+const ROW_COLUMNS: &str = "slot, holder, owner, fence, expires_at, ttl_ms, since_ms, capacity";
 
 /// Leases in one SQLite file.
 pub struct SqliteLeaseStore {
@@ -62,17 +69,18 @@ impl SqliteLeaseStore {
     /// Opens (or creates) the file and the table. Blocking: call it from `spawn_blocking` or
     /// use [`SqliteLeaseStore::open_async`].
     pub fn open(path: &Path, busy_timeout: Duration) -> Result<SqliteLeaseStore, LeaseStoreError> {
-        let connection = Connection::open(path).map_err(sqlite_error)?;
+        let mut connection = Connection::open(path).map_err(sqlite_error)?;
         connection
             .busy_timeout(busy_timeout)
             .map_err(sqlite_error)?;
-        connection.execute_batch(SCHEMA).map_err(sqlite_error)?;
+        create_schema(&mut connection).map_err(sqlite_error)?;
         Ok(SqliteLeaseStore {
             path: path.to_owned(),
             connection: Arc::new(Mutex::new(connection)),
         })
     }
 
+    /// [`SqliteLeaseStore::open`] on a blocking thread.
     pub async fn open_async(
         path: PathBuf,
         busy_timeout: Duration,
@@ -82,6 +90,7 @@ impl SqliteLeaseStore {
             .map_err(|error| LeaseStoreError::Backend(format!("SQLite task failed: {error}")))?
     }
 
+    /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -102,13 +111,23 @@ impl SqliteLeaseStore {
     }
 }
 
+/// Creates the table, or adds what a table from an older version lacks; one process at a time.
+fn create_schema(connection: &mut Connection) -> rusqlite::Result<()> {
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    transaction.execute_batch(SCHEMA)?;
+    if transaction.query_row(LACKS_CAPACITY, [], |row| row.get::<_, bool>(0))? {
+        transaction.execute_batch(ADD_CAPACITY)?;
+    }
+    transaction.commit()
+}
+
 /// The highest slot a kind's rows use in a query (`slot BETWEEN 0 AND max`).
-pub(super) fn max_slot(kind: LeaseKind) -> i64 {
+pub(crate) fn max_slot(kind: LeaseKind) -> i64 {
     if kind.is_semaphore() { i64::MAX } else { 0 }
 }
 
 /// The row that keeps the name's fence counter.
-pub(super) fn counter_slot(kind: LeaseKind) -> i64 {
+pub(crate) fn counter_slot(kind: LeaseKind) -> i64 {
     if kind.is_semaphore() {
         SEMAPHORE_COUNTER_SLOT
     } else {
@@ -125,6 +144,7 @@ fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SlotRow> {
         expires_at: row.get(4)?,
         ttl_ms: row.get(5)?,
         since: row.get(6)?,
+        capacity: row.get(7)?,
     })
 }
 
@@ -133,8 +153,7 @@ fn acquire_in(
     kind: LeaseKind,
     name: &str,
     request: &AcquireRequest,
-    token: &LeaseToken,
-) -> rusqlite::Result<Acquisition> {
+) -> rusqlite::Result<Result<Acquisition, LeaseStoreError>> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now: i64 = transaction.query_row(NOW, [], |row| row.get(0))?;
     transaction.execute(
@@ -154,14 +173,16 @@ fn acquire_in(
             .query_map(params![name, max_slot(kind)], read_row)?
             .collect::<rusqlite::Result<Vec<SlotRow>>>()?
     };
-    let plan = plan_acquire(kind, &rows, last_fence, now, now, request, token);
+    let plan = plan_acquire(kind, &rows, last_fence, now, now, request);
     if let AcquirePlan::Renew(row) | AcquirePlan::Take(row) = &plan {
         transaction.execute(
-            "INSERT INTO sm_lease (name, slot, holder, owner, fence, expires_at, ttl_ms, since_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            "INSERT INTO sm_lease
+                 (name, slot, holder, owner, fence, expires_at, ttl_ms, since_ms, capacity)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (name, slot) DO UPDATE SET holder = excluded.holder,
                  owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at,
-                 ttl_ms = excluded.ttl_ms, since_ms = excluded.since_ms",
+                 ttl_ms = excluded.ttl_ms, since_ms = excluded.since_ms,
+                 capacity = excluded.capacity",
             params![
                 name,
                 row.slot,
@@ -170,7 +191,8 @@ fn acquire_in(
                 row.fence,
                 row.expires_at,
                 row.ttl_ms,
-                row.since
+                row.since,
+                row.capacity
             ],
         )?;
     }
@@ -181,7 +203,7 @@ fn acquire_in(
         )?;
     }
     transaction.commit()?;
-    Ok(plan.outcome(now))
+    Ok(plan.outcome(kind, now))
 }
 
 fn refresh_in(
@@ -265,10 +287,10 @@ impl LeaseStore for SqliteLeaseStore {
         request: AcquireRequest,
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
         let name = name.to_owned();
-        Box::pin(self.run(move |connection| {
-            let token = request.token.clone().unwrap_or_else(LeaseToken::random);
-            acquire_in(connection, kind, &name, &request, &token)
-        }))
+        Box::pin(async move {
+            self.run(move |connection| acquire_in(connection, kind, &name, &request))
+                .await?
+        })
     }
 
     fn refresh_kind<'a>(

@@ -8,11 +8,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseToken};
+use crate::store::{
+    AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStoreError, LeaseToken,
+};
 
 /// One row of `sm_lease` (or its in-memory twin): one slot of one name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotRow {
+pub(crate) struct SlotRow {
     pub slot: i64,
     /// The token of whoever last held this slot (empty: never held).
     pub holder: String,
@@ -22,15 +24,18 @@ pub struct SlotRow {
     pub expires_at: i64,
     pub ttl_ms: i64,
     pub since: i64,
+    /// For a semaphore: the slots it was taken with (0: unknown, a row from before this was
+    /// kept). Every live holder's is the same: the capacity in force.
+    pub capacity: i64,
 }
 
 impl SlotRow {
-    pub fn is_live(&self, now: i64) -> bool {
+    pub(crate) fn is_live(&self, now: i64) -> bool {
         self.slot >= 0 && !self.holder.is_empty() && self.expires_at > now
     }
 
     /// The row as its holder sees it.
-    pub fn grant(&self, now: i64) -> LeaseGrant {
+    pub(crate) fn grant(&self, now: i64) -> LeaseGrant {
         LeaseGrant {
             token: LeaseToken::from_text(self.holder.clone()),
             owner: self.owner.clone(),
@@ -42,14 +47,14 @@ impl SlotRow {
         }
     }
 
-    pub fn holder(&self, now: i64) -> LeaseHolder {
+    pub(crate) fn holder(&self, now: i64) -> LeaseHolder {
         LeaseHolder::from(self.grant(now))
     }
 }
 
 /// What a backend writes for one acquisition attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AcquirePlan {
+pub(crate) enum AcquirePlan {
     /// The caller's token holds `row.slot`: write its new expiry and TTL.
     Renew(SlotRow),
     /// Write `row` (a free slot, now the caller's) and set the name's fence counter to
@@ -57,44 +62,68 @@ pub enum AcquirePlan {
     Take(SlotRow),
     /// Nobody's row changes.
     Refuse(LeaseHolder),
+    /// A semaphore asked for with other slots than its live holders took it with: nobody's row
+    /// changes.
+    CapacityConflict {
+        /// The holders' capacity.
+        in_force: i64,
+    },
 }
 
 impl AcquirePlan {
     /// The answer once the plan is written.
-    pub fn outcome(&self, now: i64) -> Acquisition {
-        match self {
+    pub(crate) fn outcome(
+        &self,
+        kind: LeaseKind,
+        now: i64,
+    ) -> Result<Acquisition, LeaseStoreError> {
+        Ok(match self {
             AcquirePlan::Renew(row) => Acquisition::Renewed(row.grant(now)),
             AcquirePlan::Take(row) => Acquisition::Taken(row.grant(now)),
             AcquirePlan::Refuse(holder) => Acquisition::HeldByOther(holder.clone()),
-        }
+            AcquirePlan::CapacityConflict { in_force } => {
+                return Err(LeaseStoreError::CapacityConflict {
+                    in_force: u32::try_from(*in_force).unwrap_or(u32::MAX),
+                    asked: kind.slots(),
+                });
+            }
+        })
     }
 }
 
 /// The slot of row that keeps a semaphore's fence counter.
-pub const SEMAPHORE_COUNTER_SLOT: i64 = -1;
+pub(crate) const SEMAPHORE_COUNTER_SLOT: i64 = -1;
 
 /// Decides one acquisition. `rows` are the name's slot rows (slot 0 and up, any order, possibly
 /// expired or never held); `last_fence` is the name's fence counter; `now` and `wall_now` are
 /// the backend's clock (they differ only in memory, where expiry runs on a monotonic clock).
-pub fn plan_acquire(
+pub(crate) fn plan_acquire(
     kind: LeaseKind,
     rows: &[SlotRow],
     last_fence: i64,
     now: i64,
     wall_now: i64,
     request: &AcquireRequest,
-    token: &LeaseToken,
 ) -> AcquirePlan {
     let ttl_ms = duration_to_millis(request.ttl);
     let live: Vec<&SlotRow> = rows.iter().filter(|row| row.is_live(now)).collect();
-    if let Some(mine) = live.iter().find(|row| token.matches(&row.holder)) {
+    let slots = i64::from(kind.slots());
+    if kind.is_semaphore() {
+        let in_force = live
+            .iter()
+            .map(|row| row.capacity)
+            .find(|capacity| *capacity > 0 && *capacity != slots);
+        if let Some(in_force) = in_force {
+            return AcquirePlan::CapacityConflict { in_force };
+        }
+    }
+    if let Some(mine) = live.iter().find(|row| request.is_own(&row.holder)) {
         return AcquirePlan::Renew(SlotRow {
             expires_at: now + ttl_ms,
             ttl_ms,
             ..(*mine).clone()
         });
     }
-    let slots = i64::from(kind.slots());
     let soonest = || {
         live.iter()
             .min_by_key(|row| row.expires_at)
@@ -109,25 +138,26 @@ pub fn plan_acquire(
     };
     AcquirePlan::Take(SlotRow {
         slot,
-        holder: token.as_str().to_owned(),
+        holder: request.fresh_token().as_str().to_owned(),
         owner: request.owner.clone(),
         fence: last_fence.max(0) + 1,
         expires_at: now + ttl_ms,
         ttl_ms,
         since: wall_now,
+        capacity: slots,
     })
 }
 
-pub fn duration_to_millis(duration: Duration) -> i64 {
+pub(crate) fn duration_to_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-pub fn millis_to_duration(millis: i64) -> Duration {
+pub(crate) fn millis_to_duration(millis: i64) -> Duration {
     Duration::from_millis(u64::try_from(millis).unwrap_or(0))
 }
 
 /// Wall-clock milliseconds since the Unix epoch (memory backend's display time).
-pub fn wall_millis(time: SystemTime) -> i64 {
+pub(crate) fn wall_millis(time: SystemTime) -> i64 {
     duration_to_millis(time.duration_since(UNIX_EPOCH).unwrap_or_default())
 }
 
@@ -136,11 +166,7 @@ mod tests {
     use super::*;
 
     fn ask(owner: &str) -> AcquireRequest {
-        AcquireRequest {
-            owner: owner.into(),
-            ttl: Duration::from_millis(100),
-            token: None,
-        }
+        AcquireRequest::new(owner, Duration::from_millis(100))
     }
 
     fn row(slot: i64, holder: &str, fence: i64, expires_at: i64) -> SlotRow {
@@ -152,12 +178,12 @@ mod tests {
             expires_at,
             ttl_ms: 100,
             since: 0,
+            capacity: 0,
         }
     }
 
     #[test]
     fn a_free_or_expired_slot_is_taken_with_the_next_fence() {
-        let token = LeaseToken::from_text("c");
         let plan = plan_acquire(
             LeaseKind::Exclusive,
             &[row(0, "a", 7, 1000)],
@@ -165,7 +191,6 @@ mod tests {
             1000,
             5,
             &ask("C"),
-            &token,
         );
         let AcquirePlan::Take(taken) = plan else {
             panic!("{plan:?}")
@@ -181,31 +206,64 @@ mod tests {
             row(1, "b", 2, 1500),
             row(2, "c", 3, 10),
         ];
-        let token = LeaseToken::from_text("d");
-        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"), &token);
+        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"));
         assert!(matches!(plan, AcquirePlan::Take(ref r) if r.slot == 2 && r.fence == 4));
         let rows = [
             row(0, "a", 1, 2000),
             row(1, "b", 2, 1500),
             row(2, "c", 3, 1200),
         ];
-        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"), &token);
+        let plan = plan_acquire(kind, &rows, 3, 1000, 0, &ask("D"));
         assert!(matches!(plan, AcquirePlan::Refuse(ref h) if h.owner == "C" && h.slot == 2));
         // A holder in a slot beyond a smaller N still counts.
         let rows = [row(5, "z", 9, 2000)];
         let kind = LeaseKind::Semaphore { slots: 1 };
-        let plan = plan_acquire(kind, &rows, 9, 1000, 0, &ask("D"), &token);
+        let plan = plan_acquire(kind, &rows, 9, 1000, 0, &ask("D"));
         assert!(matches!(plan, AcquirePlan::Refuse(_)));
+    }
+
+    #[test]
+    fn a_semaphores_capacity_is_its_live_holders_and_free_once_they_are_gone() {
+        let holder = SlotRow {
+            capacity: 1,
+            ..row(0, "a", 1, 2000)
+        };
+        let many = LeaseKind::Semaphore { slots: 1000 };
+        let plan = plan_acquire(many, std::slice::from_ref(&holder), 1, 1000, 0, &ask("D"));
+        assert_eq!(plan, AcquirePlan::CapacityConflict { in_force: 1 });
+        let error = plan.outcome(many, 1000).unwrap_err().to_string();
+        assert!(
+            error.contains("has 1 slots") && error.contains("slots=1000"),
+            "{error}"
+        );
+        // Its holder gone (expired), the next one sets the capacity.
+        let plan = plan_acquire(many, &[holder], 1, 3000, 0, &ask("D"));
+        assert!(matches!(plan, AcquirePlan::Take(ref r) if r.capacity == 1000));
     }
 
     #[test]
     fn the_callers_own_live_token_renews_its_slot() {
         let rows = [row(0, "a", 1, 2000), row(1, "b", 2, 1500)];
-        let token = LeaseToken::from_text("b");
         let kind = LeaseKind::Semaphore { slots: 2 };
-        let plan = plan_acquire(kind, &rows, 2, 1000, 0, &ask("B"), &token);
+        let retry = ask("B").with_retry_token(LeaseToken::from_text("b"));
+        let plan = plan_acquire(kind, &rows, 2, 1000, 0, &retry);
         assert!(
             matches!(plan, AcquirePlan::Renew(ref r) if r.slot == 1 && r.fence == 2 && r.expires_at == 1100)
         );
+    }
+
+    #[test]
+    fn a_retry_token_that_holds_nothing_takes_with_a_fresh_random_token() {
+        let kind = LeaseKind::Exclusive;
+        let chosen = ask("D").with_retry_token(LeaseToken::from_text("1"));
+        let plan = plan_acquire(kind, &[row(0, "a", 1, 10)], 1, 1000, 0, &chosen);
+        let AcquirePlan::Take(taken) = plan else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(taken.holder, chosen.fresh_token().as_str());
+        assert_ne!(taken.holder, "1");
+        // Every attempt of one request is one caller: its own fresh token renews.
+        let plan = plan_acquire(kind, &[taken], 2, 1000, 0, &chosen);
+        assert!(matches!(plan, AcquirePlan::Renew(_)));
     }
 }

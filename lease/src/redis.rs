@@ -6,8 +6,9 @@
 //!   since), taken with `SET NX PX`; refresh and release compare the token first (Lua
 //!   compare-and-set).
 //! - A semaphore is the sorted set `sm:sem:{NAME}` (member: token, score: expiry in ms on Redis's
-//!   `TIME`) beside the hash `sm:sem:{NAME}:holders` (token → JSON); every script first drops
-//!   members whose score has passed.
+//!   `TIME`) beside the hash `sm:sem:{NAME}:holders` (token → JSON, with the `capacity` it was
+//!   taken with: asking with other slots while it has holders is refused); every script first
+//!   drops members whose score has passed.
 //! - The fence is `INCR <key>:fence`, with a **floor**: this process remembers the highest fence
 //!   it has seen per name and the acquire script sets the counter to at least floor + 1. So a
 //!   Redis restart without persistence (this machine's Redis keeps nothing on disk) cannot
@@ -27,8 +28,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Script};
 use serde::Deserialize;
 
-use super::plan::duration_to_millis;
-use super::store::{
+use crate::plan::duration_to_millis;
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
     LeaseToken,
 };
@@ -66,15 +67,17 @@ local function next_fence(fence_key)
 end
 ";
 
-/// KEYS: lease, fence. ARGV: token, owner, ttl_ms, floor.
+/// KEYS: lease, fence. ARGV: fresh token, owner, ttl_ms, floor, slots (unused), retry token or
+/// ''. The fresh token (128 random bits) is the one a lease taken anew gets; either renews the
+/// lease it holds.
 const LEASE_ACQUIRE: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local token, owner, ttl, retry = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6]
 local current = redis.call('GET', KEYS[1])
 if current then
   local held = cjson.decode(current)
-  if held.token == token then
+  if held.token == token or (retry ~= '' and held.token == retry) then
     held.ttl = ttl
     redis.call('SET', KEYS[1], cjson.encode(held), 'PX', ttl)
     held.outcome = 'renewed'
@@ -127,15 +130,29 @@ held.expires_in = redis.call('PTTL', KEYS[1])
 return {cjson.encode(held)}
 ";
 
-/// KEYS: zset, holders, fence. ARGV: token, owner, ttl_ms, floor, slots.
+/// KEYS: zset, holders, fence. ARGV: fresh token, owner, ttl_ms, floor, slots, retry token or
+/// '' (as for a lease).
 const SEMAPHORE_ACQUIRE: &str = r"
 local token, owner, ttl, slots = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[5])
-local mine = redis.call('HGET', KEYS[2], token)
-if mine and redis.call('ZSCORE', KEYS[1], token) then
+local retry = ARGV[6]
+local everyone = redis.call('ZRANGE', KEYS[1], 0, -1)
+for _, member in ipairs(everyone) do
+  local found = redis.call('HGET', KEYS[2], member)
+  if found then
+    local capacity = cjson.decode(found).capacity
+    if capacity and capacity > 0 and capacity ~= slots then
+      return cjson.encode({outcome = 'conflict', in_force = capacity})
+    end
+  end
+end
+local own = token
+if retry ~= '' and redis.call('ZSCORE', KEYS[1], retry) then own = retry end
+local mine = redis.call('HGET', KEYS[2], own)
+if mine and redis.call('ZSCORE', KEYS[1], own) then
   local held = cjson.decode(mine)
   held.ttl = ttl
-  redis.call('ZADD', KEYS[1], now + ttl, token)
-  redis.call('HSET', KEYS[2], token, cjson.encode(held))
+  redis.call('ZADD', KEYS[1], now + ttl, own)
+  redis.call('HSET', KEYS[2], own, cjson.encode(held))
   keep_until_last()
   held.outcome = 'renewed'
   held.expires_in = ttl
@@ -167,7 +184,7 @@ if not slot then
   soonest.token = nil
   return cjson.encode(soonest)
 end
-local held = {token = token, owner = owner, fence = next_fence(KEYS[3]), ttl = ttl, since = now, slot = slot}
+local held = {token = token, owner = owner, fence = next_fence(KEYS[3]), ttl = ttl, since = now, slot = slot, capacity = slots}
 redis.call('ZADD', KEYS[1], now + ttl, token)
 redis.call('HSET', KEYS[2], token, cjson.encode(held))
 keep_until_last()
@@ -214,6 +231,15 @@ for i = 1, #live, 2 do
 end
 return answer
 ";
+
+/// What an acquire script answered, before it is read as a holder.
+#[derive(Debug, Deserialize)]
+struct ScriptOutcome {
+    outcome: String,
+    /// With `conflict`: the semaphore's capacity in force.
+    #[serde(default)]
+    in_force: Option<f64>,
+}
 
 /// What every script answers about one holder (numbers as Lua sends them: doubles).
 #[derive(Debug, Deserialize)]
@@ -485,18 +511,33 @@ impl LeaseStore for RedisLeaseStore {
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
         Box::pin(async move {
             let keys = Keys::of(kind, name);
-            let token = request.token.unwrap_or_else(LeaseToken::random);
+            let retry = request
+                .retry_token
+                .as_ref()
+                .map(|token| token.as_str().to_owned())
+                .unwrap_or_default();
             let args = [
-                token.as_str().to_owned(),
+                request.fresh_token().as_str().to_owned(),
                 request.owner,
                 duration_to_millis(request.ttl).max(1).to_string(),
                 self.floor(&keys.fence).to_string(),
                 kind.slots().to_string(),
+                retry,
             ];
             let [acquire, ..] = self.scripts_of(kind);
             let answer: String = self
                 .invoke(acquire, &keys.for_script(kind, true), &args)
                 .await?;
+            let outcome: ScriptOutcome = serde_json::from_str(&answer).map_err(|error| {
+                LeaseStoreError::Backend(format!("Redis script answered unreadable JSON: {error}"))
+            })?;
+            if outcome.outcome == "conflict" {
+                return Err(LeaseStoreError::CapacityConflict {
+                    in_force: u32::try_from(whole(outcome.in_force.unwrap_or(0.0)))
+                        .unwrap_or(u32::MAX),
+                    asked: kind.slots(),
+                });
+            }
             let holder = parse_holder(&answer)?;
             self.saw_fence(&keys.fence, whole(holder.fence));
             holder.acquisition()

@@ -17,9 +17,9 @@ use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls, Row};
 use tracing::warn;
 
-use super::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
-use super::sqlite::{counter_slot, max_slot};
-use super::store::{
+use crate::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
+use crate::sqlite::{counter_slot, max_slot};
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
 };
 
@@ -35,13 +35,15 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS sm_lease (
     expires_at BIGINT NOT NULL DEFAULT 0,
     ttl_ms BIGINT NOT NULL DEFAULT 0,
     since_ms BIGINT NOT NULL DEFAULT 0,
+    capacity BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (name, slot)
-)";
+);
+ALTER TABLE sm_lease ADD COLUMN IF NOT EXISTS capacity BIGINT NOT NULL DEFAULT 0";
 
 /// The database's clock in milliseconds since the Unix epoch.
 const NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-const ROW_COLUMNS: &str = "slot, holder, owner, fence, expires_at, ttl_ms, since_ms";
+const ROW_COLUMNS: &str = "slot, holder, owner, fence, expires_at, ttl_ms, since_ms, capacity";
 
 /// Leases in one PostgreSQL database.
 pub struct PostgresLeaseStore {
@@ -144,6 +146,7 @@ fn read_row(row: &Row) -> Result<SlotRow, tokio_postgres::Error> {
         expires_at: row.try_get(4)?,
         ttl_ms: row.try_get(5)?,
         since: row.try_get(6)?,
+        capacity: row.try_get(7)?,
     })
 }
 
@@ -152,8 +155,7 @@ async fn acquire_in(
     kind: LeaseKind,
     name: &str,
     request: &AcquireRequest,
-    token: &LeaseToken,
-) -> Result<Acquisition, tokio_postgres::Error> {
+) -> Result<Result<Acquisition, LeaseStoreError>, tokio_postgres::Error> {
     let transaction = client.transaction().await?;
     transaction
         .execute(
@@ -180,16 +182,17 @@ async fn acquire_in(
         .iter()
         .map(read_row)
         .collect::<Result<Vec<SlotRow>, _>>()?;
-    let plan = plan_acquire(kind, &rows, last_fence, now, now, request, token);
+    let plan = plan_acquire(kind, &rows, last_fence, now, now, request);
     if let AcquirePlan::Renew(row) | AcquirePlan::Take(row) = &plan {
         transaction
             .execute(
-                "INSERT INTO sm_lease (name, slot, holder, owner, fence, expires_at, ttl_ms, since_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                "INSERT INTO sm_lease
+                     (name, slot, holder, owner, fence, expires_at, ttl_ms, since_ms, capacity)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  ON CONFLICT (name, slot) DO UPDATE SET holder = excluded.holder,
                      owner = excluded.owner, fence = excluded.fence,
                      expires_at = excluded.expires_at, ttl_ms = excluded.ttl_ms,
-                     since_ms = excluded.since_ms",
+                     since_ms = excluded.since_ms, capacity = excluded.capacity",
                 &[
                     &name,
                     &row.slot,
@@ -199,6 +202,7 @@ async fn acquire_in(
                     &row.expires_at,
                     &row.ttl_ms,
                     &row.since,
+                    &row.capacity,
                 ],
             )
             .await?;
@@ -212,7 +216,7 @@ async fn acquire_in(
             .await?;
     }
     transaction.commit().await?;
-    Ok(plan.outcome(now))
+    Ok(plan.outcome(kind, now))
 }
 
 async fn refresh_in(
@@ -237,7 +241,7 @@ async fn refresh_in(
         )
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let now: i64 = row.try_get(7)?;
+    let now: i64 = row.try_get(8)?;
     Ok(Some(read_row(&row)?.grant(now)))
 }
 
@@ -280,7 +284,7 @@ async fn holders_in(
         )
         .await?;
     rows.iter()
-        .map(|row| Ok(read_row(row)?.grant(row.try_get(7)?)))
+        .map(|row| Ok(read_row(row)?.grant(row.try_get(8)?)))
         .collect()
 }
 
@@ -300,13 +304,12 @@ impl LeaseStore for PostgresLeaseStore {
         name: &'a str,
         request: AcquireRequest,
     ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
-        let token = request.token.clone().unwrap_or_else(LeaseToken::random);
         let name = name.to_owned();
         Box::pin(async move {
             self.run(move |client| {
-                Box::pin(async move { acquire_in(client, kind, &name, &request, &token).await })
+                Box::pin(async move { acquire_in(client, kind, &name, &request).await })
             })
-            .await
+            .await?
         })
     }
 

@@ -2,9 +2,11 @@
 //! [`Lease::semaphore`] (`semaphore(name, slots, ttl)`) on any [`LeaseStore`], with
 //! `acquire(blocking, wait)`, `refresh(ttl)`, `release()` and a scoped [`LeaseGuard`].
 //!
-//! A `Lease` carries its token from the start (random, or the caller's owner token), so a retry
-//! of the same job (`acquire` again, or a new `Lease` with the same owner token) re-acquires its
-//! own lease instead of being refused. A lease never refreshes itself: its holder calls
+//! A `Lease` draws its fresh token (128 random bits) when it is made and asks with it on every
+//! attempt, so an attempt whose answer was lost is not refused by its own lease; once held, it
+//! asks with the token it holds. A job retried in a new process gets its lease back with
+//! [`Lease::with_owner_token`] and the token of its earlier grant ([`Lease::token`]); a token
+//! that holds nothing is never given to a lease, so a guessed one gets nothing. A lease never refreshes itself: its holder calls
 //! `refresh` before the TTL passes, or loses it.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,7 +16,7 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::store::{
+use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
     LeaseToken,
 };
@@ -27,11 +29,15 @@ pub const MAX_BACKOFF: Duration = Duration::from_millis(500);
 /// Why a [`LeaseGuard`] could not be had.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseGuardError {
+    /// Someone else held it (and still did when the wait ran out).
     #[error("lease {name} not acquired: {}", held_by(.holder))]
     LeaseNotAcquired {
+        /// The lease's name.
         name: String,
+        /// Who held it at the last attempt.
         holder: Option<LeaseHolder>,
     },
+    /// The store could not answer, or refused the request.
     #[error("{0}")]
     Store(#[from] LeaseStoreError),
 }
@@ -53,9 +59,11 @@ pub struct Lease {
     store: Arc<dyn LeaseStore>,
     kind: LeaseKind,
     name: String,
-    owner: String,
-    ttl: Duration,
-    token: LeaseToken,
+    /// Owner, TTL and the fresh token, for every attempt.
+    request: AcquireRequest,
+    /// The token it is held with: the last grant's; before one, the owner token given, else the
+    /// fresh one.
+    token: Mutex<LeaseToken>,
     /// What the store last said about our lease (None: not held as far as we know).
     held: Mutex<Option<LeaseGrant>>,
 }
@@ -65,8 +73,8 @@ impl std::fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("kind", &self.kind)
             .field("name", &self.name)
-            .field("owner", &self.owner)
-            .field("ttl", &self.ttl)
+            .field("owner", &self.request.owner)
+            .field("ttl", &self.request.ttl)
             .finish()
     }
 }
@@ -88,39 +96,49 @@ impl Lease {
     }
 
     fn new(store: Arc<dyn LeaseStore>, kind: LeaseKind, name: String, ttl: Duration) -> Lease {
+        let request = AcquireRequest::new(name.clone(), ttl);
         Lease {
             store,
             kind,
-            owner: name.clone(),
             name,
-            ttl,
-            token: LeaseToken::random(),
+            token: Mutex::new(request.fresh_token().clone()),
+            request,
             held: Mutex::new(None),
         }
     }
 
-    /// The caller's own token: a retry with the same token re-acquires its own lease.
-    pub fn with_owner_token(mut self, token: LeaseToken) -> Lease {
-        self.token = token;
+    /// Resumes the lease `token` holds: a token an earlier grant gave (see [`Lease::token`]),
+    /// e.g. kept by a job that is now retried. The first acquire then gets that lease back,
+    /// renewed with the same fence. A token that holds nothing gives nothing: the acquire is a
+    /// fresh one, and the lease gets a token of 128 random bits.
+    pub fn with_owner_token(self, token: LeaseToken) -> Lease {
+        *self.token.lock().unwrap_or_else(PoisonError::into_inner) = token;
         self
     }
 
     /// Who holds it, as others see it (default: the name).
     pub fn with_owner(mut self, owner: impl Into<String>) -> Lease {
-        self.owner = owner.into();
+        self.request.owner = owner.into();
         self
     }
 
+    /// The lease's name in the store.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Exclusive, or a semaphore of how many slots.
     pub fn kind(&self) -> LeaseKind {
         self.kind
     }
 
-    pub fn token(&self) -> &LeaseToken {
-        &self.token
+    /// The token this lease is held with (keep it to resume the lease after a restart, with
+    /// [`Lease::with_owner_token`]); before it is held, the token it will ask with.
+    pub fn token(&self) -> LeaseToken {
+        self.token
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// What the store last confirmed (fence, slot, time left as of that answer).
@@ -137,16 +155,15 @@ impl Lease {
     }
 
     fn remember(&self, grant: Option<LeaseGrant>) {
+        if let Some(grant) = &grant {
+            *self.token.lock().unwrap_or_else(PoisonError::into_inner) = grant.token.clone();
+        }
         *self.held.lock().unwrap_or_else(PoisonError::into_inner) = grant;
     }
 
     /// One attempt. `Err(holder)` names who holds it.
     pub async fn try_acquire(&self) -> Result<Result<LeaseGrant, LeaseHolder>, LeaseStoreError> {
-        let request = AcquireRequest {
-            owner: self.owner.clone(),
-            ttl: self.ttl,
-            token: Some(self.token.clone()),
-        };
+        let request = self.request.clone().with_retry_token(self.token());
         let answer = self
             .store
             .try_acquire_kind(self.kind, &self.name, request)
@@ -209,7 +226,7 @@ impl Lease {
     pub async fn refresh(&self, ttl: Option<Duration>) -> Result<bool, LeaseStoreError> {
         let grant = self
             .store
-            .refresh_kind(self.kind, &self.name, &self.token, ttl)
+            .refresh_kind(self.kind, &self.name, &self.token(), ttl)
             .await;
         match grant {
             Ok(grant) => {
@@ -228,7 +245,7 @@ impl Lease {
     pub async fn release(&self) -> Result<bool, LeaseStoreError> {
         self.remember(None);
         self.store
-            .release_kind(self.kind, &self.name, &self.token)
+            .release_kind(self.kind, &self.name, &self.token())
             .await
     }
 
@@ -264,12 +281,14 @@ pub struct LeaseGuard {
 }
 
 impl LeaseGuard {
+    /// The lease it holds.
     pub fn lease(&self) -> &Lease {
         self.lease
             .as_ref()
             .expect("a LeaseGuard holds its lease until release or drop")
     }
 
+    /// The fence it was acquired with (see [`Lease::fence`]).
     pub fn fence(&self) -> Option<u64> {
         self.lease().fence()
     }
