@@ -411,3 +411,47 @@ async fn an_event_stream_that_is_read_is_not_cut_by_the_write_timeout() {
     }
     assert_eq!(timeouts(&rig), (0, 0, 0));
 }
+
+#[tokio::test]
+async fn a_tls_client_that_finishes_its_handshake_and_sends_nothing_is_closed() {
+    use std::sync::Arc;
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("sg-timeouts-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_path, key_path) = (dir.join("gateway.crt"), dir.join("gateway.key"));
+    std::fs::write(&cert_path, certified.cert.pem()).unwrap();
+    std::fs::write(&key_path, certified.key_pair.serialize_pem()).unwrap();
+    let rig = rig(|c| {
+        c.http.tls.cert = cert_path.display().to_string();
+        c.http.tls.key = key_path.display().to_string();
+        c.http.header_read_timeout_ms = 300;
+    })
+    .await;
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certified.cert.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let tcp = TcpStream::connect(rig.gateway.http_addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "a silent TLS client was still connected after 5 s: {read:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "closed too early"
+    );
+    assert_eq!(timeouts(&rig), (1, 0, 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}

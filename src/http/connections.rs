@@ -4,9 +4,11 @@
 //!   `http.max_connections_per_ip` of all its connections, and `http.reserved_connections`
 //!   more that, once the ordinary ones are all taken, serve only what keeps the control lease
 //!   reachable ([`is_reserved_request`]): health checks and lease renewal and release.
-//! - [`WriteStallGuard`]: an I/O wrapper that fails a write which made no progress for
+//! - [`TimedIo`]: an I/O wrapper that fails a write which made no progress for
 //!   `http.write_timeout_ms` (a client that stopped reading), so the connection closes. A
 //!   stream that is being read keeps making progress and is never cut.
+//! - [`FirstByteDeadline`]: fails reads until a first byte comes within a limit: over TLS, a
+//!   client that finishes its handshake and then says nothing.
 
 use std::collections::HashMap;
 use std::io;
@@ -160,6 +162,8 @@ pub struct IoActivity {
     request_started: AtomicBool,
     /// The write timeout closed the connection.
     write_stalled: AtomicBool,
+    /// No byte came within a [`FirstByteDeadline`].
+    first_byte_late: AtomicBool,
 }
 
 impl IoActivity {
@@ -170,11 +174,15 @@ impl IoActivity {
     pub fn write_stalled(&self) -> bool {
         self.write_stalled.load(Ordering::Relaxed)
     }
+
+    pub fn first_byte_late(&self) -> bool {
+        self.first_byte_late.load(Ordering::Relaxed)
+    }
 }
 
 /// Wraps a connection's I/O: a write (or flush, or shutdown) that stays pending for `limit`
 /// fails with [`io::ErrorKind::TimedOut`]; any progress starts the limit again.
-pub struct WriteStallGuard<T> {
+pub struct TimedIo<T> {
     inner: T,
     limit: Duration,
     /// Running while a write is pending.
@@ -182,11 +190,11 @@ pub struct WriteStallGuard<T> {
     activity: Arc<IoActivity>,
 }
 
-impl<T> WriteStallGuard<T> {
-    pub fn new(inner: T, limit: Duration) -> (WriteStallGuard<T>, Arc<IoActivity>) {
+impl<T> TimedIo<T> {
+    pub fn new(inner: T, limit: Duration) -> (TimedIo<T>, Arc<IoActivity>) {
         let activity = Arc::new(IoActivity::default());
         (
-            WriteStallGuard {
+            TimedIo {
                 inner,
                 limit,
                 stalled: None,
@@ -234,7 +242,7 @@ impl<T> WriteStallGuard<T> {
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for WriteStallGuard<T> {
+impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -249,7 +257,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for WriteStallGuard<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for WriteStallGuard<T> {
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -290,6 +298,82 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteStallGuard<T> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let outcome = Pin::new(&mut self.inner).poll_shutdown(cx);
         self.check(cx, outcome)
+    }
+}
+
+/// Wraps a connection's (decrypted) I/O: a read that brings no first byte within the limit
+/// fails with [`io::ErrorKind::TimedOut`]; the first byte disarms it for good.
+pub struct FirstByteDeadline<T> {
+    inner: T,
+    deadline: Option<Pin<Box<Sleep>>>,
+    activity: Arc<IoActivity>,
+}
+
+impl<T> FirstByteDeadline<T> {
+    pub fn new(inner: T, limit: Duration, activity: Arc<IoActivity>) -> FirstByteDeadline<T> {
+        FirstByteDeadline {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(limit))),
+            activity,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for FirstByteDeadline<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let outcome = Pin::new(&mut self.inner).poll_read(cx, buf);
+        match outcome {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.deadline = None,
+            Poll::Pending => {
+                if let Some(deadline) = self.deadline.as_mut()
+                    && deadline.as_mut().poll(cx).is_ready()
+                {
+                    self.deadline = None;
+                    self.activity.first_byte_late.store(true, Ordering::Relaxed);
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "nothing received in time",
+                    )));
+                }
+            }
+            _ => {}
+        }
+        outcome
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for FirstByteDeadline<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -352,7 +436,7 @@ mod tests {
     async fn a_write_without_progress_fails_after_the_limit() {
         // A 16-byte pipe whose far end is never read: a client that stopped reading.
         let (near, _far) = tokio::io::duplex(16);
-        let (mut io, activity) = WriteStallGuard::new(near, Duration::from_secs(10));
+        let (mut io, activity) = TimedIo::new(near, Duration::from_secs(10));
         let started = tokio::time::Instant::now();
         let error = io.write_all(&[0u8; 32]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
@@ -361,10 +445,33 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_armed_read_fails_without_a_byte_in_time_and_a_byte_disarms_it() {
+        use tokio::io::AsyncReadExt;
+        let (near, _far) = tokio::io::duplex(16);
+        let activity = Arc::new(IoActivity::default());
+        let mut io = FirstByteDeadline::new(near, Duration::from_secs(3), activity.clone());
+        let started = tokio::time::Instant::now();
+        let error = io.read(&mut [0u8; 4]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        assert!(activity.first_byte_late());
+
+        let (near, mut far) = tokio::io::duplex(16);
+        let activity = Arc::new(IoActivity::default());
+        let mut io = FirstByteDeadline::new(near, Duration::from_secs(3), activity.clone());
+        far.write_all(b"x").await.unwrap();
+        io.read_exact(&mut [0u8; 1]).await.unwrap();
+        // Disarmed: a later silence is not cut.
+        let waited = tokio::time::timeout(Duration::from_secs(60), io.read(&mut [0u8; 4])).await;
+        assert!(waited.is_err(), "{waited:?}");
+        assert!(!activity.first_byte_late());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_slow_reader_that_keeps_reading_is_never_cut() {
         use tokio::io::AsyncReadExt;
         let (near, mut far) = tokio::io::duplex(16);
-        let (mut io, activity) = WriteStallGuard::new(near, Duration::from_secs(10));
+        let (mut io, activity) = TimedIo::new(near, Duration::from_secs(10));
         let writer = tokio::spawn(async move { io.write_all(&[7u8; 24]).await });
         // A byte every 6 s: every write waits, none as long as the limit.
         let mut byte = [0u8; 1];

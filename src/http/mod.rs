@@ -34,7 +34,8 @@ use tracing::{debug, info};
 
 use self::body::BodyTimeouts;
 use self::connections::{
-    ConnectionLimits, ConnectionSlot, Refusal, SlotKind, WriteStallGuard, is_reserved_request,
+    ConnectionLimits, ConnectionSlot, FirstByteDeadline, Refusal, SlotKind, TimedIo,
+    is_reserved_request,
 };
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -73,7 +74,7 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
 /// Every stage of a request has a time limit: the first byte and the headers
 /// (`http.header_read_timeout_ms`, also the idle time between keep-alive requests), the TLS
 /// handshake (the same), the body ([`body::with_body_limits`]), and the answer's write
-/// ([`WriteStallGuard`]). Connections are limited in all, per address and with a reserve for
+/// ([`TimedIo`]). Connections are limited in all, per address and with a reserve for
 /// health checks and the lease ([`ConnectionLimits`]).
 pub async fn serve(
     listener: TcpListener,
@@ -176,8 +177,7 @@ impl Connection {
             self.gateway.metrics.http_timeouts.headers.inc();
             info!(%peer, "HTTP: closed a connection: {what} within {}", body::readable(header_timeout));
         };
-        let (io, activity) =
-            WriteStallGuard::new(stream, Duration::from_millis(http.write_timeout_ms));
+        let (io, activity) = TimedIo::new(stream, Duration::from_millis(http.write_timeout_ms));
         let ended = match self.gateway.tls.clone() {
             None => {
                 // The auto builder reads the first bytes to tell HTTP/1 from HTTP/2 without a
@@ -200,6 +200,9 @@ impl Connection {
                     }
                     Err(_) => return timed_out("no TLS handshake"),
                 };
+                // As for a plain connection's first byte: hyper's header timer only starts
+                // once the auto builder has read the HTTP/1-or-2 preface.
+                let io = FirstByteDeadline::new(io, header_timeout, activity.clone());
                 self.serve_io(io, builder, watcher).await
             }
         };
@@ -211,6 +214,9 @@ impl Connection {
                 body::readable(Duration::from_millis(http.write_timeout_ms))
             );
             return;
+        }
+        if activity.first_byte_late() {
+            return timed_out("no request after the TLS handshake");
         }
         let Err(error) = ended else { return };
         let header_timeout_hit = error
