@@ -63,7 +63,7 @@ impl BodyTimeout {
 /// `10 s`, or `300 ms` below a whole second.
 pub fn readable(duration: Duration) -> String {
     let ms = duration.as_millis();
-    if ms >= 1000 && ms % 1000 == 0 {
+    if ms >= 1000 && ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{ms} ms")
