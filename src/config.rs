@@ -52,10 +52,24 @@ pub struct HttpConfig {
     /// A path the API lives under, e.g. `/station3` for `http://host:5000/station3/api/...`.
     pub path_prefix: String,
     pub max_body_bytes: usize,
-    /// How long a client may take to send its request headers.
+    /// How long a client may take to send its request headers (and, between requests, how
+    /// long an idle keep-alive connection is kept).
     pub header_read_timeout_ms: u64,
+    /// How long a client may take to send a whole request body, from its headers' arrival.
+    pub body_timeout_ms: u64,
+    /// How long a request body may pause between two of its pieces.
+    pub body_idle_timeout_ms: u64,
+    /// How long an answer's write may make no progress (a client that stopped reading)
+    /// before the connection is closed. A stream that is being read is never cut.
+    pub write_timeout_ms: u64,
     /// HTTP connections open at once; past that, new ones wait in the listen backlog.
     pub max_connections: usize,
+    /// Connections one client IP address may hold at once; 0: a quarter of
+    /// `max_connections` (at least 1).
+    pub max_connections_per_ip: usize,
+    /// Connections beyond `max_connections` kept for health checks and lease renewal and
+    /// release: at the limit, a new connection is served only for those.
+    pub reserved_connections: usize,
     pub tls: TlsConfig,
 }
 
@@ -66,6 +80,17 @@ pub struct HttpConfig {
 pub struct TlsConfig {
     pub cert: String,
     pub key: String,
+}
+
+impl HttpConfig {
+    /// Connections one IP address may hold: `max_connections_per_ip`, or a quarter of
+    /// `max_connections` while that is 0.
+    pub fn per_ip_limit(&self) -> usize {
+        match self.max_connections_per_ip {
+            0 => (self.max_connections / 4).max(1),
+            limit => limit,
+        }
+    }
 }
 
 impl TlsConfig {
@@ -239,7 +264,12 @@ impl Default for HttpConfig {
             path_prefix: String::new(),
             max_body_bytes: 1024 * 1024,
             header_read_timeout_ms: 10_000,
+            body_timeout_ms: 10_000,
+            body_idle_timeout_ms: 5_000,
+            write_timeout_ms: 10_000,
             max_connections: 4096,
+            max_connections_per_ip: 0,
+            reserved_connections: 16,
             tls: TlsConfig::default(),
         }
     }
@@ -378,6 +408,19 @@ impl Config {
         }
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", "must be above 0"));
+        }
+        for (key, value) in [
+            (
+                "http.header_read_timeout_ms",
+                self.http.header_read_timeout_ms,
+            ),
+            ("http.body_timeout_ms", self.http.body_timeout_ms),
+            ("http.body_idle_timeout_ms", self.http.body_idle_timeout_ms),
+            ("http.write_timeout_ms", self.http.write_timeout_ms),
+        ] {
+            if !(1..=3_600_000).contains(&value) {
+                return Err(invalid(key, "must be 1 to 3600000 (ms)"));
+            }
         }
         for address in &self.legacy.allow {
             address.parse::<std::net::IpAddr>().map_err(|_| {

@@ -1,18 +1,25 @@
 //! The log writer: formatted lines go into a shared buffer that one thread writes out, so an
-//! access line costs a request task a copy, never a system call or a thread wake-up.
+//! access line costs a request task a copy, never a system call or a thread wake-up. Also the
+//! log formats ([`install`]): `human`, whose fields ([`EscapedFields`]) escape control
+//! characters so a value a client sent (a lease owner with a newline) cannot forge a line, and
+//! `json`, escaped by JSON itself.
 //!
 //! Access lines (target `access`) are written in batches, at most [`BATCH_INTERVAL`] after the
 //! first line of a batch; every other line (start-up, link up and down, warnings) wakes the
 //! writer at once. A writer that cannot keep up (stderr blocked) drops lines past
 //! [`MAX_BUFFERED`] and says how many it dropped, rather than growing or stalling requests.
 
+use std::fmt;
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tracing::Metadata;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::{FormatFields, Writer};
 
 /// How long the first access line of a batch may wait for others before it is written.
 pub const BATCH_INTERVAL: Duration = Duration::from_millis(50);
@@ -33,10 +40,11 @@ struct Pending {
     closed: bool,
 }
 
-#[derive(Default)]
 struct Shared {
     pending: Mutex<Pending>,
     wake: Condvar,
+    /// [`BATCH_INTERVAL`] but in tests.
+    batch_interval: Duration,
 }
 
 impl Shared {
@@ -62,7 +70,18 @@ pub struct BatchingWriterGuard {
 
 /// Starts the writer thread over `out` (stderr in the gateway, a buffer in tests).
 pub fn batching_writer<W: Write + Send + 'static>(out: W) -> (BatchingWriter, BatchingWriterGuard) {
-    let shared = Arc::new(Shared::default());
+    batching_writer_every(out, BATCH_INTERVAL)
+}
+
+fn batching_writer_every<W: Write + Send + 'static>(
+    out: W,
+    batch_interval: Duration,
+) -> (BatchingWriter, BatchingWriterGuard) {
+    let shared = Arc::new(Shared {
+        pending: Mutex::default(),
+        wake: Condvar::new(),
+        batch_interval,
+    });
     let thread = {
         let shared = shared.clone();
         std::thread::Builder::new()
@@ -90,7 +109,7 @@ fn write_until_closed<W: Write>(shared: &Shared, mut out: W) {
                 pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
             }
             // Let a batch of access lines gather, unless something should go out now.
-            let deadline = Instant::now() + BATCH_INTERVAL;
+            let deadline = Instant::now() + shared.batch_interval;
             while !pending.urgent && !pending.closed && pending.bytes.len() < WRITE_SOON {
                 let now = Instant::now();
                 if now >= deadline {
@@ -184,6 +203,122 @@ impl<'a> MakeWriter<'a> for BatchingWriter {
     }
 }
 
+/// Why logging could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LogSetupError {
+    #[error("--log-format: {0:?} is not human or json")]
+    UnknownFormat(String),
+    #[error("cannot install the logger: {0}")]
+    Install(String),
+}
+
+/// Installs the process's logger: `format` (`human` or `json`) written to `out` through the
+/// batching writer, the level from `RUST_LOG` (default info). Keep the guard until the end of
+/// `main`: dropping it writes what is left.
+pub fn install<W: Write + Send + 'static>(
+    format: &str,
+    ansi: bool,
+    out: W,
+) -> Result<BatchingWriterGuard, LogSetupError> {
+    if !matches!(format, "human" | "json") {
+        return Err(LogSetupError::UnknownFormat(format.to_owned()));
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, guard) = batching_writer(out);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(writer);
+    let installed = match format {
+        "json" => builder.json().try_init(),
+        _ => builder.fmt_fields(EscapedFields).try_init(),
+    };
+    installed.map_err(|error| LogSetupError::Install(error.to_string()))?;
+    Ok(guard)
+}
+
+/// The human format's fields: `message name=value ...` with every control character escaped
+/// (`\n`, `\r`, `\t`, `\u{1b}`), so one event is always one line whatever its values hold.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EscapedFields;
+
+impl<'w> FormatFields<'w> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut visitor = EscapingVisitor {
+            writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct EscapingVisitor<'w> {
+    writer: Writer<'w>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl Visit for EscapingVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.record_debug(field, &format_args!("{value}"));
+        } else {
+            self.record_debug(field, &value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let name = field.name();
+        // Metadata of events from the `log` crate, shown elsewhere in the line.
+        if self.result.is_err() || name.starts_with("log.") {
+            return;
+        }
+        let separator = if std::mem::take(&mut self.first) {
+            ""
+        } else {
+            " "
+        };
+        self.result = match name {
+            "message" => write!(self.writer, "{separator}"),
+            name => write!(
+                self.writer,
+                "{separator}{}=",
+                name.strip_prefix("r#").unwrap_or(name)
+            ),
+        }
+        .and_then(|()| {
+            use fmt::Write as _;
+            write!(Escaping(&mut self.writer), "{value:?}")
+        });
+    }
+}
+
+/// A [`fmt::Write`] that escapes control characters on their way through.
+struct Escaping<'a, W: fmt::Write>(&'a mut W);
+
+impl<W: fmt::Write> fmt::Write for Escaping<'_, W> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        let mut rest = text;
+        while let Some(at) = rest.find(char::is_control) {
+            self.0.write_str(&rest[..at])?;
+            let Some(control) = rest[at..].chars().next() else {
+                break;
+            };
+            match control {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                '\t' => self.0.write_str("\\t")?,
+                other => write!(self.0, "\\u{{{:x}}}", other as u32)?,
+            }
+            rest = &rest[at + control.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,8 +360,8 @@ mod tests {
         let started = Instant::now();
         while !sink.text().contains(what) {
             assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "{what:?} was not written within 5 s; written: {:?}",
+                started.elapsed() < Duration::from_secs(30),
+                "{what:?} was not written within 30 s; written: {:?}",
                 sink.text()
             );
             std::thread::yield_now();
@@ -250,16 +385,70 @@ mod tests {
 
     #[test]
     fn an_urgent_line_does_not_wait_for_the_batch() {
+        // A batch window of an hour: an urgent line that waited for it would never show
+        // within the hang guard of `wait_for`.
         let sink = Sink::default();
-        let (writer, _guard) = batching_writer(sink.clone());
+        let (writer, _guard) = batching_writer_every(sink.clone(), Duration::from_secs(3600));
         line(&writer, false, "access 1\n");
         line(&writer, true, "station link down\n");
-        let waited = wait_for(&sink, "station link down\n");
-        assert!(
-            waited < BATCH_INTERVAL,
-            "an urgent line waited {waited:?}, the whole batch interval"
-        );
+        wait_for(&sink, "station link down\n");
         assert_eq!(sink.text(), "access 1\nstation link down\n");
+    }
+
+    #[test]
+    fn access_lines_are_written_once_the_batch_window_ends() {
+        let window = Duration::from_millis(200);
+        let sink = Sink::default();
+        let (writer, _guard) = batching_writer_every(sink.clone(), window);
+        let started = Instant::now();
+        line(&writer, false, "access 1\n");
+        line(&writer, false, "access 2\n");
+        wait_for(&sink, "access 2\n");
+        // Not before the window ends (the writer has no other reason to write them), and in
+        // one write.
+        assert!(
+            started.elapsed() >= window,
+            "written after {:?}",
+            started.elapsed()
+        );
+        assert_eq!(sink.text(), "access 1\naccess 2\n");
+        assert_eq!(sink.writes(), 1);
+    }
+
+    /// The human format's line for one event, through the real formatter.
+    fn human_line(record: impl FnOnce()) -> String {
+        let sink = Sink::default();
+        let (writer, guard) = batching_writer(sink.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_writer(writer)
+            .fmt_fields(EscapedFields)
+            .finish();
+        tracing::subscriber::with_default(subscriber, record);
+        drop(guard);
+        sink.text()
+    }
+
+    #[test]
+    fn the_human_format_escapes_control_characters_in_every_field() {
+        let owner = "x\nINFO forged\r\t\u{1b}[2J\u{85}";
+        let text = human_line(
+            || tracing::info!(owner = %owner, debug = ?owner, fence = 3, "lease taken by {owner}"),
+        );
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+        assert!(
+            text.contains(r"lease taken by x\nINFO forged\r\t\u{1b}[2J\u{85} owner=x\nINFO forged"),
+            "{text:?}"
+        );
+        assert!(text.contains("fence=3"), "{text:?}");
+        // Plain values are written as they were.
+        let text = human_line(|| tracing::info!(path = "/api/lease/{id}", status = 200, "request"));
+        assert!(
+            text.ends_with("request path=\"/api/lease/{id}\" status=200\n"),
+            "{text:?}"
+        );
     }
 
     #[test]

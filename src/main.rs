@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use station_gateway::config::{Config, EXAMPLE_CONFIG, parse_listen};
-use station_gateway::logs::{BatchingWriterGuard, batching_writer};
+use station_gateway::logs::BatchingWriterGuard;
 use station_gateway::{Listeners, run};
 
 #[derive(Parser, Debug)]
@@ -117,20 +117,12 @@ fn add_api_keys(config: &mut Config, keys: Vec<String>) {
 /// in batches; other lines go out at once. Keep the guard until the end of `main`: dropping it
 /// writes what is left.
 fn init_logging(format: &str) -> anyhow::Result<BatchingWriterGuard> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::stderr().is_terminal();
-    let (writer, guard) = batching_writer(std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(writer);
-    match format {
-        "human" => builder.init(),
-        "json" => builder.json().init(),
-        other => anyhow::bail!("--log-format: {other:?} is not human or json"),
-    }
-    Ok(guard)
+    Ok(station_gateway::logs::install(
+        format,
+        ansi,
+        std::io::stderr(),
+    )?)
 }
 
 /// Completes on SIGINT or SIGTERM. The handlers are installed when this is called, not when

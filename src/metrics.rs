@@ -225,6 +225,27 @@ pub struct LeaseCounters {
     pub safe_state_failed: Counter,
 }
 
+/// HTTP requests and connections cut by a timeout, by the stage they were in.
+#[derive(Debug, Default)]
+pub struct HttpTimeouts {
+    /// The request headers (or the TLS handshake, or the first byte) did not come in time.
+    pub headers: Counter,
+    /// The request body did not come in time (408 where the client can still take it).
+    pub body: Counter,
+    /// An answer's write made no progress in time: the client stopped reading.
+    pub write: Counter,
+}
+
+/// HTTP connections turned away at accept or served only in part, by why.
+#[derive(Debug, Default)]
+pub struct HttpRefusals {
+    /// Closed at once: the client's address already held its share of connections.
+    pub per_ip: Counter,
+    /// Answered 503 on a connection from the reserve: only health checks and lease renewal
+    /// and release are served there.
+    pub reserve_only: Counter,
+}
+
 /// Counters kept by the HTTP entry and the legacy listener; the link, the cache, the lease and
 /// the event registry keep their own and are read at exposition.
 #[derive(Debug)]
@@ -237,6 +258,8 @@ pub struct Metrics {
     /// Requests refused by access control: 401 and 403.
     pub access_unauthenticated: Counter,
     pub access_forbidden: Counter,
+    pub http_timeouts: HttpTimeouts,
+    pub http_connections_refused: HttpRefusals,
     pub legacy_clients: Gauge,
     pub legacy_connections: Counter,
     pub legacy_refused: Counter,
@@ -250,6 +273,8 @@ impl Metrics {
             lease_refused_held: Counter::default(),
             access_unauthenticated: Counter::default(),
             access_forbidden: Counter::default(),
+            http_timeouts: HttpTimeouts::default(),
+            http_connections_refused: HttpRefusals::default(),
             legacy_clients: Gauge::default(),
             legacy_connections: Counter::default(),
             legacy_refused: Counter::default(),
@@ -319,6 +344,38 @@ impl Snapshot<'_> {
             m.access_unauthenticated.get(),
             m.access_forbidden.get()
         );
+        header(
+            &mut out,
+            "http_timeouts_total",
+            "counter",
+            "HTTP requests and connections cut by a timeout, by stage: headers, body, write.",
+        );
+        let t = &m.http_timeouts;
+        for (stage, counter) in [
+            ("headers", &t.headers),
+            ("body", &t.body),
+            ("write", &t.write),
+        ] {
+            let _ = writeln!(
+                out,
+                "{PREFIX}http_timeouts_total{{stage=\"{stage}\"}} {}",
+                counter.get()
+            );
+        }
+        header(
+            &mut out,
+            "http_connections_refused_total",
+            "counter",
+            "HTTP connections closed at accept (per_ip: the address held its share) and requests answered 503 on a reserved connection (reserve_only).",
+        );
+        let r = &m.http_connections_refused;
+        for (reason, counter) in [("per_ip", &r.per_ip), ("reserve_only", &r.reserve_only)] {
+            let _ = writeln!(
+                out,
+                "{PREFIX}http_connections_refused_total{{reason=\"{reason}\"}} {}",
+                counter.get()
+            );
+        }
 
         let link = self.link;
         single(

@@ -1,27 +1,152 @@
-//! Request bodies: read with a size limit, parsed as JSON, and fields bound by name
-//! case-insensitively (`Name` and `name` alike), with errors that name the field.
+//! Request bodies: read with a size limit and time limits, parsed as JSON, and fields bound by
+//! name case-insensitively (`Name` and `name` alike), with errors that name the field.
+//!
+//! The time limits (`http.body_timeout_ms` for the whole body from the request's arrival,
+//! `http.body_idle_timeout_ms` between two of its pieces) come from the request's scope, set
+//! by the accept loop with [`with_body_limits`]: every handler's [`read_body`] honours them
+//! without the router passing them along, and the accept loop learns afterwards whether the
+//! body timed out (to close the connection, log it once and count it).
+
+use std::cell::Cell;
+use std::future::Future;
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
 use hyper::StatusCode;
 use hyper::body::{Body as _, Incoming};
 use serde_json::{Map, Value as Json};
+use tokio::time::Instant;
 
 use crate::error::ApiError;
 
-/// Reads the whole body, refusing one over `limit` bytes with 413.
+/// How long a request body may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyTimeouts {
+    /// The whole body, from the request's arrival.
+    pub total: Duration,
+    /// Between two pieces of it.
+    pub idle: Duration,
+}
+
+impl BodyTimeouts {
+    /// The defaults of `[http]`, for a body read outside a request's scope.
+    pub const DEFAULT: BodyTimeouts = BodyTimeouts {
+        total: Duration::from_secs(10),
+        idle: Duration::from_secs(5),
+    };
+}
+
+/// Which body limit ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyTimeout {
+    /// The whole body did not come within [`BodyTimeouts::total`].
+    Total(Duration),
+    /// Nothing came for [`BodyTimeouts::idle`].
+    Idle(Duration),
+}
+
+impl BodyTimeout {
+    /// The 408 answer's message, naming the limit.
+    pub fn message(self) -> String {
+        match self {
+            BodyTimeout::Total(limit) => {
+                format!("request body not received within {}", readable(limit))
+            }
+            BodyTimeout::Idle(limit) => format!(
+                "request body stalled: no part of it received for {}",
+                readable(limit)
+            ),
+        }
+    }
+}
+
+/// `10 s`, or `300 ms` below a whole second.
+pub fn readable(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms >= 1000 && ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// One request's body limits and what became of them.
+struct BodyScope {
+    timeouts: BodyTimeouts,
+    /// When the request arrived: the total limit counts from here.
+    arrived: Instant,
+    timed_out: Cell<Option<BodyTimeout>>,
+}
+
+tokio::task_local! {
+    static BODY_SCOPE: BodyScope;
+}
+
+/// Runs `request` (a handler) with `timeouts` for any body it reads, counted from now; also
+/// returns which body limit ran out, if one did.
+pub async fn with_body_limits<F: Future>(
+    timeouts: BodyTimeouts,
+    request: F,
+) -> (F::Output, Option<BodyTimeout>) {
+    let scope = BodyScope {
+        timeouts,
+        arrived: Instant::now(),
+        timed_out: Cell::new(None),
+    };
+    BODY_SCOPE
+        .scope(scope, async move {
+            let output = request.await;
+            let timed_out = BODY_SCOPE.with(|scope| scope.timed_out.get());
+            (output, timed_out)
+        })
+        .await
+}
+
+/// Reads the whole body, refusing one over `limit` bytes with 413 and one that does not come
+/// in time with 408 (the limits of [`with_body_limits`], or [`BodyTimeouts::DEFAULT`]).
 pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, ApiError> {
     // A declared Content-Length over the limit is refused at once, not after waiting for
     // bytes that may never come.
     if body.size_hint().lower() > limit as u64 {
         return Err(too_large(limit));
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
-        Err(error) => Err(ApiError::bad_request(format!(
-            "the request body could not be read: {error}"
-        ))),
+    let (timeouts, arrived) = BODY_SCOPE
+        .try_with(|scope| (scope.timeouts, scope.arrived))
+        .unwrap_or_else(|_| (BodyTimeouts::DEFAULT, Instant::now()));
+    let deadline = arrived + timeouts.total;
+    let mut body = Limited::new(body, limit);
+    let mut collected = bytes::BytesMut::new();
+    loop {
+        let next_piece = (Instant::now() + timeouts.idle).min(deadline);
+        let frame = match tokio::time::timeout_at(next_piece, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(None) => break,
+            Ok(Some(Err(error))) if error.is::<http_body_util::LengthLimitError>() => {
+                return Err(too_large(limit));
+            }
+            Ok(Some(Err(error))) => {
+                return Err(ApiError::bad_request(format!(
+                    "the request body could not be read: {error}"
+                )));
+            }
+            Err(_elapsed) => {
+                let timed_out = if Instant::now() >= deadline {
+                    BodyTimeout::Total(timeouts.total)
+                } else {
+                    BodyTimeout::Idle(timeouts.idle)
+                };
+                let _ = BODY_SCOPE.try_with(|scope| scope.timed_out.set(Some(timed_out)));
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    timed_out.message(),
+                ));
+            }
+        };
+        if let Ok(data) = frame.into_data() {
+            collected.extend_from_slice(&data);
+        }
     }
+    Ok(collected.freeze())
 }
 
 fn too_large(limit: usize) -> ApiError {
