@@ -336,3 +336,135 @@ async fn a_second_gateway_on_the_same_station_and_backend_refuses_to_start() {
     next.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+const VSET1: &str = "0.4.ESH10000662.VSET1";
+
+/// The default station, with every request touching VSET1 taking `latency` more.
+async fn station_with_slow_vset1(latency: Duration) -> station_simulator::SimulatorHandle {
+    let mut profile = Profile::default_station();
+    profile
+        .channels
+        .iter_mut()
+        .find(|spec| spec.descriptor.name == VSET1)
+        .expect("the default station has VSET1")
+        .latency = latency;
+    Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// The order in which the station applied writes to ON1.
+fn on1_writes(sim: &station_simulator::SimulatorHandle) -> Vec<Value> {
+    sim.write_log()
+        .into_iter()
+        .filter(|w| w.channel == ON1)
+        .map(|w| w.value)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_change_still_at_the_station_when_the_lease_runs_out_lands_before_the_safe_state() {
+    let sim = station_with_slow_vset1(Duration::from_millis(800)).await;
+    let gateway = start_gateway(config_for(&sim, |config| {
+        config.lease.safe_state = safe_state(ON1, "False");
+    }))
+    .await;
+    let lease = gateway.gateway.lease.clone();
+    let mut events = gateway.gateway.lease_events.subscribe();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_millis(300),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(station_gateway::lease::Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard;
+    // Sent at once, applied by the station only after the lease has run out.
+    let results = gateway
+        .link()
+        .write(
+            vec![
+                (VSET1.into(), Value::Float(100.0)),
+                (ON1.into(), Value::Bool(true)),
+            ],
+            guard,
+        )
+        .await
+        .expect("the holder's write was sent and answered");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    lease_event(&mut events, "free after the lease ran out", |view| {
+        free(view) && !view.held
+    })
+    .await;
+    assert_eq!(
+        on1_writes(&sim),
+        [Value::Bool(true), Value::Bool(false)],
+        "the safe state did not come after the ended lease's change that was still at the station"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_change_admitted_while_nobody_held_the_lease_lands_before_the_next_holders_first_change()
+{
+    let sim = station_with_slow_vset1(Duration::from_millis(800)).await;
+    let gateway = start_gateway(config_for(&sim, |_| {})).await;
+    let lease = gateway.gateway.lease.clone();
+    let guard = lease
+        .admit(station_gateway::lease::Access::Change, None)
+        .unwrap()
+        .guard;
+    let link = gateway.link().clone();
+    let stats = gateway.link().stats().clone();
+    let frames_before = station_gateway::link::LinkStats::get(&stats.frames_sent);
+    let free_write = tokio::spawn(async move {
+        link.write(
+            vec![
+                (VSET1.into(), Value::Float(100.0)),
+                (ON1.into(), Value::Bool(true)),
+            ],
+            guard,
+        )
+        .await
+    });
+    // The free write is on the wire once the station has it: wait for the link to have sent it.
+    tokio::time::timeout(BOUND, async {
+        while station_gateway::link::LinkStats::get(&stats.frames_sent) == frames_before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the free write was never sent");
+    let held = lease
+        .acquire(
+            "TAT station 4".into(),
+            Duration::from_secs(30),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(station_gateway::lease::Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard;
+    gateway
+        .link()
+        .write(vec![(ON1.into(), Value::Bool(false))], guard)
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    free_write.await.unwrap().unwrap();
+    assert_eq!(
+        on1_writes(&sim),
+        [Value::Bool(true), Value::Bool(false)],
+        "the new holder's first change overtook a change admitted before its lease"
+    );
+    gateway.stop().await;
+}

@@ -279,6 +279,8 @@ pub struct ControlLease {
     expiry_changed: Notify,
     events: broadcast::Sender<LeaseView>,
     safe_state: Option<SafeState>,
+    /// The station link, for waiting until an ended lease's changes have left the station.
+    link: Option<LinkHandle>,
     retry: Mutex<SafeStateRetry>,
     /// Changes of hands so far, for metrics.
     pub counters: crate::metrics::LeaseCounters,
@@ -300,6 +302,7 @@ impl ControlLease {
             expiry_changed: Notify::new(),
             events,
             safe_state: None,
+            link: None,
             retry: Mutex::new(SafeStateRetry {
                 next_try: Instant::now(),
                 backoff: SAFE_STATE_FIRST_BACKOFF,
@@ -309,9 +312,19 @@ impl ControlLease {
     }
 
     /// Applies `writes` through `link` whenever a lease runs out without being released.
+    /// Orders the ends of leases with the changes on `link`.
     pub fn with_safe_state(mut self, link: LinkHandle, writes: Vec<SafeWrite>) -> Self {
+        self.link = Some(link.clone());
         self.safe_state = Some(SafeState { link, writes });
         self
+    }
+
+    /// Waits until no change admitted under `fence` (`None`: while nobody held the lease) may
+    /// still be at the station. The state must already refuse such changes at the link.
+    async fn settle_changes(&self, fence: Option<u64>) {
+        if let Some(link) = &self.link {
+            link.settle(fence).await;
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -506,8 +519,7 @@ impl ControlLease {
             let _transition = self.transitions.lock().await;
             self.settle_expiry().await;
             if let Some(live) = presented.and_then(|p| self.live_lease(p)) {
-                let request =
-                    AcquireRequest::new(owner, ttl).with_retry_token(live.token.clone());
+                let request = AcquireRequest::new(owner, ttl).with_retry_token(live.token.clone());
                 return self.renew_by_acquire(request, &live).await;
             }
             let ending = lock(&self.state).between_leases(Instant::now());
@@ -647,6 +659,7 @@ impl ControlLease {
         *lock(&self.state) = LeaseState::Ending(held.ending(false));
         info!(owner = %held.owner, fence = held.fence, "control lease released");
         self.counters.released.inc();
+        self.settle_changes(Some(held.fence)).await;
         self.finish_ending().await;
         Ok(())
     }
@@ -670,6 +683,7 @@ impl ControlLease {
             "control lease broken by an admin from {peer}"
         );
         self.counters.broken.inc();
+        self.settle_changes(Some(live.fence)).await;
         self.finish_ending().await;
         Ok(broken)
     }
@@ -811,19 +825,20 @@ impl ControlLease {
             Acquisition::HeldByOther(holder) => return Ok(Err(holder)),
         };
         let live = LiveLease::from_grant(grant, asked_at);
-        let now = Instant::now();
-        let answer = live.answer(now);
-        let view = live.view(now);
         if taken {
             info!(owner = %live.owner, fence = live.fence, "control lease taken");
             self.counters.taken.inc();
         }
-        *lock(&self.state) = LeaseState::Held(live);
+        *lock(&self.state) = LeaseState::Held(live.clone());
         self.expiry_changed.notify_one();
         if taken {
-            self.publish(view);
+            // Changes admitted while nobody held it are refused at the link from now on; the
+            // holder gets its id (and so can make its first change) once those already sent
+            // have left the station.
+            self.settle_changes(None).await;
+            self.publish(live.view(Instant::now()));
         }
-        Ok(Ok(answer))
+        Ok(Ok(live.answer(Instant::now())))
     }
 
     /// Marks in the store that a safe state is owed should the lease about to be taken lapse.
@@ -879,6 +894,7 @@ impl ControlLease {
     async fn after_running_out(&self, ended: LiveLease) {
         warn!(owner = %ended.owner, fence = ended.fence, "control lease ran out: {} did not renew it in time", ended.owner);
         self.counters.expired.inc();
+        self.settle_changes(Some(ended.fence)).await;
         *lock(&self.retry) = SafeStateRetry {
             next_try: Instant::now(),
             backoff: SAFE_STATE_FIRST_BACKOFF,

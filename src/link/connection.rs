@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::handshake::{self, Framing};
 use super::read_queue::{CoalescePolicy, ReadAnswer, ReadQueue};
-use super::session::{InFlightKind, Reply, ResponseReply, Session};
+use super::session::{FREE_FENCE, InFlightKind, Reply, ResponseReply, Session};
 use super::{
     ChannelTable, Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError,
     SendGuard, StationInfo,
@@ -79,6 +79,8 @@ pub struct Connection {
     session: Session,
     reads: ReadQueue,
     changes: VecDeque<Queued>,
+    /// Who waits until the changes of a fence have left the station.
+    settling: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     list_refresh_running: bool,
     reads_turn: bool,
     codec_errors_seen: u64,
@@ -99,6 +101,7 @@ impl Connection {
             session: Session::new(window, request_timeout),
             reads: ReadQueue::new(policy),
             changes: VecDeque::new(),
+            settling: Vec::new(),
             list_refresh_running: false,
             reads_turn: true,
             codec_errors_seen: 0,
@@ -134,6 +137,20 @@ impl Connection {
             Command::Pass { request, reply } => {
                 self.changes.push_back(Queued::Pass { request, reply })
             }
+            Command::Settle { fence, reply } => self.settling.push((fence, reply)),
+        }
+        self.answer_settled();
+    }
+
+    /// Answers who waits for a fence none of whose changes may still be at the station.
+    fn answer_settled(&mut self) {
+        let session = &self.session;
+        let (settled, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.settling)
+            .into_iter()
+            .partition(|(fence, _)| !session.changes_in_flight_under(*fence));
+        self.settling = waiting;
+        for (_, reply) in settled {
+            let _ = reply.send(());
         }
     }
 
@@ -175,6 +192,10 @@ impl Connection {
     /// Answers everything in flight and queued when the session ends: a change already sent
     /// has an unknown outcome; everything else was not done.
     pub fn fail_everything(&mut self, why: &LinkDown) {
+        // The link is reset: nothing of this session is at the station any more.
+        for (_, settled) in self.settling.drain(..) {
+            let _ = settled.send(());
+        }
         let not_done = LinkError::Disconnected(why.clone());
         for in_flight in self.session.drain() {
             match in_flight.kind {
@@ -211,6 +232,7 @@ impl Connection {
 
     /// Puts queued work on the wire while the station's window has room.
     pub async fn dispatch(&mut self, shared: &Shared) -> Result<(), LinkDown> {
+        self.answer_settled();
         let mut sent_any = false;
         while self.session.has_room() {
             // Reads and changes take turns, so neither can starve the other.
@@ -282,7 +304,9 @@ impl Connection {
                         Request::Transact { name, .. } => Some(name.clone()),
                         _ => None,
                     };
-                    let fence = guard.as_ref().and_then(SendGuard::fence);
+                    let fence = guard
+                        .as_ref()
+                        .map(|guard| guard.fence().unwrap_or(FREE_FENCE));
                     let kind = InFlightKind::Change {
                         reply,
                         transact_name,

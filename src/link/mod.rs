@@ -173,6 +173,11 @@ pub(crate) enum Command {
         request: Request,
         reply: oneshot::Sender<Result<Response, LinkError>>,
     },
+    /// Answered once no change admitted under `fence` may still be at the station.
+    Settle {
+        fence: u64,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// A client connection, by its peer address: who asked for a read.
@@ -268,6 +273,24 @@ impl LinkHandle {
         {
             Response::Error(error) => Err(LinkError::Station(error)),
             response => Ok(response),
+        }
+    }
+
+    /// Returns once no change admitted under the lease with `fence` (`None`: while nobody held
+    /// it) may still be at the station: each was answered, timed out and then answered late or
+    /// taken as lost after a second timeout, or the link was reset. Changes of that fence still
+    /// queued are not waited for: their send guard refuses them once the lease has ended, which
+    /// the caller makes sure of first. Never fails: with no link, nothing is at the station.
+    pub async fn settle(&self, fence: Option<u64>) {
+        let (reply, settled) = oneshot::channel();
+        let fence = fence.unwrap_or(session::FREE_FENCE);
+        if self
+            .commands
+            .send(Command::Settle { fence, reply })
+            .await
+            .is_ok()
+        {
+            let _ = settled.await;
         }
     }
 

@@ -12,6 +12,16 @@ use tokio::time::Instant;
 use super::read_queue::ReadBatch;
 use super::{LinkError, ProtocolError};
 
+/// The fence key of a change admitted while nobody held the lease (lease fences start at 1).
+pub const FREE_FENCE: u64 = 0;
+
+/// A change that timed out unanswered, which the station may still apply.
+struct Unsettled {
+    fence: u64,
+    /// When it is taken as lost.
+    until: Instant,
+}
+
 /// Where the answer to a change or passed-through request goes.
 pub type ResponseReply = oneshot::Sender<Result<Response, LinkError>>;
 
@@ -63,8 +73,12 @@ pub struct Session {
     in_flight: HashMap<u32, InFlight>,
     /// Requests in flight that count against the window (all but the PING).
     busy: usize,
-    /// Changes in flight per lease fence.
+    /// Changes in flight per lease fence ([`FREE_FENCE`]: admitted while nobody held it).
     fences: HashMap<u64, usize>,
+    /// Changes that timed out unanswered, by request id: the station may still be working on
+    /// them, so they count as at the station (under their fence) until their late reply comes,
+    /// the session ends, or a second request timeout passes (then they are taken as lost).
+    unsettled: HashMap<u32, Unsettled>,
     ping_outstanding: bool,
     late_replies: u64,
 }
@@ -79,6 +93,7 @@ impl Session {
             in_flight: HashMap::new(),
             busy: 0,
             fences: HashMap::new(),
+            unsettled: HashMap::new(),
             ping_outstanding: false,
             late_replies: 0,
         }
@@ -89,7 +104,7 @@ impl Session {
         loop {
             let id = self.next_id;
             self.next_id = self.next_id.checked_add(1).unwrap_or(1);
-            if !self.in_flight.contains_key(&id) {
+            if !self.in_flight.contains_key(&id) && !self.unsettled.contains_key(&id) {
                 return id;
             }
         }
@@ -128,9 +143,12 @@ impl Session {
         self.busy < self.window
     }
 
-    /// When the next request in flight times out.
+    /// When the next request in flight times out, or the next unanswered change is taken as
+    /// lost.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.in_flight.values().map(|f| f.deadline).min()
+        let in_flight = self.in_flight.values().map(|f| f.deadline);
+        let unsettled = self.unsettled.values().map(|u| u.until);
+        in_flight.chain(unsettled).min()
     }
 
     /// Whether a PING is on the wire.
@@ -143,14 +161,12 @@ impl Session {
         self.late_replies
     }
 
-    /// Whether changes admitted under lease `fence` are still at the station (sent, not yet
-    /// answered or timed out). The seam for ordering "the lease ended" after them (issue 15).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "used by the lease-end ordering next")
-    )]
+    /// Whether changes admitted under lease `fence` ([`FREE_FENCE`]: while nobody held it)
+    /// may still be at the station: sent and not yet answered, or timed out and neither
+    /// answered late nor taken as lost yet. The end of a lease waits until this is false.
     pub fn changes_in_flight_under(&self, fence: u64) -> bool {
         self.fences.get(&fence).is_some_and(|&count| count > 0)
+            || self.unsettled.values().any(|u| u.fence == fence)
     }
 
     /// The one check of a reply: its id is in flight, and it answers what was asked (the
@@ -162,6 +178,8 @@ impl Session {
         reply: Result<Response, PayloadError>,
     ) -> Reply {
         let Some(entry) = self.remove(request_id) else {
+            // A timed-out change's late answer settles it.
+            self.unsettled.remove(&request_id);
             self.late_replies += 1;
             return Reply::Unknown;
         };
@@ -175,19 +193,32 @@ impl Session {
         }
     }
 
-    /// Takes out every request whose deadline is at or before `now`.
+    /// Takes out every request whose deadline is at or before `now`. A change among them
+    /// stays unsettled (may still be at the station) for one more timeout.
     pub fn expired(&mut self, now: Instant) -> Vec<InFlight> {
+        self.unsettled.retain(|_, u| u.until > now);
         let ids: Vec<u32> = self
             .in_flight
             .iter()
             .filter(|(_, f)| f.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
-        ids.into_iter().filter_map(|id| self.remove(id)).collect()
+        let expired: Vec<(u32, InFlight)> = ids
+            .into_iter()
+            .filter_map(|id| Some((id, self.remove(id)?)))
+            .collect();
+        for (id, entry) in &expired {
+            if let Some(fence) = entry.fence {
+                let until = entry.deadline + self.timeout;
+                self.unsettled.insert(*id, Unsettled { fence, until });
+            }
+        }
+        expired.into_iter().map(|(_, entry)| entry).collect()
     }
 
     /// Takes out everything in flight, when the session ends.
     pub fn drain(&mut self) -> Vec<InFlight> {
+        self.unsettled.clear();
         let ids: Vec<u32> = self.in_flight.keys().copied().collect();
         ids.into_iter().filter_map(|id| self.remove(id)).collect()
     }
@@ -395,8 +426,44 @@ mod tests {
         assert!(session.changes_in_flight_under(8));
         session.expired(now + TIMEOUT);
         assert!(
-            !session.changes_in_flight_under(8),
-            "timed out: no longer tracked"
+            session.changes_in_flight_under(8),
+            "timed out, but the station may still apply it"
         );
+        assert_eq!(session.next_deadline(), Some(now + 2 * TIMEOUT));
+        session.expired(now + 2 * TIMEOUT);
+        assert!(
+            !session.changes_in_flight_under(8),
+            "unanswered for two timeouts: taken as lost"
+        );
+    }
+
+    #[test]
+    fn a_timed_out_change_is_settled_by_its_late_answer_or_the_end_of_the_session() {
+        let mut session = Session::new(4, TIMEOUT);
+        let now = Instant::now();
+        let late = change(&mut session, Some(3), now);
+        let lost = change(&mut session, Some(4), now);
+        change(&mut session, Some(FREE_FENCE), now);
+        session.expired(now + TIMEOUT);
+        assert!(session.changes_in_flight_under(3));
+        assert!(session.changes_in_flight_under(FREE_FENCE));
+        assert_ne!(
+            session.take_id(),
+            late,
+            "an unsettled change's id is not reused"
+        );
+        assert!(matches!(
+            session.verify_reply(late, Ok(Response::Write(vec![Ok(())]))),
+            Reply::Unknown
+        ));
+        assert!(
+            !session.changes_in_flight_under(3),
+            "answered late: settled"
+        );
+        assert!(session.changes_in_flight_under(4));
+        let _ = lost;
+        session.drain();
+        assert!(!session.changes_in_flight_under(4), "the session ended");
+        assert!(!session.changes_in_flight_under(FREE_FENCE));
     }
 }
