@@ -25,6 +25,8 @@ const DRAIN: Duration = Duration::from_secs(5);
 pub struct Gateway {
     pub config: Config,
     pub link: LinkHandle,
+    /// The station service: every front end's way to the station (reads, writes, its info).
+    pub station: crate::station::Station,
     pub started: Instant,
     /// Cancelled when the gateway shuts down; long-lived responses end with it.
     pub shutdown: CancellationToken,
@@ -158,11 +160,14 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     // never start believing nobody holds it when the backend cannot say.
     lease.resume().await.map_err(StartError::LeaseResume)?;
     let lease = Arc::new(lease);
-    let events = crate::events::Events::new(config.events.clone(), link.clone(), shutdown.clone());
+    let station = crate::station::Station::new(link.clone());
+    let events =
+        crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
     let gateway = Arc::new(Gateway {
         config,
         link,
+        station,
         started: Instant::now(),
         shutdown: shutdown.clone(),
         lease_events,

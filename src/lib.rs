@@ -13,6 +13,7 @@ pub mod legacy;
 pub mod link;
 pub mod logs;
 pub mod metrics;
+pub mod station;
 
 pub use config::Config;
 pub use gateway::{GatewayHandle, Listeners, run, start};

@@ -20,6 +20,9 @@ use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::lease::{Access, Admitted};
 use crate::link::ChannelTable;
+use crate::station::{
+    ConsumingRule, Freshness, ItemError, ItemReading, ReadError, ReadPolicy, Reading, UnknownRule,
+};
 
 /// The REST API version this gateway serves.
 pub const API_VERSION: &str = "1.0";
@@ -270,7 +273,7 @@ async fn route_and_answer(
     let answer = match route {
         Route::Capabilities => capabilities(),
         Route::ConnectionStatus => {
-            let info = gateway.link.info();
+            let info = gateway.station.info();
             json!({ "isConnected": info.connected, "lastError": info.last_error })
         }
         Route::ResourceNames => {
@@ -307,7 +310,7 @@ async fn route_and_answer(
         Route::PhysicalSystem => physical_system(gateway)?,
         Route::ApplicationName => Json::String(station_name(gateway)?),
         Route::ApplicationIdentification => {
-            let info = gateway.link.info();
+            let info = gateway.station.info();
             let hello = info.hello.as_ref().ok_or_else(not_yet_connected)?;
             Json::String(format!(
                 "{} (serial {}, firmware {}) through Station Gateway {}",
@@ -342,7 +345,7 @@ async fn route_and_answer(
         }
         Route::LeaseBreak => super::lease::break_lease(gateway, &parts.headers, peer).await?,
         Route::ApplicationStatus => {
-            let info = gateway.link.info();
+            let info = gateway.station.info();
             Json::String(
                 if info.connected {
                     "OK"
@@ -381,22 +384,14 @@ fn not_yet_connected() -> ApiError {
 
 /// The channel list, or 503 when the station has never been reached.
 fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
-    let info = gateway.link.info();
-    if info.hello.is_none() {
-        let why = info
-            .last_error
-            .clone()
-            .unwrap_or_else(|| "connecting".into());
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("station disconnected: {why}"),
-        ));
-    }
+    let info = gateway.station.reached().map_err(|not_reached| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
+    })?;
     Ok(info.channels.clone())
 }
 
 fn station_name(gateway: &Gateway) -> Result<String, ApiError> {
-    let info = gateway.link.info();
+    let info = gateway.station.info();
     Ok(info
         .hello
         .as_ref()
@@ -450,15 +445,46 @@ async fn value_get(gateway: &Gateway, body: &JsonBody, peer: SocketAddr) -> Resu
     let channels = known_channels(gateway)?;
     check_names(&channels, std::slice::from_ref(&name))?;
     let names = vec![name];
-    let results = gateway.link.read_for(peer, names.clone()).await?;
-    first_item_error(&names, &results)?;
-    let value = results
-        .into_iter()
-        .next()
-        .and_then(Result::ok)
-        .map(|v| v.render())
-        .unwrap_or_default();
+    let readings = gateway
+        .station
+        .read(&names, ReadPolicy::hardware(Some(peer)))
+        .await
+        .map_err(|error| ApiError::new(StatusCode::LOCKED, error.to_string()))?;
+    let reading = first_reading_error(&names, readings)?.into_iter().next();
+    let value = reading.map(|r| r.value.render()).unwrap_or_default();
     Ok(json!({ "value": value }))
+}
+
+/// The readings of a REST read, or its first failure: a link failure for the whole read, else
+/// the first name the station refused (named in the message).
+fn first_reading_error(
+    names: &[String],
+    readings: Vec<ItemReading>,
+) -> Result<Vec<Reading>, ApiError> {
+    if let Some(Err(ItemError::Link(error))) = readings
+        .iter()
+        .find(|reading| matches!(reading, Err(ItemError::Link(_))))
+    {
+        return Err(ApiError::from(error.clone()));
+    }
+    let mut values = Vec::with_capacity(readings.len());
+    for (name, reading) in names.iter().zip(readings) {
+        match reading {
+            Ok(reading) => values.push(reading),
+            Err(error) => {
+                let mut api = match error {
+                    ItemError::Station(station) => ApiError::from(station),
+                    ItemError::Link(link) => ApiError::from(link),
+                    other => ApiError::new(StatusCode::BAD_GATEWAY, other.to_string()),
+                };
+                if !api.message.contains(name.as_str()) {
+                    api.message = format!("{name}: {}", api.message);
+                }
+                return Err(api);
+            }
+        }
+    }
+    Ok(values)
 }
 
 /// `values/get`: `{"resources": {name: value}, "ageMs": {name: age}}`, each name once, in the
@@ -475,53 +501,35 @@ async fn values_get(
     let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
     let channels = known_channels(gateway)?;
     check_names(&channels, &names)?;
-    let generation = gateway.link.info().generation;
-    let now = Instant::now();
+    // With a maximum age, fresh cached values serve; while someone else holds the lease,
+    // channels whose read consumes data come from the cache only, however old.
+    let policy = ReadPolicy {
+        freshness: if max_age_ms > 0 {
+            Freshness::Within(std::time::Duration::from_millis(max_age_ms))
+        } else {
+            Freshness::Hardware
+        },
+        consuming: if max_age_ms > 0 && admitted.consuming_from_cache_only.is_some() {
+            ConsumingRule::CachedOnly
+        } else {
+            ConsumingRule::Read
+        },
+        unknown: UnknownRule::AskStation,
+        caller: Some(peer),
+        cancel: None,
+    };
+    let readings = gateway.station.read(&names, policy).await.map_err(
+        |ReadError::ConsumingNotCached(channel)| match admitted.refuse_consuming(&channel) {
+            Some(refusal) => ApiError::from(refusal),
+            None => ApiError::new(StatusCode::LOCKED, format!("{channel}: not cached")),
+        },
+    )?;
+    let readings = first_reading_error(&names, readings)?;
     let mut values: HashMap<&str, (String, f64)> = HashMap::with_capacity(names.len());
-    // The names to read from the station, once each, in the order first asked.
-    let mut misses: Vec<&str> = Vec::new();
-    let mut missed: HashSet<&str> = HashSet::new();
-    for name in &names {
-        let name = name.as_str();
-        if max_age_ms > 0 {
-            let max_age = std::time::Duration::from_millis(max_age_ms);
-            let consuming = channels.get(name).is_some_and(|channel| channel.consuming);
-            if consuming && let Some(refusal) = admitted.refuse_consuming(name) {
-                // Someone else holds the lease: never consume this channel's data; serve any
-                // cached value however old, with its true age.
-                let cached = gateway.link.cache().get(name).ok_or(refusal)?;
-                values.insert(name, (cached.value.render(), age_ms(cached.age(now))));
-                continue;
-            }
-            if let Some(cached) = gateway
-                .link
-                .cache()
-                .get_fresh(name, max_age, generation, now)
-            {
-                values.insert(name, (cached.value.render(), age_ms(cached.age(now))));
-                continue;
-            }
-        }
-        if missed.insert(name) {
-            misses.push(name);
-        }
-    }
-    if !misses.is_empty() {
-        let asked: Vec<String> = misses.iter().map(|name| (*name).to_owned()).collect();
-        let results = gateway.link.read_for(peer, asked.clone()).await?;
-        first_item_error(&asked, &results)?;
-        let now = Instant::now();
-        for (name, result) in misses.iter().zip(results) {
-            if let Ok(value) = result {
-                let age = gateway
-                    .link
-                    .cache()
-                    .get(name)
-                    .map(|c| age_ms(c.age(now)))
-                    .unwrap_or(0.0);
-                values.insert(name, (value.render(), age));
-            }
-        }
+    for (name, reading) in names.iter().zip(&readings) {
+        values
+            .entry(name.as_str())
+            .or_insert_with(|| (reading.value.render(), reading.age_ms()));
     }
     let mut order: Vec<&str> = Vec::with_capacity(values.len());
     let mut listed: HashSet<&str> = HashSet::with_capacity(values.len());
@@ -563,11 +571,6 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(out, value);
 }
 
-/// Milliseconds with a tenth of a millisecond's precision.
-fn age_ms(age: std::time::Duration) -> f64 {
-    (age.as_secs_f64() * 10_000.0).round() / 10.0
-}
-
 /// The `Name` and `Value` of a body, the value read as that channel's type.
 fn named_value(gateway: &Gateway, body: &JsonBody) -> Result<(String, Value), ApiError> {
     let name = body.string("Name")?.to_owned();
@@ -587,10 +590,7 @@ async fn value_set(
 ) -> Result<Json, ApiError> {
     let (name, value) = named_value(gateway, body)?;
     let names = vec![name.clone()];
-    let results = gateway
-        .link
-        .write(vec![(name, value)], admitted.guard.clone())
-        .await?;
+    let results = gateway.station.write(vec![(name, value)], admitted).await?;
     first_item_error(&names, &results)?;
     Ok(json!({}))
 }
@@ -614,7 +614,7 @@ async fn values_set(
         return Ok(json!({}));
     }
     let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
-    let results = gateway.link.write(items, admitted.guard.clone()).await?;
+    let results = gateway.station.write(items, admitted).await?;
     if results.iter().all(Result::is_ok) {
         return Ok(json!({}));
     }
@@ -655,10 +655,7 @@ async fn transact(
     admitted: &Admitted,
 ) -> Result<Json, ApiError> {
     let (name, value) = named_value(gateway, body)?;
-    let answer = gateway
-        .link
-        .transact(name, value, admitted.guard.clone())
-        .await?;
+    let answer = gateway.station.transact(name, value, admitted).await?;
     Ok(json!({ "value": answer.render() }))
 }
 
@@ -765,7 +762,7 @@ fn channel_lookup(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> 
 }
 
 fn modules(gateway: &Gateway) -> Result<Json, ApiError> {
-    let info = gateway.link.info();
+    let info = gateway.station.info();
     info.hello.as_ref().ok_or_else(not_yet_connected)?;
     Ok(Json::Array(
         info.modules
@@ -791,7 +788,7 @@ fn modules(gateway: &Gateway) -> Result<Json, ApiError> {
 }
 
 fn physical_system(gateway: &Gateway) -> Result<Json, ApiError> {
-    let info = gateway.link.info();
+    let info = gateway.station.info();
     let hello = info.hello.as_ref().ok_or_else(not_yet_connected)?;
     let modules: Vec<Json> = info
         .modules
