@@ -2,6 +2,7 @@
 //!
 //! See `ARCHITECTURE.md` for the tasks, the channels between them and who owns what.
 
+pub mod api;
 pub mod cache;
 pub mod config;
 pub mod error;

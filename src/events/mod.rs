@@ -5,7 +5,6 @@
 //! Every event reaches a stream through its bounded queue ([`sse::StreamSink`]), filled with
 //! `try_send` only: no producer ever waits for a reader. See `docs/events.md`.
 
-pub mod http;
 pub mod relay;
 pub mod scheduler;
 pub mod sse;
@@ -182,7 +181,7 @@ impl Events {
         let hello = json!({
             "isConnected": info.connected,
             "generation": info.generation,
-            "apiVersion": crate::http::routes::API_VERSION,
+            "apiVersion": crate::api::API_VERSION,
             "streamId": &*id,
         });
         // The queue is new and at least one event long: hello always fits, as id 1.

@@ -4,6 +4,7 @@
 //! [`access`]; health, metrics and the status page in [`ops`]; HTTPS in [`tls`].
 
 pub mod access;
+mod api;
 pub mod body;
 pub mod lease;
 pub mod named_leases;
@@ -26,6 +27,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
+
+pub use api::LeaseNeed;
 
 use crate::error::ApiError;
 use crate::gateway::Gateway;
