@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Finds circles between the gateway crate's modules: parses every `crate::` and `super::`
-path in `src/` (test modules left out) into a file-level import graph and prints its strongly
-connected components of more than one file, largest first.
+"""Finds circles between the gateway crate's modules: parses every `crate::`, `super::` and
+child-module path in `src/` (test modules and comments left out) into a file-level import graph
+and prints its strongly connected components of more than one file, largest first. `main.rs`
+is left out: it is the binary, above everything.
 
-Usage: scripts/module_cycles.py [--max N]   (exit 1 when a component has more than N files)
+Usage: scripts/module_cycles.py [--max N] [--src DIR]
+  --max N    exit 1 when a component has more than N files
+  --src DIR  another tree's src/ (e.g. an older commit's, from `git archive`)
 """
 import os
 import re
@@ -11,6 +14,7 @@ import sys
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+CHILD = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;", re.M)
 USE_GROUP = re.compile(r"\buse\s+(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*)\}", re.S)
 
 
@@ -36,18 +40,17 @@ def edges(file):
     text = re.split(r"#\[cfg\(test\)\]\s*mod tests", text)[0]
     text = re.sub(r"//[^\n]*", "", text)
     here = module_of(file)
-    is_mod_root = os.path.basename(file) in ("mod.rs", "lib.rs")
     found = set()
 
     def add(root, rest):
         parts = [p for p in rest.split("::") if p]
         if root == "crate":
             base = []
+        elif root == "self":
+            base = here
         else:
-            base = here if is_mod_root else here[:-1]
-            base = base[:-1] if False else base
-            if is_mod_root:
-                base = here[:-1]
+            # `super` of `a/b.rs` and of `a/b/mod.rs` alike is module `a`.
+            base = here[:-1]
             while parts and parts[0] == "super":
                 parts, base = parts[1:], base[:-1]
         target = file_of(base + parts)
@@ -63,6 +66,12 @@ def edges(file):
                 add(root, prefix)
     for root, rest in PATH.findall(text):
         add(root, rest)
+    # Paths through this file's own child modules (`routes::handle`, `pub use api::X`).
+    for child in CHILD.findall(text):
+        for rest in re.findall(r"(?<![:\w])" + child + r"((?:::[A-Za-z_][A-Za-z0-9_]*)+)", text):
+            add("self", child + rest)
+        for group in re.findall(r"\buse\s+" + child + r"((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*)\}", text, re.S):
+            add("self", child + group[0])
     return found
 
 
@@ -101,6 +110,9 @@ def main():
     limit = None
     if "--max" in sys.argv:
         limit = int(sys.argv[sys.argv.index("--max") + 1])
+    global SRC
+    if "--src" in sys.argv:
+        SRC = sys.argv[sys.argv.index("--src") + 1]
     graph = {}
     for dirpath, _, names in os.walk(SRC):
         for name in names:

@@ -14,12 +14,12 @@ use tracing::info;
 
 use super::access::BASIC_CHALLENGE;
 use super::api;
-use super::{Body, json_response};
+use super::reply::{Body, json_response};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::link::{ChannelTable, LinkStats};
-use crate::metrics::{Metrics, Snapshot};
+use crate::metrics::{LinkCounts, Metrics, Snapshot};
 
 /// The status page, served as it is; its script fetches `status.json` and opens the event
 /// stream.
@@ -153,12 +153,26 @@ fn text_response(content_type: &'static str, text: String) -> Response<Body> {
     response
 }
 
+/// The link's counters as a scrape shows them.
+fn link_counts(stats: &LinkStats) -> LinkCounts<'_> {
+    LinkCounts {
+        frames_sent: LinkStats::get(&stats.frames_sent),
+        read_frames: LinkStats::get(&stats.read_frames),
+        names_read: LinkStats::get(&stats.names_read),
+        timeouts: LinkStats::get(&stats.timeouts),
+        crc_errors: LinkStats::get(&stats.crc_errors),
+        reconnects: LinkStats::get(&stats.reconnects),
+        refused_by_guard: LinkStats::get(&stats.refused_by_guard),
+        latency: &stats.latency,
+    }
+}
+
 /// Everything `/metrics` shows, read from where it is kept.
 pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
     let info = gateway.link.info();
     Snapshot {
         metrics: &gateway.metrics,
-        link: gateway.link.stats(),
+        link: link_counts(gateway.link.stats()),
         link_connected: info.connected,
         link_generation: info.generation,
         link_queue_depth: gateway.link.queue_depth(),

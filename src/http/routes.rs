@@ -13,7 +13,7 @@ use super::api::{self, Call, NotRouted};
 use super::body::{JsonBody, read_body};
 use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops::{self, Operation};
-use super::{Body, error_response};
+use super::reply::{Body, error_response};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;

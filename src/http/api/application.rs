@@ -3,7 +3,7 @@
 
 use serde_json::{Value as Json, json};
 
-use super::{Answer, Call, not_yet_connected, ok};
+use super::call::{Answer, Call, not_yet_connected, ok};
 use crate::api::API_VERSION;
 
 /// `GET api/capabilities`.

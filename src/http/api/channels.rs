@@ -4,7 +4,7 @@
 use serde_json::{Value as Json, json};
 use station_protocol::ChannelDescriptor;
 
-use super::{Answer, Call, known_channels, ok};
+use super::call::{Answer, Call, known_channels, ok};
 use crate::error::ApiError;
 
 /// `GET api/channels`.

@@ -5,7 +5,7 @@ use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
 use serde_json::json;
 
-use super::{Answer, Call, ok};
+use super::call::{Answer, Call, ok};
 use crate::error::ApiError;
 use crate::events::SubscriptionRequest;
 use crate::http::body::JsonBody;

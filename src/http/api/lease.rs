@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{Answer, Call, ok};
+use super::call::{Answer, Call, ok};
 use crate::config::Role;
 use crate::http::lease as handlers;
 

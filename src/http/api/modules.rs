@@ -2,7 +2,7 @@
 
 use serde_json::{Value as Json, json};
 
-use super::{Answer, Call, not_yet_connected, ok};
+use super::call::{Answer, Call, not_yet_connected, ok};
 
 /// `GET api/modules` and `GET api/modules/loaded`.
 pub(super) async fn list(call: Call<'_>) -> Answer {

@@ -7,11 +7,11 @@ use hyper::StatusCode;
 use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
-use super::{Answer, Call, known_channels, ok};
+use super::call::{Answer, Call, known_channels, ok};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::http::body::{JsonBody, value_text};
-use crate::http::json_bytes_response;
+use crate::http::reply::json_bytes_response;
 use crate::link::ChannelTable;
 use crate::station::{
     ConsumingRule, Freshness, ItemError, ItemReading, ReadError, ReadPolicy, Reading, UnknownRule,
