@@ -212,6 +212,7 @@ impl Station {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use station_protocol::{ErrorCode, StationError};
     use tokio_util::sync::CancellationToken;
 
     fn names(list: &[&str]) -> Vec<String> {
@@ -346,5 +347,21 @@ mod tests {
         let not_reached = station.reached().unwrap_err();
         assert_eq!(not_reached.to_string(), "station disconnected: connecting");
         assert!(station.connected().is_err());
+    }
+
+    #[test]
+    fn a_hardware_value_has_the_age_of_its_cache_entry_only_when_that_entry_holds_it() {
+        let station = unanswered_station();
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_millis(30);
+        station.link.cache().insert("V", Value::Float(1.0), t0, 0);
+        let same = station.reading("V", Ok(Value::Float(1.0)), now).unwrap();
+        assert_eq!(same.age, Duration::from_millis(30));
+        let replaced = station.reading("V", Ok(Value::Float(2.0)), now).unwrap();
+        assert_eq!(replaced.age, Duration::ZERO);
+        let uncached = station.reading("W", Ok(Value::Float(2.0)), now).unwrap();
+        assert_eq!(uncached.age, Duration::ZERO);
+        let refused = station.reading("V", Err(StationError::new(ErrorCode::ReadOnly, "no")), now);
+        assert!(matches!(refused, Err(ItemError::Station(_))));
     }
 }

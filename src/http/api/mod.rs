@@ -79,6 +79,8 @@ macro_rules! handler {
     }};
 }
 
+/// `endpoint!(METHOD "path/{id}", Role, LeaseNeed, area::handler)`: one [`Endpoint`], its
+/// metric label made from its method and path.
 macro_rules! endpoint {
     ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path) => {
         Endpoint {
@@ -93,7 +95,7 @@ macro_rules! endpoint {
 }
 
 /// Every REST endpoint. Their position is their metrics slot after the operations'.
-pub(crate) static ENDPOINTS: [Endpoint; 25] = [
+pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
     endpoint!(GET "resources/names", Read, Open, resources::names),
