@@ -1,12 +1,12 @@
 //! The gateway's errors as a client sees them: one type, [`ApiError`], and the one place where
-//! every lower layer's error is given its HTTP status.
+//! every lower layer's error is given its HTTP status (but `NamedLeaseError`'s, chosen beside
+//! it in `http/named_leases.rs` so that this module depends on no HTTP handler).
 
 use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
 use crate::events::EventsError;
 use crate::http::access::AccessError;
-use crate::http::named_leases::NamedLeaseError;
 use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
 
@@ -134,22 +134,5 @@ impl From<LeaseStoreError> for ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{error}; the lease's state is unknown, try again"),
         )
-    }
-}
-
-impl From<NamedLeaseError> for ApiError {
-    fn from(error: NamedLeaseError) -> ApiError {
-        let status = match &error {
-            NamedLeaseError::BadName(_)
-            | NamedLeaseError::BadTtl(_)
-            | NamedLeaseError::BadWait(_)
-            | NamedLeaseError::BadSlots(_)
-            | NamedLeaseError::MissingToken => StatusCode::BAD_REQUEST,
-            NamedLeaseError::Held { .. } => StatusCode::CONFLICT,
-            NamedLeaseError::Ended { .. } => StatusCode::NOT_FOUND,
-            NamedLeaseError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            NamedLeaseError::Store(store) => return ApiError::from(store.clone()),
-        };
-        ApiError::new(status, error.to_string())
     }
 }

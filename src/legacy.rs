@@ -6,10 +6,9 @@
 //! slows the link or the other clients. Request ids need no table: every request is answered by
 //! the task that asked the link, with the client's own id.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use station_protocol::{
@@ -23,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::gateway::Gateway;
-use crate::lease::{Access, LeaseError};
-use crate::link::{LinkError, LinkEvent, SendGuard};
+use crate::lease::{Access, Admitted, LeaseError};
+use crate::link::{LinkError, LinkEvent};
+use crate::station::{ConsumingRule, Freshness, ItemError, ReadPolicy, UnknownRule};
 
 /// Serves legacy clients on `listener` until `shutdown`.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
@@ -111,7 +111,7 @@ async fn serve_client(
             client_gone.cancel();
         })
     };
-    let mut notifications = gateway.link.subscribe_events();
+    let mut notifications = gateway.station.subscribe_events();
     let in_flight = Arc::new(Semaphore::new(usize::from(config.window)));
     let idle = Duration::from_millis(config.idle_timeout_ms);
     let why = loop {
@@ -195,20 +195,15 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             ));
         }
     };
-    let info = gateway.link.info();
+    let station = &gateway.station;
+    let info = station.info();
     let connected = || -> Result<(), Response> {
-        if info.connected {
-            Ok(())
-        } else {
-            let why = info
-                .last_error
-                .clone()
-                .unwrap_or_else(|| "connecting".into());
-            Err(Response::Error(StationError::new(
+        station.connected().map(drop).map_err(|not_reached| {
+            Response::Error(StationError::new(
                 ErrorCode::Internal,
-                format!("station disconnected: {why}"),
-            )))
-        }
+                not_reached.to_string(),
+            ))
+        })
     };
     match request {
         Request::Ping { nonce } => Response::Ping { nonce },
@@ -240,12 +235,12 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
-            let guard = match legacy_policy(gateway) {
+            let admitted = match legacy_policy(gateway) {
                 LegacyPolicy::Locked(message) => return locked(message),
-                LegacyPolicy::Open(guard) => guard,
+                LegacyPolicy::Open(admitted) => admitted,
             };
             debug!(%peer, items = items.len(), "legacy write");
-            match gateway.link.write(items, Some(guard)).await {
+            match station.write(items, &admitted).await {
                 Ok(results) => Response::Write(results),
                 Err(error) => link_error(error),
             }
@@ -254,11 +249,11 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
-            let guard = match legacy_policy(gateway) {
+            let admitted = match legacy_policy(gateway) {
                 LegacyPolicy::Locked(message) => return locked(message),
-                LegacyPolicy::Open(guard) => guard,
+                LegacyPolicy::Open(admitted) => admitted,
             };
-            match gateway.link.transact(name, value, Some(guard)).await {
+            match station.transact(name, value, &admitted).await {
                 Ok(value) => Response::Transact(value),
                 Err(error) => link_error(error),
             }
@@ -266,76 +261,54 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
     }
 }
 
-/// A READ: straight to the link while nobody holds the lease; while someone does, from the
-/// cache up to `legacy.read_max_age_ms`, misses read, and channels whose read consumes data
-/// refused with LOCKED.
+/// A READ: straight to the hardware, every name as asked, while nobody holds the lease; while
+/// someone does, from the cache up to `legacy.read_max_age_ms`, misses read, and channels
+/// whose read consumes data refused with LOCKED.
 async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Response {
-    let locked_by = match legacy_policy(gateway) {
-        LegacyPolicy::Open(_) => None,
-        LegacyPolicy::Locked(message) => Some(message),
-    };
-    let Some(message) = locked_by else {
-        return match gateway.link.read_for(peer, names).await {
-            Ok(results) => Response::Read(results),
-            Err(error) => link_error(error),
-        };
-    };
-    let info = gateway.link.info();
-    let max_age = Duration::from_millis(gateway.config.legacy.read_max_age_ms);
-    let now = Instant::now();
-    let mut results: Vec<Option<ItemResult<Value>>> = vec![None; names.len()];
-    let mut misses: Vec<String> = Vec::new();
-    let mut miss_positions: HashMap<String, Vec<usize>> = HashMap::new();
-    for (position, name) in names.iter().enumerate() {
-        match info.channels.get(name) {
-            Some(channel) if channel.consuming => {
-                results[position] = Some(Err(StationError::new(
-                    ErrorCode::Locked,
-                    format!(
-                        "reading {name} consumes data, which only the lease holder may do: {message}"
-                    ),
-                )));
-            }
-            _ => match gateway
-                .link
-                .cache()
-                .get_fresh(name, max_age, info.generation, now)
-            {
-                Some(cached) => results[position] = Some(Ok(cached.value)),
-                None => {
-                    let positions = miss_positions.entry(name.clone()).or_default();
-                    if positions.is_empty() {
-                        misses.push(name.clone());
-                    }
-                    positions.push(position);
-                }
-            },
+    let (policy, locked_by) = match legacy_policy(gateway) {
+        LegacyPolicy::Open(_) => (ReadPolicy::hardware(Some(peer)), None),
+        LegacyPolicy::Locked(message) => {
+            let max_age = Duration::from_millis(gateway.config.legacy.read_max_age_ms);
+            let policy = ReadPolicy {
+                freshness: Freshness::Within(max_age),
+                consuming: ConsumingRule::Refuse,
+                unknown: UnknownRule::AskStation,
+                caller: Some(peer),
+                cancel: None,
+            };
+            (policy, Some(message))
         }
+    };
+    // This policy never refuses a read as a whole (only a cache-only one does).
+    let Ok(readings) = gateway.station.read(&names, policy).await else {
+        return internal("the read was refused");
+    };
+    let mut results: Vec<ItemResult<Value>> = Vec::with_capacity(readings.len());
+    for (name, reading) in names.iter().zip(readings) {
+        results.push(match reading {
+            Ok(reading) => Ok(reading.value),
+            Err(ItemError::Station(error)) => Err(error),
+            Err(ItemError::Link(error)) => return link_error(error),
+            Err(ItemError::Consuming) => Err(StationError::new(
+                ErrorCode::Locked,
+                format!(
+                    "reading {name} consumes data, which only the lease holder may do: {}",
+                    locked_by.as_deref().unwrap_or("the lease is held")
+                ),
+            )),
+            Err(error @ (ItemError::UnknownChannel | ItemError::Cancelled)) => Err(
+                StationError::new(ErrorCode::Internal, format!("{name}: {error}")),
+            ),
+        });
     }
-    if !misses.is_empty() {
-        match gateway.link.read_for(peer, misses.clone()).await {
-            Ok(read) => {
-                for (name, result) in misses.iter().zip(read) {
-                    for &position in &miss_positions[name] {
-                        results[position] = Some(result.clone());
-                    }
-                }
-            }
-            Err(error) => return link_error(error),
-        }
-    }
-    Response::Read(
-        results
-            .into_iter()
-            .map(|r| r.expect("every position is answered"))
-            .collect(),
-    )
+    Response::Read(results)
 }
 
 /// What the lease allows a legacy client right now.
 enum LegacyPolicy {
-    /// Nobody holds the lease: requests pass as on the station; changes carry the fence.
-    Open(SendGuard),
+    /// Nobody holds the lease: requests pass as on the station; changes carry the send guard
+    /// of this admission.
+    Open(Admitted),
     /// Someone holds it: the message names the holder and the time left.
     Locked(String),
 }
@@ -344,10 +317,8 @@ enum LegacyPolicy {
 /// change the station only while nobody holds it.
 fn legacy_policy(gateway: &Gateway) -> LegacyPolicy {
     match gateway.lease.admit(Access::Change, None) {
-        Ok(admitted) => match admitted.guard {
-            Some(guard) => LegacyPolicy::Open(guard),
-            None => LegacyPolicy::Locked("the control lease refused the change".into()),
-        },
+        Ok(admitted) if admitted.guard.is_some() => LegacyPolicy::Open(admitted),
+        Ok(_) => LegacyPolicy::Locked("the control lease refused the change".into()),
         Err(error @ LeaseError::LockedBy { .. }) => LegacyPolicy::Locked(error.to_string()),
         Err(error) => LegacyPolicy::Locked(error.to_string()),
     }

@@ -1,18 +1,47 @@
 //! Station Gateway: the one way to a high-voltage test station.
 //!
-//! See `ARCHITECTURE.md` for the tasks, the channels between them and who owns what.
+//! It owns the one connection to the station and serves everyone else from it: REST clients,
+//! event-stream readers and legacy byte-protocol tools. See `ARCHITECTURE.md` for the tasks,
+//! the channels between them and who owns what.
+//!
+//! # Layout
+//!
+//! A request goes front end → endpoint table → station service → link:
+//!
+//! - `server`: [`start`] and [`run`] build the shared state, spawn every task and
+//!   stop them; [`gateway`] is that shared state ([`gateway::Gateway`]).
+//! - Front ends, which only translate their wire format: [`http`] (the accept loop,
+//!   `http/routes.rs` as the request entry, the endpoint table and its handlers by area in
+//!   `http/api/`, operations endpoints, access control, the control lease's and named leases'
+//!   endpoints), `legacy` (the byte-protocol listener) and `events` (the event stream, the
+//!   subscription scheduler and the relay of link and lease events).
+//! - `station`: the station service every front end goes through: the cache-or-hardware
+//!   decision by a `ReadPolicy`, the consuming-channel rule, "station not reached", ages,
+//!   and changes under the send guard of their lease admission.
+//! - [`link`]: the task that owns the station connection, and its handle; `cache`: the
+//!   values it read.
+//! - [`lease`]: the control lease (admission, send guard, expiry, safe state) and the lease
+//!   stores behind it and behind named leases.
+//! - Below them all: [`config`], [`error`] (every layer's error given its HTTP status), `api`
+//!   (the API version), [`metrics`] and [`logs`].
 
-pub mod cache;
+#![forbid(unsafe_code)]
+#![warn(rust_2018_idioms, unused_qualifications)]
+
+mod api;
+mod cache;
 pub mod config;
 pub mod error;
 pub mod events;
 pub mod gateway;
 pub mod http;
 pub mod lease;
-pub mod legacy;
+mod legacy;
 pub mod link;
 pub mod logs;
 pub mod metrics;
+mod server;
+mod station;
 
 pub use config::Config;
-pub use gateway::{GatewayHandle, Listeners, run, start};
+pub use server::{GatewayHandle, Listeners, StartError, run, start};

@@ -296,10 +296,24 @@ pub fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl 
     let _ = writeln!(out, "{PREFIX}{name} {value}");
 }
 
+/// The station link's counters at scrape time, read from its `LinkStats` by the caller.
+#[derive(Debug)]
+pub struct LinkCounts<'a> {
+    pub frames_sent: u64,
+    pub read_frames: u64,
+    pub names_read: u64,
+    pub timeouts: u64,
+    pub crc_errors: u64,
+    pub reconnects: u64,
+    pub refused_by_guard: u64,
+    /// Time from sending a request frame to its answer.
+    pub latency: &'a Histogram,
+}
+
 /// Everything a scrape shows, gathered from wherever it is kept.
 pub struct Snapshot<'a> {
     pub metrics: &'a Metrics,
-    pub link: &'a crate::link::LinkStats,
+    pub link: LinkCounts<'a>,
     pub link_connected: bool,
     pub link_generation: u64,
     pub link_queue_depth: usize,
@@ -316,7 +330,6 @@ pub struct Snapshot<'a> {
 impl Snapshot<'_> {
     /// The Prometheus text exposition (version 0.0.4).
     pub fn render(&self) -> String {
-        use crate::link::LinkStats as L;
         let mut out = String::with_capacity(16 * 1024);
         let m = self.metrics;
         let _ = writeln!(
@@ -377,7 +390,7 @@ impl Snapshot<'_> {
             );
         }
 
-        let link = self.link;
+        let link = &self.link;
         single(
             &mut out,
             "link_connected",
@@ -397,21 +410,21 @@ impl Snapshot<'_> {
             "link_requests_total",
             "counter",
             "Request frames sent to the station.",
-            L::get(&link.frames_sent),
+            link.frames_sent,
         );
         single(
             &mut out,
             "link_read_frames_total",
             "counter",
             "READ frames sent to the station (each may carry many names).",
-            L::get(&link.read_frames),
+            link.read_frames,
         );
         single(
             &mut out,
             "link_names_read_total",
             "counter",
             "Channel names read from the station.",
-            L::get(&link.names_read),
+            link.names_read,
         );
         header(
             &mut out,
@@ -429,28 +442,28 @@ impl Snapshot<'_> {
             "link_timeouts_total",
             "counter",
             "Requests the station did not answer in time.",
-            L::get(&link.timeouts),
+            link.timeouts,
         );
         single(
             &mut out,
             "link_crc_errors_total",
             "counter",
             "Corrupt frames from the station (bad CRC or header), dropped by the codec.",
-            L::get(&link.crc_errors),
+            link.crc_errors,
         );
         single(
             &mut out,
             "link_reconnects_total",
             "counter",
             "Reconnections to the station after the first connection.",
-            L::get(&link.reconnects),
+            link.reconnects,
         );
         single(
             &mut out,
             "link_refused_by_guard_total",
             "counter",
             "Changes refused at the link because the lease moved on before they were sent.",
-            L::get(&link.refused_by_guard),
+            link.refused_by_guard,
         );
         single(
             &mut out,

@@ -5,8 +5,8 @@
 //! trips, bounded buffers) panic when they fail, which the fuzzer reports as a crash.
 
 use bytes::BytesMut;
+use station_gateway::http::LeaseNeed;
 use station_gateway::http::body::JsonBody;
-use station_gateway::http::routes::Route;
 use station_protocol::{RawFrame, Request, Response, StationCodec, Value, ValueType};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -99,8 +99,12 @@ pub fn request_body(data: &[u8]) {
     let _ = body.optional_u64("IntervalMs");
     let _ = body.string_list("Names");
     let _ = body.string_list("Channels");
-    for route in [Route::ValuesGet, Route::ValueSet, Route::Transact] {
-        let _ = route.needs_lease(&body);
+    for need in [
+        LeaseNeed::ByMaxAge,
+        LeaseNeed::Change,
+        LeaseNeed::ForcedRead,
+    ] {
+        let _ = need.access(&body);
     }
     if let Ok(text) = body.value_text("Value") {
         values(&text);

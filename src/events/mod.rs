@@ -5,7 +5,6 @@
 //! Every event reaches a stream through its bounded queue ([`sse::StreamSink`]), filled with
 //! `try_send` only: no producer ever waits for a reader. See `docs/events.md`.
 
-pub mod http;
 pub mod relay;
 pub mod scheduler;
 pub mod sse;
@@ -20,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::EventsConfig;
-use crate::link::LinkHandle;
+use crate::station::Station;
 use sse::StreamSink;
 
 /// The shortest and longest `IntervalMs` a subscription may ask for.
@@ -122,7 +121,7 @@ impl Registry {
 pub struct Events {
     limits: EventsConfig,
     subscription_ttl: Duration,
-    link: LinkHandle,
+    station: Station,
     shutdown: CancellationToken,
     registry: Mutex<Registry>,
     /// Wakes the scheduler when subscriptions are added, changed or removed.
@@ -133,12 +132,12 @@ pub struct Events {
 }
 
 impl Events {
-    pub fn new(limits: EventsConfig, link: LinkHandle, shutdown: CancellationToken) -> Arc<Events> {
+    pub fn new(limits: EventsConfig, station: Station, shutdown: CancellationToken) -> Arc<Events> {
         let subscription_ttl = Duration::from_millis(limits.subscription_ttl_ms);
         Arc::new(Events {
             limits,
             subscription_ttl,
-            link,
+            station,
             shutdown,
             registry: Mutex::new(Registry::default()),
             changed: Notify::new(),
@@ -146,8 +145,8 @@ impl Events {
         })
     }
 
-    pub fn link(&self) -> &LinkHandle {
-        &self.link
+    pub fn station(&self) -> &Station {
+        &self.station
     }
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
@@ -172,7 +171,7 @@ impl Events {
         if self.shutdown.is_cancelled() {
             return Err(EventsError::ShuttingDown);
         }
-        let info = self.link.info();
+        let info = self.station.info();
         let mut registry = self.registry();
         if registry.streams.len() >= self.limits.max_streams {
             return Err(EventsError::TooManyStreams(registry.streams.len()));
@@ -182,7 +181,7 @@ impl Events {
         let hello = json!({
             "isConnected": info.connected,
             "generation": info.generation,
-            "apiVersion": crate::http::routes::API_VERSION,
+            "apiVersion": crate::api::API_VERSION,
             "streamId": &*id,
         });
         // The queue is new and at least one event long: hello always fits, as id 1.
@@ -252,14 +251,10 @@ impl Events {
                 max: self.limits.max_channels_per_subscription,
             });
         }
-        let info = self.link.info();
-        if info.hello.is_none() {
-            let why = info
-                .last_error
-                .clone()
-                .unwrap_or_else(|| "connecting".into());
-            return Err(EventsError::StationNotReached(why));
-        }
+        let info = self
+            .station
+            .reached()
+            .map_err(|not_reached| EventsError::StationNotReached(not_reached.why))?;
         if let Some(unknown) = channels
             .iter()
             .find(|name| info.channels.get(name).is_none())
@@ -423,7 +418,7 @@ mod tests {
             client_name: "test".into(),
         };
         let (_task, link) = LinkTask::new(settings);
-        Events::new(limits, link, CancellationToken::new())
+        Events::new(limits, Station::new(link), CancellationToken::new())
     }
 
     #[tokio::test]

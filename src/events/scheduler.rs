@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Events;
 use super::sse::StreamSink;
+use crate::station::{ConsumingRule, Freshness, ItemError, ReadPolicy, UnknownRule};
 
 /// A cached value this fraction of the channel's interval old (or younger) is reused. Less
 /// than 1 so that timer jitter cannot make a value read at the previous tick look fresh,
@@ -132,89 +133,60 @@ pub fn next_on_grid(epoch: Instant, interval: Duration, now: Instant) -> Instant
     epoch + Duration::from_nanos(u64::try_from(steps * step).unwrap_or(u64::MAX))
 }
 
-/// The outcome of every channel the due subscriptions name: from the cache when fresh enough,
-/// else from one hardware read of all the misses.
+/// The outcome of every channel the due subscriptions name, through the station service: from
+/// the cache when fresh enough (a fraction of the shortest interval any subscription asks of
+/// the channel), else from one hardware read of all the misses. Channels whose read consumes
+/// data are never read, and names not in the channel list are not asked for.
 async fn read_channels(
     events: &Events,
     due: &[Due],
     shortest: &HashMap<String, Duration>,
     shutdown: &CancellationToken,
 ) -> HashMap<String, Outcome> {
-    let link = events.link();
-    let info = link.info();
-    let now = std::time::Instant::now();
-    let mut outcomes: HashMap<String, Outcome> = HashMap::new();
-    let mut misses: Vec<String> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for subscription in due {
         for name in subscription.channels.iter() {
-            if outcomes.contains_key(name) || misses.contains(name) {
-                continue;
-            }
-            let Some(channel) = info.channels.get(name) else {
-                outcomes.insert(
-                    name.clone(),
-                    Outcome::Error(format!("no such channel: {name}")),
-                );
-                continue;
-            };
-            if channel.consuming {
-                let why = format!("reading {name} consumes data; subscriptions never read it");
-                outcomes.insert(name.clone(), Outcome::Error(why));
-                continue;
-            }
-            let interval = shortest
-                .get(name)
-                .copied()
-                .unwrap_or(Duration::from_millis(super::MIN_INTERVAL_MS));
-            let max_age = interval * FRESH_FRACTION.0 / FRESH_FRACTION.1;
-            match link.cache().get_fresh(name, max_age, info.generation, now) {
-                Some(cached) => {
-                    let outcome = Outcome::Value {
-                        text: cached.value.render(),
-                        age_ms: age_ms(cached.age(now)),
-                    };
-                    outcomes.insert(name.clone(), outcome);
-                }
-                None => misses.push(name.clone()),
+            if !names.contains(name) {
+                names.push(name.clone());
             }
         }
     }
-    if misses.is_empty() {
-        return outcomes;
-    }
-    let read = tokio::select! {
-        biased;
-        _ = shutdown.cancelled() => return outcomes,
-        read = link.read(misses.clone()) => read,
+    let max_age = |name: &str| {
+        let interval = shortest
+            .get(name)
+            .copied()
+            .unwrap_or(Duration::from_millis(super::MIN_INTERVAL_MS));
+        interval * FRESH_FRACTION.0 / FRESH_FRACTION.1
     };
-    let now = std::time::Instant::now();
-    match read {
-        Ok(results) => {
-            for (name, result) in misses.into_iter().zip(results) {
-                let outcome = match result {
-                    Ok(value) => {
-                        let age = link
-                            .cache()
-                            .get(&name)
-                            .filter(|cached| cached.value == value)
-                            .map(|cached| age_ms(cached.age(now)))
-                            .unwrap_or(0.0);
-                        Outcome::Value {
-                            text: value.render(),
-                            age_ms: age,
-                        }
-                    }
-                    Err(error) => Outcome::Error(error.message),
-                };
-                outcomes.insert(name, outcome);
-            }
-        }
-        Err(error) => {
-            let why = error.to_string();
-            for name in misses {
-                outcomes.insert(name, Outcome::Error(why.clone()));
-            }
-        }
+    let policy = ReadPolicy {
+        freshness: Freshness::PerChannel(&max_age),
+        consuming: ConsumingRule::Refuse,
+        unknown: UnknownRule::Refuse,
+        caller: None,
+        cancel: Some(shutdown),
+    };
+    let Ok(readings) = events.station().read(&names, policy).await else {
+        // Only a cache-only read of a consuming channel is refused as a whole, and this
+        // policy never asks for one.
+        return HashMap::new();
+    };
+    let mut outcomes: HashMap<String, Outcome> = HashMap::with_capacity(names.len());
+    for (name, reading) in names.into_iter().zip(readings) {
+        let outcome = match reading {
+            Ok(reading) => Outcome::Value {
+                text: reading.value.render(),
+                age_ms: reading.age_ms(),
+            },
+            Err(ItemError::Station(error)) => Outcome::Error(error.message),
+            Err(ItemError::Link(error)) => Outcome::Error(error.to_string()),
+            Err(ItemError::UnknownChannel) => Outcome::Error(format!("no such channel: {name}")),
+            Err(ItemError::Consuming) => Outcome::Error(format!(
+                "reading {name} consumes data; subscriptions never read it"
+            )),
+            // Not read: the gateway is shutting down (the event says so).
+            Err(ItemError::Cancelled) => continue,
+        };
+        outcomes.insert(name, outcome);
     }
     outcomes
 }
@@ -261,11 +233,6 @@ fn values_body(channels: &[String], outcomes: &HashMap<String, Outcome>) -> Stri
     let whole = json!({ "values": values, "ageMs": ages, "errors": errors }).to_string();
     // `{"ageMs":…}` without its opening brace, to follow the subscription id.
     whole[1..].to_owned()
-}
-
-/// Milliseconds with a tenth of a millisecond's precision, as `values/get` gives them.
-fn age_ms(age: Duration) -> f64 {
-    (age.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
 #[cfg(test)]

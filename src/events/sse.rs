@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::sync::mpsc;
@@ -14,7 +15,6 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::Events;
-use crate::http::Body;
 
 /// How often an idle stream sends a `:` comment; the contract asks for at least every 10 s.
 pub const PING_INTERVAL: Duration = Duration::from_secs(5);
@@ -163,7 +163,7 @@ struct BodyState {
 
 impl OpenedStream {
     /// The response body: queued events and pings until the stream closes or `shutdown`.
-    pub fn into_body(self, shutdown: CancellationToken) -> Body {
+    pub fn into_body(self, shutdown: CancellationToken) -> BoxBody<Bytes, Infallible> {
         let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let state = BodyState {

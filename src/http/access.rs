@@ -1,5 +1,5 @@
 //! Access control for HTTP: API keys (`X-Api-Key`) and HTTP Basic users, each with a
-//! [`Role`]; off while none are configured. Checked once per request in `routes.rs`, before
+//! [`Role`]; off while none are configured. Checked once per request in `routes.rs` with the role the endpoint table names, before
 //! the body is read and before the lease admission.
 //!
 //! Keys and passwords are compared in constant time and never logged.
@@ -8,7 +8,6 @@ use base64::Engine as _;
 use hyper::header::{AUTHORIZATION, HeaderMap};
 use subtle::ConstantTimeEq;
 
-use super::routes::Route;
 use crate::config::{AccessConfig, Role};
 
 /// The header API keys travel in (the reference client's `default_headers`).
@@ -135,37 +134,6 @@ fn matching_role(entries: &[(Vec<u8>, Role)], presented: &[u8]) -> Option<Role> 
         }
     }
     found
-}
-
-/// The role an API route needs while access control is on.
-pub fn needed_role(route: Route) -> Role {
-    match route {
-        Route::ValueSet
-        | Route::ValuesSet
-        | Route::Transact
-        | Route::LeaseAcquire
-        | Route::LeaseRenew
-        | Route::LeaseRelease => Role::Control,
-        Route::LeaseBreak => Role::Admin,
-        Route::Capabilities
-        | Route::ConnectionStatus
-        | Route::ResourceNames
-        | Route::ValueGet
-        | Route::ValuesGet
-        | Route::Channels
-        | Route::ChannelLookup
-        | Route::Modules
-        | Route::ModulesLoaded
-        | Route::PhysicalSystem
-        | Route::ApplicationName
-        | Route::ApplicationIdentification
-        | Route::ApplicationStatus
-        | Route::Events
-        | Route::SubscriptionCreate
-        | Route::SubscriptionUpdate
-        | Route::SubscriptionDelete
-        | Route::LeaseStatus => Role::Read,
-    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 use tracing::warn;
 
 use super::body::JsonBody;
-use super::{Body, json_response};
+use super::reply::{Body, json_response};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::lease::{DEFAULT_TTL, LeaseError, MAX_TTL, MAX_WAIT, MIN_TTL};

@@ -1,10 +1,12 @@
-//! The HTTP side: the accept loop with graceful shutdown, and the answer helpers.
+//! The HTTP side: the accept loop with graceful shutdown.
 //!
-//! Routing and the endpoints are in [`routes`]; request bodies in [`body`]; access control in
-//! [`access`]; health, metrics and the status page in [`ops`]; HTTPS in [`tls`]; connection
-//! limits and the write timeout in [`connections`]; what of a path may be logged in [`redact`].
+//! Every request enters at [`routes`]; the endpoint table and its handlers are in `api`;
+//! answers are shaped in `reply`; request bodies in [`body`]; access control in [`access`];
+//! health, metrics and the status page in [`ops`]; HTTPS in [`tls`]; connection limits and the
+//! write timeout in [`connections`]; what of a path may be logged in [`redact`].
 
 pub mod access;
+mod api;
 pub mod body;
 pub mod connections;
 pub mod lease;
@@ -12,6 +14,7 @@ pub mod named_leases;
 pub mod openapi;
 pub mod ops;
 pub mod redact;
+mod reply;
 pub mod routes;
 pub mod tls;
 
@@ -20,10 +23,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
-use hyper::header::{CONNECTION, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONNECTION, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -38,35 +39,10 @@ use self::connections::{
     is_reserved_request,
 };
 use crate::error::ApiError;
+pub use api::LeaseNeed;
+pub use reply::{Body, error_response, json_bytes_response, json_response};
+
 use crate::gateway::Gateway;
-
-/// Every response body: a whole JSON document or a stream of events.
-pub type Body = BoxBody<Bytes, Infallible>;
-
-/// A JSON answer.
-pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
-    json_bytes_response(status, bytes)
-}
-
-/// A JSON answer already serialized.
-pub fn json_bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/json; charset=utf-8"),
-    );
-    response
-}
-
-/// An error answer: `{"error": message, "status": code}`; the reference client shows `error`.
-pub fn error_response(error: &ApiError) -> Response<Body> {
-    json_response(
-        error.status,
-        &serde_json::json!({ "error": error.message, "status": error.status.as_u16() }),
-    )
-}
 
 /// Serves HTTP on `listener` until `shutdown`, then lets in-flight requests finish for up to
 /// `drain` before it returns.

@@ -22,7 +22,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value as Json, json};
 
 use super::body::{JsonBody, read_body};
-use super::{Body, error_response, json_response};
+use super::reply::{Body, error_response, json_response};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::lease::engine::{FIRST_BACKOFF, MAX_BACKOFF};
@@ -365,6 +365,25 @@ async fn status(gateway: &Gateway, target: &Target, query: &str) -> Result<Json,
             json!(slots.saturating_sub(u32::try_from(holders.len()).unwrap_or(u32::MAX)));
     }
     Ok(answer)
+}
+
+/// The HTTP status of each refusal, chosen beside the error so that `crate::error` needs no
+/// HTTP handler module.
+impl From<NamedLeaseError> for ApiError {
+    fn from(error: NamedLeaseError) -> ApiError {
+        let status = match &error {
+            NamedLeaseError::BadName(_)
+            | NamedLeaseError::BadTtl(_)
+            | NamedLeaseError::BadWait(_)
+            | NamedLeaseError::BadSlots(_)
+            | NamedLeaseError::MissingToken => StatusCode::BAD_REQUEST,
+            NamedLeaseError::Held { .. } => StatusCode::CONFLICT,
+            NamedLeaseError::Ended { .. } => StatusCode::NOT_FOUND,
+            NamedLeaseError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            NamedLeaseError::Store(store) => return ApiError::from(store.clone()),
+        };
+        ApiError::new(status, error.to_string())
+    }
 }
 
 #[cfg(test)]

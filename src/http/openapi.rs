@@ -5,7 +5,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 
-use super::Body;
+use super::reply::Body;
 
 /// The document, compiled in so the gateway always serves the one that matches its code.
 pub const OPENAPI_JSON: &str = include_str!("../../docs/openapi.json");

@@ -13,13 +13,13 @@ use serde_json::{Value as Json, json};
 use tracing::info;
 
 use super::access::BASIC_CHALLENGE;
-use super::routes::Route;
-use super::{Body, json_response};
+use super::api;
+use super::reply::{Body, json_response};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::link::{ChannelTable, LinkStats};
-use crate::metrics::{Metrics, Snapshot};
+use crate::metrics::{LinkCounts, Metrics, Snapshot};
 
 /// The status page, served as it is; its script fetches `status.json` and opens the event
 /// stream.
@@ -75,69 +75,18 @@ pub const UNMATCHED_SLOT: usize = 0;
 /// The slot of named leases and semaphores (`v1/leases`, `v1/semaphores`).
 pub const NAMED_LEASES_SLOT: usize = 6;
 
-/// Every API route, in declaration order (`route as usize` is its position).
-pub const ROUTES: [Route; 25] = [
-    Route::Capabilities,
-    Route::ConnectionStatus,
-    Route::ResourceNames,
-    Route::ValueGet,
-    Route::ValueSet,
-    Route::ValuesGet,
-    Route::ValuesSet,
-    Route::Transact,
-    Route::Channels,
-    Route::ChannelLookup,
-    Route::Modules,
-    Route::ModulesLoaded,
-    Route::PhysicalSystem,
-    Route::ApplicationName,
-    Route::ApplicationIdentification,
-    Route::ApplicationStatus,
-    Route::Events,
-    Route::SubscriptionCreate,
-    Route::SubscriptionUpdate,
-    Route::SubscriptionDelete,
-    Route::LeaseStatus,
-    Route::LeaseAcquire,
-    Route::LeaseBreak,
-    Route::LeaseRenew,
-    Route::LeaseRelease,
-];
-
-/// An API route's metrics slot: after the operations.
-pub fn route_slot(route: Route) -> usize {
-    7 + route as usize
+/// An API endpoint's metrics slot, by its position in the endpoint table: after the
+/// operations.
+pub fn endpoint_slot(position: usize) -> usize {
+    7 + position
 }
 
-/// An API route's label in metrics: its method and path template.
-pub fn route_label(route: Route) -> &'static str {
-    match route {
-        Route::Capabilities => "GET api/capabilities",
-        Route::ConnectionStatus => "GET api/connection/status",
-        Route::ResourceNames => "GET api/resources/names",
-        Route::ValueGet => "POST api/resources/value/get",
-        Route::ValueSet => "POST api/resources/value/set",
-        Route::ValuesGet => "POST api/resources/values/get",
-        Route::ValuesSet => "POST api/resources/values/set",
-        Route::Transact => "POST api/resources/transact",
-        Route::Channels => "GET api/channels",
-        Route::ChannelLookup => "POST api/channels/channel",
-        Route::Modules => "GET api/modules",
-        Route::ModulesLoaded => "GET api/modules/loaded",
-        Route::PhysicalSystem => "GET api/modules/physical-system",
-        Route::ApplicationName => "GET api/application/name",
-        Route::ApplicationIdentification => "GET api/application/identification",
-        Route::ApplicationStatus => "GET api/application/status",
-        Route::Events => "GET api/events",
-        Route::SubscriptionCreate => "POST api/subscriptions",
-        Route::SubscriptionUpdate => "PUT api/subscriptions/{id}",
-        Route::SubscriptionDelete => "DELETE api/subscriptions/{id}",
-        Route::LeaseStatus => "GET api/lease",
-        Route::LeaseAcquire => "POST api/lease",
-        Route::LeaseBreak => "DELETE api/lease",
-        Route::LeaseRenew => "PUT api/lease/{id}",
-        Route::LeaseRelease => "DELETE api/lease/{id}",
-    }
+/// The slot of `POST api/lease`, whose 409s count as refusals of a held lease.
+fn lease_acquire_slot() -> Option<usize> {
+    api::ENDPOINTS
+        .iter()
+        .position(|endpoint| endpoint.label == api::LEASE_ACQUIRE_LABEL)
+        .map(endpoint_slot)
 }
 
 /// The gateway's metrics registry, with a slot for every endpoint.
@@ -151,7 +100,7 @@ pub fn new_metrics() -> Metrics {
         "GET /status.json",
         "v1/leases and v1/semaphores",
     ];
-    labels.extend(ROUTES.iter().map(|route| route_label(*route)));
+    labels.extend(api::ENDPOINTS.iter().map(|endpoint| endpoint.label));
     Metrics::new(labels)
 }
 
@@ -210,12 +159,26 @@ fn text_response(content_type: &'static str, text: String) -> Response<Body> {
     response
 }
 
+/// The link's counters as a scrape shows them.
+fn link_counts(stats: &LinkStats) -> LinkCounts<'_> {
+    LinkCounts {
+        frames_sent: LinkStats::get(&stats.frames_sent),
+        read_frames: LinkStats::get(&stats.read_frames),
+        names_read: LinkStats::get(&stats.names_read),
+        timeouts: LinkStats::get(&stats.timeouts),
+        crc_errors: LinkStats::get(&stats.crc_errors),
+        reconnects: LinkStats::get(&stats.reconnects),
+        refused_by_guard: LinkStats::get(&stats.refused_by_guard),
+        latency: &stats.latency,
+    }
+}
+
 /// Everything `/metrics` shows, read from where it is kept.
 pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
     let info = gateway.link.info();
     Snapshot {
         metrics: &gateway.metrics,
-        link: gateway.link.stats(),
+        link: link_counts(gateway.link.stats()),
         link_connected: info.connected,
         link_generation: info.generation,
         link_queue_depth: gateway.link.queue_depth(),
@@ -318,7 +281,7 @@ pub fn finish(
     metrics.http.record(slot, status.as_u16(), elapsed);
     match status {
         StatusCode::LOCKED => metrics.lease_refused_locked.inc(),
-        StatusCode::CONFLICT if slot == route_slot(Route::LeaseAcquire) => {
+        StatusCode::CONFLICT if Some(slot) == lease_acquire_slot() => {
             metrics.lease_refused_held.inc()
         }
         StatusCode::UNAUTHORIZED => {
@@ -362,17 +325,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_route_has_its_own_slot_in_declaration_order() {
-        for (position, route) in ROUTES.iter().enumerate() {
-            assert_eq!(*route as usize, position, "{route:?}");
-        }
+    fn every_endpoint_has_its_own_slot_in_table_order() {
         let metrics = new_metrics();
-        for route in ROUTES {
+        for (position, endpoint) in api::ENDPOINTS.iter().enumerate() {
             assert_eq!(
-                metrics.http.slot_of(route_label(route)),
-                Some(route_slot(route))
+                metrics.http.slot_of(endpoint.label),
+                Some(endpoint_slot(position))
             );
         }
+        assert_eq!(lease_acquire_slot(), metrics.http.slot_of("POST api/lease"));
         for operation in [
             Operation::Healthz,
             Operation::Readyz,

@@ -1,154 +1,31 @@
-//! Routing and the REST contract's endpoints (../shared/contract.md), except the lease and
-//! the event stream, which live in modules of their own.
+//! The request entry: every HTTP request comes in here, is matched against the operations
+//! (`/healthz`, `/metrics`, ...), named leases and the endpoint table (`api/mod.rs`), passes
+//! access control and the lease admission in one place, and goes to its endpoint's handler.
 
-use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::{Value as Json, json};
-use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
-use super::body::{JsonBody, read_body, value_text};
+use super::api::{self, Call, NotRouted};
+use super::body::{JsonBody, read_body};
 use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops::{self, Operation};
-use super::{Body, error_response, json_bytes_response, json_response};
+use super::reply::{Body, error_response};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-use crate::lease::{Access, Admitted};
-use crate::link::ChannelTable;
 
-/// The REST API version this gateway serves.
-pub const API_VERSION: &str = "1.0";
-
-/// One endpoint of the contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    Capabilities,
-    ConnectionStatus,
-    ResourceNames,
-    ValueGet,
-    ValueSet,
-    ValuesGet,
-    ValuesSet,
-    Transact,
-    Channels,
-    ChannelLookup,
-    Modules,
-    ModulesLoaded,
-    PhysicalSystem,
-    ApplicationName,
-    ApplicationIdentification,
-    ApplicationStatus,
-    Events,
-    SubscriptionCreate,
-    SubscriptionUpdate,
-    SubscriptionDelete,
-    /// `GET lease`: who holds it.
-    LeaseStatus,
-    /// `POST lease`: take (or re-take) it.
-    LeaseAcquire,
-    /// `DELETE lease`: the admin break.
-    LeaseBreak,
-    /// `PUT lease/{id}`.
-    LeaseRenew,
-    /// `DELETE lease/{id}`.
-    LeaseRelease,
-}
-
-impl Route {
-    /// The route for a method and a path below `api/`; `Err` says whether the path exists.
-    pub fn find(method: &Method, path: &str) -> Result<Route, bool> {
-        let route = match path {
-            "capabilities" => Route::Capabilities,
-            "connection/status" => Route::ConnectionStatus,
-            "resources/names" => Route::ResourceNames,
-            "resources/value/get" => Route::ValueGet,
-            "resources/value/set" => Route::ValueSet,
-            "resources/values/get" => Route::ValuesGet,
-            "resources/values/set" => Route::ValuesSet,
-            "resources/transact" => Route::Transact,
-            "channels" => Route::Channels,
-            "channels/channel" => Route::ChannelLookup,
-            "modules" => Route::Modules,
-            "modules/loaded" => Route::ModulesLoaded,
-            "modules/physical-system" => Route::PhysicalSystem,
-            "application/name" => Route::ApplicationName,
-            "application/identification" => Route::ApplicationIdentification,
-            "application/status" => Route::ApplicationStatus,
-            "events" => Route::Events,
-            "subscriptions" => Route::SubscriptionCreate,
-            path if crate::events::http::subscription_id(path).is_some() => match *method {
-                Method::DELETE => Route::SubscriptionDelete,
-                _ => Route::SubscriptionUpdate,
-            },
-            "lease" => match *method {
-                Method::POST => Route::LeaseAcquire,
-                Method::DELETE => Route::LeaseBreak,
-                _ => Route::LeaseStatus,
-            },
-            path if lease_id_in_path(path).is_some() => match *method {
-                Method::DELETE => Route::LeaseRelease,
-                _ => Route::LeaseRenew,
-            },
-            _ => return Err(false),
-        };
-        if *method == route.method() {
-            Ok(route)
-        } else {
-            Err(true)
-        }
-    }
-
-    pub fn method(self) -> Method {
-        match self {
-            Route::ValueGet
-            | Route::ValueSet
-            | Route::ValuesGet
-            | Route::ValuesSet
-            | Route::Transact
-            | Route::ChannelLookup
-            | Route::SubscriptionCreate
-            | Route::LeaseAcquire => Method::POST,
-            Route::SubscriptionUpdate | Route::LeaseRenew => Method::PUT,
-            Route::SubscriptionDelete | Route::LeaseBreak | Route::LeaseRelease => Method::DELETE,
-            _ => Method::GET,
-        }
-    }
-
-    /// What the route needs of the control lease, enforced for every request in
-    /// `route_and_answer`. Cached reads (`values/get` with `MaxAgeMs > 0`), the channel lookup,
-    /// subscriptions and the lease endpoints change nothing and stay open.
-    pub fn needs_lease(&self, body: &JsonBody) -> Access {
-        match self {
-            Route::ValueSet | Route::ValuesSet | Route::Transact => Access::Change,
-            Route::ValueGet => Access::ForcedRead,
-            Route::ValuesGet => match body.optional_u64("MaxAgeMs") {
-                Ok(Some(max_age_ms)) if max_age_ms > 0 => Access::CachedRead,
-                _ => Access::ForcedRead,
-            },
-            _ => Access::Open,
-        }
-    }
-}
-
-/// What a request is for: an operations endpoint (`/healthz`, `/metrics`, `/`, ...) or an API
-/// route with its path below `api/`.
+/// What a request is for: an operations endpoint (`/healthz`, `/metrics`, `/`, ...), an API
+/// endpoint with the `{id}` of its path, or named leases.
 #[derive(Clone, Copy)]
 enum Target<'p> {
     Operation(Operation),
-    Api(Route, &'p str),
+    Api(usize, &'static api::Endpoint, &'p str),
     /// `v1/leases/...`, `v1/semaphores/...` (`named_leases.rs`).
     NamedLeases,
-}
-
-/// The `{id}` of `lease/{id}`.
-fn lease_id_in_path(path: &str) -> Option<&str> {
-    path.strip_prefix("lease/")
-        .filter(|id| !id.is_empty() && !id.contains('/'))
 }
 
 /// Answers one request; never fails: every error becomes a JSON error answer.
@@ -209,19 +86,21 @@ async fn route_and_answer(
     let target = match (below_prefix.and_then(Operation::find), below_api) {
         (Some(operation), _) => Target::Operation(operation),
         _ if super::named_leases::is_named_lease_path(gateway, path) => Target::NamedLeases,
-        (None, Some(below_api)) => Target::Api(
-            Route::find(&parts.method, below_api).map_err(|exists| {
-                if exists {
-                    ApiError::new(
-                        StatusCode::METHOD_NOT_ALLOWED,
-                        format!("{} is not allowed on {path}", parts.method),
-                    )
-                } else {
-                    ApiError::not_found(format!("no such endpoint: {} {path}", parts.method))
-                }
-            })?,
-            below_api,
-        ),
+        (None, Some(below_api)) => match api::find(&parts.method, below_api) {
+            Ok((position, endpoint, id)) => Target::Api(position, endpoint, id),
+            Err(NotRouted::WrongMethod) => {
+                return Err(ApiError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{} is not allowed on {path}", parts.method),
+                ));
+            }
+            Err(NotRouted::NoSuchPath) => {
+                return Err(ApiError::not_found(format!(
+                    "no such endpoint: {} {path}",
+                    parts.method
+                )));
+            }
+        },
         (None, None) => {
             return Err(ApiError::not_found(format!(
                 "no such endpoint: {} {path}",
@@ -234,9 +113,9 @@ async fn route_and_answer(
             *slot = operation.slot();
             operation.needed_role()
         }
-        Target::Api(route, _) => {
-            *slot = ops::route_slot(route);
-            Some(super::access::needed_role(route))
+        Target::Api(position, endpoint, _) => {
+            *slot = ops::endpoint_slot(position);
+            Some(endpoint.role)
         }
         Target::NamedLeases => {
             *slot = ops::NAMED_LEASES_SLOT;
@@ -250,22 +129,23 @@ async fn route_and_answer(
     // admission. 401 without valid credentials, 403 for a role too low.
     let granted = match target {
         // The admin token is its own authority for the break, whatever key comes with it.
-        Target::Api(Route::LeaseBreak, _)
-            if super::lease::admin_token_presented(gateway, &parts.headers) =>
+        Target::Api(_, endpoint, _)
+            if endpoint.label == api::LEASE_BREAK_LABEL
+                && super::lease::admin_token_presented(gateway, &parts.headers) =>
         {
             Some(Role::Admin)
         }
         _ => gateway.access.authorize(&parts.headers, needed)?,
     };
-    let (route, below_api) = match target {
+    let (endpoint, id) = match target {
         Target::Operation(operation) => return ops::answer(gateway, operation, &parts.method),
         Target::NamedLeases => {
             let request = Request::from_parts(parts, body);
             return Ok(super::named_leases::handle(gateway, request).await);
         }
-        Target::Api(route, below_api) => (route, below_api),
+        Target::Api(_, endpoint, id) => (endpoint, id),
     };
-    let json = if matches!(route.method(), Method::POST | Method::PUT) {
+    let json = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
         JsonBody::parse(&bytes)?
     } else {
@@ -274,553 +154,19 @@ async fn route_and_answer(
     // The one place the control lease is enforced: 423 for a non-holder's changes and forced
     // reads, and for changes a send guard that fences them again at the link.
     let presented = presented_lease_id(&parts.headers);
-    let admitted = gateway.lease.admit(route.needs_lease(&json), presented)?;
-    let answer = match route {
-        Route::Capabilities => capabilities(),
-        Route::ConnectionStatus => {
-            let info = gateway.link.info();
-            json!({ "isConnected": info.connected, "lastError": info.last_error })
-        }
-        Route::ResourceNames => {
-            let channels = known_channels(gateway)?;
-            Json::Array(
-                channels
-                    .channels
-                    .iter()
-                    .map(|ch| Json::String(ch.name.clone()))
-                    .collect(),
-            )
-        }
-        Route::ValueGet => value_get(gateway, &json, peer).await?,
-        Route::ValueSet => value_set(gateway, &json, &admitted).await?,
-        Route::ValuesGet => {
-            let answer = values_get(gateway, &json, &admitted, peer).await?;
-            return Ok(json_bytes_response(StatusCode::OK, answer));
-        }
-        Route::ValuesSet => values_set(gateway, &json, &admitted).await?,
-        Route::Transact => transact(gateway, &json, &admitted).await?,
-        Route::Channels => {
-            let channels = known_channels(gateway)?;
-            Json::Array(
-                channels
-                    .channels
-                    .iter()
-                    .enumerate()
-                    .map(|(i, ch)| channel_json(i, ch))
-                    .collect(),
-            )
-        }
-        Route::ChannelLookup => channel_lookup(gateway, &json)?,
-        Route::Modules | Route::ModulesLoaded => modules(gateway)?,
-        Route::PhysicalSystem => physical_system(gateway)?,
-        Route::ApplicationName => Json::String(station_name(gateway)?),
-        Route::ApplicationIdentification => {
-            let info = gateway.link.info();
-            let hello = info.hello.as_ref().ok_or_else(not_yet_connected)?;
-            Json::String(format!(
-                "{} (serial {}, firmware {}) through Station Gateway {}",
-                hello.station,
-                hello.serial,
-                hello.firmware,
-                env!("CARGO_PKG_VERSION")
-            ))
-        }
-        Route::Events => return crate::events::http::open_stream(gateway),
-        Route::SubscriptionCreate => crate::events::http::create(gateway, &json)?,
-        Route::SubscriptionUpdate => {
-            crate::events::http::update(gateway, subscription_id(below_api), &json)?
-        }
-        Route::SubscriptionDelete => {
-            crate::events::http::delete(gateway, subscription_id(below_api))?
-        }
-        Route::LeaseStatus => super::lease::status(gateway),
-        Route::LeaseAcquire => {
-            return super::lease::acquire(gateway, &json, parts.uri.query(), presented).await;
-        }
-        Route::LeaseRenew => {
-            let id = lease_id_in_path(below_api).unwrap_or_default();
-            return super::lease::renew(gateway, id, &json).await;
-        }
-        Route::LeaseRelease => {
-            super::lease::release(gateway, lease_id_in_path(below_api).unwrap_or_default()).await?
-        }
-        // An admin's credentials are the authority to break the lease; no bearer token needed.
-        Route::LeaseBreak if granted == Some(Role::Admin) => {
-            json!({ "broken": gateway.lease.break_lease(peer).await? })
-        }
-        Route::LeaseBreak => super::lease::break_lease(gateway, &parts.headers, peer).await?,
-        Route::ApplicationStatus => {
-            let info = gateway.link.info();
-            Json::String(
-                if info.connected {
-                    "OK"
-                } else if info.hello.is_some() {
-                    "Error"
-                } else {
-                    "Unknown"
-                }
-                .into(),
-            )
-        }
+    let admitted = gateway
+        .lease
+        .admit(endpoint.lease.access(&json), presented)?;
+    let call = Call {
+        gateway,
+        body: json,
+        admitted,
+        peer,
+        id,
+        headers: &parts.headers,
+        query: parts.uri.query(),
+        presented,
+        granted,
     };
-    Ok(json_response(StatusCode::OK, &answer))
-}
-
-fn capabilities() -> Json {
-    json!({
-        "apiVersion": API_VERSION,
-        "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
-        "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
-        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"],
-    })
-}
-
-/// The `{id}` of `subscriptions/{id}`; the route was chosen by that shape.
-fn subscription_id(below_api: &str) -> &str {
-    crate::events::http::subscription_id(below_api).unwrap_or_default()
-}
-
-fn not_yet_connected() -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "station disconnected: the gateway has not reached the station yet",
-    )
-}
-
-/// The channel list, or 503 when the station has never been reached.
-fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
-    let info = gateway.link.info();
-    if info.hello.is_none() {
-        let why = info
-            .last_error
-            .clone()
-            .unwrap_or_else(|| "connecting".into());
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("station disconnected: {why}"),
-        ));
-    }
-    Ok(info.channels.clone())
-}
-
-fn station_name(gateway: &Gateway) -> Result<String, ApiError> {
-    let info = gateway.link.info();
-    Ok(info
-        .hello
-        .as_ref()
-        .ok_or_else(not_yet_connected)?
-        .station
-        .clone())
-}
-
-/// Checks every name against the channel list; 404 names the first unknown one.
-fn check_names<'a>(
-    channels: &'a ChannelTable,
-    names: &[String],
-) -> Result<Vec<&'a ChannelDescriptor>, ApiError> {
-    names
-        .iter()
-        .map(|name| {
-            channels
-                .get(name)
-                .ok_or_else(|| ApiError::no_such_resource(name))
-        })
-        .collect()
-}
-
-/// A station value from request text, by the channel's type.
-fn parse_value(channel: &ChannelDescriptor, text: &str) -> Result<Value, ApiError> {
-    if !channel.writable {
-        return Err(ApiError::bad_request(format!(
-            "{} is read only",
-            channel.name
-        )));
-    }
-    Value::parse_as(channel.value_type, text, &channel.options)
-        .map_err(|error| ApiError::bad_request(format!("bad value for {}: {error}", channel.name)))
-}
-
-fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<(), ApiError> {
-    for (name, result) in names.iter().zip(results) {
-        if let Err(error) = result {
-            let mut api = ApiError::from(error.clone());
-            if !api.message.contains(name.as_str()) {
-                api.message = format!("{name}: {}", api.message);
-            }
-            return Err(api);
-        }
-    }
-    Ok(())
-}
-
-async fn value_get(gateway: &Gateway, body: &JsonBody, peer: SocketAddr) -> Result<Json, ApiError> {
-    let name = body.string("Name")?.to_owned();
-    let channels = known_channels(gateway)?;
-    check_names(&channels, std::slice::from_ref(&name))?;
-    let names = vec![name];
-    let results = gateway.link.read_for(peer, names.clone()).await?;
-    first_item_error(&names, &results)?;
-    let value = results
-        .into_iter()
-        .next()
-        .and_then(Result::ok)
-        .map(|v| v.render())
-        .unwrap_or_default();
-    Ok(json!({ "value": value }))
-}
-
-/// `values/get`: `{"resources": {name: value}, "ageMs": {name: age}}`, each name once, in the
-/// order first asked. Written straight into bytes: this is the hot read path (every cached
-/// read and every batch), and a `serde_json::Value` tree of two maps cost more than the rest
-/// of the request.
-async fn values_get(
-    gateway: &Gateway,
-    body: &JsonBody,
-    admitted: &Admitted,
-    peer: SocketAddr,
-) -> Result<Vec<u8>, ApiError> {
-    let names = body.string_list("Names")?;
-    let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
-    let channels = known_channels(gateway)?;
-    check_names(&channels, &names)?;
-    let generation = gateway.link.info().generation;
-    let now = Instant::now();
-    let mut values: HashMap<&str, (String, f64)> = HashMap::with_capacity(names.len());
-    // The names to read from the station, once each, in the order first asked.
-    let mut misses: Vec<&str> = Vec::new();
-    let mut missed: HashSet<&str> = HashSet::new();
-    for name in &names {
-        let name = name.as_str();
-        if max_age_ms > 0 {
-            let max_age = std::time::Duration::from_millis(max_age_ms);
-            let consuming = channels.get(name).is_some_and(|channel| channel.consuming);
-            if consuming && let Some(refusal) = admitted.refuse_consuming(name) {
-                // Someone else holds the lease: never consume this channel's data; serve any
-                // cached value however old, with its true age.
-                let cached = gateway.link.cache().get(name).ok_or(refusal)?;
-                values.insert(name, (cached.value.render(), age_ms(cached.age(now))));
-                continue;
-            }
-            if let Some(cached) = gateway
-                .link
-                .cache()
-                .get_fresh(name, max_age, generation, now)
-            {
-                values.insert(name, (cached.value.render(), age_ms(cached.age(now))));
-                continue;
-            }
-        }
-        if missed.insert(name) {
-            misses.push(name);
-        }
-    }
-    if !misses.is_empty() {
-        let asked: Vec<String> = misses.iter().map(|name| (*name).to_owned()).collect();
-        let results = gateway.link.read_for(peer, asked.clone()).await?;
-        first_item_error(&asked, &results)?;
-        let now = Instant::now();
-        for (name, result) in misses.iter().zip(results) {
-            if let Ok(value) = result {
-                let age = gateway
-                    .link
-                    .cache()
-                    .get(name)
-                    .map(|c| age_ms(c.age(now)))
-                    .unwrap_or(0.0);
-                values.insert(name, (value.render(), age));
-            }
-        }
-    }
-    let mut order: Vec<&str> = Vec::with_capacity(values.len());
-    let mut listed: HashSet<&str> = HashSet::with_capacity(values.len());
-    for name in &names {
-        if values.contains_key(name.as_str()) && listed.insert(name) {
-            order.push(name);
-        }
-    }
-    let mut out = Vec::with_capacity(32 + order.len() * 64);
-    out.extend_from_slice(b"{\"resources\":");
-    write_object(&mut out, &order, |name| &values[name].0);
-    out.extend_from_slice(b",\"ageMs\":");
-    write_object(&mut out, &order, |name| &values[name].1);
-    out.push(b'}');
-    Ok(out)
-}
-
-/// Appends `{"name": value, ...}` for `names`, in that order.
-fn write_object<'v, T: serde::Serialize + ?Sized + 'v>(
-    out: &mut Vec<u8>,
-    names: &[&str],
-    value_of: impl Fn(&str) -> &'v T,
-) {
-    out.push(b'{');
-    for (i, name) in names.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_json(out, *name);
-        out.push(b':');
-        write_json(out, value_of(name));
-    }
-    out.push(b'}');
-}
-
-/// Appends `value` as JSON. Only strings and numbers are written this way, and writing those
-/// into a `Vec` cannot fail.
-fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    let _ = serde_json::to_writer(out, value);
-}
-
-/// Milliseconds with a tenth of a millisecond's precision.
-fn age_ms(age: std::time::Duration) -> f64 {
-    (age.as_secs_f64() * 10_000.0).round() / 10.0
-}
-
-/// The `Name` and `Value` of a body, the value read as that channel's type.
-fn named_value(gateway: &Gateway, body: &JsonBody) -> Result<(String, Value), ApiError> {
-    let name = body.string("Name")?.to_owned();
-    let text = body.value_text("Value")?;
-    let channels = known_channels(gateway)?;
-    let channel = channels
-        .get(&name)
-        .ok_or_else(|| ApiError::no_such_resource(&name))?;
-    let value = parse_value(channel, &text)?;
-    Ok((name, value))
-}
-
-async fn value_set(
-    gateway: &Gateway,
-    body: &JsonBody,
-    admitted: &Admitted,
-) -> Result<Json, ApiError> {
-    let (name, value) = named_value(gateway, body)?;
-    let names = vec![name.clone()];
-    let results = gateway
-        .link
-        .write(vec![(name, value)], admitted.guard.clone())
-        .await?;
-    first_item_error(&names, &results)?;
-    Ok(json!({}))
-}
-
-async fn values_set(
-    gateway: &Gateway,
-    body: &JsonBody,
-    admitted: &Admitted,
-) -> Result<Json, ApiError> {
-    let resources = body.object("Resources")?;
-    let channels = known_channels(gateway)?;
-    let mut items = Vec::with_capacity(resources.len());
-    for (name, raw) in resources {
-        let channel = channels
-            .get(name)
-            .ok_or_else(|| ApiError::no_such_resource(name))?;
-        let text = value_text(raw, &format!("Resources.{name}"))?;
-        items.push((name.clone(), parse_value(channel, &text)?));
-    }
-    if items.is_empty() {
-        return Ok(json!({}));
-    }
-    let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
-    let results = gateway.link.write(items, admitted.guard.clone()).await?;
-    if results.iter().all(Result::is_ok) {
-        return Ok(json!({}));
-    }
-    // Say exactly what was and was not applied: a POST is never half-applied silently.
-    let mut failed = Vec::new();
-    let mut applied = Vec::new();
-    let mut status = StatusCode::BAD_REQUEST;
-    for (name, result) in names.iter().zip(&results) {
-        match result {
-            Ok(()) => applied.push(name.as_str()),
-            Err(error) => {
-                if failed.is_empty() {
-                    status = ApiError::from(error.clone()).status;
-                }
-                // The station's message usually names the channel already.
-                if error.message.contains(name.as_str()) {
-                    failed.push(error.message.clone());
-                } else {
-                    failed.push(format!("{name}: {}", error.message));
-                }
-            }
-        }
-    }
-    let applied = if applied.is_empty() {
-        "none".to_owned()
-    } else {
-        applied.join(", ")
-    };
-    Err(ApiError::new(
-        status,
-        format!("not applied: {}; applied: {applied}", failed.join("; ")),
-    ))
-}
-
-async fn transact(
-    gateway: &Gateway,
-    body: &JsonBody,
-    admitted: &Admitted,
-) -> Result<Json, ApiError> {
-    let (name, value) = named_value(gateway, body)?;
-    let answer = gateway
-        .link
-        .transact(name, value, admitted.guard.clone())
-        .await?;
-    Ok(json!({ "value": answer.render() }))
-}
-
-/// Names of the channel type flags, as the REST contract's `channelType` lists them.
-const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
-    (1, "Analog"),
-    (1 << 1, "Digital"),
-    (1 << 2, "VirtualDigital"),
-    (1 << 3, "Temperature"),
-    (1 << 4, "Multiplexer"),
-    (1 << 5, "Resistance"),
-    (1 << 6, "Counter"),
-    (1 << 7, "Frequency"),
-    (1 << 8, "Actuator"),
-    (1 << 10, "Register"),
-    (1 << 11, "Current"),
-    (1 << 12, "Ratiometric"),
-    (1 << 13, "UART"),
-    (1 << 14, "SPI"),
-    (1 << 15, "I2C"),
-    (1 << 16, "ByteStream"),
-    (1 << 17, "Socket"),
-    (1 << 24, "Instrument"),
-];
-
-/// `"Analog, Current"` for the flags set.
-pub fn type_flag_names(flags: u32) -> String {
-    let names: Vec<&str> = TYPE_FLAG_NAMES
-        .iter()
-        .filter(|(bit, _)| flags & bit != 0)
-        .map(|(_, n)| *n)
-        .collect();
-    if names.is_empty() {
-        "Undefined".into()
-    } else {
-        names.join(", ")
-    }
-}
-
-/// The contract's channel object for one descriptor.
-pub fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
-    let usage = if ch.consuming {
-        "BusSignal"
-    } else if ch.writable {
-        "UserAllocatable"
-    } else {
-        "ReadOnlySystemControl"
-    };
-    let device = ch
-        .name
-        .rsplit_once('.')
-        .map(|(device, _)| device)
-        .unwrap_or("");
-    json!({
-        "channelIndex": position,
-        "index": position,
-        "enabled": true,
-        "usage": usage,
-        "deviceName": device,
-        "channelType": type_flag_names(ch.type_flags),
-        "channelTypeCapability": type_flag_names(ch.type_flags),
-        "alias": ch.alias,
-        "netName": ch.net_name,
-        "groupName": ch.group,
-        "capability": ch.direction.label(),
-        "description": ch.description,
-        "direction": ch.direction.label(),
-        "directionChanged": false,
-        "defaultDirection": ch.direction.label(),
-        "unit": ch.unit,
-        "isVirtual": false,
-        "details": {
-            "name": ch.name,
-            "valueType": ch.value_type.name(),
-            "readable": ch.readable,
-            "writable": ch.writable,
-            "readConsumesData": ch.consuming,
-            "options": ch.options,
-        },
-    })
-}
-
-fn channel_lookup(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
-    let channels = known_channels(gateway)?;
-    let (field, wanted) = match (body.get("Alias"), body.get("NetName")) {
-        (Some(_), _) => ("alias", body.string("Alias")?),
-        (None, Some(_)) => ("net name", body.string("NetName")?),
-        (None, None) => return Err(ApiError::bad_request("give the field Alias or NetName")),
-    };
-    let found = channels
-        .channels
-        .iter()
-        .enumerate()
-        .find(|(_, ch)| match field {
-            "alias" => ch.alias == wanted,
-            _ => ch.net_name == wanted,
-        });
-    match found {
-        Some((position, ch)) => Ok(channel_json(position, ch)),
-        None => Err(ApiError::not_found(format!(
-            "no channel with the {field} {wanted:?}"
-        ))),
-    }
-}
-
-fn modules(gateway: &Gateway) -> Result<Json, ApiError> {
-    let info = gateway.link.info();
-    info.hello.as_ref().ok_or_else(not_yet_connected)?;
-    Ok(Json::Array(
-        info.modules
-            .iter()
-            .map(|m| {
-                json!({
-                    "name": m.name,
-                    "enabled": true,
-                    "className": "StationModule",
-                    "assemblyPath": "",
-                    "namespace": "",
-                    "imageName": m.product_id,
-                    "initialData": {
-                        "index": m.index,
-                        "productID": m.product_id,
-                        "revision": m.revision,
-                        "serialNumber": m.serial,
-                    },
-                })
-            })
-            .collect(),
-    ))
-}
-
-fn physical_system(gateway: &Gateway) -> Result<Json, ApiError> {
-    let info = gateway.link.info();
-    let hello = info.hello.as_ref().ok_or_else(not_yet_connected)?;
-    let modules: Vec<Json> = info
-        .modules
-        .iter()
-        .map(|m| {
-            json!({
-                "index": m.index,
-                "name": m.name,
-                "productID": m.product_id,
-                "revision": m.revision,
-                "serialNumber": m.serial,
-            })
-        })
-        .collect();
-    Ok(json!({
-        "host": hello.station,
-        "ethIpV4": "",
-        "ethIpV6": "",
-        "firmware": hello.firmware,
-        "mac": "",
-        "modules": modules,
-        "networkInterfaces": {},
-    }))
+    (endpoint.handler)(call).await
 }

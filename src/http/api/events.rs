@@ -1,19 +1,18 @@
-//! The HTTP side of events: `GET api/events`, and `POST api/subscriptions`,
-//! `PUT api/subscriptions/{id}`, `DELETE api/subscriptions/{id}` with their bodies bound
-//! case-insensitively.
+//! `api/events` and `api/subscriptions...`: the event stream, and subscriptions with their
+//! bodies bound case-insensitively.
 
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
-use serde_json::{Value as Json, json};
+use serde_json::json;
 
-use super::SubscriptionRequest;
+use super::call::{Answer, Call, ok};
 use crate::error::ApiError;
-use crate::gateway::Gateway;
-use crate::http::Body;
+use crate::events::SubscriptionRequest;
 use crate::http::body::JsonBody;
 
 /// `GET api/events`: a `text/event-stream` that starts with `hello`.
-pub fn open_stream(gateway: &Gateway) -> Result<Response<Body>, ApiError> {
+pub(super) async fn open_stream(call: Call<'_>) -> Answer {
+    let gateway = call.gateway;
     let opened = gateway.events.open_stream()?;
     let mut response = Response::new(opened.into_body(gateway.shutdown.clone()));
     *response.status_mut() = StatusCode::OK;
@@ -40,27 +39,24 @@ fn subscription_request(body: &JsonBody) -> Result<SubscriptionRequest, ApiError
 }
 
 /// `POST api/subscriptions {StreamId, Channels, IntervalMs}` → `{id, expiresInMs}`.
-pub fn create(gateway: &Gateway, body: &JsonBody) -> Result<Json, ApiError> {
-    let stream_id = body.string("StreamId")?;
-    let request = subscription_request(body)?;
-    Ok(gateway.events.subscribe(stream_id, &request)?.to_json())
+pub(super) async fn subscribe(call: Call<'_>) -> Answer {
+    let stream_id = call.body.string("StreamId")?;
+    let request = subscription_request(&call.body)?;
+    ok(call
+        .gateway
+        .events
+        .subscribe(stream_id, &request)?
+        .to_json())
 }
 
 /// `PUT api/subscriptions/{id} {Channels, IntervalMs}` → `{id, expiresInMs}`.
-pub fn update(gateway: &Gateway, id: &str, body: &JsonBody) -> Result<Json, ApiError> {
-    let request = subscription_request(body)?;
-    Ok(gateway.events.update(id, &request)?.to_json())
+pub(super) async fn update(call: Call<'_>) -> Answer {
+    let request = subscription_request(&call.body)?;
+    ok(call.gateway.events.update(call.id, &request)?.to_json())
 }
 
 /// `DELETE api/subscriptions/{id}` → 200 `{}`.
-pub fn delete(gateway: &Gateway, id: &str) -> Result<Json, ApiError> {
-    gateway.events.unsubscribe(id)?;
-    Ok(json!({}))
-}
-
-/// The id in `subscriptions/{id}`, when the path has that shape.
-pub fn subscription_id(path_below_api: &str) -> Option<&str> {
-    path_below_api
-        .strip_prefix("subscriptions/")
-        .filter(|id| !id.is_empty() && !id.contains('/'))
+pub(super) async fn unsubscribe(call: Call<'_>) -> Answer {
+    call.gateway.events.unsubscribe(call.id)?;
+    ok(json!({}))
 }

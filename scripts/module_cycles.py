@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Finds circles between the gateway crate's modules: parses every `crate::`, `super::` and
+child-module path in `src/` (test modules and comments left out) into a file-level import graph
+and prints its strongly connected components of more than one file, largest first. `main.rs`
+is left out: it is the binary, above everything.
+
+Usage: scripts/module_cycles.py [--max N] [--src DIR]
+  --max N    exit 1 when a component has more than N files
+  --src DIR  another tree's src/ (e.g. an older commit's, from `git archive`)
+"""
+import os
+import re
+import sys
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+CHILD = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;", re.M)
+USE_GROUP = re.compile(r"\buse\s+(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*)\}", re.S)
+
+
+def module_of(file):
+    rel = os.path.relpath(file, SRC)[:-3].split(os.sep)
+    if rel[-1] in ("mod", "lib", "main"):
+        rel = rel[:-1]
+    return rel
+
+
+def file_of(parts):
+    """The file defining the longest prefix of `parts` that is a module."""
+    for n in range(len(parts), -1, -1):
+        base = os.path.join(SRC, *parts[:n]) if n else os.path.join(SRC, "lib")
+        for candidate in (base + ".rs", os.path.join(base, "mod.rs")):
+            if os.path.isfile(candidate):
+                return os.path.relpath(candidate, SRC)
+    return None
+
+
+def edges(file):
+    text = open(file, encoding="utf-8").read()
+    text = re.split(r"#\[cfg\(test\)\]\s*mod tests", text)[0]
+    text = re.sub(r"//[^\n]*", "", text)
+    here = module_of(file)
+    found = set()
+
+    def add(root, rest):
+        parts = [p for p in rest.split("::") if p]
+        if root == "crate":
+            base = []
+        elif root == "self":
+            base = here
+        else:
+            # `super` of `a/b.rs` and of `a/b/mod.rs` alike is module `a`.
+            base = here[:-1]
+            while parts and parts[0] == "super":
+                parts, base = parts[1:], base[:-1]
+        target = file_of(base + parts)
+        if target and target != os.path.relpath(file, SRC):
+            found.add(target)
+
+    for root, prefix, group in USE_GROUP.findall(text):
+        for item in re.split(r",", re.sub(r"\{[^}]*\}", "", group)):
+            item = item.strip().split(" as ")[0].strip()
+            if item and item != "self":
+                add(root, prefix + "::" + item)
+            elif item == "self":
+                add(root, prefix)
+    for root, rest in PATH.findall(text):
+        add(root, rest)
+    # Paths through this file's own child modules (`routes::handle`, `pub use api::X`).
+    for child in CHILD.findall(text):
+        for rest in re.findall(r"(?<![:\w])" + child + r"((?:::[A-Za-z_][A-Za-z0-9_]*)+)", text):
+            add("self", child + rest)
+        for group in re.findall(r"\buse\s+" + child + r"((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*)\}", text, re.S):
+            add("self", child + group[0])
+    return found
+
+
+def components(graph):
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            out.append(sorted(component))
+
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main():
+    limit = None
+    if "--max" in sys.argv:
+        limit = int(sys.argv[sys.argv.index("--max") + 1])
+    global SRC
+    if "--src" in sys.argv:
+        SRC = sys.argv[sys.argv.index("--src") + 1]
+    graph = {}
+    for dirpath, _, names in os.walk(SRC):
+        for name in names:
+            if name.endswith(".rs") and name != "main.rs":
+                path = os.path.join(dirpath, name)
+                graph[os.path.relpath(path, SRC)] = edges(path)
+    circles = sorted((c for c in components(graph) if len(c) > 1), key=len, reverse=True)
+    largest = len(circles[0]) if circles else 1
+    print(f"largest strongly connected component: {largest} file(s)")
+    for component in circles:
+        print(f"  {len(component)}: {' '.join(component)}")
+    if limit is not None and largest > limit:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

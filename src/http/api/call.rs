@@ -1,0 +1,63 @@
+//! What a handler gets and gives: its [`Call`] and its [`Answer`], and the checks several
+//! areas share.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use hyper::header::HeaderMap;
+use hyper::{Response, StatusCode};
+
+use crate::config::Role;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::http::body::JsonBody;
+use crate::http::reply::{Body, json_response};
+use crate::lease::Admitted;
+use crate::link::ChannelTable;
+
+/// Everything a handler may use of its request, admitted by access control and the lease.
+pub(crate) struct Call<'a> {
+    pub(crate) gateway: &'a Gateway,
+    /// The JSON body of a POST or PUT (empty for other methods), bound case-insensitively.
+    pub(crate) body: JsonBody,
+    /// What the lease admission decided (for changes: the send guard).
+    pub(crate) admitted: Admitted,
+    pub(crate) peer: SocketAddr,
+    /// The `{id}` of the path, empty when the path has none.
+    pub(crate) id: &'a str,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) query: Option<&'a str>,
+    /// The `X-Lease-Id` the request carried.
+    pub(crate) presented: Option<&'a str>,
+    /// The role access control granted; `None` while access control is off.
+    pub(crate) granted: Option<Role>,
+}
+
+/// A handler's answer.
+pub(crate) type Answer = Result<Response<Body>, ApiError>;
+
+/// A handler: an `async fn(Call<'_>) -> Answer`, boxed by [`handler!`].
+pub(crate) type Handler = for<'a> fn(Call<'a>) -> Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+
+/// `200` with a JSON document.
+pub(crate) fn ok(value: serde_json::Value) -> Answer {
+    Ok(json_response(StatusCode::OK, &value))
+}
+
+/// The channel list, or 503 when the station has never been reached.
+pub(crate) fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
+    let info = gateway.station.reached().map_err(|not_reached| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
+    })?;
+    Ok(info.channels.clone())
+}
+
+/// 503 for what only a station that said hello can tell.
+pub(crate) fn not_yet_connected() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "station disconnected: the gateway has not reached the station yet",
+    )
+}

@@ -1,0 +1,37 @@
+//! `api/lease...`: the control lease's endpoints, hooked into the table; their bodies live in
+//! `http/lease.rs`.
+
+use serde_json::json;
+
+use super::call::{Answer, Call, ok};
+use crate::config::Role;
+use crate::http::lease as handlers;
+
+/// `GET api/lease`: who holds it.
+pub(super) async fn status(call: Call<'_>) -> Answer {
+    ok(handlers::status(call.gateway))
+}
+
+/// `POST api/lease[?waitMs=N]`: take (or re-take) it.
+pub(super) async fn acquire(call: Call<'_>) -> Answer {
+    handlers::acquire(call.gateway, &call.body, call.query, call.presented).await
+}
+
+/// `PUT api/lease/{id}`: renew it.
+pub(super) async fn renew(call: Call<'_>) -> Answer {
+    handlers::renew(call.gateway, call.id, &call.body).await
+}
+
+/// `DELETE api/lease/{id}`: release it.
+pub(super) async fn release(call: Call<'_>) -> Answer {
+    ok(handlers::release(call.gateway, call.id).await?)
+}
+
+/// `DELETE api/lease`: the admin break. An admin's credentials are the authority to break the
+/// lease; without them, the bearer admin token.
+pub(super) async fn break_lease(call: Call<'_>) -> Answer {
+    if call.granted == Some(Role::Admin) {
+        return ok(json!({ "broken": call.gateway.lease.break_lease(call.peer).await? }));
+    }
+    ok(handlers::break_lease(call.gateway, call.headers, call.peer).await?)
+}

@@ -1,0 +1,305 @@
+//! `api/resources/...`: channel names, reads (forced and cached) and writes, through the
+//! station service.
+
+use std::collections::{HashMap, HashSet};
+
+use hyper::StatusCode;
+use serde_json::{Value as Json, json};
+use station_protocol::{ChannelDescriptor, ItemResult, Value};
+
+use super::call::{Answer, Call, known_channels, ok};
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::http::body::{JsonBody, value_text};
+use crate::http::reply::json_bytes_response;
+use crate::link::ChannelTable;
+use crate::station::{
+    ConsumingRule, Freshness, ItemError, ItemReading, ReadError, ReadPolicy, Reading, UnknownRule,
+};
+
+/// `GET api/resources/names`.
+/// `GET api/resources/names`.
+pub(super) async fn names(call: Call<'_>) -> Answer {
+    let channels = known_channels(call.gateway)?;
+    ok(Json::Array(
+        channels
+            .channels
+            .iter()
+            .map(|ch| Json::String(ch.name.clone()))
+            .collect(),
+    ))
+}
+
+/// `POST api/resources/value/get {Name}`: a forced read.
+pub(super) async fn value_get(call: Call<'_>) -> Answer {
+    ok(read_one(call.gateway, &call.body, call.peer).await?)
+}
+
+/// `POST api/resources/value/set {Name, Value}`.
+pub(super) async fn value_set(call: Call<'_>) -> Answer {
+    let (name, value) = named_value(call.gateway, &call.body)?;
+    let names = vec![name.clone()];
+    let results = call
+        .gateway
+        .station
+        .write(vec![(name, value)], &call.admitted)
+        .await?;
+    first_item_error(&names, &results)?;
+    ok(json!({}))
+}
+
+/// `POST api/resources/values/get {Names, MaxAgeMs?}`.
+pub(super) async fn values_get(call: Call<'_>) -> Answer {
+    let answer = read_many(&call).await?;
+    Ok(json_bytes_response(StatusCode::OK, answer))
+}
+
+/// `POST api/resources/values/set {Resources}`.
+pub(super) async fn values_set(call: Call<'_>) -> Answer {
+    ok(write_many(&call).await?)
+}
+
+/// `POST api/resources/transact {Name, Value}`: write and read back in one step.
+pub(super) async fn transact(call: Call<'_>) -> Answer {
+    let (name, value) = named_value(call.gateway, &call.body)?;
+    let answer = call
+        .gateway
+        .station
+        .transact(name, value, &call.admitted)
+        .await?;
+    ok(json!({ "value": answer.render() }))
+}
+
+/// Checks every name against the channel list; 404 names the first unknown one.
+fn check_names<'a>(
+    channels: &'a ChannelTable,
+    names: &[String],
+) -> Result<Vec<&'a ChannelDescriptor>, ApiError> {
+    names
+        .iter()
+        .map(|name| {
+            channels
+                .get(name)
+                .ok_or_else(|| ApiError::no_such_resource(name))
+        })
+        .collect()
+}
+
+/// A station value from request text, by the channel's type.
+fn parse_value(channel: &ChannelDescriptor, text: &str) -> Result<Value, ApiError> {
+    if !channel.writable {
+        return Err(ApiError::bad_request(format!(
+            "{} is read only",
+            channel.name
+        )));
+    }
+    Value::parse_as(channel.value_type, text, &channel.options)
+        .map_err(|error| ApiError::bad_request(format!("bad value for {}: {error}", channel.name)))
+}
+
+fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<(), ApiError> {
+    for (name, result) in names.iter().zip(results) {
+        if let Err(error) = result {
+            let mut api = ApiError::from(error.clone());
+            if !api.message.contains(name.as_str()) {
+                api.message = format!("{name}: {}", api.message);
+            }
+            return Err(api);
+        }
+    }
+    Ok(())
+}
+
+async fn read_one(
+    gateway: &Gateway,
+    body: &JsonBody,
+    peer: std::net::SocketAddr,
+) -> Result<Json, ApiError> {
+    let name = body.string("Name")?.to_owned();
+    let channels = known_channels(gateway)?;
+    check_names(&channels, std::slice::from_ref(&name))?;
+    let names = vec![name];
+    let readings = gateway
+        .station
+        .read(&names, ReadPolicy::hardware(Some(peer)))
+        .await
+        .map_err(|error| ApiError::new(StatusCode::LOCKED, error.to_string()))?;
+    let reading = first_reading_error(&names, readings)?.into_iter().next();
+    let value = reading.map(|r| r.value.render()).unwrap_or_default();
+    Ok(json!({ "value": value }))
+}
+
+/// The readings of a REST read, or its first failure: a link failure for the whole read, else
+/// the first name the station refused (named in the message).
+fn first_reading_error(
+    names: &[String],
+    readings: Vec<ItemReading>,
+) -> Result<Vec<Reading>, ApiError> {
+    if let Some(Err(ItemError::Link(error))) = readings
+        .iter()
+        .find(|reading| matches!(reading, Err(ItemError::Link(_))))
+    {
+        return Err(ApiError::from(error.clone()));
+    }
+    let mut values = Vec::with_capacity(readings.len());
+    for (name, reading) in names.iter().zip(readings) {
+        match reading {
+            Ok(reading) => values.push(reading),
+            Err(error) => {
+                let mut api = match error {
+                    ItemError::Station(station) => ApiError::from(station),
+                    ItemError::Link(link) => ApiError::from(link),
+                    other => ApiError::new(StatusCode::BAD_GATEWAY, other.to_string()),
+                };
+                if !api.message.contains(name.as_str()) {
+                    api.message = format!("{name}: {}", api.message);
+                }
+                return Err(api);
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// `values/get`: `{"resources": {name: value}, "ageMs": {name: age}}`, each name once, in the
+/// order first asked. Written straight into bytes: this is the hot read path (every cached
+/// read and every batch), and a `serde_json::Value` tree of two maps cost more than the rest
+/// of the request.
+async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
+    let (gateway, body, admitted, peer) = (call.gateway, &call.body, &call.admitted, call.peer);
+    let names = body.string_list("Names")?;
+    let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
+    let channels = known_channels(gateway)?;
+    check_names(&channels, &names)?;
+    // With a maximum age, fresh cached values serve; while someone else holds the lease,
+    // channels whose read consumes data come from the cache only, however old.
+    let policy = ReadPolicy {
+        freshness: if max_age_ms > 0 {
+            Freshness::Within(std::time::Duration::from_millis(max_age_ms))
+        } else {
+            Freshness::Hardware
+        },
+        consuming: if max_age_ms > 0 && admitted.consuming_from_cache_only.is_some() {
+            ConsumingRule::CachedOnly
+        } else {
+            ConsumingRule::Read
+        },
+        unknown: UnknownRule::AskStation,
+        caller: Some(peer),
+        cancel: None,
+    };
+    let readings = gateway.station.read(&names, policy).await.map_err(
+        |ReadError::ConsumingNotCached(channel)| match admitted.refuse_consuming(&channel) {
+            Some(refusal) => ApiError::from(refusal),
+            None => ApiError::new(StatusCode::LOCKED, format!("{channel}: not cached")),
+        },
+    )?;
+    let readings = first_reading_error(&names, readings)?;
+    let mut values: HashMap<&str, (String, f64)> = HashMap::with_capacity(names.len());
+    for (name, reading) in names.iter().zip(&readings) {
+        values
+            .entry(name.as_str())
+            .or_insert_with(|| (reading.value.render(), reading.age_ms()));
+    }
+    let mut order: Vec<&str> = Vec::with_capacity(values.len());
+    let mut listed: HashSet<&str> = HashSet::with_capacity(values.len());
+    for name in &names {
+        if values.contains_key(name.as_str()) && listed.insert(name) {
+            order.push(name);
+        }
+    }
+    let mut out = Vec::with_capacity(32 + order.len() * 64);
+    out.extend_from_slice(b"{\"resources\":");
+    write_object(&mut out, &order, |name| &values[name].0);
+    out.extend_from_slice(b",\"ageMs\":");
+    write_object(&mut out, &order, |name| &values[name].1);
+    out.push(b'}');
+    Ok(out)
+}
+
+/// Appends `{"name": value, ...}` for `names`, in that order.
+fn write_object<'v, T: serde::Serialize + ?Sized + 'v>(
+    out: &mut Vec<u8>,
+    names: &[&str],
+    value_of: impl Fn(&str) -> &'v T,
+) {
+    out.push(b'{');
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(out, *name);
+        out.push(b':');
+        write_json(out, value_of(name));
+    }
+    out.push(b'}');
+}
+
+/// Appends `value` as JSON. Only strings and numbers are written this way, and writing those
+/// into a `Vec` cannot fail.
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let _ = serde_json::to_writer(out, value);
+}
+
+/// The `Name` and `Value` of a body, the value read as that channel's type.
+fn named_value(gateway: &Gateway, body: &JsonBody) -> Result<(String, Value), ApiError> {
+    let name = body.string("Name")?.to_owned();
+    let text = body.value_text("Value")?;
+    let channels = known_channels(gateway)?;
+    let channel = channels
+        .get(&name)
+        .ok_or_else(|| ApiError::no_such_resource(&name))?;
+    let value = parse_value(channel, &text)?;
+    Ok((name, value))
+}
+
+async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
+    let (gateway, body, admitted) = (call.gateway, &call.body, &call.admitted);
+    let resources = body.object("Resources")?;
+    let channels = known_channels(gateway)?;
+    let mut items = Vec::with_capacity(resources.len());
+    for (name, raw) in resources {
+        let channel = channels
+            .get(name)
+            .ok_or_else(|| ApiError::no_such_resource(name))?;
+        let text = value_text(raw, &format!("Resources.{name}"))?;
+        items.push((name.clone(), parse_value(channel, &text)?));
+    }
+    if items.is_empty() {
+        return Ok(json!({}));
+    }
+    let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
+    let results = gateway.station.write(items, admitted).await?;
+    if results.iter().all(Result::is_ok) {
+        return Ok(json!({}));
+    }
+    // Say exactly what was and was not applied: a POST is never half-applied silently.
+    let mut failed = Vec::new();
+    let mut applied = Vec::new();
+    let mut status = StatusCode::BAD_REQUEST;
+    for (name, result) in names.iter().zip(&results) {
+        match result {
+            Ok(()) => applied.push(name.as_str()),
+            Err(error) => {
+                if failed.is_empty() {
+                    status = ApiError::from(error.clone()).status;
+                }
+                // The station's message usually names the channel already.
+                if error.message.contains(name.as_str()) {
+                    failed.push(error.message.clone());
+                } else {
+                    failed.push(format!("{name}: {}", error.message));
+                }
+            }
+        }
+    }
+    let applied = if applied.is_empty() {
+        "none".to_owned()
+    } else {
+        applied.join(", ")
+    };
+    Err(ApiError::new(
+        status,
+        format!("not applied: {}; applied: {applied}", failed.join("; ")),
+    ))
+}

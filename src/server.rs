@@ -1,0 +1,250 @@
+//! The gateway as a whole: how it starts, and how it stops.
+//!
+//! [`run`] is the entry point `main` uses; tests use [`start`] to get a [`GatewayHandle`]
+//! with the bound addresses and the link.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::lease::link_owner::LinkOwnership;
+use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
+use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
+
+/// How long shutdown waits for requests in flight.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// The sockets the gateway serves, bound by the caller (so `127.0.0.1:0` works in tests).
+pub struct Listeners {
+    pub http: TcpListener,
+    pub legacy: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the addresses `config` names.
+    pub async fn bind(config: &Config) -> std::io::Result<Listeners> {
+        let http = TcpListener::bind(&config.http.listen).await?;
+        let legacy = match config.legacy.listen.as_str() {
+            "" => None,
+            addr => Some(TcpListener::bind(addr).await?),
+        };
+        Ok(Listeners { http, legacy })
+    }
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot use the listening socket: {0}")]
+    Listener(std::io::Error),
+    #[error("lease.backend: {0}")]
+    LeaseBackend(crate::lease::LeaseStoreError),
+    #[error("cannot resume the control lease from lease.backend: {0}")]
+    LeaseResume(crate::lease::LeaseError),
+    #[error("{0}")]
+    Tls(#[from] crate::http::tls::TlsError),
+    #[error("{0}")]
+    LinkOwner(#[from] crate::lease::link_owner::LinkOwnerError),
+    #[error(
+        "the gateway stopped by itself: it could no longer prove it owns the station's link (see the log)"
+    )]
+    LinkOwnerLost,
+}
+
+/// A running gateway.
+pub struct GatewayHandle {
+    pub gateway: Arc<Gateway>,
+    /// Whether HTTP is served with TLS (`https://`).
+    pub tls: bool,
+    pub http_addr: SocketAddr,
+    pub legacy_addr: Option<SocketAddr>,
+    tasks: JoinSet<()>,
+}
+
+impl GatewayHandle {
+    pub fn link(&self) -> &LinkHandle {
+        &self.gateway.link
+    }
+
+    /// `http://ADDR` (`https://` with TLS), for clients in tests.
+    pub fn base_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.http_addr)
+    }
+
+    /// Waits until the station link is up.
+    pub async fn connected(&self) {
+        let mut info = self.gateway.link.watch_info();
+        let _ = info.wait_for(|info| info.connected).await;
+    }
+
+    /// Stops accepting, finishes requests in flight (up to a few seconds), ends streams.
+    pub async fn stop(mut self) {
+        self.gateway.shutdown.cancel();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Starts the gateway's tasks on `listeners`.
+pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle, StartError> {
+    config.validate()?;
+    let url = StationUrl::parse(&config.station.url).map_err(|error| {
+        crate::config::ConfigError::Invalid {
+            key: "station.url",
+            message: error.to_string(),
+        }
+    })?;
+    let settings = LinkSettings {
+        url,
+        request_timeout: config.request_timeout(),
+        connect_timeout: Duration::from_millis(config.station.connect_timeout_ms),
+        reconnect_min: Duration::from_millis(config.station.reconnect_min_ms),
+        reconnect_max: Duration::from_millis(config.station.reconnect_max_ms),
+        max_names_per_read: config.station.max_names_per_read,
+        coalesce_quiet: Duration::from_micros(config.station.coalesce_quiet_us),
+        coalesce_max: Duration::from_micros(config.station.coalesce_max_us),
+        queue_depth: config.station.queue_depth,
+        client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
+    };
+    // Certificate and key files are read now, not when the config was parsed.
+    let tls = crate::http::tls::acceptor(&config.http.tls)?;
+    let access = crate::http::access::AccessControl::new(&config.access);
+    let shutdown = CancellationToken::new();
+    let (link_task, link) = LinkTask::new(settings);
+    let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
+    let legacy_addr = match &listeners.legacy {
+        Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
+        None => None,
+    };
+    let leases = Arc::new(
+        LeaseBackends::open(&config.lease.backend)
+            .await
+            .map_err(StartError::LeaseBackend)?,
+    );
+    // One gateway per station: with a backend others can reach, take the link-owner lease
+    // before the link touches the station.
+    let ownership = if BackendUrl::parse(leases.default_url())
+        .map_err(StartError::LeaseBackend)?
+        .is_shared()
+    {
+        let me = format!(
+            "station-gateway pid {} (HTTP {http_addr})",
+            std::process::id()
+        );
+        Some(LinkOwnership::claim(leases.default_store(), &config.control_lease_name(), me).await?)
+    } else {
+        None
+    };
+    let (lease_events, _) = broadcast::channel(64);
+    let lease = ControlLease::new(
+        leases.default_store(),
+        config.control_lease_name(),
+        lease_events.clone(),
+    )
+    .with_safe_state(link.clone(), config.lease.safe_state.clone());
+    // With a backend that outlives the process, the lease held before a restart is still held:
+    // never start believing nobody holds it when the backend cannot say.
+    lease.resume().await.map_err(StartError::LeaseResume)?;
+    let lease = Arc::new(lease);
+    let station = crate::station::Station::new(link.clone());
+    let events =
+        crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
+    let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
+    let gateway = Arc::new(Gateway {
+        config,
+        link,
+        station,
+        started: Instant::now(),
+        shutdown: shutdown.clone(),
+        lease_events,
+        lease,
+        leases,
+        events,
+        metrics: crate::http::ops::new_metrics(),
+        access,
+        tls,
+    });
+    let mut tasks = JoinSet::new();
+    if let Some(ownership) = ownership {
+        tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
+    }
+    tasks.spawn(link_task.run(shutdown.clone()));
+    tasks.spawn(gateway.lease.clone().run_expiry(shutdown.clone()));
+    tasks.spawn(crate::events::scheduler::run(
+        gateway.events.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::events::relay::run(
+        gateway.events.clone(),
+        link_events,
+        lease_receiver,
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::http::serve(
+        listeners.http,
+        gateway.clone(),
+        shutdown.clone(),
+        DRAIN,
+    ));
+    if let Some(listener) = listeners.legacy {
+        tasks.spawn(crate::legacy::serve(
+            listener,
+            gateway.clone(),
+            shutdown.clone(),
+        ));
+    }
+    let scheme = if gateway.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    info!(%http_addr, "HTTP listening on {scheme}://{http_addr}");
+    if gateway.access.enabled() {
+        info!(
+            keys = gateway.config.access.keys.len(),
+            users = gateway.config.access.users.len(),
+            "access control on"
+        );
+    }
+    if let Some(addr) = legacy_addr {
+        info!(%addr, "legacy byte-protocol listener on {addr}");
+    }
+    Ok(GatewayHandle {
+        tls: gateway.tls.is_some(),
+        gateway,
+        http_addr,
+        legacy_addr,
+        tasks,
+    })
+}
+
+/// Runs the gateway until `shutdown` completes, then stops it gracefully.
+pub async fn run(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let handle = start(listeners, config).await?;
+    let stopped_by_itself = handle.gateway.shutdown.clone();
+    tokio::select! {
+        () = shutdown => {}
+        () = stopped_by_itself.cancelled() => {
+            handle.stop().await;
+            return Err(StartError::LinkOwnerLost);
+        }
+    }
+    info!("shutting down");
+    handle.stop().await;
+    Ok(())
+}

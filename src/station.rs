@@ -1,0 +1,367 @@
+//! The station service: the one place every front end (REST handlers, the legacy listener, the
+//! subscription scheduler) goes through to touch the station. It decides what comes from the
+//! value cache and what from the hardware, applies the rule for channels whose read consumes
+//! data, says when the station has not been reached, computes ages, and hands each change to
+//! the link with the send guard its lease admission gave. Front ends only translate their wire
+//! format to and from it.
+
+mod policy;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use station_protocol::{ItemResult, Value};
+use tokio::sync::broadcast;
+
+use crate::lease::Admitted;
+use crate::link::{LinkError, LinkEvent, LinkHandle, StationInfo};
+pub use policy::{
+    ConsumingRule, Freshness, ItemError, ItemReading, ReadError, ReadPolicy, UnknownRule,
+};
+use policy::{ReadPlan, plan_read};
+
+/// The station as every front end sees it. Cheap to clone.
+#[derive(Clone)]
+pub struct Station {
+    link: LinkHandle,
+}
+
+impl std::fmt::Debug for Station {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Station").finish_non_exhaustive()
+    }
+}
+
+/// One value as a read gives it: the value and how long ago the station read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub value: Value,
+    pub age: Duration,
+}
+
+impl Reading {
+    /// The age in milliseconds with a tenth of a millisecond's precision, as the REST contract
+    /// and the event stream give it.
+    pub fn age_ms(&self) -> f64 {
+        age_ms(self.age)
+    }
+}
+
+/// Milliseconds with a tenth of a millisecond's precision.
+pub fn age_ms(age: Duration) -> f64 {
+    (age.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+/// Why the station cannot be asked: it has not been reached (yet, or now).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("station disconnected: {why}")]
+pub struct NotReached {
+    /// The link's last error, or "connecting".
+    pub why: String,
+}
+
+impl NotReached {
+    fn of(info: &StationInfo) -> NotReached {
+        NotReached {
+            why: info
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "connecting".into()),
+        }
+    }
+}
+
+impl Station {
+    pub fn new(link: LinkHandle) -> Station {
+        Station { link }
+    }
+
+    /// What the gateway knows of the station now.
+    pub fn info(&self) -> Arc<StationInfo> {
+        self.link.info()
+    }
+
+    /// The station's info once it has said hello on some connection (the link may be down
+    /// now: what it said is kept).
+    pub fn reached(&self) -> Result<Arc<StationInfo>, NotReached> {
+        let info = self.link.info();
+        if info.hello.is_none() {
+            return Err(NotReached::of(&info));
+        }
+        Ok(info)
+    }
+
+    /// The station's info while the link is up.
+    pub fn connected(&self) -> Result<Arc<StationInfo>, NotReached> {
+        let info = self.link.info();
+        if !info.connected {
+            return Err(NotReached::of(&info));
+        }
+        Ok(info)
+    }
+
+    /// The station's NOTIFY frames and the link's connection and configuration changes.
+    pub fn subscribe_events(&self) -> broadcast::Receiver<LinkEvent> {
+        self.link.subscribe_events()
+    }
+
+    /// Reads `names` by `policy`: one answer per asked name, in order. Fresh-enough values
+    /// come from the cache; all the rest are read from the hardware in one call.
+    pub async fn read(
+        &self,
+        names: &[String],
+        policy: ReadPolicy<'_>,
+    ) -> Result<Vec<ItemReading>, ReadError> {
+        let info = self.link.info();
+        let plan = plan_read(
+            names,
+            &policy,
+            &info.channels,
+            info.generation,
+            self.link.cache(),
+            Instant::now(),
+        )?;
+        let ReadPlan {
+            mut decided,
+            misses,
+        } = plan;
+        if misses.is_empty() {
+            return Ok(decided.into_iter().flatten().collect());
+        }
+        let read = self.link_read(&policy, misses.clone());
+        let read = match policy.cancel {
+            Some(cancel) => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => None,
+                read = read => Some(read),
+            },
+            None => Some(read.await),
+        };
+        let now = Instant::now();
+        let answered: Vec<ItemReading> = match read {
+            None => vec![Err(ItemError::Cancelled); misses.len()],
+            Some(Err(error)) => vec![Err(ItemError::Link(error)); misses.len()],
+            Some(Ok(results)) => results
+                .into_iter()
+                .zip(&misses)
+                .map(|(result, name)| self.reading(name, result, now))
+                .collect(),
+        };
+        // A name asked twice was read once: both positions get its answer.
+        let by_name: HashMap<&str, &ItemReading> =
+            misses.iter().map(String::as_str).zip(&answered).collect();
+        for (slot, name) in decided.iter_mut().zip(names) {
+            if slot.is_none() {
+                *slot = by_name.get(name.as_str()).map(|answer| (*answer).clone());
+            }
+        }
+        Ok(decided
+            .into_iter()
+            .map(|slot| slot.unwrap_or(Err(ItemError::Cancelled)))
+            .collect())
+    }
+
+    async fn link_read(
+        &self,
+        policy: &ReadPolicy<'_>,
+        names: Vec<String>,
+    ) -> Result<Vec<ItemResult<Value>>, LinkError> {
+        match policy.caller {
+            Some(caller) => self.link.read_for(caller, names).await,
+            None => self.link.read(names).await,
+        }
+    }
+
+    /// A hardware answer with its age: the cached entry's when it holds this very value (the
+    /// link stamps it with the time the READ was sent), else 0.
+    fn reading(&self, name: &str, result: ItemResult<Value>, now: Instant) -> ItemReading {
+        let value = result.map_err(ItemError::Station)?;
+        let age = self
+            .link
+            .cache()
+            .get(name)
+            .filter(|cached| cached.value == value)
+            .map(|cached| cached.age(now))
+            .unwrap_or(Duration::ZERO);
+        Ok(Reading { value, age })
+    }
+
+    /// Writes `items` in one WRITE frame under the admission's send guard; one status per item.
+    pub async fn write(
+        &self,
+        items: Vec<(String, Value)>,
+        admitted: &Admitted,
+    ) -> Result<Vec<ItemResult<()>>, LinkError> {
+        self.link.write(items, admitted.guard.clone()).await
+    }
+
+    /// Writes `value` to `name` and reads it back in one step, under the admission's send guard.
+    pub async fn transact(
+        &self,
+        name: String,
+        value: Value,
+        admitted: &Admitted,
+    ) -> Result<Value, LinkError> {
+        self.link
+            .transact(name, value, admitted.guard.clone())
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use station_protocol::{ErrorCode, StationError};
+    use tokio_util::sync::CancellationToken;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    fn policy(freshness: Freshness<'_>) -> ReadPolicy<'_> {
+        ReadPolicy {
+            freshness,
+            consuming: ConsumingRule::Read,
+            unknown: UnknownRule::AskStation,
+            caller: None,
+            cancel: None,
+        }
+    }
+
+    #[test]
+    fn ages_have_a_tenth_of_a_millisecond_precision() {
+        assert_eq!(age_ms(Duration::from_micros(1_234)), 1.2);
+        assert_eq!(age_ms(Duration::from_micros(1_250)), 1.3);
+        assert_eq!(age_ms(Duration::ZERO), 0.0);
+        let reading = Reading {
+            value: Value::Float(0.0),
+            age: Duration::from_millis(5),
+        };
+        assert_eq!(reading.age_ms(), 5.0);
+    }
+
+    /// A station service on a link task that is never run: every hardware read times out.
+    fn unanswered_station() -> Station {
+        let (_task, link) = crate::link::LinkTask::new(link_settings("tcp://127.0.0.1:1"));
+        Station::new(link)
+    }
+
+    fn link_settings(url: &str) -> crate::link::LinkSettings {
+        crate::link::LinkSettings {
+            url: crate::link::StationUrl::parse(url).unwrap(),
+            request_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_millis(500),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_millis(100),
+            max_names_per_read: 64,
+            coalesce_quiet: Duration::ZERO,
+            coalesce_max: Duration::ZERO,
+            queue_depth: 8,
+            client_name: "station service test".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_hardware_read_fails_each_miss_and_keeps_the_cached_values() {
+        let station = unanswered_station();
+        station
+            .link
+            .cache()
+            .insert("V", Value::Float(1.0), Instant::now(), 0);
+        let asked = names(&["W", "V", "W"]);
+        let readings = station
+            .read(&asked, policy(Freshness::Within(Duration::from_secs(1))))
+            .await
+            .unwrap();
+        assert_eq!(readings.len(), 3);
+        assert!(matches!(readings[0], Err(ItemError::Link(_))));
+        assert_eq!(readings[1].as_ref().unwrap().value, Value::Float(1.0));
+        assert!(matches!(readings[2], Err(ItemError::Link(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_read_answers_its_misses_cancelled_and_keeps_the_cached_values() {
+        let station = unanswered_station();
+        station
+            .link
+            .cache()
+            .insert("V", Value::Float(1.0), Instant::now(), 0);
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let mut with_cancel = policy(Freshness::Within(Duration::from_secs(1)));
+        with_cancel.cancel = Some(&cancel);
+        let readings = station
+            .read(&names(&["V", "W"]), with_cancel)
+            .await
+            .unwrap();
+        assert!(readings[0].is_ok());
+        assert!(matches!(readings[1], Err(ItemError::Cancelled)));
+    }
+
+    #[tokio::test]
+    async fn hardware_answers_reach_every_position_asked_with_the_age_of_their_read() {
+        use station_simulator::{Profile, Simulator};
+        let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let url = format!("tcp://{}", sim.local_addr());
+        let (task, link) = crate::link::LinkTask::new(link_settings(&url));
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(task.run(shutdown.clone()));
+        let station = Station::new(link);
+        let mut info = station.link.watch_info();
+        tokio::time::timeout(Duration::from_secs(5), info.wait_for(|i| i.connected))
+            .await
+            .expect("the link never reached the simulator")
+            .unwrap();
+        let known = station.info().channels.channels[0].name.clone();
+        let asked = vec![known.clone(), "NO.SUCH.CHANNEL".to_owned(), known.clone()];
+        let readings = station
+            .read(&asked, ReadPolicy::hardware(None))
+            .await
+            .unwrap();
+        assert_eq!(sim.reads_of(&known), 1, "a name asked twice is read once");
+        let first = readings[0].as_ref().unwrap();
+        assert_eq!(Some(first), readings[2].as_ref().ok());
+        assert!(first.age < Duration::from_secs(5), "{first:?}");
+        assert!(matches!(&readings[1], Err(ItemError::Station(_))));
+        // A fresh-enough read of it now comes from the cache.
+        let cached = station
+            .read(
+                &asked[..1],
+                policy(Freshness::Within(Duration::from_secs(60))),
+            )
+            .await
+            .unwrap();
+        assert_eq!(cached[0].as_ref().unwrap().value, first.value);
+        assert_eq!(sim.reads_of(&known), 1);
+        assert!(station.reached().is_ok() && station.connected().is_ok());
+        shutdown.cancel();
+        running.await.unwrap();
+    }
+
+    #[test]
+    fn a_station_never_reached_says_why() {
+        let station = unanswered_station();
+        let not_reached = station.reached().unwrap_err();
+        assert_eq!(not_reached.to_string(), "station disconnected: connecting");
+        assert!(station.connected().is_err());
+    }
+
+    #[test]
+    fn a_hardware_value_has_the_age_of_its_cache_entry_only_when_that_entry_holds_it() {
+        let station = unanswered_station();
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_millis(30);
+        station.link.cache().insert("V", Value::Float(1.0), t0, 0);
+        let same = station.reading("V", Ok(Value::Float(1.0)), now).unwrap();
+        assert_eq!(same.age, Duration::from_millis(30));
+        let replaced = station.reading("V", Ok(Value::Float(2.0)), now).unwrap();
+        assert_eq!(replaced.age, Duration::ZERO);
+        let uncached = station.reading("W", Ok(Value::Float(2.0)), now).unwrap();
+        assert_eq!(uncached.age, Duration::ZERO);
+        let refused = station.reading("V", Err(StationError::new(ErrorCode::ReadOnly, "no")), now);
+        assert!(matches!(refused, Err(ItemError::Station(_))));
+    }
+}
