@@ -43,8 +43,7 @@ async fn healthz_is_alive_and_readyz_follows_the_station_link() {
     assert_eq!(status, 200, "{body}");
 
     rig.sim.power_off().await.unwrap();
-    let mut info = rig.gateway.link().watch_info();
-    info.wait_for(|i| !i.connected).await.unwrap();
+    rig.disconnected().await;
     let (status, body) = get_text(&rig.http, &format!("{base}/readyz")).await;
     assert_eq!(status, 503, "{body}");
     let body: Json = serde_json::from_str(&body).unwrap();

@@ -9,6 +9,38 @@ use station_gateway::{Config, GatewayHandle, Listeners};
 use station_simulator::{Profile, Simulator, SimulatorHandle};
 use tokio::net::TcpListener;
 
+/// Awaits `future` for at most `limit`; past that the test fails, naming `what` it waited for.
+/// Every wait in a test goes through this (or a helper built on it), so a regression fails
+/// the test instead of hanging CI.
+pub async fn within<T>(limit: Duration, what: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("waited {limit:?} for {what}"),
+    }
+}
+
+/// Polls `condition` every few milliseconds until it holds; fails after `limit`, naming `what`.
+pub async fn until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    within(limit, what, async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
+/// Waits (at most 10 s) until the link's state satisfies `condition`.
+pub async fn link_state(
+    gateway: &GatewayHandle,
+    what: &str,
+    condition: impl FnMut(&std::sync::Arc<station_gateway::link::StationInfo>) -> bool,
+) {
+    let mut info = gateway.link().watch_info();
+    within(Duration::from_secs(10), what, info.wait_for(condition))
+        .await
+        .expect("the link task ended");
+}
+
 pub struct Rig {
     pub sim: SimulatorHandle,
     pub gateway: GatewayHandle,
@@ -88,14 +120,20 @@ impl Rig {
 
     /// Waits until the link has come up with a generation above `generation`.
     pub async fn reconnected_after(&self, generation: u64) {
-        let mut info = self.gateway.link().watch_info();
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            info.wait_for(|i| i.connected && i.generation > generation),
-        )
-        .await
-        .expect("the link did not reconnect")
-        .unwrap();
+        link_state(&self.gateway, "the link to reconnect", |i| {
+            i.connected && i.generation > generation
+        })
+        .await;
+    }
+
+    /// Waits until the link is down.
+    pub async fn disconnected(&self) {
+        link_state(&self.gateway, "the link to go down", |i| !i.connected).await;
+    }
+
+    /// Waits until the link is up.
+    pub async fn connected(&self) {
+        link_state(&self.gateway, "the link to be up", |i| i.connected).await;
     }
 }
 
