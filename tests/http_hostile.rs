@@ -243,12 +243,12 @@ async fn invalid_utf8_in_names_is_400() {
         let request =
             format!("DELETE /api/{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         let (status, text) = raw(&rig, request.as_bytes()).await;
-        assert!((400..500).contains(&status), "{path}: {text}");
+        assert_eq!(status, 404, "{path}: {text}");
     }
 }
 
 #[tokio::test]
-async fn a_ten_kilobyte_lease_id_gets_a_clear_4xx() {
+async fn a_ten_kilobyte_lease_id_gets_423_lease_ended() {
     let rig = rig(|_| {}).await;
     let huge = "L".repeat(10 * 1024);
     let write = json!({ "Name": VSET1, "Value": "1" });
@@ -262,7 +262,8 @@ async fn a_ten_kilobyte_lease_id_gets_a_clear_4xx() {
         .unwrap();
     let status = response.status().as_u16();
     let body: Json = response.json().await.unwrap_or(Json::Null);
-    assert!((400..500).contains(&status), "{status} {body}");
+    // A lease id that is never the live one: "lease ended", whether or not anyone holds it.
+    assert_eq!(status, 423, "{body}");
     assert!(
         body["error"].as_str().is_some_and(|e| !e.is_empty()),
         "{body}"
@@ -335,5 +336,16 @@ async fn the_openapi_document_is_served_and_lists_every_route() {
             paths.contains_key(&format!("/api/{path}")),
             "{path} missing"
         );
+    }
+    for (path, methods) in [
+        ("/v1/leases/{name}", ["get", "post", "put", "delete"]),
+        ("/v1/semaphores/{name}", ["get", "post", "put", "delete"]),
+    ] {
+        for method in methods {
+            assert!(
+                doc["paths"][path][method].is_object(),
+                "{method} {path} missing"
+            );
+        }
     }
 }

@@ -75,11 +75,16 @@ async fn metrics_name_every_series_and_count_requests() {
         "{content_type}"
     );
     let before = response.text().await.unwrap();
+    // Every series README.md names, each with its TYPE line.
     for name in [
         "station_gateway_http_requests_total",
         "station_gateway_http_request_duration_seconds",
         "station_gateway_link_requests_total",
-        "station_gateway_link_request_duration_seconds_bucket",
+        "station_gateway_link_request_duration_seconds",
+        "station_gateway_link_connected",
+        "station_gateway_legacy_connections_total",
+        "station_gateway_legacy_refused_total",
+        "station_gateway_access_refused_total",
         "station_gateway_link_timeouts_total",
         "station_gateway_link_crc_errors_total",
         "station_gateway_link_reconnects_total",
@@ -94,7 +99,7 @@ async fn metrics_name_every_series_and_count_requests() {
         "station_gateway_legacy_clients",
     ] {
         assert!(
-            before.contains(&format!("# TYPE {name}")) || before.contains(name),
+            before.contains(&format!("# TYPE {name} ")),
             "{name} missing:\n{before}"
         );
     }
@@ -152,13 +157,16 @@ async fn metrics_name_every_series_and_count_requests() {
         series("station_gateway_http_requests_total{route=\"GET /metrics\",status=\"200\"}"),
         1.0
     );
-    assert!(series("station_gateway_cache_hits_total") >= 1.0);
-    assert!(series("station_gateway_cache_misses_total") >= 1.0);
-    assert!(
-        series("station_gateway_link_requests_total")
-            > metric(&before, "station_gateway_link_requests_total").unwrap()
+    // This test is the only reader: exact deltas. The forced read and the cached read's miss
+    // each cost one READ; the second cached read was a hit.
+    let delta = |name: &str| series(name) - metric(&before, name).unwrap();
+    assert_eq!(delta("station_gateway_cache_hits_total"), 1.0);
+    assert_eq!(delta("station_gateway_cache_misses_total"), 1.0);
+    assert_eq!(delta("station_gateway_link_requests_total"), 2.0);
+    assert_eq!(
+        delta("station_gateway_link_request_duration_seconds_count"),
+        2.0
     );
-    assert!(series("station_gateway_link_request_duration_seconds_count") >= 2.0);
     assert_eq!(series("station_gateway_lease_held"), 1.0);
     assert_eq!(
         series("station_gateway_lease_transitions_total{kind=\"taken\"}"),
@@ -423,9 +431,12 @@ async fn access_control_answers_401_and_403_by_role_for_keys_and_basic() {
     let text = get_text(&rig.http, &format!("{}/metrics", rig.gateway.base_url())).await;
     assert_eq!(text.0, 401);
     let (_, _, _) = (read, write, ());
+    // Exactly the refusals above: 401 for the 4 bad credentials, the keyless v1 POST, the 4
+    // paths and the last /metrics; 403 for the 2 read users' write and lease (4), the control
+    // key's break and the read key's v1 POST.
     let metrics = &rig.gateway.gateway.metrics;
-    assert!(metrics.access_unauthenticated.get() >= 4);
-    assert!(metrics.access_forbidden.get() >= 5);
+    assert_eq!(metrics.access_unauthenticated.get(), 10);
+    assert_eq!(metrics.access_forbidden.get(), 6);
 }
 
 #[tokio::test]
