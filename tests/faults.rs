@@ -195,10 +195,7 @@ async fn a_read_queued_behind_a_stalled_one_gets_504_or_503_with_the_reason() {
             error_text(&body).contains(&format!("did not answer within {timeout_ms} ms")),
             "{body}"
         ),
-        503 => assert!(
-            error_text(&body).contains("stopped answering"),
-            "{body}"
-        ),
+        503 => assert!(error_text(&body).contains("stopped answering"), "{body}"),
         other => panic!("a read queued behind a stalled one: {other} {body}"),
     }
     rig.disconnected().await;

@@ -124,8 +124,7 @@ fn regressions() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fuzz/regressions")
             .join(target);
-        let entries =
-            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         for entry in entries {
             let path = entry.unwrap().path();
             let bytes = std::fs::read(&path).unwrap();
@@ -194,8 +193,7 @@ fn the_committed_seed_corpus_is_what_the_generator_makes() {
             std::fs::write(&path, &bytes).unwrap();
             continue;
         }
-        let committed =
-            std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(
             committed == bytes,
             "{} differs from the generator (WRITE_FUZZ_SEEDS=1 cargo test --test fuzz_corpus rewrites it)",

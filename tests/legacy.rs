@@ -225,10 +225,14 @@ async fn garbage_from_one_client_is_skipped_or_refused_and_notifications_reach_e
     bad.write_all(&unknown.to_bytes().unwrap()).await.unwrap();
     let mut reader = tokio_util::codec::Framed::new(bad, station_protocol::StationCodec::new());
     use futures::{SinkExt, StreamExt};
-    let reply = within(Duration::from_secs(2), "an answer to the bad frame", reader.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let reply = within(
+        Duration::from_secs(2),
+        "an answer to the bad frame",
+        reader.next(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(reply.request_id, 9);
     match station_protocol::Response::from_frame(&reply).unwrap() {
         station_protocol::Response::Error(error) => assert_eq!(error.code, ErrorCode::Unsupported),
@@ -240,10 +244,14 @@ async fn garbage_from_one_client_is_skipped_or_refused_and_notifications_reach_e
         names: vec![MON_3V3.to_owned()],
     };
     reader.send(read.to_frame(10).unwrap()).await.unwrap();
-    let reply = within(Duration::from_secs(2), "an answer after the garbage", reader.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let reply = within(
+        Duration::from_secs(2),
+        "an answer after the garbage",
+        reader.next(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(reply.request_id, 10);
     assert!(rig.sim.write_log().is_empty(), "{:?}", rig.sim.write_log());
     for client in &mut good {
@@ -277,12 +285,18 @@ async fn garbage_from_one_client_is_skipped_or_refused_and_notifications_reach_e
 async fn refusal_of(addr: std::net::SocketAddr) -> Option<station_protocol::RawFrame> {
     use futures::StreamExt;
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut reader = tokio_util::codec::FramedRead::new(stream, station_protocol::StationCodec::new());
+    let mut reader =
+        tokio_util::codec::FramedRead::new(stream, station_protocol::StationCodec::new());
     let first = within(Duration::from_secs(5), "the refusal", reader.next())
         .await
         .map(|frame| frame.unwrap());
     if first.is_some() {
-        let end = within(Duration::from_secs(5), "the refused connection to close", reader.next()).await;
+        let end = within(
+            Duration::from_secs(5),
+            "the refused connection to close",
+            reader.next(),
+        )
+        .await;
         assert!(end.is_none(), "the refused connection stayed open: {end:?}");
     }
     first
@@ -314,11 +328,17 @@ async fn clients_past_the_limit_get_busy_and_are_counted_and_a_freed_place_is_ta
     first.hello("first").await.unwrap();
     let mut second = StationClient::connect(rig.legacy).await.unwrap();
     second.hello("second").await.unwrap();
-    let frame = refusal_of(rig.legacy).await.expect("no answer past the limit");
+    let frame = refusal_of(rig.legacy)
+        .await
+        .expect("no answer past the limit");
     match station_protocol::Response::from_frame(&frame).unwrap() {
         station_protocol::Response::Error(error) => {
             assert_eq!(error.code, ErrorCode::Busy);
-            assert!(error.message.contains("too many legacy clients"), "{}", error.message);
+            assert!(
+                error.message.contains("too many legacy clients"),
+                "{}",
+                error.message
+            );
         }
         other => panic!("expected BUSY, got {other:?}"),
     }
@@ -326,9 +346,11 @@ async fn clients_past_the_limit_get_busy_and_are_counted_and_a_freed_place_is_ta
     assert_eq!(metrics.legacy_connections.get(), 2);
     // The first leaves: once the gateway has seen it go, a new client is served.
     drop(first);
-    until(Duration::from_secs(5), "the first client's place freed", || {
-        metrics.legacy_clients.get() == 1
-    })
+    until(
+        Duration::from_secs(5),
+        "the first client's place freed",
+        || metrics.legacy_clients.get() == 1,
+    )
     .await;
     let mut third = StationClient::connect(rig.legacy).await.unwrap();
     third.hello("third").await.unwrap();
@@ -340,7 +362,8 @@ async fn clients_past_the_limit_get_busy_and_are_counted_and_a_freed_place_is_ta
         .await
         .unwrap();
     assert!(
-        text.lines().any(|l| l == "station_gateway_legacy_refused_total 1"),
+        text.lines()
+            .any(|l| l == "station_gateway_legacy_refused_total 1"),
         "{text}"
     );
 }

@@ -12,7 +12,11 @@ use tokio::net::TcpListener;
 /// Awaits `future` for at most `limit`; past that the test fails, naming `what` it waited for.
 /// Every wait in a test goes through this (or a helper built on it), so a regression fails
 /// the test instead of hanging CI.
-pub async fn within<T>(limit: Duration, what: &str, future: impl std::future::Future<Output = T>) -> T {
+pub async fn within<T>(
+    limit: Duration,
+    what: &str,
+    future: impl std::future::Future<Output = T>,
+) -> T {
     match tokio::time::timeout(limit, future).await {
         Ok(value) => value,
         Err(_) => panic!("waited {limit:?} for {what}"),
