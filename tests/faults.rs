@@ -250,53 +250,13 @@ async fn corrupted_replies_never_become_wrong_values_or_false_successes() {
     assert!(written(&rig, VSET1, 444.0), "the station did apply it");
 }
 
-/// One SSE stream, read raw: enough to wait for named events.
-struct Events {
-    response: reqwest::Response,
-    buf: Vec<u8>,
-}
-
-impl Events {
-    async fn open(rig: &Rig) -> (Events, Json) {
-        let response = rig.http.get(rig.url("events")).send().await.unwrap();
-        assert_eq!(response.status(), 200);
-        let mut events = Events {
-            response,
-            buf: Vec::new(),
-        };
-        let hello = events.next_named("hello", Duration::from_secs(2)).await;
-        (events, hello)
-    }
-
-    async fn next_named(&mut self, name: &str, within: Duration) -> Json {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-                let text = String::from_utf8(block).unwrap();
-                let event = text.lines().find_map(|l| l.strip_prefix("event: "));
-                let data = text.lines().find_map(|l| l.strip_prefix("data: "));
-                if let (Some(event), Some(data)) = (event, data)
-                    && event == name
-                {
-                    return serde_json::from_str(data).unwrap();
-                }
-            }
-            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
-                Ok(Ok(Some(chunk))) => self.buf.extend_from_slice(&chunk),
-                other => panic!("no {name} event within {within:?}: {other:?}"),
-            }
-        }
-    }
-}
-
 /// Station restart: reconnect with generation + 1, a `configuration` event because the
 /// channel list came back different, and the old generation's cached value never served as
 /// fresh, even with a MaxAgeMs far longer than its age.
 #[tokio::test]
 async fn a_station_restart_bumps_the_generation_and_never_serves_old_values_as_fresh() {
     let rig = rig(|_| {}).await;
-    let (mut events, hello) = Events::open(&rig).await;
+    let (mut events, hello) = Sse::open_hello(&rig).await.unwrap();
     let generation = hello["generation"].as_u64().unwrap();
     let (status, body) = rig.write(VSET1, "77").await;
     assert_eq!(status, 200, "{body}");
@@ -307,7 +267,9 @@ async fn a_station_restart_bumps_the_generation_and_never_serves_old_values_as_f
     assert!(rig.sim.remove_channel(ADC08));
     let removed = events
         .next_named("configuration", Duration::from_secs(3))
-        .await;
+        .await
+        .unwrap()
+        .data;
     assert_eq!(removed["changeType"], "Removed", "{removed}");
 
     rig.sim.restart();
@@ -315,7 +277,9 @@ async fn a_station_restart_bumps_the_generation_and_never_serves_old_values_as_f
     assert_eq!(rig.gateway.link().info().generation, generation + 1);
     let changed = events
         .next_named("configuration", Duration::from_secs(3))
-        .await;
+        .await
+        .unwrap()
+        .data;
     assert_eq!(changed["changeType"], "Changed", "{changed}");
     assert_eq!(changed["generation"], json!(generation + 1), "{changed}");
     let (status, body) = rig.post("resources/values/get", cached_read).await;
@@ -335,7 +299,7 @@ async fn a_station_restart_bumps_the_generation_and_never_serves_old_values_as_f
 #[tokio::test]
 async fn subscriptions_keep_running_while_the_channel_list_changes_under_them() {
     let rig = rig(|_| {}).await;
-    let (mut events, hello) = Events::open(&rig).await;
+    let (mut events, hello) = Sse::open_hello(&rig).await.unwrap();
     let stream = hello["streamId"].as_str().unwrap().to_owned();
     let (status, body) = rig
         .post(
@@ -344,16 +308,26 @@ async fn subscriptions_keep_running_while_the_channel_list_changes_under_them() 
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let first = events.next_named("values", Duration::from_secs(2)).await;
+    let first = events
+        .next_named("values", Duration::from_secs(2))
+        .await
+        .unwrap()
+        .data;
     assert!(first["values"][ADC08].is_string(), "{first}");
     assert!(rig.sim.remove_channel(ADC08));
     events
         .next_named("configuration", Duration::from_secs(3))
-        .await;
+        .await
+        .unwrap()
+        .data;
     // Within a few intervals the removed channel is an error and the other keeps coming.
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let values = events.next_named("values", Duration::from_secs(2)).await;
+        let values = events
+            .next_named("values", Duration::from_secs(2))
+            .await
+            .unwrap()
+            .data;
         assert!(values["values"][MON_3V3].is_string(), "{values}");
         if values["values"][ADC08].is_null() {
             assert!(values["errors"][ADC08].is_string(), "{values}");
@@ -368,7 +342,11 @@ async fn subscriptions_keep_running_while_the_channel_list_changes_under_them() 
     rig.sim.restart();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let values = events.next_named("values", Duration::from_secs(3)).await;
+        let values = events
+            .next_named("values", Duration::from_secs(3))
+            .await
+            .unwrap()
+            .data;
         if values["values"][ADC08].is_string() {
             break;
         }
@@ -406,12 +384,7 @@ async fn a_serial_device_that_disappears_and_comes_back_is_reconnected() {
     config.station.reconnect_max_ms = 200;
     config.station.request_timeout_ms = 500;
     config.http.listen = "127.0.0.1:0".into();
-    let gateway = start_gateway(config).await;
-    let rig = Rig {
-        sim: sim.clone(),
-        gateway,
-        http: reqwest::Client::new(),
-    };
+    let rig = rig_on(sim.clone(), config, false).await;
     let generation = rig.gateway.link().info().generation;
     let (status, body) = rig.read(MON_3V3).await;
     assert_eq!(status, 200, "{body}");

@@ -63,20 +63,6 @@ fn post_raw(path: &str, extra_headers: &str, body: &[u8]) -> Vec<u8> {
     request
 }
 
-/// Waits for the server to close `stream`; returns how long that took.
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Duration {
-    let started = Instant::now();
-    let mut buf = [0u8; 1024];
-    loop {
-        match tokio::time::timeout_at((started + limit).into(), stream.read(&mut buf)).await {
-            Err(_) => panic!("still open after {limit:?}"),
-            Ok(Ok(0) | Err(_)) => return started.elapsed(),
-            // A 408 answer before the close is fine.
-            Ok(Ok(_)) => {}
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_client_that_sends_half_a_header_and_stalls_is_disconnected() {
     let rig = rig(|c| c.http.header_read_timeout_ms = 300).await;

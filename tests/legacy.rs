@@ -42,7 +42,7 @@ fn stderr(output: &Output) -> String {
 async fn station_cli_through_the_gateway_works_and_is_bound_by_the_lease() {
     let rig = legacy_rig(|_| {}).await;
     let cli = |args: &'static [&'static str]| {
-        let legacy = rig.legacy;
+        let legacy = rig.legacy();
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(station_cli())
                 .arg("--connect")
@@ -107,7 +107,7 @@ async fn station_cli_through_the_gateway_works_and_is_bound_by_the_lease() {
 #[tokio::test]
 async fn while_the_lease_is_held_legacy_reads_come_from_the_cache_and_writes_get_locked() {
     let rig = legacy_rig(|c| c.legacy.read_max_age_ms = 60_000).await;
-    let mut client = StationClient::connect(rig.legacy).await.unwrap();
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
     client.hello("test").await.unwrap();
     client.read_one(MON_3V3).await.unwrap();
     let _lease = rig.take_lease("sequence A").await;
@@ -151,7 +151,7 @@ async fn fifty_legacy_clients_reading_different_channels_each_get_their_own_answ
     // Each set point gets a value of its own...
     let channels = set_points();
     let value_of = |k: usize| Value::Float(10.0 * (k + 1) as f64);
-    let mut writer = StationClient::connect(rig.legacy).await.unwrap();
+    let mut writer = StationClient::connect(rig.legacy()).await.unwrap();
     for (k, name) in channels.iter().enumerate() {
         writer.write_one(name, value_of(k)).await.unwrap();
     }
@@ -162,7 +162,7 @@ async fn fifty_legacy_clients_reading_different_channels_each_get_their_own_answ
         .take(50)
         .collect();
     let tasks = pairs.iter().copied().enumerate().map(|(i, (a, b))| {
-        let addr = rig.legacy;
+        let addr = rig.legacy();
         let names = [channels[a].clone(), channels[b].clone()];
         tokio::spawn(async move {
             let mut client = StationClient::connect(addr).await.unwrap();
@@ -205,12 +205,12 @@ async fn garbage_from_one_client_is_skipped_or_refused_and_notifications_reach_e
     let rig = legacy_rig(|_| {}).await;
     let mut good = Vec::new();
     for n in 0..3 {
-        let mut client = StationClient::connect(rig.legacy).await.unwrap();
+        let mut client = StationClient::connect(rig.legacy()).await.unwrap();
         client.hello(&format!("good {n}")).await.unwrap();
         good.push(client);
     }
     // Random bytes, then a frame with an opcode that is not a request.
-    let mut bad = tokio::net::TcpStream::connect(rig.legacy).await.unwrap();
+    let mut bad = tokio::net::TcpStream::connect(rig.legacy()).await.unwrap();
     use tokio::io::AsyncWriteExt;
     bad.write_all(&[
         0xA5, 0x5A, 0x01, 0xFF, 0, 0, 0, 0, 0, 200, 1, 2, 3, 4, 5, 6, 7,
@@ -306,7 +306,7 @@ async fn refusal_of(addr: std::net::SocketAddr) -> Option<station_protocol::RawF
 async fn a_client_not_on_the_allow_list_is_closed_unserved_and_counted() {
     let rig = legacy_rig(|c| c.legacy.allow = vec!["10.200.0.1".into()]).await;
     assert!(
-        refusal_of(rig.legacy).await.is_none(),
+        refusal_of(rig.legacy()).await.is_none(),
         "a client not on legacy.allow got a frame"
     );
     let metrics = &rig.gateway.gateway.metrics;
@@ -314,7 +314,7 @@ async fn a_client_not_on_the_allow_list_is_closed_unserved_and_counted() {
     assert_eq!(metrics.legacy_connections.get(), 0);
     // On the list: served.
     let rig = legacy_rig(|c| c.legacy.allow = vec!["10.200.0.1".into(), "127.0.0.1".into()]).await;
-    let mut client = StationClient::connect(rig.legacy).await.unwrap();
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
     client.hello("allowed").await.unwrap();
     assert_eq!(rig.gateway.gateway.metrics.legacy_refused.get(), 0);
 }
@@ -324,11 +324,11 @@ async fn clients_past_the_limit_get_busy_and_are_counted_and_a_freed_place_is_ta
     let rig = legacy_rig(|c| c.legacy.max_clients = 2).await;
     let gateway = rig.gateway.gateway.clone();
     let metrics = &gateway.metrics;
-    let mut first = StationClient::connect(rig.legacy).await.unwrap();
+    let mut first = StationClient::connect(rig.legacy()).await.unwrap();
     first.hello("first").await.unwrap();
-    let mut second = StationClient::connect(rig.legacy).await.unwrap();
+    let mut second = StationClient::connect(rig.legacy()).await.unwrap();
     second.hello("second").await.unwrap();
-    let frame = refusal_of(rig.legacy)
+    let frame = refusal_of(rig.legacy())
         .await
         .expect("no answer past the limit");
     match station_protocol::Response::from_frame(&frame).unwrap() {
@@ -352,7 +352,7 @@ async fn clients_past_the_limit_get_busy_and_are_counted_and_a_freed_place_is_ta
         || metrics.legacy_clients.get() == 1,
     )
     .await;
-    let mut third = StationClient::connect(rig.legacy).await.unwrap();
+    let mut third = StationClient::connect(rig.legacy()).await.unwrap();
     third.hello("third").await.unwrap();
     second.read_one(MON_3V3).await.unwrap();
     let text = reqwest::get(format!("{}/metrics", rig.gateway.base_url()))
@@ -371,7 +371,7 @@ async fn clients_past_the_limit_get_busy_and_are_counted_and_a_freed_place_is_ta
 #[tokio::test]
 async fn writes_to_made_up_channel_names_are_refused_and_do_not_grow_the_cache() {
     let rig = legacy_rig(|_| {}).await;
-    let mut client = StationClient::connect(rig.legacy).await.unwrap();
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
     let slots_before = rig.gateway.link().cache().len();
     for batch in 0..20 {
         let items: Vec<(String, Value)> = (0..50)

@@ -16,14 +16,6 @@ const READ_KEY: &str = "read-key-0123456789";
 const CONTROL_KEY: &str = "control-key-0123456789";
 const ADMIN_KEY: &str = "admin-key-0123456789";
 
-async fn get_text(client: &reqwest::Client, url: &str) -> (u16, String) {
-    let response = client.get(url).send().await.unwrap();
-    (
-        response.status().as_u16(),
-        response.text().await.unwrap_or_default(),
-    )
-}
-
 /// The value of one metric line `NAME{LABELS} VALUE` (labels exactly as written).
 fn metric(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|line| {
@@ -36,15 +28,14 @@ fn metric(exposition: &str, series: &str) -> Option<f64> {
 #[tokio::test]
 async fn healthz_is_alive_and_readyz_follows_the_station_link() {
     let rig = rig(|_| {}).await;
-    let base = rig.gateway.base_url();
-    let (status, body) = get_text(&rig.http, &format!("{base}/healthz")).await;
+    let (status, body) = rig.get_text("/healthz").await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = get_text(&rig.http, &format!("{base}/readyz")).await;
+    let (status, body) = rig.get_text("/readyz").await;
     assert_eq!(status, 200, "{body}");
 
     rig.sim.power_off().await.unwrap();
     rig.disconnected().await;
-    let (status, body) = get_text(&rig.http, &format!("{base}/readyz")).await;
+    let (status, body) = rig.get_text("/readyz").await;
     assert_eq!(status, 503, "{body}");
     let body: Json = serde_json::from_str(&body).unwrap();
     let message = body["error"].as_str().unwrap();
@@ -53,13 +44,13 @@ async fn healthz_is_alive_and_readyz_follows_the_station_link() {
         "{message}"
     );
     // Alive all the same.
-    let (status, _) = get_text(&rig.http, &format!("{base}/healthz")).await;
+    let (status, _) = rig.get_text("/healthz").await;
     assert_eq!(status, 200);
 
     let generation = rig.gateway.link().info().generation;
     rig.sim.power_on().await.unwrap();
     rig.reconnected_after(generation).await;
-    let (status, _) = get_text(&rig.http, &format!("{base}/readyz")).await;
+    let (status, _) = rig.get_text("/readyz").await;
     assert_eq!(status, 200);
 }
 
@@ -133,7 +124,7 @@ async fn metrics_name_every_series_and_count_requests() {
     let (status, _) = rig.write(VSET1, "10").await;
     assert_eq!(status, 423);
 
-    let after = get_text(&rig.http, &url).await.1;
+    let after = rig.get_text("/metrics").await.1;
     let series = |name: &str| metric(&after, name).unwrap_or_else(|| panic!("{name}:\n{after}"));
     assert_eq!(
         series(
@@ -186,18 +177,7 @@ async fn metrics_name_every_series_and_count_requests() {
 #[tokio::test]
 async fn metrics_show_event_streams_and_subscriptions() {
     let rig = rig(|_| {}).await;
-    let mut stream = rig.http.get(rig.url("events")).send().await.unwrap();
-    let mut seen = String::new();
-    while !seen.contains("\n\n") {
-        let chunk = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let data = seen.lines().find_map(|l| l.strip_prefix("data:")).unwrap();
-    let hello: Json = serde_json::from_str(data.trim()).unwrap();
+    let (_stream, hello) = Sse::open_hello(&rig).await.unwrap();
     let (status, body) = rig
         .post(
             "subscriptions",
@@ -205,9 +185,7 @@ async fn metrics_show_event_streams_and_subscriptions() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let text = get_text(&rig.http, &format!("{}/metrics", rig.gateway.base_url()))
-        .await
-        .1;
+    let text = rig.get_text("/metrics").await.1;
     assert_eq!(metric(&text, "station_gateway_event_streams"), Some(1.0));
     assert_eq!(metric(&text, "station_gateway_subscriptions"), Some(1.0));
 }
@@ -428,7 +406,7 @@ async fn access_control_answers_401_and_403_by_role_for_keys_and_basic() {
         let (status, _, _) = call(&rig, Method::GET, path, Json::Null, Cred::Key(READ_KEY)).await;
         assert_eq!(status, 200, "{path}");
     }
-    let text = get_text(&rig.http, &format!("{}/metrics", rig.gateway.base_url())).await;
+    let text = rig.get_text("/metrics").await;
     assert_eq!(text.0, 401);
     let (_, _, _) = (read, write, ());
     // Exactly the refusals above: 401 for the 4 bad credentials, the keyless v1 POST, the 4
