@@ -752,3 +752,87 @@ async fn shutdown_ends_open_streams_promptly() -> Result<()> {
     }
     Ok(())
 }
+
+/// docs/events.md: "A subscription sends a `values` event on its stream at once and then about
+/// every `IntervalMs`" — with a 60 s interval the first must not wait for the grid's next tick.
+#[tokio::test]
+async fn the_first_values_event_comes_at_once_not_after_the_interval() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    let id = subscribe(&rig, &stream_id(&hello), &[MON_3V3], 60_000).await?;
+    let first = sse.next_named("values", Duration::from_secs(10)).await?;
+    assert_eq!(first.data["subscription"], id.as_str());
+    assert!(first.data["values"][MON_3V3].is_string(), "{}", first.data);
+    Ok(())
+}
+
+/// docs/events.md: `configuration` with `changeType: "Added"` when the station's NOTIFY says a
+/// channel was added.
+#[tokio::test]
+async fn a_channel_added_on_the_station_gives_a_configuration_event_added() -> Result<()> {
+    const ADC08: &str = "0.8.ESH10000590.ADC08";
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    let spec = rig
+        .sim
+        .profile()
+        .channels
+        .iter()
+        .find(|c| c.descriptor.name == ADC08)
+        .cloned()
+        .context("no ADC08 in the default profile")?;
+    assert!(rig.sim.remove_channel(ADC08));
+    let removed = sse
+        .next_named("configuration", Duration::from_secs(5))
+        .await?;
+    assert_eq!(removed.data["changeType"], "Removed", "{}", removed.data);
+    assert!(rig.sim.add_channel(spec));
+    let added = sse
+        .next_named("configuration", Duration::from_secs(5))
+        .await?;
+    assert_eq!(added.data["changeType"], "Added", "{}", added.data);
+    assert_eq!(
+        added.data["generation"], hello["generation"],
+        "{}",
+        added.data
+    );
+    Ok(())
+}
+
+/// docs/events.md: a stream closed because it is stuck ends its subscriptions with it. The
+/// sweep that finds a stream full for 30 s closes it with `Events::close_stream` (unit test
+/// `events::tests::a_stream_full_for_the_stuck_limit_is_closed_and_a_drained_one_is_not`);
+/// here that close, on a live gateway: the subscriptions end and the body ends.
+#[tokio::test]
+async fn a_stream_closed_as_stuck_ends_its_subscriptions_and_its_body() -> Result<()> {
+    let rig = rig(|_| {}).await;
+    let (mut sse, hello) = Sse::open_hello(&rig).await?;
+    let stream = stream_id(&hello);
+    let first = subscribe(&rig, &stream, &[MON_3V3], 100).await?;
+    let second = subscribe(&rig, &stream, &[VMON1], 100).await?;
+    sse.next_named("values", Duration::from_secs(5)).await?;
+    let events = &rig.gateway.gateway.events;
+    assert_eq!(events.subscription_count(), 2);
+    events.close_stream(&stream);
+    assert_eq!(events.subscription_count(), 0);
+    for id in [first, second] {
+        let (status, body) = send(
+            &rig,
+            reqwest::Method::PUT,
+            &format!("subscriptions/{id}"),
+            Some(json!({ "Channels": [MON_3V3], "IntervalMs": 100 })),
+        )
+        .await?;
+        assert_eq!(status, 404, "{body}");
+    }
+    within(
+        Duration::from_secs(5),
+        "the closed stream's body to end",
+        async {
+            while let Some(_event) = sse.next(Duration::from_secs(5)).await? {}
+            anyhow::Ok(())
+        },
+    )
+    .await?;
+    Ok(())
+}
