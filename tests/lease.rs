@@ -712,3 +712,74 @@ async fn concurrent_acquires_have_exactly_one_winner_each_round() -> Result<()> 
     }
     Ok(())
 }
+
+/// README: "A backend that cannot answer gives 503, never 'held'". A SQLite backend whose file
+/// another process holds locked past `busy_timeout_ms`: taking the control lease, and taking,
+/// reading, renewing and releasing a named lease, are all 503 naming the store, never a state;
+/// once the lock goes, everything answers again.
+#[tokio::test]
+async fn a_lease_backend_that_cannot_answer_gives_503_never_held() -> Result<()> {
+    let path = std::env::temp_dir().join(format!(
+        "station-gateway-locked-{}-{}.db",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos()
+    ));
+    let backend = format!("sqlite:{}?busy_timeout_ms=100", path.display());
+    let rig = rig(|config| config.lease.backend = backend).await;
+    let mut a = Client::new(&rig);
+    let (status, named) = rig
+        .post(
+            "../v1/leases/bench-a",
+            json!({ "ttlMs": 30_000, "owner": "importer" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{named}");
+    let token = named["token"].as_str().context("no token")?.to_owned();
+
+    let blocker = rusqlite::Connection::open(&path)?;
+    blocker.execute_batch("BEGIN EXCLUSIVE")?;
+    let unavailable = |status: u16, body: &Json, what: &str| {
+        assert_eq!(status, 503, "{what}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("lease store is unavailable")),
+            "{what}: {body}"
+        );
+        assert!(
+            body.get("held").is_none(),
+            "{what} answered a state: {body}"
+        );
+    };
+    let taken = a.acquire(HOLDER, 30_000).await?;
+    unavailable(taken.status, &taken.json, "POST api/lease");
+    assert!(a.lease_id.is_none());
+    let (status, body) = rig.get("../v1/leases/bench-a").await;
+    unavailable(status, &body, "GET v1/leases");
+    let (status, body) = rig
+        .post("../v1/leases/bench-b", json!({ "ttlMs": 30_000 }))
+        .await;
+    unavailable(status, &body, "POST v1/leases");
+    for method in [Method::PUT, Method::DELETE] {
+        let response = rig
+            .http
+            .request(method.clone(), rig.url("../v1/leases/bench-a"))
+            .header("X-Lease-Token", &token)
+            .json(&json!({}))
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        unavailable(status, &response.json().await?, method.as_str());
+    }
+    blocker.execute_batch("COMMIT")?;
+    drop(blocker);
+
+    let (status, body) = rig.get("../v1/leases/bench-a").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["held"], true, "{body}");
+    a.acquire(HOLDER, 30_000).await?.expect(200)?;
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
