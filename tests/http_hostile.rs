@@ -335,3 +335,72 @@ async fn the_openapi_document_is_served_and_lists_every_route() {
         }
     }
 }
+
+/// README: errors are JSON `{"error": "...", "status": N}`: the body's `status` is the
+/// answer's status, for every kind of refusal.
+#[tokio::test]
+async fn every_error_body_carries_its_own_status() {
+    let rig = rig(|c| c.http.max_body_bytes = 1024).await;
+    let cases: Vec<(u16, reqwest::Method, &str, Option<Json>)> = vec![
+        (
+            400,
+            reqwest::Method::POST,
+            "resources/value/get",
+            Some(json!({ "Nme": MON_3V3 })),
+        ),
+        (
+            404,
+            reqwest::Method::POST,
+            "resources/value/get",
+            Some(json!({ "Name": "NOPE" })),
+        ),
+        (404, reqwest::Method::DELETE, "subscriptions/none", None),
+        (
+            409,
+            reqwest::Method::POST,
+            "lease",
+            Some(json!({ "Owner": "other" })),
+        ),
+        (
+            413,
+            reqwest::Method::POST,
+            "resources/value/get",
+            Some(json!({ "Name": "x".repeat(4096) })),
+        ),
+        (
+            423,
+            reqwest::Method::POST,
+            "resources/value/set",
+            Some(json!({ "Name": VSET1, "Value": "1" })),
+        ),
+    ];
+    for (expected, method, path, body) in cases {
+        if expected == 409 {
+            // From here on someone holds the control lease.
+            let (status, lease) = rig
+                .post("lease", json!({ "Owner": "holder", "TtlMs": 30000 }))
+                .await;
+            assert_eq!(status, 200, "{lease}");
+        }
+        let (status, answer) = rig.send(method.clone(), path, body).await;
+        assert_eq!(status, expected, "{method} {path}: {answer}");
+        assert_eq!(
+            answer["status"],
+            json!(expected),
+            "{method} {path}: {answer}"
+        );
+        assert!(
+            answer["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{method} {path}: {answer}"
+        );
+    }
+    // Outside api/ too: a named lease's refusal and an unknown route.
+    let (status, answer) = rig
+        .send(reqwest::Method::GET, "../v1/leases/bad name", None)
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["status"], json!(400), "{answer}");
+    let (status, answer) = rig.send(reqwest::Method::GET, "no/such/route", None).await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["status"], json!(404), "{answer}");
+}
