@@ -475,3 +475,57 @@ async fn a_reply_after_its_504_is_dropped_never_served_or_cached() {
     })
     .await;
 }
+
+/// README / ARCHITECTURE.md: reconnect "with back-off 100 ms doubling to 5 s". The defaults
+/// are those; the rule itself, scaled down (50 ms doubling to 800 ms), against a station that
+/// accepts and hangs up at once: each pause is at least its step (a loaded machine can only
+/// make it longer), and past the maximum the pauses stop doubling.
+#[tokio::test]
+async fn reconnect_attempts_back_off_doubling_up_to_the_maximum() {
+    let defaults = Config::default();
+    assert_eq!(
+        (
+            defaults.station.reconnect_min_ms,
+            defaults.station.reconnect_max_ms
+        ),
+        (100, 5000)
+    );
+    let station = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut config = Config::default();
+    config.station.url = format!("tcp://{}", station.local_addr().unwrap());
+    config.station.reconnect_min_ms = 50;
+    config.station.reconnect_max_ms = 800;
+    config.http.listen = "127.0.0.1:0".into();
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = station_gateway::start(station_gateway::Listeners { http, legacy: None }, config)
+        .await
+        .unwrap();
+    let mut attempts = Vec::new();
+    within(
+        Duration::from_secs(30),
+        "eight connection attempts",
+        async {
+            while attempts.len() < 8 {
+                let (stream, _) = station.accept().await.unwrap();
+                attempts.push(Instant::now());
+                drop(stream);
+            }
+        },
+    )
+    .await;
+    let pauses: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    for (pause, step) in pauses.iter().zip([50, 100, 200, 400, 800, 800, 800]) {
+        assert!(
+            *pause >= Duration::from_millis(step),
+            "a pause under its step of {step} ms: {pauses:?}"
+        );
+    }
+    // Doubling on would make these 1.6 s and 3.2 s.
+    for pause in &pauses[5..] {
+        assert!(
+            *pause < Duration::from_millis(1600),
+            "the back-off kept doubling past its maximum: {pauses:?}"
+        );
+    }
+    gateway.stop().await;
+}
