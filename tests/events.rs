@@ -16,15 +16,6 @@ const IMON1: &str = "0.4.ESH10000662.IMON1";
 const UART01: &str = "0.ESH10000023.UART01";
 const I2C09: &str = "0.ESH10000023.I2C09";
 
-async fn send(
-    rig: &Rig,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Json>,
-) -> Result<(u16, Json)> {
-    Ok(rig.send(method, path, body).await)
-}
-
 async fn subscribe(rig: &Rig, stream: &str, channels: &[&str], interval_ms: u64) -> Result<String> {
     let body = json!({ "StreamId": stream, "Channels": channels, "IntervalMs": interval_ms });
     let (status, answer) = rig.post("subscriptions", body).await;
@@ -84,13 +75,13 @@ async fn a_subscription_delivers_values_and_ages_about_every_interval_then_updat
     );
 
     // Update: other channels (lower-case keys bind too), a new interval.
-    let (status, answer) = send(
-        &rig,
-        reqwest::Method::PUT,
-        &format!("subscriptions/{id}"),
-        Some(json!({ "channels": [MON_3V3], "intervalMs": 100 })),
-    )
-    .await?;
+    let (status, answer) = rig
+        .send(
+            reqwest::Method::PUT,
+            &format!("subscriptions/{id}"),
+            Some(json!({ "channels": [MON_3V3], "intervalMs": 100 })),
+        )
+        .await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["id"], id.as_str());
     let mut seen = 0;
@@ -109,13 +100,13 @@ async fn a_subscription_delivers_values_and_ages_about_every_interval_then_updat
     );
 
     // Delete: 200, then no more values; a second delete and a PUT are 404.
-    let (status, _) = send(
-        &rig,
-        reqwest::Method::DELETE,
-        &format!("subscriptions/{id}"),
-        None,
-    )
-    .await?;
+    let (status, _) = rig
+        .send(
+            reqwest::Method::DELETE,
+            &format!("subscriptions/{id}"),
+            None,
+        )
+        .await;
     assert_eq!(status, 200);
     let deleted = Instant::now();
     loop {
@@ -131,21 +122,21 @@ async fn a_subscription_delivers_values_and_ages_about_every_interval_then_updat
             Err(_) => break,
         }
     }
-    let (status, body) = send(
-        &rig,
-        reqwest::Method::DELETE,
-        &format!("subscriptions/{id}"),
-        None,
-    )
-    .await?;
+    let (status, body) = rig
+        .send(
+            reqwest::Method::DELETE,
+            &format!("subscriptions/{id}"),
+            None,
+        )
+        .await;
     assert_eq!(status, 404, "{body}");
-    let (status, body) = send(
-        &rig,
-        reqwest::Method::PUT,
-        &format!("subscriptions/{id}"),
-        Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
-    )
-    .await?;
+    let (status, body) = rig
+        .send(
+            reqwest::Method::PUT,
+            &format!("subscriptions/{id}"),
+            Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
+        )
+        .await;
     assert_eq!(status, 404, "{body}");
     assert!(
         body["error"]
@@ -170,13 +161,13 @@ async fn a_subscription_not_renewed_ends_and_a_renewed_one_lives_on() -> Result<
     let mut next_renewal = started + Duration::from_millis(300);
     while started.elapsed() < Duration::from_millis(2000) {
         if Instant::now() >= next_renewal {
-            let (status, body) = send(
-                &rig,
-                reqwest::Method::PUT,
-                &format!("subscriptions/{renewed}"),
-                Some(json!({ "Channels": [IMON1], "IntervalMs": 100 })),
-            )
-            .await?;
+            let (status, body) = rig
+                .send(
+                    reqwest::Method::PUT,
+                    &format!("subscriptions/{renewed}"),
+                    Some(json!({ "Channels": [IMON1], "IntervalMs": 100 })),
+                )
+                .await;
             assert_eq!(status, 200, "{body}");
             assert_eq!(body["expiresInMs"], 700);
             next_renewal += Duration::from_millis(300);
@@ -194,13 +185,13 @@ async fn a_subscription_not_renewed_ends_and_a_renewed_one_lives_on() -> Result<
         "the unrenewed subscription's last values came {lapsed_after:?} after it started"
     );
     assert!(last_renewed.elapsed() < Duration::from_millis(300));
-    let (status, _) = send(
-        &rig,
-        reqwest::Method::PUT,
-        &format!("subscriptions/{lapsing}"),
-        Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
-    )
-    .await?;
+    let (status, _) = rig
+        .send(
+            reqwest::Method::PUT,
+            &format!("subscriptions/{lapsing}"),
+            Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
+        )
+        .await;
     assert_eq!(status, 404);
     Ok(())
 }
@@ -303,7 +294,9 @@ async fn requests_out_of_bounds_get_clear_4xx_answers() -> Result<()> {
         "{body}"
     );
 
-    let (status, _) = send(&rig, reqwest::Method::GET, "subscriptions/abc", None).await?;
+    let (status, _) = rig
+        .send(reqwest::Method::GET, "subscriptions/abc", None)
+        .await;
     assert_eq!(status, 405);
     Ok(())
 }
@@ -423,22 +416,18 @@ async fn lease_changes_are_relayed_and_subscriptions_work_while_someone_else_hol
         .await?
         .data;
     assert!(data["values"][VMON1].is_string(), "{data}");
-    let (status, body) = send(
-        &rig,
-        reqwest::Method::PUT,
-        &format!("subscriptions/{id}"),
-        Some(json!({ "Channels": [VMON1], "IntervalMs": 200 })),
-    )
-    .await?;
+    let (status, body) = rig
+        .send(
+            reqwest::Method::PUT,
+            &format!("subscriptions/{id}"),
+            Some(json!({ "Channels": [VMON1], "IntervalMs": 200 })),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     let lease_id = lease["leaseId"].as_str().context("no leaseId")?;
-    let (status, body) = send(
-        &rig,
-        reqwest::Method::DELETE,
-        &format!("lease/{lease_id}"),
-        None,
-    )
-    .await?;
+    let (status, body) = rig
+        .send(reqwest::Method::DELETE, &format!("lease/{lease_id}"), None)
+        .await;
     assert_eq!(status, 200, "{body}");
     for sse in [&mut first, &mut second] {
         let event = sse.next_named("lease", Duration::from_secs(2)).await?;
@@ -686,13 +675,13 @@ async fn a_closed_stream_ends_its_subscriptions_at_once() -> Result<()> {
     drop(sse);
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let (status, _) = send(
-            &rig,
-            reqwest::Method::PUT,
-            &format!("subscriptions/{id}"),
-            Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
-        )
-        .await?;
+        let (status, _) = rig
+            .send(
+                reqwest::Method::PUT,
+                &format!("subscriptions/{id}"),
+                Some(json!({ "Channels": [VMON1], "IntervalMs": 100 })),
+            )
+            .await;
         if status == 404 {
             break;
         }
@@ -816,13 +805,13 @@ async fn a_stream_closed_as_stuck_ends_its_subscriptions_and_its_body() -> Resul
     events.close_stream(&stream);
     assert_eq!(events.subscription_count(), 0);
     for id in [first, second] {
-        let (status, body) = send(
-            &rig,
-            reqwest::Method::PUT,
-            &format!("subscriptions/{id}"),
-            Some(json!({ "Channels": [MON_3V3], "IntervalMs": 100 })),
-        )
-        .await?;
+        let (status, body) = rig
+            .send(
+                reqwest::Method::PUT,
+                &format!("subscriptions/{id}"),
+                Some(json!({ "Channels": [MON_3V3], "IntervalMs": 100 })),
+            )
+            .await;
         assert_eq!(status, 404, "{body}");
     }
     within(
