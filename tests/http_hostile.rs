@@ -63,20 +63,6 @@ fn post_raw(path: &str, extra_headers: &str, body: &[u8]) -> Vec<u8> {
     request
 }
 
-/// Waits for the server to close `stream`; returns how long that took.
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Duration {
-    let started = Instant::now();
-    let mut buf = [0u8; 1024];
-    loop {
-        match tokio::time::timeout_at((started + limit).into(), stream.read(&mut buf)).await {
-            Err(_) => panic!("still open after {limit:?}"),
-            Ok(Ok(0) | Err(_)) => return started.elapsed(),
-            // A 408 answer before the close is fine.
-            Ok(Ok(_)) => {}
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_client_that_sends_half_a_header_and_stalls_is_disconnected() {
     let rig = rig(|c| c.http.header_read_timeout_ms = 300).await;
@@ -250,12 +236,12 @@ async fn invalid_utf8_in_names_is_400() {
         let request =
             format!("DELETE /api/{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         let (status, text) = raw(&rig, request.as_bytes()).await;
-        assert!((400..500).contains(&status), "{path}: {text}");
+        assert_eq!(status, 404, "{path}: {text}");
     }
 }
 
 #[tokio::test]
-async fn a_ten_kilobyte_lease_id_gets_a_clear_4xx() {
+async fn a_ten_kilobyte_lease_id_gets_423_lease_ended() {
     let rig = rig(|_| {}).await;
     let huge = "L".repeat(10 * 1024);
     let write = json!({ "Name": VSET1, "Value": "1" });
@@ -269,7 +255,8 @@ async fn a_ten_kilobyte_lease_id_gets_a_clear_4xx() {
         .unwrap();
     let status = response.status().as_u16();
     let body: Json = response.json().await.unwrap_or(Json::Null);
-    assert!((400..500).contains(&status), "{status} {body}");
+    // A lease id that is never the live one: "lease ended", whether or not anyone holds it.
+    assert_eq!(status, 423, "{body}");
     assert!(
         body["error"].as_str().is_some_and(|e| !e.is_empty()),
         "{body}"
@@ -343,4 +330,84 @@ async fn the_openapi_document_is_served_and_lists_every_route() {
             "{path} missing"
         );
     }
+    for (path, methods) in [
+        ("/v1/leases/{name}", ["get", "post", "put", "delete"]),
+        ("/v1/semaphores/{name}", ["get", "post", "put", "delete"]),
+    ] {
+        for method in methods {
+            assert!(
+                doc["paths"][path][method].is_object(),
+                "{method} {path} missing"
+            );
+        }
+    }
+}
+
+/// README: errors are JSON `{"error": "...", "status": N}`: the body's `status` is the
+/// answer's status, for every kind of refusal.
+#[tokio::test]
+async fn every_error_body_carries_its_own_status() {
+    let rig = rig(|c| c.http.max_body_bytes = 1024).await;
+    let cases: Vec<(u16, reqwest::Method, &str, Option<Json>)> = vec![
+        (
+            400,
+            reqwest::Method::POST,
+            "resources/value/get",
+            Some(json!({ "Nme": MON_3V3 })),
+        ),
+        (
+            404,
+            reqwest::Method::POST,
+            "resources/value/get",
+            Some(json!({ "Name": "NOPE" })),
+        ),
+        (404, reqwest::Method::DELETE, "subscriptions/none", None),
+        (
+            409,
+            reqwest::Method::POST,
+            "lease",
+            Some(json!({ "Owner": "other" })),
+        ),
+        (
+            413,
+            reqwest::Method::POST,
+            "resources/value/get",
+            Some(json!({ "Name": "x".repeat(4096) })),
+        ),
+        (
+            423,
+            reqwest::Method::POST,
+            "resources/value/set",
+            Some(json!({ "Name": VSET1, "Value": "1" })),
+        ),
+    ];
+    for (expected, method, path, body) in cases {
+        if expected == 409 {
+            // From here on someone holds the control lease.
+            let (status, lease) = rig
+                .post("lease", json!({ "Owner": "holder", "TtlMs": 30000 }))
+                .await;
+            assert_eq!(status, 200, "{lease}");
+        }
+        let (status, answer) = rig.send(method.clone(), path, body).await;
+        assert_eq!(status, expected, "{method} {path}: {answer}");
+        assert_eq!(
+            answer["status"],
+            json!(expected),
+            "{method} {path}: {answer}"
+        );
+        assert!(
+            answer["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{method} {path}: {answer}"
+        );
+    }
+    // Outside api/ too: a named lease's refusal and an unknown route.
+    let (status, answer) = rig
+        .send(reqwest::Method::GET, "../v1/leases/bad name", None)
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["status"], json!(400), "{answer}");
+    let (status, answer) = rig.send(reqwest::Method::GET, "no/such/route", None).await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["status"], json!(404), "{answer}");
 }

@@ -42,7 +42,7 @@ fn stderr(output: &Output) -> String {
 async fn station_cli_through_the_gateway_works_and_is_bound_by_the_lease() {
     let rig = legacy_rig(|_| {}).await;
     let cli = |args: &'static [&'static str]| {
-        let legacy = rig.legacy;
+        let legacy = rig.legacy();
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(station_cli())
                 .arg("--connect")
@@ -107,7 +107,7 @@ async fn station_cli_through_the_gateway_works_and_is_bound_by_the_lease() {
 #[tokio::test]
 async fn while_the_lease_is_held_legacy_reads_come_from_the_cache_and_writes_get_locked() {
     let rig = legacy_rig(|c| c.legacy.read_max_age_ms = 60_000).await;
-    let mut client = StationClient::connect(rig.legacy).await.unwrap();
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
     client.hello("test").await.unwrap();
     client.read_one(MON_3V3).await.unwrap();
     let _lease = rig.take_lease("sequence A").await;
@@ -136,96 +136,81 @@ async fn while_the_lease_is_held_legacy_reads_come_from_the_cache_and_writes_get
     }
 }
 
+/// The eight set points of the default station: writable floats whose value is what was
+/// written, so every read of them has one exact expected answer.
+fn set_points() -> Vec<String> {
+    ["VSET", "ISET"]
+        .iter()
+        .flat_map(|kind| (1..=4).map(move |n| format!("0.4.ESH10000662.{kind}{n}")))
+        .collect()
+}
+
 #[tokio::test]
 async fn fifty_legacy_clients_reading_different_channels_each_get_their_own_answers() {
     let rig = legacy_rig(|_| {}).await;
-    // Give each client a set point of its own, then have all fifty read theirs at once.
-    let set_points: Vec<(String, f64)> = (0..50)
-        .map(|i| {
-            let channel = ["VSET1", "VSET2", "VSET3", "VSET4"][i % 4];
-            (format!("0.4.ESH10000662.{channel}"), 0.0)
-        })
-        .collect();
-    let mut writer = StationClient::connect(rig.legacy).await.unwrap();
-    for (i, name) in ["VSET1", "VSET2", "VSET3", "VSET4"].iter().enumerate() {
-        writer
-            .write_one(
-                &format!("0.4.ESH10000662.{name}"),
-                Value::Float(100.0 * (i + 1) as f64),
-            )
-            .await
-            .unwrap();
+    // Each set point gets a value of its own...
+    let channels = set_points();
+    let value_of = |k: usize| Value::Float(10.0 * (k + 1) as f64);
+    let mut writer = StationClient::connect(rig.legacy()).await.unwrap();
+    for (k, name) in channels.iter().enumerate() {
+        writer.write_one(name, value_of(k)).await.unwrap();
     }
-    let names: Vec<String> = rig
-        .gateway
-        .link()
-        .info()
-        .channels
-        .channels
-        .iter()
-        .filter(|c| c.readable && !c.consuming)
-        .map(|c| c.name.clone())
+    // ...and each of fifty clients reads its own ordered pair of them (8 x 7 = 56 pairs), five
+    // times, all at once: an answer crossed between clients shows as a wrong pair.
+    let pairs: Vec<(usize, usize)> = (0..8)
+        .flat_map(|a| (0..8).filter(move |&b| b != a).map(move |b| (a, b)))
+        .take(50)
         .collect();
-    let tasks = (0..50).map(|i| {
-        let addr = rig.legacy;
-        let name = if i < 4 {
-            set_points[i].0.clone()
-        } else {
-            names[i % names.len()].clone()
-        };
+    let tasks = pairs.iter().copied().enumerate().map(|(i, (a, b))| {
+        let addr = rig.legacy();
+        let names = [channels[a].clone(), channels[b].clone()];
         tokio::spawn(async move {
             let mut client = StationClient::connect(addr).await.unwrap();
-            let mut values = Vec::new();
+            let mut answers = Vec::new();
             for _ in 0..5 {
-                values.push(
-                    client
-                        .read(&[name.as_str()])
-                        .await
-                        .unwrap()
-                        .remove(0)
-                        .unwrap(),
-                );
+                let values: Vec<Value> = client
+                    .read(&[names[0].as_str(), names[1].as_str()])
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(Result::unwrap)
+                    .collect();
+                answers.push(values);
             }
-            (i, name, values)
+            (i, (a, b), answers)
         })
     });
-    for result in futures::future::join_all(tasks).await {
-        let (i, name, values) = result.unwrap();
-        let descriptor = rig
-            .gateway
-            .link()
-            .info()
-            .channels
-            .get(&name)
-            .cloned()
-            .unwrap();
-        for value in &values {
+    for result in within(
+        Duration::from_secs(30),
+        "fifty legacy clients' reads",
+        futures::future::join_all(tasks),
+    )
+    .await
+    {
+        let (i, (a, b), answers) = result.unwrap();
+        for values in answers {
             assert_eq!(
-                value.value_type(),
-                descriptor.value_type,
-                "client {i} got a value of another channel"
+                values,
+                vec![value_of(a), value_of(b)],
+                "client {i} reading {} and {}",
+                channels[a],
+                channels[b]
             );
-        }
-        if i < 4 {
-            assert_eq!(
-                values[0],
-                Value::Float(100.0 * (i + 1) as f64),
-                "client {i} reading {name}"
-            );
-        }
-        if name == "Engine.FirmwareRev" {
-            assert_eq!(values[0], Value::String("6.4.2".into()));
         }
     }
 }
 
 #[tokio::test]
-async fn garbage_from_one_client_drops_that_client_only_and_notifications_reach_everyone() {
+async fn garbage_from_one_client_is_skipped_or_refused_and_notifications_reach_every_client() {
     let rig = legacy_rig(|_| {}).await;
-    let mut good = StationClient::connect(rig.legacy).await.unwrap();
-    good.hello("good").await.unwrap();
+    let mut good = Vec::new();
+    for n in 0..3 {
+        let mut client = StationClient::connect(rig.legacy()).await.unwrap();
+        client.hello(&format!("good {n}")).await.unwrap();
+        good.push(client);
+    }
     // Random bytes, then a frame with an opcode that is not a request.
-    let mut bad = tokio::net::TcpStream::connect(rig.legacy).await.unwrap();
+    let mut bad = tokio::net::TcpStream::connect(rig.legacy()).await.unwrap();
     use tokio::io::AsyncWriteExt;
     bad.write_all(&[
         0xA5, 0x5A, 0x01, 0xFF, 0, 0, 0, 0, 0, 200, 1, 2, 3, 4, 5, 6, 7,
@@ -238,49 +223,155 @@ async fn garbage_from_one_client_drops_that_client_only_and_notifications_reach_
         payload: bytes::Bytes::new(),
     };
     bad.write_all(&unknown.to_bytes().unwrap()).await.unwrap();
-    let mut reader = tokio_util::codec::FramedRead::new(bad, station_protocol::StationCodec::new());
-    use futures::StreamExt;
-    let reply = tokio::time::timeout(Duration::from_secs(2), reader.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let mut reader = tokio_util::codec::Framed::new(bad, station_protocol::StationCodec::new());
+    use futures::{SinkExt, StreamExt};
+    let reply = within(
+        Duration::from_secs(2),
+        "an answer to the bad frame",
+        reader.next(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(reply.request_id, 9);
     match station_protocol::Response::from_frame(&reply).unwrap() {
         station_protocol::Response::Error(error) => assert_eq!(error.code, ErrorCode::Unsupported),
         other => panic!("{other:?}"),
     }
-    assert!(
-        (good
+    // The garbage was skipped (the codec resynchronised on the next frame), not taken as a
+    // request: the same connection is still served, and nothing was written.
+    let read = station_protocol::Request::Read {
+        names: vec![MON_3V3.to_owned()],
+    };
+    reader.send(read.to_frame(10).unwrap()).await.unwrap();
+    let reply = within(
+        Duration::from_secs(2),
+        "an answer after the garbage",
+        reader.next(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(reply.request_id, 10);
+    assert!(rig.sim.write_log().is_empty(), "{:?}", rig.sim.write_log());
+    for client in &mut good {
+        let volts: f64 = client
             .read_one(MON_3V3)
             .await
             .unwrap()
             .render()
-            .parse::<f64>()
-            .unwrap()
-            - 3.3)
-            .abs()
-            < 0.1
-    );
-    // A channel-list change on the station reaches the legacy client as a NOTIFY.
+            .parse()
+            .unwrap();
+        assert!((volts - 3.3).abs() < 0.1, "{volts}");
+    }
+    // A channel-list change on the station reaches every legacy client as a NOTIFY.
     assert!(rig.sim.remove_channel("0.8.ESH10000590.ADC08"));
-    let notify = good
-        .next_notification(Duration::from_secs(2))
+    for (n, client) in good.iter_mut().enumerate() {
+        let notify = client
+            .next_notification(Duration::from_secs(2))
+            .await
+            .unwrap_or_else(|e| panic!("client {n}: no NOTIFY: {e}"));
+        assert!(
+            matches!(
+                notify,
+                station_protocol::Notify::ConfigurationChanged { .. }
+            ),
+            "client {n}: {notify:?}"
+        );
+    }
+}
+
+/// Reads the first frame a refused connection gets, then expects the gateway to close it.
+async fn refusal_of(addr: std::net::SocketAddr) -> Option<station_protocol::RawFrame> {
+    use futures::StreamExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut reader =
+        tokio_util::codec::FramedRead::new(stream, station_protocol::StationCodec::new());
+    let first = within(Duration::from_secs(5), "the refusal", reader.next())
+        .await
+        .map(|frame| frame.unwrap());
+    if first.is_some() {
+        let end = within(
+            Duration::from_secs(5),
+            "the refused connection to close",
+            reader.next(),
+        )
+        .await;
+        assert!(end.is_none(), "the refused connection stayed open: {end:?}");
+    }
+    first
+}
+
+#[tokio::test]
+async fn a_client_not_on_the_allow_list_is_closed_unserved_and_counted() {
+    let rig = legacy_rig(|c| c.legacy.allow = vec!["10.200.0.1".into()]).await;
+    assert!(
+        refusal_of(rig.legacy()).await.is_none(),
+        "a client not on legacy.allow got a frame"
+    );
+    let metrics = &rig.gateway.gateway.metrics;
+    assert_eq!(metrics.legacy_refused.get(), 1);
+    assert_eq!(metrics.legacy_connections.get(), 0);
+    // On the list: served.
+    let rig = legacy_rig(|c| c.legacy.allow = vec!["10.200.0.1".into(), "127.0.0.1".into()]).await;
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
+    client.hello("allowed").await.unwrap();
+    assert_eq!(rig.gateway.gateway.metrics.legacy_refused.get(), 0);
+}
+
+#[tokio::test]
+async fn clients_past_the_limit_get_busy_and_are_counted_and_a_freed_place_is_taken_again() {
+    let rig = legacy_rig(|c| c.legacy.max_clients = 2).await;
+    let gateway = rig.gateway.gateway.clone();
+    let metrics = &gateway.metrics;
+    let mut first = StationClient::connect(rig.legacy()).await.unwrap();
+    first.hello("first").await.unwrap();
+    let mut second = StationClient::connect(rig.legacy()).await.unwrap();
+    second.hello("second").await.unwrap();
+    let frame = refusal_of(rig.legacy())
+        .await
+        .expect("no answer past the limit");
+    match station_protocol::Response::from_frame(&frame).unwrap() {
+        station_protocol::Response::Error(error) => {
+            assert_eq!(error.code, ErrorCode::Busy);
+            assert!(
+                error.message.contains("too many legacy clients"),
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("expected BUSY, got {other:?}"),
+    }
+    assert_eq!(metrics.legacy_refused.get(), 1);
+    assert_eq!(metrics.legacy_connections.get(), 2);
+    // The first leaves: once the gateway has seen it go, a new client is served.
+    drop(first);
+    until(
+        Duration::from_secs(5),
+        "the first client's place freed",
+        || metrics.legacy_clients.get() == 1,
+    )
+    .await;
+    let mut third = StationClient::connect(rig.legacy()).await.unwrap();
+    third.hello("third").await.unwrap();
+    second.read_one(MON_3V3).await.unwrap();
+    let text = reqwest::get(format!("{}/metrics", rig.gateway.base_url()))
+        .await
+        .unwrap()
+        .text()
         .await
         .unwrap();
     assert!(
-        matches!(
-            notify,
-            station_protocol::Notify::ConfigurationChanged { .. }
-        ),
-        "{notify:?}"
+        text.lines()
+            .any(|l| l == "station_gateway_legacy_refused_total 1"),
+        "{text}"
     );
 }
 
 #[tokio::test]
 async fn writes_to_made_up_channel_names_are_refused_and_do_not_grow_the_cache() {
     let rig = legacy_rig(|_| {}).await;
-    let mut client = StationClient::connect(rig.legacy).await.unwrap();
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
     let slots_before = rig.gateway.link().cache().len();
     for batch in 0..20 {
         let items: Vec<(String, Value)> = (0..50)

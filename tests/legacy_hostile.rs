@@ -18,8 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::{Encoder, FramedRead};
 
-async fn good_client(rig: &LegacyRig) -> StationClient<TcpStream> {
-    let mut client = StationClient::connect(rig.legacy).await.unwrap();
+async fn good_client(rig: &Rig) -> StationClient<TcpStream> {
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
     client.set_timeout(Duration::from_secs(3));
     client.hello("good").await.unwrap();
     client
@@ -36,19 +36,6 @@ async fn still_served(client: &mut StationClient<TcpStream>) {
     assert!((volts - 3.3).abs() < 0.1, "{volts}");
 }
 
-/// Reads until the peer closes; returns how long that took.
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Duration {
-    let started = Instant::now();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout_at((started + limit).into(), stream.read(&mut buf)).await {
-            Err(_) => panic!("still open after {limit:?}"),
-            Ok(Ok(0) | Err(_)) => return started.elapsed(),
-            Ok(Ok(_)) => {}
-        }
-    }
-}
-
 fn frame(request: &Request, id: u32) -> Vec<u8> {
     let mut out = BytesMut::new();
     StationCodec::new()
@@ -63,7 +50,7 @@ async fn random_bytes_never_hurt_the_gateway_or_other_clients() {
     let mut good = good_client(&rig).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     for round in 0..40 {
-        let mut bad = TcpStream::connect(rig.legacy).await.unwrap();
+        let mut bad = TcpStream::connect(rig.legacy()).await.unwrap();
         let len = rng.gen_range(1..4096);
         let mut noise: Vec<u8> = (0..len).map(|_| rng.r#gen()).collect();
         if round % 2 == 0 {
@@ -93,12 +80,12 @@ async fn half_a_frame_then_silence_is_disconnected_by_the_idle_timeout() {
         },
         5,
     );
-    let mut half = TcpStream::connect(rig.legacy).await.unwrap();
+    let mut half = TcpStream::connect(rig.legacy()).await.unwrap();
     half.write_all(&whole[..whole.len() / 2]).await.unwrap();
     let took = closed_within(&mut half, Duration::from_secs(3)).await;
     assert!(took >= Duration::from_millis(250), "closed after {took:?}");
     // A client that connects and says nothing at all goes the same way.
-    let mut silent = TcpStream::connect(rig.legacy).await.unwrap();
+    let mut silent = TcpStream::connect(rig.legacy()).await.unwrap();
     closed_within(&mut silent, Duration::from_secs(3)).await;
     // A client that keeps talking is never idle.
     let mut good = good_client(&rig).await;
@@ -115,7 +102,7 @@ async fn a_flood_past_the_window_gets_busy_and_everything_is_answered() {
     let rig = legacy_rig(|c| c.legacy.window = window).await;
     rig.sim.set_processing_time(Duration::from_millis(20));
     let mut good = good_client(&rig).await;
-    let mut flood = TcpStream::connect(rig.legacy).await.unwrap();
+    let mut flood = TcpStream::connect(rig.legacy()).await.unwrap();
     let count = 200u32;
     let mut bytes = Vec::new();
     for id in 1..=count {
@@ -156,7 +143,7 @@ async fn a_flooder_that_never_reads_is_dropped_and_others_are_unaffected() {
     })
     .await;
     let mut good = good_client(&rig).await;
-    let mut flood = TcpStream::connect(rig.legacy).await.unwrap();
+    let mut flood = TcpStream::connect(rig.legacy()).await.unwrap();
     // Each request is small and every BUSY reply carries a message, so the replies outgrow
     // the socket buffers and then the bounded output buffer while we never read.
     let one = frame(

@@ -16,14 +16,6 @@ const READ_KEY: &str = "read-key-0123456789";
 const CONTROL_KEY: &str = "control-key-0123456789";
 const ADMIN_KEY: &str = "admin-key-0123456789";
 
-async fn get_text(client: &reqwest::Client, url: &str) -> (u16, String) {
-    let response = client.get(url).send().await.unwrap();
-    (
-        response.status().as_u16(),
-        response.text().await.unwrap_or_default(),
-    )
-}
-
 /// The value of one metric line `NAME{LABELS} VALUE` (labels exactly as written).
 fn metric(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|line| {
@@ -36,16 +28,14 @@ fn metric(exposition: &str, series: &str) -> Option<f64> {
 #[tokio::test]
 async fn healthz_is_alive_and_readyz_follows_the_station_link() {
     let rig = rig(|_| {}).await;
-    let base = rig.gateway.base_url();
-    let (status, body) = get_text(&rig.http, &format!("{base}/healthz")).await;
+    let (status, body) = rig.get_text("/healthz").await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = get_text(&rig.http, &format!("{base}/readyz")).await;
+    let (status, body) = rig.get_text("/readyz").await;
     assert_eq!(status, 200, "{body}");
 
     rig.sim.power_off().await.unwrap();
-    let mut info = rig.gateway.link().watch_info();
-    info.wait_for(|i| !i.connected).await.unwrap();
-    let (status, body) = get_text(&rig.http, &format!("{base}/readyz")).await;
+    rig.disconnected().await;
+    let (status, body) = rig.get_text("/readyz").await;
     assert_eq!(status, 503, "{body}");
     let body: Json = serde_json::from_str(&body).unwrap();
     let message = body["error"].as_str().unwrap();
@@ -54,13 +44,13 @@ async fn healthz_is_alive_and_readyz_follows_the_station_link() {
         "{message}"
     );
     // Alive all the same.
-    let (status, _) = get_text(&rig.http, &format!("{base}/healthz")).await;
+    let (status, _) = rig.get_text("/healthz").await;
     assert_eq!(status, 200);
 
     let generation = rig.gateway.link().info().generation;
     rig.sim.power_on().await.unwrap();
     rig.reconnected_after(generation).await;
-    let (status, _) = get_text(&rig.http, &format!("{base}/readyz")).await;
+    let (status, _) = rig.get_text("/readyz").await;
     assert_eq!(status, 200);
 }
 
@@ -76,11 +66,16 @@ async fn metrics_name_every_series_and_count_requests() {
         "{content_type}"
     );
     let before = response.text().await.unwrap();
+    // Every series README.md names, each with its TYPE line.
     for name in [
         "station_gateway_http_requests_total",
         "station_gateway_http_request_duration_seconds",
         "station_gateway_link_requests_total",
-        "station_gateway_link_request_duration_seconds_bucket",
+        "station_gateway_link_request_duration_seconds",
+        "station_gateway_link_connected",
+        "station_gateway_legacy_connections_total",
+        "station_gateway_legacy_refused_total",
+        "station_gateway_access_refused_total",
         "station_gateway_link_timeouts_total",
         "station_gateway_link_crc_errors_total",
         "station_gateway_link_reconnects_total",
@@ -95,7 +90,7 @@ async fn metrics_name_every_series_and_count_requests() {
         "station_gateway_legacy_clients",
     ] {
         assert!(
-            before.contains(&format!("# TYPE {name}")) || before.contains(name),
+            before.contains(&format!("# TYPE {name} ")),
             "{name} missing:\n{before}"
         );
     }
@@ -129,7 +124,7 @@ async fn metrics_name_every_series_and_count_requests() {
     let (status, _) = rig.write(VSET1, "10").await;
     assert_eq!(status, 423);
 
-    let after = get_text(&rig.http, &url).await.1;
+    let after = rig.get_text("/metrics").await.1;
     let series = |name: &str| metric(&after, name).unwrap_or_else(|| panic!("{name}:\n{after}"));
     assert_eq!(
         series(
@@ -153,13 +148,16 @@ async fn metrics_name_every_series_and_count_requests() {
         series("station_gateway_http_requests_total{route=\"GET /metrics\",status=\"200\"}"),
         1.0
     );
-    assert!(series("station_gateway_cache_hits_total") >= 1.0);
-    assert!(series("station_gateway_cache_misses_total") >= 1.0);
-    assert!(
-        series("station_gateway_link_requests_total")
-            > metric(&before, "station_gateway_link_requests_total").unwrap()
+    // This test is the only reader: exact deltas. The forced read and the cached read's miss
+    // each cost one READ; the second cached read was a hit.
+    let delta = |name: &str| series(name) - metric(&before, name).unwrap();
+    assert_eq!(delta("station_gateway_cache_hits_total"), 1.0);
+    assert_eq!(delta("station_gateway_cache_misses_total"), 1.0);
+    assert_eq!(delta("station_gateway_link_requests_total"), 2.0);
+    assert_eq!(
+        delta("station_gateway_link_request_duration_seconds_count"),
+        2.0
     );
-    assert!(series("station_gateway_link_request_duration_seconds_count") >= 2.0);
     assert_eq!(series("station_gateway_lease_held"), 1.0);
     assert_eq!(
         series("station_gateway_lease_transitions_total{kind=\"taken\"}"),
@@ -179,18 +177,7 @@ async fn metrics_name_every_series_and_count_requests() {
 #[tokio::test]
 async fn metrics_show_event_streams_and_subscriptions() {
     let rig = rig(|_| {}).await;
-    let mut stream = rig.http.get(rig.url("events")).send().await.unwrap();
-    let mut seen = String::new();
-    while !seen.contains("\n\n") {
-        let chunk = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let data = seen.lines().find_map(|l| l.strip_prefix("data:")).unwrap();
-    let hello: Json = serde_json::from_str(data.trim()).unwrap();
+    let (_stream, hello) = Sse::open_hello(&rig).await.unwrap();
     let (status, body) = rig
         .post(
             "subscriptions",
@@ -198,9 +185,7 @@ async fn metrics_show_event_streams_and_subscriptions() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let text = get_text(&rig.http, &format!("{}/metrics", rig.gateway.base_url()))
-        .await
-        .1;
+    let text = rig.get_text("/metrics").await.1;
     assert_eq!(metric(&text, "station_gateway_event_streams"), Some(1.0));
     assert_eq!(metric(&text, "station_gateway_subscriptions"), Some(1.0));
 }
@@ -421,12 +406,15 @@ async fn access_control_answers_401_and_403_by_role_for_keys_and_basic() {
         let (status, _, _) = call(&rig, Method::GET, path, Json::Null, Cred::Key(READ_KEY)).await;
         assert_eq!(status, 200, "{path}");
     }
-    let text = get_text(&rig.http, &format!("{}/metrics", rig.gateway.base_url())).await;
+    let text = rig.get_text("/metrics").await;
     assert_eq!(text.0, 401);
     let (_, _, _) = (read, write, ());
+    // Exactly the refusals above: 401 for the 4 bad credentials, the keyless v1 POST, the 4
+    // paths and the last /metrics; 403 for the 2 read users' write and lease (4), the control
+    // key's break and the read key's v1 POST.
     let metrics = &rig.gateway.gateway.metrics;
-    assert!(metrics.access_unauthenticated.get() >= 4);
-    assert!(metrics.access_forbidden.get() >= 5);
+    assert_eq!(metrics.access_unauthenticated.get(), 10);
+    assert_eq!(metrics.access_forbidden.get(), 6);
 }
 
 #[tokio::test]
@@ -690,4 +678,295 @@ fn the_binary_logs_json_with_an_access_line_per_request() {
 
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The metrics that count what went wrong or changed hands move with exactly the events that
+/// should move them: link timeouts, CRC errors and reconnects; the lease released, expired
+/// and broken.
+#[tokio::test]
+async fn metrics_count_timeouts_crc_errors_reconnects_and_every_lease_transition() {
+    let rig = rig(|c| {
+        c.station.request_timeout_ms = 300;
+        c.lease.admin_token = "let-me-in".into();
+    })
+    .await;
+    let series = |text: &str, name: &str| {
+        metric(text, name).unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+    };
+    let before = rig.get_text("/metrics").await.1;
+
+    // A stalled station: the read times out, then the PING that checks the link; the link
+    // reconnects once the station answers again.
+    let generation = rig.gateway.link().info().generation;
+    rig.sim.set_stall(true);
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 504, "{body}");
+    rig.disconnected().await;
+    rig.sim.set_stall(false);
+    rig.reconnected_after(generation).await;
+    // A corrupted reply: dropped by the codec and counted.
+    let crc = || station_gateway::link::LinkStats::get(&rig.gateway.link().stats().crc_errors);
+    rig.sim.corrupt_next_reply();
+    let _ = rig.read(MON_3V3).await;
+    until(
+        Duration::from_secs(5),
+        "the corrupt frame to be counted",
+        || crc() == 1,
+    )
+    .await;
+    rig.connected().await;
+
+    // The lease: taken and released; taken and left to run out; taken and broken.
+    let mut lease_events = rig.gateway.gateway.lease_events.subscribe();
+    let (status, taken) = rig
+        .post("lease", json!({ "Owner": "a", "TtlMs": 30_000 }))
+        .await;
+    assert_eq!(status, 200, "{taken}");
+    let id = taken["leaseId"].as_str().unwrap();
+    let (status, _) = rig
+        .send(reqwest::Method::DELETE, &format!("lease/{id}"), None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = rig
+        .post("lease", json!({ "Owner": "b", "TtlMs": 1000 }))
+        .await;
+    assert_eq!(status, 200);
+    loop {
+        let view = within(
+            Duration::from_secs(5),
+            "b's lease to run out",
+            lease_events.recv(),
+        )
+        .await
+        .unwrap();
+        if !view.held && lease_events.is_empty() {
+            break;
+        }
+    }
+    let (status, _) = rig
+        .post("lease", json!({ "Owner": "c", "TtlMs": 30_000 }))
+        .await;
+    assert_eq!(status, 200);
+    let broken = rig
+        .http
+        .delete(rig.url("lease"))
+        .header("Authorization", "Bearer let-me-in")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(broken.status(), 200);
+
+    let after = rig.get_text("/metrics").await.1;
+    let delta = |name: &str| series(&after, name) - series(&before, name);
+    // Exact where this test is the only cause: the read's timeout and the PING's (the
+    // corrupted reply's read may time out too, and then its PING is answered).
+    let timeouts = delta("station_gateway_link_timeouts_total");
+    assert!((2.0..=3.0).contains(&timeouts), "{timeouts} timeouts");
+    assert_eq!(delta("station_gateway_link_reconnects_total"), 1.0);
+    assert_eq!(delta("station_gateway_link_crc_errors_total"), 1.0);
+    for (kind, count) in [
+        ("taken", 3.0),
+        ("released", 1.0),
+        ("expired", 1.0),
+        ("broken", 1.0),
+    ] {
+        assert_eq!(
+            delta(&format!(
+                "station_gateway_lease_transitions_total{{kind=\"{kind}\"}}"
+            )),
+            count,
+            "{kind}"
+        );
+    }
+    assert_eq!(series(&after, "station_gateway_lease_held"), 0.0);
+}
+
+/// One blocking HTTP/1.1 GET on a fresh connection: the status (0 if none came).
+fn blocking_get(addr: &str, path: &str, headers: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{headers}Connection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs the gateway binary with `args` and `rust_log`, makes the requests `drive` makes against
+/// its address, stops it with SIGTERM and returns everything it logged.
+fn run_binary_and_log(args: &[&str], rust_log: &str, drive: impl FnOnce(&str)) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_station-gateway"))
+        .args([
+            "--log-format",
+            "json",
+            "--simulator",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .env("RUST_LOG", rust_log)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut log = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let addr = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("the gateway never said where it listens:\n{log}"));
+        log.push_str(&line);
+        log.push('\n');
+        if let Some(addr) = line
+            .split("HTTP listening on http://")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .map(str::to_owned)
+        {
+            break addr;
+        }
+    };
+    // Ready: the station link is up.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while blocking_get(&addr, "/readyz", "") != 200 {
+        assert!(Instant::now() < deadline, "never ready:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drive(&addr);
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "no exit after SIGTERM:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    reader.join().unwrap();
+    log.extend(lines.try_iter().map(|line| line + "\n"));
+    log
+}
+
+/// README: keys and passwords are never logged, and `RUST_LOG=info,access=off` drops the
+/// access lines.
+#[test]
+fn basic_passwords_are_never_logged_and_access_off_drops_the_access_lines() {
+    let dir = std::env::temp_dir().join(format!("sg-ops-logs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        "[access]\nusers = [{ name = \"ops\", password = \"right-horse-battery\", role = \"admin\" }]\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    // `ops:right-horse-battery` and `ops:wrong-staple-guess`, as Basic sends them.
+    let right = "b3BzOnJpZ2h0LWhvcnNlLWJhdHRlcnk=";
+    let wrong = "b3BzOndyb25nLXN0YXBsZS1ndWVzcw==";
+    let drive = |addr: &str| {
+        for (credentials, expected) in [(right, 200), (wrong, 401)] {
+            let header = format!("Authorization: Basic {credentials}\r\n");
+            let status = blocking_get(addr, "/api/capabilities", &header);
+            assert_eq!(status, expected, "{credentials}");
+        }
+    };
+    let secrets = ["right-horse-battery", "wrong-staple-guess", right, wrong];
+
+    let with_access = run_binary_and_log(&["--config", &config], "debug", drive);
+    let access_lines = with_access
+        .lines()
+        .filter(|l| l.contains("\"target\":\"access\"") && l.contains("/api/capabilities"))
+        .count();
+    assert_eq!(
+        access_lines, 2,
+        "one access line per request:\n{with_access}"
+    );
+    for secret in secrets {
+        assert!(
+            !with_access.contains(secret),
+            "{secret} logged:\n{with_access}"
+        );
+    }
+
+    let without = run_binary_and_log(&["--config", &config], "info,access=off", drive);
+    assert!(
+        !without.contains("\"target\":\"access\""),
+        "access lines with access=off:\n{without}"
+    );
+    // The log kept flowing after the requests: the shutdown was logged.
+    assert!(without.contains("shut"), "{without}");
+    for secret in secrets {
+        assert!(!without.contains(secret), "{secret} logged:\n{without}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A request in flight when the gateway is told to stop gets a whole answer (here the link's
+/// 503 saying the gateway is shutting down), not a cut connection; stop returns promptly;
+/// then nothing is served.
+#[tokio::test]
+async fn a_request_in_flight_at_shutdown_gets_a_whole_answer() {
+    let rig = rig(|c| c.station.request_timeout_ms = 10_000).await;
+    rig.sim.set_reply_delay(Duration::from_secs(3));
+    let stats = rig.gateway.link().stats().clone();
+    let before = station_gateway::link::LinkStats::get(&stats.frames_sent);
+    let in_flight = tokio::spawn({
+        let http = rig.http.clone();
+        let url = rig.url("resources/value/get");
+        async move {
+            let response = http
+                .post(url)
+                .json(&json!({ "Name": MON_3V3 }))
+                .send()
+                .await?;
+            let status = response.status().as_u16();
+            let body: Json = response.json().await?;
+            reqwest::Result::Ok((status, body))
+        }
+    });
+    until(Duration::from_secs(5), "the READ on the wire", || {
+        station_gateway::link::LinkStats::get(&stats.frames_sent) > before
+    })
+    .await;
+    let base = rig.gateway.base_url();
+    let Rig { gateway, .. } = rig;
+    within(
+        Duration::from_secs(10),
+        "the gateway to stop",
+        gateway.stop(),
+    )
+    .await;
+    let (status, body) = within(Duration::from_secs(5), "the answer", in_flight)
+        .await
+        .unwrap()
+        .expect("the request in flight was cut off instead of answered");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("shutting down"),
+        "{body}"
+    );
+    assert!(
+        reqwest::get(format!("{base}/healthz")).await.is_err(),
+        "served after stop"
+    );
 }

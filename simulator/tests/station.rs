@@ -5,6 +5,8 @@ mod common;
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use bytes::Bytes;
 use common::*;
 use station_protocol::{ChangeType, ErrorCode, Notify, Value};
@@ -34,11 +36,31 @@ async fn vmon_rises_toward_vset_after_on() {
     assert_eq!(hello.window, 8);
     assert_eq!(hello.firmware, "6.4.2");
     client.write_one(VSET1, Value::Float(500.0)).await.unwrap();
+    let on_sent = Instant::now();
     client.write_one(ON1, Value::Bool(true)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    // RAMP defaults to 50 V/s: about 50 V after a second, on its way to 500.
-    let volts = float(client.read_one(VMON1).await.unwrap());
-    assert!((40.0..100.0).contains(&volts), "VMON1 = {volts}");
+    let on_done = Instant::now();
+    // RAMP defaults to 50 V/s: each reading lies on that ramp, between what the time since ON
+    // could be at the least and at the most (plus the monitor's noise), however slowly the
+    // machine runs. Read until it has clearly left 0 V, on its way to 500.
+    let rising = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let asked = Instant::now();
+            let volts = float(client.read_one(VMON1).await.unwrap());
+            let answered = Instant::now();
+            let least = 50.0 * asked.saturating_duration_since(on_done).as_secs_f64() - 1.0;
+            let most = 50.0 * answered.duration_since(on_sent).as_secs_f64() + 1.0;
+            assert!(
+                (least..=most).contains(&volts),
+                "VMON1 = {volts}, expected {least:.1} to {most:.1} on a 50 V/s ramp"
+            );
+            if volts > 20.0 {
+                return volts;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let volts = rising.await.expect("VMON1 never passed 20 V within 10 s");
+    assert!(volts < 500.0, "VMON1 = {volts}");
     let micro_amps = float(client.read_one(IMON1).await.unwrap());
     assert!(
         (micro_amps - volts / 10.0).abs() < 0.5,

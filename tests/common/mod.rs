@@ -1,5 +1,12 @@
-//! Shared test harness: a simulator and a gateway on ports the OS picks.
+//! Shared test harness: one rig (a simulator and a gateway on ports the OS picks, with or
+//! without the legacy listener), one HTTP helper, one event-stream reader ([`sse`]) and the
+//! bounded waits every test uses.
 #![allow(dead_code)]
+
+pub mod sse;
+
+#[allow(unused_imports)]
+pub use sse::{Event, Sse};
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,6 +16,58 @@ use station_gateway::{Config, GatewayHandle, Listeners};
 use station_simulator::{Profile, Simulator, SimulatorHandle};
 use tokio::net::TcpListener;
 
+/// Awaits `future` for at most `limit`; past that the test fails, naming `what` it waited for.
+/// Every wait in a test goes through this (or a helper built on it), so a regression fails
+/// the test instead of hanging CI.
+pub async fn within<T>(
+    limit: Duration,
+    what: &str,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("waited {limit:?} for {what}"),
+    }
+}
+
+/// Polls `condition` every few milliseconds until it holds; fails after `limit`, naming `what`.
+pub async fn until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    within(limit, what, async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
+/// Waits (at most 10 s) until the link's state satisfies `condition`.
+pub async fn link_state(
+    gateway: &GatewayHandle,
+    what: &str,
+    condition: impl FnMut(&std::sync::Arc<station_gateway::link::StationInfo>) -> bool,
+) {
+    let mut info = gateway.link().watch_info();
+    within(Duration::from_secs(10), what, info.wait_for(condition))
+        .await
+        .expect("the link task ended");
+}
+
+/// Reads from `stream` until the peer closes it; returns how long that took. Fails after
+/// `limit`. (Anything the peer sends first, e.g. a 408 answer, is skipped.)
+pub async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> Duration {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at((started + limit).into(), stream.read(&mut buf)).await {
+            Err(_) => panic!("still open after {limit:?}"),
+            Ok(Ok(0) | Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// A simulator and a gateway connected to it.
 pub struct Rig {
     pub sim: SimulatorHandle,
     pub gateway: GatewayHandle,
@@ -26,11 +85,27 @@ pub fn config_for(sim: &SimulatorHandle, tweak: impl FnOnce(&mut Config)) -> Con
 
 /// Starts the default simulator and a gateway connected to it.
 pub async fn rig(tweak: impl FnOnce(&mut Config)) -> Rig {
-    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let sim = default_simulator().await;
     let config = config_for(&sim, tweak);
-    let gateway = start_gateway(config).await;
+    rig_on(sim, config, false).await
+}
+
+/// Starts the default simulator and a gateway with the legacy listener on.
+pub async fn legacy_rig(tweak: impl FnOnce(&mut Config)) -> Rig {
+    let sim = default_simulator().await;
+    let config = config_for(&sim, tweak);
+    rig_on(sim, config, true).await
+}
+
+pub async fn default_simulator() -> SimulatorHandle {
+    Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// A gateway with `config` (which points at `sim`, or at a pty of it), connected.
+pub async fn rig_on(sim: SimulatorHandle, config: Config, legacy: bool) -> Rig {
+    let gateway = start_gateway_with(config, legacy).await;
     Rig {
         sim,
         gateway,
@@ -39,13 +114,24 @@ pub async fn rig(tweak: impl FnOnce(&mut Config)) -> Rig {
 }
 
 pub async fn start_gateway(config: Config) -> GatewayHandle {
-    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway = station_gateway::start(Listeners { http, legacy: None }, config)
-        .await
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), gateway.connected())
-        .await
-        .expect("the gateway never connected");
+    start_gateway_with(config, false).await
+}
+
+async fn start_gateway_with(config: Config, legacy: bool) -> GatewayHandle {
+    let listeners = Listeners {
+        http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: match legacy {
+            true => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            false => None,
+        },
+    };
+    let gateway = station_gateway::start(listeners, config).await.unwrap();
+    within(
+        Duration::from_secs(10),
+        "the gateway to connect",
+        gateway.connected(),
+    )
+    .await;
     gateway
 }
 
@@ -54,23 +140,51 @@ impl Rig {
         format!("{}/api/{path}", self.gateway.base_url())
     }
 
-    /// POSTs JSON and returns the status and the JSON answer.
-    pub async fn post(&self, path: &str, body: Json) -> (u16, Json) {
-        let response = self
-            .http
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+    /// Where the legacy listener is (a rig from [`legacy_rig`]).
+    pub fn legacy(&self) -> SocketAddr {
+        self.gateway
+            .legacy_addr
+            .expect("this rig has no legacy listener: use legacy_rig")
+    }
+
+    /// Any request below `api/`, with an optional JSON body: the status and the JSON answer
+    /// (`Null` when the answer is not JSON).
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Json>,
+    ) -> (u16, Json) {
+        let mut request = self.http.request(method, self.url(path));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Json::Null))
     }
 
+    /// `GET` of a path from the gateway's root (`/metrics`, `/healthz`): status and text.
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.gateway.base_url()))
+            .send()
+            .await
+            .unwrap();
+        (
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default(),
+        )
+    }
+
+    /// POSTs JSON and returns the status and the JSON answer.
+    pub async fn post(&self, path: &str, body: Json) -> (u16, Json) {
+        self.send(reqwest::Method::POST, path, Some(body)).await
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Json) {
-        let response = self.http.get(self.url(path)).send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Json::Null))
+        self.send(reqwest::Method::GET, path, None).await
     }
 
     pub async fn read(&self, name: &str) -> (u16, Json) {
@@ -88,14 +202,20 @@ impl Rig {
 
     /// Waits until the link has come up with a generation above `generation`.
     pub async fn reconnected_after(&self, generation: u64) {
-        let mut info = self.gateway.link().watch_info();
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            info.wait_for(|i| i.connected && i.generation > generation),
-        )
-        .await
-        .expect("the link did not reconnect")
-        .unwrap();
+        link_state(&self.gateway, "the link to reconnect", |i| {
+            i.connected && i.generation > generation
+        })
+        .await;
+    }
+
+    /// Waits until the link is down.
+    pub async fn disconnected(&self) {
+        link_state(&self.gateway, "the link to go down", |i| !i.connected).await;
+    }
+
+    /// Waits until the link is up.
+    pub async fn connected(&self) {
+        link_state(&self.gateway, "the link to be up", |i| i.connected).await;
     }
 }
 
@@ -104,38 +224,7 @@ pub const VSET1: &str = "0.4.ESH10000662.VSET1";
 pub const VMON1: &str = "0.4.ESH10000662.VMON1";
 pub const ON1: &str = "0.4.ESH10000662.ON1";
 
-/// A simulator and a gateway with its legacy listener on.
-pub struct LegacyRig {
-    pub sim: SimulatorHandle,
-    pub gateway: GatewayHandle,
-    pub legacy: SocketAddr,
-    pub http: reqwest::Client,
-}
-
-/// Starts the default simulator and a gateway with the legacy listener on.
-pub async fn legacy_rig(tweak: impl FnOnce(&mut Config)) -> LegacyRig {
-    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let config = config_for(&sim, tweak);
-    let listeners = Listeners {
-        http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        legacy: Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
-    };
-    let gateway = station_gateway::start(listeners, config).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), gateway.connected())
-        .await
-        .unwrap();
-    let legacy = gateway.legacy_addr.unwrap();
-    LegacyRig {
-        sim,
-        gateway,
-        legacy,
-        http: reqwest::Client::new(),
-    }
-}
-
-impl LegacyRig {
+impl Rig {
     /// Takes the control lease over HTTP for `owner`; returns the lease id.
     pub async fn take_lease(&self, owner: &str) -> String {
         let response = self

@@ -131,8 +131,10 @@ def test_a_subscription_sends_values_about_every_interval(client: AccordionQ2Cli
     sub = client.subscriptions.create(events.stream.stream_id, names, 200)
     assert sub.id, sub
     assert 50_000 <= sub.expires_in_ms <= 60_000, sub
-    got = events.values_of(sub.id, 5, timeout=3.0)
-    assert 120 <= mean_spacing(got) * 1000 <= 400, f"mean spacing {mean_spacing(got) * 1000:.0f} ms"
+    got = events.values_of(sub.id, 5, timeout=15.0)  # a hang guard, not a speed test
+    # No faster than the interval (a loaded machine can only make them later). The first goes
+    # out at once, so it is left out.
+    assert mean_spacing(got[1:]) * 1000 >= 150, f"mean spacing {mean_spacing(got[1:]) * 1000:.0f} ms"
     ids = [e.id for _, e in got]
     assert ids == sorted(ids) and len(set(ids)) == len(ids), ids
     for _, event in got:
@@ -156,12 +158,13 @@ def test_update_replaces_channels_and_interval(client: AccordionQ2Client, open_e
     # Skip what was on its way before the update: from the first event with the new channel on.
     first = events.next(3.0, lambda e: e.name == "values" and e.data.get("subscription") == sub.id
                         and set(e.data["values"]) == {station.MON_3V3}, "a values event after the update")
-    got = [first, *events.values_of(sub.id, 3, timeout=4.0)]
+    got = [first, *events.values_of(sub.id, 3, timeout=15.0)]  # a hang guard, not a speed test
     for _, event in got:
         assert set(event.data["values"]) == {station.MON_3V3}, event.data
         assert float(event.data["values"][station.MON_3V3]) == pytest.approx(3.3, abs=0.05)
+    # The new interval took effect: no faster than 500 ms (200 ms would show as ~200).
     spacing_ms = mean_spacing(got) * 1000
-    assert 350 <= spacing_ms <= 900, f"mean spacing {spacing_ms:.0f} ms after updating to 500 ms"
+    assert spacing_ms >= 350, f"mean spacing {spacing_ms:.0f} ms after updating to 500 ms"
     client.subscriptions.delete(sub.id)
 
 
@@ -172,16 +175,22 @@ def test_delete_ends_the_subscription_and_only_that_one(client: AccordionQ2Clien
     events.values_of(gone.id, 2, timeout=3.0)
     client.subscriptions.delete(gone.id)
     deleted_at = time.monotonic()
-    # A tick already under way may still deliver one; after a grace period none may come.
-    grace = deleted_at + 0.5
-    # Watch for a second after the grace period, while the other subscription keeps going.
-    events.next(5.0, lambda e: e.name == "values" and e.data.get("subscription") == kept.id
-                and time.monotonic() > grace + 1.0, "the kept subscription's values 1.5 s on")
-    kept_later = [e for t, e in events.seen if t > grace and e.data.get("subscription") == kept.id]
-    assert len(kept_later) >= 3, f"the kept subscription went quiet: {len(kept_later)} events in 1 s"
-    stray = [e.data for t, e in events.seen if t > grace and e.name == "values"
-             and e.data.get("subscription") == gone.id]
-    assert not stray, f"values for a deleted subscription: {stray}"
+    # Both tick together (same interval, shared grid): a tick already under way when the delete
+    # was answered may still deliver one of the deleted; from the kept one's second event after
+    # the delete on, a full tick later, none may come. Watch three of the kept one's ticks.
+    def values_after_the_delete() -> list[ServerEvent]:
+        return [e for t, e in events.seen if t > deleted_at and e.name == "values"]
+
+    deadline = time.monotonic() + 15.0  # a hang guard, not a speed test
+    while sum(e.data.get("subscription") == kept.id for e in values_after_the_delete()) < 3:
+        events.next(max(deadline - time.monotonic(), 0.001),
+                    lambda e: e.name == "values" and e.data.get("subscription") == kept.id,
+                    "the kept subscription's values after the delete")
+    after = values_after_the_delete()
+    kept_at = [i for i, e in enumerate(after) if e.data.get("subscription") == kept.id]
+    gone_at = [i for i, e in enumerate(after) if e.data.get("subscription") == gone.id]
+    assert all(i < kept_at[1] for i in gone_at), \
+        f"values for a deleted subscription a tick after the delete: {[e.data for e in after]}"
     for call in (lambda: client.subscriptions.update(gone.id, [station.VMON1], 200),
                  lambda: client.subscriptions.delete(gone.id)):
         with pytest.raises(AccordionQ2ApiError) as caught:

@@ -84,8 +84,11 @@ def test_get_values_reads_every_name(client: AccordionQ2Client) -> None:
     assert float(values[station.MON_3V3]) == pytest.approx(3.3, abs=0.05)
     assert float(values[station.MON_1V8]) == pytest.approx(1.8, abs=0.05)
     assert values[station.FIRMWARE_REV].startswith("6.")
-    # Each ADC input is its own signal.
-    assert all(isinstance(float(values[n]), float) for n in station.ADC)
+    # Each ADC input is its own signal: 2.5 V nominal, drifting by up to 1 V with a phase of its
+    # own (config/station.toml), so eight different readings, each in range.
+    adc = [float(values[n]) for n in station.ADC]
+    assert all(1.4 <= v <= 3.6 for v in adc), dict(zip(station.ADC, adc))
+    assert len(set(adc)) == len(adc), f"ADC inputs share a reading: {dict(zip(station.ADC, adc))}"
 
 
 def test_read_values_without_max_age_is_a_fresh_read(client: AccordionQ2Client) -> None:
@@ -233,5 +236,7 @@ def test_two_clients_at_once(client_factory) -> None:
         t.start()
     for t in threads:
         t.join(timeout=60)
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"workers still running after 60 s: {hung}"
     assert not errors, errors
 

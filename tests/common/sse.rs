@@ -1,0 +1,124 @@
+//! One reader of the event stream (`GET api/events`) for every test: parses events as the
+//! reference client does, with a deadline on every wait.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value as Json;
+use tokio::time::Instant;
+
+use super::Rig;
+
+/// One server-sent event.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: u64,
+    pub name: String,
+    pub data: Json,
+}
+
+/// A reader of `GET api/events`, parsing as the reference client does.
+pub struct Sse {
+    response: reqwest::Response,
+    buf: Vec<u8>,
+    /// Comment lines (`: ping`) seen so far.
+    pub pings: usize,
+}
+
+impl Sse {
+    pub async fn open(rig: &Rig) -> Result<Sse> {
+        let response = rig
+            .http
+            .get(rig.url("events"))
+            .header("Accept", "text/event-stream")
+            .send()
+            .await?;
+        if response.status() != 200 {
+            bail!(
+                "GET events: {} {}",
+                response.status(),
+                response.text().await?
+            );
+        }
+        let content_type = response.headers()["content-type"].to_str()?.to_owned();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        Ok(Sse {
+            response,
+            buf: Vec::new(),
+            pings: 0,
+        })
+    }
+
+    /// Opens a stream and reads its hello.
+    pub async fn open_hello(rig: &Rig) -> Result<(Sse, Json)> {
+        let mut sse = Sse::open(rig).await?;
+        let hello = sse
+            .next(Duration::from_secs(2))
+            .await?
+            .context("the stream ended before hello")?;
+        assert_eq!(hello.name, "hello");
+        assert_eq!(hello.id, 1);
+        Ok((sse, hello.data))
+    }
+
+    /// The next event; `None` when the stream ended; an error after `within` without one.
+    pub async fn next(&mut self, within: Duration) -> Result<Option<Event>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(block)?;
+                let (mut id, mut name, mut data) = (0, String::from("message"), Vec::new());
+                for line in text.lines() {
+                    if line.starts_with(':') {
+                        continue;
+                    }
+                    let (key, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match key {
+                        "id" => id = value.parse()?,
+                        "event" => name = value.to_owned(),
+                        "data" => data.push(value.to_owned()),
+                        _ => {}
+                    }
+                }
+                if data.is_empty() {
+                    self.pings += 1;
+                    continue;
+                }
+                assert_eq!(data.len(), 1, "one data line per event: {text}");
+                return Ok(Some(Event {
+                    id,
+                    name,
+                    data: serde_json::from_str(&data[0])?,
+                }));
+            }
+            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
+                Err(_) => bail!("no event within {within:?}"),
+                Ok(Err(error)) => return Err(error.into()),
+                Ok(Ok(None)) => return Ok(None),
+                Ok(Ok(Some(chunk))) => self.buf.extend_from_slice(&chunk),
+            }
+        }
+    }
+
+    /// The next event called `name`, skipping others.
+    pub async fn next_named(&mut self, name: &str, within: Duration) -> Result<Event> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self
+                .next(left)
+                .await
+                .with_context(|| format!("waiting for a {name} event"))?
+            {
+                Some(event) if event.name == name => return Ok(event),
+                Some(_) => {}
+                None => bail!("the stream ended while waiting for a {name} event"),
+            }
+        }
+    }
+}
