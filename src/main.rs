@@ -3,6 +3,7 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser};
@@ -54,9 +55,35 @@ struct Args {
     print_config: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+/// Runs the gateway; a failure to start is one line on stderr, `station-gateway: ...`, and exit
+/// status 1 (no backtrace, whatever `RUST_BACKTRACE` says: the message is for an operator).
+fn main() -> ExitCode {
+    let started = tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")
+        .and_then(|runtime| runtime.block_on(gateway_main(Args::parse())));
+    match started {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("station-gateway: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, leaving out a cause its effect already quotes.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+async fn gateway_main(args: Args) -> anyhow::Result<()> {
     if args.simulator && args.station.is_some() {
         // Both say where the link goes; taking one silently would test the wrong station.
         Args::command()
