@@ -122,6 +122,13 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
     add_api_keys(&mut config, args.api_keys);
 
     let _simulator = if args.simulator {
+        let configured = &config.station.url;
+        if *configured != station_gateway::config::StationConfig::default().url {
+            tracing::warn!(
+                "--simulator: the link goes to the embedded simulator, not to station.url \
+                 {configured} from the config file"
+            );
+        }
         let profile = match &args.simulator_profile {
             // Formatted into one line: the error already says the cause; no "Caused by" repeat.
             Some(path) => station_simulator::Profile::from_file(path)

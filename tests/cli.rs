@@ -286,3 +286,19 @@ fn a_missing_config_file_is_one_line_naming_the_file() {
         "station-gateway: cannot read config file no-such-gateway.toml: no such file"
     );
 }
+
+#[test]
+fn simulator_says_it_overrides_the_config_files_station() {
+    let path = std::env::temp_dir().join(format!("sg-cli-station-{}.toml", std::process::id()));
+    std::fs::write(&path, "[station]\nurl = \"tcp://192.0.2.7:4000\"\n").unwrap();
+    let mut gateway = RunningGateway::start(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--simulator",
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    let warning = gateway.wait_for("--simulator: ");
+    let _ = std::fs::remove_file(&path);
+    assert!(warning.contains("tcp://192.0.2.7:4000"), "{warning}");
+}
