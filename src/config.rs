@@ -315,10 +315,12 @@ impl Default for EventsConfig {
 /// A config that cannot be used, with the key (and file and line where known) at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    /// Not a `#[source]`: the message already says why, and a report that prints the
+    /// chain (anyhow in `main`) would say it twice.
+    #[error("cannot read config file {}: {}", path.display(), describe_io_error(error))]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
@@ -328,9 +330,9 @@ pub enum ConfigError {
 
 impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Config::from_toml(&text, &path.display().to_string())
     }
@@ -356,7 +358,7 @@ impl Config {
             }
             ConfigError::Parse {
                 origin: place,
-                message: error.message().to_owned(),
+                message: plain_type_names(error.message()),
             }
         })?;
         config.validate()?;
@@ -530,6 +532,54 @@ fn key_at(text: &str, at: usize) -> Option<String> {
     })
 }
 
+/// Why a file could not be read, in words: "no such file" rather than the OS's "No such file
+/// or directory (os error 2)".
+fn describe_io_error(error: &std::io::Error) -> String {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_owned(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        std::io::ErrorKind::IsADirectory => "it is a directory".to_owned(),
+        _ => error.to_string(),
+    }
+}
+
+/// serde's messages name Rust types ("invalid type: string \"lots\", expected usize"); a
+/// config's reader wants the kind of value in words.
+fn plain_type_names(message: &str) -> String {
+    const WORDS: [(&str, &str); 10] = [
+        ("expected usize", "expected a non-negative whole number"),
+        ("expected u64", "expected a non-negative whole number"),
+        (
+            "expected u32",
+            "expected a non-negative whole number up to 4294967295",
+        ),
+        (
+            "expected u16",
+            "expected a non-negative whole number up to 65535",
+        ),
+        (
+            "expected u8",
+            "expected a non-negative whole number up to 255",
+        ),
+        ("expected i64", "expected a whole number"),
+        ("expected i32", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+        ("expected a sequence", "expected a list [...]"),
+    ];
+    let mut message = message.trim_end().to_owned();
+    for (rust, words) in WORDS {
+        // Whole words only: "expected u16" must not turn "expected u164" (none today) into nonsense.
+        if let Some(at) = message.find(rust) {
+            let end = at + rust.len();
+            if !message[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                message.replace_range(at..end, words);
+            }
+        }
+    }
+    message
+}
+
 /// An address to listen on, `HOST:PORT`.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     text.parse()
@@ -598,6 +648,32 @@ mod tests {
         assert!(
             text.contains("x.toml, line 2, key http.max_body_bytes"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_says_the_expected_kind_in_words() {
+        let error = Config::from_toml("[http]\nmax_body_bytes = \"lots\"\n", "x.toml").unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("expected a non-negative whole number"),
+            "{text}"
+        );
+        assert!(!text.contains("usize"), "{text}");
+        let error = Config::from_toml("[legacy]\nwindow = 70000\n", "x.toml").unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("up to 65535"), "{text}");
+        assert!(!text.contains("u16"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_config_file_is_one_line_naming_the_file() {
+        let path = std::env::temp_dir().join("station-gateway-no-such-config.toml");
+        let error = Config::from_file(&path).unwrap_err();
+        let report = format!("{:?}", anyhow::Error::from(error));
+        assert_eq!(
+            report,
+            format!("cannot read config file {}: no such file", path.display())
         );
     }
 

@@ -3,9 +3,10 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use station_gateway::config::{Config, EXAMPLE_CONFIG, parse_listen};
 use station_gateway::logs::BatchingWriterGuard;
 use station_gateway::{Listeners, run};
@@ -31,11 +32,16 @@ struct Args {
     /// Where leases live: memory, sqlite:PATH, postgres://... or redis://...
     #[arg(long)]
     lease_backend: Option<String>,
-    /// Start an embedded station simulator and point the link at it.
+    /// Start an embedded station simulator and point the link at it (instead of --station).
     #[arg(long)]
     simulator: bool,
-    /// The simulator's station profile (default: the built-in station).
-    #[arg(long, requires = "simulator")]
+    /// Where the embedded simulator serves the byte protocol, e.g. 127.0.0.1:4000 (default: a
+    /// free port, logged at start as "simulator listening ADDR").
+    #[arg(long, value_name = "ADDR", requires = "simulator")]
+    simulator_listen: Option<String>,
+    /// The embedded simulator's station profile (default: the built-in station, a copy of
+    /// config/station.toml).
+    #[arg(long, value_name = "FILE", requires = "simulator")]
     simulator_profile: Option<PathBuf>,
     /// Adds an API key with the role `control` (sent as X-Api-Key); turns access control on.
     /// May be given more than once.
@@ -49,9 +55,45 @@ struct Args {
     print_config: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+/// Runs the gateway; a failure to start is one line on stderr, `station-gateway: ...`, and exit
+/// status 1 (no backtrace, whatever `RUST_BACKTRACE` says: the message is for an operator).
+fn main() -> ExitCode {
+    let started = tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")
+        .and_then(|runtime| runtime.block_on(gateway_main(Args::parse())));
+    match started {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("station-gateway: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, leaving out a cause its effect already quotes.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+async fn gateway_main(args: Args) -> anyhow::Result<()> {
+    if args.simulator && args.station.is_some() {
+        // Both say where the link goes; taking one silently would test the wrong station.
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--simulator and --station both say where the station is: --simulator starts \
+                 an embedded simulated station, --station points at a real one; give one of them",
+            )
+            .exit();
+    }
     let shutdown = shutdown_signal()?;
     if args.print_config {
         print!("{EXAMPLE_CONFIG}");
@@ -80,15 +122,28 @@ async fn main() -> anyhow::Result<()> {
     add_api_keys(&mut config, args.api_keys);
 
     let _simulator = if args.simulator {
+        let configured = &config.station.url;
+        if *configured != station_gateway::config::StationConfig::default().url {
+            tracing::warn!(
+                "--simulator: the link goes to the embedded simulator, not to station.url \
+                 {configured} from the config file"
+            );
+        }
         let profile = match &args.simulator_profile {
-            Some(path) => station_simulator::Profile::from_file(path)?,
+            // Formatted into one line: the error already says the cause; no "Caused by" repeat.
+            Some(path) => station_simulator::Profile::from_file(path)
+                .map_err(|error| anyhow::anyhow!("--simulator-profile: {error}"))?,
             None => station_simulator::Profile::default_station(),
         };
-        let simulator = station_simulator::Simulator::start(profile, "127.0.0.1:0".parse()?)
+        let listen = args.simulator_listen.as_deref().unwrap_or("127.0.0.1:0");
+        let listen =
+            parse_listen(listen).map_err(|why| anyhow::anyhow!("--simulator-listen: {why}"))?;
+        let simulator = station_simulator::Simulator::start(profile, listen)
             .await
-            .context("cannot start the embedded simulator")?;
-        config.station.url = format!("tcp://{}", simulator.local_addr());
-        tracing::info!("embedded station simulator on {}", simulator.local_addr());
+            .with_context(|| format!("cannot start the embedded simulator on {listen}"))?;
+        let addr = simulator.local_addr();
+        config.station.url = format!("tcp://{addr}");
+        tracing::info!("simulator listening {addr}");
         Some(simulator)
     } else {
         None
@@ -99,6 +154,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.http.listen))?;
     run(listeners, config, shutdown).await?;
+    tracing::info!("station-gateway stopped");
     Ok(())
 }
 

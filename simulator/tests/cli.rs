@@ -63,13 +63,16 @@ async fn the_cli_writes_reads_and_reports_station_errors() {
 
     let output = run(at(&["read", "No.Such.Channel"])).await;
     assert!(!output.status.success());
-    assert_eq!(stderr(&output).trim(), "no such channel: No.Such.Channel");
+    assert_eq!(
+        stderr(&output).trim(),
+        "station-cli: no such channel: No.Such.Channel"
+    );
 
     let output = run(at(&["write", VSET1, "3500"])).await;
     assert!(!output.status.success());
     assert_eq!(
         stderr(&output).trim(),
-        "0.4.ESH10000662.VSET1: 3500 is outside 0 to 3000 V"
+        "station-cli: 0.4.ESH10000662.VSET1: 3500 is outside 0 to 3000 V"
     );
 
     let output = run(at(&["list"])).await;

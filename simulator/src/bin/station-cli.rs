@@ -1,7 +1,8 @@
 //! `station-cli`: a client of the station byte protocol for people and scripts.
 //!
-//! Prints values in the station format, one per line. A station error goes to stderr with the
-//! station's message and exit status 1; a link or usage problem exits with 2.
+//! Prints values in the station format, one per line. Every error goes to stderr as one line
+//! `station-cli: ...`: a station error with the station's message and exit status 1, a link or
+//! usage problem with exit status 2.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -96,7 +97,7 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(status) => status,
         Err(Failure::Station(message)) => {
-            eprintln!("{message}");
+            eprintln!("station-cli: {message}");
             ExitCode::from(1)
         }
         Err(Failure::Other(message)) => {
@@ -187,7 +188,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 match result {
                     Ok(value) => print_value(&value),
                     Err(error) => {
-                        eprintln!("{}", error.message);
+                        eprintln!("station-cli: {}", error.message);
                         failed = true;
                     }
                 }
