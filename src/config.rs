@@ -444,7 +444,7 @@ impl Config {
         if !self.legacy.listen.is_empty() {
             parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;
         }
-        crate::lease::backends::BackendUrl::parse(&self.lease.backend)
+        station_lease::BackendUrl::parse(&self.lease.backend)
             .map_err(|error| invalid("lease.backend", error.to_string()))?;
         if self.http.tls.enabled() {
             if self.http.tls.cert.is_empty() {
