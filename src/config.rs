@@ -670,7 +670,8 @@ mod tests {
     fn a_missing_config_file_is_one_line_naming_the_file() {
         let path = std::env::temp_dir().join("station-gateway-no-such-config.toml");
         let error = Config::from_file(&path).unwrap_err();
-        let report = format!("{:?}", anyhow::Error::from(error));
+        // As main prints it: the chain on one line, never a backtrace.
+        let report = format!("{:#}", anyhow::Error::from(error));
         assert_eq!(
             report,
             format!("cannot read config file {}: no such file", path.display())
