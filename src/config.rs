@@ -20,6 +20,51 @@ pub struct Config {
     pub events: EventsConfig,
     pub access: AccessConfig,
     pub status_page: StatusPageConfig,
+    pub audit: AuditConfig,
+}
+
+/// The audit trail (`src/audit/`): rotating files of every request and every change.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Where the files are kept; empty: `$STATE_DIRECTORY/audit` when systemd gives the
+    /// service a state directory, else memory only (lost when the gateway stops).
+    pub dir: String,
+    /// The size of one file before it is rotated.
+    pub file_bytes: u64,
+    /// How many files are kept, the current one included.
+    pub files: u32,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            dir: String::new(),
+            file_bytes: 1024 * 1024,
+            files: 20,
+        }
+    }
+}
+
+impl AuditConfig {
+    /// The directory the trail is written to; `None`: memory only.
+    pub fn directory(&self) -> Option<PathBuf> {
+        if !self.dir.is_empty() {
+            return Some(PathBuf::from(&self.dir));
+        }
+        std::env::var_os("STATE_DIRECTORY")
+            .filter(|dir| !dir.is_empty())
+            .map(|dirs| {
+                // systemd may list several, separated by colons: the first is ours.
+                let first = dirs
+                    .to_string_lossy()
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
+                PathBuf::from(first).join("audit")
+            })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -136,6 +181,10 @@ pub struct AccessConfig {
 pub struct ApiKey {
     pub key: String,
     pub role: Role,
+    /// Who the key is, as the audit trail names its caller; empty: `key N` (its place in
+    /// the list, from 1). Never the key itself.
+    #[serde(default)]
+    pub name: String,
 }
 
 #[derive(Clone, Deserialize, PartialEq)]
@@ -152,6 +201,7 @@ impl std::fmt::Debug for ApiKey {
         f.debug_struct("ApiKey")
             .field("key", &"<redacted>")
             .field("role", &self.role)
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -375,6 +425,15 @@ impl Config {
         }
         crate::link::StationUrl::parse(&self.station.url)
             .map_err(|error| invalid("station.url", error.to_string()))?;
+        if !(4096..=1 << 30).contains(&self.audit.file_bytes) {
+            return Err(invalid(
+                "audit.file_bytes",
+                "must be 4096 to 1073741824 (bytes)",
+            ));
+        }
+        if !(1..=1000).contains(&self.audit.files) {
+            return Err(invalid("audit.files", "must be 1 to 1000"));
+        }
         if !(1..=600_000).contains(&self.station.request_timeout_ms) {
             return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
         }
