@@ -146,6 +146,14 @@ impl AuditLog {
         }
     }
 
+    /// Waits until every line queued before this call is written (not synced): a reader of
+    /// the trail sees the requests answered before it asked.
+    pub async fn written(&self) {
+        let (done, written) = oneshot::channel();
+        self.send(String::new(), false, Some(done));
+        let _ = written.await;
+    }
+
     /// The last `tail` lines of the current file (`0`: all).
     pub fn tail(&self, tail: usize) -> std::io::Result<Vec<String>> {
         match &self.shared.dir {
@@ -216,7 +224,7 @@ fn write_lines(mut sink: impl Sink, queue: mpsc::Receiver<Job>, shared: &Shared)
             .fetch_sub(batch.len() as u64, Ordering::Relaxed);
         bytes.clear();
         let mut durable = false;
-        for job in &batch {
+        for job in batch.iter().filter(|job| !job.line.is_empty()) {
             bytes.extend_from_slice(job.line.as_bytes());
             bytes.push(b'\n');
             durable |= job.durable;

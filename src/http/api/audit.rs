@@ -12,6 +12,7 @@ const DEFAULT_TAIL: usize = 100;
 /// first, as a JSON array of strings.
 pub(super) async fn log(call: Call<'_>) -> Answer {
     let tail = tail_of(call.query)?;
+    call.gateway.audit.written().await;
     let lines = call.gateway.audit.tail(tail).map_err(|why| {
         ApiError::new(
             hyper::StatusCode::INTERNAL_SERVER_ERROR,
