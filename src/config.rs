@@ -664,6 +664,11 @@ mod tests {
         assert!(config.access.keys.iter().any(|k| k.role == Role::Control));
         assert!(config.access.users.iter().any(|u| u.role == Role::Admin));
         assert!(!config.legacy.allow.is_empty());
+        assert_eq!(
+            config.audit.directory().unwrap(),
+            Path::new("/var/lib/station-gateway/audit")
+        );
+        assert!(config.access.keys.iter().all(|k| !k.name.is_empty()));
         assert!(
             config
                 .lease
