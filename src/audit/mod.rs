@@ -11,6 +11,7 @@
 pub mod files;
 pub mod lease_lines;
 pub mod line;
+pub mod settings;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -22,9 +23,9 @@ use serde_json::{Value as Json, json};
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
-use crate::config::AuditConfig;
 use files::{MemoryLines, RotatingFiles, Sink};
 pub use line::{ChangeFields, Outcome, RequestLine};
+use settings::AuditConfig;
 
 /// How many change lines the status page shows.
 pub const RECENT_CHANGES: usize = 20;
@@ -139,10 +140,10 @@ impl AuditLog {
             done,
         };
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
-            if let Some(done) = job.done {
-                let _ = done.send(Err("the audit writer has stopped".into()));
-            }
+        if let Err(mpsc::SendError(job)) = self.jobs.send(job)
+            && let Some(done) = job.done
+        {
+            let _ = done.send(Err("the audit writer has stopped".into()));
         }
     }
 

@@ -134,12 +134,15 @@ impl Sink for HeldSync {
     }
 }
 
-fn held_log() -> (
+/// A trail on [`HeldSync`]: the log, what was synced, "a sync started", "let it finish".
+type HeldLog = (
     AuditLog,
     Arc<Mutex<Vec<u8>>>,
     std_mpsc::Receiver<()>,
     std_mpsc::Sender<()>,
-) {
+);
+
+fn held_log() -> HeldLog {
     let (sync_started, started) = std_mpsc::channel();
     let (release, released) = std_mpsc::channel();
     let synced = Arc::new(Mutex::new(Vec::new()));
