@@ -257,6 +257,123 @@ async fn legacy_port_changes_are_in_the_trail() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A write sent and then cut off by the link's drop: its outcome is unknown, and the trail
+/// says so (never "applied", never "refused").
+#[tokio::test]
+async fn a_write_cut_off_after_it_was_sent_is_recorded_as_unknown() {
+    use station_gateway::link::LinkStats;
+    let dir = audit_dir("unknown");
+    let rig = rig(|c| {
+        c.audit.dir = dir.to_string_lossy().into_owned();
+        c.station.request_timeout_ms = 5000;
+    })
+    .await;
+    let stats = rig.gateway.link().stats().clone();
+    let before = LinkStats::get(&stats.frames_sent);
+    rig.sim.set_stall(true);
+    let write = {
+        let (http, url) = (rig.http.clone(), rig.url("resources/value/set"));
+        tokio::spawn(async move {
+            let body = json!({ "Name": VSET1, "Value": "77" });
+            http.post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    until(Duration::from_secs(5), "the write to go out", || {
+        LinkStats::get(&stats.frames_sent) > before
+    })
+    .await;
+    rig.sim.drop_connections();
+    assert_eq!(
+        within(Duration::from_secs(10), "the answer", write)
+            .await
+            .unwrap(),
+        502
+    );
+    let line = file_lines(&dir)
+        .into_iter()
+        .rfind(|l| l.contains("/api/resources/value/set 502 "))
+        .expect("the cut-off write is in the trail");
+    assert!(line.contains("outcome=unknown"), "{line}");
+    rig.sim.set_stall(false);
+    rig.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The lease's own events: a break by an admin (with its address), an expiry and the safe
+/// state after it, each named by owner and fence.
+#[tokio::test]
+async fn lease_breaks_expiries_and_safe_states_are_in_the_trail() {
+    let dir = audit_dir("lease");
+    let rig = rig(|c| {
+        c.audit.dir = dir.to_string_lossy().into_owned();
+        c.lease.admin_token = "admin-token-0123456789".into();
+        c.lease.safe_state = vec![station_gateway::config::SafeWrite {
+            channel: VSET1.into(),
+            value: "0".into(),
+        }];
+    })
+    .await;
+    let broken_lease = rig.take_lease("to be broken").await;
+    let broken = rig
+        .http
+        .delete(rig.url("lease"))
+        .header("Authorization", "Bearer admin-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(broken.status(), 200);
+    let lines = file_lines(&dir);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" 127.0.0.1 LEASE broken - - ")
+                && l.contains("owner=\"to be broken\" fence=1 outcome=applied")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("DELETE /api/lease 200 ") && l.contains("caller=\"admin token\"")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains(&broken_lease) && !l.contains("admin-token-0123"))
+    );
+    // A lease that runs out: expired, then the safe state.
+    let (status, _) = rig
+        .post("lease", json!({ "Owner": "runs out", "TtlMs": 1000 }))
+        .await;
+    assert_eq!(status, 200);
+    until(
+        Duration::from_secs(10),
+        "the expiry and the safe state in the trail",
+        || {
+            file_lines(&dir)
+                .iter()
+                .any(|l| l.contains(" LEASE safe-state - - "))
+        },
+    )
+    .await;
+    let lines = file_lines(&dir);
+    let expired = lines.iter().position(|l| {
+        l.contains(" LEASE expired - - ") && l.contains("owner=\"runs out\" fence=2")
+    });
+    let safe = lines.iter().position(|l| {
+        l.contains(" LEASE safe-state - - ") && l.contains("fence=2 outcome=applied")
+    });
+    assert!(expired.is_some() && expired < safe, "{lines:#?}");
+    rig.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // --- The crash test: a real gateway process, killed with SIGKILL mid-burst. ---
 
 /// A binary of the workspace next to this test's, built if a narrower `cargo test` left it out.
