@@ -143,6 +143,16 @@ async fn every_change_is_on_disk_before_its_answer_with_owner_fence_and_outcome(
         tail[1].contains("POST /api/resources/value/get 200 ") && !tail[1].contains("outcome="),
         "{tail:?}"
     );
+    let (status, _) = rig.get("no/such/endpoint").await;
+    assert_eq!(status, 404);
+    let (_, last) = rig.get("audit/log?tail=1").await;
+    assert!(
+        last[0]
+            .as_str()
+            .unwrap()
+            .contains(" GET /api/no/such/endpoint 404 "),
+        "{last}"
+    );
     let (_, whole) = rig.get("audit/log?tail=0").await;
     assert!(whole.as_array().unwrap().len() >= 8, "{whole}");
     let (status, bad) = rig.get("audit/log?tail=-3").await;

@@ -18,7 +18,8 @@ const MOST_ASKED_CHARS: usize = 400;
 /// What routing learned of a request for its audit line.
 #[derive(Debug, Default)]
 pub struct Noted {
-    /// Under `api/` (the WebApi's requests; the operations endpoints are not audited).
+    /// Under `api/`, or a named lease (the operations endpoints, `/healthz`, `/metrics`, the
+    /// status page, are not audited).
     pub audited: bool,
     /// It changes (or tries to change) the station or the control lease.
     pub change: bool,
@@ -55,6 +56,11 @@ pub fn asked(body: &JsonBody) -> Option<String> {
         for (name, value) in resources {
             let value = value_text(value, name).unwrap_or_else(|_| value.to_string());
             parts.push(format!("{name}={value}"));
+        }
+    }
+    for (field, key) in [("NetName", "netname"), ("Alias", "alias")] {
+        if let Some(name) = body.get(field).and_then(|n| n.as_str()) {
+            parts.push(format!("{key}={name}"));
         }
     }
     if let Some(file) = body.get("FileName").and_then(|f| f.as_str()) {

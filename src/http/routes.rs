@@ -104,6 +104,8 @@ async fn route_and_answer(
     let below_api = below_prefix
         .and_then(|rest| rest.strip_prefix("/api/"))
         .map(|rest| rest.trim_end_matches('/'));
+    // Every api/ request is in the audit trail, a 404 or 405 too.
+    noted.audited = below_api.is_some();
     // Health, readiness, metrics and the status page live beside api/, and so do named leases
     // and semaphores for lab scripts (`v1/leases`, `v1/semaphores`).
     let target = match (below_prefix.and_then(Operation::find), below_api) {
