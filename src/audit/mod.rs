@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use serde_json::{Value as Json, json};
 use tokio::sync::oneshot;
@@ -31,6 +32,9 @@ use settings::AuditConfig;
 pub const RECENT_CHANGES: usize = 20;
 /// The most lines one write (and one sync) takes.
 const MOST_PER_BATCH: usize = 4096;
+/// The longest a change's answer waits for its line: a disk that hangs (a stalled network
+/// file system) must not keep the answer of a change that happened from its client forever.
+pub const RECORD_LIMIT: Duration = Duration::from_secs(5);
 
 struct Job {
     line: String,
@@ -111,15 +115,19 @@ impl AuditLog {
         AuditLog { jobs, shared }
     }
 
-    /// Appends a change's line and waits until it is on disk (written and synced). `Err` says
-    /// why it could not be: the change's answer goes out all the same (the change happened),
-    /// and the failure is logged and shown on the status page.
+    /// Appends a change's line and waits until it is on disk (written and synced), at most
+    /// [`RECORD_LIMIT`]. `Err` says why it is not: the change's answer goes out all the same
+    /// (the change happened), and the failure is logged and shown on the status page.
     pub async fn record(&self, line: String) -> Result<(), String> {
         let (done, written) = oneshot::channel();
         self.send(line, true, Some(done));
-        written
-            .await
-            .unwrap_or_else(|_| Err("the audit writer has stopped".into()))
+        match tokio::time::timeout(RECORD_LIMIT, written).await {
+            Ok(result) => result.unwrap_or_else(|_| Err("the audit writer has stopped".into())),
+            Err(_) => Err(format!(
+                "the audit trail's disk did not confirm a line within {} s (it stays queued)",
+                RECORD_LIMIT.as_secs()
+            )),
+        }
     }
 
     /// Appends a change's line (synced with its batch) without waiting: the lease's own events,

@@ -211,6 +211,18 @@ async fn concurrent_changes_share_one_sync() {
     assert_eq!(log.recent_changes().len(), RECENT_CHANGES);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_disk_that_hangs_delays_a_change_by_the_limit_not_forever() {
+    let (log, _synced, sync_started, release) = held_log();
+    let started = tokio::time::Instant::now();
+    let outcome = log.record("stuck outcome=applied".into()).await;
+    let why = outcome.unwrap_err();
+    assert!(why.contains("did not confirm"), "{why}");
+    assert_eq!(started.elapsed(), RECORD_LIMIT);
+    sync_started.recv_timeout(Duration::from_secs(10)).unwrap();
+    release.send(()).unwrap();
+}
+
 #[test]
 fn memory_only_keeps_one_files_worth() {
     let mut memory = MemoryLines::new(30);
