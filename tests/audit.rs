@@ -438,6 +438,23 @@ struct Gateway {
     url: String,
 }
 
+/// A child process killed when the test ends, passed or failed.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn start_gateway_process(config: &Path) -> Gateway {
     let mut child = Command::new(env!("CARGO_BIN_EXE_station-gateway"))
         .arg("--config")
@@ -483,6 +500,7 @@ async fn a_kill_9_mid_burst_loses_no_answered_write_and_the_station_agrees() {
         .spawn()
         .unwrap();
     let sim_lines = line_reader(sim.stdout.take().unwrap());
+    let sim = Killed(sim);
     let station = wait_for_line(&sim_lines, "listening ", "the simulator to listen");
     let control = wait_for_line(&sim_lines, "control ", "the simulator's control port");
     let dir = audit_dir("crash");
@@ -619,10 +637,6 @@ async fn a_kill_9_mid_burst_loses_no_answered_write_and_the_station_agrees() {
         applied.len(),
         unrecorded.len()
     );
-    let mut gateway = gateway;
-    let _ = gateway.child.kill();
-    let _ = gateway.child.wait();
-    let _ = sim.kill();
-    let _ = sim.wait();
+    drop((gateway, sim));
     let _ = std::fs::remove_dir_all(&dir);
 }
