@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::audit::settings::AuditConfig;
+
 /// The documented example config, also printed by `station-gateway --print-config`.
 pub const EXAMPLE_CONFIG: &str = include_str!("../config/gateway.toml");
 
@@ -20,6 +22,7 @@ pub struct Config {
     pub events: EventsConfig,
     pub access: AccessConfig,
     pub status_page: StatusPageConfig,
+    pub audit: AuditConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -136,6 +139,10 @@ pub struct AccessConfig {
 pub struct ApiKey {
     pub key: String,
     pub role: Role,
+    /// Who the key is, as the audit trail names its caller; empty: `key N` (its place in
+    /// the list, from 1). Never the key itself.
+    #[serde(default)]
+    pub name: String,
 }
 
 #[derive(Clone, Deserialize, PartialEq)]
@@ -152,6 +159,7 @@ impl std::fmt::Debug for ApiKey {
         f.debug_struct("ApiKey")
             .field("key", &"<redacted>")
             .field("role", &self.role)
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -375,6 +383,15 @@ impl Config {
         }
         crate::link::StationUrl::parse(&self.station.url)
             .map_err(|error| invalid("station.url", error.to_string()))?;
+        if !(4096..=1 << 30).contains(&self.audit.file_bytes) {
+            return Err(invalid(
+                "audit.file_bytes",
+                "must be 4096 to 1073741824 (bytes)",
+            ));
+        }
+        if !(1..=1000).contains(&self.audit.files) {
+            return Err(invalid("audit.files", "must be 1 to 1000"));
+        }
         if !(1..=600_000).contains(&self.station.request_timeout_ms) {
             return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
         }
@@ -605,6 +622,11 @@ mod tests {
         assert!(config.access.keys.iter().any(|k| k.role == Role::Control));
         assert!(config.access.users.iter().any(|u| u.role == Role::Admin));
         assert!(!config.legacy.allow.is_empty());
+        assert_eq!(
+            config.audit.directory().unwrap(),
+            Path::new("/var/lib/station-gateway/audit")
+        );
+        assert!(config.access.keys.iter().all(|k| !k.name.is_empty()));
         assert!(
             config
                 .lease

@@ -32,6 +32,8 @@ pub struct Gateway {
     pub metrics: crate::metrics::Metrics,
     /// Who may do what over HTTP; off while no credentials are configured.
     pub access: crate::http::access::AccessControl,
+    /// The audit trail: every request, and who changed what under which lease.
+    pub audit: crate::audit::AuditLog,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

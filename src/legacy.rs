@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::{SinkExt, StreamExt};
 use station_protocol::{
@@ -19,8 +19,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
+use crate::audit::{ChangeFields, Outcome, RequestLine};
 use crate::gateway::Gateway;
 use crate::lease::{Access, Admitted, LeaseError};
 use crate::link::{LinkError, LinkEvent};
@@ -235,27 +236,53 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
+            let change = LegacyChange::new(gateway, peer, "write", &items);
             let admitted = match legacy_policy(gateway) {
-                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Locked(message) => {
+                    return change.answered(locked(message), Outcome::Refused).await;
+                }
                 LegacyPolicy::Open(admitted) => admitted,
             };
             debug!(%peer, items = items.len(), "legacy write");
             match station.write(items, &admitted).await {
-                Ok(results) => Response::Write(results),
-                Err(error) => link_error(error),
+                Ok(results) => {
+                    let applied = results.iter().filter(|r| r.is_ok()).count();
+                    let outcome = match applied {
+                        0 => Outcome::Refused,
+                        n if n == results.len() => Outcome::Applied,
+                        _ => Outcome::Partial,
+                    };
+                    change.answered(Response::Write(results), outcome).await
+                }
+                Err(error) => {
+                    let outcome = link_outcome(&error);
+                    change.answered(link_error(error), outcome).await
+                }
             }
         }
         Request::Transact { name, value } => {
             if let Err(error) = connected() {
                 return error;
             }
+            let items = [(name, value)];
+            let change = LegacyChange::new(gateway, peer, "transact", &items);
+            let [(name, value)] = items;
             let admitted = match legacy_policy(gateway) {
-                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Locked(message) => {
+                    return change.answered(locked(message), Outcome::Refused).await;
+                }
                 LegacyPolicy::Open(admitted) => admitted,
             };
             match station.transact(name, value, &admitted).await {
-                Ok(value) => Response::Transact(value),
-                Err(error) => link_error(error),
+                Ok(value) => {
+                    change
+                        .answered(Response::Transact(value), Outcome::Applied)
+                        .await
+                }
+                Err(error) => {
+                    let outcome = link_outcome(&error);
+                    change.answered(link_error(error), outcome).await
+                }
             }
         }
     }
@@ -330,6 +357,74 @@ fn locked(message: String) -> Response {
 
 fn internal(message: &str) -> Response {
     Response::Error(StationError::new(ErrorCode::Internal, message))
+}
+
+/// A change through the legacy port, for its audit line (`LEGACY write|transact`).
+struct LegacyChange<'g> {
+    gateway: &'g Gateway,
+    peer: SocketAddr,
+    operation: &'static str,
+    asked: String,
+    started: Instant,
+}
+
+impl<'g> LegacyChange<'g> {
+    fn new(
+        gateway: &'g Gateway,
+        peer: SocketAddr,
+        operation: &'static str,
+        items: &[(String, Value)],
+    ) -> Self {
+        let asked: Vec<String> = items
+            .iter()
+            .map(|(name, value)| format!("{name}={}", value.render()))
+            .collect();
+        LegacyChange {
+            gateway,
+            peer,
+            operation,
+            asked: asked.join(","),
+            started: Instant::now(),
+        }
+    }
+
+    /// Writes the change's audit line (synced), then gives back its answer. Legacy clients
+    /// never hold the lease: their changes go through only while nobody does.
+    async fn answered(self, response: Response, outcome: Outcome) -> Response {
+        let line = RequestLine {
+            at: SystemTime::now(),
+            ip: Some(self.peer.ip()),
+            method: "LEGACY",
+            path: self.operation,
+            status: None,
+            duration: Some(self.started.elapsed()),
+        };
+        let fields = ChangeFields {
+            caller: Some("legacy".into()),
+            lease: None,
+            outcome: Some(outcome),
+            asked: Some(self.asked),
+            why: None,
+        };
+        if let Err(why) = self.gateway.audit.record(line.render(Some(&fields))).await {
+            error!(
+                "{why}; a legacy {} from {} is answered without its audit line",
+                self.operation, self.peer
+            );
+        }
+        response
+    }
+}
+
+/// What became of a change the link did not see through.
+fn link_outcome(error: &LinkError) -> Outcome {
+    match error {
+        LinkError::OutcomeUnknown(_)
+        | LinkError::WriteTimeout(_)
+        | LinkError::Timeout(_)
+        | LinkError::Protocol(_) => Outcome::Unknown,
+        _ => Outcome::Refused,
+    }
 }
 
 /// A link error as the station protocol's ERROR frame.

@@ -22,6 +22,8 @@
 //!   values it read.
 //! - [`lease`]: the control lease (admission, send guard, expiry, safe state) and the lease
 //!   stores behind it and behind named leases.
+//! - [`audit`]: the audit trail (rotating files of every request and every change, synced
+//!   before a change is answered).
 //! - Below them all: [`config`], [`error`] (every layer's error given its HTTP status), `api`
 //!   (the API version), [`metrics`] and [`logs`].
 
@@ -29,6 +31,7 @@
 #![warn(rust_2018_idioms, unused_qualifications)]
 
 mod api;
+pub mod audit;
 mod cache;
 pub mod config;
 pub mod error;

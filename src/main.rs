@@ -164,6 +164,7 @@ fn add_api_keys(config: &mut Config, keys: Vec<String>) {
         config.access.keys.push(station_gateway::config::ApiKey {
             key,
             role: station_gateway::config::Role::Control,
+            name: String::new(),
         });
     }
 }

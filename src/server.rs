@@ -54,6 +54,8 @@ pub enum StartError {
     LeaseResume(crate::lease::LeaseError),
     #[error("{0}")]
     Tls(#[from] crate::http::tls::TlsError),
+    #[error("audit.dir: cannot open the audit trail: {0}")]
+    Audit(std::io::Error),
     #[error("{0}")]
     LinkOwner(#[from] crate::lease::link_owner::LinkOwnerError),
     #[error(
@@ -146,13 +148,15 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     } else {
         None
     };
+    let audit = crate::audit::AuditLog::open(&config.audit).map_err(StartError::Audit)?;
     let (lease_events, _) = broadcast::channel(64);
     let lease = ControlLease::new(
         leases.default_store(),
         config.control_lease_name(),
         lease_events.clone(),
     )
-    .with_safe_state(link.clone(), config.lease.safe_state.clone());
+    .with_safe_state(link.clone(), config.lease.safe_state.clone())
+    .with_notices(crate::audit::lease_lines::lease_hook(audit.clone()));
     // With a backend that outlives the process, the lease held before a restart is still held:
     // never start believing nobody holds it when the backend cannot say.
     lease.resume().await.map_err(StartError::LeaseResume)?;
@@ -173,6 +177,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         events,
         metrics: crate::http::ops::new_metrics(),
         access,
+        audit,
         tls,
     });
     let mut tasks = JoinSet::new();

@@ -231,10 +231,12 @@ async fn the_admin_token_breaks_the_lease_whatever_key_comes_with_it() {
             ApiKey {
                 key: CONTROL_KEY.into(),
                 role: Role::Control,
+                name: String::new(),
             },
             ApiKey {
                 key: READ_KEY.into(),
                 role: Role::Read,
+                name: String::new(),
             },
         ];
     })

@@ -195,14 +195,17 @@ fn access_config(config: &mut station_gateway::Config) {
         ApiKey {
             key: READ_KEY.into(),
             role: Role::Read,
+            name: String::new(),
         },
         ApiKey {
             key: CONTROL_KEY.into(),
             role: Role::Control,
+            name: String::new(),
         },
         ApiKey {
             key: ADMIN_KEY.into(),
             role: Role::Admin,
+            name: String::new(),
         },
     ];
     config.access.users = vec![
@@ -423,6 +426,7 @@ async fn api_keys_alone_send_no_basic_challenge() {
         c.access.keys = vec![ApiKey {
             key: CONTROL_KEY.into(),
             role: Role::Control,
+            name: String::new(),
         }]
     })
     .await;

@@ -262,7 +262,8 @@ fi
 # ---------------------------------------------------------------------------------------------
 # The full run
 
-# The status page test (tests/operations.rs) drives headless Chromium and fails without it.
+# The status page tests (tests/operations.rs, tests/status_page.rs) drive headless Chromium and
+# fail without it.
 have_chromium() {
     local name
     for name in chromium chromium-browser google-chrome; do

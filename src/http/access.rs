@@ -45,6 +45,9 @@ pub struct AccessControl {
     keys: Vec<(Vec<u8>, Role)>,
     /// `name:password` as a Basic header carries it once decoded.
     users: Vec<(Vec<u8>, Role)>,
+    /// Who each key and each user is, for the audit trail (same order as `keys`, `users`).
+    key_names: Vec<String>,
+    user_names: Vec<String>,
 }
 
 // Never the secrets, not even in a debug print.
@@ -70,6 +73,19 @@ impl AccessControl {
                 .iter()
                 .map(|u| (format!("{}:{}", u.name, u.password).into_bytes(), u.role))
                 .collect(),
+            key_names: config
+                .keys
+                .iter()
+                .enumerate()
+                .map(|(at, k)| {
+                    if k.name.is_empty() {
+                        format!("key {}", at + 1)
+                    } else {
+                        k.name.clone()
+                    }
+                })
+                .collect(),
+            user_names: config.users.iter().map(|u| u.name.clone()).collect(),
         }
     }
 
@@ -106,22 +122,51 @@ impl AccessControl {
         Ok(Some(granted))
     }
 
+    /// Who the request's credentials name, for the audit trail: the API key's name (`key N`
+    /// when it has none) or the Basic user; `None` without valid credentials. Never a secret.
+    pub fn caller(&self, headers: &HeaderMap) -> Option<String> {
+        if let Some(presented) = headers.get(API_KEY_HEADER)
+            && let Some(at) = matching_index(&self.keys, presented.as_bytes())
+        {
+            return Some(self.key_names[at].clone());
+        }
+        let decoded = basic_credentials(headers)?;
+        matching_index(&self.users, &decoded).map(|at| self.user_names[at].clone())
+    }
+
     fn key_role(&self, headers: &HeaderMap) -> Option<Role> {
         let presented = headers.get(API_KEY_HEADER)?.as_bytes();
         matching_role(&self.keys, presented)
     }
 
     fn basic_role(&self, headers: &HeaderMap) -> Option<Role> {
-        let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
-        let (scheme, encoded) = value.split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("basic") {
-            return None;
-        }
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(encoded.trim())
-            .ok()?;
+        let decoded = basic_credentials(headers)?;
         matching_role(&self.users, &decoded)
     }
+}
+
+/// `name:password` of an `Authorization: Basic` header, decoded.
+fn basic_credentials(headers: &HeaderMap) -> Option<Vec<u8>> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()
+}
+
+/// The place of the entry with the highest role equal to `presented` (the one `authorize`
+/// granted); compared in constant time like [`matching_role`].
+fn matching_index(entries: &[(Vec<u8>, Role)], presented: &[u8]) -> Option<usize> {
+    let mut found: Option<(Role, usize)> = None;
+    for (at, (secret, role)) in entries.iter().enumerate() {
+        if bool::from(secret.as_slice().ct_eq(presented)) && found.is_none_or(|(r, _)| *role > r) {
+            found = Some((*role, at));
+        }
+    }
+    found.map(|(_, at)| at)
 }
 
 /// The role of the entry equal to `presented`; every entry is compared in constant time, and
@@ -148,10 +193,12 @@ mod tests {
                 ApiKey {
                     key: "reader-key-0123456789".into(),
                     role: Role::Read,
+                    name: String::new(),
                 },
                 ApiKey {
                     key: "control-key-0123456789".into(),
                     role: Role::Control,
+                    name: String::new(),
                 },
             ],
             users: vec![User {
@@ -209,6 +256,31 @@ mod tests {
     }
 
     #[test]
+    fn callers_are_named_by_key_name_or_user_never_by_secret() {
+        let access = control();
+        let reader = headers(API_KEY_HEADER, "reader-key-0123456789");
+        assert_eq!(access.caller(&reader).as_deref(), Some("key 1"));
+        let controller = headers(API_KEY_HEADER, "control-key-0123456789");
+        assert_eq!(access.caller(&controller).as_deref(), Some("key 2"));
+        assert_eq!(
+            access.caller(&basic("ops:s3cret:with colon")).as_deref(),
+            Some("ops")
+        );
+        assert_eq!(access.caller(&basic("ops:wrong")), None);
+        assert_eq!(access.caller(&HeaderMap::new()), None);
+        let named = AccessControl::new(&AccessConfig {
+            keys: vec![ApiKey {
+                key: "bench-3-key-0123456789".into(),
+                role: Role::Control,
+                name: "bench 3".into(),
+            }],
+            users: Vec::new(),
+        });
+        let bench = headers(API_KEY_HEADER, "bench-3-key-0123456789");
+        assert_eq!(named.caller(&bench).as_deref(), Some("bench 3"));
+    }
+
+    #[test]
     fn missing_or_wrong_credentials_are_unauthenticated() {
         let access = control();
         let error = AccessError::Unauthenticated {
@@ -243,6 +315,7 @@ mod tests {
             keys: vec![ApiKey {
                 key: "control-key-0123456789".into(),
                 role: Role::Control,
+                name: String::new(),
             }],
             users: vec![User {
                 name: "ops".into(),

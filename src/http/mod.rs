@@ -7,6 +7,7 @@
 
 pub mod access;
 mod api;
+pub mod audit_trail;
 pub mod body;
 pub mod connections;
 pub mod lease;

@@ -214,12 +214,61 @@ pub fn status_channels(configured: &[String], table: &ChannelTable) -> Vec<Strin
     chosen
 }
 
+/// One trend plot of the status page: its channels (an HV output's set point first, then its
+/// monitor) under the monitor's short name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TrendPlot {
+    pub title: String,
+    /// The set point, when the channel is a monitor (`...VMON1`) that has one (`...VSET1`).
+    #[serde(rename = "setPoint")]
+    pub set_point: Option<String>,
+    pub channel: String,
+}
+
+/// A plot for each chosen channel; a monitor `<prefix>XMON<n>` with a `<prefix>XSET<n>` in
+/// the table gets its set point on the same plot. Returns the channels to subscribe (the
+/// chosen ones with those set points before their monitors) and the plots.
+pub fn trend_plots(chosen: &[String], table: &ChannelTable) -> (Vec<String>, Vec<TrendPlot>) {
+    let mut channels = Vec::with_capacity(chosen.len() * 2);
+    let mut plots = Vec::with_capacity(chosen.len());
+    for name in chosen {
+        let set_point = set_point_of(name).filter(|set| table.get(set).is_some());
+        if let Some(set) = &set_point
+            && !channels.contains(set)
+        {
+            channels.push(set.clone());
+        }
+        if !channels.contains(name) {
+            channels.push(name.clone());
+        }
+        let title = name.rsplit('.').next().unwrap_or(name).to_owned();
+        plots.push(TrendPlot {
+            title,
+            set_point,
+            channel: name.clone(),
+        });
+    }
+    (channels, plots)
+}
+
+/// `...VMON1` → `...VSET1`: `MON` after a letter and before the output's number.
+fn set_point_of(monitor: &str) -> Option<String> {
+    let digits = monitor.len() - monitor.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (head, number) = monitor.split_at(monitor.len() - digits);
+    let quantity = head.strip_suffix("MON")?;
+    if digits == 0 || !quantity.ends_with(|c: char| c.is_ascii_alphabetic()) {
+        return None;
+    }
+    Some(format!("{quantity}SET{number}"))
+}
+
 /// `status.json`: what the status page shows besides the live values.
 fn status_json(gateway: &Gateway) -> Json {
     let info = gateway.link.info();
     let stats: &LinkStats = gateway.link.stats();
     let hello = info.hello.as_ref();
-    let channels = status_channels(&gateway.config.status_page.channels, &info.channels);
+    let chosen = status_channels(&gateway.config.status_page.channels, &info.channels);
+    let (channels, plots) = trend_plots(&chosen, &info.channels);
     let units: serde_json::Map<String, Json> = channels
         .iter()
         .filter_map(|name| info.channels.get(name))
@@ -258,7 +307,9 @@ fn status_json(gateway: &Gateway) -> Json {
             "subscriptions": gateway.events.subscription_count(),
         },
         "channels": channels,
+        "plots": plots,
         "units": units,
+        "audit": gateway.audit.status(),
         "intervalMs": gateway.config.status_page.interval_ms,
     })
 }
@@ -354,6 +405,54 @@ mod tests {
             metrics.http.slot_of("v1/leases and v1/semaphores"),
             Some(NAMED_LEASES_SLOT)
         );
+    }
+
+    #[test]
+    fn monitors_are_plotted_with_their_set_points() {
+        use station_protocol::{ChannelDescriptor, Direction, ValueType};
+        let channel = |name: &str| ChannelDescriptor {
+            name: name.into(),
+            alias: String::new(),
+            net_name: String::new(),
+            type_flags: 1,
+            direction: Direction::In,
+            unit: "V".into(),
+            description: String::new(),
+            group: String::new(),
+            readable: true,
+            writable: false,
+            consuming: false,
+            value_type: ValueType::Float,
+            options: Vec::new(),
+        };
+        let table = ChannelTable::new(vec![
+            channel("0.4.X.VSET1"),
+            channel("0.4.X.VMON1"),
+            channel("0.4.X.IMON1"),
+            channel("0.4.X.VMON2"),
+            channel("MON_3V3"),
+        ]);
+        let chosen = ["0.4.X.VMON1", "0.4.X.IMON1", "0.4.X.VMON2", "MON_3V3"].map(String::from);
+        let (channels, plots) = trend_plots(&chosen, &table);
+        assert_eq!(
+            channels,
+            [
+                "0.4.X.VSET1",
+                "0.4.X.VMON1",
+                "0.4.X.IMON1",
+                "0.4.X.VMON2",
+                "MON_3V3"
+            ]
+        );
+        assert_eq!(plots[0].set_point.as_deref(), Some("0.4.X.VSET1"));
+        assert_eq!(plots[0].title, "VMON1");
+        // No ISET1 in the table, no VSET2: plotted alone.
+        assert_eq!(plots[1].set_point, None);
+        assert_eq!(plots[2].set_point, None);
+        assert_eq!(plots[3].set_point, None);
+        assert_eq!(set_point_of("CPU_TEMP"), None);
+        assert_eq!(set_point_of("MON1"), None);
+        assert_eq!(set_point_of("X.IMON12").as_deref(), Some("X.ISET12"));
     }
 
     #[test]

@@ -9,7 +9,8 @@ use std::time::Instant;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
-use super::api::{self, Call, NotRouted};
+use super::api::{self, Call, LeaseNeed, NotRouted};
+use super::audit_trail::{self, Noted};
 use super::body::{JsonBody, read_body};
 use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops::{self, Operation};
@@ -46,9 +47,18 @@ pub async fn handle(
     );
     let mut slot = ops::UNMATCHED_SLOT;
     let presented = presented_lease_id(request.headers()).map(str::to_owned);
-    let mut response = match route_and_answer(&gateway, request, peer, &mut slot).await {
+    // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's.
+    let audit_path = super::redact::loggable_path(request.uri().path()).into_owned();
+    let mut noted = Noted::default();
+    let mut failure = None;
+    let mut response = match route_and_answer(&gateway, request, peer, &mut slot, &mut noted).await
+    {
         Ok(response) => response,
-        Err(error) => error_response(&error),
+        Err(error) => {
+            let response = error_response(&error);
+            failure = noted.change.then_some(error.message);
+            response
+        }
     };
     // The holder's responses carry the fence its requests are admitted under.
     if let Some(fence) = gateway.lease.fence_of(presented.as_deref())
@@ -65,6 +75,18 @@ pub async fn handle(
         started,
         &mut response,
     );
+    // A change's line is on disk before its answer leaves.
+    audit_trail::write_line(
+        &gateway,
+        noted,
+        &method,
+        &audit_path,
+        peer,
+        started,
+        response.status(),
+        failure.as_deref(),
+    )
+    .await;
     response
 }
 
@@ -73,6 +95,7 @@ async fn route_and_answer(
     request: Request<Incoming>,
     peer: SocketAddr,
     slot: &mut usize,
+    noted: &mut Noted,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
@@ -81,6 +104,8 @@ async fn route_and_answer(
     let below_api = below_prefix
         .and_then(|rest| rest.strip_prefix("/api/"))
         .map(|rest| rest.trim_end_matches('/'));
+    // Every api/ request is in the audit trail, a 404 or 405 too.
+    noted.audited = below_api.is_some();
     // Health, readiness, metrics and the status page live beside api/, and so do named leases
     // and semaphores for lab scripts (`v1/leases`, `v1/semaphores`).
     let target = match (below_prefix.and_then(Operation::find), below_api) {
@@ -115,10 +140,14 @@ async fn route_and_answer(
         }
         Target::Api(position, endpoint, _) => {
             *slot = ops::endpoint_slot(position);
+            noted.audited = true;
+            noted.change = endpoint.lease == LeaseNeed::Change
+                || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"));
             Some(endpoint.role)
         }
         Target::NamedLeases => {
             *slot = ops::NAMED_LEASES_SLOT;
+            noted.audited = true;
             Some(match parts.method {
                 Method::GET | Method::HEAD => Role::Read,
                 _ => Role::Control,
@@ -135,8 +164,17 @@ async fn route_and_answer(
         {
             Some(Role::Admin)
         }
-        _ => gateway.access.authorize(&parts.headers, needed)?,
+        _ => {
+            if noted.change {
+                noted.caller = gateway.access.caller(&parts.headers);
+            }
+            gateway.access.authorize(&parts.headers, needed)?
+        }
     };
+    if noted.change && noted.caller.is_none() && granted.is_some() {
+        // The admin token's break: its own authority.
+        noted.caller = Some("admin token".into());
+    }
     let (endpoint, id) = match target {
         Target::Operation(operation) => return ops::answer(gateway, operation, &parts.method),
         Target::NamedLeases => {
@@ -151,12 +189,18 @@ async fn route_and_answer(
     } else {
         JsonBody::parse(b"")?
     };
+    if noted.change {
+        noted.asked = audit_trail::asked(&json);
+    }
     // The one place the control lease is enforced: 423 for a non-holder's changes and forced
     // reads, and for changes a send guard that fences them again at the link.
     let presented = presented_lease_id(&parts.headers);
     let admitted = gateway
         .lease
         .admit(endpoint.lease.access(&json), presented)?;
+    if noted.change {
+        noted.admitted(gateway, presented, admitted.fence);
+    }
     let call = Call {
         gateway,
         body: json,

@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::notice::{LeaseNotice, LeaseNoticeHook};
 use super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseStore, LeaseToken};
 use super::{Access, LeaseError, LeaseView, SafeStateView, millis, rfc3339};
 use crate::config::SafeWrite;
@@ -284,6 +285,8 @@ pub struct ControlLease {
     retry: Mutex<SafeStateRetry>,
     /// Changes of hands so far, for metrics.
     pub counters: crate::metrics::LeaseCounters,
+    /// Told of every change of hands and safe state (the audit trail).
+    notices: Option<LeaseNoticeHook>,
 }
 
 impl ControlLease {
@@ -308,7 +311,30 @@ impl ControlLease {
                 backoff: SAFE_STATE_FIRST_BACKOFF,
             }),
             counters: Default::default(),
+            notices: None,
         }
+    }
+
+    /// Tells `hook` of every acquisition, release, expiry, break and safe state.
+    pub fn with_notices(mut self, hook: LeaseNoticeHook) -> Self {
+        self.notices = Some(hook);
+        self
+    }
+
+    fn notify(&self, notice: LeaseNotice<'_>) {
+        if let Some(hook) = &self.notices {
+            hook(notice);
+        }
+    }
+
+    /// The owner and fence of the live lease when `presented` is its id.
+    pub fn holder_of(&self, presented: Option<&str>) -> Option<(String, u64)> {
+        let presented = presented?;
+        let state = lock(&self.state);
+        state
+            .live(Instant::now())
+            .filter(|l| l.token.matches(presented))
+            .map(|l| (l.owner.clone(), l.fence))
     }
 
     /// Applies `writes` through `link` whenever a lease runs out without being released.
@@ -658,6 +684,10 @@ impl ControlLease {
         }
         *lock(&self.state) = LeaseState::Ending(held.ending(false));
         info!(owner = %held.owner, fence = held.fence, "control lease released");
+        self.notify(LeaseNotice::Released {
+            owner: &held.owner,
+            fence: held.fence,
+        });
         self.counters.released.inc();
         self.settle_changes(Some(held.fence)).await;
         self.finish_ending().await;
@@ -683,6 +713,11 @@ impl ControlLease {
             "control lease broken by an admin from {peer}"
         );
         self.counters.broken.inc();
+        self.notify(LeaseNotice::Broken {
+            owner: &live.owner,
+            fence: live.fence,
+            peer,
+        });
         self.settle_changes(Some(live.fence)).await;
         self.finish_ending().await;
         Ok(broken)
@@ -828,6 +863,10 @@ impl ControlLease {
         if taken {
             info!(owner = %live.owner, fence = live.fence, "control lease taken");
             self.counters.taken.inc();
+            self.notify(LeaseNotice::Taken {
+                owner: &live.owner,
+                fence: live.fence,
+            });
         }
         *lock(&self.state) = LeaseState::Held(live.clone());
         self.expiry_changed.notify_one();
@@ -894,6 +933,10 @@ impl ControlLease {
     async fn after_running_out(&self, ended: LiveLease) {
         warn!(owner = %ended.owner, fence = ended.fence, "control lease ran out: {} did not renew it in time", ended.owner);
         self.counters.expired.inc();
+        self.notify(LeaseNotice::RanOut {
+            owner: &ended.owner,
+            fence: ended.fence,
+        });
         self.settle_changes(Some(ended.fence)).await;
         *lock(&self.retry) = SafeStateRetry {
             next_try: Instant::now(),
@@ -923,10 +966,20 @@ impl ControlLease {
         match self.apply_safe_state(&owner).await {
             Ok(()) => {
                 self.counters.safe_state_applied.inc();
+                self.notify(LeaseNotice::SafeState {
+                    owner: &owner,
+                    fence,
+                    result: Ok(()),
+                });
                 self.finish_ending().await;
             }
             Err(why) => {
                 self.counters.safe_state_failed.inc();
+                self.notify(LeaseNotice::SafeState {
+                    owner: &owner,
+                    fence,
+                    result: Err(&why),
+                });
                 let (tries, view) = {
                     let mut state = lock(&self.state);
                     let LeaseState::Ending(ending) = &mut *state else {
@@ -1039,6 +1092,10 @@ impl ControlLease {
                             self.forget_safe_state_owed().await;
                         }
                         info!(owner = %unclaimed.owner, "control lease released: its waiter gave up");
+                        self.notify(LeaseNotice::Released {
+                            owner: &unclaimed.owner,
+                            fence: unclaimed.fence,
+                        });
                         self.publish(LeaseView::nobody());
                     }
                 },

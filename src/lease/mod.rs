@@ -16,6 +16,7 @@
 
 pub mod control;
 pub mod link_owner;
+pub mod notice;
 
 pub use station_lease::{
     AcquireRequest, Acquisition, BackendUrl, Lease, LeaseBackends, LeaseGrant, LeaseGuard,
@@ -25,6 +26,7 @@ pub use station_lease::{
 pub use station_lease::{backends, engine, store};
 
 pub use control::{Admitted, ControlLease, LeaseAnswer};
+pub use notice::{LeaseNotice, LeaseNoticeHook};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -4,6 +4,7 @@
 //! live one module per area. Adding an endpoint is one [`Endpoint`] here and one handler.
 
 mod application;
+mod audit;
 mod call;
 mod channels;
 mod events;
@@ -121,6 +122,7 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(DELETE "lease", Admin, Open, lease::break_lease),
     endpoint!(PUT "lease/{id}", Control, Open, lease::renew),
     endpoint!(DELETE "lease/{id}", Control, Open, lease::release),
+    endpoint!(GET "audit/log", Admin, Open, audit::log),
 ];
 
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.

@@ -1,0 +1,219 @@
+//! Where audit lines are kept: rotating files in a directory (`audit.log`, then `audit.log.1`
+//! the newest full one ... `audit.log.{N-1}` the oldest), or, without a directory, memory only.
+//! Each holds one file's worth of lines at most.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// The current file's name in the audit directory.
+pub const CURRENT: &str = "audit.log";
+
+/// What the writer thread appends to and syncs.
+pub trait Sink: Send + 'static {
+    /// Appends whole lines (each ending in `\n`), rotating first when they would not fit.
+    fn append(&mut self, lines: &[u8]) -> io::Result<()>;
+    /// Makes everything appended so far durable.
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// Rotating files in a directory.
+pub struct RotatingFiles {
+    dir: PathBuf,
+    file: File,
+    size: u64,
+    max_bytes: u64,
+    files: u32,
+    /// Set once the current file has lines not yet synced.
+    dirty: bool,
+}
+
+impl RotatingFiles {
+    /// Opens (creating) `dir/audit.log` for appending.
+    pub fn open(dir: &Path, max_bytes: u64, files: u32) -> io::Result<RotatingFiles> {
+        fs::create_dir_all(dir)?;
+        let file = open_current(dir)?;
+        let size = file.metadata()?.len();
+        Ok(RotatingFiles {
+            dir: dir.to_owned(),
+            file,
+            size,
+            max_bytes,
+            files: files.max(1),
+            dirty: false,
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if !bytes.is_empty() {
+            self.file.write_all(bytes)?;
+            self.size += bytes.len() as u64;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn path(&self, index: u32) -> PathBuf {
+        rotated_path(&self.dir, index)
+    }
+
+    /// `audit.log` → `audit.log.1` → ... ; the oldest beyond the count is removed. The full
+    /// file is synced first, and the directory after, so no synced line is lost on the way.
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file.sync_all()?;
+        self.dirty = false;
+        let last = self.files - 1;
+        if last == 0 {
+            fs::remove_file(self.path(0))?;
+        } else {
+            match fs::remove_file(self.path(last)) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+            for index in (0..last).rev() {
+                match fs::rename(self.path(index), self.path(index + 1)) {
+                    Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                    _ => {}
+                }
+            }
+        }
+        self.file = open_current(&self.dir)?;
+        self.size = 0;
+        sync_dir(&self.dir)
+    }
+}
+
+impl Sink for RotatingFiles {
+    fn append(&mut self, lines: &[u8]) -> io::Result<()> {
+        // Consecutive lines that fit go out in one write; a line that would not fit in the
+        // current file starts the next one (a file holds at least one line).
+        let (mut from, mut at) = (0, 0);
+        for line in lines.split_inclusive(|b| *b == b'\n') {
+            let pending = (at - from) as u64;
+            if self.size + pending > 0 && self.size + pending + line.len() as u64 > self.max_bytes {
+                self.write(&lines[from..at])?;
+                self.rotate()?;
+                from = at;
+            }
+            at += line.len();
+        }
+        self.write(&lines[from..at])
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        if self.dirty {
+            self.file.sync_data()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+fn open_current(dir: &Path) -> io::Result<File> {
+    let existed = dir.join(CURRENT).exists();
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(CURRENT))?;
+    if !existed {
+        // The new file's name is durable too.
+        sync_dir(dir)?;
+    }
+    Ok(file)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// `audit.log` for 0, `audit.log.N` for N.
+pub fn rotated_path(dir: &Path, index: u32) -> PathBuf {
+    if index == 0 {
+        dir.join(CURRENT)
+    } else {
+        dir.join(format!("{CURRENT}.{index}"))
+    }
+}
+
+/// The last `tail` lines of the current file (`0`: all of them), read from disk. A line cut
+/// by a crash mid-write (no newline yet) is left out.
+pub fn tail_of_file(dir: &Path, tail: usize) -> io::Result<Vec<String>> {
+    let mut file = match File::open(dir.join(CURRENT)) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let len = file.metadata()?.len();
+    // Lines are short: read back from the end only as far as needed.
+    let mut start = if tail == 0 {
+        0
+    } else {
+        len.saturating_sub(512 * tail as u64 + 4096)
+    };
+    loop {
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::with_capacity((len - start) as usize);
+        Read::by_ref(&mut file)
+            .take(len - start)
+            .read_to_end(&mut bytes)?;
+        let complete = match bytes.iter().rposition(|b| *b == b'\n') {
+            Some(at) => &bytes[..=at],
+            None => &bytes[..0],
+        };
+        let mut lines: Vec<&[u8]> = complete.split(|b| *b == b'\n').collect();
+        lines.pop(); // after the last newline
+        if start > 0 && !lines.is_empty() {
+            lines.remove(0); // maybe cut at `start`
+        }
+        if tail == 0 || lines.len() >= tail || start == 0 {
+            let from = if tail == 0 {
+                0
+            } else {
+                lines.len().saturating_sub(tail)
+            };
+            return Ok(lines[from..]
+                .iter()
+                .map(|line| String::from_utf8_lossy(line).into_owned())
+                .collect());
+        }
+        start = start.saturating_sub((len - start).max(4096));
+    }
+}
+
+/// Memory only (no `[audit] dir`): the current "file" as lines, at most `max_bytes`.
+#[derive(Default)]
+pub struct MemoryLines {
+    pub lines: VecDeque<String>,
+    bytes: u64,
+    max_bytes: u64,
+}
+
+impl MemoryLines {
+    pub fn new(max_bytes: u64) -> MemoryLines {
+        MemoryLines {
+            max_bytes,
+            ..MemoryLines::default()
+        }
+    }
+
+    pub fn push(&mut self, line: String) {
+        let len = line.len() as u64 + 1;
+        if self.bytes > 0 && self.bytes + len > self.max_bytes {
+            // Rotated out, as a file would be.
+            self.lines.clear();
+            self.bytes = 0;
+        }
+        self.bytes += len;
+        self.lines.push_back(line);
+    }
+
+    pub fn tail(&self, tail: usize) -> Vec<String> {
+        let from = if tail == 0 {
+            0
+        } else {
+            self.lines.len().saturating_sub(tail)
+        };
+        self.lines.iter().skip(from).cloned().collect()
+    }
+}

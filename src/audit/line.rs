@@ -1,0 +1,319 @@
+//! One audit line: `timestamp ip method path status duration` as the reference clients
+//! document it, then, for changes, `key=value` fields (caller, lease owner and fence, outcome,
+//! what was asked). Every field is escaped: no control character, no unquoted space, and so
+//! never a second line, whatever a client sends.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
+
+use hyper::StatusCode;
+
+/// What became of a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The station confirmed it (or, for the lease, the gateway did it).
+    Applied,
+    /// Not done: refused by access control, the lease, validation or the station.
+    Refused,
+    /// Some of a list applied, some refused (the answer names which).
+    Partial,
+    /// Sent, and then the link broke or the answer never came: it may or may not have been
+    /// applied.
+    Unknown,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Refused => "refused",
+            Outcome::Partial => "partial",
+            Outcome::Unknown => "unknown",
+        }
+    }
+
+    /// The outcome of an HTTP change from its answer: 2xx applied; 502 and 504 unknown (the
+    /// gateway did not get the station's readable answer to what it sent); a "not applied: ...;
+    /// applied: A, B" answer partial; anything else refused.
+    pub fn of_answer(status: StatusCode, message: Option<&str>) -> Outcome {
+        if status.is_success() {
+            return Outcome::Applied;
+        }
+        if status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT {
+            return Outcome::Unknown;
+        }
+        let partial = message
+            .and_then(|m| m.rsplit_once("; applied: "))
+            .is_some_and(|(head, applied)| head.starts_with("not applied:") && applied != "none");
+        if partial {
+            Outcome::Partial
+        } else {
+            Outcome::Refused
+        }
+    }
+}
+
+/// The fields of a change beyond the documented six.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeFields {
+    /// The API key's name or the user; `None`: no credentials (access control off).
+    pub caller: Option<String>,
+    /// The lease (owner, fence) the change was admitted under; `None`: nobody held it.
+    pub lease: Option<(String, u64)>,
+    pub outcome: Option<Outcome>,
+    /// What was asked, e.g. `VSET1=100` (values, file names; never credentials or lease ids).
+    pub asked: Option<String>,
+    /// Why it was not applied, where the gateway itself failed (a safe state).
+    pub why: Option<String>,
+}
+
+/// The six documented fields.
+#[derive(Debug, Clone)]
+pub struct RequestLine<'a> {
+    pub at: SystemTime,
+    /// The peer; `None` for what the gateway did by itself (a lease that ran out).
+    pub ip: Option<IpAddr>,
+    /// `GET`, `POST`, ...; `LEASE` and `LEGACY` for the lease's own events and the legacy port.
+    pub method: &'a str,
+    pub path: &'a str,
+    /// The HTTP status; `-` where there is none.
+    pub status: Option<u16>,
+    pub duration: Option<Duration>,
+}
+
+impl RequestLine<'_> {
+    /// The line, without its newline.
+    pub fn render(&self, change: Option<&ChangeFields>) -> String {
+        let mut line = String::with_capacity(128);
+        line.push_str(&timestamp(self.at));
+        line.push(' ');
+        match self.ip {
+            Some(ip) => {
+                let _ = write!(line, "{ip}");
+            }
+            None => line.push('-'),
+        }
+        line.push(' ');
+        push_escaped(&mut line, self.method);
+        line.push(' ');
+        push_escaped(&mut line, self.path);
+        match self.status {
+            Some(status) => {
+                let _ = write!(line, " {status}");
+            }
+            None => line.push_str(" -"),
+        }
+        match self.duration {
+            Some(duration) => {
+                let _ = write!(line, " {}ms", duration.as_millis());
+            }
+            None => line.push_str(" -"),
+        }
+        if let Some(change) = change {
+            line.push_str(" caller=");
+            push_escaped(&mut line, change.caller.as_deref().unwrap_or("-"));
+            match &change.lease {
+                Some((owner, fence)) => {
+                    line.push_str(" owner=");
+                    push_escaped(&mut line, owner);
+                    let _ = write!(line, " fence={fence}");
+                }
+                None => line.push_str(" owner=- fence=-"),
+            }
+            if let Some(outcome) = change.outcome {
+                line.push_str(" outcome=");
+                line.push_str(outcome.as_str());
+            }
+            if let Some(asked) = &change.asked {
+                line.push_str(" asked=");
+                push_escaped(&mut line, asked);
+            }
+            if let Some(why) = &change.why {
+                line.push_str(" why=");
+                push_escaped(&mut line, why);
+            }
+        }
+        line
+    }
+}
+
+/// Whether a line is a change's (it has an outcome or is the lease's own); the status page
+/// shows the last of these.
+pub fn is_change_line(line: &str) -> bool {
+    line.contains(" outcome=") || line.split(' ').nth(3) == Some("LEASE")
+}
+
+/// `2026-05-29 14:23:01.442`, UTC, as the clients document the timestamp.
+pub fn timestamp(at: SystemTime) -> String {
+    // `2026-05-29T14:23:01.442Z` → `2026-05-29 14:23:01.442`.
+    let rfc = crate::lease::rfc3339(at);
+    rfc.trim_end_matches('Z').replacen('T', " ", 1)
+}
+
+/// Appends `value` as one field: as it is when it holds nothing but printable characters other
+/// than space, `"` and `\`; otherwise in double quotes, with `\"`, `\\` and `\xNN` / `\u{NNNN}`
+/// for control characters. Empty: `""`.
+pub fn push_escaped(out: &mut String, value: &str) {
+    let plain = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| !c.is_control() && !c.is_whitespace() && c != '"' && c != '\\');
+    if plain {
+        out.push_str(value);
+        return;
+    }
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' ' => out.push(' '),
+            c if c.is_control() || c.is_whitespace() => {
+                let code = u32::from(c);
+                if code < 0x100 {
+                    let _ = write!(out, "\\x{code:02X}");
+                } else {
+                    let _ = write!(out, "\\u{{{code:04X}}}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// One field, escaped (see [`push_escaped`]).
+pub fn escaped(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    push_escaped(&mut out, value);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn at() -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(1_780_064_581_442)
+    }
+
+    #[test]
+    fn a_plain_request_has_the_six_documented_fields() {
+        let line = RequestLine {
+            at: at(),
+            ip: Some("192.168.1.55".parse().unwrap()),
+            method: "GET",
+            path: "/api/application/status",
+            status: Some(200),
+            duration: Some(Duration::from_micros(12_700)),
+        };
+        assert_eq!(
+            line.render(None),
+            "2026-05-29 14:23:01.442 192.168.1.55 GET /api/application/status 200 12ms"
+        );
+    }
+
+    #[test]
+    fn a_change_names_caller_owner_fence_outcome_and_what_was_asked() {
+        let line = RequestLine {
+            at: at(),
+            ip: Some("::1".parse().unwrap()),
+            method: "POST",
+            path: "/api/resources/value/set",
+            status: Some(423),
+            duration: Some(Duration::from_millis(3)),
+        };
+        let change = ChangeFields {
+            caller: Some("bench key".into()),
+            lease: Some(("TAT station 3".into(), 7)),
+            outcome: Some(Outcome::Refused),
+            asked: Some("VSET1=100".into()),
+            why: None,
+        };
+        assert_eq!(
+            line.render(Some(&change)),
+            "2026-05-29 14:23:01.442 ::1 POST /api/resources/value/set 423 3ms caller=\"bench key\" owner=\"TAT station 3\" fence=7 outcome=refused asked=VSET1=100"
+        );
+        let nobody = ChangeFields {
+            outcome: Some(Outcome::Applied),
+            ..ChangeFields::default()
+        };
+        assert!(
+            line.render(Some(&nobody))
+                .ends_with(" caller=- owner=- fence=- outcome=applied")
+        );
+        assert!(is_change_line(&line.render(Some(&nobody))));
+        assert!(!is_change_line(&line.render(None)));
+    }
+
+    #[test]
+    fn control_characters_quotes_and_backslashes_are_escaped_never_a_second_line() {
+        assert_eq!(escaped("alice"), "alice");
+        assert_eq!(escaped(""), "\"\"");
+        assert_eq!(
+            escaped("evil\n2026-01-01 00:00:00.000 1.2.3.4 POST /x 200 1ms"),
+            "\"evil\\x0A2026-01-01 00:00:00.000 1.2.3.4 POST /x 200 1ms\""
+        );
+        assert_eq!(escaped("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(
+            escaped("tab\there\r\x1b[31m"),
+            "\"tab\\x09here\\x0D\\x1B[31m\""
+        );
+        assert_eq!(
+            escaped("bell\u{7}\u{85}\u{2028}"),
+            "\"bell\\x07\\x85\\u{2028}\""
+        );
+        assert_eq!(escaped("Grüße"), "Grüße");
+        let line = RequestLine {
+            at: at(),
+            ip: None,
+            method: "LEASE",
+            path: "taken",
+            status: None,
+            duration: None,
+        };
+        let change = ChangeFields {
+            lease: Some(("x\ny\u{0}".into(), 1)),
+            ..ChangeFields::default()
+        };
+        let rendered = line.render(Some(&change));
+        assert!(!rendered.chars().any(char::is_control), "{rendered}");
+        assert_eq!(
+            rendered,
+            "2026-05-29 14:23:01.442 - LEASE taken - - caller=- owner=\"x\\x0Ay\\x00\" fence=1"
+        );
+    }
+
+    #[test]
+    fn outcomes_follow_the_answer() {
+        assert_eq!(Outcome::of_answer(StatusCode::OK, None), Outcome::Applied);
+        assert_eq!(
+            Outcome::of_answer(StatusCode::LOCKED, Some("held by x")),
+            Outcome::Refused
+        );
+        assert_eq!(
+            Outcome::of_answer(StatusCode::BAD_GATEWAY, None),
+            Outcome::Unknown
+        );
+        assert_eq!(
+            Outcome::of_answer(StatusCode::GATEWAY_TIMEOUT, None),
+            Outcome::Unknown
+        );
+        assert_eq!(
+            Outcome::of_answer(
+                StatusCode::BAD_REQUEST,
+                Some("not applied: B: bad value; applied: A")
+            ),
+            Outcome::Partial
+        );
+        assert_eq!(
+            Outcome::of_answer(
+                StatusCode::BAD_REQUEST,
+                Some("not applied: B: bad value; applied: none")
+            ),
+            Outcome::Refused
+        );
+    }
+}

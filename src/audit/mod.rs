@@ -1,0 +1,291 @@
+//! The audit trail: one line for every request (`timestamp ip method path status duration`,
+//! as the reference clients document it), and for every change (REST, legacy port, the
+//! lease's own acquisitions, releases, expiries, breaks and safe states) who asked, under which
+//! lease owner and fence, and what came of it. `GET api/audit/log?tail=N` reads it.
+//!
+//! One writer thread owns the files ([`files`]): lines are queued to it, and it appends
+//! everything queued in one write and, when any of them is a change, one `fdatasync` (group
+//! commit: concurrent changes share a sync). A change's request awaits [`AuditLog::record`]
+//! before its answer is sent, so an answered change is on disk even after a `kill -9`.
+
+pub mod files;
+pub mod lease_lines;
+pub mod line;
+pub mod settings;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value as Json, json};
+use tokio::sync::oneshot;
+use tracing::{error, info, warn};
+
+use files::{MemoryLines, RotatingFiles, Sink};
+pub use line::{ChangeFields, Outcome, RequestLine};
+use settings::AuditConfig;
+
+/// How many change lines the status page shows.
+pub const RECENT_CHANGES: usize = 20;
+/// The most lines one write (and one sync) takes.
+const MOST_PER_BATCH: usize = 4096;
+/// The longest a change's answer waits for its line: a disk that hangs (a stalled network
+/// file system) must not keep the answer of a change that happened from its client forever.
+pub const RECORD_LIMIT: Duration = Duration::from_secs(5);
+
+struct Job {
+    line: String,
+    /// Synced before `done` is told (changes); else written and left to the OS.
+    durable: bool,
+    done: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// What the writer thread and the readers share.
+struct Shared {
+    /// `None`: memory only.
+    dir: Option<PathBuf>,
+    memory: Arc<Mutex<MemoryLines>>,
+    recent: Mutex<VecDeque<String>>,
+    last_error: Mutex<Option<String>>,
+    batches: AtomicU64,
+    syncs: AtomicU64,
+    /// Lines sent and not yet taken by the writer.
+    queued: AtomicU64,
+}
+
+/// The audit trail; cheap to clone.
+#[derive(Clone)]
+pub struct AuditLog {
+    jobs: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("dir", &self.shared.dir)
+            .finish()
+    }
+}
+
+impl AuditLog {
+    /// The trail `config` asks for: rotating files in `dir`, or memory only when it is empty
+    /// (then `$STATE_DIRECTORY/audit` when systemd gives the service a state directory).
+    pub fn open(config: &AuditConfig) -> std::io::Result<AuditLog> {
+        let dir = config.directory();
+        let memory = Arc::new(Mutex::new(MemoryLines::new(config.file_bytes)));
+        match &dir {
+            Some(dir) => {
+                let files = RotatingFiles::open(dir, config.file_bytes, config.files)?;
+                info!(dir = %dir.display(), "audit trail in {}", dir.join(files::CURRENT).display());
+                let log = AuditLog::start(files, Some(dir.clone()), memory);
+                log.seed_recent(dir);
+                Ok(log)
+            }
+            None => {
+                warn!(
+                    "the audit trail is kept in memory only and is lost when the gateway stops: set [audit] dir in the config"
+                );
+                let sink = MemorySink(memory.clone());
+                Ok(AuditLog::start(sink, None, memory))
+            }
+        }
+    }
+
+    /// A trail writing to `sink` (tests give their own).
+    fn start(sink: impl Sink, dir: Option<PathBuf>, memory: Arc<Mutex<MemoryLines>>) -> AuditLog {
+        let (jobs, queue) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            dir,
+            memory,
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_CHANGES)),
+            last_error: Mutex::new(None),
+            batches: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+        });
+        let writer = shared.clone();
+        std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || write_lines(sink, queue, &writer))
+            .expect("the audit writer thread starts");
+        AuditLog { jobs, shared }
+    }
+
+    /// Appends a change's line and waits until it is on disk (written and synced), at most
+    /// [`RECORD_LIMIT`]. `Err` says why it is not: the change's answer goes out all the same
+    /// (the change happened), and the failure is logged and shown on the status page.
+    pub async fn record(&self, line: String) -> Result<(), String> {
+        let (done, written) = oneshot::channel();
+        self.send(line, true, Some(done));
+        match tokio::time::timeout(RECORD_LIMIT, written).await {
+            Ok(result) => result.unwrap_or_else(|_| Err("the audit writer has stopped".into())),
+            Err(_) => Err(format!(
+                "the audit trail's disk did not confirm a line within {} s (it stays queued)",
+                RECORD_LIMIT.as_secs()
+            )),
+        }
+    }
+
+    /// Appends a change's line (synced with its batch) without waiting: the lease's own events,
+    /// whose request line is recorded after them and waits for both.
+    pub fn note_change(&self, line: String) {
+        self.send(line, true, None);
+    }
+
+    /// Appends a line of a request that changed nothing, without waiting or syncing.
+    pub fn note(&self, line: String) {
+        self.send(line, false, None);
+    }
+
+    fn send(&self, line: String, durable: bool, done: Option<oneshot::Sender<Result<(), String>>>) {
+        let job = Job {
+            line,
+            durable,
+            done,
+        };
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        if let Err(mpsc::SendError(job)) = self.jobs.send(job)
+            && let Some(done) = job.done
+        {
+            let _ = done.send(Err("the audit writer has stopped".into()));
+        }
+    }
+
+    /// Waits until every line queued before this call is written (not synced): a reader of
+    /// the trail sees the requests answered before it asked.
+    pub async fn written(&self) {
+        let (done, written) = oneshot::channel();
+        self.send(String::new(), false, Some(done));
+        let _ = written.await;
+    }
+
+    /// The last `tail` lines of the current file (`0`: all).
+    pub fn tail(&self, tail: usize) -> std::io::Result<Vec<String>> {
+        match &self.shared.dir {
+            Some(dir) => files::tail_of_file(dir, tail),
+            None => Ok(lock(&self.shared.memory).tail(tail)),
+        }
+    }
+
+    /// The last [`RECENT_CHANGES`] change lines, oldest first.
+    pub fn recent_changes(&self) -> Vec<String> {
+        lock(&self.shared.recent).iter().cloned().collect()
+    }
+
+    /// Writes and syncs so far (for measurements: lines per sync).
+    pub fn batches_and_syncs(&self) -> (u64, u64) {
+        (
+            self.shared.batches.load(Ordering::Relaxed),
+            self.shared.syncs.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Lines sent and not yet taken by the writer.
+    pub fn jobs_queued(&self) -> u64 {
+        self.shared.queued.load(Ordering::Relaxed)
+    }
+
+    /// What `status.json` shows of the trail.
+    pub fn status(&self) -> Json {
+        json!({
+            "onDisk": self.shared.dir.is_some(),
+            "lastError": *lock(&self.shared.last_error),
+            "recentChanges": self.recent_changes(),
+        })
+    }
+
+    /// The status page's recent changes after a restart: from the current file.
+    fn seed_recent(&self, dir: &Path) {
+        if let Ok(lines) = files::tail_of_file(dir, 0) {
+            let mut recent = lock(&self.shared.recent);
+            for line in lines.into_iter().filter(|l| line::is_change_line(l)) {
+                push_recent(&mut recent, line);
+            }
+        }
+    }
+}
+
+fn push_recent(recent: &mut VecDeque<String>, line: String) {
+    if recent.len() == RECENT_CHANGES {
+        recent.pop_front();
+    }
+    recent.push_back(line);
+}
+
+/// The writer thread: everything queued in one write, one sync when any is a change, then
+/// every waiter told. Returns once every [`AuditLog`] is gone.
+fn write_lines(mut sink: impl Sink, queue: mpsc::Receiver<Job>, shared: &Shared) {
+    let mut bytes = Vec::with_capacity(64 * 1024);
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MOST_PER_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        shared
+            .queued
+            .fetch_sub(batch.len() as u64, Ordering::Relaxed);
+        bytes.clear();
+        let mut durable = false;
+        for job in batch.iter().filter(|job| !job.line.is_empty()) {
+            bytes.extend_from_slice(job.line.as_bytes());
+            bytes.push(b'\n');
+            durable |= job.durable;
+        }
+        let mut result = sink.append(&bytes);
+        if durable && result.is_ok() {
+            result = sink.sync();
+            shared.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        shared.batches.fetch_add(1, Ordering::Relaxed);
+        let result = result.map_err(|why| {
+            let why = format!("the audit trail could not be written: {why}");
+            error!("{why}");
+            why
+        });
+        *lock(&shared.last_error) = result.as_ref().err().cloned();
+        {
+            let mut recent = lock(&shared.recent);
+            for job in batch.iter().filter(|job| job.durable && result.is_ok()) {
+                if line::is_change_line(&job.line) {
+                    push_recent(&mut recent, job.line.clone());
+                }
+            }
+        }
+        for job in batch {
+            if let Some(done) = job.done {
+                let _ = done.send(result.clone());
+            }
+        }
+    }
+}
+
+/// Memory only: lines kept in [`MemoryLines`].
+struct MemorySink(Arc<Mutex<MemoryLines>>);
+
+impl Sink for MemorySink {
+    fn append(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        let mut memory = lock(&self.0);
+        for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            memory.push(String::from_utf8_lossy(line).into_owned());
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+//! The audit trail's writer: rotation, reading back, durability ordering and group commit.
+
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use super::files::{RotatingFiles, rotated_path, tail_of_file};
+use super::*;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "station-gateway-audit-{name}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn read_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn files_rotate_at_their_size_keep_their_count_and_lose_no_line_between() {
+    let dir = temp_dir("rotate");
+    // 100-byte files, 3 of them: 10-byte lines, 10 per file.
+    let mut files = RotatingFiles::open(&dir, 100, 3).unwrap();
+    for n in 0..45 {
+        files.append(format!("line {n:04}\n").as_bytes()).unwrap();
+    }
+    files.sync().unwrap();
+    let current = read_lines(&rotated_path(&dir, 0));
+    let first = read_lines(&rotated_path(&dir, 1));
+    let second = read_lines(&rotated_path(&dir, 2));
+    assert_eq!(
+        current,
+        (40..45).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        first,
+        (30..40).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        second,
+        (20..30).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
+    );
+    assert!(!rotated_path(&dir, 3).exists(), "only 3 files are kept");
+    for path in [rotated_path(&dir, 1), rotated_path(&dir, 2)] {
+        assert!(std::fs::metadata(&path).unwrap().len() <= 100);
+    }
+    // Many lines in one append rotate at the same places as one by one.
+    let batch: String = (45..70).map(|n| format!("line {n:04}\n")).collect();
+    files.append(batch.as_bytes()).unwrap();
+    assert_eq!(
+        read_lines(&rotated_path(&dir, 0)),
+        (60..70).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        read_lines(&rotated_path(&dir, 1)),
+        (50..60).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
+    );
+    // A line longer than a file gets a file of its own.
+    let mut long = vec![b'x'; 150];
+    long.push(b'\n');
+    files.append(&long).unwrap();
+    assert_eq!(std::fs::read(rotated_path(&dir, 0)).unwrap(), long);
+    files.append(b"after\n").unwrap();
+    assert_eq!(read_lines(&rotated_path(&dir, 0)), ["after"]);
+    // Reopened, it goes on where it was.
+    drop(files);
+    let mut files = RotatingFiles::open(&dir, 100, 3).unwrap();
+    files.append(b"again\n").unwrap();
+    assert_eq!(read_lines(&rotated_path(&dir, 0)), ["after", "again"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn one_file_only_starts_over() {
+    let dir = temp_dir("one");
+    let mut files = RotatingFiles::open(&dir, 20, 1).unwrap();
+    for n in 0..5 {
+        files.append(format!("l{n:08}\n").as_bytes()).unwrap();
+    }
+    assert_eq!(read_lines(&rotated_path(&dir, 0)), ["l00000004"]);
+    assert!(!rotated_path(&dir, 1).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tail_reads_the_last_lines_of_the_current_file_and_skips_a_cut_line() {
+    let dir = temp_dir("tail");
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(tail_of_file(&dir, 5).unwrap().is_empty(), "no file yet");
+    let mut text: String = (0..2000).map(|n| format!("line number {n}\n")).collect();
+    text.push_str("cut by a crash");
+    std::fs::write(rotated_path(&dir, 0), text).unwrap();
+    assert_eq!(
+        tail_of_file(&dir, 3).unwrap(),
+        ["line number 1997", "line number 1998", "line number 1999"]
+    );
+    let all = tail_of_file(&dir, 0).unwrap();
+    assert_eq!(all.len(), 2000);
+    assert_eq!(all[0], "line number 0");
+    assert_eq!(tail_of_file(&dir, 5000).unwrap().len(), 2000);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sink whose sync waits until the test lets it finish, and says when it started.
+struct HeldSync {
+    written: Arc<Mutex<Vec<u8>>>,
+    synced: Arc<Mutex<Vec<u8>>>,
+    sync_started: std_mpsc::Sender<()>,
+    release: std_mpsc::Receiver<()>,
+}
+
+impl Sink for HeldSync {
+    fn append(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        lock(&self.written).extend_from_slice(lines);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        let _ = self.sync_started.send(());
+        self.release
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| std::io::Error::other("the test never released the sync"))?;
+        let written = lock(&self.written).clone();
+        *lock(&self.synced) = written;
+        Ok(())
+    }
+}
+
+/// A trail on [`HeldSync`]: the log, what was synced, "a sync started", "let it finish".
+type HeldLog = (
+    AuditLog,
+    Arc<Mutex<Vec<u8>>>,
+    std_mpsc::Receiver<()>,
+    std_mpsc::Sender<()>,
+);
+
+fn held_log() -> HeldLog {
+    let (sync_started, started) = std_mpsc::channel();
+    let (release, released) = std_mpsc::channel();
+    let synced = Arc::new(Mutex::new(Vec::new()));
+    let sink = HeldSync {
+        written: Arc::default(),
+        synced: synced.clone(),
+        sync_started,
+        release: released,
+    };
+    let log = AuditLog::start(sink, None, Arc::new(Mutex::new(MemoryLines::new(1 << 20))));
+    (log, synced, started, release)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_recorded_only_once_its_line_is_synced() {
+    let (log, synced, sync_started, release) = held_log();
+    let record = tokio::spawn({
+        let log = log.clone();
+        async move { log.record("change one outcome=applied".into()).await }
+    });
+    sync_started
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the writer syncs a change");
+    // The sync has begun and not finished: the change must still be waiting.
+    tokio::task::yield_now().await;
+    assert!(!record.is_finished(), "recorded before its line was synced");
+    assert!(lock(&synced).is_empty());
+    release.send(()).unwrap();
+    record.await.unwrap().unwrap();
+    assert_eq!(lock(&synced).as_slice(), b"change one outcome=applied\n");
+    assert_eq!(log.recent_changes(), ["change one outcome=applied"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_changes_share_one_sync() {
+    let (log, _synced, sync_started, release) = held_log();
+    let first = tokio::spawn({
+        let log = log.clone();
+        async move { log.record("first outcome=applied".into()).await }
+    });
+    sync_started.recv_timeout(Duration::from_secs(10)).unwrap();
+    // While the first sync runs, 50 more changes queue up: they go out in one write, one sync.
+    let mut more = Vec::new();
+    for n in 0..50 {
+        let log = log.clone();
+        more.push(tokio::spawn(async move {
+            log.record(format!("change {n} outcome=applied")).await
+        }));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while log.jobs_queued() < 50 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the changes never queued"
+        );
+        tokio::task::yield_now().await;
+    }
+    release.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    sync_started.recv_timeout(Duration::from_secs(10)).unwrap();
+    release.send(()).unwrap();
+    for change in more {
+        change.await.unwrap().unwrap();
+    }
+    assert_eq!(log.batches_and_syncs(), (2, 2));
+    assert_eq!(log.recent_changes().len(), RECENT_CHANGES);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_disk_that_hangs_delays_a_change_by_the_limit_not_forever() {
+    let (log, _synced, sync_started, release) = held_log();
+    let started = tokio::time::Instant::now();
+    let outcome = log.record("stuck outcome=applied".into()).await;
+    let why = outcome.unwrap_err();
+    assert!(why.contains("did not confirm"), "{why}");
+    assert_eq!(started.elapsed(), RECORD_LIMIT);
+    sync_started.recv_timeout(Duration::from_secs(10)).unwrap();
+    release.send(()).unwrap();
+}
+
+#[test]
+fn memory_only_keeps_one_files_worth() {
+    let mut memory = MemoryLines::new(30);
+    for n in 0..7 {
+        memory.push(format!("line {n}"));
+    }
+    // 7 bytes a line: 4 fit in 30 bytes, then it starts over.
+    assert_eq!(memory.tail(0), ["line 4", "line 5", "line 6"]);
+    assert_eq!(memory.tail(2), ["line 5", "line 6"]);
+}
+
+#[tokio::test]
+async fn recent_changes_come_back_from_the_file_after_a_restart() {
+    let dir = temp_dir("seed");
+    let config = AuditConfig {
+        dir: dir.to_string_lossy().into_owned(),
+        ..AuditConfig::default()
+    };
+    let log = AuditLog::open(&config).unwrap();
+    log.note("a read".into());
+    for n in 0..25 {
+        log.record(format!(
+            "x - POST /api/x 200 1ms change {n} outcome=applied"
+        ))
+        .await
+        .unwrap();
+    }
+    drop(log);
+    let reopened = AuditLog::open(&config).unwrap();
+    let recent = reopened.recent_changes();
+    assert_eq!(recent.len(), RECENT_CHANGES);
+    assert!(recent[19].contains("change 24"), "{recent:?}");
+    assert_eq!(reopened.tail(0).unwrap().len(), 26);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,121 @@
+//! The audit trail's HTTP side: what the request entry notes of a request while routing it
+//! (is it a change, who is the caller, which lease admitted it, what it asked), and the line
+//! written once it is answered — for a change, on disk before the answer leaves.
+
+use std::net::SocketAddr;
+use std::time::{Instant, SystemTime};
+
+use hyper::{Method, StatusCode};
+use tracing::error;
+
+use super::body::{JsonBody, value_text};
+use crate::audit::{ChangeFields, Outcome, RequestLine};
+use crate::gateway::Gateway;
+
+/// The longest `asked=` field; longer ones end in `...`.
+const MOST_ASKED_CHARS: usize = 400;
+
+/// What routing learned of a request for its audit line.
+#[derive(Debug, Default)]
+pub struct Noted {
+    /// Under `api/`, or a named lease (the operations endpoints, `/healthz`, `/metrics`, the
+    /// status page, are not audited).
+    pub audited: bool,
+    /// It changes (or tries to change) the station or the control lease.
+    pub change: bool,
+    pub caller: Option<String>,
+    pub lease: Option<(String, u64)>,
+    pub asked: Option<String>,
+}
+
+impl Noted {
+    /// The lease the request was admitted under, named by owner and fence (never its id).
+    pub fn admitted(&mut self, gateway: &Gateway, presented: Option<&str>, fence: Option<u64>) {
+        if let Some(fence) = fence {
+            self.lease = gateway
+                .lease
+                .holder_of(presented)
+                .filter(|(_, f)| *f == fence)
+                .or_else(|| Some(("?".into(), fence)));
+        }
+    }
+}
+
+/// What a change asked for, e.g. `VSET1=100`, `A=1,B=2`, `file=bench3.cfg`; never a lease id
+/// or credential (those never travel in these bodies).
+pub fn asked(body: &JsonBody) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if let (Some(name), Some(value)) = (body.get("Name"), body.get("Value")) {
+        let name = name
+            .as_str()
+            .map_or_else(|| name.to_string(), str::to_owned);
+        let value = value_text(value, "Value").unwrap_or_else(|_| value.to_string());
+        parts.push(format!("{name}={value}"));
+    }
+    if let Some(resources) = body.get("Resources").and_then(|r| r.as_object()) {
+        for (name, value) in resources {
+            let value = value_text(value, name).unwrap_or_else(|_| value.to_string());
+            parts.push(format!("{name}={value}"));
+        }
+    }
+    for (field, key) in [("NetName", "netname"), ("Alias", "alias")] {
+        if let Some(name) = body.get(field).and_then(|n| n.as_str()) {
+            parts.push(format!("{key}={name}"));
+        }
+    }
+    if let Some(file) = body.get("FileName").and_then(|f| f.as_str()) {
+        parts.push(format!("file={file}"));
+    }
+    if let Some(owner) = body.get("Owner").and_then(|o| o.as_str()) {
+        parts.push(format!("owner={owner}"));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let mut joined = parts.join(",");
+    if joined.chars().count() > MOST_ASKED_CHARS {
+        joined = joined.chars().take(MOST_ASKED_CHARS).collect::<String>() + "...";
+    }
+    Some(joined)
+}
+
+/// Writes the request's line: a change's synced before this returns (its answer waits), any
+/// other's queued.
+#[allow(clippy::too_many_arguments)]
+pub async fn write_line(
+    gateway: &Gateway,
+    noted: Noted,
+    method: &Method,
+    path: &str,
+    peer: SocketAddr,
+    started: Instant,
+    status: StatusCode,
+    error_message: Option<&str>,
+) {
+    if !noted.audited {
+        return;
+    }
+    let line = RequestLine {
+        at: SystemTime::now(),
+        ip: Some(peer.ip()),
+        method: method.as_str(),
+        path,
+        status: Some(status.as_u16()),
+        duration: Some(started.elapsed()),
+    };
+    if !noted.change {
+        gateway.audit.note(line.render(None));
+        return;
+    }
+    let fields = ChangeFields {
+        caller: noted.caller,
+        lease: noted.lease,
+        outcome: Some(Outcome::of_answer(status, error_message)),
+        asked: noted.asked,
+        why: None,
+    };
+    if let Err(why) = gateway.audit.record(line.render(Some(&fields))).await {
+        // The change happened (or not) as answered; only its record failed: say so loudly.
+        error!("{why}; the change {method} {path} from {peer} is answered without its audit line");
+    }
+}
