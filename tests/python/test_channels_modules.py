@@ -154,3 +154,24 @@ def test_capabilities(gateway_url: str) -> None:
     assert {"resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"} <= set(features), body
     assert len(features) == len(set(features)), body
     assert answer.headers["content-type"].startswith("application/json")
+
+
+def test_alias_and_net_name_are_the_full_resource_name(client: AccordionQ2Client) -> None:
+    # As on a station: scripts look channels up by the full name, under either field.
+    for name in [station.MON_3V3, station.I2C, station.VSET1, station.CPU_TEMP]:
+        by_alias = client.channels.get_channel(alias=name)
+        assert (by_alias.alias, by_alias.net_name) == (name, name), by_alias
+        assert client.channels.get_channel(net_name=name) == by_alias
+        # The friendly text is the description's.
+        assert by_alias.description, by_alias
+    assert "3V3 rail" in client.channels.get_channel(alias=station.MON_3V3).description
+    # The names resources/* takes.
+    assert float(client.resources.get_value(client.channels.get_channel(net_name=station.MON_3V3).alias)) > 3.0
+
+
+def test_a_lookup_that_finds_nothing_says_not_found_with_the_name(client: AccordionQ2Client) -> None:
+    for kwargs, asked in [({"alias": "3V3 rail"}, "3V3 rail"), ({"net_name": "I2C09"}, "I2C09")]:
+        with pytest.raises(AccordionQ2ApiError) as caught:
+            client.channels.get_channel(**kwargs)
+        assert caught.value.status_code == 404
+        assert "not found" in str(caught.value) and asked in str(caught.value), caught.value

@@ -33,14 +33,33 @@ pub(super) async fn lookup(call: Call<'_>) -> Answer {
         .iter()
         .enumerate()
         .find(|(_, ch)| match field {
-            "alias" => ch.alias == wanted,
-            _ => ch.net_name == wanted,
+            "alias" => alias(ch) == wanted,
+            _ => net_name(ch) == wanted,
         });
     match found {
         Some((position, ch)) => ok(channel_json(position, ch)),
         None => Err(ApiError::not_found(format!(
-            "no channel with the {field} {wanted:?}"
+            "not found: no channel with the {field} {wanted:?}"
         ))),
+    }
+}
+
+/// The channel's alias: the station's, or its full name where the station gives none (as a
+/// station's own WebApi does: scripts look channels up by it).
+fn alias(ch: &ChannelDescriptor) -> &str {
+    if ch.alias.is_empty() {
+        &ch.name
+    } else {
+        &ch.alias
+    }
+}
+
+/// The channel's net name: the station's, or its full name where the station gives none.
+fn net_name(ch: &ChannelDescriptor) -> &str {
+    if ch.net_name.is_empty() {
+        &ch.name
+    } else {
+        &ch.net_name
     }
 }
 
@@ -102,8 +121,8 @@ fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
         "deviceName": device,
         "channelType": type_flag_names(ch.type_flags),
         "channelTypeCapability": type_flag_names(ch.type_flags),
-        "alias": ch.alias,
-        "netName": ch.net_name,
+        "alias": alias(ch),
+        "netName": net_name(ch),
         "groupName": ch.group,
         "capability": ch.direction.label(),
         "description": ch.description,
