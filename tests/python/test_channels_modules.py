@@ -149,6 +149,10 @@ def test_capabilities(gateway_url: str) -> None:
     assert answer.status == 200, answer
     body = answer.json()
     assert {"apiVersion", "webApiVersion", "codecVersion", "features"} <= set(body)
+    # CapabilitiesDto binds int ApiVersion and int CodecVersion: JSON integers, not "1.0".
+    for key in ("apiVersion", "codecVersion"):
+        assert isinstance(body[key], int) and not isinstance(body[key], bool), body
+    assert isinstance(body["webApiVersion"], str), body
     # What this gateway serves, each named once.
     features = body["features"]
     assert {"resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"} <= set(features), body

@@ -11,7 +11,7 @@ pub(super) async fn capabilities(_call: Call<'_>) -> Answer {
     ok(json!({
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
-        "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
+        "codecVersion": station_protocol::PROTOCOL_VERSION,
         "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"],
     }))
 }
