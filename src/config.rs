@@ -70,6 +70,9 @@ pub struct HttpConfig {
     /// Connections beyond `max_connections` kept for health checks and lease renewal and
     /// release: at the limit, a new connection is served only for those.
     pub reserved_connections: usize,
+    /// The station's host name in `api/modules/physical-system`; empty: the name each request
+    /// was addressed to (its `Host`, without port or `.local`).
+    pub host_name: String,
     pub tls: TlsConfig,
 }
 
@@ -270,6 +273,7 @@ impl Default for HttpConfig {
             max_connections: 4096,
             max_connections_per_ip: 0,
             reserved_connections: 16,
+            host_name: String::new(),
             tls: TlsConfig::default(),
         }
     }

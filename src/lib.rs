@@ -23,7 +23,8 @@
 //! - [`lease`]: the control lease (admission, send guard, expiry, safe state) and the lease
 //!   stores behind it and behind named leases.
 //! - Below them all: [`config`], [`error`] (every layer's error given its HTTP status), `api`
-//!   (the API version), [`metrics`] and [`logs`].
+//!   (the API version), [`metrics`], [`logs`] and `netinfo` (the host's interfaces, read from
+//!   the OS).
 
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unused_qualifications)]
@@ -40,6 +41,7 @@ mod legacy;
 pub mod link;
 pub mod logs;
 pub mod metrics;
+mod netinfo;
 mod server;
 mod station;
 

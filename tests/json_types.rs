@@ -220,6 +220,8 @@ async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<Strin
         "modules",
         "modules/loaded",
         "modules/physical-system",
+        "modules/apps",
+        "modules/apps/licensed",
         "application/name",
         "application/identification",
         "application/status",

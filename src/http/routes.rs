@@ -159,6 +159,7 @@ async fn route_and_answer(
         .admit(endpoint.lease.access(&json), presented)?;
     let call = Call {
         gateway,
+        local: parts.extensions.get::<super::LocalAddr>().map(|l| l.0),
         body: json,
         admitted,
         peer,

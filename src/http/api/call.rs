@@ -25,6 +25,8 @@ pub(crate) struct Call<'a> {
     /// What the lease admission decided (for changes: the send guard).
     pub(crate) admitted: Admitted,
     pub(crate) peer: SocketAddr,
+    /// The gateway's address the request came in on.
+    pub(crate) local: Option<SocketAddr>,
     /// The `{id}` of the path, empty when the path has none.
     pub(crate) id: &'a str,
     pub(crate) headers: &'a HeaderMap,

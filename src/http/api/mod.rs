@@ -109,6 +109,8 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(GET "modules", Read, Open, modules::list),
     endpoint!(GET "modules/loaded", Read, Open, modules::list),
     endpoint!(GET "modules/physical-system", Read, Open, modules::physical_system),
+    endpoint!(GET "modules/apps", Read, Open, modules::apps),
+    endpoint!(GET "modules/apps/licensed", Read, Open, modules::apps),
     endpoint!(GET "application/name", Read, Open, application::name),
     endpoint!(GET "application/identification", Read, Open, application::identification),
     endpoint!(GET "application/status", Read, Open, application::status),
