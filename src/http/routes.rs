@@ -147,7 +147,12 @@ async fn route_and_answer(
     };
     let json = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
-        JsonBody::parse(&bytes)?
+        // An unserved endpoint's body (a file upload, a multipart form) is read, not judged:
+        // its answer is the 501 saying why.
+        match endpoint.unserved {
+            Some(_) => JsonBody::parse(b"")?,
+            None => JsonBody::parse(&bytes)?,
+        }
     } else {
         JsonBody::parse(b"")?
     };
@@ -159,6 +164,7 @@ async fn route_and_answer(
         .admit(endpoint.lease.access(&json), presented)?;
     let call = Call {
         gateway,
+        endpoint,
         local: parts.extensions.get::<super::LocalAddr>().map(|l| l.0),
         body: json,
         admitted,

@@ -56,3 +56,125 @@ def test_apps_lists_are_empty_lists(client: AccordionQ2Client, gateway_url: str)
     for path in ("api/modules/apps", "api/modules/apps/licensed"):
         answer = station.raw_request(gateway_url, "GET", path)
         assert (answer.status, answer.json()) == (200, []), answer
+
+
+BYTE_PROTOCOL = "the gateway in front of a byte-protocol station does not offer it"
+NOT_YET = "not yet served by this gateway"
+
+
+def _not_offered_calls(client: AccordionQ2Client):
+    """Every client method of an area a byte-protocol station cannot offer."""
+    from datetime import datetime, timezone
+
+    from accordionq2.boot import BootGroup
+    from accordionq2.models import CalibrationTableDto, ModuleSettingsDto
+
+    boot = BootGroup(client._session)  # the client has no attribute for it yet
+    module = ModuleSettingsDto(name="HV4")
+    return {
+        "files.get_roots": lambda: client.files.get_roots(),
+        "files.list": lambda: client.files.list("config", "a"),
+        "files.download": lambda: client.files.download("config", "a.txt"),
+        "files.upload": lambda: client.files.upload("config", "a.txt", b"x"),
+        "files.create_folder": lambda: client.files.create_folder("config", "d"),
+        "files.move": lambda: client.files.move("config", "a.txt", "b.txt"),
+        "files.delete": lambda: client.files.delete("config", "a.txt"),
+        "firmware.get_state": lambda: client.firmware.get_state(),
+        "firmware.get_releases": lambda: client.firmware.get_releases(),
+        "firmware.set_source": lambda: client.firmware.set_source(None),
+        "firmware.start_update": lambda: client.firmware.start_update("6.5.0"),
+        "firmware.get_update": lambda: client.firmware.get_update(),
+        "firmware.get_update_log": lambda: client.firmware.get_update_log(),
+        "firmware.upload_package": lambda: client.firmware.upload_package(b"PK\x03\x04"),
+        "firmware.delete_package": lambda: client.firmware.delete_package("rel-6.5.0.zip"),
+        "system.get_services": lambda: client.system.get_services(),
+        "system.service_action": lambda: client.system.service_action("hwapp", "restart"),
+        "system.reboot": lambda: client.system.reboot(),
+        "system.get_clock": lambda: client.system.get_clock(),
+        "system.set_clock": lambda: client.system.set_clock(datetime.now(timezone.utc)),
+        "boot.get": lambda: boot.get(),
+        "boot.set_startup": lambda: boot.set_startup(enabled=True),
+        "boot.update": lambda: boot.update(enabled=True),
+        "media.list_files": lambda: client.media.list_files(),
+        "media.download_file": lambda: client.media.download_file("a.wav"),
+        "media.upload_file": lambda: client.media.upload_file("a.wav", b"RIFF"),
+        "media.delete_file": lambda: client.media.delete_file("a.wav"),
+        "calibration.get_channels": lambda: client.calibration.get_channels(),
+        "calibration.get_table": lambda: client.calibration.get_table("CAL1"),
+        "calibration.set_table": lambda: client.calibration.set_table("CAL1", CalibrationTableDto()),
+        "modules.load": lambda: client.modules.load(module),
+        "modules.unload": lambda: client.modules.unload(module),
+        "modules.configure": lambda: client.modules.configure(module),
+        "comm.socket": lambda: client.comm.socket("SOCK1", "Send", host_name="10.0.0.9", port=5025, data_to_send=b"*IDN?\n"),
+        "instruments.get_all": lambda: client.instruments.get_all(),
+    }
+
+
+def _not_yet_calls(client: AccordionQ2Client):
+    """Every client method of an area other issues build (bus, numeric results, configuration, audit)."""
+    from accordionq2.models import ChannelConfigRequest
+
+    config = ChannelConfigRequest(alias=station.MON_3V3, description="rail")
+    return {
+        "comm.i2c": lambda: client.comm.i2c(station.I2C, 0x50, "Receive", number_of_bytes_to_receive=1),
+        "comm.uart": lambda: client.comm.uart(station.UART, "Send"),
+        "comm.spi": lambda: client.comm.spi("0.SPI1", "Receive", number_of_bytes_to_receive=1),
+        "numeric_results.get_channels": lambda: client.numeric_results.get_channels(),
+        "numeric_results.get_targets": lambda: client.numeric_results.get_targets("NR1"),
+        "numeric_results.measure": lambda: client.numeric_results.measure("NR1", station.MON_3V3),
+        "numeric_results.acquire": lambda: client.numeric_results.acquire("NR1", station.MON_3V3),
+        "numeric_results.get_mean": lambda: client.numeric_results.get_mean("NR1"),
+        "numeric_results.get_min": lambda: client.numeric_results.get_min("NR1"),
+        "numeric_results.get_max": lambda: client.numeric_results.get_max("NR1"),
+        "numeric_results.get_stdev": lambda: client.numeric_results.get_stdev("NR1"),
+        "numeric_results.get_samples": lambda: client.numeric_results.get_samples("NR1"),
+        "channels.configure": lambda: client.channels.configure(config),
+        "channels.configure_many": lambda: client.channels.configure_many([config]),
+        "application.list_config_files": lambda: client.application.list_config_files(),
+        "application.get_loaded_config_files": lambda: client.application.get_loaded_config_files(),
+        "application.load_config_file": lambda: client.application.load_config_file("a.xml"),
+        "application.save_config_file": lambda: client.application.save_config_file("a.xml"),
+        "application.download_config_file": lambda: client.application.download_config_file("a.xml"),
+        "application.upload_config_file": lambda: client.application.upload_config_file("a.xml", b"<a/>"),
+        "application.delete_config_file": lambda: client.application.delete_config_file("a.xml"),
+        "audit.get_audit_log": lambda: client.audit.get_audit_log(),
+    }
+
+
+@pytest.mark.parametrize("kind", ["not offered", "not yet"])
+def test_every_unserved_area_answers_501_saying_why(client: AccordionQ2Client, kind: str) -> None:
+    calls, marker = {
+        "not offered": (_not_offered_calls(client), BYTE_PROTOCOL),
+        "not yet": (_not_yet_calls(client), NOT_YET),
+    }[kind]
+    wrong = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except AccordionQ2ApiError as error:
+            if error.status_code != 501 or marker not in str(error):
+                wrong[name] = (error.status_code, str(error))
+        else:
+            wrong[name] = "succeeded"
+    assert not wrong, wrong
+
+
+def test_unserved_paths_change_nothing_even_while_another_holds_the_lease(client_factory, gateway_url: str) -> None:
+    # A 501 is the answer for everyone: nothing is done, so no lease is needed to hear it.
+    holder, other = client_factory(), client_factory()
+    holder.lease.acquire("holder", ttl_ms=30000)
+    try:
+        with pytest.raises(AccordionQ2ApiError) as caught:
+            other.system.reboot()
+        assert caught.value.status_code == 501, caught.value
+    finally:
+        holder.lease.release()
+
+
+def test_capabilities_features_are_what_is_served(gateway_url: str) -> None:
+    features = station.raw_request(gateway_url, "GET", "api/capabilities").json()["features"]
+    for served in ("resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease", "application"):
+        assert served in features, features
+    for unserved in ("files", "firmware", "system", "media", "calibration", "comm", "numeric-results",
+                     "audit", "instruments", "channels.encoded"):
+        assert unserved not in features, features

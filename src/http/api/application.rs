@@ -12,8 +12,24 @@ pub(super) async fn capabilities(_call: Call<'_>) -> Answer {
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
         "codecVersion": station_protocol::PROTOCOL_VERSION,
-        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"],
+        "features": features(),
     }))
+}
+
+/// What this gateway serves, from the endpoint table: the area (first path segment) of every
+/// endpoint that does not answer 501, and `maxAge` (cached reads of `resources/values/get`).
+fn features() -> Vec<&'static str> {
+    let mut features: Vec<&'static str> = Vec::new();
+    for endpoint in super::ENDPOINTS.iter().filter(|e| e.unserved.is_none()) {
+        let area = endpoint.path.split('/').next().unwrap_or(endpoint.path);
+        if !features.contains(&area) {
+            features.push(area);
+        }
+        if endpoint.path == "resources/values/get" {
+            features.push("maxAge");
+        }
+    }
+    features
 }
 
 /// `GET api/connection/status`.
