@@ -225,6 +225,7 @@ async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<Strin
         "application/name",
         "application/identification",
         "application/status",
+        "application/log",
         "lease",
     ] {
         let (status, answer) = rig.get(path).await;

@@ -83,6 +83,8 @@ pub struct StationInfo {
     pub tick: Duration,
     /// Noise seed; `None` seeds from the OS.
     pub seed: Option<u64>,
+    /// Whether RESET restarts the application (SPEC.md §6.10); false: ERROR unsupported.
+    pub reset: bool,
 }
 
 /// One high-voltage output and its power-on state.
@@ -300,6 +302,12 @@ struct RawStation {
     #[serde(default = "default_tick_ms")]
     tick_ms: u64,
     seed: Option<u64>,
+    #[serde(default = "default_reset")]
+    reset: bool,
+}
+
+fn default_reset() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -508,6 +516,7 @@ fn build(source: &Source<'_>, raw: RawProfile) -> Result<Profile, InvalidProfile
         firmware: raw.station.firmware,
         serial: raw.station.serial,
         tcp_window: raw.station.tcp_window,
+        reset: raw.station.reset,
         processing: Duration::from_millis(raw.station.processing_ms),
         tick: Duration::from_millis(raw.station.tick_ms),
         seed: raw.station.seed,

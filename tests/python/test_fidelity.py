@@ -178,3 +178,55 @@ def test_capabilities_features_are_what_is_served(gateway_url: str) -> None:
     for unserved in ("files", "firmware", "system", "media", "calibration", "comm", "numeric-results",
                      "audit", "instruments", "channels.encoded"):
         assert unserved not in features, features
+
+
+def test_application_log_is_the_gateways_recent_lines_newest_last(gateway_factory) -> None:
+    gateway = gateway_factory()
+    with AccordionQ2Client(gateway.url, timeout=15.0) as client:
+        everything = client.application.get_system_log(tail=0)
+        assert everything and all(isinstance(line, str) for line in everything), everything
+        # The start-up and link lines the gateway wrote to stderr, in order.
+        assert any("station link up" in line for line in everything), everything
+        assert client.application.get_system_log(tail=2) == everything[-2:]
+        assert len(client.application.get_system_log()) <= 100
+        with pytest.raises(AccordionQ2ApiError) as caught:
+            client.application.get_system_log(tail=-1)
+        assert caught.value.status_code == 400 and "tail" in str(caught.value), caught.value
+
+
+def test_application_reset_restarts_the_station_and_needs_the_lease(gateway_factory, client_factory) -> None:
+    from test_events import Events
+
+    gateway = gateway_factory()
+    client, other = client_factory(gateway.url), client_factory(gateway.url)
+    events = Events(client.events.open())
+    try:
+        generation = events.hello["generation"]
+        other.lease.acquire("bench operator", ttl_ms=30000)
+        with pytest.raises(AccordionQ2ApiError) as caught:
+            client.application.reset()
+        assert caught.value.status_code == 423 and "bench operator" in str(caught.value), caught.value
+        other.application.reset()  # the holder may
+        change = events.named("configuration", 15.0)
+        assert change["generation"] == generation + 1, change
+        assert change["changeType"] == "Changed", change
+        station.wait_for(lambda: client.connection.get_status().is_connected, 10.0, "the link back after the reset")
+        other.lease.release()
+        # Without a lease holder anyone with the control role may reset.
+        client.application.reset()
+        assert events.named("configuration", 15.0)["generation"] == generation + 2
+    finally:
+        events.close()
+
+
+def test_a_station_that_cannot_reset_answers_501(gateway_factory, tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    profile = tmp_path / "no-reset.toml"
+    profile.write_text((root / "config" / "station.toml").read_text().replace("[station]\n", "[station]\nreset = false\n", 1))
+    gateway = gateway_factory("--simulator-profile", str(profile))
+    with AccordionQ2Client(gateway.url, timeout=15.0) as client:
+        with pytest.raises(AccordionQ2ApiError) as caught:
+            client.application.reset()
+        assert caught.value.status_code == 501, caught.value
+        assert "cannot restart its application" in str(caught.value), caught.value
+        assert client.connection.get_status().is_connected

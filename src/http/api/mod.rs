@@ -137,6 +137,8 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(GET "application/name", Read, Open, application::name),
     endpoint!(GET "application/identification", Read, Open, application::identification),
     endpoint!(GET "application/status", Read, Open, application::status),
+    endpoint!(GET "application/log", Read, Open, application::log),
+    endpoint!(POST "application/reset", Control, Change, application::reset),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
     endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
