@@ -215,9 +215,9 @@ pub struct LegacyConfig {
 pub struct LeaseConfig {
     /// Where leases live: `memory`, `sqlite:PATH`, `postgres://...` or `redis://...`.
     pub backend: String,
-    /// The control lease's name in the backend; empty: `control:<station.url>`. Set it when
-    /// the station URL is not stable (e.g. `--simulator` picks a free port each start) and the
-    /// lease must survive a restart.
+    /// The control lease's name in the backend; empty: `control:<station.url>` (with
+    /// `--simulator`: `control:station:<serial>`, the embedded station's identity). Set it when
+    /// the station URL is not stable and the lease must survive a restart.
     pub name: String,
     /// A bearer token that may break anyone's lease with `DELETE api/lease`; off when empty.
     pub admin_token: String,

@@ -230,3 +230,28 @@ def test_a_station_that_cannot_reset_answers_501(gateway_factory, tmp_path: Path
         assert caught.value.status_code == 501, caught.value
         assert "cannot restart its application" in str(caught.value), caught.value
         assert client.connection.get_status().is_connected
+
+
+def test_the_control_lease_survives_a_restart_of_simulator_with_sqlite(gateway_factory, tmp_path: Path) -> None:
+    # The embedded simulator takes a new port each start: the lease is named after the station
+    # (its serial), not its address, so the restarted gateway finds it held.
+    backend = f"sqlite:{tmp_path / 'lease.db'}"
+    first = gateway_factory("--lease-backend", backend)
+    taken = station.raw_request(first.url, "POST", "api/lease", json.dumps({"Owner": "bench 3", "TtlMs": 60000}))
+    assert taken.status == 200, taken
+    lease_id, fence = taken.json()["leaseId"], taken.json()["fence"]
+    code, _ = first.stop()
+    assert code == 0, first.log_text()
+
+    second = gateway_factory("--lease-backend", backend)
+    status = station.raw_request(second.url, "GET", "api/lease").json()
+    assert status["held"] is True and status["owner"] == "bench 3", status
+    # The holder's id still works, under the same fence; anyone else is still refused.
+    renewed = station.raw_request(second.url, "PUT", f"api/lease/{lease_id}", json.dumps({"TtlMs": 60000}))
+    assert renewed.status == 200 and renewed.json()["fence"] == fence, renewed
+    with AccordionQ2Client(second.url, timeout=15.0) as other:
+        with pytest.raises(AccordionQ2ApiError) as caught:
+            other.resources.set_value(station.VSET1, "0")
+        assert caught.value.status_code == 423 and "bench 3" in str(caught.value), caught.value
+    released = station.raw_request(second.url, "DELETE", f"api/lease/{lease_id}")
+    assert released.status == 200, released
