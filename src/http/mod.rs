@@ -145,10 +145,6 @@ struct Connection {
     slot: ConnectionSlot,
 }
 
-/// The local address of the connection a request came on, in the request's extensions.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LocalAddr(pub(crate) SocketAddr);
-
 impl Connection {
     /// Serves the connection, plain or TLS, until it ends, counting and logging the timeout
     /// that ended it if one did.
@@ -230,7 +226,7 @@ impl Connection {
             hyper::service::service_fn(move |mut request: Request<Incoming>| {
                 let gateway = gateway.clone();
                 if let Some(local) = local {
-                    request.extensions_mut().insert(LocalAddr(local));
+                    request.extensions_mut().insert(routes::LocalAddr(local));
                 }
                 async move { Ok::<_, Infallible>(answer(gateway, request, peer, kind).await) }
             })

@@ -28,6 +28,10 @@ enum Target<'p> {
     NamedLeases,
 }
 
+/// The local address of the connection a request came on, in the request's extensions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalAddr(pub(crate) SocketAddr);
+
 /// Answers one request; never fails: every error becomes a JSON error answer.
 pub async fn handle(
     gateway: Arc<Gateway>,
@@ -164,8 +168,9 @@ async fn route_and_answer(
         .admit(endpoint.lease.access(&json), presented)?;
     let call = Call {
         gateway,
-        endpoint,
-        local: parts.extensions.get::<super::LocalAddr>().map(|l| l.0),
+        label: endpoint.label,
+        unserved: endpoint.unserved,
+        local: parts.extensions.get::<LocalAddr>().map(|l| l.0),
         body: json,
         admitted,
         peer,

@@ -20,8 +20,10 @@ use crate::link::ChannelTable;
 /// Everything a handler may use of its request, admitted by access control and the lease.
 pub(crate) struct Call<'a> {
     pub(crate) gateway: &'a Gateway,
-    /// The endpoint the request was routed to.
-    pub(crate) endpoint: &'static super::Endpoint,
+    /// The metric label of the endpoint the request was routed to (`GET api/files`).
+    pub(crate) label: &'static str,
+    /// Why that endpoint answers 501, for an unserved one.
+    pub(crate) unserved: Option<super::unserved::Unserved>,
     /// The JSON body of a POST or PUT (empty for other methods), bound case-insensitively.
     pub(crate) body: JsonBody,
     /// What the lease admission decided (for changes: the send guard).

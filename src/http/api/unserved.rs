@@ -53,11 +53,10 @@ impl Unserved {
 
 /// The handler of every unserved endpoint: its 501.
 pub(super) async fn answer(call: Call<'_>) -> Answer {
-    let endpoint = call.endpoint;
-    let unserved = endpoint
+    let unserved = call
         .unserved
         .unwrap_or(Unserved::NotYet("this endpoint", 17));
-    Err(unserved.error(endpoint.label))
+    Err(unserved.error(call.label))
 }
 
 #[cfg(test)]
