@@ -286,6 +286,14 @@ async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<Strin
         .await;
     record("PUT api/lease/{id}", status, &renewed);
     rig.release_lease(lease_id).await;
+    // A reset: the link goes down and up (`connection`) and reports `configuration`.
+    let (status, answer) = rig.post("application/reset", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    for name in ["connection", "configuration"] {
+        let event = sse.next_named(name, Duration::from_secs(10)).await?;
+        let ty = events[name].as_str().unwrap();
+        event_errors.extend(table.check(ty, &event.data, name));
+    }
     found.insert("events".into(), event_errors);
     Ok(found)
 }

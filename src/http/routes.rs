@@ -177,6 +177,7 @@ async fn route_and_answer(
         id,
         headers: &parts.headers,
         query: parts.uri.query(),
+        authority: parts.uri.authority().map(|a| a.as_str()),
         presented,
         granted,
     };

@@ -35,6 +35,8 @@ pub(crate) struct Call<'a> {
     pub(crate) id: &'a str,
     pub(crate) headers: &'a HeaderMap,
     pub(crate) query: Option<&'a str>,
+    /// The authority of the request's URI (HTTP/2's `:authority`, where `Host` may be absent).
+    pub(crate) authority: Option<&'a str>,
     /// The `X-Lease-Id` the request carried.
     pub(crate) presented: Option<&'a str>,
     /// The role access control granted; `None` while access control is off.

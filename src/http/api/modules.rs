@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use hyper::header::{HOST, HeaderMap};
+use hyper::header::HOST;
 use serde_json::{Value as Json, json};
 
 use super::call::{Answer, Call, not_yet_connected, ok};
@@ -58,7 +58,10 @@ pub(super) async fn physical_system(call: Call<'_>) -> Answer {
         .collect();
     let configured = &call.gateway.config.http.host_name;
     let host = if configured.is_empty() {
-        addressed_host(call.headers).unwrap_or_default()
+        let host = call.headers.get(HOST).and_then(|h| h.to_str().ok());
+        host.or(call.authority)
+            .and_then(addressed_host)
+            .unwrap_or_default()
     } else {
         configured.clone()
     };
@@ -107,9 +110,10 @@ pub(super) async fn apps(_call: Call<'_>) -> Answer {
     ok(Json::Array(Vec::new()))
 }
 
-/// The host name a request was addressed to: its `Host` without port, brackets or `.local`.
-fn addressed_host(headers: &HeaderMap) -> Option<String> {
-    let host = headers.get(HOST)?.to_str().ok()?.trim();
+/// The host name a request was addressed to, from its `Host` (or URI authority): without
+/// port, brackets or `.local`.
+fn addressed_host(host: &str) -> Option<String> {
+    let host = host.trim();
     let name = if let Some(bracketed) = host.strip_prefix('[') {
         bracketed.split(']').next()?
     } else {
@@ -134,17 +138,11 @@ fn preferred_ipv6(addresses: &[Ipv6Addr]) -> Option<&Ipv6Addr> {
 
 #[cfg(test)]
 mod tests {
-    use hyper::header::HeaderValue;
-
     use super::*;
 
     #[test]
     fn the_host_is_the_name_addressed_without_port_or_local() {
-        let host = |value: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(HOST, HeaderValue::from_str(value).unwrap());
-            addressed_host(&headers)
-        };
+        let host = addressed_host;
         assert_eq!(host("station3.local:5000").as_deref(), Some("station3"));
         assert_eq!(host("Station3.LOCAL").as_deref(), Some("Station3"));
         assert_eq!(
@@ -154,6 +152,6 @@ mod tests {
         assert_eq!(host("127.0.0.1:41234").as_deref(), Some("127.0.0.1"));
         assert_eq!(host("[::1]:5000").as_deref(), Some("::1"));
         assert_eq!(host(":5000"), None);
-        assert_eq!(addressed_host(&HeaderMap::new()), None);
+        assert_eq!(host(""), None);
     }
 }
