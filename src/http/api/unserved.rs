@@ -15,11 +15,11 @@ pub(crate) enum Unserved {
 }
 
 // What a byte-protocol station does not have.
-pub(crate) const FILES: Unserved = Unserved::ByteProtocol("a file store");
+pub(crate) const FILES: Unserved = Unserved::ByteProtocol("file store");
 pub(crate) const FIRMWARE: Unserved = Unserved::ByteProtocol("firmware updates");
 pub(crate) const SYSTEM: Unserved =
     Unserved::ByteProtocol("system services, boot configuration or a clock to set");
-pub(crate) const MEDIA: Unserved = Unserved::ByteProtocol("a media store");
+pub(crate) const MEDIA: Unserved = Unserved::ByteProtocol("media store");
 pub(crate) const CALIBRATION: Unserved = Unserved::ByteProtocol("calibration tables");
 pub(crate) const ENCODED: Unserved =
     Unserved::ByteProtocol("channels in the binary TelemetryConfiguration encoding");
