@@ -1,4 +1,5 @@
 //! The vocabulary every front end shares about the REST API itself, kept below them all.
 
-/// The REST API version this gateway serves (`api/capabilities`, the event stream's `hello`).
-pub const API_VERSION: &str = "1.0";
+/// The REST API version this gateway serves (`api/capabilities`, the event stream's `hello`): a
+/// JSON integer, as the .NET client binds it (`int ApiVersion`).
+pub const API_VERSION: u32 = 1;

@@ -73,6 +73,9 @@ pub struct HttpConfig {
     /// Connections beyond `max_connections` kept for health checks and lease renewal and
     /// release: at the limit, a new connection is served only for those.
     pub reserved_connections: usize,
+    /// The station's host name in `api/modules/physical-system`; empty: the name each request
+    /// was addressed to (its `Host`, without port or `.local`).
+    pub host_name: String,
     pub tls: TlsConfig,
 }
 
@@ -220,9 +223,9 @@ pub struct LegacyConfig {
 pub struct LeaseConfig {
     /// Where leases live: `memory`, `sqlite:PATH`, `postgres://...` or `redis://...`.
     pub backend: String,
-    /// The control lease's name in the backend; empty: `control:<station.url>`. Set it when
-    /// the station URL is not stable (e.g. `--simulator` picks a free port each start) and the
-    /// lease must survive a restart.
+    /// The control lease's name in the backend; empty: `control:<station.url>` (with
+    /// `--simulator`: `control:station:<serial>`, the embedded station's identity). Set it when
+    /// the station URL is not stable and the lease must survive a restart.
     pub name: String,
     /// A bearer token that may break anyone's lease with `DELETE api/lease`; off when empty.
     pub admin_token: String,
@@ -278,6 +281,7 @@ impl Default for HttpConfig {
             max_connections: 4096,
             max_connections_per_ip: 0,
             reserved_connections: 16,
+            host_name: String::new(),
             tls: TlsConfig::default(),
         }
     }

@@ -33,6 +33,11 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, message)
     }
 
+    /// 501: a documented WebApi endpoint this gateway does not serve; the message says why.
+    pub fn not_implemented(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_IMPLEMENTED, message)
+    }
+
     pub fn no_such_resource(name: &str) -> ApiError {
         ApiError::not_found(format!("no such resource: {name}"))
     }

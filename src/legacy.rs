@@ -285,6 +285,20 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                 }
             }
         }
+        Request::Reset(reset) => {
+            if let Err(error) = connected() {
+                return error;
+            }
+            let admitted = match legacy_policy(gateway) {
+                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Open(admitted) => admitted,
+            };
+            let requester = format!("{} (legacy client {peer})", reset.requester);
+            match station.reset(requester, &admitted).await {
+                Ok(()) => Response::Reset,
+                Err(error) => link_error(error),
+            }
+        }
     }
 }
 

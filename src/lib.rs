@@ -25,7 +25,8 @@
 //! - [`audit`]: the audit trail (rotating files of every request and every change, synced
 //!   before a change is answered).
 //! - Below them all: [`config`], [`error`] (every layer's error given its HTTP status), `api`
-//!   (the API version), [`metrics`] and [`logs`].
+//!   (the API version), [`metrics`], [`logs`] and `netinfo` (the host's interfaces, read from
+//!   the OS).
 
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unused_qualifications)]
@@ -43,6 +44,7 @@ mod legacy;
 pub mod link;
 pub mod logs;
 pub mod metrics;
+mod netinfo;
 mod server;
 mod station;
 

@@ -8,7 +8,11 @@
 //! first line of a batch; every other line (start-up, link up and down, warnings) wakes the
 //! writer at once. A writer that cannot keep up (stderr blocked) drops lines past
 //! [`MAX_BUFFERED`] and says how many it dropped, rather than growing or stalling requests.
+//!
+//! The last [`RECENT_LINES`] lines other than access lines are also kept in memory
+//! ([`recent_lines`]) for `GET api/application/log`.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -30,6 +34,38 @@ pub const MAX_BUFFERED: usize = 8 * 1024 * 1024;
 
 /// The `tracing` target of the one-line-per-request access log.
 pub const ACCESS_TARGET: &str = "access";
+
+/// Log lines kept in memory for `api/application/log` (access lines are not kept: they would
+/// push out the link, lease and start-up lines a user asks the log for).
+pub const RECENT_LINES: usize = 1000;
+
+/// The bounded ring of recent lines, oldest first.
+static RECENT: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+
+/// Keeps `line` (one formatted log line) in the ring, dropping the oldest beyond `capacity`.
+fn keep_recent(ring: &Mutex<VecDeque<String>>, line: &[u8], capacity: usize) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end_matches(['\r', '\n']);
+    let mut ring = ring.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    while ring.len() >= capacity {
+        ring.pop_front();
+    }
+    ring.push_back(text.to_owned());
+}
+
+/// The last `tail` lines the gateway logged (all it keeps for 0), oldest first.
+pub fn recent_lines(tail: usize) -> Vec<String> {
+    last_of(&RECENT, tail)
+}
+
+fn last_of(ring: &Mutex<VecDeque<String>>, tail: usize) -> Vec<String> {
+    let ring = ring.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let skip = match tail {
+        0 => 0,
+        tail => ring.len().saturating_sub(tail),
+    };
+    ring.iter().skip(skip).cloned().collect()
+}
 
 #[derive(Default)]
 struct Pending {
@@ -159,6 +195,9 @@ pub struct LineWriter<'a> {
 
 impl Write for LineWriter<'_> {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        if self.urgent {
+            keep_recent(&RECENT, line, RECENT_LINES);
+        }
         let mut pending = self.shared.lock();
         if pending.bytes.len() + line.len() > MAX_BUFFERED {
             pending.dropped += 1;
@@ -501,5 +540,16 @@ mod tests {
             text.len()
         );
         assert_eq!(text.matches('x').count(), 8 * (1024 * 1024 - 1));
+    }
+
+    #[test]
+    fn the_recent_ring_keeps_the_newest_lines_last() {
+        let ring = Mutex::new(VecDeque::new());
+        for n in 0..5 {
+            keep_recent(&ring, format!("line {n}\n").as_bytes(), 3);
+        }
+        assert_eq!(last_of(&ring, 0), ["line 2", "line 3", "line 4"]);
+        assert_eq!(last_of(&ring, 2), ["line 3", "line 4"]);
+        assert_eq!(last_of(&ring, 10), ["line 2", "line 3", "line 4"]);
     }
 }

@@ -135,6 +135,14 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
                 .map_err(|error| anyhow::anyhow!("--simulator-profile: {error}"))?,
             None => station_simulator::Profile::default_station(),
         };
+        // The control lease is named after the station, not after its address: the embedded
+        // simulator takes a new port each start, and a lease in a lasting backend must still be
+        // found after a restart. Its serial (what HELLO will say) is known from the profile now,
+        // before the link-owner lease is claimed and the lease resumed.
+        if config.lease.name.trim().is_empty() {
+            config.lease.name = simulator_lease_name(&profile.station.serial);
+            tracing::info!("--simulator: control lease {}", config.lease.name);
+        }
         let listen = args.simulator_listen.as_deref().unwrap_or("127.0.0.1:0");
         let listen =
             parse_listen(listen).map_err(|why| anyhow::anyhow!("--simulator-listen: {why}"))?;
@@ -167,6 +175,12 @@ fn add_api_keys(config: &mut Config, keys: Vec<String>) {
             name: String::new(),
         });
     }
+}
+
+/// The control lease's name for the embedded simulator: after the station's identity (its
+/// serial, as HELLO reports it), never its address.
+fn simulator_lease_name(serial: &str) -> String {
+    format!("control:station:{serial}")
 }
 
 /// Logs go to stderr through a writer thread (`station_gateway::logs`): request tasks never make

@@ -207,6 +207,12 @@ impl Station {
             .transact(name, value, admitted.guard.clone())
             .await
     }
+
+    /// Restarts the station's application (RESET), under the admission's send guard: a change
+    /// like any write. `requester` goes to the station's log.
+    pub async fn reset(&self, requester: String, admitted: &Admitted) -> Result<(), LinkError> {
+        self.link.reset(requester, admitted.guard.clone()).await
+    }
 }
 
 #[cfg(test)]

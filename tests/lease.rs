@@ -228,7 +228,7 @@ async fn a_holder_shuts_everyone_else_out_of_changes_and_forced_reads() -> Resul
     b.call(
         Method::POST,
         "channels/channel",
-        Some(json!({ "NetName": "HV1_VSET" })),
+        Some(json!({ "NetName": VSET1 })),
     )
     .await?
     .expect(200)?;

@@ -386,3 +386,33 @@ async fn writes_to_made_up_channel_names_are_refused_and_do_not_grow_the_cache()
     }
     assert_eq!(rig.gateway.link().cache().len(), slots_before);
 }
+
+/// RESET from a legacy client is a change: LOCKED (and nothing sent) while the lease is held,
+/// carried out through the link while nobody holds it.
+#[tokio::test]
+async fn a_legacy_reset_is_a_change_under_the_lease() {
+    use station_protocol::{Request, Reset, Response};
+    let rig = legacy_rig(|_| {}).await;
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
+    client.hello("test").await.unwrap();
+    let reset = || {
+        Request::Reset(Reset {
+            requester: "legacy test".into(),
+        })
+    };
+    let lease = rig.take_lease("sequence B").await;
+    match client.request(reset()).await {
+        Ok(Response::Error(error)) => {
+            assert_eq!(error.code, ErrorCode::Locked);
+            assert!(error.message.contains("sequence B"), "{}", error.message);
+        }
+        Err(ClientError::Station(error)) => assert_eq!(error.code, ErrorCode::Locked),
+        other => panic!("expected LOCKED, got {other:?}"),
+    }
+    assert_eq!(rig.sim.resets(), 0, "a locked RESET reached the station");
+    rig.release_lease(&lease).await;
+    let generation = rig.gateway.link().info().generation;
+    assert!(matches!(client.request(reset()).await, Ok(Response::Reset)));
+    assert_eq!(rig.sim.resets(), 1);
+    rig.reconnected_after(generation).await;
+}

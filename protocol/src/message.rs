@@ -278,6 +278,8 @@ pub enum Request {
     Ping {
         nonce: u64,
     },
+    /// Restart the station's application (§6.10).
+    Reset(crate::reset::Reset),
 }
 
 /// A response or notification, station to client.
@@ -299,6 +301,8 @@ pub enum Response {
     Ping {
         nonce: u64,
     },
+    /// The station restarts its application once this is sent (§6.10).
+    Reset,
     Notify(Notify),
     Error(StationError),
 }
@@ -416,6 +420,7 @@ impl Request {
             Request::Write { .. } => Opcode::Write,
             Request::Transact { .. } => Opcode::Transact,
             Request::Ping { .. } => Opcode::Ping,
+            Request::Reset(_) => Opcode::Reset,
         }
     }
 
@@ -450,6 +455,7 @@ impl Request {
                 put_value(&mut out, value);
             }
             Request::Ping { nonce } => out.put_u64(*nonce),
+            Request::Reset(reset) => crate::reset::put(&mut out, reset),
         }
         if self.count_overflows() {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -508,6 +514,7 @@ impl Request {
             Opcode::Ping => Request::Ping {
                 nonce: r.at("ping nonce").u64()?,
             },
+            Opcode::Reset => Request::Reset(crate::reset::get(&mut r)?),
             _ => return Err(PayloadError::NotARequest(frame.opcode)),
         };
         r.finish()?;
@@ -525,6 +532,7 @@ impl Response {
             Response::Write(_) => Opcode::WriteReply,
             Response::Transact(_) => Opcode::TransactReply,
             Response::Ping { .. } => Opcode::PingReply,
+            Response::Reset => Opcode::ResetReply,
             Response::Notify(_) => Opcode::Notify,
             Response::Error(_) => Opcode::Error,
         }
@@ -597,6 +605,7 @@ impl Response {
             }
             Response::Transact(value) => put_value(&mut out, value),
             Response::Ping { nonce } => out.put_u64(*nonce),
+            Response::Reset => {}
             Response::Notify(Notify::ConfigurationChanged { change, message }) => {
                 out.put_u8(1);
                 out.put_u8(*change as u8);
@@ -688,6 +697,7 @@ impl Response {
             Opcode::PingReply => Response::Ping {
                 nonce: r.at("ping nonce").u64()?,
             },
+            Opcode::ResetReply => Response::Reset,
             Opcode::Notify => match r.at("notify kind").u8()? {
                 1 => {
                     let change = r.at("change type").u8()?;
@@ -1072,6 +1082,7 @@ mod tests {
                 .prop_map(|items| Request::Write { items }),
             (arb_text(), arb_value()).prop_map(|(name, value)| Request::Transact { name, value }),
             any::<u64>().prop_map(|nonce| Request::Ping { nonce }),
+            arb_text().prop_map(|requester| Request::Reset(crate::reset::Reset { requester })),
         ]
     }
 
@@ -1127,6 +1138,7 @@ mod tests {
                 .prop_map(Response::Write),
             arb_value().prop_map(Response::Transact),
             any::<u64>().prop_map(|nonce| Response::Ping { nonce }),
+            Just(Response::Reset),
             (1u8..=3, arb_text()).prop_map(|(change, message)| Response::Notify(
                 Notify::ConfigurationChanged {
                     change: ChangeType::from_u8(change).unwrap(),

@@ -300,6 +300,15 @@ pub fn spec_examples() -> Vec<SpecExample> {
                 "station busy",
             ))),
         ),
+        // RESET (§6.10), appended.
+        ex(
+            "RESET",
+            9,
+            Req(Request::Reset(crate::reset::Reset {
+                requester: "station-gateway".to_owned(),
+            })),
+        ),
+        ex("RESET_REPLY", 9, Res(Response::Reset)),
     ]
 }
 

@@ -170,6 +170,10 @@ async fn write_frames<W>(
         if written.and(sink.flush().await).is_err() {
             break;
         }
+        // The application restarts once its RESET reply is out (SPEC.md §6.10).
+        if crate::reset::is_reset_reply(&frame) {
+            crate::reset::restart(&shared);
+        }
     }
     let _ = sink.shutdown().await;
 }
@@ -343,6 +347,7 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
             response
         }
         Request::Ping { nonce } => Response::Ping { nonce },
+        Request::Reset(reset) => crate::reset::respond(shared, &reset),
     }
 }
 

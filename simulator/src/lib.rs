@@ -15,6 +15,7 @@ mod connection;
 pub mod control;
 pub mod profile;
 mod pty;
+mod reset;
 pub mod server;
 mod station;
 

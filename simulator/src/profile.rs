@@ -83,6 +83,8 @@ pub struct StationInfo {
     pub tick: Duration,
     /// Noise seed; `None` seeds from the OS.
     pub seed: Option<u64>,
+    /// Whether RESET restarts the application (SPEC.md §6.10); false: ERROR unsupported.
+    pub reset: bool,
 }
 
 /// One high-voltage output and its power-on state.
@@ -300,6 +302,12 @@ struct RawStation {
     #[serde(default = "default_tick_ms")]
     tick_ms: u64,
     seed: Option<u64>,
+    #[serde(default = "default_reset")]
+    reset: bool,
+}
+
+fn default_reset() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -342,10 +350,10 @@ struct RawOutput {
 struct RawChannel {
     each: Option<Vec<String>>,
     name: String,
-    #[serde(default)]
-    alias: String,
-    #[serde(default)]
-    net_name: String,
+    /// Defaults to `name`, as on a station.
+    alias: Option<String>,
+    /// Defaults to `name`, as on a station.
+    net_name: Option<String>,
     #[serde(default)]
     description: String,
     #[serde(default)]
@@ -508,6 +516,7 @@ fn build(source: &Source<'_>, raw: RawProfile) -> Result<Profile, InvalidProfile
         firmware: raw.station.firmware,
         serial: raw.station.serial,
         tcp_window: raw.station.tcp_window,
+        reset: raw.station.reset,
         processing: Duration::from_millis(raw.station.processing_ms),
         tick: Duration::from_millis(raw.station.tick_ms),
         seed: raw.station.seed,
@@ -625,8 +634,8 @@ fn substitute(template: &RawChannel, entry: &str) -> RawChannel {
     let mut c = template.clone();
     c.each = None;
     c.name = s(&c.name);
-    c.alias = s(&c.alias);
-    c.net_name = s(&c.net_name);
+    c.alias = c.alias.as_deref().map(s);
+    c.net_name = c.net_name.as_deref().map(s);
     c.description = s(&c.description);
     c.group = s(&c.group);
     c.output = c.output.as_deref().map(s);
@@ -866,9 +875,9 @@ fn build_channel(
 
     Ok(ChannelSpec {
         descriptor: ChannelDescriptor {
+            alias: c.alias.unwrap_or_else(|| c.name.clone()),
+            net_name: c.net_name.unwrap_or_else(|| c.name.clone()),
             name: c.name,
-            alias: c.alias,
-            net_name: c.net_name,
             type_flags,
             direction,
             unit: c.unit,
@@ -961,6 +970,28 @@ role = "vmon"
         let profile = Profile::from_toml_str(MINIMAL, "min.toml").unwrap();
         assert_eq!(profile.channels.len(), 1);
         assert_eq!(profile.station.tcp_window, 8);
+    }
+
+    /// On a station a channel's alias and net name are its full name unless configured.
+    #[test]
+    fn alias_and_net_name_default_to_the_full_name() {
+        let profile = Profile::from_toml_str(MINIMAL, "min.toml").unwrap();
+        let channel = &profile.channels[0].descriptor;
+        assert_eq!(
+            (channel.alias.as_str(), channel.net_name.as_str()),
+            ("A.B", "A.B")
+        );
+        let text = MINIMAL.replace("model = \"hv\"", "model = \"hv\"\nalias = \"Rail\"");
+        let profile = Profile::from_toml_str(&text, "min.toml").unwrap();
+        let channel = &profile.channels[0].descriptor;
+        assert_eq!(
+            (channel.alias.as_str(), channel.net_name.as_str()),
+            ("Rail", "A.B")
+        );
+        for spec in &Profile::default_station().channels {
+            let d = &spec.descriptor;
+            assert_eq!((&d.alias, &d.net_name), (&d.name, &d.name), "{}", d.name);
+        }
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub(crate) struct Stats {
     pub read_frames: AtomicU64,
     read_batches: Mutex<Vec<usize>>,
     connections_accepted: AtomicU64,
+    /// RESETs carried out (`reset.rs`).
+    pub resets: AtomicU64,
 }
 
 struct ConnectionEntry {
@@ -181,7 +183,7 @@ impl Shared {
         }
     }
 
-    fn drop_connections(&self) {
+    pub(crate) fn drop_connections(&self) {
         let dropped: Vec<_> = lock(&self.connections).drain().collect();
         for (_, entry) in dropped {
             entry.cancel.cancel();
@@ -441,6 +443,11 @@ impl SimulatorHandle {
     pub async fn power_on(&self) -> io::Result<()> {
         self.reset_station();
         self.set_refuse_connections(false).await
+    }
+
+    /// RESETs the station carried out (SPEC.md §6.10).
+    pub fn resets(&self) -> u64 {
+        self.shared.stats.resets.load(Ordering::SeqCst)
     }
 
     /// A power cycle: every connection dropped, the station back to its power-on state

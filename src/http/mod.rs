@@ -112,6 +112,7 @@ pub async fn serve(
         let connection = Connection {
             gateway: gateway.clone(),
             peer,
+            local: stream.local_addr().ok(),
             slot,
         };
         // The first byte, the handshake and the rest run in the connection's task, so a slow
@@ -140,6 +141,8 @@ pub async fn serve(
 struct Connection {
     gateway: Arc<Gateway>,
     peer: SocketAddr,
+    /// The gateway's address the client reached (`api/modules/physical-system` reports it).
+    local: Option<SocketAddr>,
     slot: ConnectionSlot,
 }
 
@@ -220,8 +223,12 @@ impl Connection {
     {
         let service = {
             let (gateway, peer, kind) = (self.gateway.clone(), self.peer, self.slot.kind);
-            hyper::service::service_fn(move |request| {
+            let local = self.local;
+            hyper::service::service_fn(move |mut request: Request<Incoming>| {
                 let gateway = gateway.clone();
+                if let Some(local) = local {
+                    request.extensions_mut().insert(routes::LocalAddr(local));
+                }
                 async move { Ok::<_, Infallible>(answer(gateway, request, peer, kind).await) }
             })
         };

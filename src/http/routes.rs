@@ -29,6 +29,10 @@ enum Target<'p> {
     NamedLeases,
 }
 
+/// The local address of the connection a request came on, in the request's extensions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalAddr(pub(crate) SocketAddr);
+
 /// Answers one request; never fails: every error becomes a JSON error answer.
 pub async fn handle(
     gateway: Arc<Gateway>,
@@ -185,7 +189,12 @@ async fn route_and_answer(
     };
     let json = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
-        JsonBody::parse(&bytes)?
+        // An unserved endpoint's body (a file upload, a multipart form) is read, not judged:
+        // its answer is the 501 saying why.
+        match endpoint.unserved {
+            Some(_) => JsonBody::parse(b"")?,
+            None => JsonBody::parse(&bytes)?,
+        }
     } else {
         JsonBody::parse(b"")?
     };
@@ -203,12 +212,16 @@ async fn route_and_answer(
     }
     let call = Call {
         gateway,
+        label: endpoint.label,
+        unserved: endpoint.unserved,
+        local: parts.extensions.get::<LocalAddr>().map(|l| l.0),
         body: json,
         admitted,
         peer,
         id,
         headers: &parts.headers,
         query: parts.uri.query(),
+        authority: parts.uri.authority().map(|a| a.as_str()),
         presented,
         granted,
     };

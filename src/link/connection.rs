@@ -29,6 +29,9 @@ pub struct Shared {
     pub events: broadcast::Sender<LinkEvent>,
     pub cache: Arc<ValueCache>,
     pub stats: Arc<LinkStats>,
+    /// The station answered a RESET: it restarts its application, so the next connection
+    /// reports a configuration change (`configuration` event) whatever its channel list.
+    pub restarted: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -421,6 +424,9 @@ impl Connection {
                         .cache
                         .insert(&name, value.clone(), read_at, self.generation);
                 }
+                if matches!(response, Response::Reset) {
+                    shared.restarted.store(true, Ordering::SeqCst);
+                }
                 let _ = reply.send(Ok(response));
             }
             (InFlightKind::Change { reply, .. }, Err(error @ ProtocolError::BadPayload(_))) => {
@@ -554,6 +560,7 @@ mod tests {
             events: broadcast::channel(16).0,
             cache: Arc::new(ValueCache::new()),
             stats: Arc::new(LinkStats::default()),
+            restarted: Default::default(),
         }
     }
 

@@ -256,6 +256,21 @@ impl LinkHandle {
         }
     }
 
+    /// Restarts the station's application (RESET, SPEC.md §6.10). Once answered, the station
+    /// drops its connections; the link reconnects by itself (generation + 1) and reports a
+    /// configuration change.
+    pub async fn reset(
+        &self,
+        requester: String,
+        guard: Option<SendGuard>,
+    ) -> Result<(), LinkError> {
+        let request = Request::Reset(station_protocol::Reset { requester });
+        match self.change(request, guard).await? {
+            Response::Reset => Ok(()),
+            other => Err(unexpected(Opcode::Reset, &other)),
+        }
+    }
+
     async fn change(
         &self,
         request: Request,

@@ -84,6 +84,7 @@ impl LinkTask {
                 events,
                 cache,
                 stats,
+                restarted: Default::default(),
             },
         };
         (task, handle)
@@ -175,7 +176,8 @@ impl LinkTask {
             channels,
         } = connected;
         let previous = self.shared.info.borrow().channels.clone();
-        let changed = !previous.channels.is_empty() && previous.channels != channels;
+        let restarted = self.shared.restarted.swap(false, Ordering::SeqCst);
+        let changed = restarted || (!previous.channels.is_empty() && previous.channels != channels);
         info!(
             station = %self.settings.url, name = %hello.station, firmware = %hello.firmware,
             window = hello.window, channels = channels.len(), generation, "station link up"

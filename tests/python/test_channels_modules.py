@@ -14,8 +14,9 @@ def channels_by_name(client: AccordionQ2Client) -> dict[str, ChannelDto]:
     channels = client.channels.get_all()
     named = {}
     for ch in channels:
-        assert ch.details is not None and ch.details.get("name"), f"channel without its name in details: {ch}"
-        named[ch.details["name"]] = ch
+        # As on a station, the alias is the full resource name unless configured otherwise.
+        assert ch.alias, f"channel without an alias: {ch}"
+        named[ch.alias] = ch
     return named
 
 
@@ -23,7 +24,7 @@ def test_channels_list_every_resource(client: AccordionQ2Client) -> None:
     channels = client.channels.get_all()
     names = client.resources.get_names()
     assert len(channels) == len(names)
-    assert {ch.details["name"] for ch in channels} == set(names)
+    assert {ch.alias for ch in channels} == set(names)
     assert len({ch.channel_index for ch in channels}) == len(channels), "channelIndex is not unique"
     assert all(ch.enabled for ch in channels)
 
@@ -81,9 +82,9 @@ def test_get_channel_by_alias_and_by_net_name(client: AccordionQ2Client) -> None
     # Every channel can be found by its alias, and by its net name where it has one.
     for name, ch in named.items():
         if ch.alias:
-            assert client.channels.get_channel(alias=ch.alias).details["name"] == name
+            assert client.channels.get_channel(alias=ch.alias) == ch
         if ch.net_name:
-            assert client.channels.get_channel(net_name=ch.net_name).details["name"] == name
+            assert client.channels.get_channel(net_name=ch.net_name) == ch
 
 
 def test_get_channel_unknown_is_404_naming_it(client: AccordionQ2Client) -> None:
@@ -149,8 +150,47 @@ def test_capabilities(gateway_url: str) -> None:
     assert answer.status == 200, answer
     body = answer.json()
     assert {"apiVersion", "webApiVersion", "codecVersion", "features"} <= set(body)
+    # CapabilitiesDto binds int ApiVersion and int CodecVersion: JSON integers, not "1.0".
+    for key in ("apiVersion", "codecVersion"):
+        assert isinstance(body[key], int) and not isinstance(body[key], bool), body
+    assert isinstance(body["webApiVersion"], str), body
     # What this gateway serves, each named once.
     features = body["features"]
     assert {"resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"} <= set(features), body
     assert len(features) == len(set(features)), body
     assert answer.headers["content-type"].startswith("application/json")
+
+
+def test_alias_and_net_name_are_the_full_resource_name(client: AccordionQ2Client) -> None:
+    # As on a station: scripts look channels up by the full name, under either field.
+    for name in [station.MON_3V3, station.I2C, station.VSET1, station.CPU_TEMP]:
+        by_alias = client.channels.get_channel(alias=name)
+        assert (by_alias.alias, by_alias.net_name) == (name, name), by_alias
+        assert client.channels.get_channel(net_name=name) == by_alias
+        # The friendly text is the description's.
+        assert by_alias.description, by_alias
+    assert "3V3 rail" in client.channels.get_channel(alias=station.MON_3V3).description
+    # The names resources/* takes.
+    assert float(client.resources.get_value(client.channels.get_channel(net_name=station.MON_3V3).alias)) > 3.0
+
+
+def test_a_lookup_that_finds_nothing_says_not_found_with_the_name(client: AccordionQ2Client) -> None:
+    for kwargs, asked in [({"alias": "3V3 rail"}, "3V3 rail"), ({"net_name": "I2C09"}, "I2C09")]:
+        with pytest.raises(AccordionQ2ApiError) as caught:
+            client.channels.get_channel(**kwargs)
+        assert caught.value.status_code == 404
+        assert "not found" in str(caught.value) and asked in str(caught.value), caught.value
+
+
+def test_channel_type_is_the_whole_integer_and_details_the_types_own_fields(gateway_url: str) -> None:
+    answer = station.raw_request(gateway_url, "GET", "api/channels")
+    assert answer.status == 200, answer
+    for ch in answer.json():
+        # The integer carries every flag bit, names or not (protocol/SPEC.md section 9).
+        for key in ("channelType", "channelTypeCapability"):
+            assert isinstance(ch[key], int) and not isinstance(ch[key], bool), ch
+        # ChannelDetailsDto: the type's own fields, or null; never the old {name, valueType, ...}.
+        details = ch["details"]
+        assert details is None or not {"name", "valueType", "readable", "options"} & set(details), ch
+    uart = next(ch for ch in answer.json() if ch["alias"] == station.UART)
+    assert uart["channelType"] == int(ChannelTypes.UART | ChannelTypes.BYTE_STREAM), uart

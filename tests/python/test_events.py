@@ -120,7 +120,9 @@ def test_hello_comes_first_with_a_stream_id(client: AccordionQ2Client, open_even
     assert isinstance(events.stream.stream_id, str) and len(events.stream.stream_id) >= 16, hello
     assert hello["isConnected"] is True, hello
     assert isinstance(hello["generation"], int) and hello["generation"] >= 1, hello
-    assert hello.get("apiVersion"), hello
+    # The .NET client binds int ApiVersion (StreamStateDto): a JSON integer, not "1.0".
+    assert isinstance(hello.get("apiVersion"), int) and not isinstance(hello["apiVersion"], bool), hello
+    assert hello["apiVersion"] >= 1, hello
     # Each stream its own id.
     assert open_events(client).stream.stream_id != events.stream.stream_id
 

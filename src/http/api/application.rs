@@ -1,19 +1,39 @@
 //! `api/capabilities`, `api/connection/status` and `api/application/...`: what the gateway and
 //! the station say about themselves.
 
+use hyper::StatusCode;
 use serde_json::{Value as Json, json};
+use station_protocol::ErrorCode;
 
 use super::call::{Answer, Call, not_yet_connected, ok};
 use crate::api::API_VERSION;
+use crate::error::ApiError;
+use crate::link::LinkError;
 
 /// `GET api/capabilities`.
 pub(super) async fn capabilities(_call: Call<'_>) -> Answer {
     ok(json!({
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
-        "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
-        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"],
+        "codecVersion": station_protocol::PROTOCOL_VERSION,
+        "features": features(),
     }))
+}
+
+/// What this gateway serves, from the endpoint table: the area (first path segment) of every
+/// endpoint that does not answer 501, and `maxAge` (cached reads of `resources/values/get`).
+fn features() -> Vec<&'static str> {
+    let mut features: Vec<&'static str> = Vec::new();
+    for endpoint in super::ENDPOINTS.iter().filter(|e| e.unserved.is_none()) {
+        let area = endpoint.path.split('/').next().unwrap_or(endpoint.path);
+        if !features.contains(&area) {
+            features.push(area);
+        }
+        if endpoint.path == "resources/values/get" {
+            features.push("maxAge");
+        }
+    }
+    features
 }
 
 /// `GET api/connection/status`.
@@ -54,4 +74,52 @@ pub(super) async fn status(call: Call<'_>) -> Answer {
         "Unknown"
     };
     ok(Json::String(status.into()))
+}
+
+/// Lines `GET api/application/log` returns without `tail`, as the reference clients default.
+const DEFAULT_TAIL: usize = 100;
+
+/// `GET api/application/log?tail=N`: the gateway's own recent log lines, newest last; `tail=0`
+/// all it keeps (`logs::RECENT_LINES`).
+pub(super) async fn log(call: Call<'_>) -> Answer {
+    let mut tail = DEFAULT_TAIL;
+    for (key, value) in call
+        .query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+    {
+        if key.eq_ignore_ascii_case("tail") {
+            tail = value.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "tail must be a whole number of lines (0 for all), not {value:?}"
+                ))
+            })?;
+        }
+    }
+    ok(json!(crate::logs::recent_lines(tail)))
+}
+
+/// `POST api/application/reset`: restarts the station's application through the link (RESET),
+/// a change under the lease's send guard. The station drops its connections and comes back;
+/// the link reconnects (generation + 1) and the event stream gets a `configuration` event. A
+/// station that cannot restart its application (ERROR unsupported): 501.
+pub(super) async fn reset(call: Call<'_>) -> Answer {
+    call.gateway.station.connected().map_err(|not_reached| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
+    })?;
+    let requester = format!("station-gateway for {}", call.peer);
+    match call.gateway.station.reset(requester, &call.admitted).await {
+        Ok(()) => {
+            tracing::info!(peer = %call.peer, "the station's application was reset");
+            ok(json!({}))
+        }
+        Err(LinkError::Station(error)) if error.code == ErrorCode::Unsupported => {
+            Err(ApiError::not_implemented(format!(
+                "the station cannot restart its application: {}",
+                error.message
+            )))
+        }
+        Err(error) => Err(error.into()),
+    }
 }

@@ -20,15 +20,23 @@ use crate::link::ChannelTable;
 /// Everything a handler may use of its request, admitted by access control and the lease.
 pub(crate) struct Call<'a> {
     pub(crate) gateway: &'a Gateway,
+    /// The metric label of the endpoint the request was routed to (`GET api/files`).
+    pub(crate) label: &'static str,
+    /// Why that endpoint answers 501, for an unserved one.
+    pub(crate) unserved: Option<super::unserved::Unserved>,
     /// The JSON body of a POST or PUT (empty for other methods), bound case-insensitively.
     pub(crate) body: JsonBody,
     /// What the lease admission decided (for changes: the send guard).
     pub(crate) admitted: Admitted,
     pub(crate) peer: SocketAddr,
+    /// The gateway's address the request came in on.
+    pub(crate) local: Option<SocketAddr>,
     /// The `{id}` of the path, empty when the path has none.
     pub(crate) id: &'a str,
     pub(crate) headers: &'a HeaderMap,
     pub(crate) query: Option<&'a str>,
+    /// The authority of the request's URI (HTTP/2's `:authority`, where `Host` may be absent).
+    pub(crate) authority: Option<&'a str>,
     /// The `X-Lease-Id` the request carried.
     pub(crate) presented: Option<&'a str>,
     /// The role access control granted; `None` while access control is off.

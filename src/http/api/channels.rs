@@ -33,50 +33,61 @@ pub(super) async fn lookup(call: Call<'_>) -> Answer {
         .iter()
         .enumerate()
         .find(|(_, ch)| match field {
-            "alias" => ch.alias == wanted,
-            _ => ch.net_name == wanted,
+            "alias" => alias(ch) == wanted,
+            _ => net_name(ch) == wanted,
         });
     match found {
         Some((position, ch)) => ok(channel_json(position, ch)),
         None => Err(ApiError::not_found(format!(
-            "no channel with the {field} {wanted:?}"
+            "not found: no channel with the {field} {wanted:?}"
         ))),
     }
 }
 
-/// Names of the channel type flags, as the REST contract's `channelType` lists them.
-const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
-    (1, "Analog"),
-    (1 << 1, "Digital"),
-    (1 << 2, "VirtualDigital"),
-    (1 << 3, "Temperature"),
-    (1 << 4, "Multiplexer"),
-    (1 << 5, "Resistance"),
-    (1 << 6, "Counter"),
-    (1 << 7, "Frequency"),
-    (1 << 8, "Actuator"),
-    (1 << 10, "Register"),
-    (1 << 11, "Current"),
-    (1 << 12, "Ratiometric"),
-    (1 << 13, "UART"),
-    (1 << 14, "SPI"),
-    (1 << 15, "I2C"),
-    (1 << 16, "ByteStream"),
-    (1 << 17, "Socket"),
-    (1 << 24, "Instrument"),
-];
-
-/// `"Analog, Current"` for the flags set.
-fn type_flag_names(flags: u32) -> String {
-    let names: Vec<&str> = TYPE_FLAG_NAMES
-        .iter()
-        .filter(|(bit, _)| flags & bit != 0)
-        .map(|(_, n)| *n)
-        .collect();
-    if names.is_empty() {
-        "Undefined".into()
+/// The channel's alias: the station's, or its full name where the station gives none (as a
+/// station's own WebApi does: scripts look channels up by it).
+fn alias(ch: &ChannelDescriptor) -> &str {
+    if ch.alias.is_empty() {
+        &ch.name
     } else {
-        names.join(", ")
+        &ch.alias
+    }
+}
+
+/// The channel's net name: the station's, or its full name where the station gives none.
+fn net_name(ch: &ChannelDescriptor) -> &str {
+    if ch.net_name.is_empty() {
+        &ch.name
+    } else {
+        &ch.net_name
+    }
+}
+
+/// `channelType` bit of a multiplexer: its options are the destination nets it accepts.
+const MULTIPLEXER: u32 = 1 << 4;
+/// `channelType` bit of a register: its access is the host's rights.
+const REGISTER: u32 = 1 << 10;
+
+/// `details`: the channel type's own fields (the clients' `ChannelDetailsDto`), as far as the
+/// station's descriptor knows them; null where it knows none. A byte-protocol descriptor
+/// carries no gain, offset, pin drive or default value, so those are never invented here.
+fn details(ch: &ChannelDescriptor) -> Json {
+    let mut details = serde_json::Map::new();
+    if ch.type_flags & MULTIPLEXER != 0 && !ch.options.is_empty() {
+        details.insert("destinationNets".into(), json!(ch.options));
+    }
+    if ch.type_flags & REGISTER != 0 {
+        let rights = match (ch.readable, ch.writable) {
+            (true, true) => "RW",
+            (false, true) => "WO",
+            _ => "RO",
+        };
+        details.insert("hostRights".into(), json!(rights));
+    }
+    if details.is_empty() {
+        Json::Null
+    } else {
+        Json::Object(details)
     }
 }
 
@@ -100,10 +111,11 @@ fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
         "enabled": true,
         "usage": usage,
         "deviceName": device,
-        "channelType": type_flag_names(ch.type_flags),
-        "channelTypeCapability": type_flag_names(ch.type_flags),
-        "alias": ch.alias,
-        "netName": ch.net_name,
+        // The whole value, bits the clients' name table lacks included (SPEC.md §9).
+        "channelType": ch.type_flags,
+        "channelTypeCapability": ch.type_flags,
+        "alias": alias(ch),
+        "netName": net_name(ch),
         "groupName": ch.group,
         "capability": ch.direction.label(),
         "description": ch.description,
@@ -112,13 +124,59 @@ fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
         "defaultDirection": ch.direction.label(),
         "unit": ch.unit,
         "isVirtual": false,
-        "details": {
-            "name": ch.name,
-            "valueType": ch.value_type.name(),
-            "readable": ch.readable,
-            "writable": ch.writable,
-            "readConsumesData": ch.consuming,
-            "options": ch.options,
-        },
+        "details": details(ch),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use station_protocol::{Direction, ValueType};
+
+    use super::*;
+
+    fn descriptor(type_flags: u32, options: &[&str]) -> ChannelDescriptor {
+        ChannelDescriptor {
+            name: "0.4.ESH1.X1".into(),
+            alias: String::new(),
+            net_name: "NET".into(),
+            type_flags,
+            direction: Direction::In,
+            unit: String::new(),
+            description: String::new(),
+            group: String::new(),
+            readable: true,
+            writable: false,
+            consuming: false,
+            value_type: ValueType::Enum,
+            options: options.iter().map(|o| o.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn channel_type_carries_every_bit_and_names_default_to_the_full_name() {
+        // Analog | bit 9 | Waveform | NumericResults | Calibration: bits without a name here.
+        let flags = 1 | (1 << 9) | (1 << 18) | (1 << 25) | (1 << 26);
+        let json = channel_json(3, &descriptor(flags, &[]));
+        assert_eq!(json["channelType"], flags);
+        assert_eq!(json["channelTypeCapability"], flags);
+        assert_eq!(json["alias"], "0.4.ESH1.X1");
+        assert_eq!(json["netName"], "NET");
+    }
+
+    #[test]
+    fn details_are_the_types_own_fields_or_null() {
+        assert_eq!(channel_json(0, &descriptor(1, &[]))["details"], Json::Null);
+        // An enum's options are not a multiplexer's destinations.
+        assert_eq!(
+            channel_json(0, &descriptor(2, &["Off", "On"]))["details"],
+            Json::Null
+        );
+        let mux = channel_json(0, &descriptor(MULTIPLEXER, &["NET_A", "NET_B"]));
+        assert_eq!(
+            mux["details"],
+            json!({ "destinationNets": ["NET_A", "NET_B"] })
+        );
+        let register = channel_json(0, &descriptor(REGISTER, &[]));
+        assert_eq!(register["details"], json!({ "hostRights": "RO" }));
+    }
 }

@@ -11,6 +11,7 @@ mod events;
 mod lease;
 mod modules;
 mod resources;
+mod unserved;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,6 +23,8 @@ use crate::config::Role;
 use crate::lease::Access;
 
 pub(crate) use call::{Answer, Call, Handler};
+pub(crate) use unserved::Unserved;
+use unserved::*;
 
 /// What an endpoint needs of the control lease; enforced for every request before its handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +65,8 @@ pub(crate) struct Endpoint {
     /// The label of its requests in metrics.
     pub(crate) label: &'static str,
     pub(crate) handler: Handler,
+    /// Why it answers 501, for a documented WebApi endpoint this gateway does not serve.
+    pub(crate) unserved: Option<Unserved>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -91,11 +96,29 @@ macro_rules! endpoint {
             lease: LeaseNeed::$lease,
             label: concat!(stringify!($method), " api/", $path),
             handler: handler!($handler),
+            unserved: None,
         }
     };
 }
 
-/// Every REST endpoint. Their position is their metrics slot after the operations'.
+/// `unserved!(METHOD "path", WHY)`: a documented WebApi endpoint answered with 501 and the
+/// reason `WHY` (`unserved.rs`), open to every reader since it changes nothing.
+macro_rules! unserved {
+    ($method:ident $path:literal, $why:expr) => {
+        Endpoint {
+            method: Method::$method,
+            path: $path,
+            role: Role::Read,
+            lease: LeaseNeed::Open,
+            label: concat!(stringify!($method), " api/", $path),
+            handler: handler!(unserved::answer),
+            unserved: Some($why),
+        }
+    };
+}
+
+/// Every REST endpoint of the documented WebApi (the reference clients' `docs/api/*.md`), served
+/// or answered with 501 and why. Their position is their metrics slot after the operations'.
 pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
@@ -110,9 +133,13 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(GET "modules", Read, Open, modules::list),
     endpoint!(GET "modules/loaded", Read, Open, modules::list),
     endpoint!(GET "modules/physical-system", Read, Open, modules::physical_system),
+    endpoint!(GET "modules/apps", Read, Open, modules::apps),
+    endpoint!(GET "modules/apps/licensed", Read, Open, modules::apps),
     endpoint!(GET "application/name", Read, Open, application::name),
     endpoint!(GET "application/identification", Read, Open, application::identification),
     endpoint!(GET "application/status", Read, Open, application::status),
+    endpoint!(GET "application/log", Read, Open, application::log),
+    endpoint!(POST "application/reset", Control, Change, application::reset),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
     endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
@@ -123,6 +150,68 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(PUT "lease/{id}", Control, Open, lease::renew),
     endpoint!(DELETE "lease/{id}", Control, Open, lease::release),
     endpoint!(GET "audit/log", Admin, Open, audit::log),
+    // Built by issue 18 (bus transactions).
+    unserved!(POST "comm/i2c", BUS),
+    unserved!(POST "comm/uart", BUS),
+    unserved!(POST "comm/spi", BUS),
+    // Built by issue 19 (numeric results).
+    unserved!(GET "numeric-results/channels", NUMERIC),
+    unserved!(GET "numeric-results/targets", NUMERIC),
+    unserved!(POST "numeric-results/measure", NUMERIC),
+    unserved!(POST "numeric-results/acquire", NUMERIC),
+    unserved!(GET "numeric-results/result/mean", NUMERIC),
+    unserved!(GET "numeric-results/result/min", NUMERIC),
+    unserved!(GET "numeric-results/result/max", NUMERIC),
+    unserved!(GET "numeric-results/result/stdev", NUMERIC),
+    unserved!(GET "numeric-results/result/samples", NUMERIC),
+    // Built by issue 20 (channel configuration, configuration files).
+    unserved!(POST "channels/channel/configure", CONFIGURE),
+    unserved!(POST "channels/configure", CONFIGURE),
+    unserved!(GET "application/config/list", CONFIG_FILES),
+    unserved!(GET "application/config/loaded", CONFIG_FILES),
+    unserved!(POST "application/config/load", CONFIG_FILES),
+    unserved!(POST "application/config/save", CONFIG_FILES),
+    unserved!(GET "application/config/download/{id}", CONFIG_FILES),
+    unserved!(POST "application/config/upload", CONFIG_FILES),
+    unserved!(DELETE "application/config/{id}", CONFIG_FILES),
+    // What a station behind the byte protocol does not have.
+    unserved!(POST "comm/socket", SOCKET),
+    unserved!(GET "channels/encoded", ENCODED),
+    unserved!(POST "channels/configure/encoded", ENCODED),
+    unserved!(POST "modules/load", MODULE_LOADING),
+    unserved!(POST "modules/unload", MODULE_LOADING),
+    unserved!(POST "modules/configure", MODULE_LOADING),
+    unserved!(GET "instruments", INSTRUMENTS),
+    unserved!(GET "calibration/channels", CALIBRATION),
+    unserved!(GET "calibration/table", CALIBRATION),
+    unserved!(POST "calibration/table", CALIBRATION),
+    unserved!(GET "media", MEDIA),
+    unserved!(GET "media/{id}", MEDIA),
+    unserved!(POST "media/upload", MEDIA),
+    unserved!(DELETE "media/{id}", MEDIA),
+    unserved!(GET "files", FILES),
+    unserved!(GET "files/{id}", FILES),
+    unserved!(DELETE "files/{id}", FILES),
+    unserved!(GET "files/{id}/content", FILES),
+    unserved!(PUT "files/{id}/content", FILES),
+    unserved!(POST "files/{id}/folder", FILES),
+    unserved!(POST "files/{id}/move", FILES),
+    unserved!(GET "system/firmware", FIRMWARE),
+    unserved!(GET "system/firmware/releases", FIRMWARE),
+    unserved!(PUT "system/firmware/source", FIRMWARE),
+    unserved!(GET "system/firmware/update", FIRMWARE),
+    unserved!(POST "system/firmware/update", FIRMWARE),
+    unserved!(GET "system/firmware/update/log", FIRMWARE),
+    unserved!(POST "system/firmware/packages", FIRMWARE),
+    unserved!(DELETE "system/firmware/packages/{id}", FIRMWARE),
+    unserved!(GET "system/services", SYSTEM),
+    unserved!(POST "system/services/{id}/{id}", SYSTEM),
+    unserved!(POST "system/reboot", SYSTEM),
+    unserved!(GET "system/clock", SYSTEM),
+    unserved!(PUT "system/clock", SYSTEM),
+    unserved!(GET "system/boot", SYSTEM),
+    unserved!(PUT "system/boot", SYSTEM),
+    unserved!(PUT "system/boot/startup", SYSTEM),
 ];
 
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.
