@@ -44,6 +44,7 @@ pub enum Opcode {
     Ping = 0x07,
     /// Unsolicited, station to client, request id 0.
     Notify = 0x08,
+    Configure = 0x0C,
     HelloReply = 0x81,
     SystemReply = 0x82,
     ListReply = 0x83,
@@ -51,6 +52,7 @@ pub enum Opcode {
     WriteReply = 0x85,
     TransactReply = 0x86,
     PingReply = 0x87,
+    ConfigureReply = 0x8C,
     /// The request as a whole failed; carries an error code and message.
     Error = 0xFF,
 }
@@ -67,6 +69,7 @@ impl Opcode {
             0x06 => Opcode::Transact,
             0x07 => Opcode::Ping,
             0x08 => Opcode::Notify,
+            0x0C => Opcode::Configure,
             0x81 => Opcode::HelloReply,
             0x82 => Opcode::SystemReply,
             0x83 => Opcode::ListReply,
@@ -74,6 +77,7 @@ impl Opcode {
             0x85 => Opcode::WriteReply,
             0x86 => Opcode::TransactReply,
             0x87 => Opcode::PingReply,
+            0x8C => Opcode::ConfigureReply,
             0xFF => Opcode::Error,
             _ => return None,
         })
