@@ -32,6 +32,8 @@ pub struct Gateway {
     pub metrics: crate::metrics::Metrics,
     /// Who may do what over HTTP; off while no credentials are configured.
     pub access: crate::http::access::AccessControl,
+    /// Station configuration files: the directory and what was loaded from it.
+    pub config_files: crate::config_files::ConfigFiles,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

@@ -22,6 +22,8 @@
 //!   values it read.
 //! - [`lease`]: the control lease (admission, send guard, expiry, safe state) and the lease
 //!   stores behind it and behind named leases.
+//! - [`config_files`]: station configuration files (save, load, the directory), through the
+//!   station service.
 //! - Below them all: [`config`], [`error`] (every layer's error given its HTTP status), `api`
 //!   (the API version), [`metrics`] and [`logs`].
 
@@ -31,6 +33,7 @@
 mod api;
 mod cache;
 pub mod config;
+pub mod config_files;
 pub mod error;
 pub mod events;
 pub mod gateway;

@@ -343,6 +343,17 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
             response
         }
         Request::Ping { nonce } => Response::Ping { nonce },
+        Request::Configure(configure) => {
+            let result = shared
+                .lock_station()
+                .configure(&configure.name, &configure.settings);
+            // The NOTIFY goes out before the reply (SPEC.md §6.13).
+            shared.flush_notifies();
+            match result {
+                Ok(reply) => Response::Configure(reply),
+                Err(error) => Response::Error(error),
+            }
+        }
     }
 }
 

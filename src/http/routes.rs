@@ -145,11 +145,16 @@ async fn route_and_answer(
         }
         Target::Api(_, endpoint, id) => (endpoint, id),
     };
-    let json = if matches!(endpoint.method, Method::POST | Method::PUT) {
+    let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
-        JsonBody::parse(&bytes)?
+        // A body that is not a JSON object (a list, an upload) is its handler's to read.
+        if api::RAW_BODY_LABELS.contains(&endpoint.label) {
+            (JsonBody::parse(b"")?, bytes)
+        } else {
+            (JsonBody::parse(&bytes)?, bytes)
+        }
     } else {
-        JsonBody::parse(b"")?
+        (JsonBody::parse(b"")?, bytes::Bytes::new())
     };
     // The one place the control lease is enforced: 423 for a non-holder's changes and forced
     // reads, and for changes a send guard that fences them again at the link.
@@ -160,6 +165,7 @@ async fn route_and_answer(
     let call = Call {
         gateway,
         body: json,
+        raw,
         admitted,
         peer,
         id,

@@ -9,7 +9,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::SinkExt;
-use station_protocol::{ChangeType, ChannelDescriptor, Notify, RawFrame, Request, Response};
+use station_protocol::{
+    ChangeType, ChannelDescriptor, ConfigureReply, Notify, RawFrame, Request, Response,
+};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -18,8 +20,8 @@ use super::handshake::{self, Framing};
 use super::read_queue::{CoalescePolicy, ReadAnswer, ReadQueue};
 use super::session::{FREE_FENCE, InFlightKind, Reply, ResponseReply, Session};
 use super::{
-    ChannelTable, Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError,
-    SendGuard, StationInfo,
+    Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError, SendGuard,
+    StationInfo,
 };
 use crate::cache::ValueCache;
 
@@ -50,11 +52,25 @@ impl Shared {
             last_error: previous.last_error.clone(),
             hello: previous.hello.clone(),
             modules: previous.modules.clone(),
-            channels: Arc::new(ChannelTable::new(channels)),
+            channels: Arc::new(previous.channels.relisted(channels)),
         }));
         let _ = self
             .events
             .send(LinkEvent::Configuration { change, generation });
+    }
+
+    /// Takes a CONFIGURE answer's channel into the table at once, so whoever asked reads it
+    /// back; the station's configuration NOTIFY brings the `configuration` event.
+    fn publish_configured(&self, reply: &ConfigureReply) {
+        let previous = self.info.borrow().clone();
+        self.info.send_replace(Arc::new(StationInfo {
+            connected: previous.connected,
+            generation: previous.generation,
+            last_error: previous.last_error.clone(),
+            hello: previous.hello.clone(),
+            modules: previous.modules.clone(),
+            channels: Arc::new(previous.channels.configured(reply)),
+        }));
     }
 }
 
@@ -82,6 +98,9 @@ pub struct Connection {
     /// Who waits until the changes of a fence have left the station.
     settling: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     list_refresh_running: bool,
+    /// A configuration NOTIFY came while a LIST refresh was running: its pages may be older
+    /// than the change, so it starts over instead of publishing (SPEC.md §6.3).
+    list_refresh_stale: bool,
     reads_turn: bool,
     codec_errors_seen: u64,
 }
@@ -103,6 +122,7 @@ impl Connection {
             changes: VecDeque::new(),
             settling: Vec::new(),
             list_refresh_running: false,
+            list_refresh_stale: false,
             reads_turn: true,
             codec_errors_seen: 0,
         }
@@ -421,6 +441,9 @@ impl Connection {
                         .cache
                         .insert(&name, value.clone(), read_at, self.generation);
                 }
+                if let Response::Configure(configured) = &response {
+                    shared.publish_configured(configured);
+                }
                 let _ = reply.send(Ok(response));
             }
             (InFlightKind::Change { reply, .. }, Err(error @ ProtocolError::BadPayload(_))) => {
@@ -430,6 +453,9 @@ impl Connection {
                 let _ = reply.send(Err(LinkError::Protocol(error)));
             }
             (InFlightKind::Pass { reply }, Ok(response)) => {
+                if let Response::Configure(configured) = &response {
+                    shared.publish_configured(configured);
+                }
                 let _ = reply.send(Ok(response));
             }
             (InFlightKind::Ping, _) => {}
@@ -445,16 +471,23 @@ impl Connection {
                     channels: page,
                     ..
                 }) => {
-                    if handshake::add_list_page(&mut channels, total, page) {
+                    if self.list_refresh_stale {
+                        self.list_refresh_stale = false;
+                        let channels = Vec::new();
+                        let request = handshake::list_page(0);
+                        self.send(request, InFlightKind::ListPage { change, channels }, now)?;
+                    } else if handshake::add_list_page(&mut channels, total, page) {
                         let request = handshake::list_page(channels.len());
                         self.send(request, InFlightKind::ListPage { change, channels }, now)?;
                     } else {
                         self.list_refresh_running = false;
+                        self.list_refresh_stale = false;
                         shared.publish_channels(channels, change, self.generation);
                     }
                 }
                 Ok(other) => {
                     self.list_refresh_running = false;
+                    self.list_refresh_stale = false;
                     warn!(
                         "the station answered LIST with {:?}; keeping the old channel list",
                         other.opcode()
@@ -462,6 +495,7 @@ impl Connection {
                 }
                 Err(error) => {
                     self.list_refresh_running = false;
+                    self.list_refresh_stale = false;
                     warn!(
                         "the station's answer to LIST is unusable ({error}); keeping the old channel list"
                     );
@@ -473,6 +507,11 @@ impl Connection {
 
     fn on_notify(&mut self, shared: &Shared, notify: Notify) {
         info!("station notification: {notify:?}");
+        if let Notify::ConfigurationChanged { .. } = &notify
+            && self.list_refresh_running
+        {
+            self.list_refresh_stale = true;
+        }
         if let Notify::ConfigurationChanged { change, .. } = &notify
             && !self.list_refresh_running
         {
@@ -512,6 +551,7 @@ impl Connection {
                 }
                 InFlightKind::ListPage { .. } => {
                     self.list_refresh_running = false;
+                    self.list_refresh_stale = false;
                     warn!("the station did not answer LIST in time; keeping the old channel list");
                 }
             }

@@ -2,9 +2,11 @@
 //! alias or net name.
 
 use serde_json::{Value as Json, json};
-use station_protocol::ChannelDescriptor;
+use station_protocol::{ChannelConfig, ChannelDescriptor};
 
 use super::call::{Answer, Call, known_channels, ok};
+use super::channel_config::detail_json;
+use crate::config_files::settings::type_names;
 use crate::error::ApiError;
 
 /// `GET api/channels`.
@@ -15,7 +17,7 @@ pub(super) async fn list(call: Call<'_>) -> Answer {
             .channels
             .iter()
             .enumerate()
-            .map(|(i, ch)| channel_json(i, ch))
+            .map(|(i, ch)| channel_json(i, ch, channels.config(&ch.name)))
             .collect(),
     ))
 }
@@ -37,51 +39,20 @@ pub(super) async fn lookup(call: Call<'_>) -> Answer {
             _ => ch.net_name == wanted,
         });
     match found {
-        Some((position, ch)) => ok(channel_json(position, ch)),
+        Some((position, ch)) => ok(channel_json(position, ch, channels.config(&ch.name))),
         None => Err(ApiError::not_found(format!(
             "no channel with the {field} {wanted:?}"
         ))),
     }
 }
 
-/// Names of the channel type flags, as the REST contract's `channelType` lists them.
-const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
-    (1, "Analog"),
-    (1 << 1, "Digital"),
-    (1 << 2, "VirtualDigital"),
-    (1 << 3, "Temperature"),
-    (1 << 4, "Multiplexer"),
-    (1 << 5, "Resistance"),
-    (1 << 6, "Counter"),
-    (1 << 7, "Frequency"),
-    (1 << 8, "Actuator"),
-    (1 << 10, "Register"),
-    (1 << 11, "Current"),
-    (1 << 12, "Ratiometric"),
-    (1 << 13, "UART"),
-    (1 << 14, "SPI"),
-    (1 << 15, "I2C"),
-    (1 << 16, "ByteStream"),
-    (1 << 17, "Socket"),
-    (1 << 24, "Instrument"),
-];
-
-/// `"Analog, Current"` for the flags set.
-fn type_flag_names(flags: u32) -> String {
-    let names: Vec<&str> = TYPE_FLAG_NAMES
-        .iter()
-        .filter(|(bit, _)| flags & bit != 0)
-        .map(|(_, n)| *n)
-        .collect();
-    if names.is_empty() {
-        "Undefined".into()
-    } else {
-        names.join(", ")
-    }
-}
-
-/// The contract's channel object for one descriptor.
-fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
+/// The contract's channel object for one descriptor, with its configuration when the station
+/// has told it (CONFIGURE): enabled, device, capabilities and type-specific details.
+pub(super) fn channel_json(
+    position: usize,
+    ch: &ChannelDescriptor,
+    config: Option<&ChannelConfig>,
+) -> Json {
     let usage = if ch.consuming {
         "BusSignal"
     } else if ch.writable {
@@ -89,36 +60,54 @@ fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
     } else {
         "ReadOnlySystemControl"
     };
-    let device = ch
-        .name
-        .rsplit_once('.')
-        .map(|(device, _)| device)
-        .unwrap_or("");
+    let device = match config {
+        Some(config) => config.device.clone(),
+        None => ch
+            .name
+            .rsplit_once('.')
+            .map(|(device, _)| device.to_owned())
+            .unwrap_or_default(),
+    };
+    let capability = config.map(|c| c.capability).unwrap_or(ch.direction);
+    let type_capability = config.map(|c| c.type_capability).unwrap_or(ch.type_flags);
+    let mut details = json!({
+        "name": ch.name,
+        "valueType": ch.value_type.name(),
+        "readable": ch.readable,
+        "writable": ch.writable,
+        "readConsumesData": ch.consuming,
+        "options": ch.options,
+    });
+    for (key, value) in config.iter().flat_map(|c| &c.details) {
+        details[lower_camel(key)] = detail_json(value);
+    }
     json!({
         "channelIndex": position,
         "index": position,
-        "enabled": true,
+        "enabled": config.is_none_or(|c| c.enabled),
         "usage": usage,
         "deviceName": device,
-        "channelType": type_flag_names(ch.type_flags),
-        "channelTypeCapability": type_flag_names(ch.type_flags),
+        "channelType": type_names(ch.type_flags),
+        "channelTypeCapability": type_names(type_capability),
         "alias": ch.alias,
         "netName": ch.net_name,
         "groupName": ch.group,
-        "capability": ch.direction.label(),
+        "capability": capability.label(),
         "description": ch.description,
         "direction": ch.direction.label(),
         "directionChanged": false,
         "defaultDirection": ch.direction.label(),
         "unit": ch.unit,
         "isVirtual": false,
-        "details": {
-            "name": ch.name,
-            "valueType": ch.value_type.name(),
-            "readable": ch.readable,
-            "writable": ch.writable,
-            "readConsumesData": ch.consuming,
-            "options": ch.options,
-        },
+        "details": details,
     })
+}
+
+/// `Gain` → `gain`, `PullType` → `pullType`: the contract's keys for details.
+fn lower_camel(key: &str) -> String {
+    let mut chars = key.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }

@@ -5,7 +5,9 @@
 
 mod application;
 mod call;
+mod channel_config;
 mod channels;
+mod config_files;
 mod events;
 mod lease;
 mod modules;
@@ -106,12 +108,21 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(POST "resources/transact", Control, Change, resources::transact),
     endpoint!(GET "channels", Read, Open, channels::list),
     endpoint!(POST "channels/channel", Read, Open, channels::lookup),
+    endpoint!(POST "channels/channel/configure", Control, Change, channel_config::configure_one),
+    endpoint!(POST "channels/configure", Control, Change, channel_config::configure_many),
     endpoint!(GET "modules", Read, Open, modules::list),
     endpoint!(GET "modules/loaded", Read, Open, modules::list),
     endpoint!(GET "modules/physical-system", Read, Open, modules::physical_system),
     endpoint!(GET "application/name", Read, Open, application::name),
     endpoint!(GET "application/identification", Read, Open, application::identification),
     endpoint!(GET "application/status", Read, Open, application::status),
+    endpoint!(GET "application/config/list", Read, Open, config_files::list),
+    endpoint!(GET "application/config/loaded", Read, Open, config_files::loaded),
+    endpoint!(POST "application/config/load", Control, Change, config_files::load),
+    endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save),
+    endpoint!(GET "application/config/download/{id}", Read, Open, config_files::download),
+    endpoint!(POST "application/config/upload", Control, Open, config_files::upload),
+    endpoint!(DELETE "application/config/{id}", Control, Open, config_files::delete),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
     endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
@@ -121,6 +132,14 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(DELETE "lease", Admin, Open, lease::break_lease),
     endpoint!(PUT "lease/{id}", Control, Open, lease::renew),
     endpoint!(DELETE "lease/{id}", Control, Open, lease::release),
+];
+
+/// Endpoints whose body is not one JSON object (a list, a file upload): their handlers read
+/// `Call::raw` themselves.
+pub(crate) const RAW_BODY_LABELS: &[&str] = &[
+    "POST api/channels/channel/configure",
+    "POST api/channels/configure",
+    "POST api/application/config/upload",
 ];
 
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.
