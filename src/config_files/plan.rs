@@ -195,7 +195,7 @@ pub fn snapshot(
                 device: config.map(|c| c.device.clone()),
                 enabled: config.map(|c| c.enabled),
                 direction: Some(channel.direction.label().to_owned()),
-                channel_type: Some(type_names(channel.type_flags)),
+                channel_type: (channel.type_flags != 0).then(|| type_names(channel.type_flags)),
                 value: values
                     .get(&channel.name)
                     .filter(|_| holds_value(channel))

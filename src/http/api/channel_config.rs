@@ -94,6 +94,10 @@ async fn configure(
         .map(|(index, entry)| {
             locate(&table, entry).map_err(|mut error| {
                 error.message = format!("{}{}", label(index), error.message);
+                // In a list an entry naming no channel is a bad entry of the request.
+                if in_list {
+                    error.status = hyper::StatusCode::BAD_REQUEST;
+                }
                 error
             })
         })
