@@ -148,9 +148,8 @@ impl From<ConfigFileError> for ApiError {
             ConfigFileError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ConfigFileError::NotReached(_) => StatusCode::SERVICE_UNAVAILABLE,
             ConfigFileError::ReadFailed(_) => StatusCode::BAD_GATEWAY,
-            ConfigFileError::Station { error, .. } | ConfigFileError::Stopped { error, .. } => {
-                ApiError::from(error.clone()).status
-            }
+            ConfigFileError::Station { error, .. } => ApiError::from(error.clone()).status,
+            ConfigFileError::Stopped(stopped) => ApiError::from(stopped.error.clone()).status,
             ConfigFileError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, error.to_string())

@@ -259,7 +259,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                 station.configure(configure, &admitted).await
             };
             match result {
-                Ok(reply) => Response::Configure(reply),
+                Ok(reply) => Response::Configure(Box::new(reply)),
                 Err(error) => link_error(error),
             }
         }

@@ -187,7 +187,7 @@ mod tests {
         let mut without_limits = reply();
         without_limits.config.limits = None;
         for reply in [reply(), without_limits] {
-            let response = Response::Configure(reply);
+            let response = Response::Configure(Box::new(reply));
             let frame = response.to_frame(9).unwrap();
             assert_eq!(frame.kind(), Some(Opcode::ConfigureReply));
             assert_eq!(Response::from_frame(&frame).unwrap(), response);
@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_cut_or_padded_or_mistagged_payload_is_malformed() {
-        let frame = Response::Configure(reply()).to_frame(3).unwrap();
+        let frame = Response::Configure(Box::new(reply())).to_frame(3).unwrap();
         let full = frame.payload.to_vec();
         for cut in 0..full.len() {
             let short =

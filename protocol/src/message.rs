@@ -304,7 +304,7 @@ pub enum Response {
     Notify(Notify),
     Error(StationError),
     /// The channel's descriptor and configuration after a CONFIGURE (§6.13).
-    Configure(crate::configure::ConfigureReply),
+    Configure(Box<crate::configure::ConfigureReply>),
 }
 
 fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame, FrameError> {
@@ -714,7 +714,7 @@ impl Response {
             },
             Opcode::Error => Response::Error(get_error(&mut r)?),
             Opcode::ConfigureReply => {
-                Response::Configure(crate::configure::ConfigureReply::decode(&mut r)?)
+                Response::Configure(Box::new(crate::configure::ConfigureReply::decode(&mut r)?))
             }
             _ => return Err(PayloadError::NotAResponse(frame.opcode)),
         };
@@ -1168,7 +1168,7 @@ mod tests {
             )
                 .prop_map(
                     |(channel, enabled, capability, type_capability, device, limits, details)| {
-                        Response::Configure(crate::configure::ConfigureReply {
+                        Response::Configure(Box::new(crate::configure::ConfigureReply {
                             channel,
                             config: crate::configure::ChannelConfig {
                                 enabled,
@@ -1178,7 +1178,7 @@ mod tests {
                                 limits,
                                 details,
                             },
-                        })
+                        }))
                     }
                 ),
         ]

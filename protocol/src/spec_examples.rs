@@ -315,7 +315,7 @@ pub fn spec_examples() -> Vec<SpecExample> {
         ex(
             "CONFIGURE_REPLY",
             12,
-            Res(Response::Configure(ConfigureReply {
+            Res(Response::Configure(Box::new(ConfigureReply {
                 channel: {
                     let mut configured =
                         channel(&vset, 1, Direction::Out, "kV", true, ValueType::Float);
@@ -330,7 +330,7 @@ pub fn spec_examples() -> Vec<SpecExample> {
                     limits: Some((0.0, 3000.0)),
                     details: vec![("Gain".to_owned(), Value::Float(2.0))],
                 },
-            })),
+            }))),
         ),
     ]
 }

@@ -350,7 +350,7 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
             // The NOTIFY goes out before the reply (SPEC.md §6.13).
             shared.flush_notifies();
             match result {
-                Ok(reply) => Response::Configure(reply),
+                Ok(reply) => Response::Configure(Box::new(reply)),
                 Err(error) => Response::Error(error),
             }
         }

@@ -11,7 +11,7 @@ use station_protocol::{ChannelConfig, Configure};
 
 use super::format::ConfigFile;
 use super::plan::{Action, holds_value, plan_load, snapshot};
-use super::{ConfigFileError, ConfigFiles, check_name};
+use super::{ConfigFileError, ConfigFiles, LoadStopped, check_name};
 use crate::lease::Admitted;
 use crate::link::{ChannelTable, LinkError, StationInfo};
 use crate::station::{ItemError, ReadPolicy, Station};
@@ -162,7 +162,7 @@ pub async fn load(
             }
         };
         if let Err(error) = outcome {
-            return Err(ConfigFileError::Stopped {
+            return Err(ConfigFileError::Stopped(Box::new(LoadStopped {
                 file: name.to_owned(),
                 step: index + 1,
                 total: steps.len(),
@@ -174,7 +174,7 @@ pub async fn load(
                     applied.join("; ")
                 },
                 rest: steps.len() - index - 1,
-            });
+            })));
         }
         applied.push(step.describe());
     }

@@ -44,18 +44,8 @@ pub enum ConfigFileError {
     #[error("{context}: {error}")]
     Station { context: String, error: LinkError },
     /// A load stopped partway: exactly what was applied and what was not.
-    #[error(
-        "loading {file} stopped at step {step} of {total} ({failed}): {error}. Applied before it: {applied}. Not applied: that step (its outcome is as the error says) and the {rest} after it"
-    )]
-    Stopped {
-        file: String,
-        step: usize,
-        total: usize,
-        failed: String,
-        error: LinkError,
-        applied: String,
-        rest: usize,
-    },
+    #[error(transparent)]
+    Stopped(Box<LoadStopped>),
     /// The station is not connected: nothing was asked or changed.
     #[error("{0}")]
     NotReached(String),
@@ -65,6 +55,21 @@ pub enum ConfigFileError {
     /// The gateway's own directory failed it.
     #[error("configuration files directory: {0}")]
     Io(String),
+}
+
+/// Where a load stopped, what it had applied and what it had not.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "loading {file} stopped at step {step} of {total} ({failed}): {error}. Applied before it: {applied}. Not applied: that step (its outcome is as the error says) and the {rest} after it"
+)]
+pub struct LoadStopped {
+    pub file: String,
+    pub step: usize,
+    pub total: usize,
+    pub failed: String,
+    pub error: LinkError,
+    pub applied: String,
+    pub rest: usize,
 }
 
 /// The last configuration loaded, for the status page.

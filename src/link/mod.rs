@@ -311,7 +311,7 @@ impl LinkHandle {
             self.change(Request::Configure(request), guard).await?
         };
         match response {
-            Response::Configure(reply) => Ok(reply),
+            Response::Configure(reply) => Ok(*reply),
             other => Err(unexpected(Opcode::Configure, &other)),
         }
     }
