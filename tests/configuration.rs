@@ -193,3 +193,94 @@ async fn a_saved_file_is_written_atomically_into_the_gateways_own_directory() {
     rig.write(VSET1, "0").await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_legacy_configure_is_locked_while_the_lease_is_held_and_an_inquiry_is_not() {
+    use station_protocol::{Configure, ErrorCode, Request, Response, Value};
+    use station_simulator::client::{ClientError, StationClient};
+    let rig = legacy_rig(|_| {}).await;
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
+    client.hello("test").await.unwrap();
+    let change = || {
+        Request::Configure(Configure {
+            name: VSET1.into(),
+            settings: vec![("unit".into(), Value::String("mV".into()))],
+        })
+    };
+    let lease = rig.take_lease("sequence A").await;
+    match client.request(change()).await {
+        Err(ClientError::Station(error)) => {
+            assert_eq!(error.code, ErrorCode::Locked);
+            assert!(error.message.contains("sequence A"), "{}", error.message);
+        }
+        other => panic!("expected LOCKED, got {other:?}"),
+    }
+    let inquiry = Request::Configure(Configure {
+        name: VSET1.into(),
+        settings: vec![],
+    });
+    match client.request(inquiry).await.unwrap() {
+        Response::Configure(reply) => {
+            assert_eq!(reply.channel.unit, "V");
+            assert_eq!(reply.config.limits, Some((0.0, 3000.0)));
+        }
+        other => panic!("expected the configuration, got {other:?}"),
+    }
+    rig.release_lease(&lease).await;
+    match client.request(change()).await.unwrap() {
+        Response::Configure(reply) => assert_eq!(reply.channel.unit, "mV"),
+        other => panic!("expected the configuration, got {other:?}"),
+    }
+    let (_, channels) = rig.get("channels").await;
+    assert_eq!(channel(&channels, VSET1)["unit"], "mV");
+}
+
+#[tokio::test]
+async fn a_load_goes_on_to_its_end_when_its_caller_hangs_up() {
+    let dir = files_dir("hangup");
+    // Each RAMP write takes 200 ms at the station: the load outlasts its caller's patience.
+    let mut profile = Profile::default_station();
+    for spec in profile
+        .channels
+        .iter_mut()
+        .filter(|s| s.descriptor.name.contains(".RAMP"))
+    {
+        spec.latency = Duration::from_millis(200);
+    }
+    let sim = Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = config_for(&sim, |c| c.config_files.dir = dir.clone());
+    let rig = rig_on(sim, config, false).await;
+    let file = (1..=3).fold("format_version = 1\n".to_owned(), |text, n| {
+        format!(
+            "{text}[[channel]]\nname = \"0.4.ESH10000662.RAMP{n}\"\nvalue = \"{}\"\n",
+            10 * n
+        )
+    });
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ramps.cfg"), file).unwrap();
+    rig.sim.clear_write_log();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .post(rig.gateway.base_url() + "/api/application/config/load")
+        .json(&json!({ "FileName": "ramps.cfg" }))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the caller was meant to give up first");
+    until(
+        Duration::from_secs(5),
+        "all three writes of the load",
+        || rig.sim.write_log().len() == 3,
+    )
+    .await;
+    until(Duration::from_secs(2), "the load listed as loaded", || {
+        let generation = rig.gateway.link().info().generation;
+        rig.gateway.gateway.config_files.loaded_in(generation) == ["ramps.cfg"]
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

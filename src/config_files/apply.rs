@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::SystemTime;
 
 use station_protocol::{ChannelConfig, Configure};
+use tracing::{info, warn};
 
 use super::format::ConfigFile;
 use super::plan::{Action, holds_value, plan_load, snapshot};
@@ -162,6 +163,11 @@ pub async fn load(
             }
         };
         if let Err(error) = outcome {
+            warn!(
+                file = name,
+                step = index + 1,
+                "configuration load stopped: {error}"
+            );
             return Err(ConfigFileError::Stopped(Box::new(LoadStopped {
                 file: name.to_owned(),
                 step: index + 1,
@@ -179,6 +185,7 @@ pub async fn load(
         applied.push(step.describe());
     }
     files.record_loaded(name, info.generation);
+    info!(file = name, steps = applied.len(), "configuration loaded");
     Ok(LoadReport {
         file: name.to_owned(),
         generation: info.generation,

@@ -16,8 +16,8 @@ pub mod settings;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::config::ConfigFilesConfig;
@@ -81,15 +81,16 @@ pub struct Loaded {
     pub generation: u64,
 }
 
-/// The directory of configuration files and what was loaded from it.
-#[derive(Debug)]
+/// The directory of configuration files and what was loaded from it. Cheap to clone (a load
+/// runs as a task of its own, so a caller that goes away does not cut it short).
+#[derive(Debug, Clone)]
 pub struct ConfigFiles {
     dir: PathBuf,
     max_file_bytes: usize,
-    loaded: Mutex<Vec<Loaded>>,
-    temp_counter: AtomicU64,
+    loaded: Arc<Mutex<Vec<Loaded>>>,
+    temp_counter: Arc<AtomicU64>,
     /// One save or load at a time: a load is one sequence, never interleaved with another.
-    pub(crate) busy: tokio::sync::Mutex<()>,
+    pub(crate) busy: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Checks that `name` is a plain file name: no path, no `..`, printable, not too long.
@@ -136,9 +137,9 @@ impl ConfigFiles {
         ConfigFiles {
             dir: config.dir.clone(),
             max_file_bytes: config.max_file_bytes,
-            loaded: Mutex::new(Vec::new()),
-            temp_counter: AtomicU64::new(0),
-            busy: tokio::sync::Mutex::new(()),
+            loaded: Arc::new(Mutex::new(Vec::new())),
+            temp_counter: Arc::new(AtomicU64::new(0)),
+            busy: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 

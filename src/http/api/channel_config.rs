@@ -126,21 +126,36 @@ async fn configure(
             },
         ));
     }
+    // Its own task: a caller that hangs up does not stop a list halfway.
+    let (station, admitted) = (call.gateway.station.clone(), call.admitted.clone());
+    let running = tokio::spawn(async move { apply(station, admitted, requests, in_list).await });
+    let answers = running.await.map_err(|error| {
+        ApiError::new(
+            hyper::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("configuring failed inside the gateway: {error}"),
+        )
+    })??;
+    Ok(answers)
+}
+
+/// Sends the checked CONFIGUREs one after another; the channels as they are afterwards.
+async fn apply(
+    station: crate::station::Station,
+    admitted: crate::lease::Admitted,
+    requests: Vec<(usize, Configure)>,
+    in_list: bool,
+) -> Result<Vec<Json>, ApiError> {
     let mut answers = Vec::new();
     for (done, (position, request)) in requests.into_iter().enumerate() {
         if request.settings.is_empty() {
-            let table = known_channels(call.gateway)?;
-            let channel = &table.channels[position];
-            answers.push(channel_json(position, channel, table.config(&channel.name)));
+            let table = station.info().channels.clone();
+            if let Some(channel) = table.channels.get(position) {
+                answers.push(channel_json(position, channel, table.config(&channel.name)));
+            }
             continue;
         }
         let name = request.name.clone();
-        match call
-            .gateway
-            .station
-            .configure(request, &call.admitted)
-            .await
-        {
+        match station.configure(request, &admitted).await {
             Ok(reply) => answers.push(channel_json(position, &reply.channel, Some(&reply.config))),
             Err(error) => {
                 let mut api = ApiError::from(error);

@@ -24,15 +24,21 @@ pub(super) async fn loaded(call: Call<'_>) -> Answer {
 
 /// `POST api/application/config/load {FileName}`: applies the file under the lease.
 pub(super) async fn load(call: Call<'_>) -> Answer {
-    let name = call.body.string("FileName")?;
-    let gateway = call.gateway;
-    let report = config_files::load(
-        &gateway.config_files,
-        &gateway.station,
-        name,
-        &call.admitted,
-    )
-    .await?;
+    let name = call.body.string("FileName")?.to_owned();
+    let (files, station) = (
+        call.gateway.config_files.clone(),
+        call.gateway.station.clone(),
+    );
+    let admitted = call.admitted.clone();
+    // Its own task: a caller that hangs up does not stop the sequence halfway.
+    let running =
+        tokio::spawn(async move { config_files::load(&files, &station, &name, &admitted).await });
+    let report = running.await.map_err(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the load failed inside the gateway: {error}"),
+        )
+    })??;
     ok(json!({
         "fileName": report.file,
         "generation": report.generation,
