@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
+use futures::StreamExt;
 use station_protocol::{ChannelConfig, Configure};
 use tracing::{info, warn};
 
@@ -32,6 +33,9 @@ fn connected(station: &Station) -> Result<std::sync::Arc<StationInfo>, ConfigFil
         .map_err(|not_reached| ConfigFileError::NotReached(not_reached.to_string()))
 }
 
+/// How many CONFIGURE inquiries are asked at once.
+const INQUIRIES_AT_ONCE: usize = 8;
+
 /// The configuration of each of `names` (CONFIGURE without settings where the channel table
 /// does not know it yet). Changes nothing on the station.
 pub async fn configs_of(
@@ -49,8 +53,18 @@ pub async fn configs_of(
             None => missing.push(name.clone()),
         }
     }
-    let asked = futures::future::join_all(missing.iter().map(|name| station.channel_config(name)));
-    for (name, answer) in missing.iter().zip(asked.await) {
+    // A few at a time: the station's window, not the link's whole queue.
+    let asked: Vec<_> = futures::stream::iter(missing.into_iter().map(|name| {
+        let station = station.clone();
+        async move {
+            let answer = station.channel_config(&name).await;
+            (name, answer)
+        }
+    }))
+    .buffered(INQUIRIES_AT_ONCE)
+    .collect()
+    .await;
+    for (name, answer) in asked {
         let reply = answer.map_err(|error| ConfigFileError::Station {
             context: format!("asking the station how {name} is configured"),
             error,
