@@ -23,6 +23,7 @@ pub struct Config {
     pub access: AccessConfig,
     pub status_page: StatusPageConfig,
     pub audit: AuditConfig,
+    pub config_files: ConfigFilesConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -195,6 +196,25 @@ impl Default for StatusPageConfig {
                 .map(String::from)
                 .to_vec(),
             interval_ms: 1000,
+        }
+    }
+}
+
+/// Station configuration files (`api/application/config/...`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigFilesConfig {
+    /// The directory the gateway keeps them in, its own; made when first needed.
+    pub dir: PathBuf,
+    /// The largest file accepted by upload (bytes).
+    pub max_file_bytes: usize,
+}
+
+impl Default for ConfigFilesConfig {
+    fn default() -> Self {
+        ConfigFilesConfig {
+            dir: PathBuf::from("state/config-files"),
+            max_file_bytes: 256 * 1024,
         }
     }
 }
@@ -505,6 +525,15 @@ impl Config {
         }
         if !(100..=60_000).contains(&self.status_page.interval_ms) {
             return Err(invalid("status_page.interval_ms", "must be 100 to 60000"));
+        }
+        if self.config_files.dir.as_os_str().is_empty() {
+            return Err(invalid("config_files.dir", "must name a directory"));
+        }
+        if !(1024..=1024 * 1024).contains(&self.config_files.max_file_bytes) {
+            return Err(invalid(
+                "config_files.max_file_bytes",
+                "must be 1024 to 1048576 (the request body limit)",
+            ));
         }
         if self.events.stream_queue == 0 {
             return Err(invalid("events.stream_queue", "must be above 0"));

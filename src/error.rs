@@ -5,6 +5,7 @@
 use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
+use crate::config_files::ConfigFileError;
 use crate::events::EventsError;
 use crate::http::access::AccessError;
 use crate::lease::{LeaseError, LeaseStoreError};
@@ -139,5 +140,23 @@ impl From<LeaseStoreError> for ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{error}; the lease's state is unknown, try again"),
         )
+    }
+}
+
+/// A configuration file's errors: a bad name or file is the client's (400, 413), an unknown
+/// name 404 "not found", the station's and the link's as theirs, the gateway's directory 500.
+impl From<ConfigFileError> for ApiError {
+    fn from(error: ConfigFileError) -> ApiError {
+        let status = match &error {
+            ConfigFileError::BadName(..) | ConfigFileError::BadFile(_) => StatusCode::BAD_REQUEST,
+            ConfigFileError::NotFound(_) => StatusCode::NOT_FOUND,
+            ConfigFileError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ConfigFileError::NotReached(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ConfigFileError::ReadFailed(_) => StatusCode::BAD_GATEWAY,
+            ConfigFileError::Station { error, .. } => ApiError::from(error.clone()).status,
+            ConfigFileError::Stopped(stopped) => ApiError::from(stopped.error.clone()).status,
+            ConfigFileError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, error.to_string())
     }
 }

@@ -34,6 +34,8 @@ pub struct Gateway {
     pub access: crate::http::access::AccessControl,
     /// The audit trail: every request, and who changed what under which lease.
     pub audit: crate::audit::AuditLog,
+    /// Station configuration files: the directory and what was loaded from it.
+    pub config_files: crate::config_files::ConfigFiles,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

@@ -260,6 +260,24 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                 }
             }
         }
+        Request::Configure(configure) => {
+            if let Err(error) = connected() {
+                return error;
+            }
+            let result = if configure.settings.is_empty() {
+                station.channel_config(&configure.name).await
+            } else {
+                let admitted = match legacy_policy(gateway) {
+                    LegacyPolicy::Locked(message) => return locked(message),
+                    LegacyPolicy::Open(admitted) => admitted,
+                };
+                station.configure(configure, &admitted).await
+            };
+            match result {
+                Ok(reply) => Response::Configure(Box::new(reply)),
+                Err(error) => link_error(error),
+            }
+        }
         Request::Transact { name, value } => {
             if let Err(error) = connected() {
                 return error;

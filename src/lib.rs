@@ -24,6 +24,8 @@
 //!   stores behind it and behind named leases.
 //! - [`audit`]: the audit trail (rotating files of every request and every change, synced
 //!   before a change is answered).
+//! - [`config_files`]: station configuration files (save, load, the directory), through the
+//!   station service.
 //! - Below them all: [`config`], [`error`] (every layer's error given its HTTP status), `api`
 //!   (the API version), [`metrics`], [`logs`] and `netinfo` (the host's interfaces, read from
 //!   the OS).
@@ -35,6 +37,7 @@ mod api;
 pub mod audit;
 mod cache;
 pub mod config;
+pub mod config_files;
 pub mod error;
 pub mod events;
 pub mod gateway;

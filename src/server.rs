@@ -165,6 +165,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     let events =
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
+    let config_files_config = config.config_files.clone();
     let gateway = Arc::new(Gateway {
         config,
         link,
@@ -178,6 +179,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         metrics: crate::http::ops::new_metrics(),
         access,
         audit,
+        config_files: crate::config_files::ConfigFiles::new(&config_files_config),
         tls,
     });
     let mut tasks = JoinSet::new();

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use station_protocol::{ItemResult, Value};
+use station_protocol::{Configure, ConfigureReply, ItemResult, Value};
 use tokio::sync::broadcast;
 
 use crate::lease::Admitted;
@@ -194,6 +194,25 @@ impl Station {
         admitted: &Admitted,
     ) -> Result<Vec<ItemResult<()>>, LinkError> {
         self.link.write(items, admitted.guard.clone()).await
+    }
+
+    /// CONFIGURE with settings: changes a channel's configuration under the admission's send
+    /// guard; the channel table holds the answer when this returns.
+    pub async fn configure(
+        &self,
+        request: Configure,
+        admitted: &Admitted,
+    ) -> Result<ConfigureReply, LinkError> {
+        self.link.configure(request, admitted.guard.clone()).await
+    }
+
+    /// CONFIGURE without settings: what a channel's configuration is; changes nothing.
+    pub async fn channel_config(&self, name: &str) -> Result<ConfigureReply, LinkError> {
+        let request = Configure {
+            name: name.to_owned(),
+            settings: Vec::new(),
+        };
+        self.link.configure(request, None).await
     }
 
     /// Writes `value` to `name` and reads it back in one step, under the admission's send guard.

@@ -46,6 +46,7 @@ pub enum Opcode {
     Notify = 0x08,
     /// Restart the station's application (SPEC.md §6.10).
     Reset = 0x09,
+    Configure = 0x0C,
     HelloReply = 0x81,
     SystemReply = 0x82,
     ListReply = 0x83,
@@ -54,6 +55,7 @@ pub enum Opcode {
     TransactReply = 0x86,
     PingReply = 0x87,
     ResetReply = 0x89,
+    ConfigureReply = 0x8C,
     /// The request as a whole failed; carries an error code and message.
     Error = 0xFF,
 }
@@ -71,6 +73,7 @@ impl Opcode {
             0x07 => Opcode::Ping,
             0x08 => Opcode::Notify,
             0x09 => Opcode::Reset,
+            0x0C => Opcode::Configure,
             0x81 => Opcode::HelloReply,
             0x82 => Opcode::SystemReply,
             0x83 => Opcode::ListReply,
@@ -79,6 +82,7 @@ impl Opcode {
             0x86 => Opcode::TransactReply,
             0x87 => Opcode::PingReply,
             0x89 => Opcode::ResetReply,
+            0x8C => Opcode::ConfigureReply,
             0xFF => Opcode::Error,
             _ => return None,
         })

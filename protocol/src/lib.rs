@@ -8,10 +8,12 @@
 //! - [`codec`]: a tokio-util `Decoder`/`Encoder` for [`RawFrame`] that resynchronises on garbage.
 //! - [`value`]: typed values and their rendering in the station's REST value format.
 //! - [`message`]: the typed requests and responses carried in frame payloads.
+//! - [`configure`]: the CONFIGURE operation's payloads (a channel's configuration).
 //!
 //! [`spec_examples`] holds one example frame of every kind, as `SPEC.md` shows them.
 
 pub mod codec;
+pub mod configure;
 pub mod frame;
 pub mod message;
 pub mod reset;
@@ -20,6 +22,7 @@ pub mod value;
 mod wire;
 
 pub use codec::{CodecStats, StationCodec};
+pub use configure::{ChannelConfig, Configure, ConfigureReply};
 pub use frame::{FrameError, MAX_PAYLOAD, Opcode, PROTOCOL_VERSION, RawFrame};
 pub use message::{
     ChangeType, ChannelDescriptor, Direction, ErrorCode, Hello, HelloReply, ItemResult, ModuleInfo,

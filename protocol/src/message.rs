@@ -280,6 +280,8 @@ pub enum Request {
     },
     /// Restart the station's application (§6.10).
     Reset(crate::reset::Reset),
+    /// Change a channel's configuration (§6.13); no settings only asks for it.
+    Configure(crate::configure::Configure),
 }
 
 /// A response or notification, station to client.
@@ -305,6 +307,8 @@ pub enum Response {
     Reset,
     Notify(Notify),
     Error(StationError),
+    /// The channel's descriptor and configuration after a CONFIGURE (§6.13).
+    Configure(Box<crate::configure::ConfigureReply>),
 }
 
 fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame, FrameError> {
@@ -314,7 +318,7 @@ fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame
     Ok(RawFrame::new(opcode, request_id, payload.freeze()))
 }
 
-fn put_value(out: &mut BytesMut, value: &Value) {
+pub(crate) fn put_value(out: &mut BytesMut, value: &Value) {
     out.put_u8(value.value_type() as u8);
     match value {
         Value::Float(x) => out.put_f64(*x),
@@ -325,7 +329,7 @@ fn put_value(out: &mut BytesMut, value: &Value) {
     }
 }
 
-fn get_value(r: &mut Reader) -> Result<Value, PayloadError> {
+pub(crate) fn get_value(r: &mut Reader) -> Result<Value, PayloadError> {
     let tag = r.at("value type").u8()?;
     let kind = ValueType::from_u8(tag).ok_or(PayloadError::BadTag("value type", tag))?;
     r.at("value");
@@ -351,7 +355,7 @@ fn get_error(r: &mut Reader) -> Result<StationError, PayloadError> {
     Ok(StationError { code, message })
 }
 
-fn put_channel(out: &mut BytesMut, ch: &ChannelDescriptor) {
+pub(crate) fn put_channel(out: &mut BytesMut, ch: &ChannelDescriptor) {
     out.put_string(&ch.name);
     out.put_string(&ch.alias);
     out.put_string(&ch.net_name);
@@ -369,7 +373,7 @@ fn put_channel(out: &mut BytesMut, ch: &ChannelDescriptor) {
     }
 }
 
-fn get_channel(r: &mut Reader) -> Result<ChannelDescriptor, PayloadError> {
+pub(crate) fn get_channel(r: &mut Reader) -> Result<ChannelDescriptor, PayloadError> {
     let name = r.at("channel name").string()?;
     let alias = r.at("channel alias").string()?;
     let net_name = r.at("channel net name").string()?;
@@ -421,6 +425,7 @@ impl Request {
             Request::Transact { .. } => Opcode::Transact,
             Request::Ping { .. } => Opcode::Ping,
             Request::Reset(_) => Opcode::Reset,
+            Request::Configure(_) => Opcode::Configure,
         }
     }
 
@@ -456,6 +461,7 @@ impl Request {
             }
             Request::Ping { nonce } => out.put_u64(*nonce),
             Request::Reset(reset) => crate::reset::put(&mut out, reset),
+            Request::Configure(configure) => configure.encode(&mut out),
         }
         if self.count_overflows() {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -467,6 +473,7 @@ impl Request {
         match self {
             Request::Read { names } => names.len() > usize::from(u16::MAX),
             Request::Write { items } => items.len() > usize::from(u16::MAX),
+            Request::Configure(configure) => configure.settings.len() > usize::from(u16::MAX),
             _ => false,
         }
     }
@@ -515,6 +522,7 @@ impl Request {
                 nonce: r.at("ping nonce").u64()?,
             },
             Opcode::Reset => Request::Reset(crate::reset::get(&mut r)?),
+            Opcode::Configure => Request::Configure(crate::configure::Configure::decode(&mut r)?),
             _ => return Err(PayloadError::NotARequest(frame.opcode)),
         };
         r.finish()?;
@@ -535,6 +543,7 @@ impl Response {
             Response::Reset => Opcode::ResetReply,
             Response::Notify(_) => Opcode::Notify,
             Response::Error(_) => Opcode::Error,
+            Response::Configure(_) => Opcode::ConfigureReply,
         }
     }
 
@@ -617,6 +626,7 @@ impl Response {
                 out.put_string(message);
             }
             Response::Error(error) => put_error(&mut out, error),
+            Response::Configure(reply) => items = reply.encode(&mut out),
         }
         if items > usize::from(u16::MAX) {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -713,6 +723,9 @@ impl Response {
                 other => return Err(PayloadError::BadTag("notify kind", other)),
             },
             Opcode::Error => Response::Error(get_error(&mut r)?),
+            Opcode::ConfigureReply => {
+                Response::Configure(Box::new(crate::configure::ConfigureReply::decode(&mut r)?))
+            }
             _ => return Err(PayloadError::NotAResponse(frame.opcode)),
         };
         r.finish()?;
@@ -1083,6 +1096,13 @@ mod tests {
             (arb_text(), arb_value()).prop_map(|(name, value)| Request::Transact { name, value }),
             any::<u64>().prop_map(|nonce| Request::Ping { nonce }),
             arb_text().prop_map(|requester| Request::Reset(crate::reset::Reset { requester })),
+            (
+                arb_text(),
+                proptest::collection::vec((arb_text(), arb_value()), 0..4)
+            )
+                .prop_map(|(name, settings)| Request::Configure(
+                    crate::configure::Configure { name, settings }
+                )),
         ]
     }
 
@@ -1149,6 +1169,30 @@ mod tests {
                 Notify::OutputTripped { channel, message }
             )),
             arb_error().prop_map(Response::Error),
+            (
+                arb_channel(),
+                any::<bool>(),
+                1u8..=3,
+                any::<u32>(),
+                arb_text(),
+                proptest::option::of((-1e6f64..1e6, -1e6f64..1e6)),
+                proptest::collection::vec((arb_text(), arb_value()), 0..4),
+            )
+                .prop_map(
+                    |(channel, enabled, capability, type_capability, device, limits, details)| {
+                        Response::Configure(Box::new(crate::configure::ConfigureReply {
+                            channel,
+                            config: crate::configure::ChannelConfig {
+                                enabled,
+                                capability: Direction::from_u8(capability).unwrap(),
+                                type_capability,
+                                device,
+                                limits,
+                                details,
+                            },
+                        }))
+                    }
+                ),
         ]
     }
 
@@ -1163,6 +1207,7 @@ mod tests {
         match request {
             Request::Write { items } => items.iter().map(|(_, v)| v).collect(),
             Request::Transact { value, .. } => vec![value],
+            Request::Configure(configure) => configure.settings.iter().map(|(_, v)| v).collect(),
             _ => vec![],
         }
     }
@@ -1171,6 +1216,7 @@ mod tests {
         match response {
             Response::Read(results) => results.iter().filter_map(|r| r.as_ref().ok()).collect(),
             Response::Transact(value) => vec![value],
+            Response::Configure(reply) => reply.config.details.iter().map(|(_, v)| v).collect(),
             _ => vec![],
         }
     }

@@ -3,6 +3,7 @@
 //! `examples/spec_frames.rs` prints these dumps; a test below checks that every dump in
 //! `SPEC.md` is exactly what this code produces, so the specification cannot drift from it.
 
+use crate::configure::{ChannelConfig, Configure, ConfigureReply};
 use crate::frame::{FrameError, HEADER_LEN, RawFrame, TRAILER_LEN};
 use crate::message::{
     ChangeType, ChannelDescriptor, Direction, ErrorCode, Hello, HelloReply, ModuleInfo, Notify,
@@ -309,6 +310,37 @@ pub fn spec_examples() -> Vec<SpecExample> {
             })),
         ),
         ex("RESET_REPLY", 9, Res(Response::Reset)),
+        ex(
+            "CONFIGURE",
+            12,
+            Req(Request::Configure(Configure {
+                name: vset.clone(),
+                settings: vec![
+                    ("unit".to_owned(), Value::String("kV".to_owned())),
+                    ("detail.Gain".to_owned(), Value::Float(2.0)),
+                ],
+            })),
+        ),
+        ex(
+            "CONFIGURE_REPLY",
+            12,
+            Res(Response::Configure(Box::new(ConfigureReply {
+                channel: {
+                    let mut configured =
+                        channel(&vset, 1, Direction::Out, "kV", true, ValueType::Float);
+                    configured.net_name = "HV1_VSET".to_owned();
+                    configured
+                },
+                config: ChannelConfig {
+                    enabled: true,
+                    capability: Direction::Out,
+                    type_capability: 1,
+                    device: "0.4.ESH10000662".to_owned(),
+                    limits: Some((0.0, 3000.0)),
+                    details: vec![("Gain".to_owned(), Value::Float(2.0))],
+                },
+            }))),
+        ),
     ]
 }
 

@@ -348,6 +348,17 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
         }
         Request::Ping { nonce } => Response::Ping { nonce },
         Request::Reset(reset) => crate::reset::respond(shared, &reset),
+        Request::Configure(configure) => {
+            let result = shared
+                .lock_station()
+                .configure(&configure.name, &configure.settings);
+            // The NOTIFY goes out before the reply (SPEC.md §6.13).
+            shared.flush_notifies();
+            match result {
+                Ok(reply) => Response::Configure(Box::new(reply)),
+                Err(error) => Response::Error(error),
+            }
+        }
     }
 }
 

@@ -14,6 +14,8 @@ use rand::{Rng, SeedableRng};
 use station_protocol::{ChannelDescriptor, ErrorCode, Notify, StationError, Value, ValueType};
 use tokio::time::Instant;
 
+mod configure;
+
 use crate::profile::{
     AnalogModel, ChannelModel, ChannelSpec, HvRole, OutputSpec, Profile, STAT_OPTIONS, numeric,
 };
@@ -139,6 +141,8 @@ struct Channel {
     /// Phase and period factor of the analog model's drift, distinct per channel name.
     phase: f64,
     period_factor: f64,
+    /// What CONFIGURE may change beyond the descriptor (`configure.rs`).
+    config: station_protocol::ChannelConfig,
 }
 
 impl Channel {
@@ -161,6 +165,7 @@ impl Channel {
         };
         let hash = name_hash(&spec.descriptor.name);
         Channel {
+            config: configure::initial(&spec),
             phase: (hash % 10_000) as f64 / 10_000.0 * TAU,
             period_factor: 0.75 + ((hash / 10_000) % 1_000) as f64 / 2_000.0,
             spec,

@@ -290,6 +290,7 @@ fn status_json(gateway: &Gateway) -> Json {
             "channelCount": info.channels.channels.len(),
         },
         "lease": gateway.lease.view(),
+        "lastConfiguration": gateway.config_files.last_loaded_json(),
         "link": {
             "requests": LinkStats::get(&stats.frames_sent),
             "readFrames": LinkStats::get(&stats.read_frames),

@@ -187,16 +187,18 @@ async fn route_and_answer(
         }
         Target::Api(_, endpoint, id) => (endpoint, id),
     };
-    let json = if matches!(endpoint.method, Method::POST | Method::PUT) {
+    let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
         // An unserved endpoint's body (a file upload, a multipart form) is read, not judged:
-        // its answer is the 501 saying why.
-        match endpoint.unserved {
-            Some(_) => JsonBody::parse(b"")?,
-            None => JsonBody::parse(&bytes)?,
+        // its answer is the 501 saying why. A body that is not a JSON object (a list, an
+        // upload) is its handler's to read.
+        if endpoint.unserved.is_some() || api::RAW_BODY_LABELS.contains(&endpoint.label) {
+            (JsonBody::parse(b"")?, bytes)
+        } else {
+            (JsonBody::parse(&bytes)?, bytes)
         }
     } else {
-        JsonBody::parse(b"")?
+        (JsonBody::parse(b"")?, bytes::Bytes::new())
     };
     if noted.change {
         noted.asked = audit_trail::asked(&json);
@@ -216,6 +218,7 @@ async fn route_and_answer(
         unserved: endpoint.unserved,
         local: parts.extensions.get::<LocalAddr>().map(|l| l.0),
         body: json,
+        raw,
         admitted,
         peer,
         id,

@@ -9,7 +9,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::SinkExt;
-use station_protocol::{ChangeType, ChannelDescriptor, Notify, RawFrame, Request, Response};
+use station_protocol::{
+    ChangeType, ChannelDescriptor, ConfigureReply, Notify, RawFrame, Request, Response,
+};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -18,8 +20,8 @@ use super::handshake::{self, Framing};
 use super::read_queue::{CoalescePolicy, ReadAnswer, ReadQueue};
 use super::session::{FREE_FENCE, InFlightKind, Reply, ResponseReply, Session};
 use super::{
-    ChannelTable, Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError,
-    SendGuard, StationInfo,
+    Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError, SendGuard,
+    StationInfo,
 };
 use crate::cache::ValueCache;
 
@@ -53,11 +55,25 @@ impl Shared {
             last_error: previous.last_error.clone(),
             hello: previous.hello.clone(),
             modules: previous.modules.clone(),
-            channels: Arc::new(ChannelTable::new(channels)),
+            channels: Arc::new(previous.channels.relisted(channels)),
         }));
         let _ = self
             .events
             .send(LinkEvent::Configuration { change, generation });
+    }
+
+    /// Takes a CONFIGURE answer's channel into the table at once, so whoever asked reads it
+    /// back; the station's configuration NOTIFY brings the `configuration` event.
+    fn publish_configured(&self, reply: &ConfigureReply) {
+        let previous = self.info.borrow().clone();
+        self.info.send_replace(Arc::new(StationInfo {
+            connected: previous.connected,
+            generation: previous.generation,
+            last_error: previous.last_error.clone(),
+            hello: previous.hello.clone(),
+            modules: previous.modules.clone(),
+            channels: Arc::new(previous.channels.configured(reply)),
+        }));
     }
 }
 
@@ -85,6 +101,9 @@ pub struct Connection {
     /// Who waits until the changes of a fence have left the station.
     settling: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     list_refresh_running: bool,
+    /// A configuration NOTIFY came while a LIST refresh was running: its pages may be older
+    /// than the change, so it starts over instead of publishing (SPEC.md §6.3).
+    list_refresh_stale: bool,
     reads_turn: bool,
     codec_errors_seen: u64,
 }
@@ -106,6 +125,7 @@ impl Connection {
             changes: VecDeque::new(),
             settling: Vec::new(),
             list_refresh_running: false,
+            list_refresh_stale: false,
             reads_turn: true,
             codec_errors_seen: 0,
         }
@@ -427,6 +447,9 @@ impl Connection {
                 if matches!(response, Response::Reset) {
                     shared.restarted.store(true, Ordering::SeqCst);
                 }
+                if let Response::Configure(configured) = &response {
+                    shared.publish_configured(configured);
+                }
                 let _ = reply.send(Ok(response));
             }
             (InFlightKind::Change { reply, .. }, Err(error @ ProtocolError::BadPayload(_))) => {
@@ -436,6 +459,9 @@ impl Connection {
                 let _ = reply.send(Err(LinkError::Protocol(error)));
             }
             (InFlightKind::Pass { reply }, Ok(response)) => {
+                if let Response::Configure(configured) = &response {
+                    shared.publish_configured(configured);
+                }
                 let _ = reply.send(Ok(response));
             }
             (InFlightKind::Ping, _) => {}
@@ -451,16 +477,23 @@ impl Connection {
                     channels: page,
                     ..
                 }) => {
-                    if handshake::add_list_page(&mut channels, total, page) {
+                    if self.list_refresh_stale {
+                        self.list_refresh_stale = false;
+                        let channels = Vec::new();
+                        let request = handshake::list_page(0);
+                        self.send(request, InFlightKind::ListPage { change, channels }, now)?;
+                    } else if handshake::add_list_page(&mut channels, total, page) {
                         let request = handshake::list_page(channels.len());
                         self.send(request, InFlightKind::ListPage { change, channels }, now)?;
                     } else {
                         self.list_refresh_running = false;
+                        self.list_refresh_stale = false;
                         shared.publish_channels(channels, change, self.generation);
                     }
                 }
                 Ok(other) => {
                     self.list_refresh_running = false;
+                    self.list_refresh_stale = false;
                     warn!(
                         "the station answered LIST with {:?}; keeping the old channel list",
                         other.opcode()
@@ -468,6 +501,7 @@ impl Connection {
                 }
                 Err(error) => {
                     self.list_refresh_running = false;
+                    self.list_refresh_stale = false;
                     warn!(
                         "the station's answer to LIST is unusable ({error}); keeping the old channel list"
                     );
@@ -479,6 +513,11 @@ impl Connection {
 
     fn on_notify(&mut self, shared: &Shared, notify: Notify) {
         info!("station notification: {notify:?}");
+        if let Notify::ConfigurationChanged { .. } = &notify
+            && self.list_refresh_running
+        {
+            self.list_refresh_stale = true;
+        }
         if let Notify::ConfigurationChanged { change, .. } = &notify
             && !self.list_refresh_running
         {
@@ -518,6 +557,7 @@ impl Connection {
                 }
                 InFlightKind::ListPage { .. } => {
                     self.list_refresh_running = false;
+                    self.list_refresh_stale = false;
                     warn!("the station did not answer LIST in time; keeping the old channel list");
                 }
             }
@@ -546,68 +586,4 @@ impl InFlightKind {
 }
 
 #[cfg(test)]
-mod tests {
-    use futures::StreamExt;
-    use station_protocol::{Opcode, StationCodec};
-    use tokio_util::codec::Framed;
-
-    use super::*;
-    use crate::link::transport::StationStream;
-
-    fn shared() -> Shared {
-        Shared {
-            info: watch::channel(Arc::new(StationInfo::default())).0,
-            events: broadcast::channel(16).0,
-            cache: Arc::new(ValueCache::new()),
-            stats: Arc::new(LinkStats::default()),
-            restarted: Default::default(),
-        }
-    }
-
-    fn configuration_changed() -> RawFrame {
-        let notify = Notify::ConfigurationChanged {
-            change: ChangeType::Changed,
-            message: "a module was swapped".into(),
-        };
-        Response::Notify(notify)
-            .to_frame(0)
-            .expect("a small NOTIFY fits in a frame")
-    }
-
-    /// (A LIST refresh whose reply could not be read once stayed "running" for the rest of
-    /// the connection, and no configuration change was picked up again.)
-    #[tokio::test(start_paused = true)]
-    async fn an_unreadable_list_reply_ends_the_refresh_so_the_next_change_starts_another() {
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let stream: Box<dyn StationStream> = Box::new(ours);
-        let mut station = Framed::new(theirs, StationCodec::new());
-        let policy = CoalescePolicy {
-            quiet: Duration::ZERO,
-            max: Duration::ZERO,
-            max_names: 10,
-        };
-        let timeout = Duration::from_secs(2);
-        let mut c = Connection::new(
-            Framed::new(stream, StationCodec::new()),
-            1,
-            4,
-            timeout,
-            policy,
-        );
-        let shared = shared();
-        for attempt in ["first", "second"] {
-            c.on_frame(&shared, configuration_changed())
-                .expect("a NOTIFY is taken");
-            c.dispatch(&shared).await.expect("the LIST is flushed");
-            let list = tokio::time::timeout(timeout, station.next())
-                .await
-                .unwrap_or_else(|_| panic!("no {attempt} LIST after a configuration change"))
-                .expect("the link is open")
-                .expect("a whole frame");
-            assert_eq!(list.kind(), Some(Opcode::List));
-            let unreadable = RawFrame::new(Opcode::ListReply, list.request_id, vec![0xFF]);
-            c.on_frame(&shared, unreadable)
-                .expect("an unreadable reply does not end the session");
-        }
-    }
-}
+mod tests;

@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use station_protocol::{
-    ChangeType, ChannelDescriptor, HelloReply, ItemResult, ModuleInfo, Notify, Opcode, Request,
-    Response, Value,
+    ChangeType, ChannelConfig, ChannelDescriptor, Configure, ConfigureReply, HelloReply,
+    ItemResult, ModuleInfo, Notify, Opcode, Request, Response, Value,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
@@ -78,11 +78,13 @@ impl std::ops::Deref for SendGuard {
     }
 }
 
-/// The station's channel list, indexed by name.
+/// The station's channel list, indexed by name, with the configuration (CONFIGURE, SPEC.md
+/// §6.13) of the channels the station has told it this connection.
 #[derive(Debug, Default)]
 pub struct ChannelTable {
     pub channels: Vec<ChannelDescriptor>,
     by_name: HashMap<String, usize>,
+    configs: HashMap<String, ChannelConfig>,
 }
 
 impl ChannelTable {
@@ -92,7 +94,43 @@ impl ChannelTable {
             .enumerate()
             .map(|(i, ch)| (ch.name.clone(), i))
             .collect();
-        ChannelTable { channels, by_name }
+        ChannelTable {
+            channels,
+            by_name,
+            configs: HashMap::new(),
+        }
+    }
+
+    /// A channel's configuration, once a CONFIGURE answer told it.
+    pub fn config(&self, name: &str) -> Option<&ChannelConfig> {
+        self.configs.get(name)
+    }
+
+    /// This table with the channel of a CONFIGURE answer replaced by what it says now.
+    fn configured(&self, reply: &ConfigureReply) -> ChannelTable {
+        let mut channels = self.channels.clone();
+        if let Some(position) = self.position(&reply.channel.name) {
+            channels[position] = reply.channel.clone();
+        }
+        let mut table = ChannelTable::new(channels);
+        table.configs = self.configs.clone();
+        table
+            .configs
+            .insert(reply.channel.name.clone(), reply.config.clone());
+        table
+    }
+
+    /// A new list (LIST after a configuration NOTIFY) keeping the configurations known of
+    /// channels still in it.
+    fn relisted(&self, channels: Vec<ChannelDescriptor>) -> ChannelTable {
+        let mut table = ChannelTable::new(channels);
+        table.configs = self
+            .configs
+            .iter()
+            .filter(|(name, _)| table.by_name.contains_key(*name))
+            .map(|(name, config)| (name.clone(), config.clone()))
+            .collect();
+        table
     }
 
     pub fn get(&self, name: &str) -> Option<&ChannelDescriptor> {
@@ -268,6 +306,28 @@ impl LinkHandle {
         match self.change(request, guard).await? {
             Response::Reset => Ok(()),
             other => Err(unexpected(Opcode::Reset, &other)),
+        }
+    }
+
+    /// CONFIGURE: changes a channel's configuration under `guard` and answers with the channel
+    /// as it is now; with no settings only asks (a read: no guard, nothing changes). The
+    /// channel table is updated from the answer before it returns.
+    pub async fn configure(
+        &self,
+        request: Configure,
+        guard: Option<SendGuard>,
+    ) -> Result<ConfigureReply, LinkError> {
+        let response = if request.settings.is_empty() {
+            match self.pass(Request::Configure(request)).await? {
+                Response::Error(error) => return Err(LinkError::Station(error)),
+                response => response,
+            }
+        } else {
+            self.change(Request::Configure(request), guard).await?
+        };
+        match response {
+            Response::Configure(reply) => Ok(*reply),
+            other => Err(unexpected(Opcode::Configure, &other)),
         }
     }
 

@@ -2,9 +2,10 @@
 //! alias or net name.
 
 use serde_json::{Value as Json, json};
-use station_protocol::ChannelDescriptor;
+use station_protocol::{ChannelConfig, ChannelDescriptor};
 
 use super::call::{Answer, Call, known_channels, ok};
+use super::channel_config::detail_json;
 use crate::error::ApiError;
 
 /// `GET api/channels`.
@@ -15,7 +16,7 @@ pub(super) async fn list(call: Call<'_>) -> Answer {
             .channels
             .iter()
             .enumerate()
-            .map(|(i, ch)| channel_json(i, ch))
+            .map(|(i, ch)| channel_json(i, ch, channels.config(&ch.name)))
             .collect(),
     ))
 }
@@ -37,7 +38,7 @@ pub(super) async fn lookup(call: Call<'_>) -> Answer {
             _ => net_name(ch) == wanted,
         });
     match found {
-        Some((position, ch)) => ok(channel_json(position, ch)),
+        Some((position, ch)) => ok(channel_json(position, ch, channels.config(&ch.name))),
         None => Err(ApiError::not_found(format!(
             "not found: no channel with the {field} {wanted:?}"
         ))),
@@ -69,10 +70,13 @@ const MULTIPLEXER: u32 = 1 << 4;
 const REGISTER: u32 = 1 << 10;
 
 /// `details`: the channel type's own fields (the clients' `ChannelDetailsDto`), as far as the
-/// station's descriptor knows them; null where it knows none. A byte-protocol descriptor
-/// carries no gain, offset, pin drive or default value, so those are never invented here.
-fn details(ch: &ChannelDescriptor) -> Json {
+/// station's descriptor and its configuration (CONFIGURE: gain, offset, pull type, baud rate)
+/// know them; null where they know none. Nothing is invented.
+fn details(ch: &ChannelDescriptor, config: Option<&ChannelConfig>) -> Json {
     let mut details = serde_json::Map::new();
+    for (key, value) in config.iter().flat_map(|c| &c.details) {
+        details.insert(lower_camel(key), detail_json(value));
+    }
     if ch.type_flags & MULTIPLEXER != 0 && !ch.options.is_empty() {
         details.insert("destinationNets".into(), json!(ch.options));
     }
@@ -92,7 +96,13 @@ fn details(ch: &ChannelDescriptor) -> Json {
 }
 
 /// The contract's channel object for one descriptor.
-fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
+/// The contract's channel object for one descriptor, with its configuration when the station
+/// has told it (CONFIGURE): enabled, device, capabilities and type-specific details.
+pub(super) fn channel_json(
+    position: usize,
+    ch: &ChannelDescriptor,
+    config: Option<&ChannelConfig>,
+) -> Json {
     let usage = if ch.consuming {
         "BusSignal"
     } else if ch.writable {
@@ -100,32 +110,46 @@ fn channel_json(position: usize, ch: &ChannelDescriptor) -> Json {
     } else {
         "ReadOnlySystemControl"
     };
-    let device = ch
-        .name
-        .rsplit_once('.')
-        .map(|(device, _)| device)
-        .unwrap_or("");
+    let device = match config {
+        Some(config) => config.device.clone(),
+        None => ch
+            .name
+            .rsplit_once('.')
+            .map(|(device, _)| device.to_owned())
+            .unwrap_or_default(),
+    };
+    let capability = config.map(|c| c.capability).unwrap_or(ch.direction);
+    let type_capability = config.map(|c| c.type_capability).unwrap_or(ch.type_flags);
     json!({
         "channelIndex": position,
         "index": position,
-        "enabled": true,
+        "enabled": config.is_none_or(|c| c.enabled),
         "usage": usage,
         "deviceName": device,
         // The whole value, bits the clients' name table lacks included (SPEC.md §9).
         "channelType": ch.type_flags,
-        "channelTypeCapability": ch.type_flags,
+        "channelTypeCapability": type_capability,
         "alias": alias(ch),
         "netName": net_name(ch),
         "groupName": ch.group,
-        "capability": ch.direction.label(),
+        "capability": capability.label(),
         "description": ch.description,
         "direction": ch.direction.label(),
         "directionChanged": false,
         "defaultDirection": ch.direction.label(),
         "unit": ch.unit,
         "isVirtual": false,
-        "details": details(ch),
+        "details": details(ch, config),
     })
+}
+
+/// `Gain` → `gain`, `PullType` → `pullType`: the contract's keys for details.
+fn lower_camel(key: &str) -> String {
+    let mut chars = key.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -156,7 +180,7 @@ mod tests {
     fn channel_type_carries_every_bit_and_names_default_to_the_full_name() {
         // Analog | bit 9 | Waveform | NumericResults | Calibration: bits without a name here.
         let flags = 1 | (1 << 9) | (1 << 18) | (1 << 25) | (1 << 26);
-        let json = channel_json(3, &descriptor(flags, &[]));
+        let json = channel_json(3, &descriptor(flags, &[]), None);
         assert_eq!(json["channelType"], flags);
         assert_eq!(json["channelTypeCapability"], flags);
         assert_eq!(json["alias"], "0.4.ESH1.X1");
@@ -165,18 +189,18 @@ mod tests {
 
     #[test]
     fn details_are_the_types_own_fields_or_null() {
-        assert_eq!(channel_json(0, &descriptor(1, &[]))["details"], Json::Null);
+        assert_eq!(channel_json(0, &descriptor(1, &[]), None)["details"], Json::Null);
         // An enum's options are not a multiplexer's destinations.
         assert_eq!(
-            channel_json(0, &descriptor(2, &["Off", "On"]))["details"],
+            channel_json(0, &descriptor(2, &["Off", "On"]), None)["details"],
             Json::Null
         );
-        let mux = channel_json(0, &descriptor(MULTIPLEXER, &["NET_A", "NET_B"]));
+        let mux = channel_json(0, &descriptor(MULTIPLEXER, &["NET_A", "NET_B"]), None);
         assert_eq!(
             mux["details"],
             json!({ "destinationNets": ["NET_A", "NET_B"] })
         );
-        let register = channel_json(0, &descriptor(REGISTER, &[]));
+        let register = channel_json(0, &descriptor(REGISTER, &[]), None);
         assert_eq!(register["details"], json!({ "hostRights": "RO" }));
     }
 }

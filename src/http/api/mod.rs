@@ -6,7 +6,9 @@
 mod application;
 mod audit;
 mod call;
+mod channel_config;
 mod channels;
+mod config_files;
 mod events;
 mod lease;
 mod modules;
@@ -130,6 +132,8 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(POST "resources/transact", Control, Change, resources::transact),
     endpoint!(GET "channels", Read, Open, channels::list),
     endpoint!(POST "channels/channel", Read, Open, channels::lookup),
+    endpoint!(POST "channels/channel/configure", Control, Change, channel_config::configure_one),
+    endpoint!(POST "channels/configure", Control, Change, channel_config::configure_many),
     endpoint!(GET "modules", Read, Open, modules::list),
     endpoint!(GET "modules/loaded", Read, Open, modules::list),
     endpoint!(GET "modules/physical-system", Read, Open, modules::physical_system),
@@ -140,6 +144,13 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(GET "application/status", Read, Open, application::status),
     endpoint!(GET "application/log", Read, Open, application::log),
     endpoint!(POST "application/reset", Control, Change, application::reset),
+    endpoint!(GET "application/config/list", Read, Open, config_files::list),
+    endpoint!(GET "application/config/loaded", Read, Open, config_files::loaded),
+    endpoint!(POST "application/config/load", Control, Change, config_files::load),
+    endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save),
+    endpoint!(GET "application/config/download/{id}", Read, Open, config_files::download),
+    endpoint!(POST "application/config/upload", Control, Open, config_files::upload),
+    endpoint!(DELETE "application/config/{id}", Control, Open, config_files::delete),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
     endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
@@ -164,16 +175,6 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     unserved!(GET "numeric-results/result/max", NUMERIC),
     unserved!(GET "numeric-results/result/stdev", NUMERIC),
     unserved!(GET "numeric-results/result/samples", NUMERIC),
-    // Built by issue 20 (channel configuration, configuration files).
-    unserved!(POST "channels/channel/configure", CONFIGURE),
-    unserved!(POST "channels/configure", CONFIGURE),
-    unserved!(GET "application/config/list", CONFIG_FILES),
-    unserved!(GET "application/config/loaded", CONFIG_FILES),
-    unserved!(POST "application/config/load", CONFIG_FILES),
-    unserved!(POST "application/config/save", CONFIG_FILES),
-    unserved!(GET "application/config/download/{id}", CONFIG_FILES),
-    unserved!(POST "application/config/upload", CONFIG_FILES),
-    unserved!(DELETE "application/config/{id}", CONFIG_FILES),
     // What a station behind the byte protocol does not have.
     unserved!(POST "comm/socket", SOCKET),
     unserved!(GET "channels/encoded", ENCODED),
@@ -212,6 +213,14 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     unserved!(GET "system/boot", SYSTEM),
     unserved!(PUT "system/boot", SYSTEM),
     unserved!(PUT "system/boot/startup", SYSTEM),
+];
+
+/// Endpoints whose body is not one JSON object (a list, a file upload): their handlers read
+/// `Call::raw` themselves.
+pub(crate) const RAW_BODY_LABELS: &[&str] = &[
+    "POST api/channels/channel/configure",
+    "POST api/channels/configure",
+    "POST api/application/config/upload",
 ];
 
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.

@@ -32,8 +32,6 @@ pub(crate) const INSTRUMENTS: Unserved =
 // What other issues build; each such line of the endpoint table is replaced when it lands.
 pub(crate) const BUS: Unserved = Unserved::NotYet("bus transactions", 18);
 pub(crate) const NUMERIC: Unserved = Unserved::NotYet("numeric results", 19);
-pub(crate) const CONFIGURE: Unserved = Unserved::NotYet("channel configuration", 20);
-pub(crate) const CONFIG_FILES: Unserved = Unserved::NotYet("configuration files", 20);
 
 impl Unserved {
     /// The 501 for `label` (`POST api/comm/i2c`).

@@ -1,0 +1,325 @@
+//! A channel's configuration as people write it (REST `ChannelConfigRequest`, a configuration
+//! file) turned into CONFIGURE settings (SPEC.md §6.13), checked against what the station says
+//! the channel supports, before anything is sent.
+
+use station_protocol::configure::DETAIL_PREFIX;
+use station_protocol::{ChannelConfig, ChannelDescriptor, Direction, Value, ValueType};
+
+/// Names of the channel type flags, as the REST contract's `channelType` lists them.
+pub const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
+    (1, "Analog"),
+    (1 << 1, "Digital"),
+    (1 << 2, "VirtualDigital"),
+    (1 << 3, "Temperature"),
+    (1 << 4, "Multiplexer"),
+    (1 << 5, "Resistance"),
+    (1 << 6, "Counter"),
+    (1 << 7, "Frequency"),
+    (1 << 8, "Actuator"),
+    (1 << 10, "Register"),
+    (1 << 11, "Current"),
+    (1 << 12, "Ratiometric"),
+    (1 << 13, "UART"),
+    (1 << 14, "SPI"),
+    (1 << 15, "I2C"),
+    (1 << 16, "ByteStream"),
+    (1 << 17, "Socket"),
+    (1 << 24, "Instrument"),
+];
+
+/// `"Analog, Current"` for the flags set; a bit without a name as its number.
+pub fn type_names(flags: u32) -> String {
+    let mut names: Vec<String> = TYPE_FLAG_NAMES
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, n)| (*n).to_owned())
+        .collect();
+    let unnamed = TYPE_FLAG_NAMES
+        .iter()
+        .fold(flags, |rest, (bit, _)| rest & !bit);
+    (0..32)
+        .map(|shift| 1u32 << shift)
+        .filter(|bit| unnamed & bit != 0)
+        .for_each(|bit| names.push(bit.to_string()));
+    if names.is_empty() {
+        "Undefined".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Type flags from `"Analog, Current"` (names in any case, or bit values); `None` if a part
+/// is neither or nothing is set.
+pub fn parse_type(text: &str) -> Option<u32> {
+    let mut flags = 0u32;
+    for part in text.split(',').map(str::trim) {
+        let bit = TYPE_FLAG_NAMES
+            .iter()
+            .find(|(_, name)| name.eq_ignore_ascii_case(part))
+            .map(|(bit, _)| *bit)
+            .or_else(|| part.parse::<u32>().ok())?;
+        flags |= bit;
+    }
+    (flags != 0).then_some(flags)
+}
+
+/// A direction from `"IN"`, `"OUT"`, `"IN, OUT"` (any case) or `1`..`3`.
+pub fn parse_direction(text: &str) -> Option<Direction> {
+    if let Ok(number) = text.trim().parse::<u8>() {
+        return Direction::from_u8(number);
+    }
+    let mut bits = 0u8;
+    for part in text.split(',').map(str::trim) {
+        bits |= match part.to_ascii_uppercase().as_str() {
+            "IN" => 1,
+            "OUT" => 2,
+            _ => return None,
+        };
+    }
+    Direction::from_u8(bits)
+}
+
+/// A detail's value as given, before it is made the detail's own type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GivenDetail {
+    Number(f64),
+    Integer(i64),
+    Bool(bool),
+    Text(String),
+}
+
+/// What someone wants of one channel; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Wanted {
+    pub alias: Option<String>,
+    pub description: Option<String>,
+    pub unit: Option<String>,
+    pub group: Option<String>,
+    pub device: Option<String>,
+    pub enabled: Option<bool>,
+    pub direction: Option<Direction>,
+    pub type_flags: Option<u32>,
+    /// Detail name as given (matched in any case) and its value.
+    pub details: Vec<(String, GivenDetail)>,
+}
+
+/// The CONFIGURE settings that make `channel` what `wanted` says, only those that differ from
+/// now; or what is wrong, naming the field (`Direction`, `Details.Gain`).
+pub fn settings_for(
+    channel: &ChannelDescriptor,
+    config: &ChannelConfig,
+    wanted: &Wanted,
+) -> Result<Vec<(String, Value)>, String> {
+    let mut settings = Vec::new();
+    let mut text = |key: &str, wanted: &Option<String>, now: &str| {
+        if let Some(wanted) = wanted
+            && wanted != now
+        {
+            settings.push((key.to_owned(), Value::String(wanted.clone())));
+        }
+    };
+    text("alias", &wanted.alias, &channel.alias);
+    text("description", &wanted.description, &channel.description);
+    text("unit", &wanted.unit, &channel.unit);
+    text("group", &wanted.group, &channel.group);
+    text("device", &wanted.device, &config.device);
+    if let Some(enabled) = wanted.enabled
+        && enabled != config.enabled
+    {
+        settings.push(("enabled".into(), Value::Bool(enabled)));
+    }
+    if let Some(direction) = wanted.direction {
+        if direction as u8 & !(config.capability as u8) != 0 {
+            return Err(format!(
+                "Direction: {} is outside the channel's capability {}",
+                direction.label(),
+                config.capability.label()
+            ));
+        }
+        if direction != channel.direction {
+            settings.push(("direction".into(), Value::Integer(direction as i64)));
+        }
+    }
+    if let Some(flags) = wanted.type_flags {
+        if flags & !config.type_capability != 0 {
+            return Err(format!(
+                "ChannelType: {} is outside the channel's type capability {}",
+                type_names(flags),
+                type_names(config.type_capability)
+            ));
+        }
+        if flags != channel.type_flags {
+            settings.push(("type".into(), Value::Integer(i64::from(flags))));
+        }
+    }
+    for (given_key, given) in &wanted.details {
+        let Some((key, now)) = config
+            .details
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(given_key))
+        else {
+            let allowed: Vec<&str> = config.details.iter().map(|(k, _)| k.as_str()).collect();
+            return Err(format!(
+                "Details.{given_key}: not a configurable field of this channel's type ({}); it has {}",
+                type_names(channel.type_flags),
+                if allowed.is_empty() {
+                    "none".to_owned()
+                } else {
+                    allowed.join(", ")
+                }
+            ));
+        };
+        let value = detail_value(now.value_type(), given)
+            .ok_or_else(|| format!("Details.{key}: must be a {}", now.value_type().name()))?;
+        if &value != now {
+            settings.push((format!("{DETAIL_PREFIX}{key}"), value));
+        }
+    }
+    Ok(settings)
+}
+
+/// A given detail as a value of the detail's type, when it can be one.
+fn detail_value(wanted: ValueType, given: &GivenDetail) -> Option<Value> {
+    match (wanted, given) {
+        (ValueType::Float, GivenDetail::Number(x)) => Some(Value::Float(*x)),
+        (ValueType::Float, GivenDetail::Integer(i)) => Some(Value::Float(*i as f64)),
+        (ValueType::Integer, GivenDetail::Integer(i)) => Some(Value::Integer(*i)),
+        (ValueType::Integer, GivenDetail::Number(x)) if x.fract() == 0.0 && x.abs() < 9e15 => {
+            Some(Value::Integer(*x as i64))
+        }
+        (ValueType::Bool, GivenDetail::Bool(b)) => Some(Value::Bool(*b)),
+        (ValueType::String, GivenDetail::Text(t)) => Some(Value::String(t.clone())),
+        (ValueType::Enum, GivenDetail::Text(t)) => Some(Value::Enum(t.clone())),
+        (_, GivenDetail::Text(t)) => Value::parse_as(wanted, t, &[]).ok(),
+        _ => None,
+    }
+}
+
+/// A detail's value as a configuration file keeps it.
+pub fn detail_to_toml(value: &Value) -> toml::Value {
+    match value {
+        Value::Float(x) => toml::Value::Float(*x),
+        Value::Integer(i) => toml::Value::Integer(*i),
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        other => toml::Value::String(other.render()),
+    }
+}
+
+/// A detail as a configuration file gives it.
+pub fn detail_from_toml(value: &toml::Value) -> Option<GivenDetail> {
+    Some(match value {
+        toml::Value::Float(x) => GivenDetail::Number(*x),
+        toml::Value::Integer(i) => GivenDetail::Integer(*i),
+        toml::Value::Boolean(b) => GivenDetail::Bool(*b),
+        toml::Value::String(s) => GivenDetail::Text(s.clone()),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channel() -> (ChannelDescriptor, ChannelConfig) {
+        let descriptor = ChannelDescriptor {
+            name: "0.4.X.ON1".into(),
+            alias: "HV1 enable".into(),
+            net_name: "HV1_ON".into(),
+            type_flags: 2,
+            direction: Direction::Out,
+            unit: String::new(),
+            description: String::new(),
+            group: "HV4".into(),
+            readable: true,
+            writable: true,
+            consuming: false,
+            value_type: ValueType::Bool,
+            options: vec![],
+        };
+        let config = ChannelConfig {
+            enabled: true,
+            capability: Direction::InOut,
+            type_capability: 2 | 4,
+            device: "0.4.X".into(),
+            limits: None,
+            details: vec![("PullType".into(), Value::String("None".into()))],
+        };
+        (descriptor, config)
+    }
+
+    #[test]
+    fn only_what_differs_becomes_a_setting() {
+        let (descriptor, config) = channel();
+        let wanted = Wanted {
+            alias: Some("HV1 enable".into()),
+            unit: Some("".into()),
+            group: Some("HV".into()),
+            enabled: Some(false),
+            direction: Some(Direction::InOut),
+            type_flags: Some(2),
+            details: vec![("pulltype".into(), GivenDetail::Text("Up".into()))],
+            ..Wanted::default()
+        };
+        assert_eq!(
+            settings_for(&descriptor, &config, &wanted).unwrap(),
+            vec![
+                ("group".into(), Value::String("HV".into())),
+                ("enabled".into(), Value::Bool(false)),
+                ("direction".into(), Value::Integer(3)),
+                ("detail.PullType".into(), Value::String("Up".into())),
+            ]
+        );
+    }
+
+    #[test]
+    fn what_the_channel_cannot_do_names_the_field() {
+        let (mut descriptor, mut config) = channel();
+        config.capability = Direction::Out;
+        descriptor.direction = Direction::Out;
+        let refused = |wanted: Wanted| settings_for(&descriptor, &config, &wanted).unwrap_err();
+        assert!(
+            refused(Wanted {
+                direction: Some(Direction::In),
+                ..Wanted::default()
+            })
+            .starts_with("Direction:")
+        );
+        assert!(
+            refused(Wanted {
+                type_flags: Some(1),
+                ..Wanted::default()
+            })
+            .starts_with("ChannelType:")
+        );
+        let gain = refused(Wanted {
+            details: vec![("Gain".into(), GivenDetail::Number(2.0))],
+            ..Wanted::default()
+        });
+        assert!(
+            gain.starts_with("Details.Gain:") && gain.contains("PullType"),
+            "{gain}"
+        );
+        assert!(
+            refused(Wanted {
+                details: vec![("PullType".into(), GivenDetail::Bool(true))],
+                ..Wanted::default()
+            })
+            .starts_with("Details.PullType: must be a string")
+        );
+    }
+
+    #[test]
+    fn directions_and_types_read_as_the_contract_writes_them() {
+        assert_eq!(parse_direction("IN, OUT"), Some(Direction::InOut));
+        assert_eq!(parse_direction("out"), Some(Direction::Out));
+        assert_eq!(parse_direction("2"), Some(Direction::Out));
+        assert_eq!(parse_direction("sideways"), None);
+        assert_eq!(parse_type("Analog, current"), Some(1 | 2048));
+        assert_eq!(
+            parse_type(&type_names(1 | 4096 | (1 << 9))),
+            Some(1 | 4096 | (1 << 9))
+        );
+        assert_eq!(parse_type("Undefined"), None);
+        assert_eq!(type_names(0), "Undefined");
+    }
+}
