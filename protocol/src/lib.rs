@@ -14,6 +14,7 @@
 pub mod codec;
 pub mod frame;
 pub mod message;
+pub mod sample;
 pub mod spec_examples;
 pub mod value;
 mod wire;
@@ -24,4 +25,5 @@ pub use message::{
     ChangeType, ChannelDescriptor, Direction, ErrorCode, Hello, HelloReply, ItemResult, ModuleInfo,
     Notify, PayloadError, Request, Response, StationError, list_page,
 };
+pub use sample::{SampleEnd, SamplePart, SampleRequest};
 pub use value::{Value, ValueError, ValueType};

@@ -7,6 +7,7 @@
 use bytes::{BufMut, BytesMut};
 
 use crate::frame::{FrameError, MAX_PAYLOAD, Opcode, RawFrame};
+use crate::sample::{self, SamplePart, SampleRequest};
 use crate::value::{Value, ValueType};
 use crate::wire::{Reader, Writer};
 
@@ -278,6 +279,8 @@ pub enum Request {
     Ping {
         nonce: u64,
     },
+    /// A NumericResult acquisition; answered by several [`Response::Sample`] frames.
+    Sample(SampleRequest),
 }
 
 /// A response or notification, station to client.
@@ -301,6 +304,8 @@ pub enum Response {
     },
     Notify(Notify),
     Error(StationError),
+    /// One frame of an acquisition's answer; more follow until [`SamplePart::End`] or ERROR.
+    Sample(SamplePart),
 }
 
 fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame, FrameError> {
@@ -416,6 +421,7 @@ impl Request {
             Request::Write { .. } => Opcode::Write,
             Request::Transact { .. } => Opcode::Transact,
             Request::Ping { .. } => Opcode::Ping,
+            Request::Sample(_) => Opcode::Sample,
         }
     }
 
@@ -450,6 +456,7 @@ impl Request {
                 put_value(&mut out, value);
             }
             Request::Ping { nonce } => out.put_u64(*nonce),
+            Request::Sample(request) => sample::put_request(&mut out, request),
         }
         if self.count_overflows() {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -508,6 +515,7 @@ impl Request {
             Opcode::Ping => Request::Ping {
                 nonce: r.at("ping nonce").u64()?,
             },
+            Opcode::Sample => Request::Sample(sample::get_request(&mut r)?),
             _ => return Err(PayloadError::NotARequest(frame.opcode)),
         };
         r.finish()?;
@@ -527,6 +535,7 @@ impl Response {
             Response::Ping { .. } => Opcode::PingReply,
             Response::Notify(_) => Opcode::Notify,
             Response::Error(_) => Opcode::Error,
+            Response::Sample(_) => Opcode::SampleReply,
         }
     }
 
@@ -608,6 +617,11 @@ impl Response {
                 out.put_string(message);
             }
             Response::Error(error) => put_error(&mut out, error),
+            Response::Sample(part) => {
+                if !sample::put_part(&mut out, part) {
+                    return Err(FrameError::PayloadTooLarge(usize::MAX));
+                }
+            }
         }
         if items > usize::from(u16::MAX) {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -703,6 +717,7 @@ impl Response {
                 other => return Err(PayloadError::BadTag("notify kind", other)),
             },
             Opcode::Error => Response::Error(get_error(&mut r)?),
+            Opcode::SampleReply => Response::Sample(sample::get_part(&mut r)?),
             _ => return Err(PayloadError::NotAResponse(frame.opcode)),
         };
         r.finish()?;

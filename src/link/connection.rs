@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::handshake::{self, Framing};
 use super::read_queue::{CoalescePolicy, ReadAnswer, ReadQueue};
-use super::session::{FREE_FENCE, InFlightKind, Reply, ResponseReply, Session};
+use super::session::{FREE_FENCE, InFlightKind, PartSink, Reply, ResponseReply, Session};
 use super::{
     ChannelTable, Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError,
     SendGuard, StationInfo,
@@ -68,6 +68,12 @@ enum Queued {
     Pass {
         request: Request,
         reply: ResponseReply,
+    },
+    /// A request answered by several frames (SAMPLE), under its send guard like a change.
+    Stream {
+        request: Request,
+        guard: Option<SendGuard>,
+        parts: PartSink,
     },
 }
 
@@ -137,6 +143,15 @@ impl Connection {
             Command::Pass { request, reply } => {
                 self.changes.push_back(Queued::Pass { request, reply })
             }
+            Command::Stream {
+                request,
+                guard,
+                parts,
+            } => self.changes.push_back(Queued::Stream {
+                request,
+                guard,
+                parts,
+            }),
             Command::Settle { fence, reply } => self.settling.push((fence, reply)),
         }
         self.answer_settled();
@@ -214,6 +229,9 @@ impl Connection {
                 Queued::Change { reply, .. } | Queued::Pass { reply, .. } => {
                     let _ = reply.send(Err(not_done.clone()));
                 }
+                Queued::Stream { parts, .. } => {
+                    let _ = parts.send(Err(not_done.clone()));
+                }
             }
         }
     }
@@ -281,6 +299,24 @@ impl Connection {
     fn send_change(&mut self, shared: &Shared) -> Result<bool, LinkDown> {
         while let Some(queued) = self.changes.pop_front() {
             let (request, fence, kind) = match queued {
+                Queued::Stream {
+                    request,
+                    guard,
+                    parts,
+                } => {
+                    // The caller gave up before it was sent, or its guard refuses it: not sent.
+                    if parts.is_closed() {
+                        continue;
+                    }
+                    if let Err(why) = refused(shared, guard.as_ref()) {
+                        let _ = parts.send(Err(why));
+                        continue;
+                    }
+                    let fence = guard
+                        .as_ref()
+                        .map(|guard| guard.fence().unwrap_or(FREE_FENCE));
+                    (request, fence, InFlightKind::Stream { parts })
+                }
                 Queued::Change {
                     request,
                     guard,
@@ -290,14 +326,8 @@ impl Connection {
                         // The caller gave up (timed out) before it was sent: never send it now.
                         continue;
                     }
-                    if let Some(guard) = &guard
-                        && let Err(why) = guard.check()
-                    {
-                        shared
-                            .stats
-                            .refused_by_guard
-                            .fetch_add(1, Ordering::Relaxed);
-                        let _ = reply.send(Err(LinkError::Refused(why)));
+                    if let Err(why) = refused(shared, guard.as_ref()) {
+                        let _ = reply.send(Err(why));
                         continue;
                     }
                     let transact_name = match &request {
@@ -363,23 +393,35 @@ impl Connection {
             }
             return Ok(());
         }
-        let (in_flight, answer) = match self.session.verify_reply(frame.request_id, response) {
-            Reply::Answer(in_flight, response) => (in_flight, Ok(response)),
-            Reply::Mismatch(in_flight, error) => (in_flight, Err(error)),
-            Reply::Unknown => {
-                shared.stats.late_replies.fetch_add(1, Ordering::Relaxed);
-                debug!(
-                    request_id = frame.request_id,
-                    late_replies = self.session.late_replies(),
-                    "dropping a late or unknown reply"
-                );
-                return Ok(());
-            }
-        };
+        let now = Instant::now();
+        let (in_flight, answer) =
+            match self
+                .session
+                .verify_reply_at(frame.request_id, response, now)
+            {
+                Reply::Part(parts, response) => {
+                    // The caller may have given up; the station streams on until the end anyway.
+                    let _ = parts.send(Ok(response));
+                    return Ok(());
+                }
+                Reply::Answer(in_flight, response) => (in_flight, Ok(response)),
+                Reply::Mismatch(in_flight, error) => (in_flight, Err(error)),
+                Reply::Unknown => {
+                    shared.stats.late_replies.fetch_add(1, Ordering::Relaxed);
+                    debug!(
+                        request_id = frame.request_id,
+                        late_replies = self.session.late_replies(),
+                        "dropping a late or unknown reply"
+                    );
+                    return Ok(());
+                }
+            };
         shared.stats.latency.observe(in_flight.sent_at.elapsed());
         let read_at = in_flight.sent_at.into_std();
-        let now = Instant::now();
         match (in_flight.kind, answer) {
+            (InFlightKind::Stream { parts }, answer) => {
+                let _ = parts.send(answer.map_err(LinkError::Protocol));
+            }
             (InFlightKind::Read(batch), Ok(Response::Read(results))) => {
                 for (name, result) in batch.names.iter().zip(&results) {
                     if let Ok(value) = result {
@@ -510,6 +552,9 @@ impl Connection {
                 InFlightKind::Pass { reply } => {
                     let _ = reply.send(Err(LinkError::Timeout(timeout)));
                 }
+                InFlightKind::Stream { parts } => {
+                    let _ = parts.send(Err(LinkError::Timeout(timeout)));
+                }
                 InFlightKind::ListPage { .. } => {
                     self.list_refresh_running = false;
                     warn!("the station did not answer LIST in time; keeping the old channel list");
@@ -533,74 +578,32 @@ impl Connection {
 impl InFlightKind {
     /// Answers a change or passed-through request with `error`; other kinds have no caller.
     fn fail(self, error: LinkError) {
-        if let InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply } = self {
-            let _ = reply.send(Err(error));
+        match self {
+            InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply } => {
+                let _ = reply.send(Err(error));
+            }
+            InFlightKind::Stream { parts } => {
+                let _ = parts.send(Err(error));
+            }
+            _ => {}
         }
+    }
+}
+
+/// `Err` when `guard` refuses sending now (counted).
+fn refused(shared: &Shared, guard: Option<&SendGuard>) -> Result<(), LinkError> {
+    match guard.map(SendGuard::check) {
+        Some(Err(why)) => {
+            shared
+                .stats
+                .refused_by_guard
+                .fetch_add(1, Ordering::Relaxed);
+            Err(LinkError::Refused(why))
+        }
+        _ => Ok(()),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use futures::StreamExt;
-    use station_protocol::{Opcode, StationCodec};
-    use tokio_util::codec::Framed;
-
-    use super::*;
-    use crate::link::transport::StationStream;
-
-    fn shared() -> Shared {
-        Shared {
-            info: watch::channel(Arc::new(StationInfo::default())).0,
-            events: broadcast::channel(16).0,
-            cache: Arc::new(ValueCache::new()),
-            stats: Arc::new(LinkStats::default()),
-        }
-    }
-
-    fn configuration_changed() -> RawFrame {
-        let notify = Notify::ConfigurationChanged {
-            change: ChangeType::Changed,
-            message: "a module was swapped".into(),
-        };
-        Response::Notify(notify)
-            .to_frame(0)
-            .expect("a small NOTIFY fits in a frame")
-    }
-
-    /// (A LIST refresh whose reply could not be read once stayed "running" for the rest of
-    /// the connection, and no configuration change was picked up again.)
-    #[tokio::test(start_paused = true)]
-    async fn an_unreadable_list_reply_ends_the_refresh_so_the_next_change_starts_another() {
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let stream: Box<dyn StationStream> = Box::new(ours);
-        let mut station = Framed::new(theirs, StationCodec::new());
-        let policy = CoalescePolicy {
-            quiet: Duration::ZERO,
-            max: Duration::ZERO,
-            max_names: 10,
-        };
-        let timeout = Duration::from_secs(2);
-        let mut c = Connection::new(
-            Framed::new(stream, StationCodec::new()),
-            1,
-            4,
-            timeout,
-            policy,
-        );
-        let shared = shared();
-        for attempt in ["first", "second"] {
-            c.on_frame(&shared, configuration_changed())
-                .expect("a NOTIFY is taken");
-            c.dispatch(&shared).await.expect("the LIST is flushed");
-            let list = tokio::time::timeout(timeout, station.next())
-                .await
-                .unwrap_or_else(|_| panic!("no {attempt} LIST after a configuration change"))
-                .expect("the link is open")
-                .expect("a whole frame");
-            assert_eq!(list.kind(), Some(Opcode::List));
-            let unreadable = RawFrame::new(Opcode::ListReply, list.request_id, vec![0xFF]);
-            c.on_frame(&shared, unreadable)
-                .expect("an unreadable reply does not end the session");
-        }
-    }
-}
+#[path = "connection_tests.rs"]
+mod tests;

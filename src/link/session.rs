@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use station_protocol::{ChangeType, ChannelDescriptor, Opcode, PayloadError, Response};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::read_queue::ReadBatch;
@@ -25,8 +25,16 @@ struct Unsettled {
 /// Where the answer to a change or passed-through request goes.
 pub type ResponseReply = oneshot::Sender<Result<Response, LinkError>>;
 
+/// Where the frames of a streaming answer (SAMPLE) go, each as it comes.
+pub type PartSink = mpsc::UnboundedSender<Result<Response, LinkError>>;
+
 /// What a request in flight was for.
 pub enum InFlightKind {
+    /// A request answered by several frames (SAMPLE, SPEC.md §6.12): every frame but the last
+    /// goes to `parts` and keeps it in flight; the last (or an ERROR) ends it.
+    Stream {
+        parts: PartSink,
+    },
     Read(ReadBatch),
     Change {
         reply: ResponseReply,
@@ -53,12 +61,17 @@ pub struct InFlight {
     /// For a change, the lease fence its send guard admitted it under.
     pub fence: Option<u64>,
     pub kind: InFlightKind,
+    /// A streaming request gives its window slot back with its first frame (SPEC.md §6.12).
+    released: bool,
 }
 
 /// What a reply with a request id turned out to be.
 pub enum Reply {
     /// It answers its request: the station's response, or its ERROR.
     Answer(InFlight, Response),
+    /// One frame of a streaming answer that is not the last: the request stays in flight,
+    /// its deadline counted again from this frame. The frame goes to the sink.
+    Part(PartSink, Response),
     /// It has a known id but does not answer its request (wrong kind, unreadable payload).
     Mismatch(InFlight, ProtocolError),
     /// No request in flight has that id: a late reply after a timeout, or garbage. Dropped.
@@ -132,6 +145,7 @@ impl Session {
             asked,
             fence,
             kind,
+            released: false,
         };
         if let Some(replaced) = self.in_flight.insert(id, entry) {
             self.forget(&replaced);
@@ -172,11 +186,41 @@ impl Session {
     /// The one check of a reply: its id is in flight, and it answers what was asked (the
     /// request's opcode with the reply bit, or an ERROR; a READ's reply has one result per
     /// name). The request leaves the in-flight map whatever the verdict.
+    #[cfg(test)]
     pub fn verify_reply(
         &mut self,
         request_id: u32,
         reply: Result<Response, PayloadError>,
     ) -> Reply {
+        self.verify_reply_at(request_id, reply, Instant::now())
+    }
+
+    /// [`Session::verify_reply`] for a frame that came at `now`. A frame of a streaming
+    /// answer other than its last leaves the request in flight: it frees the request's window
+    /// slot (the first time) and counts its deadline again from `now`.
+    pub fn verify_reply_at(
+        &mut self,
+        request_id: u32,
+        reply: Result<Response, PayloadError>,
+        now: Instant,
+    ) -> Reply {
+        if let Ok(Response::Sample(part)) = &reply
+            && !part.is_last()
+            && let Some(entry) = self.in_flight.get_mut(&request_id)
+            && let InFlightKind::Stream { parts } = &entry.kind
+            && entry.asked == Opcode::Sample
+        {
+            let parts = parts.clone();
+            entry.deadline = now + self.timeout;
+            if !entry.released {
+                entry.released = true;
+                self.busy -= 1;
+            }
+            if let Ok(response) = reply {
+                return Reply::Part(parts, response);
+            }
+            return Reply::Unknown;
+        }
         let Some(entry) = self.remove(request_id) else {
             // A timed-out change's late answer settles it.
             self.unsettled.remove(&request_id);
@@ -232,6 +276,7 @@ impl Session {
     fn forget(&mut self, entry: &InFlight) {
         match entry.kind {
             InFlightKind::Ping => self.ping_outstanding = false,
+            _ if entry.released => {}
             _ => self.busy -= 1,
         }
         if let Some(fence) = entry.fence
@@ -465,5 +510,123 @@ mod tests {
         session.drain();
         assert!(!session.changes_in_flight_under(4), "the session ended");
         assert!(!session.changes_in_flight_under(FREE_FENCE));
+    }
+
+    fn data(index: u32, n: usize) -> Response {
+        Response::Sample(station_protocol::SamplePart::Data {
+            index,
+            samples: vec![1.0; n],
+        })
+    }
+
+    fn stream(
+        session: &mut Session,
+        fence: Option<u64>,
+        now: Instant,
+    ) -> (u32, mpsc::UnboundedReceiver<Result<Response, LinkError>>) {
+        let (parts, rx) = mpsc::unbounded_channel();
+        let id = session.take_id();
+        session.track(
+            id,
+            Opcode::Sample,
+            fence,
+            InFlightKind::Stream { parts },
+            now,
+        );
+        (id, rx)
+    }
+
+    #[test]
+    fn a_stream_frees_its_window_slot_with_its_first_frame_and_stays_in_flight_until_the_end() {
+        let mut session = Session::new(1, TIMEOUT);
+        let t0 = Instant::now();
+        let (id, mut rx) = stream(&mut session, Some(3), t0);
+        assert!(
+            !session.has_room(),
+            "before its first frame it holds the one slot"
+        );
+        for (i, at) in [(0u32, 1u64), (4, 2), (8, 3)] {
+            let now = t0 + Duration::from_secs(at);
+            let reply = session.verify_reply_at(id, Ok(data(i, 4)), now);
+            let Reply::Part(parts, _) = reply else {
+                panic!("a data frame is a part")
+            };
+            parts.send(Ok(data(i, 4))).expect("the caller listens");
+            assert!(
+                session.has_room(),
+                "a streaming request leaves room for others"
+            );
+            assert_eq!(
+                session.next_deadline(),
+                Some(now + TIMEOUT),
+                "the deadline counts from the last frame"
+            );
+            assert!(
+                session.changes_in_flight_under(3),
+                "still at the station under its fence"
+            );
+        }
+        assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), 3);
+        // Another request takes the slot while the samples stream.
+        let other = change(&mut session, None, t0);
+        assert!(!session.has_room());
+        let end = Response::Sample(station_protocol::SamplePart::End(
+            station_protocol::SampleEnd {
+                count: 12,
+                rate: 10.0,
+                started_us: 0,
+                unit: String::new(),
+            },
+        ));
+        assert!(matches!(
+            session.verify_reply(id, Ok(end)),
+            Reply::Answer(_, Response::Sample(_))
+        ));
+        assert!(!session.changes_in_flight_under(3));
+        assert!(!session.has_room(), "the end frame frees no slot twice");
+        assert!(matches!(
+            session.verify_reply(other, Ok(Response::Write(vec![Ok(())]))),
+            Reply::Answer(..)
+        ));
+        assert!(session.has_room());
+        assert!(
+            matches!(session.verify_reply(id, Ok(data(12, 1))), Reply::Unknown),
+            "nothing after the end"
+        );
+    }
+
+    #[test]
+    fn an_error_ends_a_stream_and_a_silent_stream_times_out_from_its_last_frame() {
+        let mut session = Session::new(2, TIMEOUT);
+        let t0 = Instant::now();
+        let (id, _rx) = stream(&mut session, None, t0);
+        let error = StationError::new(ErrorCode::Busy, "busy");
+        assert!(matches!(
+            session.verify_reply(id, Ok(Response::Error(error))),
+            Reply::Answer(..)
+        ));
+        assert_eq!(session.next_deadline(), None);
+        let (id, _rx) = stream(&mut session, None, t0);
+        let later = t0 + Duration::from_secs(1);
+        assert!(matches!(
+            session.verify_reply_at(id, Ok(data(0, 1)), later),
+            Reply::Part(..)
+        ));
+        assert!(
+            session.expired(t0 + TIMEOUT).is_empty(),
+            "a frame came since it was sent"
+        );
+        assert_eq!(session.expired(later + TIMEOUT).len(), 1);
+        assert!(session.has_room() && session.busy == 0);
+    }
+
+    #[test]
+    fn a_sample_frame_for_a_request_of_another_kind_is_a_mismatch() {
+        let mut session = Session::new(1, TIMEOUT);
+        let id = change(&mut session, None, Instant::now());
+        assert!(matches!(
+            session.verify_reply(id, Ok(data(0, 1))),
+            Reply::Mismatch(..)
+        ));
     }
 }
