@@ -32,6 +32,8 @@ pub struct Gateway {
     pub metrics: crate::metrics::Metrics,
     /// Who may do what over HTTP; off while no credentials are configured.
     pub access: crate::http::access::AccessControl,
+    /// NumericResult acquisitions: one per channel at a time, and the last results.
+    pub numeric: crate::numeric::NumericResults,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

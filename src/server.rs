@@ -173,6 +173,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         events,
         metrics: crate::http::ops::new_metrics(),
         access,
+        numeric: Default::default(),
         tls,
     });
     let mut tasks = JoinSet::new();

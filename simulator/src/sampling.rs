@@ -67,11 +67,11 @@ fn plan(shared: &Shared, request: &SampleRequest) -> Result<Plan, StationError> 
             ),
         ));
     }
-    if !(1..=MAX_SAMPLES).contains(&request.count) {
+    if request.count > MAX_SAMPLES {
         return Err(StationError::new(
             ErrorCode::BadValue,
             format!(
-                "{} samples asked; an acquisition takes 1 to {MAX_SAMPLES}",
+                "{} samples asked; an acquisition takes 1 to {MAX_SAMPLES} (0 asks only for the rate)",
                 request.count
             ),
         ));
@@ -109,6 +109,16 @@ pub(crate) async fn acquire(
             return;
         }
     };
+    let started_wall = SystemTime::now();
+    if request.count == 0 {
+        // Only the rate and unit are asked for: the end frame alone, no acquisition.
+        drop(permit);
+        let end = end_frame(request_id, &request, &plan, started_wall);
+        if let Some(f) = end {
+            let _ = stream.send(f).await;
+        }
+        return;
+    }
     let Some(_busy) = shared.acquiring.claim(&request.channel) else {
         drop(permit);
         let busy = StationError::new(
@@ -123,7 +133,6 @@ pub(crate) async fn acquire(
         }
         return;
     };
-    let started_wall = SystemTime::now();
     let started = Instant::now();
     let count = request.count as usize;
     let per_frame = request.samples_per_frame();
@@ -163,7 +172,18 @@ pub(crate) async fn acquire(
         }
         index = end;
     }
-    let started_us = started_wall
+    if let Some(f) = end_frame(request_id, &request, &plan, started_wall) {
+        let _ = stream.send(f).await;
+    }
+}
+
+fn end_frame(
+    request_id: u32,
+    request: &SampleRequest,
+    plan: &Plan,
+    started: SystemTime,
+) -> Option<RawFrame> {
+    let started_us = started
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0);
@@ -171,11 +191,9 @@ pub(crate) async fn acquire(
         count: request.count,
         rate: plan.rate,
         started_us,
-        unit: plan.unit,
+        unit: plan.unit.clone(),
     };
-    if let Some(f) = frame(request_id, Response::Sample(SamplePart::End(end))) {
-        let _ = stream.send(f).await;
-    }
+    frame(request_id, Response::Sample(SamplePart::End(end)))
 }
 
 /// Keeps the acquisition task's borrow of the shared state alive.

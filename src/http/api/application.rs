@@ -12,7 +12,7 @@ pub(super) async fn capabilities(_call: Call<'_>) -> Answer {
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
         "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
-        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"],
+        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease", "numericResults"],
     }))
 }
 

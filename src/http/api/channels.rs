@@ -63,6 +63,7 @@ const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
     (1 << 15, "I2C"),
     (1 << 16, "ByteStream"),
     (1 << 17, "Socket"),
+    (1 << 19, "NumericResult"),
     (1 << 24, "Instrument"),
 ];
 

@@ -9,6 +9,7 @@ mod channels;
 mod events;
 mod lease;
 mod modules;
+mod numeric;
 mod resources;
 
 use std::future::Future;
@@ -121,6 +122,11 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(DELETE "lease", Admin, Open, lease::break_lease),
     endpoint!(PUT "lease/{id}", Control, Open, lease::renew),
     endpoint!(DELETE "lease/{id}", Control, Open, lease::release),
+    endpoint!(GET "numeric-results/channels", Read, Open, numeric::channels),
+    endpoint!(GET "numeric-results/targets", Read, Open, numeric::targets),
+    endpoint!(POST "numeric-results/acquire", Control, Change, numeric::acquire),
+    endpoint!(POST "numeric-results/measure", Control, Change, numeric::measure),
+    endpoint!(GET "numeric-results/result/{id}", Read, Open, numeric::result),
 ];
 
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.
