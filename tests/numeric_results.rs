@@ -131,3 +131,36 @@ async fn acquisitions_on_one_channel_take_turns_and_other_channels_overlap() {
     assert!(took >= Duration::from_millis(950), "{took:?}");
     assert!(took < Duration::from_millis(5_000), "{took:?}");
 }
+
+#[tokio::test]
+async fn a_measurement_is_an_event_and_the_status_page_shows_the_last_per_channel() {
+    let rig = rig(|_: &mut Config| {}).await;
+    let (mut events, _) = common::sse::Sse::open_hello(&rig).await.unwrap();
+    let (status, meta) = rig
+        .post(
+            "numeric-results/measure",
+            json!({ "ChannelNetName": ADC_NR, "TargetNetName": ADC01, "Samples": 300, "ReducedSet": true }),
+        )
+        .await;
+    assert_eq!(status, 200, "{meta}");
+    let event = events
+        .next_named("numeric-result", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(event.data["channel"], ADC_NR);
+    assert_eq!(event.data["target"], ADC01);
+    assert_eq!(event.data["count"], 300);
+    let (status, mean) = rig
+        .get(&format!("numeric-results/result/mean?channel={ADC_NR}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(event.data["mean"], mean);
+    assert!(event.data["stdev"].as_f64().unwrap() > 0.0);
+    let (status, text) = rig.get_text("/status.json").await;
+    assert_eq!(status, 200);
+    let doc: Json = serde_json::from_str(&text).unwrap();
+    let shown = doc["numericResults"].as_array().unwrap();
+    assert_eq!(shown.len(), 1, "{text}");
+    assert_eq!(shown[0]["channel"], ADC_NR);
+    assert_eq!(shown[0]["count"], 300);
+}
