@@ -575,21 +575,6 @@ impl Connection {
     }
 }
 
-impl InFlightKind {
-    /// Answers a change or passed-through request with `error`; other kinds have no caller.
-    fn fail(self, error: LinkError) {
-        match self {
-            InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply } => {
-                let _ = reply.send(Err(error));
-            }
-            InFlightKind::Stream { parts } => {
-                let _ = parts.send(Err(error));
-            }
-            _ => {}
-        }
-    }
-}
-
 /// `Err` when `guard` refuses sending now (counted).
 fn refused(shared: &Shared, guard: Option<&SendGuard>) -> Result<(), LinkError> {
     match guard.map(SendGuard::check) {

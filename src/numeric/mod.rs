@@ -164,6 +164,19 @@ pub fn find_target(
         })
 }
 
+/// An acquisition checked and ready to be asked for.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The NumericResult channel's name.
+    pub sampler: String,
+    /// The target's name, one of the sampler's.
+    pub target: String,
+    pub count: u32,
+    /// The sampler's rate, samples per second.
+    pub rate: f64,
+    pub line: Line,
+}
+
 /// One acquisition as the station delivered it.
 #[derive(Debug, Clone)]
 pub struct Acquisition {
@@ -250,17 +263,22 @@ impl NumericResults {
         Ok(info)
     }
 
-    /// Runs one acquisition of `count` samples, after any other on the same channel.
+    /// Runs one acquisition as `plan` says, after any other on the same channel.
     pub async fn acquire(
         &self,
         station: &Station,
         admitted: &Admitted,
-        line: Line,
-        sampler: &str,
-        target: &str,
-        count: u32,
-        rate: f64,
+        plan: Plan,
     ) -> Result<Acquisition, ApiError> {
+        let Plan {
+            sampler,
+            target,
+            count,
+            rate,
+            line,
+        } = plan;
+        let sampler = sampler.as_str();
+        let target = target.as_str();
         let turn = lock(&self.turns)
             .entry(sampler.to_owned())
             .or_default()

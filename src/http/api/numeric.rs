@@ -159,17 +159,16 @@ async fn run(
         .unwrap_or(Line::Network);
     let info = gateway.numeric.info(&gateway.station, sampler).await?;
     let count = numeric::check_count(samples, info.rate, line, gateway.link.request_timeout())?;
+    let plan = numeric::Plan {
+        sampler: sampler.name.clone(),
+        target,
+        count,
+        rate: info.rate,
+        line,
+    };
     gateway
         .numeric
-        .acquire(
-            &gateway.station,
-            &call.admitted,
-            line,
-            &sampler.name,
-            &target,
-            count,
-            info.rate,
-        )
+        .acquire(&gateway.station, &call.admitted, plan)
         .await
 }
 
