@@ -36,6 +36,8 @@ pub struct Gateway {
     pub audit: crate::audit::AuditLog,
     /// Station configuration files: the directory and what was loaded from it.
     pub config_files: crate::config_files::ConfigFiles,
+    /// NumericResult acquisitions: one per channel at a time, and the last results.
+    pub numeric: crate::numeric::NumericResults,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

@@ -207,6 +207,11 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
         })
     };
     match request {
+        // One answer per request here; acquisitions go through the REST numeric-results API.
+        Request::Sample(_) => Response::Error(StationError::new(
+            ErrorCode::Unsupported,
+            "SAMPLE is not relayed to legacy clients; use the gateway's api/numeric-results",
+        )),
         Request::Ping { nonce } => Response::Ping { nonce },
         Request::Hello(_) => match &info.hello {
             Some(hello) => Response::Hello(HelloReply {

@@ -20,6 +20,8 @@
 //!   and changes under the send guard of their lease admission.
 //! - [`link`]: the task that owns the station connection, and its handle; `cache`: the
 //!   values it read.
+//! - [`numeric`]: NumericResult acquisitions (checks, one per channel at a time, kept
+//!   results) and their statistics.
 //! - [`lease`]: the control lease (admission, send guard, expiry, safe state) and the lease
 //!   stores behind it and behind named leases.
 //! - [`audit`]: the audit trail (rotating files of every request and every change, synced
@@ -48,6 +50,7 @@ pub mod link;
 pub mod logs;
 pub mod metrics;
 mod netinfo;
+pub mod numeric;
 mod server;
 mod station;
 

@@ -180,6 +180,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         access,
         audit,
         config_files: crate::config_files::ConfigFiles::new(&config_files_config),
+        numeric: Default::default(),
         tls,
     });
     let mut tasks = JoinSet::new();

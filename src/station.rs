@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use station_protocol::{Configure, ConfigureReply, ItemResult, Value};
+use station_protocol::sample::{SampleEnd, SampleRequest};
 use tokio::sync::broadcast;
 
 use crate::lease::Admitted;
@@ -231,6 +232,41 @@ impl Station {
     /// like any write. `requester` goes to the station's log.
     pub async fn reset(&self, requester: String, admitted: &Admitted) -> Result<(), LinkError> {
         self.link.reset(requester, admitted.guard.clone()).await
+    }
+
+    /// Runs an acquisition (SAMPLE) under the admission's send guard: it reconfigures the
+    /// NumericResult channel, so it is fenced like a change. `expected` is how long it should
+    /// take; the link gives up a request timeout after that.
+    pub async fn sample(
+        &self,
+        request: SampleRequest,
+        admitted: &Admitted,
+        expected: Duration,
+    ) -> Result<(Vec<f64>, SampleEnd), LinkError> {
+        self.link
+            .sample(request, admitted.guard.clone(), expected)
+            .await
+    }
+
+    /// What a NumericResult channel says of itself without acquiring: its rate and the
+    /// target's unit (a SAMPLE of 0 samples), and its default sample count (a READ of it).
+    pub async fn sampler_info(
+        &self,
+        channel: &str,
+        target: &str,
+    ) -> Result<(SampleEnd, Option<i64>), LinkError> {
+        let ask = SampleRequest {
+            channel: channel.to_owned(),
+            target: target.to_owned(),
+            count: 0,
+            frame_samples: 0,
+        };
+        let (_, end) = self.link.sample(ask, None, Duration::ZERO).await?;
+        let default = match self.link.read(vec![channel.to_owned()]).await?.pop() {
+            Some(Ok(Value::Integer(n))) => Some(n),
+            _ => None,
+        };
+        Ok((end, default))
     }
 }
 

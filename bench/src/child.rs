@@ -29,10 +29,21 @@ impl GatewayProcess {
         station_url: &str,
         env: &[(String, String)],
     ) -> anyhow::Result<GatewayProcess> {
+        GatewayProcess::spawn_with(binary, station_url, env, &[]).await
+    }
+
+    /// [`GatewayProcess::spawn`] with more arguments (e.g. `--config FILE`).
+    pub async fn spawn_with(
+        binary: &Path,
+        station_url: &str,
+        env: &[(String, String)],
+        extra: &[&str],
+    ) -> anyhow::Result<GatewayProcess> {
         let spawned = Instant::now();
         let mut child = Command::new(binary)
             .env("RUST_LOG", "info")
             .envs(env.iter().cloned())
+            .args(extra)
             .args(["--station", station_url])
             .args(["--http", "127.0.0.1:0", "--legacy", "127.0.0.1:0"])
             .stdin(Stdio::null())

@@ -8,6 +8,7 @@ mod child;
 mod http;
 mod load;
 mod report;
+mod sampling;
 mod scenarios;
 mod workers;
 
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use futures::FutureExt;
 use station_simulator::{Profile, Simulator};
 
 use crate::child::{GatewayProcess, StationProcess};
@@ -25,7 +27,7 @@ use crate::report::Row;
 use crate::scenarios::Bench;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "idle",
     "cached",
     "forced",
@@ -37,6 +39,7 @@ const SCENARIOS: [&str; 11] = [
     "legacy",
     "fanout",
     "serial",
+    "sampling",
 ];
 
 #[derive(Parser, Debug)]
@@ -46,7 +49,7 @@ struct Args {
     #[arg(long)]
     all: bool,
     /// Run one scenario (repeatable): idle, cached, forced, slow-station, batch, set, sets,
-    /// coalescing, legacy, fanout, serial.
+    /// coalescing, legacy, fanout, serial, sampling.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// Measuring time of each throughput run (a warm-up of a fifth of it comes first).
@@ -59,6 +62,10 @@ struct Args {
     /// read, 8 for the others); e.g. 1 for a latency breakdown without queueing.
     #[arg(long)]
     conns: Option<usize>,
+    /// Samples of each acquisition in the sampling scenario (over serial at 115 200 baud,
+    /// 100 000 take about 71 s).
+    #[arg(long, default_value_t = 100_000)]
+    sampling_samples: u32,
     /// Event streams in the fan-out scenario.
     #[arg(long, default_value_t = 1000)]
     streams: usize,
@@ -198,7 +205,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
 
     let mut rows: Vec<Row> = Vec::new();
-    let needs_tcp_gateway = selected.iter().any(|s| s != "serial");
+    let needs_tcp_gateway = selected.iter().any(|s| s != "serial" && s != "sampling");
     if needs_tcp_gateway {
         let station = StationProcess::spawn().await?;
         let url = format!("tcp://{}", station.addr);
@@ -255,6 +262,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if wants("serial") {
         step(&mut rows, "serial", async {
             Ok(scenarios::serial(&simulator, &binary, &names[0], bounds, &gateway_env).await)
+        })
+        .await;
+    }
+    if wants("sampling") {
+        let samples = args.sampling_samples;
+        step(
+            &mut rows,
+            "sampling (TCP)",
+            sampling::tcp(&binary, &gateway_env, samples).map(Ok),
+        )
+        .await;
+        step(&mut rows, "sampling (serial)", async {
+            Ok(sampling::serial(&simulator, &binary, &gateway_env, samples).await)
         })
         .await;
     }

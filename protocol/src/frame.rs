@@ -47,6 +47,8 @@ pub enum Opcode {
     /// Restart the station's application (SPEC.md §6.10).
     Reset = 0x09,
     Configure = 0x0C,
+    /// A NumericResult acquisition, answered by several reply frames (SPEC.md §6.12).
+    Sample = 0x0B,
     HelloReply = 0x81,
     SystemReply = 0x82,
     ListReply = 0x83,
@@ -56,6 +58,7 @@ pub enum Opcode {
     PingReply = 0x87,
     ResetReply = 0x89,
     ConfigureReply = 0x8C,
+    SampleReply = 0x8B,
     /// The request as a whole failed; carries an error code and message.
     Error = 0xFF,
 }
@@ -74,6 +77,7 @@ impl Opcode {
             0x08 => Opcode::Notify,
             0x09 => Opcode::Reset,
             0x0C => Opcode::Configure,
+            0x0B => Opcode::Sample,
             0x81 => Opcode::HelloReply,
             0x82 => Opcode::SystemReply,
             0x83 => Opcode::ListReply,
@@ -83,6 +87,7 @@ impl Opcode {
             0x87 => Opcode::PingReply,
             0x89 => Opcode::ResetReply,
             0x8C => Opcode::ConfigureReply,
+            0x8B => Opcode::SampleReply,
             0xFF => Opcode::Error,
             _ => return None,
         })

@@ -17,6 +17,7 @@ pub mod configure;
 pub mod frame;
 pub mod message;
 pub mod reset;
+pub mod sample;
 pub mod spec_examples;
 pub mod value;
 mod wire;
@@ -29,4 +30,5 @@ pub use message::{
     Notify, PayloadError, Request, Response, StationError, list_page,
 };
 pub use reset::Reset;
+pub use sample::{SampleEnd, SamplePart, SampleRequest};
 pub use value::{Value, ValueError, ValueType};

@@ -7,6 +7,7 @@
 use bytes::{BufMut, BytesMut};
 
 use crate::frame::{FrameError, MAX_PAYLOAD, Opcode, RawFrame};
+use crate::sample::{self, SamplePart, SampleRequest};
 use crate::value::{Value, ValueType};
 use crate::wire::{Reader, Writer};
 
@@ -282,6 +283,8 @@ pub enum Request {
     Reset(crate::reset::Reset),
     /// Change a channel's configuration (§6.13); no settings only asks for it.
     Configure(crate::configure::Configure),
+    /// A NumericResult acquisition; answered by several [`Response::Sample`] frames.
+    Sample(SampleRequest),
 }
 
 /// A response or notification, station to client.
@@ -309,6 +312,8 @@ pub enum Response {
     Error(StationError),
     /// The channel's descriptor and configuration after a CONFIGURE (§6.13).
     Configure(Box<crate::configure::ConfigureReply>),
+    /// One frame of an acquisition's answer; more follow until [`SamplePart::End`] or ERROR.
+    Sample(SamplePart),
 }
 
 fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame, FrameError> {
@@ -426,6 +431,7 @@ impl Request {
             Request::Ping { .. } => Opcode::Ping,
             Request::Reset(_) => Opcode::Reset,
             Request::Configure(_) => Opcode::Configure,
+            Request::Sample(_) => Opcode::Sample,
         }
     }
 
@@ -462,6 +468,7 @@ impl Request {
             Request::Ping { nonce } => out.put_u64(*nonce),
             Request::Reset(reset) => crate::reset::put(&mut out, reset),
             Request::Configure(configure) => configure.encode(&mut out),
+            Request::Sample(request) => sample::put_request(&mut out, request),
         }
         if self.count_overflows() {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -523,6 +530,7 @@ impl Request {
             },
             Opcode::Reset => Request::Reset(crate::reset::get(&mut r)?),
             Opcode::Configure => Request::Configure(crate::configure::Configure::decode(&mut r)?),
+            Opcode::Sample => Request::Sample(sample::get_request(&mut r)?),
             _ => return Err(PayloadError::NotARequest(frame.opcode)),
         };
         r.finish()?;
@@ -544,6 +552,7 @@ impl Response {
             Response::Notify(_) => Opcode::Notify,
             Response::Error(_) => Opcode::Error,
             Response::Configure(_) => Opcode::ConfigureReply,
+            Response::Sample(_) => Opcode::SampleReply,
         }
     }
 
@@ -627,6 +636,11 @@ impl Response {
             }
             Response::Error(error) => put_error(&mut out, error),
             Response::Configure(reply) => items = reply.encode(&mut out),
+            Response::Sample(part) => {
+                if !sample::put_part(&mut out, part) {
+                    return Err(FrameError::PayloadTooLarge(usize::MAX));
+                }
+            }
         }
         if items > usize::from(u16::MAX) {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -726,6 +740,7 @@ impl Response {
             Opcode::ConfigureReply => {
                 Response::Configure(Box::new(crate::configure::ConfigureReply::decode(&mut r)?))
             }
+            Opcode::SampleReply => Response::Sample(sample::get_part(&mut r)?),
             _ => return Err(PayloadError::NotAResponse(frame.opcode)),
         };
         r.finish()?;

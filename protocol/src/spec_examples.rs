@@ -9,6 +9,7 @@ use crate::message::{
     ChangeType, ChannelDescriptor, Direction, ErrorCode, Hello, HelloReply, ModuleInfo, Notify,
     Request, Response, StationError,
 };
+use crate::sample::{SampleEnd, SamplePart, SampleRequest};
 use crate::value::{Value, ValueType};
 
 /// A message to show as an example frame.
@@ -339,6 +340,34 @@ pub fn spec_examples() -> Vec<SpecExample> {
                     limits: Some((0.0, 3000.0)),
                     details: vec![("Gain".to_owned(), Value::Float(2.0))],
                 },
+            }))),
+        ),
+        ex(
+            "SAMPLE",
+            10,
+            Req(Request::Sample(SampleRequest {
+                channel: "0.1.ESH10000158.NumericResult".to_owned(),
+                target: "0.1.ESH10000158.MON_3V3".to_owned(),
+                count: 3,
+                frame_samples: 2,
+            })),
+        ),
+        ex(
+            "SAMPLE_REPLY_DATA",
+            10,
+            Res(Response::Sample(SamplePart::Data {
+                index: 0,
+                samples: vec![3.301, 3.299],
+            })),
+        ),
+        ex(
+            "SAMPLE_REPLY_END",
+            10,
+            Res(Response::Sample(SamplePart::End(SampleEnd {
+                count: 3,
+                rate: 10_000.0,
+                started_us: 1_764_590_400_000_000,
+                unit: "V".to_owned(),
             }))),
         ),
     ]

@@ -62,6 +62,12 @@ impl Reader {
         Ok(self.buf.get_f64())
     }
 
+    /// An `f64` sent little endian (SAMPLE's samples, SPEC.md §6.12).
+    pub(crate) fn f64_le(&mut self) -> Result<f64, PayloadError> {
+        self.need(8)?;
+        Ok(self.buf.get_f64_le())
+    }
+
     pub(crate) fn bool(&mut self) -> Result<bool, PayloadError> {
         match self.u8()? {
             0 => Ok(false),

@@ -55,10 +55,14 @@ where
     }
     tracing::debug!(connection = id.0, peer = %options.peer, "connection opened");
     let (read_half, write_half) = tokio::io::split(stream);
+    // Acquisitions' frames: taken only when no other answer waits, one at a time, so an
+    // answer waits at most for the data frame on the line (SPEC.md §6.12).
+    let (stream_tx, stream_rx) = mpsc::channel::<RawFrame>(1);
     let writer = tokio::spawn(write_frames(
         shared.clone(),
         write_half,
         outgoing_rx,
+        stream_rx,
         options.baud,
         cancel.clone(),
     ));
@@ -102,9 +106,21 @@ where
         let shared = shared.clone();
         let outgoing = outgoing_tx.clone();
         let options = options.clone();
+        let stream = stream_tx.clone();
         tokio::spawn(async move {
             if let Some(arrived) = arrived {
                 pace_until(arrived).await;
+            }
+            if frame.kind() == Some(station_protocol::Opcode::Sample)
+                && let Ok(Request::Sample(request)) = Request::from_frame(&frame)
+            {
+                let work = shared.faults.processing();
+                if !work.is_zero() {
+                    tokio::time::sleep(work).await;
+                }
+                crate::sampling::acquire_owned(shared, frame.request_id, request, stream, permit)
+                    .await;
+                return;
             }
             let reply = answer(&shared, &frame, id, &options).await;
             let delay = shared.faults.reply_delay();
@@ -117,6 +133,7 @@ where
     }
     cancel.cancel();
     drop(outgoing_tx);
+    drop(stream_tx);
     let _ = writer.await;
     shared.unregister(id);
     tracing::debug!(connection = id.0, "connection closed");
@@ -134,6 +151,7 @@ async fn write_frames<W>(
     shared: Arc<Shared>,
     mut sink: W,
     mut frames: mpsc::Receiver<RawFrame>,
+    mut stream: mpsc::Receiver<RawFrame>,
     baud: Option<u32>,
     cancel: CancellationToken,
 ) where
@@ -141,9 +159,12 @@ async fn write_frames<W>(
 {
     let mut line_free_at = Instant::now();
     loop {
+        // Answers and notifications first; an acquisition's next frame only when none waits.
         let frame = tokio::select! {
+            biased;
             _ = cancel.cancelled() => break,
             frame = frames.recv() => frame,
+            Some(frame) = stream.recv() => Some(frame),
         };
         let Some(frame) = frame else { break };
         if shared.faults.stalled.load(Ordering::SeqCst) {
@@ -359,6 +380,11 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
                 Err(error) => Response::Error(error),
             }
         }
+        // Served by `sampling` before it gets here; only a request it could not read comes.
+        Request::Sample(_) => Response::Error(StationError::new(
+            ErrorCode::Internal,
+            "SAMPLE is answered by its own stream",
+        )),
     }
 }
 

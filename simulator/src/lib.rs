@@ -6,6 +6,7 @@
 //! - `station`: the station's state and behaviour, computed from elapsed time.
 //! - `connection`: one client link: frames in, concurrent requests, paced and faulted replies out.
 //! - [`server`]: [`Simulator::start`], the listener, the trip ticker and the [`SimulatorHandle`].
+//! - `sampling`: SAMPLE, a NumericResult channel's acquisition streamed as many frames.
 //! - `pty`: a pseudo-terminal master as a byte stream, for the serial path.
 //! - [`client`]: a small sequential client used by `station-cli` and the tests.
 //! - [`control`]: the line-based control interface of `station-sim --control`.
@@ -16,6 +17,7 @@ pub mod control;
 pub mod profile;
 mod pty;
 mod reset;
+mod sampling;
 pub mod server;
 mod station;
 

@@ -17,7 +17,7 @@ use toml::Spanned;
 pub const DEFAULT_PROFILE_TOML: &str = include_str!("../../config/station.toml");
 
 /// Channel type flag bits, as LIST and the REST contract's `channelType` carry them.
-pub const TYPE_FLAGS: [(&str, u32); 8] = [
+pub const TYPE_FLAGS: [(&str, u32); 9] = [
     ("Analog", 1),
     ("Digital", 2),
     ("Temperature", 8),
@@ -26,6 +26,7 @@ pub const TYPE_FLAGS: [(&str, u32); 8] = [
     ("SPI", 16384),
     ("I2C", 32768),
     ("ByteStream", 65536),
+    ("NumericResult", 1 << 19),
 ];
 
 /// The option names a `stat` channel must offer, in this order of meaning.
@@ -180,6 +181,12 @@ pub enum ChannelModel {
     Uart {
         replies: BTreeMap<String, String>,
         unknown: String,
+    },
+    /// A NumericResult channel: samples one of its targets (the descriptor's options) at
+    /// `sample_rate` per second (SAMPLE, SPEC.md §6.12); a READ gives `default_samples`.
+    NumericResult {
+        sample_rate: f64,
+        default_samples: u32,
     },
 }
 
@@ -387,6 +394,9 @@ struct RawChannel {
     registers: Option<Vec<u8>>,
     replies: Option<BTreeMap<String, String>>,
     unknown: Option<String>,
+    targets: Option<Vec<String>>,
+    sample_rate: Option<f64>,
+    default_samples: Option<u32>,
 }
 
 // ---- validation ---------------------------------------------------------------------------
@@ -707,6 +717,16 @@ fn build_channel(
     if value_type == ValueType::Enum && c.options.is_empty() {
         return Err(bad("options", "an enum channel needs options".into()));
     }
+    let mut options = c.options.clone();
+    if c.model == "numeric_result" {
+        options = c.targets.clone().unwrap_or_default();
+        if options.is_empty() {
+            return Err(bad(
+                "targets",
+                "a numeric_result channel needs targets".into(),
+            ));
+        }
+    }
     if value_type != ValueType::Enum && !c.options.is_empty() {
         return Err(bad("options", "only an enum channel has options".into()));
     }
@@ -862,12 +882,33 @@ fn build_channel(
                 unknown: c.unknown.clone().unwrap_or_else(|| "ERR".to_owned()),
             }
         }
+        "numeric_result" => {
+            expect_type(&[ValueType::Integer])?;
+            let sample_rate = need_f64("sample_rate", c.sample_rate)?;
+            if !(sample_rate.is_finite() && sample_rate >= 1.0) {
+                return Err(bad(
+                    "sample_rate",
+                    format!("{sample_rate} is not a rate of at least 1 sample a second"),
+                ));
+            }
+            let default_samples = c.default_samples.unwrap_or(1000);
+            if !(1..=station_protocol::sample::MAX_SAMPLES).contains(&default_samples) {
+                return Err(bad(
+                    "default_samples",
+                    format!("{default_samples} is not 1 to 100000"),
+                ));
+            }
+            ChannelModel::NumericResult {
+                sample_rate,
+                default_samples,
+            }
+        }
         other => {
             return Err(bad(
                 "model",
                 format!(
                     "unknown model {other:?}; known: constant, uptime, analog, setting, hv, \
-                     supply_current, i2c, uart"
+                     supply_current, i2c, uart, numeric_result"
                 ),
             ));
         }
@@ -887,7 +928,7 @@ fn build_channel(
             writable,
             consuming,
             value_type,
-            options: c.options,
+            options,
         },
         latency: Duration::from_millis(c.latency_ms),
         model,
@@ -939,8 +980,13 @@ mod tests {
         ] {
             assert!(names.contains(&expected), "{expected} missing");
         }
-        assert_eq!(names.len(), 2 + 1 + 2 + 28 + 2 + 8 + 6 + 2);
-        let uart = &profile.channels[names.len() - 1].descriptor;
+        assert_eq!(names.len(), 2 + 1 + 2 + 28 + 2 + 8 + 6 + 2 + 3);
+        let uart = profile
+            .channels
+            .iter()
+            .find(|c| c.descriptor.name == "0.ESH10000023.UART01")
+            .map(|c| &c.descriptor)
+            .expect("the UART");
         assert!(uart.consuming);
         assert_eq!(uart.type_flags, 8192 | 65536);
     }

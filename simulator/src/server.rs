@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     local_addr: SocketAddr,
     listener_control: mpsc::Sender<ListenerCommand>,
     shutdown: CancellationToken,
+    /// NumericResult channels acquiring now (SAMPLE).
+    pub acquiring: crate::sampling::Acquiring,
 }
 
 impl Shared {
@@ -218,6 +220,7 @@ impl Simulator {
             local_addr,
             listener_control: control_tx,
             shutdown: CancellationToken::new(),
+            acquiring: crate::sampling::Acquiring::default(),
         });
         tokio::spawn(run_listener(shared.clone(), listener, control_rx));
         tokio::spawn(run_ticker(shared.clone()));

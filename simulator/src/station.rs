@@ -359,6 +359,28 @@ impl Station {
             ));
         }
         *self.read_counts.entry(name.to_owned()).or_default() += 1;
+        self.value_of(index, name, now)
+    }
+
+    /// The descriptor and model of channel `name`.
+    pub(crate) fn spec_of(&self, name: &str) -> Result<&ChannelSpec, StationError> {
+        Ok(&self.channels[self.lookup(name)?].spec)
+    }
+
+    /// What a NumericResult channel's converter sees on `name` at `at`: the channel's own model
+    /// (noise, drift, a ramping output), without counting a read or advancing the outputs.
+    pub(crate) fn sample(&mut self, name: &str, at: Instant) -> Result<f64, StationError> {
+        let index = self.lookup(name)?;
+        let value = self.value_of(index, name, at)?;
+        crate::profile::numeric(&value).ok_or_else(|| {
+            StationError::new(
+                ErrorCode::BadValue,
+                format!("{name} is not a number and cannot be sampled"),
+            )
+        })
+    }
+
+    fn value_of(&mut self, index: usize, name: &str, now: Instant) -> Result<Value, StationError> {
         let elapsed = now.saturating_duration_since(self.powered_on);
         let channel = &self.channels[index];
         let value = match channel.spec.model.clone() {
@@ -391,6 +413,9 @@ impl Station {
                 ChannelState::Uart { receive, .. } => Value::String(std::mem::take(receive)),
                 _ => return Err(internal(name)),
             },
+            ChannelModel::NumericResult {
+                default_samples, ..
+            } => Value::Integer(i64::from(default_samples)),
         };
         Ok(value)
     }

@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use super::handshake::{self, Framing};
 use super::read_queue::{CoalescePolicy, ReadAnswer, ReadQueue};
-use super::session::{FREE_FENCE, InFlightKind, Reply, ResponseReply, Session};
+use super::session::{FREE_FENCE, InFlightKind, PartSink, Reply, ResponseReply, Session};
 use super::{
     Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError, SendGuard,
     StationInfo,
@@ -87,6 +87,12 @@ enum Queued {
     Pass {
         request: Request,
         reply: ResponseReply,
+    },
+    /// A request answered by several frames (SAMPLE), under its send guard like a change.
+    Stream {
+        request: Request,
+        guard: Option<SendGuard>,
+        parts: PartSink,
     },
 }
 
@@ -160,6 +166,15 @@ impl Connection {
             Command::Pass { request, reply } => {
                 self.changes.push_back(Queued::Pass { request, reply })
             }
+            Command::Stream {
+                request,
+                guard,
+                parts,
+            } => self.changes.push_back(Queued::Stream {
+                request,
+                guard,
+                parts,
+            }),
             Command::Settle { fence, reply } => self.settling.push((fence, reply)),
         }
         self.answer_settled();
@@ -237,6 +252,9 @@ impl Connection {
                 Queued::Change { reply, .. } | Queued::Pass { reply, .. } => {
                     let _ = reply.send(Err(not_done.clone()));
                 }
+                Queued::Stream { parts, .. } => {
+                    let _ = parts.send(Err(not_done.clone()));
+                }
             }
         }
     }
@@ -304,6 +322,24 @@ impl Connection {
     fn send_change(&mut self, shared: &Shared) -> Result<bool, LinkDown> {
         while let Some(queued) = self.changes.pop_front() {
             let (request, fence, kind) = match queued {
+                Queued::Stream {
+                    request,
+                    guard,
+                    parts,
+                } => {
+                    // The caller gave up before it was sent, or its guard refuses it: not sent.
+                    if parts.is_closed() {
+                        continue;
+                    }
+                    if let Err(why) = refused(shared, guard.as_ref()) {
+                        let _ = parts.send(Err(why));
+                        continue;
+                    }
+                    let fence = guard
+                        .as_ref()
+                        .map(|guard| guard.fence().unwrap_or(FREE_FENCE));
+                    (request, fence, InFlightKind::Stream { parts })
+                }
                 Queued::Change {
                     request,
                     guard,
@@ -313,14 +349,8 @@ impl Connection {
                         // The caller gave up (timed out) before it was sent: never send it now.
                         continue;
                     }
-                    if let Some(guard) = &guard
-                        && let Err(why) = guard.check()
-                    {
-                        shared
-                            .stats
-                            .refused_by_guard
-                            .fetch_add(1, Ordering::Relaxed);
-                        let _ = reply.send(Err(LinkError::Refused(why)));
+                    if let Err(why) = refused(shared, guard.as_ref()) {
+                        let _ = reply.send(Err(why));
                         continue;
                     }
                     let transact_name = match &request {
@@ -386,23 +416,35 @@ impl Connection {
             }
             return Ok(());
         }
-        let (in_flight, answer) = match self.session.verify_reply(frame.request_id, response) {
-            Reply::Answer(in_flight, response) => (in_flight, Ok(response)),
-            Reply::Mismatch(in_flight, error) => (in_flight, Err(error)),
-            Reply::Unknown => {
-                shared.stats.late_replies.fetch_add(1, Ordering::Relaxed);
-                debug!(
-                    request_id = frame.request_id,
-                    late_replies = self.session.late_replies(),
-                    "dropping a late or unknown reply"
-                );
-                return Ok(());
-            }
-        };
+        let now = Instant::now();
+        let (in_flight, answer) =
+            match self
+                .session
+                .verify_reply_at(frame.request_id, response, now)
+            {
+                Reply::Part(parts, response) => {
+                    // The caller may have given up; the station streams on until the end anyway.
+                    let _ = parts.send(Ok(response));
+                    return Ok(());
+                }
+                Reply::Answer(in_flight, response) => (in_flight, Ok(response)),
+                Reply::Mismatch(in_flight, error) => (in_flight, Err(error)),
+                Reply::Unknown => {
+                    shared.stats.late_replies.fetch_add(1, Ordering::Relaxed);
+                    debug!(
+                        request_id = frame.request_id,
+                        late_replies = self.session.late_replies(),
+                        "dropping a late or unknown reply"
+                    );
+                    return Ok(());
+                }
+            };
         shared.stats.latency.observe(in_flight.sent_at.elapsed());
         let read_at = in_flight.sent_at.into_std();
-        let now = Instant::now();
         match (in_flight.kind, answer) {
+            (InFlightKind::Stream { parts }, answer) => {
+                let _ = parts.send(answer.map_err(LinkError::Protocol));
+            }
             (InFlightKind::Read(batch), Ok(Response::Read(results))) => {
                 for (name, result) in batch.names.iter().zip(&results) {
                     if let Ok(value) = result {
@@ -555,6 +597,9 @@ impl Connection {
                 InFlightKind::Pass { reply } => {
                     let _ = reply.send(Err(LinkError::Timeout(timeout)));
                 }
+                InFlightKind::Stream { parts } => {
+                    let _ = parts.send(Err(LinkError::Timeout(timeout)));
+                }
                 InFlightKind::ListPage { .. } => {
                     self.list_refresh_running = false;
                     self.list_refresh_stale = false;
@@ -576,14 +621,20 @@ impl Connection {
     }
 }
 
-impl InFlightKind {
-    /// Answers a change or passed-through request with `error`; other kinds have no caller.
-    fn fail(self, error: LinkError) {
-        if let InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply } = self {
-            let _ = reply.send(Err(error));
+/// `Err` when `guard` refuses sending now (counted).
+fn refused(shared: &Shared, guard: Option<&SendGuard>) -> Result<(), LinkError> {
+    match guard.map(SendGuard::check) {
+        Some(Err(why)) => {
+            shared
+                .stats
+                .refused_by_guard
+                .fetch_add(1, Ordering::Relaxed);
+            Err(LinkError::Refused(why))
         }
+        _ => Ok(()),
     }
 }
 
 #[cfg(test)]
+#[path = "connection_tests.rs"]
 mod tests;

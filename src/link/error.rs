@@ -115,6 +115,8 @@ pub enum ProtocolError {
     UnexpectedReply { asked: Opcode, answered: Opcode },
     #[error("a READ of {names} names was answered with {answered:?}")]
     ReadMismatch { names: usize, answered: Opcode },
+    #[error("its sample frames do not make one acquisition: {0}")]
+    Samples(station_protocol::sample::AssemblyError),
 }
 
 /// Why the outcome of a sent change is not known.

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use station_protocol::sample::{SampleAssembler, SampleEnd, SampleRequest};
 use station_protocol::{
     ChangeType, ChannelConfig, ChannelDescriptor, Configure, ConfigureReply, HelloReply,
     ItemResult, ModuleInfo, Notify, Opcode, Request, Response, Value,
@@ -211,6 +212,13 @@ pub(crate) enum Command {
         request: Request,
         reply: oneshot::Sender<Result<Response, LinkError>>,
     },
+    /// A request answered by several frames (SAMPLE), sent under `guard` like a change; every
+    /// frame goes to `parts` as it comes.
+    Stream {
+        request: Request,
+        guard: Option<SendGuard>,
+        parts: session::PartSink,
+    },
     /// Answered once no change admitted under `fence` may still be at the station.
     Settle {
         fence: u64,
@@ -366,6 +374,45 @@ impl LinkHandle {
             .is_ok()
         {
             let _ = settled.await;
+        }
+    }
+
+    /// Runs an acquisition (SAMPLE, SPEC.md §6.12) under `guard`: the samples in order and the
+    /// station's end frame. Other requests keep flowing while its frames stream; each frame
+    /// must come within the request timeout of the one before, and the whole within `expected`
+    /// plus the request timeout.
+    pub async fn sample(
+        &self,
+        request: SampleRequest,
+        guard: Option<SendGuard>,
+        expected: Duration,
+    ) -> Result<(Vec<f64>, SampleEnd), LinkError> {
+        let (parts_tx, mut parts) = mpsc::unbounded_channel();
+        self.send(Command::Stream {
+            request: Request::Sample(request),
+            guard,
+            parts: parts_tx,
+        })?;
+        let deadline = tokio::time::Instant::now() + expected + self.request_timeout;
+        let mut assembler = SampleAssembler::new();
+        loop {
+            let part = tokio::time::timeout_at(deadline, parts.recv())
+                .await
+                .map_err(|_| LinkError::Timeout(expected + self.request_timeout))?;
+            match part {
+                None => return Err(LinkError::ShuttingDown),
+                Some(Err(error)) => return Err(error),
+                Some(Ok(Response::Sample(part))) => {
+                    let done = assembler
+                        .push(part)
+                        .map_err(|e| LinkError::Protocol(ProtocolError::Samples(e)))?;
+                    if let Some(done) = done {
+                        return Ok(done);
+                    }
+                }
+                Some(Ok(Response::Error(error))) => return Err(LinkError::Station(error)),
+                Some(Ok(other)) => return Err(unexpected(Opcode::Sample, &other)),
+            }
         }
     }
 

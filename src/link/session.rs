@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use station_protocol::{ChangeType, ChannelDescriptor, Opcode, PayloadError, Response};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::read_queue::ReadBatch;
@@ -25,8 +25,16 @@ struct Unsettled {
 /// Where the answer to a change or passed-through request goes.
 pub type ResponseReply = oneshot::Sender<Result<Response, LinkError>>;
 
+/// Where the frames of a streaming answer (SAMPLE) go, each as it comes.
+pub type PartSink = mpsc::UnboundedSender<Result<Response, LinkError>>;
+
 /// What a request in flight was for.
 pub enum InFlightKind {
+    /// A request answered by several frames (SAMPLE, SPEC.md §6.12): every frame but the last
+    /// goes to `parts` and keeps it in flight; the last (or an ERROR) ends it.
+    Stream {
+        parts: PartSink,
+    },
     Read(ReadBatch),
     Change {
         reply: ResponseReply,
@@ -53,12 +61,17 @@ pub struct InFlight {
     /// For a change, the lease fence its send guard admitted it under.
     pub fence: Option<u64>,
     pub kind: InFlightKind,
+    /// A streaming request gives its window slot back with its first frame (SPEC.md §6.12).
+    released: bool,
 }
 
 /// What a reply with a request id turned out to be.
 pub enum Reply {
     /// It answers its request: the station's response, or its ERROR.
     Answer(InFlight, Response),
+    /// One frame of a streaming answer that is not the last: the request stays in flight,
+    /// its deadline counted again from this frame. The frame goes to the sink.
+    Part(PartSink, Response),
     /// It has a known id but does not answer its request (wrong kind, unreadable payload).
     Mismatch(InFlight, ProtocolError),
     /// No request in flight has that id: a late reply after a timeout, or garbage. Dropped.
@@ -132,6 +145,7 @@ impl Session {
             asked,
             fence,
             kind,
+            released: false,
         };
         if let Some(replaced) = self.in_flight.insert(id, entry) {
             self.forget(&replaced);
@@ -172,11 +186,41 @@ impl Session {
     /// The one check of a reply: its id is in flight, and it answers what was asked (the
     /// request's opcode with the reply bit, or an ERROR; a READ's reply has one result per
     /// name). The request leaves the in-flight map whatever the verdict.
+    #[cfg(test)]
     pub fn verify_reply(
         &mut self,
         request_id: u32,
         reply: Result<Response, PayloadError>,
     ) -> Reply {
+        self.verify_reply_at(request_id, reply, Instant::now())
+    }
+
+    /// [`Session::verify_reply`] for a frame that came at `now`. A frame of a streaming
+    /// answer other than its last leaves the request in flight: it frees the request's window
+    /// slot (the first time) and counts its deadline again from `now`.
+    pub fn verify_reply_at(
+        &mut self,
+        request_id: u32,
+        reply: Result<Response, PayloadError>,
+        now: Instant,
+    ) -> Reply {
+        if let Ok(Response::Sample(part)) = &reply
+            && !part.is_last()
+            && let Some(entry) = self.in_flight.get_mut(&request_id)
+            && let InFlightKind::Stream { parts } = &entry.kind
+            && entry.asked == Opcode::Sample
+        {
+            let parts = parts.clone();
+            entry.deadline = now + self.timeout;
+            if !entry.released {
+                entry.released = true;
+                self.busy -= 1;
+            }
+            if let Ok(response) = reply {
+                return Reply::Part(parts, response);
+            }
+            return Reply::Unknown;
+        }
         let Some(entry) = self.remove(request_id) else {
             // A timed-out change's late answer settles it.
             self.unsettled.remove(&request_id);
@@ -232,6 +276,7 @@ impl Session {
     fn forget(&mut self, entry: &InFlight) {
         match entry.kind {
             InFlightKind::Ping => self.ping_outstanding = false,
+            _ if entry.released => {}
             _ => self.busy -= 1,
         }
         if let Some(fence) = entry.fence
@@ -241,6 +286,21 @@ impl Session {
             if *count == 0 {
                 self.fences.remove(&fence);
             }
+        }
+    }
+}
+
+impl InFlightKind {
+    /// Answers a change or passed-through request with `error`; other kinds have no caller.
+    pub(super) fn fail(self, error: LinkError) {
+        match self {
+            InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply } => {
+                let _ = reply.send(Err(error));
+            }
+            InFlightKind::Stream { parts } => {
+                let _ = parts.send(Err(error));
+            }
+            _ => {}
         }
     }
 }
@@ -271,199 +331,5 @@ fn check_kind(entry: &InFlight, response: &Response) -> Result<(), ProtocolError
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use station_protocol::{ErrorCode, StationError, Value};
-
-    const TIMEOUT: Duration = Duration::from_secs(2);
-
-    fn change(session: &mut Session, fence: Option<u64>, now: Instant) -> u32 {
-        let (reply, _answer) = oneshot::channel();
-        let id = session.take_id();
-        let kind = InFlightKind::Change {
-            reply,
-            transact_name: None,
-        };
-        session.track(id, Opcode::Write, fence, kind, now);
-        id
-    }
-
-    #[test]
-    fn ids_wrap_past_the_largest_skipping_zero_and_ids_still_in_flight() {
-        let mut session = Session::new(4, TIMEOUT);
-        let now = Instant::now();
-        session.next_id = 1;
-        let one = change(&mut session, None, now);
-        assert_eq!(one, 1);
-        session.next_id = u32::MAX;
-        assert_eq!(session.take_id(), u32::MAX);
-        assert_eq!(
-            session.take_id(),
-            2,
-            "0 is skipped, and 1 is still in flight"
-        );
-    }
-
-    #[test]
-    fn a_reply_answers_its_request_and_frees_its_slot() {
-        let mut session = Session::new(1, TIMEOUT);
-        let now = Instant::now();
-        let id = change(&mut session, None, now);
-        assert!(!session.has_room());
-        let reply = session.verify_reply(id, Ok(Response::Write(vec![Ok(())])));
-        assert!(matches!(reply, Reply::Answer(_, Response::Write(_))));
-        assert!(session.has_room());
-    }
-
-    #[test]
-    fn an_error_answers_any_request() {
-        let mut session = Session::new(1, TIMEOUT);
-        let id = change(&mut session, None, Instant::now());
-        let error = StationError::new(ErrorCode::Busy, "busy");
-        let reply = session.verify_reply(id, Ok(Response::Error(error)));
-        assert!(matches!(reply, Reply::Answer(_, Response::Error(_))));
-    }
-
-    #[test]
-    fn a_reply_of_the_wrong_kind_is_a_protocol_error() {
-        let mut session = Session::new(1, TIMEOUT);
-        let id = change(&mut session, None, Instant::now());
-        let reply = session.verify_reply(id, Ok(Response::Read(vec![])));
-        let Reply::Mismatch(_, error) = reply else {
-            panic!("a READ reply to a WRITE was accepted")
-        };
-        assert_eq!(
-            error,
-            ProtocolError::UnexpectedReply {
-                asked: Opcode::Write,
-                answered: Opcode::ReadReply
-            }
-        );
-        assert_eq!(error.to_string(), "unexpected ReadReply answer");
-    }
-
-    #[test]
-    fn a_read_answered_with_another_number_of_values_is_a_protocol_error() {
-        use crate::link::read_queue::{CoalescePolicy, ReadQueue};
-        let mut reads = ReadQueue::new(CoalescePolicy {
-            quiet: Duration::ZERO,
-            max: Duration::ZERO,
-            max_names: 10,
-        });
-        let now = Instant::now();
-        let (reply, _answer) = oneshot::channel();
-        reads.enqueue(vec!["a".into(), "b".into()], None, reply, now);
-        let batch = reads.next_batch(now).expect("a READ of a and b");
-        let mut session = Session::new(1, TIMEOUT);
-        let id = session.take_id();
-        session.track(id, Opcode::Read, None, InFlightKind::Read(batch), now);
-        let reply = session.verify_reply(id, Ok(Response::Read(vec![Ok(Value::Bool(true))])));
-        let Reply::Mismatch(_, error) = reply else {
-            panic!("one value for two names was accepted")
-        };
-        assert_eq!(
-            error.to_string(),
-            "a READ of 2 names was answered with ReadReply"
-        );
-    }
-
-    #[test]
-    fn an_unreadable_reply_is_a_protocol_error() {
-        let mut session = Session::new(1, TIMEOUT);
-        let id = change(&mut session, None, Instant::now());
-        let reply = session.verify_reply(id, Err(PayloadError::Truncated("a status")));
-        assert!(matches!(
-            reply,
-            Reply::Mismatch(_, ProtocolError::BadPayload(_))
-        ));
-        assert!(session.has_room());
-    }
-
-    #[test]
-    fn a_late_reply_after_a_timeout_is_dropped_and_counted() {
-        let mut session = Session::new(1, TIMEOUT);
-        let now = Instant::now();
-        let id = change(&mut session, None, now);
-        assert!(session.expired(now + TIMEOUT / 2).is_empty());
-        assert_eq!(session.next_deadline(), Some(now + TIMEOUT));
-        assert_eq!(session.expired(now + TIMEOUT).len(), 1);
-        let reply = session.verify_reply(id, Ok(Response::Write(vec![Ok(())])));
-        assert!(matches!(reply, Reply::Unknown));
-        assert_eq!(session.late_replies(), 1);
-        assert!(session.next_deadline().is_none());
-    }
-
-    #[test]
-    fn the_ping_does_not_count_against_the_window() {
-        let mut session = Session::new(1, TIMEOUT);
-        let now = Instant::now();
-        let id = session.take_id();
-        session.track(id, Opcode::Ping, None, InFlightKind::Ping, now);
-        assert!(session.ping_outstanding());
-        assert!(session.has_room());
-        let reply = session.verify_reply(id, Ok(Response::Ping { nonce: 1 }));
-        assert!(matches!(reply, Reply::Answer(..)));
-        assert!(!session.ping_outstanding());
-    }
-
-    #[test]
-    fn changes_admitted_under_a_fence_are_known_to_be_in_flight_until_answered() {
-        let mut session = Session::new(4, TIMEOUT);
-        let now = Instant::now();
-        let first = change(&mut session, Some(7), now);
-        let second = change(&mut session, Some(7), now);
-        change(&mut session, Some(8), now);
-        change(&mut session, None, now);
-        assert!(session.changes_in_flight_under(7));
-        assert!(!session.changes_in_flight_under(6));
-        session.verify_reply(first, Ok(Response::Write(vec![])));
-        assert!(
-            session.changes_in_flight_under(7),
-            "one is still at the station"
-        );
-        session.verify_reply(second, Ok(Response::Write(vec![])));
-        assert!(!session.changes_in_flight_under(7));
-        assert!(session.changes_in_flight_under(8));
-        session.expired(now + TIMEOUT);
-        assert!(
-            session.changes_in_flight_under(8),
-            "timed out, but the station may still apply it"
-        );
-        assert_eq!(session.next_deadline(), Some(now + 2 * TIMEOUT));
-        session.expired(now + 2 * TIMEOUT);
-        assert!(
-            !session.changes_in_flight_under(8),
-            "unanswered for two timeouts: taken as lost"
-        );
-    }
-
-    #[test]
-    fn a_timed_out_change_is_settled_by_its_late_answer_or_the_end_of_the_session() {
-        let mut session = Session::new(4, TIMEOUT);
-        let now = Instant::now();
-        let late = change(&mut session, Some(3), now);
-        let lost = change(&mut session, Some(4), now);
-        change(&mut session, Some(FREE_FENCE), now);
-        session.expired(now + TIMEOUT);
-        assert!(session.changes_in_flight_under(3));
-        assert!(session.changes_in_flight_under(FREE_FENCE));
-        assert_ne!(
-            session.take_id(),
-            late,
-            "an unsettled change's id is not reused"
-        );
-        assert!(matches!(
-            session.verify_reply(late, Ok(Response::Write(vec![Ok(())]))),
-            Reply::Unknown
-        ));
-        assert!(
-            !session.changes_in_flight_under(3),
-            "answered late: settled"
-        );
-        assert!(session.changes_in_flight_under(4));
-        let _ = lost;
-        session.drain();
-        assert!(!session.changes_in_flight_under(4), "the session ended");
-        assert!(!session.changes_in_flight_under(FREE_FENCE));
-    }
-}
+#[path = "session_tests.rs"]
+mod tests;

@@ -289,6 +289,9 @@ impl Command {
             Command::Change { reply, .. } | Command::Pass { reply, .. } => {
                 let _ = reply.send(Err(error));
             }
+            Command::Stream { parts, .. } => {
+                let _ = parts.send(Err(error));
+            }
             // No session: nothing of any lease is at the station.
             Command::Settle { reply, .. } => {
                 let _ = reply.send(());

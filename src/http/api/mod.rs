@@ -12,6 +12,7 @@ mod config_files;
 mod events;
 mod lease;
 mod modules;
+mod numeric;
 mod resources;
 mod unserved;
 
@@ -165,16 +166,6 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     unserved!(POST "comm/i2c", BUS),
     unserved!(POST "comm/uart", BUS),
     unserved!(POST "comm/spi", BUS),
-    // Built by issue 19 (numeric results).
-    unserved!(GET "numeric-results/channels", NUMERIC),
-    unserved!(GET "numeric-results/targets", NUMERIC),
-    unserved!(POST "numeric-results/measure", NUMERIC),
-    unserved!(POST "numeric-results/acquire", NUMERIC),
-    unserved!(GET "numeric-results/result/mean", NUMERIC),
-    unserved!(GET "numeric-results/result/min", NUMERIC),
-    unserved!(GET "numeric-results/result/max", NUMERIC),
-    unserved!(GET "numeric-results/result/stdev", NUMERIC),
-    unserved!(GET "numeric-results/result/samples", NUMERIC),
     // What a station behind the byte protocol does not have.
     unserved!(POST "comm/socket", SOCKET),
     unserved!(GET "channels/encoded", ENCODED),
@@ -213,6 +204,11 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     unserved!(GET "system/boot", SYSTEM),
     unserved!(PUT "system/boot", SYSTEM),
     unserved!(PUT "system/boot/startup", SYSTEM),
+    endpoint!(GET "numeric-results/channels", Read, Open, numeric::channels),
+    endpoint!(GET "numeric-results/targets", Read, Open, numeric::targets),
+    endpoint!(POST "numeric-results/acquire", Control, Change, numeric::acquire),
+    endpoint!(POST "numeric-results/measure", Control, Change, numeric::measure),
+    endpoint!(GET "numeric-results/result/{id}", Read, Open, numeric::result),
 ];
 
 /// Endpoints whose body is not one JSON object (a list, a file upload): their handlers read

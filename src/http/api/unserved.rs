@@ -31,7 +31,6 @@ pub(crate) const INSTRUMENTS: Unserved =
 
 // What other issues build; each such line of the endpoint table is replaced when it lands.
 pub(crate) const BUS: Unserved = Unserved::NotYet("bus transactions", 18);
-pub(crate) const NUMERIC: Unserved = Unserved::NotYet("numeric results", 19);
 
 impl Unserved {
     /// The 501 for `label` (`POST api/comm/i2c`).

@@ -1,4 +1,4 @@
-//! The connection's decisions that need a station on the other end: LIST refreshes.
+//! Tests of one connection's work through a duplex pipe, time paused: LIST refreshes and configuration changes.
 
 use futures::StreamExt;
 use station_protocol::{Opcode, StationCodec};

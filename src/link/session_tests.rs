@@ -1,0 +1,314 @@
+//! Tests of the session's bookkeeping with `Instant`s passed in: ids, the window, replies, timeouts, fences, streams.
+
+use super::*;
+use station_protocol::{ErrorCode, StationError, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+fn change(session: &mut Session, fence: Option<u64>, now: Instant) -> u32 {
+    let (reply, _answer) = oneshot::channel();
+    let id = session.take_id();
+    let kind = InFlightKind::Change {
+        reply,
+        transact_name: None,
+    };
+    session.track(id, Opcode::Write, fence, kind, now);
+    id
+}
+
+#[test]
+fn ids_wrap_past_the_largest_skipping_zero_and_ids_still_in_flight() {
+    let mut session = Session::new(4, TIMEOUT);
+    let now = Instant::now();
+    session.next_id = 1;
+    let one = change(&mut session, None, now);
+    assert_eq!(one, 1);
+    session.next_id = u32::MAX;
+    assert_eq!(session.take_id(), u32::MAX);
+    assert_eq!(
+        session.take_id(),
+        2,
+        "0 is skipped, and 1 is still in flight"
+    );
+}
+
+#[test]
+fn a_reply_answers_its_request_and_frees_its_slot() {
+    let mut session = Session::new(1, TIMEOUT);
+    let now = Instant::now();
+    let id = change(&mut session, None, now);
+    assert!(!session.has_room());
+    let reply = session.verify_reply(id, Ok(Response::Write(vec![Ok(())])));
+    assert!(matches!(reply, Reply::Answer(_, Response::Write(_))));
+    assert!(session.has_room());
+}
+
+#[test]
+fn an_error_answers_any_request() {
+    let mut session = Session::new(1, TIMEOUT);
+    let id = change(&mut session, None, Instant::now());
+    let error = StationError::new(ErrorCode::Busy, "busy");
+    let reply = session.verify_reply(id, Ok(Response::Error(error)));
+    assert!(matches!(reply, Reply::Answer(_, Response::Error(_))));
+}
+
+#[test]
+fn a_reply_of_the_wrong_kind_is_a_protocol_error() {
+    let mut session = Session::new(1, TIMEOUT);
+    let id = change(&mut session, None, Instant::now());
+    let reply = session.verify_reply(id, Ok(Response::Read(vec![])));
+    let Reply::Mismatch(_, error) = reply else {
+        panic!("a READ reply to a WRITE was accepted")
+    };
+    assert_eq!(
+        error,
+        ProtocolError::UnexpectedReply {
+            asked: Opcode::Write,
+            answered: Opcode::ReadReply
+        }
+    );
+    assert_eq!(error.to_string(), "unexpected ReadReply answer");
+}
+
+#[test]
+fn a_read_answered_with_another_number_of_values_is_a_protocol_error() {
+    use crate::link::read_queue::{CoalescePolicy, ReadQueue};
+    let mut reads = ReadQueue::new(CoalescePolicy {
+        quiet: Duration::ZERO,
+        max: Duration::ZERO,
+        max_names: 10,
+    });
+    let now = Instant::now();
+    let (reply, _answer) = oneshot::channel();
+    reads.enqueue(vec!["a".into(), "b".into()], None, reply, now);
+    let batch = reads.next_batch(now).expect("a READ of a and b");
+    let mut session = Session::new(1, TIMEOUT);
+    let id = session.take_id();
+    session.track(id, Opcode::Read, None, InFlightKind::Read(batch), now);
+    let reply = session.verify_reply(id, Ok(Response::Read(vec![Ok(Value::Bool(true))])));
+    let Reply::Mismatch(_, error) = reply else {
+        panic!("one value for two names was accepted")
+    };
+    assert_eq!(
+        error.to_string(),
+        "a READ of 2 names was answered with ReadReply"
+    );
+}
+
+#[test]
+fn an_unreadable_reply_is_a_protocol_error() {
+    let mut session = Session::new(1, TIMEOUT);
+    let id = change(&mut session, None, Instant::now());
+    let reply = session.verify_reply(id, Err(PayloadError::Truncated("a status")));
+    assert!(matches!(
+        reply,
+        Reply::Mismatch(_, ProtocolError::BadPayload(_))
+    ));
+    assert!(session.has_room());
+}
+
+#[test]
+fn a_late_reply_after_a_timeout_is_dropped_and_counted() {
+    let mut session = Session::new(1, TIMEOUT);
+    let now = Instant::now();
+    let id = change(&mut session, None, now);
+    assert!(session.expired(now + TIMEOUT / 2).is_empty());
+    assert_eq!(session.next_deadline(), Some(now + TIMEOUT));
+    assert_eq!(session.expired(now + TIMEOUT).len(), 1);
+    let reply = session.verify_reply(id, Ok(Response::Write(vec![Ok(())])));
+    assert!(matches!(reply, Reply::Unknown));
+    assert_eq!(session.late_replies(), 1);
+    assert!(session.next_deadline().is_none());
+}
+
+#[test]
+fn the_ping_does_not_count_against_the_window() {
+    let mut session = Session::new(1, TIMEOUT);
+    let now = Instant::now();
+    let id = session.take_id();
+    session.track(id, Opcode::Ping, None, InFlightKind::Ping, now);
+    assert!(session.ping_outstanding());
+    assert!(session.has_room());
+    let reply = session.verify_reply(id, Ok(Response::Ping { nonce: 1 }));
+    assert!(matches!(reply, Reply::Answer(..)));
+    assert!(!session.ping_outstanding());
+}
+
+#[test]
+fn changes_admitted_under_a_fence_are_known_to_be_in_flight_until_answered() {
+    let mut session = Session::new(4, TIMEOUT);
+    let now = Instant::now();
+    let first = change(&mut session, Some(7), now);
+    let second = change(&mut session, Some(7), now);
+    change(&mut session, Some(8), now);
+    change(&mut session, None, now);
+    assert!(session.changes_in_flight_under(7));
+    assert!(!session.changes_in_flight_under(6));
+    session.verify_reply(first, Ok(Response::Write(vec![])));
+    assert!(
+        session.changes_in_flight_under(7),
+        "one is still at the station"
+    );
+    session.verify_reply(second, Ok(Response::Write(vec![])));
+    assert!(!session.changes_in_flight_under(7));
+    assert!(session.changes_in_flight_under(8));
+    session.expired(now + TIMEOUT);
+    assert!(
+        session.changes_in_flight_under(8),
+        "timed out, but the station may still apply it"
+    );
+    assert_eq!(session.next_deadline(), Some(now + 2 * TIMEOUT));
+    session.expired(now + 2 * TIMEOUT);
+    assert!(
+        !session.changes_in_flight_under(8),
+        "unanswered for two timeouts: taken as lost"
+    );
+}
+
+#[test]
+fn a_timed_out_change_is_settled_by_its_late_answer_or_the_end_of_the_session() {
+    let mut session = Session::new(4, TIMEOUT);
+    let now = Instant::now();
+    let late = change(&mut session, Some(3), now);
+    let lost = change(&mut session, Some(4), now);
+    change(&mut session, Some(FREE_FENCE), now);
+    session.expired(now + TIMEOUT);
+    assert!(session.changes_in_flight_under(3));
+    assert!(session.changes_in_flight_under(FREE_FENCE));
+    assert_ne!(
+        session.take_id(),
+        late,
+        "an unsettled change's id is not reused"
+    );
+    assert!(matches!(
+        session.verify_reply(late, Ok(Response::Write(vec![Ok(())]))),
+        Reply::Unknown
+    ));
+    assert!(
+        !session.changes_in_flight_under(3),
+        "answered late: settled"
+    );
+    assert!(session.changes_in_flight_under(4));
+    let _ = lost;
+    session.drain();
+    assert!(!session.changes_in_flight_under(4), "the session ended");
+    assert!(!session.changes_in_flight_under(FREE_FENCE));
+}
+
+fn data(index: u32, n: usize) -> Response {
+    Response::Sample(station_protocol::SamplePart::Data {
+        index,
+        samples: vec![1.0; n],
+    })
+}
+
+fn stream(
+    session: &mut Session,
+    fence: Option<u64>,
+    now: Instant,
+) -> (u32, mpsc::UnboundedReceiver<Result<Response, LinkError>>) {
+    let (parts, rx) = mpsc::unbounded_channel();
+    let id = session.take_id();
+    session.track(
+        id,
+        Opcode::Sample,
+        fence,
+        InFlightKind::Stream { parts },
+        now,
+    );
+    (id, rx)
+}
+
+#[test]
+fn a_stream_frees_its_window_slot_with_its_first_frame_and_stays_in_flight_until_the_end() {
+    let mut session = Session::new(1, TIMEOUT);
+    let t0 = Instant::now();
+    let (id, mut rx) = stream(&mut session, Some(3), t0);
+    assert!(
+        !session.has_room(),
+        "before its first frame it holds the one slot"
+    );
+    for (i, at) in [(0u32, 1u64), (4, 2), (8, 3)] {
+        let now = t0 + Duration::from_secs(at);
+        let reply = session.verify_reply_at(id, Ok(data(i, 4)), now);
+        let Reply::Part(parts, _) = reply else {
+            panic!("a data frame is a part")
+        };
+        parts.send(Ok(data(i, 4))).expect("the caller listens");
+        assert!(
+            session.has_room(),
+            "a streaming request leaves room for others"
+        );
+        assert_eq!(
+            session.next_deadline(),
+            Some(now + TIMEOUT),
+            "the deadline counts from the last frame"
+        );
+        assert!(
+            session.changes_in_flight_under(3),
+            "still at the station under its fence"
+        );
+    }
+    assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), 3);
+    // Another request takes the slot while the samples stream.
+    let other = change(&mut session, None, t0);
+    assert!(!session.has_room());
+    let end = Response::Sample(station_protocol::SamplePart::End(
+        station_protocol::SampleEnd {
+            count: 12,
+            rate: 10.0,
+            started_us: 0,
+            unit: String::new(),
+        },
+    ));
+    assert!(matches!(
+        session.verify_reply(id, Ok(end)),
+        Reply::Answer(_, Response::Sample(_))
+    ));
+    assert!(!session.changes_in_flight_under(3));
+    assert!(!session.has_room(), "the end frame frees no slot twice");
+    assert!(matches!(
+        session.verify_reply(other, Ok(Response::Write(vec![Ok(())]))),
+        Reply::Answer(..)
+    ));
+    assert!(session.has_room());
+    assert!(
+        matches!(session.verify_reply(id, Ok(data(12, 1))), Reply::Unknown),
+        "nothing after the end"
+    );
+}
+
+#[test]
+fn an_error_ends_a_stream_and_a_silent_stream_times_out_from_its_last_frame() {
+    let mut session = Session::new(2, TIMEOUT);
+    let t0 = Instant::now();
+    let (id, _rx) = stream(&mut session, None, t0);
+    let error = StationError::new(ErrorCode::Busy, "busy");
+    assert!(matches!(
+        session.verify_reply(id, Ok(Response::Error(error))),
+        Reply::Answer(..)
+    ));
+    assert_eq!(session.next_deadline(), None);
+    let (id, _rx) = stream(&mut session, None, t0);
+    let later = t0 + Duration::from_secs(1);
+    assert!(matches!(
+        session.verify_reply_at(id, Ok(data(0, 1)), later),
+        Reply::Part(..)
+    ));
+    assert!(
+        session.expired(t0 + TIMEOUT).is_empty(),
+        "a frame came since it was sent"
+    );
+    assert_eq!(session.expired(later + TIMEOUT).len(), 1);
+    assert!(session.has_room() && session.busy == 0);
+}
+
+#[test]
+fn a_sample_frame_for_a_request_of_another_kind_is_a_mismatch() {
+    let mut session = Session::new(1, TIMEOUT);
+    let id = change(&mut session, None, Instant::now());
+    assert!(matches!(
+        session.verify_reply(id, Ok(data(0, 1))),
+        Reply::Mismatch(..)
+    ));
+}
