@@ -121,69 +121,26 @@ pub const STATUSES: [u16; 17] = [
     200, 400, 401, 403, 404, 405, 409, 413, 423, 429, 500, 501, 502, 503, 504, 101, 304,
 ];
 
-/// [`STATUSES`] as label values, then `other`.
-const STATUS_LABELS: [&str; STATUSES.len() + 1] = [
-    "200", "400", "401", "403", "404", "405", "409", "413", "423", "429", "500", "501", "502",
-    "503", "504", "101", "304", "other",
-];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct RequestLabels {
-    route: &'static str,
-    status: &'static str,
+/// Requests to one endpoint: by status, and their latency.
+#[derive(Debug, Default)]
+struct EndpointMetrics {
+    /// One per [`STATUSES`] entry, then `other`.
+    by_status: [Counter; STATUSES.len() + 1],
+    latency: Histogram,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct RouteLabels {
-    route: &'static str,
-}
-
-type LatencyFamily = prometheus_client::metrics::family::Family<
-    RouteLabels,
-    prometheus_client::metrics::histogram::Histogram,
-    fn() -> prometheus_client::metrics::histogram::Histogram,
->;
-
-fn latency_histogram() -> prometheus_client::metrics::histogram::Histogram {
-    prometheus_client::metrics::histogram::Histogram::new(LATENCY_BUCKETS)
-}
-
-/// HTTP requests by endpoint and status, with a latency histogram per endpoint
-/// (PROTOTYPE: kept by the prometheus-client crate).
+/// HTTP requests by endpoint and status, with a latency histogram per endpoint.
 #[derive(Debug)]
 pub struct HttpMetrics {
     labels: Vec<&'static str>,
-    requests: prometheus_client::metrics::family::Family<
-        RequestLabels,
-        prometheus_client::metrics::counter::Counter,
-    >,
-    latency: LatencyFamily,
-    registry: prometheus_client::registry::Registry,
+    endpoints: Vec<EndpointMetrics>,
 }
 
 impl HttpMetrics {
     /// One slot per label, in order; the slot index is what [`HttpMetrics::record`] takes.
     pub fn new(labels: Vec<&'static str>) -> HttpMetrics {
-        let requests = prometheus_client::metrics::family::Family::default();
-        let latency: LatencyFamily =
-            prometheus_client::metrics::family::Family::new_with_constructor(latency_histogram);
-        let mut registry = prometheus_client::registry::Registry::with_prefix("station_gateway");
-        registry.register(
-            "http_requests",
-            "HTTP requests answered, by route and status.",
-            requests.clone(),
-        );
-        registry.register(
-            "http_request_duration_seconds",
-            "Time from a request's arrival to its answer (headers; event streams stay open longer), by route.",
-            latency.clone(),
-        );
-        HttpMetrics {
-            labels,
-            requests,
-            latency,
-            registry,
-        }
+        let endpoints = labels.iter().map(|_| EndpointMetrics::default()).collect();
+        HttpMetrics { labels, endpoints }
     }
 
     /// The slot of `label`, if there is one (slow: for set-up and tests, not per request).
@@ -193,22 +150,15 @@ impl HttpMetrics {
 
     /// Counts one answered request. An unknown slot counts as the first one (`unmatched`).
     pub fn record(&self, slot: usize, status: u16, elapsed: Duration) {
-        let Some(route) = self.labels.get(slot).or(self.labels.first()) else {
+        let Some(endpoint) = self.endpoints.get(slot).or(self.endpoints.first()) else {
             return;
         };
         let index = STATUSES
             .iter()
             .position(|&s| s == status)
             .unwrap_or(STATUSES.len());
-        self.requests
-            .get_or_create(&RequestLabels {
-                route,
-                status: STATUS_LABELS[index],
-            })
-            .inc();
-        self.latency
-            .get_or_create(&RouteLabels { route })
-            .observe(elapsed.as_secs_f64());
+        endpoint.by_status[index].inc();
+        endpoint.latency.observe(elapsed);
     }
 
     /// Requests counted for `label` with `status` (for tests).
@@ -216,20 +166,50 @@ impl HttpMetrics {
         let Some(slot) = self.slot_of(label) else {
             return 0;
         };
-        STATUSES.iter().position(|&s| s == status).map_or(0, |i| {
-            self.requests
-                .get_or_create(&RequestLabels {
-                    route: self.labels[slot],
-                    status: STATUS_LABELS[i],
-                })
-                .get()
-        })
+        STATUSES
+            .iter()
+            .position(|&s| s == status)
+            .map_or(0, |i| self.endpoints[slot].by_status[i].get())
     }
 
     fn render(&self, out: &mut String) {
-        let mut text = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        out.push_str(text.trim_end_matches("# EOF\n"));
+        header(
+            out,
+            "http_requests_total",
+            "counter",
+            "HTTP requests answered, by route and status.",
+        );
+        for (label, endpoint) in self.labels.iter().zip(&self.endpoints) {
+            for (i, counter) in endpoint.by_status.iter().enumerate() {
+                let count = counter.get();
+                if count == 0 {
+                    continue;
+                }
+                let status = STATUSES
+                    .get(i)
+                    .map_or_else(|| "other".to_owned(), u16::to_string);
+                let _ = writeln!(
+                    out,
+                    "{PREFIX}http_requests_total{{route=\"{label}\",status=\"{status}\"}} {count}"
+                );
+            }
+        }
+        header(
+            out,
+            "http_request_duration_seconds",
+            "histogram",
+            "Time from a request's arrival to its answer (headers; event streams stay open longer), by route.",
+        );
+        for (label, endpoint) in self.labels.iter().zip(&self.endpoints) {
+            if endpoint.latency.count() == 0 {
+                continue;
+            }
+            endpoint.latency.render(
+                out,
+                &format!("{PREFIX}http_request_duration_seconds"),
+                &format!("route=\"{label}\","),
+            );
+        }
     }
 }
 
