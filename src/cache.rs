@@ -171,4 +171,71 @@ mod tests {
         cache.insert("V", Value::Float(1.0), t0, 1);
         assert_eq!(cache.get("V").unwrap().value, Value::Float(2.0));
     }
+
+    #[test]
+    fn a_read_sent_at_the_very_instant_of_a_write_refills_the_slot() {
+        let cache = ValueCache::new();
+        let t0 = Instant::now();
+        cache.invalidate("V", t0);
+        cache.insert("V", Value::Float(1.0), t0, 1);
+        assert_eq!(cache.get("V").unwrap().value, Value::Float(1.0));
+    }
+
+    #[test]
+    fn a_read_sent_at_the_same_instant_as_the_cached_one_replaces_it() {
+        let cache = ValueCache::new();
+        let t0 = Instant::now();
+        cache.insert("V", Value::Float(1.0), t0, 1);
+        cache.insert("V", Value::Float(2.0), t0, 2);
+        let cached = cache.get("V").unwrap();
+        assert_eq!((cached.value, cached.generation), (Value::Float(2.0), 2));
+    }
+
+    #[test]
+    fn a_value_exactly_as_old_as_allowed_is_fresh_and_its_age_is_measured_from_its_read() {
+        let cache = ValueCache::new();
+        let t0 = Instant::now();
+        cache.insert("V", Value::Float(1.0), t0, 3);
+        let later = t0 + Duration::from_millis(250);
+        let fresh = cache
+            .get_fresh("V", Duration::from_millis(250), 3, later)
+            .unwrap();
+        assert_eq!(fresh.age(later), Duration::from_millis(250));
+        // A clock reading before the read gives age zero, never a panic.
+        assert_eq!(fresh.age(t0 - Duration::from_millis(1)), Duration::ZERO);
+    }
+
+    #[test]
+    fn hits_and_misses_count_each_answer_of_get_fresh() {
+        let cache = ValueCache::new();
+        let t0 = Instant::now();
+        assert_eq!(cache.hits_and_misses(), (0, 0));
+        cache.insert("V", Value::Float(1.0), t0, 1);
+        let max_age = Duration::from_secs(1);
+        for _ in 0..3 {
+            assert!(cache.get_fresh("V", max_age, 1, t0).is_some());
+        }
+        assert!(cache.get_fresh("W", max_age, 1, t0).is_none());
+        assert!(cache.get_fresh("V", max_age, 2, t0).is_none());
+        assert_eq!(cache.hits_and_misses(), (3, 2));
+        // A plain `get` is not a read with a maximum age: it counts as neither.
+        assert!(cache.get("V").is_some());
+        assert_eq!(cache.hits_and_misses(), (3, 2));
+    }
+
+    #[test]
+    fn len_counts_channels_with_a_slot_including_invalidated_ones() {
+        let cache = ValueCache::new();
+        assert!(cache.is_empty());
+        assert_eq!(cache.len(), 0);
+        let t0 = Instant::now();
+        cache.insert("V", Value::Float(1.0), t0, 1);
+        cache.insert("V", Value::Float(2.0), t0, 1);
+        assert!(!cache.is_empty());
+        assert_eq!(cache.len(), 1);
+        cache.invalidate("W", t0);
+        cache.invalidate("V", t0);
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get("V").is_none() && cache.get("W").is_none());
+    }
 }

@@ -426,3 +426,6 @@ mod tests {
         assert!(matches!(refused, Err(ItemError::Station(_))));
     }
 }
+
+#[cfg(test)]
+mod change_tests;
