@@ -261,12 +261,18 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
     }
 }
 
-/// A READ: straight to the hardware, every name as asked, while nobody holds the lease; while
-/// someone does, from the cache up to `legacy.read_max_age_ms`, misses read, and channels
-/// whose read consumes data refused with LOCKED.
+/// A READ: straight to the hardware, every name as asked, while nobody holds the lease (reads
+/// of channels whose read consumes data under the admission's send guard, so one still queued
+/// when a lease is granted is never sent); while someone does, from the cache up to
+/// `legacy.read_max_age_ms`, misses read, and channels whose read consumes data refused with
+/// LOCKED.
 async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Response {
-    let (policy, locked_by) = match legacy_policy(gateway) {
-        LegacyPolicy::Open(_) => (ReadPolicy::hardware(Some(peer)), None),
+    let lease = legacy_policy(gateway);
+    let (policy, locked_by) = match &lease {
+        LegacyPolicy::Open(admitted) => (
+            ReadPolicy::hardware(Some(peer), admitted.guard.as_ref()),
+            None,
+        ),
         LegacyPolicy::Locked(message) => {
             let max_age = Duration::from_millis(gateway.config.legacy.read_max_age_ms);
             let policy = ReadPolicy {
@@ -275,8 +281,9 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
                 unknown: UnknownRule::AskStation,
                 caller: Some(peer),
                 cancel: None,
+                guard: None,
             };
-            (policy, Some(message))
+            (policy, Some(message.as_str()))
         }
     };
     // This policy never refuses a read as a whole (only a cache-only one does).
@@ -293,7 +300,7 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
                 ErrorCode::Locked,
                 format!(
                     "reading {name} consumes data, which only the lease holder may do: {}",
-                    locked_by.as_deref().unwrap_or("the lease is held")
+                    locked_by.unwrap_or("the lease is held")
                 ),
             )),
             Err(error @ (ItemError::UnknownChannel | ItemError::Cancelled)) => Err(

@@ -41,7 +41,7 @@ pub mod link;
 pub mod logs;
 pub mod metrics;
 mod server;
-mod station;
+pub mod station;
 
 pub use config::Config;
 pub use server::{GatewayHandle, Listeners, StartError, run, start};

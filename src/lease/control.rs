@@ -65,20 +65,22 @@ pub struct OtherHolder {
 pub struct Admitted {
     /// The holder's fence, when the request came from the holder (for `X-Lease-Fence`).
     pub fence: Option<u64>,
-    /// For changes: the check the link runs right before sending.
+    /// For changes and reads: the check the link runs right before sending a change or a read
+    /// of a channel whose read consumes data (reads of other channels are not guarded).
     pub guard: Option<SendGuard>,
-    /// For a non-holder's cached read while someone else holds the lease: channels whose read
-    /// consumes data must come from the cache only.
-    pub consuming_from_cache_only: Option<OtherHolder>,
+    /// For a non-holder's cached read while someone else holds the lease: every value must
+    /// come from the cache (however old, with its true age), none from the hardware.
+    pub cache_only: Option<OtherHolder>,
 }
 
 impl Admitted {
-    /// The refusal for a consuming channel with nothing cached, when reads of it are cache-only.
-    pub fn refuse_consuming(&self, channel: &str) -> Option<LeaseError> {
-        self.consuming_from_cache_only
+    /// The refusal for a channel with nothing cached, when reads are cache-only.
+    pub fn refuse_uncached(&self, channel: &str, consuming: bool) -> Option<LeaseError> {
+        self.cache_only
             .as_ref()
-            .map(|holder| LeaseError::ConsumingNotCached {
+            .map(|holder| LeaseError::NotCached {
                 channel: channel.to_owned(),
+                consuming,
                 owner: holder.owner.clone(),
                 expires_in: holder.expires_in,
             })
@@ -233,6 +235,44 @@ type SharedState = Arc<Mutex<LeaseState>>;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The send guard's decision: may a change (or consuming read: `what`) admitted under
+/// `admitted_fence` (`None`: while nobody held the lease) be sent at `now`, given `state`?
+fn guard_check(
+    state: &LeaseState,
+    admitted_fence: Option<u64>,
+    what: &str,
+    now: Instant,
+) -> Result<(), String> {
+    match (admitted_fence, state) {
+        (Some(admitted), LeaseState::Held(current))
+            if current.fence == admitted && current.is_live(now) =>
+        {
+            Ok(())
+        }
+        (None, LeaseState::Free) => Ok(()),
+        (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => Err(format!(
+            "lease ended: the lease this {what} was admitted under (fence {admitted}) was replaced by \
+             {}'s (fence {}) before the {what} reached the station; it was not sent",
+            current.owner, current.fence
+        )),
+        (Some(admitted), _) => Err(format!(
+            "lease ended: the lease this {what} was admitted under (fence {admitted}) ran out or was \
+             released before the {what} reached the station; it was not sent"
+        )),
+        (None, LeaseState::Held(current)) if current.is_live(now) => Err(format!(
+            "the station was leased by {} before this {what} reached it; it was not sent",
+            current.owner
+        )),
+        (None, LeaseState::Held(current)) => Err(format!(
+            "the station was leased by {} (whose lease has just ended) before this {what} reached it; it was not sent",
+            current.owner
+        )),
+        (None, LeaseState::Ending(ending)) => {
+            Err(format!("{}; this {what} was not sent", ending.refusal()))
+        }
+    }
 }
 
 /// One `POST lease?waitMs=N` waiting in line.
@@ -430,13 +470,19 @@ impl ControlLease {
                 fence: holder_fence,
                 ..Admitted::default()
             }),
-            Access::CachedRead => Ok(Admitted {
-                fence: holder_fence,
-                consuming_from_cache_only: live
+            Access::CachedRead => {
+                let cache_only = live
                     .filter(|_| holder_fence.is_none())
-                    .map(|l| l.other_holder(now)),
-                ..Admitted::default()
-            }),
+                    .map(|l| l.other_holder(now));
+                Ok(Admitted {
+                    fence: holder_fence,
+                    // Reading only from the cache, it never reaches the station.
+                    guard: cache_only
+                        .is_none()
+                        .then(|| self.send_guard(holder_fence, "read")),
+                    cache_only,
+                })
+            }
             Access::ForcedRead | Access::Change => {
                 if holder_fence.is_none() {
                     if presented.is_some() {
@@ -453,55 +499,28 @@ impl ControlLease {
                         return Err(refusal);
                     }
                 }
-                let guard = (access == Access::Change).then(|| self.send_guard(holder_fence));
+                let what = if access == Access::Change {
+                    "change"
+                } else {
+                    "read"
+                };
                 Ok(Admitted {
                     fence: holder_fence,
-                    guard,
-                    consuming_from_cache_only: None,
+                    guard: Some(self.send_guard(holder_fence, what)),
+                    cache_only: None,
                 })
             }
         }
     }
 
-    /// The link-side fence for a change admitted under the lease with `admitted_fence`, or
-    /// under "nobody holds it" (`None`): it refuses once the lease changed hands, ran out, or
-    /// (for `None`) while a lease is held or still ending. It reads the same state admission
-    /// reads.
-    fn send_guard(&self, admitted_fence: Option<u64>) -> SendGuard {
+    /// The link-side fence for a change (or a read that consumes data: `what` says which, for
+    /// the refusal) admitted under the lease with `admitted_fence`, or under "nobody holds it"
+    /// (`None`): it refuses once the lease changed hands, ran out, or (for `None`) while a
+    /// lease is held or still ending. It reads the same state admission reads.
+    fn send_guard(&self, admitted_fence: Option<u64>, what: &'static str) -> SendGuard {
         let state = self.state.clone();
         SendGuard::new(admitted_fence, move || {
-            let now = Instant::now();
-            let state = lock(&state);
-            match (admitted_fence, &*state) {
-                (Some(admitted), LeaseState::Held(current))
-                    if current.fence == admitted && current.is_live(now) =>
-                {
-                    Ok(())
-                }
-                (None, LeaseState::Free) => Ok(()),
-                (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => {
-                    Err(format!(
-                        "lease ended: the lease this change was admitted under (fence {admitted}) was replaced by \
-                     {}'s (fence {}) before the change reached the station; it was not sent",
-                        current.owner, current.fence
-                    ))
-                }
-                (Some(admitted), _) => Err(format!(
-                    "lease ended: the lease this change was admitted under (fence {admitted}) ran out or was \
-                     released before the change reached the station; it was not sent"
-                )),
-                (None, LeaseState::Held(current)) if current.is_live(now) => Err(format!(
-                    "the station was leased by {} before this change reached it; it was not sent",
-                    current.owner
-                )),
-                (None, LeaseState::Held(current)) => Err(format!(
-                    "the station was leased by {} (whose lease has just ended) before this change reached it; it was not sent",
-                    current.owner
-                )),
-                (None, LeaseState::Ending(ending)) => {
-                    Err(format!("{}; this change was not sent", ending.refusal()))
-                }
-            }
+            guard_check(&lock(&state), admitted_fence, what, Instant::now())
         })
     }
 
@@ -1302,11 +1321,12 @@ mod tests {
             );
         }
         let cached = lease.admit(Access::CachedRead, None).unwrap();
-        assert!(cached.refuse_consuming("I2C").is_some());
+        assert!(cached.refuse_uncached("I2C", true).is_some());
+        assert!(cached.guard.is_none(), "a cache-only read needs no guard");
         let holders = lease
             .admit(Access::CachedRead, Some(&held.lease_id))
             .unwrap();
-        assert!(holders.refuse_consuming("I2C").is_none());
+        assert!(holders.refuse_uncached("I2C", true).is_none());
         assert_eq!(holders.fence, Some(held.fence));
         assert!(lease.admit(Access::Open, Some("0123")).is_ok());
     }

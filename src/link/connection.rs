@@ -300,17 +300,15 @@ impl Connection {
                         let _ = reply.send(Err(LinkError::Refused(why)));
                         continue;
                     }
-                    let transact_name = match &request {
-                        Request::Transact { name, .. } => Some(name.clone()),
-                        _ => None,
+                    let answers_for = match &request {
+                        Request::Transact { name, .. } => vec![name.clone()],
+                        Request::Read { names } => names.clone(),
+                        _ => Vec::new(),
                     };
                     let fence = guard
                         .as_ref()
                         .map(|guard| guard.fence().unwrap_or(FREE_FENCE));
-                    let kind = InFlightKind::Change {
-                        reply,
-                        transact_name,
-                    };
+                    let kind = InFlightKind::Change { reply, answers_for };
                     (request, fence, kind)
                 }
                 Queued::Pass { request, reply } => {
@@ -409,17 +407,25 @@ impl Connection {
                 self.reads
                     .answered_wrongly(batch, LinkError::Protocol(error), now);
             }
-            (
-                InFlightKind::Change {
-                    reply,
-                    transact_name,
-                },
-                Ok(response),
-            ) => {
-                if let (Some(name), Response::Transact(value)) = (transact_name, &response) {
-                    shared
-                        .cache
-                        .insert(&name, value.clone(), read_at, self.generation);
+            (InFlightKind::Change { reply, answers_for }, Ok(response)) => {
+                match &response {
+                    Response::Transact(value) => {
+                        for name in &answers_for {
+                            shared
+                                .cache
+                                .insert(name, value.clone(), read_at, self.generation);
+                        }
+                    }
+                    Response::Read(results) => {
+                        for (name, result) in answers_for.iter().zip(results) {
+                            if let Ok(value) = result {
+                                shared
+                                    .cache
+                                    .insert(name, value.clone(), read_at, self.generation);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
                 let _ = reply.send(Ok(response));
             }
