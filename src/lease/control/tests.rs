@@ -404,3 +404,178 @@ async fn the_admin_break_ends_whoever_holds_it() {
         Err(LeaseError::NoSuchLease)
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_fence_is_the_live_holders_only() {
+    let (lease, _events) = control_lease();
+    let first = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    lease.release(&first.lease_id).await.unwrap();
+    let held = lease
+        .acquire("B".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(held.fence >= 2, "{}", held.fence);
+    assert_eq!(lease.fence_of(Some(&held.lease_id)), Some(held.fence));
+    assert_eq!(lease.fence_of(Some(&first.lease_id)), None);
+    assert_eq!(lease.fence_of(None), None);
+    // Open endpoints tell the holder its fence too, and nobody else.
+    let open = lease.admit(Access::Open, Some(&held.lease_id)).unwrap();
+    assert_eq!(open.fence, Some(held.fence));
+    assert!(open.guard.is_none() && open.cache_only.is_none());
+    assert_eq!(lease.admit(Access::Open, None).unwrap().fence, None);
+    // Past its deadline it is nobody's, though not yet settled.
+    tokio::time::advance(TTL).await;
+    assert_eq!(lease.fence_of(Some(&held.lease_id)), None);
+    assert!(
+        !lease.view().held,
+        "a lease past its deadline is shown as held"
+    );
+    assert_eq!(lease.view(), LeaseView::nobody());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guard_says_whether_it_refused_a_change_or_a_read() {
+    let (lease, _events) = control_lease();
+    let change = lease.admit(Access::Change, None).unwrap().guard.unwrap();
+    let read = lease
+        .admit(Access::ForcedRead, None)
+        .unwrap()
+        .guard
+        .unwrap();
+    let cached = lease
+        .admit(Access::CachedRead, None)
+        .unwrap()
+        .guard
+        .unwrap();
+    assert_eq!(
+        (change.fence(), read.fence(), cached.fence()),
+        (None, None, None)
+    );
+    let held = lease
+        .acquire("B".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let refusal = change().unwrap_err();
+    assert!(refusal.contains("this change"), "{refusal}");
+    for guard in [&read, &cached] {
+        let refusal = guard.check().unwrap_err();
+        assert!(
+            refusal.contains("this read") && refusal.contains("leased by B"),
+            "{refusal}"
+        );
+    }
+    // The holder's reads carry its fence and pass while it holds the lease.
+    let holders = lease
+        .admit(Access::ForcedRead, Some(&held.lease_id))
+        .unwrap()
+        .guard
+        .unwrap();
+    assert_eq!(holders.fence(), Some(held.fence));
+    assert!(holders.check().is_ok());
+    let holders_cached = lease
+        .admit(Access::CachedRead, Some(&held.lease_id))
+        .unwrap();
+    assert!(holders_cached.cache_only.is_none());
+    assert_eq!(
+        holders_cached.guard.as_ref().and_then(|g| g.fence()),
+        Some(held.fence)
+    );
+}
+
+/// A link whose task never runs: the station is never reached, so a safe state never lands.
+fn unreached_link() -> LinkHandle {
+    let settings = crate::link::LinkSettings {
+        url: crate::link::StationUrl::parse("tcp://127.0.0.1:1").unwrap(),
+        request_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        reconnect_min: Duration::from_millis(100),
+        reconnect_max: Duration::from_millis(100),
+        max_names_per_read: 64,
+        coalesce_quiet: Duration::ZERO,
+        coalesce_max: Duration::ZERO,
+        queue_depth: 8,
+        client_name: "control lease test".into(),
+    };
+    crate::link::LinkTask::new(settings).1
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_a_safe_state_is_pending_everyone_sees_it_and_nobody_changes_the_station() {
+    let (events, _receiver) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(Arc::new(MemoryLeaseStore::new()), "control:test", events)
+            .with_safe_state(
+                unreached_link(),
+                vec![SafeWrite {
+                    channel: "ON1".into(),
+                    value: "False".into(),
+                }],
+            ),
+    );
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard
+        .unwrap();
+    tokio::time::advance(TTL).await;
+    // Settles the expiry: the safe state is tried once and fails (no station).
+    assert!(lease.release(&held.lease_id).await.is_err());
+    let view = lease.view();
+    let pending = view
+        .safe_state
+        .expect("the pending safe state is not shown");
+    assert!(
+        pending.pending && pending.after == "A" && pending.tries == 1,
+        "{pending:?}"
+    );
+    assert!(!view.held);
+    assert!(
+        lease
+            .safe_state_pending()
+            .is_some_and(|why| why.contains("A's lease"))
+    );
+    for access in [Access::Change, Access::ForcedRead] {
+        assert!(matches!(
+            lease.admit(access, None),
+            Err(LeaseError::SafeStatePending { .. })
+        ));
+    }
+    assert!(guard().unwrap_err().contains("ran out or was released"));
+    let fresh = lease.admit(Access::CachedRead, None).unwrap();
+    assert!(
+        fresh
+            .guard
+            .unwrap()
+            .check()
+            .unwrap_err()
+            .contains("safe state")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_free_guard_names_a_live_holder_and_one_whose_lease_just_ended_apart() {
+    let (lease, _events) = control_lease();
+    let guard = lease.admit(Access::Change, None).unwrap().guard.unwrap();
+    lease
+        .acquire("B".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let live = guard().unwrap_err();
+    assert!(
+        live.contains("leased by B before") && !live.contains("just ended"),
+        "{live}"
+    );
+    tokio::time::advance(TTL).await;
+    let ended = guard().unwrap_err();
+    assert!(
+        ended.contains("leased by B (whose lease has just ended)"),
+        "{ended}"
+    );
+}
