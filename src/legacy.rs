@@ -235,7 +235,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
-            let admitted = match legacy_policy(gateway) {
+            let admitted = match legacy_policy(gateway, Access::Change) {
                 LegacyPolicy::Locked(message) => return locked(message),
                 LegacyPolicy::Open(admitted) => admitted,
             };
@@ -249,7 +249,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
-            let admitted = match legacy_policy(gateway) {
+            let admitted = match legacy_policy(gateway, Access::Change) {
                 LegacyPolicy::Locked(message) => return locked(message),
                 LegacyPolicy::Open(admitted) => admitted,
             };
@@ -267,7 +267,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
 /// `legacy.read_max_age_ms`, misses read, and channels whose read consumes data refused with
 /// LOCKED.
 async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Response {
-    let lease = legacy_policy(gateway);
+    let lease = legacy_policy(gateway, Access::ForcedRead);
     let (policy, locked_by) = match &lease {
         LegacyPolicy::Open(admitted) => (
             ReadPolicy::hardware(Some(peer), admitted.guard.as_ref()),
@@ -321,9 +321,10 @@ enum LegacyPolicy {
 }
 
 /// Legacy clients never hold the lease (the byte protocol has no way to say so): they may
-/// change the station only while nobody holds it.
-fn legacy_policy(gateway: &Gateway) -> LegacyPolicy {
-    match gateway.lease.admit(Access::Change, None) {
+/// change the station (`access`: a change, or a forced read, whose guard covers channels whose
+/// read consumes data) only while nobody holds it.
+fn legacy_policy(gateway: &Gateway, access: Access) -> LegacyPolicy {
+    match gateway.lease.admit(access, None) {
         Ok(admitted) if admitted.guard.is_some() => LegacyPolicy::Open(admitted),
         Ok(_) => LegacyPolicy::Locked("the control lease refused the change".into()),
         Err(error @ LeaseError::LockedBy { .. }) => LegacyPolicy::Locked(error.to_string()),
