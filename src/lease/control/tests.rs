@@ -579,3 +579,40 @@ async fn a_free_guard_names_a_live_holder_and_one_whose_lease_just_ended_apart()
         "{ended}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_safe_state_owed_from_before_a_restart_is_between_leases_until_its_first_try_fails() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let owed = AcquireRequest::new("A".to_owned(), Duration::from_secs(3600));
+    store
+        .try_acquire("control:test:safe-state-owed", owed)
+        .await
+        .unwrap();
+    let (events, _receiver) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(store, "control:test", events).with_safe_state(
+            unreached_link(),
+            vec![SafeWrite {
+                channel: "ON1".into(),
+                value: "False".into(),
+            }],
+        ),
+    );
+    lease.resume().await.unwrap();
+    // Owed, not yet tried: between leases (423), not yet "pending" (503).
+    assert!(matches!(
+        lease.admit(Access::Change, None),
+        Err(LeaseError::Ending { ref owner }) if owner == "A"
+    ));
+    let view = lease.view().safe_state.unwrap();
+    assert_eq!((view.pending, view.tries), (true, 0));
+    // Its first try fails (no station): now it is pending, with the try counted.
+    let shutdown = CancellationToken::new();
+    tokio::spawn(lease.clone().run_expiry(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(matches!(
+        lease.admit(Access::Change, None),
+        Err(LeaseError::SafeStatePending { tries: 1, .. })
+    ));
+    shutdown.cancel();
+}
