@@ -106,7 +106,7 @@ impl From<LeaseError> for ApiError {
             LeaseError::HeldByOther { .. } => StatusCode::CONFLICT,
             LeaseError::LockedBy { .. }
             | LeaseError::LeaseEnded { .. }
-            | LeaseError::ConsumingNotCached { .. }
+            | LeaseError::NotCached { .. }
             | LeaseError::Ending { .. } => StatusCode::LOCKED,
             LeaseError::SafeStatePending { .. } => StatusCode::SERVICE_UNAVAILABLE,
             LeaseError::NoSuchLease | LeaseError::NobodyHolds | LeaseError::AdminBreakOff => {

@@ -242,7 +242,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                 return error;
             }
             let change = LegacyChange::new(gateway, peer, "write", &items);
-            let admitted = match legacy_policy(gateway) {
+            let admitted = match legacy_policy(gateway, Access::Change) {
                 LegacyPolicy::Locked(message) => {
                     return change.answered(locked(message), Outcome::Refused).await;
                 }
@@ -272,7 +272,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             let result = if configure.settings.is_empty() {
                 station.channel_config(&configure.name).await
             } else {
-                let admitted = match legacy_policy(gateway) {
+                let admitted = match legacy_policy(gateway, Access::Change) {
                     LegacyPolicy::Locked(message) => return locked(message),
                     LegacyPolicy::Open(admitted) => admitted,
                 };
@@ -290,7 +290,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             let items = [(name, value)];
             let change = LegacyChange::new(gateway, peer, "transact", &items);
             let [(name, value)] = items;
-            let admitted = match legacy_policy(gateway) {
+            let admitted = match legacy_policy(gateway, Access::Change) {
                 LegacyPolicy::Locked(message) => {
                     return change.answered(locked(message), Outcome::Refused).await;
                 }
@@ -312,7 +312,7 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
-            let admitted = match legacy_policy(gateway) {
+            let admitted = match legacy_policy(gateway, Access::Change) {
                 LegacyPolicy::Locked(message) => return locked(message),
                 LegacyPolicy::Open(admitted) => admitted,
             };
@@ -325,12 +325,18 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
     }
 }
 
-/// A READ: straight to the hardware, every name as asked, while nobody holds the lease; while
-/// someone does, from the cache up to `legacy.read_max_age_ms`, misses read, and channels
-/// whose read consumes data refused with LOCKED.
+/// A READ: straight to the hardware, every name as asked, while nobody holds the lease (reads
+/// of channels whose read consumes data under the admission's send guard, so one still queued
+/// when a lease is granted is never sent); while someone does, from the cache up to
+/// `legacy.read_max_age_ms`, misses read, and channels whose read consumes data refused with
+/// LOCKED.
 async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Response {
-    let (policy, locked_by) = match legacy_policy(gateway) {
-        LegacyPolicy::Open(_) => (ReadPolicy::hardware(Some(peer)), None),
+    let lease = legacy_policy(gateway, Access::ForcedRead);
+    let (policy, locked_by) = match &lease {
+        LegacyPolicy::Open(admitted) => (
+            ReadPolicy::hardware(Some(peer), admitted.guard.as_ref()),
+            None,
+        ),
         LegacyPolicy::Locked(message) => {
             let max_age = Duration::from_millis(gateway.config.legacy.read_max_age_ms);
             let policy = ReadPolicy {
@@ -339,8 +345,9 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
                 unknown: UnknownRule::AskStation,
                 caller: Some(peer),
                 cancel: None,
+                guard: None,
             };
-            (policy, Some(message))
+            (policy, Some(message.as_str()))
         }
     };
     // This policy never refuses a read as a whole (only a cache-only one does).
@@ -357,7 +364,7 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
                 ErrorCode::Locked,
                 format!(
                     "reading {name} consumes data, which only the lease holder may do: {}",
-                    locked_by.as_deref().unwrap_or("the lease is held")
+                    locked_by.unwrap_or("the lease is held")
                 ),
             )),
             Err(error @ (ItemError::UnknownChannel | ItemError::Cancelled)) => Err(
@@ -378,9 +385,10 @@ enum LegacyPolicy {
 }
 
 /// Legacy clients never hold the lease (the byte protocol has no way to say so): they may
-/// change the station only while nobody holds it.
-fn legacy_policy(gateway: &Gateway) -> LegacyPolicy {
-    match gateway.lease.admit(Access::Change, None) {
+/// change the station (`access`: a change, or a forced read, whose guard covers channels whose
+/// read consumes data) only while nobody holds it.
+fn legacy_policy(gateway: &Gateway, access: Access) -> LegacyPolicy {
+    match gateway.lease.admit(access, None) {
         Ok(admitted) if admitted.guard.is_some() => LegacyPolicy::Open(admitted),
         Ok(_) => LegacyPolicy::Locked("the control lease refused the change".into()),
         Err(error @ LeaseError::LockedBy { .. }) => LegacyPolicy::Locked(error.to_string()),

@@ -52,7 +52,7 @@ pub mod metrics;
 mod netinfo;
 pub mod numeric;
 mod server;
-mod station;
+pub mod station;
 
 pub use config::Config;
 pub use server::{GatewayHandle, Listeners, StartError, run, start};

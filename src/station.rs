@@ -108,7 +108,9 @@ impl Station {
     }
 
     /// Reads `names` by `policy`: one answer per asked name, in order. Fresh-enough values
-    /// come from the cache; all the rest are read from the hardware in one call.
+    /// come from the cache; the rest are read from the hardware: ordinary channels in one
+    /// merged read, channels whose read consumes data in one READ under the policy's send
+    /// guard, like a change (refused at the link once the lease it was admitted under ended).
     pub async fn read(
         &self,
         names: &[String],
@@ -126,11 +128,18 @@ impl Station {
         let ReadPlan {
             mut decided,
             misses,
+            guarded_misses,
         } = plan;
-        if misses.is_empty() {
+        if misses.is_empty() && guarded_misses.is_empty() {
             return Ok(decided.into_iter().flatten().collect());
         }
-        let read = self.link_read(&policy, misses.clone());
+        let read = async {
+            let (plain, guarded) = tokio::join!(
+                self.link_read(&policy, misses.clone()),
+                self.guarded_read(&policy, guarded_misses.clone())
+            );
+            (plain, guarded)
+        };
         let read = match policy.cancel {
             Some(cancel) => tokio::select! {
                 biased;
@@ -140,18 +149,19 @@ impl Station {
             None => Some(read.await),
         };
         let now = Instant::now();
-        let answered: Vec<ItemReading> = match read {
-            None => vec![Err(ItemError::Cancelled); misses.len()],
-            Some(Err(error)) => vec![Err(ItemError::Link(error)); misses.len()],
-            Some(Ok(results)) => results
-                .into_iter()
-                .zip(&misses)
-                .map(|(result, name)| self.reading(name, result, now))
-                .collect(),
+        let (plain, guarded) = match read {
+            None => (None, None),
+            Some((plain, guarded)) => (Some(plain), Some(guarded)),
         };
+        let mut answered: Vec<ItemReading> = self.answers(&misses, plain, now);
+        answered.extend(self.answers(&guarded_misses, guarded, now));
         // A name asked twice was read once: both positions get its answer.
-        let by_name: HashMap<&str, &ItemReading> =
-            misses.iter().map(String::as_str).zip(&answered).collect();
+        let by_name: HashMap<&str, &ItemReading> = misses
+            .iter()
+            .chain(&guarded_misses)
+            .map(String::as_str)
+            .zip(&answered)
+            .collect();
         for (slot, name) in decided.iter_mut().zip(names) {
             if slot.is_none() {
                 *slot = by_name.get(name.as_str()).map(|answer| (*answer).clone());
@@ -163,14 +173,52 @@ impl Station {
             .collect())
     }
 
+    /// One answer per name of a hardware read: `None` when it was cancelled.
+    fn answers(
+        &self,
+        names: &[String],
+        read: Option<Result<Vec<ItemResult<Value>>, LinkError>>,
+        now: Instant,
+    ) -> Vec<ItemReading> {
+        match read {
+            None => vec![Err(ItemError::Cancelled); names.len()],
+            Some(Err(error)) => vec![Err(ItemError::Link(error)); names.len()],
+            Some(Ok(results)) => results
+                .into_iter()
+                .zip(names)
+                .map(|(result, name)| self.reading(name, result, now))
+                .collect(),
+        }
+    }
+
+    /// Reads of ordinary channels: merged with other reads, unguarded.
     async fn link_read(
         &self,
         policy: &ReadPolicy<'_>,
         names: Vec<String>,
     ) -> Result<Vec<ItemResult<Value>>, LinkError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
         match policy.caller {
             Some(caller) => self.link.read_for(caller, names).await,
             None => self.link.read(names).await,
+        }
+    }
+
+    /// Reads of channels whose read consumes data: like a change, under the policy's guard
+    /// (the plan reads them only when there is one).
+    async fn guarded_read(
+        &self,
+        policy: &ReadPolicy<'_>,
+        names: Vec<String>,
+    ) -> Result<Vec<ItemResult<Value>>, LinkError> {
+        match policy.guard {
+            _ if names.is_empty() => Ok(Vec::new()),
+            Some(guard) => self.link.read_guarded(names, guard.clone()).await,
+            None => Err(LinkError::Refused(
+                "reading these channels consumes data, and this read carries no lease check".into(),
+            )),
         }
     }
 
@@ -287,6 +335,7 @@ mod tests {
             unknown: UnknownRule::AskStation,
             caller: None,
             cancel: None,
+            guard: None,
         }
     }
 
@@ -379,7 +428,7 @@ mod tests {
         let known = station.info().channels.channels[0].name.clone();
         let asked = vec![known.clone(), "NO.SUCH.CHANNEL".to_owned(), known.clone()];
         let readings = station
-            .read(&asked, ReadPolicy::hardware(None))
+            .read(&asked, ReadPolicy::hardware(None, None))
             .await
             .unwrap();
         assert_eq!(sim.reads_of(&known), 1, "a name asked twice is read once");

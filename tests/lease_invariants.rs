@@ -211,3 +211,349 @@ async fn contending_clients_never_hold_at_once_and_only_holders_write() {
         log.len()
     );
 }
+
+/// One grant as the client that got it saw it.
+#[derive(Debug, Clone)]
+struct Grant {
+    fence: u64,
+    owner: String,
+    /// When the client had the answer: the gateway granted it before.
+    answered_at: tokio::time::Instant,
+}
+
+/// The default station with every write to VSET1 taking 40 ms more (a slow channel).
+async fn station_with_slow_vset1() -> station_simulator::SimulatorHandle {
+    let mut profile = station_simulator::Profile::default_station();
+    profile
+        .channels
+        .iter_mut()
+        .find(|spec| spec.descriptor.name == VSET1)
+        .expect("the default station has VSET1")
+        .latency = Duration::from_millis(40);
+    station_simulator::Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Renewals race expiry (1000 ms leases renewed 880–1040 ms after they were last extended, so
+/// some land just before the deadline and some just after),
+/// writes go to a slow channel, and the station's processing time changes under them; a lease
+/// that lapses leaves a safe state. The write log must then be in fence order: every applied
+/// change carries the newest fence granted when it was applied, and none of a lease appears
+/// after that lease's end (its `lease` event, published once its changes have left the station).
+#[tokio::test]
+async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in_fence_order() {
+    let sim = station_with_slow_vset1().await;
+    let config = config_for(&sim, |config| {
+        config.lease.safe_state = vec![station_gateway::config::SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    });
+    let rig = Arc::new(rig_on(sim, config, false).await);
+    // Every lease event, with when the test saw it (after the gateway published it).
+    let events: Arc<Mutex<Vec<(tokio::time::Instant, station_gateway::lease::LeaseView)>>> =
+        Arc::default();
+    let lagged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let collector = tokio::spawn({
+        let mut receiver = rig.gateway.gateway.lease_events.subscribe();
+        let (events, lagged) = (events.clone(), lagged.clone());
+        async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(view) => events
+                        .lock()
+                        .unwrap()
+                        .push((tokio::time::Instant::now(), view)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        lagged.store(true, std::sync::atomic::Ordering::SeqCst)
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    let run_for = Duration::from_secs(8);
+    let started = Instant::now();
+    // Processing-time faults: the station's time per request changes every 150 ms.
+    let faults = tokio::spawn({
+        let rig = rig.clone();
+        async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+            while started.elapsed() < run_for {
+                let processing = [0, 0, 5, 30, 90][rng.gen_range(0..5)];
+                rig.sim
+                    .set_processing_time(Duration::from_millis(processing));
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            rig.sim.set_processing_time(Duration::ZERO);
+        }
+    });
+    let attempts: Arc<Mutex<HashMap<u64, Attempt>>> = Arc::default();
+    let grants: Arc<Mutex<Vec<Grant>>> = Arc::default();
+    let next_value = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let renewals = Arc::new(Mutex::new((0usize, 0usize)));
+    let clients: Vec<_> = (0..8)
+        .map(|client| {
+            let (rig, attempts, grants, next_value, renewals) = (
+                rig.clone(),
+                attempts.clone(),
+                grants.clone(),
+                next_value.clone(),
+                renewals.clone(),
+            );
+            tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(100 + client as u64);
+                let http = reqwest::Client::new();
+                let write = |id: String, fence: u64, stale: bool| {
+                    let value = next_value.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let mut request = http.post(rig.url("resources/value/set"));
+                    if id != NO_LEASE {
+                        request = request.header("X-Lease-Id", id);
+                    }
+                    let request =
+                        request.json(&json!({ "Name": VSET1, "Value": value.to_string() }));
+                    let attempts = attempts.clone();
+                    async move {
+                        let status = request.send().await.unwrap().status().as_u16();
+                        attempts.lock().unwrap().insert(
+                            value,
+                            Attempt {
+                                client,
+                                fence,
+                                status,
+                                stale,
+                            },
+                        );
+                        status
+                    }
+                };
+                let mut grant_number = 0;
+                while started.elapsed() < run_for {
+                    grant_number += 1;
+                    let owner = format!("client {client} grant {grant_number}");
+                    let asked_at = tokio::time::Instant::now();
+                    let response = http
+                        .post(rig.url("lease"))
+                        .json(&json!({ "Owner": owner, "TtlMs": 1000 }))
+                        .send()
+                        .await
+                        .unwrap();
+                    if response.status() != 200 {
+                        // Held (409), or a safe state still pending (503).
+                        let status = response.status().as_u16();
+                        assert!(status == 409 || status == 503, "acquire: {status}");
+                        tokio::time::sleep(Duration::from_millis(rng.gen_range(5..40))).await;
+                        continue;
+                    }
+                    let answered_at = tokio::time::Instant::now();
+                    let fence: u64 = response.headers()["x-lease-fence"]
+                        .to_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    let body: serde_json::Value = response.json().await.unwrap();
+                    let id = body["leaseId"].as_str().unwrap().to_owned();
+                    grants.lock().unwrap().push(Grant {
+                        fence,
+                        owner,
+                        answered_at,
+                    });
+                    // The lease runs from (at the latest) when it was asked for.
+                    let mut extended_at = asked_at;
+                    let mut alive = true;
+                    for _ in 0..rng.gen_range(1..4) {
+                        write(id.clone(), fence, false).await;
+                    }
+                    for _ in 0..rng.gen_range(0..3) {
+                        // Renew close to the deadline: sometimes just before, sometimes after.
+                        let renew_at =
+                            extended_at + Duration::from_millis(rng.gen_range(880..1040));
+                        tokio::time::sleep_until(renew_at).await;
+                        let asked_at = tokio::time::Instant::now();
+                        let renewed = http
+                            .put(rig.url(&format!("lease/{id}")))
+                            .send()
+                            .await
+                            .unwrap()
+                            .status()
+                            .as_u16();
+                        match renewed {
+                            200 => {
+                                renewals.lock().unwrap().0 += 1;
+                                extended_at = asked_at;
+                            }
+                            404 => {
+                                renewals.lock().unwrap().1 += 1;
+                                alive = false;
+                            }
+                            other => panic!("renewal answered {other}"),
+                        }
+                        if !alive {
+                            break;
+                        }
+                        for _ in 0..rng.gen_range(1..3) {
+                            write(id.clone(), fence, false).await;
+                        }
+                    }
+                    if alive && rng.gen_bool(0.7) {
+                        let released = http
+                            .delete(rig.url(&format!("lease/{id}")))
+                            .send()
+                            .await
+                            .unwrap()
+                            .status();
+                        assert!(released == 200 || released == 404, "{released}");
+                    } else if alive {
+                        // Let it run out unreleased: its safe state is applied.
+                        tokio::time::sleep_until(extended_at + Duration::from_millis(1050)).await;
+                    }
+                    let status = write(id, fence, true).await;
+                    assert_ne!(status, 200, "a write with an ended lease went through");
+                    write(NO_LEASE.to_owned(), 0, false).await;
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    faults.await.unwrap();
+    // Let the last lease end (released or run out, safe state included) before reading events.
+    until(
+        Duration::from_secs(10),
+        "the lease to be free at the end",
+        || {
+            !rig.gateway.gateway.lease.view().held
+                && rig.gateway.gateway.lease.safe_state_pending().is_none()
+        },
+    )
+    .await;
+    let end_seen = tokio::time::Instant::now();
+    until(Duration::from_secs(5), "the last lease event", || {
+        events
+            .lock()
+            .unwrap()
+            .last()
+            .is_some_and(|(_, view)| !view.held && view.safe_state.is_none())
+    })
+    .await;
+    collector.abort();
+    assert!(
+        !lagged.load(std::sync::atomic::Ordering::SeqCst),
+        "the test missed lease events"
+    );
+
+    let attempts = attempts.lock().unwrap().clone();
+    let grants = grants.lock().unwrap().clone();
+    let events = events.lock().unwrap().clone();
+    let (renewed, ended_in_renewal) = *renewals.lock().unwrap();
+    // When each lease ended, from the events: the first event after its own that is not it.
+    let fence_of: HashMap<&str, u64> = grants
+        .iter()
+        .map(|grant| (grant.owner.as_str(), grant.fence))
+        .collect();
+    let mut ended_at: HashMap<u64, tokio::time::Instant> = HashMap::new();
+    let mut current: Option<u64> = None;
+    for (at, view) in &events {
+        let now_held = view
+            .owner
+            .as_deref()
+            .filter(|_| view.held)
+            .and_then(|owner| fence_of.get(owner).copied());
+        if let Some(previous) = current
+            && now_held != Some(previous)
+        {
+            ended_at.entry(previous).or_insert(*at);
+        }
+        current = now_held;
+    }
+    let log: Vec<(u64, tokio::time::Instant)> = rig
+        .sim
+        .write_log()
+        .iter()
+        .filter(|w| w.channel == VSET1)
+        .map(|w| match w.value {
+            Value::Float(x) => (x as u64, w.at),
+            ref other => panic!("{other:?}"),
+        })
+        .collect();
+    let mut last_fence = 0;
+    let mut checked = 0;
+    for (value, applied_at) in &log {
+        let attempt = attempts
+            .get(value)
+            .unwrap_or_else(|| panic!("value {value} was never sent"));
+        assert!(
+            !attempt.stale,
+            "a write of an ended lease was applied: {attempt:?}"
+        );
+        assert!(
+            [200, 502, 504].contains(&attempt.status),
+            "applied although answered {}: {attempt:?}",
+            attempt.status
+        );
+        if attempt.fence == 0 {
+            assert_eq!(attempt.status, 200, "{attempt:?}");
+            continue;
+        }
+        assert!(
+            attempt.fence >= last_fence,
+            "fence {} wrote after fence {last_fence}",
+            attempt.fence
+        );
+        last_fence = attempt.fence;
+        // The newest fence any client had been granted when the station applied it.
+        let newest = grants
+            .iter()
+            .filter(|grant| grant.answered_at < *applied_at)
+            .map(|grant| grant.fence)
+            .max();
+        assert_eq!(
+            newest,
+            Some(attempt.fence),
+            "a change of fence {} was applied after fence {newest:?} had been granted: {attempt:?}",
+            attempt.fence
+        );
+        let ended = ended_at.get(&attempt.fence).copied().unwrap_or(end_seen);
+        assert!(
+            *applied_at < ended,
+            "a change of fence {} was applied {:?} after its lease's end: {attempt:?}",
+            attempt.fence,
+            *applied_at - ended
+        );
+        checked += 1;
+    }
+    let ok: Vec<_> = attempts.iter().filter(|(_, a)| a.status == 200).collect();
+    for (value, attempt) in &ok {
+        assert!(
+            log.iter().any(|(applied, _)| applied == *value),
+            "answered 200 but not applied: {attempt:?}"
+        );
+    }
+    assert!(
+        grants.len() >= 5,
+        "too little contention: {} grants",
+        grants.len()
+    );
+    assert!(
+        checked >= 10,
+        "too few fenced writes to mean anything: {checked}"
+    );
+    assert!(
+        renewed + ended_in_renewal >= 4,
+        "too few renewals to mean anything: {renewed} extended, {ended_in_renewal} too late"
+    );
+    let safe_states = rig
+        .sim
+        .write_log()
+        .iter()
+        .filter(|w| w.channel == ON1 && w.value == Value::Bool(false))
+        .count();
+    eprintln!(
+        "lease order: {} grants, {checked} fenced writes applied in order, {renewed} renewals in time, \
+         {ended_in_renewal} too late, {} lease ends seen, {safe_states} safe states",
+        grants.len(),
+        ended_at.len()
+    );
+}

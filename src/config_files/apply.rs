@@ -94,7 +94,8 @@ pub async fn save(
         .map(|c| c.name.clone())
         .collect();
     let readings = station
-        .read(&settings, ReadPolicy::hardware(Some(peer)))
+        // Settings only: no channel whose read consumes data, so no read here needs a guard.
+        .read(&settings, ReadPolicy::hardware(Some(peer), None))
         .await
         .map_err(|error| ConfigFileError::ReadFailed(error.to_string()))?;
     let mut values = HashMap::new();

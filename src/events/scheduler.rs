@@ -164,10 +164,13 @@ async fn read_channels(
         unknown: UnknownRule::Refuse,
         caller: None,
         cancel: Some(shutdown),
+        // Subscriptions never read channels whose read consumes data (`Refuse`), whoever holds
+        // the lease: nothing of theirs needs a lease check.
+        guard: None,
     };
     let Ok(readings) = events.station().read(&names, policy).await else {
-        // Only a cache-only read of a consuming channel is refused as a whole, and this
-        // policy never asks for one.
+        // Only a cache-only read or one needing the control role is refused as a whole, and
+        // this policy asks for neither.
         return HashMap::new();
     };
     let mut outcomes: HashMap<String, Outcome> = HashMap::with_capacity(names.len());

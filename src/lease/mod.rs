@@ -106,10 +106,12 @@ pub enum LeaseError {
     /// A request carrying an `X-Lease-Id` that is not the live lease.
     #[error("lease ended: the X-Lease-Id sent is not the live lease (it ran out, was released or was broken){}; acquire the lease again", now_held(.held_by))]
     LeaseEnded { held_by: Option<(String, Duration)> },
-    /// A non-holder's cached read of a channel whose read consumes data, with nothing cached.
-    #[error("{channel} has no cached value, and reading it from the hardware would consume its data, which only the lease holder may do: held by {owner} for another {}", seconds_left(*.expires_in))]
-    ConsumingNotCached {
+    /// A non-holder's cached read while someone else holds the lease, of a channel with
+    /// nothing cached: only the holder reads the hardware.
+    #[error("{channel} has no cached value, and only the lease holder may read the station's hardware{}: held by {owner} for another {}", if *.consuming { " (reading this channel consumes its data)" } else { "" }, seconds_left(*.expires_in))]
+    NotCached {
         channel: String,
+        consuming: bool,
         owner: String,
         expires_in: Duration,
     },

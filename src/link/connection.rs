@@ -353,17 +353,15 @@ impl Connection {
                         let _ = reply.send(Err(why));
                         continue;
                     }
-                    let transact_name = match &request {
-                        Request::Transact { name, .. } => Some(name.clone()),
-                        _ => None,
+                    let answers_for = match &request {
+                        Request::Transact { name, .. } => vec![name.clone()],
+                        Request::Read { names } => names.clone(),
+                        _ => Vec::new(),
                     };
                     let fence = guard
                         .as_ref()
                         .map(|guard| guard.fence().unwrap_or(FREE_FENCE));
-                    let kind = InFlightKind::Change {
-                        reply,
-                        transact_name,
-                    };
+                    let kind = InFlightKind::Change { reply, answers_for };
                     (request, fence, kind)
                 }
                 Queued::Pass { request, reply } => {
@@ -474,17 +472,25 @@ impl Connection {
                 self.reads
                     .answered_wrongly(batch, LinkError::Protocol(error), now);
             }
-            (
-                InFlightKind::Change {
-                    reply,
-                    transact_name,
-                },
-                Ok(response),
-            ) => {
-                if let (Some(name), Response::Transact(value)) = (transact_name, &response) {
-                    shared
-                        .cache
-                        .insert(&name, value.clone(), read_at, self.generation);
+            (InFlightKind::Change { reply, answers_for }, Ok(response)) => {
+                match &response {
+                    Response::Transact(value) => {
+                        for name in &answers_for {
+                            shared
+                                .cache
+                                .insert(name, value.clone(), read_at, self.generation);
+                        }
+                    }
+                    Response::Read(results) => {
+                        for (name, result) in answers_for.iter().zip(results) {
+                            if let Ok(value) = result {
+                                shared
+                                    .cache
+                                    .insert(name, value.clone(), read_at, self.generation);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
                 if matches!(response, Response::Reset) {
                     shared.restarted.store(true, Ordering::SeqCst);

@@ -274,6 +274,40 @@ impl LinkHandle {
             .await
     }
 
+    /// Reads `names`, channels whose read consumes data, as a change: in its own READ frame,
+    /// queued with the changes, sent only if `guard` still passes at that moment, and counted
+    /// under the guard's fence until answered (so the end of a lease waits for it). Never merged
+    /// with other reads. One result per name, in order.
+    pub async fn read_guarded(
+        &self,
+        names: Vec<String>,
+        guard: SendGuard,
+    ) -> Result<Vec<ItemResult<Value>>, LinkError> {
+        let asked = names.len();
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Change {
+            request: Request::Read { names },
+            guard: Some(guard),
+            reply,
+        })?;
+        let response = self
+            .wait(answer, LinkError::Timeout(self.request_timeout))
+            .await
+            .map_err(|error| match error {
+                LinkError::WriteTimeout(timeout) => LinkError::Timeout(timeout),
+                other => other,
+            })?;
+        match response {
+            Response::Read(results) if results.len() == asked => Ok(results),
+            Response::Read(results) => Err(LinkError::Protocol(ProtocolError::ReadMismatch {
+                names: asked,
+                answered: Response::Read(results).opcode(),
+            })),
+            Response::Error(error) => Err(LinkError::Station(error)),
+            other => Err(unexpected(Opcode::Read, &other)),
+        }
+    }
+
     /// Writes `items` in one WRITE frame; one status per item.
     pub async fn write(
         &self,

@@ -38,8 +38,9 @@ pub enum InFlightKind {
     Read(ReadBatch),
     Change {
         reply: ResponseReply,
-        /// For a TRANSACT, the channel whose value its answer carries.
-        transact_name: Option<String>,
+        /// The channels whose values its answer carries, for the cache: a TRANSACT's channel,
+        /// a guarded READ's names (reads of channels whose read consumes data).
+        answers_for: Vec<String>,
     },
     Pass {
         reply: ResponseReply,

@@ -10,7 +10,7 @@ fn change(session: &mut Session, fence: Option<u64>, now: Instant) -> u32 {
     let id = session.take_id();
     let kind = InFlightKind::Change {
         reply,
-        transact_name: None,
+        answers_for: Vec::new(),
     };
     session.track(id, Opcode::Write, fence, kind, now);
     id

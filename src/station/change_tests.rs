@@ -34,7 +34,7 @@ fn open_admission() -> Admitted {
     Admitted {
         fence: None,
         guard: None,
-        consuming_from_cache_only: None,
+        cache_only: None,
     }
 }
 

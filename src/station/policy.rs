@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Reading;
 use crate::cache::ValueCache;
-use crate::link::{Caller, ChannelTable, LinkError};
+use crate::link::{Caller, ChannelTable, LinkError, SendGuard};
 
 /// Why one name of a read has no value.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -20,7 +20,8 @@ pub enum ItemError {
     /// The read of the misses did not get the station's answer; every miss carries it.
     #[error("{0}")]
     Link(LinkError),
-    /// Reading this channel consumes data, and the policy refuses that ([`ConsumingRule::Refuse`]).
+    /// Reading this channel consumes data, and the policy refuses that ([`ConsumingRule::Refuse`],
+    /// or a read with no send guard to carry).
     #[error("reading this channel consumes data")]
     Consuming,
     /// The channel is not in the station's channel list ([`UnknownRule::Refuse`]).
@@ -37,9 +38,13 @@ pub type ItemReading = Result<Reading, ItemError>;
 /// A read refused as a whole.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ReadError {
-    /// [`ConsumingRule::CachedOnly`]: this consuming channel has no value in the cache.
-    #[error("{0} consumes data on read and has no cached value")]
-    ConsumingNotCached(String),
+    /// [`Freshness::CacheOnly`]: this channel has no value in the cache.
+    #[error("{name} has no cached value")]
+    NotCached { name: String, consuming: bool },
+    /// [`ConsumingRule::NeedsControl`]: this channel's read consumes data, and it would have
+    /// been read from the hardware.
+    #[error("reading {0} from the hardware consumes its data")]
+    NeedsControl(String),
 }
 
 /// Where values may come from.
@@ -52,20 +57,25 @@ pub enum Freshness<'a> {
     /// Like `Within`, with a maximum age per channel (the subscription scheduler's: a fraction
     /// of the shortest interval any subscription asks of the channel).
     PerChannel(&'a (dyn Fn(&str) -> Duration + Sync)),
+    /// Only from the cache, however old (with its true age) and whatever link generation; a
+    /// name with nothing cached refuses the whole read ([`ReadError::NotCached`]). A REST
+    /// cached read by a non-holder while someone else holds the lease: never the hardware.
+    CacheOnly,
 }
 
 /// What to do with channels whose read consumes data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsumingRule {
-    /// Read them like any other channel (the lease holder, or anyone while nobody holds it).
+    /// Read them from the hardware when the freshness asks for it, like a change: under the
+    /// policy's send guard (the lease holder, or anyone while nobody holds it). With no guard
+    /// each is answered [`ItemError::Consuming`].
     Read,
-    /// Serve any cached value however old, with its true age; with nothing cached the whole
-    /// read is refused ([`ReadError::ConsumingNotCached`]). A REST cached read while someone
-    /// else holds the lease.
-    CachedOnly,
     /// Never read them: each is answered [`ItemError::Consuming`]. Legacy clients while someone
     /// holds the lease, and subscriptions always.
     Refuse,
+    /// Fresh-enough cached values serve; one that would be read from the hardware refuses the
+    /// whole read ([`ReadError::NeedsControl`]). A REST read with the `read` role.
+    NeedsControl,
 }
 
 /// What to do with names the channel list does not know.
@@ -87,17 +97,22 @@ pub struct ReadPolicy<'a> {
     pub caller: Option<Caller>,
     /// Stops waiting for the hardware when cancelled (the scheduler at shutdown).
     pub cancel: Option<&'a CancellationToken>,
+    /// The lease admission's send guard, carried by hardware reads of channels whose read
+    /// consumes data (checked by the link at send time, like a change's).
+    pub guard: Option<&'a SendGuard>,
 }
 
 impl<'a> ReadPolicy<'a> {
-    /// Everything from the hardware: what the station itself does.
-    pub fn hardware(caller: Option<Caller>) -> ReadPolicy<'a> {
+    /// Everything from the hardware: what the station itself does; channels whose read
+    /// consumes data only under `guard`.
+    pub fn hardware(caller: Option<Caller>, guard: Option<&'a SendGuard>) -> ReadPolicy<'a> {
         ReadPolicy {
             freshness: Freshness::Hardware,
             consuming: ConsumingRule::Read,
             unknown: UnknownRule::AskStation,
             caller,
             cancel: None,
+            guard,
         }
     }
 }
@@ -109,6 +124,9 @@ pub(super) struct ReadPlan {
     pub(super) decided: Vec<Option<ItemReading>>,
     /// The names to read from the hardware, in the order first asked.
     pub(super) misses: Vec<String>,
+    /// The names of channels whose read consumes data to read from the hardware under the
+    /// policy's send guard, in the order first asked.
+    pub(super) guarded_misses: Vec<String>,
 }
 
 /// The cache-or-hardware decision for every asked name; pure, so every branch is testable.
@@ -122,6 +140,7 @@ pub(super) fn plan_read(
 ) -> Result<ReadPlan, ReadError> {
     let mut decided: Vec<Option<ItemReading>> = Vec::with_capacity(names.len());
     let mut misses: Vec<String> = Vec::new();
+    let mut guarded_misses: Vec<String> = Vec::new();
     for name in names {
         let channel = channels.get(name);
         if channel.is_none() && policy.unknown == UnknownRule::Refuse {
@@ -129,29 +148,25 @@ pub(super) fn plan_read(
             continue;
         }
         let consuming = channel.is_some_and(|channel| channel.consuming);
-        if consuming {
-            match policy.consuming {
-                ConsumingRule::Read => {}
-                ConsumingRule::Refuse => {
-                    decided.push(Some(Err(ItemError::Consuming)));
-                    continue;
-                }
-                ConsumingRule::CachedOnly => {
-                    let cached = cache
-                        .get(name)
-                        .ok_or_else(|| ReadError::ConsumingNotCached(name.clone()))?;
-                    decided.push(Some(Ok(Reading {
-                        age: cached.age(now),
-                        value: cached.value,
-                    })));
-                    continue;
-                }
-            }
+        if consuming && policy.consuming == ConsumingRule::Refuse {
+            decided.push(Some(Err(ItemError::Consuming)));
+            continue;
         }
         let max_age = match policy.freshness {
             Freshness::Hardware => None,
             Freshness::Within(max_age) => Some(max_age),
             Freshness::PerChannel(max_age_of) => Some(max_age_of(name)),
+            Freshness::CacheOnly => {
+                let cached = cache.get(name).ok_or_else(|| ReadError::NotCached {
+                    name: name.clone(),
+                    consuming,
+                })?;
+                decided.push(Some(Ok(Reading {
+                    age: cached.age(now),
+                    value: cached.value,
+                })));
+                continue;
+            }
         };
         if let Some(cached) =
             max_age.and_then(|max_age| cache.get_fresh(name, max_age, generation, now))
@@ -162,12 +177,30 @@ pub(super) fn plan_read(
             })));
             continue;
         }
+        if consuming {
+            if policy.consuming == ConsumingRule::NeedsControl {
+                return Err(ReadError::NeedsControl(name.clone()));
+            }
+            if policy.guard.is_none() {
+                decided.push(Some(Err(ItemError::Consuming)));
+                continue;
+            }
+        }
         decided.push(None);
-        if !misses.contains(name) {
-            misses.push(name.clone());
+        let to_read = if consuming {
+            &mut guarded_misses
+        } else {
+            &mut misses
+        };
+        if !to_read.contains(name) {
+            to_read.push(name.clone());
         }
     }
-    Ok(ReadPlan { decided, misses })
+    Ok(ReadPlan {
+        decided,
+        misses,
+        guarded_misses,
+    })
 }
 
 #[cfg(test)]
@@ -208,7 +241,13 @@ mod tests {
             unknown: UnknownRule::AskStation,
             caller: None,
             cancel: None,
+            guard: None,
         }
+    }
+
+    /// A guard that always lets the read through.
+    fn open_guard() -> SendGuard {
+        SendGuard::new(None, || Ok(()))
     }
 
     const GENERATION: u64 = 7;
@@ -242,9 +281,16 @@ mod tests {
         let t0 = Instant::now();
         let cache = cache(t0);
         let asked = names(&["V", "UART", "NOPE"]);
-        let plan = plan(&asked, &ReadPolicy::hardware(None), &cache, t0);
+        let guard = open_guard();
+        let plan = plan(
+            &asked,
+            &ReadPolicy::hardware(None, Some(&guard)),
+            &cache,
+            t0,
+        );
         assert!(plan.decided.iter().all(Option::is_none));
-        assert_eq!(plan.misses, asked);
+        assert_eq!(plan.misses, names(&["V", "NOPE"]));
+        assert_eq!(plan.guarded_misses, names(&["UART"]));
         assert_eq!(cache.hits_and_misses(), (0, 0));
     }
 
@@ -337,18 +383,44 @@ mod tests {
     }
 
     #[test]
-    fn consuming_channels_are_read_refused_or_served_from_the_cache_however_old() {
+    fn consuming_channels_are_read_under_the_guard_or_refused() {
         let t0 = Instant::now();
         let cache = cache(t0);
         let long_after = t0 + Duration::from_secs(3600);
         let within = Freshness::Within(Duration::from_millis(10));
-        let read = plan(
-            &names(&["UART"]),
+        let guard = open_guard();
+        let mut guarded = policy(within, ConsumingRule::Read);
+        guarded.guard = Some(&guard);
+        let read = plan(&names(&["UART", "V"]), &guarded, &cache, long_after);
+        assert_eq!(read.guarded_misses, names(&["UART"]));
+        assert_eq!(read.misses, names(&["V"]));
+        // Without a guard to carry, a consuming channel is never read from the hardware...
+        let unguarded = plan(
+            &names(&["UART", "V"]),
             &policy(within, ConsumingRule::Read),
             &cache,
             long_after,
         );
-        assert_eq!(read.misses, names(&["UART"]));
+        assert!(matches!(
+            unguarded.decided[0],
+            Some(Err(ItemError::Consuming))
+        ));
+        assert!(unguarded.guarded_misses.is_empty());
+        assert_eq!(unguarded.misses, names(&["V"]));
+        // ... but a fresh-enough cached value serves, guard or not.
+        let fresh = plan(
+            &names(&["UART"]),
+            &policy(
+                Freshness::Within(Duration::from_secs(1)),
+                ConsumingRule::Read,
+            ),
+            &cache,
+            t0,
+        );
+        assert_eq!(
+            value_of(&fresh.decided[0]),
+            Some((Value::Float(2.0), Duration::ZERO))
+        );
         let refused = plan(
             &names(&["UART", "V"]),
             &policy(within, ConsumingRule::Refuse),
@@ -360,9 +432,17 @@ mod tests {
             Some(Err(ItemError::Consuming))
         ));
         assert_eq!(refused.misses, names(&["V"]));
+        assert!(refused.guarded_misses.is_empty());
+    }
+
+    #[test]
+    fn cache_only_serves_every_channel_however_old_and_never_reads() {
+        let t0 = Instant::now();
+        let cache = cache(t0);
+        let long_after = t0 + Duration::from_secs(3600);
         let cached = plan(
-            &names(&["UART"]),
-            &policy(within, ConsumingRule::CachedOnly),
+            &names(&["UART", "V"]),
+            &policy(Freshness::CacheOnly, ConsumingRule::Read),
             &cache,
             long_after,
         );
@@ -370,11 +450,15 @@ mod tests {
             value_of(&cached.decided[0]),
             Some((Value::Float(2.0), Duration::from_secs(3600)))
         );
-        assert!(cached.misses.is_empty());
+        assert_eq!(
+            value_of(&cached.decided[1]),
+            Some((Value::Float(1.0), Duration::from_secs(3600)))
+        );
+        assert!(cached.misses.is_empty() && cached.guarded_misses.is_empty());
         // Not even an older generation's value is refused: its true age says how old it is.
         let other_generation = plan_read(
-            &names(&["UART"]),
-            &policy(within, ConsumingRule::CachedOnly),
+            &names(&["UART", "V"]),
+            &policy(Freshness::CacheOnly, ConsumingRule::Read),
             &table(),
             GENERATION + 1,
             &cache,
@@ -382,22 +466,78 @@ mod tests {
         )
         .unwrap();
         assert!(value_of(&other_generation.decided[0]).is_some());
+        assert!(value_of(&other_generation.decided[1]).is_some());
     }
 
     #[test]
-    fn a_consuming_channel_with_nothing_cached_refuses_the_whole_cached_only_read() {
+    fn a_channel_with_nothing_cached_refuses_the_whole_cache_only_read() {
         let refused = plan_read(
             &names(&["V", "UART"]),
-            &policy(
-                Freshness::Within(Duration::from_secs(1)),
-                ConsumingRule::CachedOnly,
-            ),
+            &policy(Freshness::CacheOnly, ConsumingRule::Read),
             &table(),
             GENERATION,
             &ValueCache::new(),
             Instant::now(),
         );
-        assert!(matches!(refused, Err(ReadError::ConsumingNotCached(name)) if name == "UART"));
+        assert!(
+            matches!(&refused, Err(ReadError::NotCached { name, consuming: false }) if name == "V"),
+            "{refused:?}"
+        );
+        let t0 = Instant::now();
+        let only_v = ValueCache::new();
+        only_v.insert("V", Value::Float(1.0), t0, GENERATION);
+        let refused = plan_read(
+            &names(&["V", "UART"]),
+            &policy(Freshness::CacheOnly, ConsumingRule::Read),
+            &table(),
+            GENERATION,
+            &only_v,
+            t0,
+        );
+        assert!(
+            matches!(&refused, Err(ReadError::NotCached { name, consuming: true }) if name == "UART"),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn the_read_role_gets_fresh_cached_consuming_values_and_never_reads_them() {
+        let t0 = Instant::now();
+        let cache = cache(t0);
+        let guard = open_guard();
+        let mut read_role = policy(
+            Freshness::Within(Duration::from_millis(100)),
+            ConsumingRule::NeedsControl,
+        );
+        read_role.guard = Some(&guard);
+        let fresh = plan(&names(&["UART", "V"]), &read_role, &cache, t0);
+        assert!(value_of(&fresh.decided[0]).is_some());
+        let later = t0 + Duration::from_secs(1);
+        let refused = plan_read(
+            &names(&["V", "UART"]),
+            &read_role,
+            &table(),
+            GENERATION,
+            &cache,
+            later,
+        );
+        assert!(
+            matches!(&refused, Err(ReadError::NeedsControl(name)) if name == "UART"),
+            "{refused:?}"
+        );
+        read_role.freshness = Freshness::Hardware;
+        let forced = plan_read(
+            &names(&["UART"]),
+            &read_role,
+            &table(),
+            GENERATION,
+            &cache,
+            t0,
+        );
+        assert!(matches!(forced, Err(ReadError::NeedsControl(_))));
+        // Ordinary channels are read as usual.
+        let ordinary = plan(&names(&["V"]), &read_role, &cache, t0);
+        assert_eq!(ordinary.misses, names(&["V"]));
     }
 
     #[test]

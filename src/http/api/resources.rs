@@ -8,8 +8,10 @@ use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
 use super::call::{Answer, Call, known_channels, ok};
+use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use crate::http::access::AccessError;
 use crate::http::body::{JsonBody, value_text};
 use crate::http::reply::json_bytes_response;
 use crate::link::ChannelTable;
@@ -32,7 +34,7 @@ pub(super) async fn names(call: Call<'_>) -> Answer {
 
 /// `POST api/resources/value/get {Name}`: a forced read.
 pub(super) async fn value_get(call: Call<'_>) -> Answer {
-    ok(read_one(call.gateway, &call.body, call.peer).await?)
+    ok(read_one(&call).await?)
 }
 
 /// `POST api/resources/value/set {Name, Value}`.
@@ -110,23 +112,56 @@ fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<()
     Ok(())
 }
 
-async fn read_one(
-    gateway: &Gateway,
-    body: &JsonBody,
-    peer: std::net::SocketAddr,
-) -> Result<Json, ApiError> {
-    let name = body.string("Name")?.to_owned();
+async fn read_one(call: &Call<'_>) -> Result<Json, ApiError> {
+    let gateway = call.gateway;
+    let name = call.body.string("Name")?.to_owned();
     let channels = known_channels(gateway)?;
     check_names(&channels, std::slice::from_ref(&name))?;
     let names = vec![name];
+    let mut policy = ReadPolicy::hardware(Some(call.peer), call.admitted.guard.as_ref());
+    policy.consuming = consuming_rule(call.granted);
     let readings = gateway
         .station
-        .read(&names, ReadPolicy::hardware(Some(peer)))
+        .read(&names, policy)
         .await
-        .map_err(|error| ApiError::new(StatusCode::LOCKED, error.to_string()))?;
+        .map_err(|error| read_refused(call, error))?;
     let reading = first_reading_error(&names, readings)?.into_iter().next();
     let value = reading.map(|r| r.value.render()).unwrap_or_default();
     Ok(json!({ "value": value }))
+}
+
+/// Reads that consume data are changes: with access control on, they need the control role.
+fn consuming_rule(granted: Option<Role>) -> ConsumingRule {
+    match granted {
+        Some(role) if role < Role::Control => ConsumingRule::NeedsControl,
+        _ => ConsumingRule::Read,
+    }
+}
+
+/// A read refused as a whole, as the client sees it: 423 for a non-holder's cached read of a
+/// channel with nothing cached (naming the holder), 403 for a consuming read without the
+/// control role.
+fn read_refused(call: &Call<'_>, error: ReadError) -> ApiError {
+    match error {
+        ReadError::NotCached { name, consuming } => {
+            match call.admitted.refuse_uncached(&name, consuming) {
+                Some(refusal) => ApiError::from(refusal),
+                None => ApiError::new(StatusCode::LOCKED, format!("{name}: not cached")),
+            }
+        }
+        ReadError::NeedsControl(name) => {
+            let granted = call.granted.unwrap_or(Role::Read);
+            let mut api = ApiError::from(AccessError::Forbidden {
+                needed: Role::Control,
+                granted,
+            });
+            api.message = format!(
+                "reading {name} from the hardware consumes its data, which is a change: {}",
+                api.message
+            );
+            api
+        }
+    }
 }
 
 /// The readings of a REST read, or its first failure: a link failure for the whole read, else
@@ -171,29 +206,29 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
     let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
     let channels = known_channels(gateway)?;
     check_names(&channels, &names)?;
-    // With a maximum age, fresh cached values serve; while someone else holds the lease,
-    // channels whose read consumes data come from the cache only, however old.
+    // With a maximum age, fresh cached values serve; while someone else holds the lease
+    // (admission lets a non-holder through only with a maximum age), every value comes from
+    // the cache however old, with its true age: only the holder reads the hardware.
+    let freshness = if admitted.cache_only.is_some() {
+        Freshness::CacheOnly
+    } else if max_age_ms > 0 {
+        Freshness::Within(std::time::Duration::from_millis(max_age_ms))
+    } else {
+        Freshness::Hardware
+    };
     let policy = ReadPolicy {
-        freshness: if max_age_ms > 0 {
-            Freshness::Within(std::time::Duration::from_millis(max_age_ms))
-        } else {
-            Freshness::Hardware
-        },
-        consuming: if max_age_ms > 0 && admitted.consuming_from_cache_only.is_some() {
-            ConsumingRule::CachedOnly
-        } else {
-            ConsumingRule::Read
-        },
+        freshness,
+        consuming: consuming_rule(call.granted),
         unknown: UnknownRule::AskStation,
         caller: Some(peer),
         cancel: None,
+        guard: admitted.guard.as_ref(),
     };
-    let readings = gateway.station.read(&names, policy).await.map_err(
-        |ReadError::ConsumingNotCached(channel)| match admitted.refuse_consuming(&channel) {
-            Some(refusal) => ApiError::from(refusal),
-            None => ApiError::new(StatusCode::LOCKED, format!("{channel}: not cached")),
-        },
-    )?;
+    let readings = gateway
+        .station
+        .read(&names, policy)
+        .await
+        .map_err(|error| read_refused(call, error))?;
     let readings = first_reading_error(&names, readings)?;
     let mut values: HashMap<&str, (String, f64)> = HashMap::with_capacity(names.len());
     for (name, reading) in names.iter().zip(&readings) {
