@@ -44,6 +44,8 @@ pub enum Opcode {
     Ping = 0x07,
     /// Unsolicited, station to client, request id 0.
     Notify = 0x08,
+    /// One transaction on a bus channel (SPEC.md §6.11).
+    Bus = 0x0A,
     HelloReply = 0x81,
     SystemReply = 0x82,
     ListReply = 0x83,
@@ -51,6 +53,7 @@ pub enum Opcode {
     WriteReply = 0x85,
     TransactReply = 0x86,
     PingReply = 0x87,
+    BusReply = 0x8A,
     /// The request as a whole failed; carries an error code and message.
     Error = 0xFF,
 }
@@ -67,6 +70,7 @@ impl Opcode {
             0x06 => Opcode::Transact,
             0x07 => Opcode::Ping,
             0x08 => Opcode::Notify,
+            0x0A => Opcode::Bus,
             0x81 => Opcode::HelloReply,
             0x82 => Opcode::SystemReply,
             0x83 => Opcode::ListReply,
@@ -74,6 +78,7 @@ impl Opcode {
             0x85 => Opcode::WriteReply,
             0x86 => Opcode::TransactReply,
             0x87 => Opcode::PingReply,
+            0x8A => Opcode::BusReply,
             0xFF => Opcode::Error,
             _ => return None,
         })

@@ -11,6 +11,7 @@
 //!
 //! [`spec_examples`] holds one example frame of every kind, as `SPEC.md` shows them.
 
+pub mod bus;
 pub mod codec;
 pub mod frame;
 pub mod message;
@@ -18,6 +19,7 @@ pub mod spec_examples;
 pub mod value;
 mod wire;
 
+pub use bus::{BusAction, BusRequest, FlowControl, Parity, UartBusType, UartLine};
 pub use codec::{CodecStats, StationCodec};
 pub use frame::{FrameError, MAX_PAYLOAD, Opcode, PROTOCOL_VERSION, RawFrame};
 pub use message::{

@@ -42,6 +42,12 @@ pub enum ErrorCode {
     Internal = 7,
     /// The request frame's payload could not be decoded.
     Malformed = 8,
+    /// No device acknowledged its address on a bus, after the retries.
+    Nak = 9,
+    /// A bus transaction did not complete in time (a device held the bus).
+    BusTimeout = 10,
+    /// Line settings the bus cannot take, or an action it does not have.
+    BadSettings = 11,
 }
 
 impl ErrorCode {
@@ -55,6 +61,9 @@ impl ErrorCode {
             6 => ErrorCode::Unsupported,
             7 => ErrorCode::Internal,
             8 => ErrorCode::Malformed,
+            9 => ErrorCode::Nak,
+            10 => ErrorCode::BusTimeout,
+            11 => ErrorCode::BadSettings,
             _ => return None,
         })
     }
@@ -69,6 +78,9 @@ impl ErrorCode {
             ErrorCode::Unsupported => "unsupported",
             ErrorCode::Internal => "internal",
             ErrorCode::Malformed => "malformed",
+            ErrorCode::Nak => "nak",
+            ErrorCode::BusTimeout => "bus timeout",
+            ErrorCode::BadSettings => "bad settings",
         }
     }
 }
@@ -278,6 +290,8 @@ pub enum Request {
     Ping {
         nonce: u64,
     },
+    /// One bus transaction (SPEC.md §6.11).
+    Bus(crate::bus::BusRequest),
 }
 
 /// A response or notification, station to client.
@@ -301,6 +315,8 @@ pub enum Response {
     },
     Notify(Notify),
     Error(StationError),
+    /// The bytes a bus transaction received; their count is the blob's length.
+    Bus(bytes::Bytes),
 }
 
 fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame, FrameError> {
@@ -416,6 +432,7 @@ impl Request {
             Request::Write { .. } => Opcode::Write,
             Request::Transact { .. } => Opcode::Transact,
             Request::Ping { .. } => Opcode::Ping,
+            Request::Bus(_) => Opcode::Bus,
         }
     }
 
@@ -450,6 +467,7 @@ impl Request {
                 put_value(&mut out, value);
             }
             Request::Ping { nonce } => out.put_u64(*nonce),
+            Request::Bus(bus) => crate::bus::put_bus_request(&mut out, bus),
         }
         if self.count_overflows() {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -508,6 +526,7 @@ impl Request {
             Opcode::Ping => Request::Ping {
                 nonce: r.at("ping nonce").u64()?,
             },
+            Opcode::Bus => Request::Bus(crate::bus::get_bus_request(&mut r)?),
             _ => return Err(PayloadError::NotARequest(frame.opcode)),
         };
         r.finish()?;
@@ -527,6 +546,7 @@ impl Response {
             Response::Ping { .. } => Opcode::PingReply,
             Response::Notify(_) => Opcode::Notify,
             Response::Error(_) => Opcode::Error,
+            Response::Bus(_) => Opcode::BusReply,
         }
     }
 
@@ -608,6 +628,7 @@ impl Response {
                 out.put_string(message);
             }
             Response::Error(error) => put_error(&mut out, error),
+            Response::Bus(received) => out.put_blob(received),
         }
         if items > usize::from(u16::MAX) {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -703,6 +724,7 @@ impl Response {
                 other => return Err(PayloadError::BadTag("notify kind", other)),
             },
             Opcode::Error => Response::Error(get_error(&mut r)?),
+            Opcode::BusReply => Response::Bus(r.at("bus received").bytes()?),
             _ => return Err(PayloadError::NotAResponse(frame.opcode)),
         };
         r.finish()?;
@@ -1023,7 +1045,7 @@ mod tests {
     }
 
     fn arb_error() -> impl Strategy<Value = StationError> {
-        (1u8..=8, arb_text()).prop_map(|(code, message)| StationError {
+        (1u8..=11, arb_text()).prop_map(|(code, message)| StationError {
             code: ErrorCode::from_u8(code).unwrap(),
             message,
         })
@@ -1060,6 +1082,43 @@ mod tests {
             )
     }
 
+    fn arb_bus_request() -> impl Strategy<Value = crate::bus::BusRequest> {
+        use crate::bus::{BusAction, BusRequest, FlowControl, Parity, UartBusType, UartLine};
+        let line = (
+            (any::<u32>(), 1u8..=3, 1u8..=6, 1u8..=5),
+            (any::<bool>(), any::<u8>(), any::<u32>()),
+        )
+            .prop_map(
+                |((baud, bus, flow, parity), (use_termination, termination_byte, timeout_ms))| {
+                    UartLine {
+                        baud,
+                        bus_type: UartBusType::from_u8(bus).unwrap(),
+                        flow_control: FlowControl::from_u8(flow).unwrap(),
+                        parity: Parity::from_u8(parity).unwrap(),
+                        use_termination,
+                        termination_byte,
+                        timeout_ms,
+                    }
+                },
+            );
+        (
+            (arb_text(), 1u8..=5, any::<u8>(), any::<u8>(), any::<u16>()),
+            proptest::collection::vec(any::<u8>(), 0..16),
+            proptest::option::of(line),
+        )
+            .prop_map(
+                |((channel, action, address, retries, receive), data, line)| BusRequest {
+                    channel,
+                    action: BusAction::from_u8(action).unwrap(),
+                    address,
+                    retries,
+                    receive,
+                    data: Bytes::from(data),
+                    line,
+                },
+            )
+    }
+
     fn arb_request() -> impl Strategy<Value = Request> {
         prop_oneof![
             (any::<u8>(), arb_text())
@@ -1072,6 +1131,7 @@ mod tests {
                 .prop_map(|items| Request::Write { items }),
             (arb_text(), arb_value()).prop_map(|(name, value)| Request::Transact { name, value }),
             any::<u64>().prop_map(|nonce| Request::Ping { nonce }),
+            arb_bus_request().prop_map(Request::Bus),
         ]
     }
 
@@ -1127,6 +1187,8 @@ mod tests {
                 .prop_map(Response::Write),
             arb_value().prop_map(Response::Transact),
             any::<u64>().prop_map(|nonce| Response::Ping { nonce }),
+            proptest::collection::vec(any::<u8>(), 0..16)
+                .prop_map(|b| Response::Bus(Bytes::from(b))),
             (1u8..=3, arb_text()).prop_map(|(change, message)| Response::Notify(
                 Notify::ConfigurationChanged {
                     change: ChangeType::from_u8(change).unwrap(),
