@@ -238,7 +238,10 @@ async fn answer(
     if !work.is_zero() {
         tokio::time::sleep(work).await;
     }
-    let response = respond(shared, request, id, options);
+    let response = match request {
+        Request::Bus(bus) => crate::bus::answer(shared, &bus, id, &options.peer).await,
+        request => respond(shared, request, id, options),
+    };
     match response.to_frame(request_id) {
         Ok(frame) => frame,
         Err(error) => error_frame(
@@ -343,6 +346,11 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
             response
         }
         Request::Ping { nonce } => Response::Ping { nonce },
+        // Answered by `bus::answer`, which may wait on the bus; never reached from `answer`.
+        Request::Bus(bus) => match crate::bus::transact(&mut shared.lock_station(), &bus, now) {
+            Ok(outcome) => Response::Bus(outcome.received),
+            Err(error) => Response::Error(error),
+        },
     }
 }
 
