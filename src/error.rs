@@ -36,6 +36,11 @@ impl ApiError {
     pub fn no_such_resource(name: &str) -> ApiError {
         ApiError::not_found(format!("no such resource: {name}"))
     }
+
+    /// 501: what the gateway or the station behind it does not implement.
+    pub fn not_implemented(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_IMPLEMENTED, message)
+    }
 }
 
 /// The HTTP status for a station error code.
@@ -47,6 +52,10 @@ pub fn station_status(code: ErrorCode) -> StatusCode {
         }
         ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
         ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
+        // Nothing acknowledged the address: no such device there.
+        ErrorCode::Nak => StatusCode::NOT_FOUND,
+        ErrorCode::BusTimeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorCode::BadSettings => StatusCode::BAD_REQUEST,
     }
 }
 

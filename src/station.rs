@@ -2,9 +2,10 @@
 //! subscription scheduler) goes through to touch the station. It decides what comes from the
 //! value cache and what from the hardware, applies the rule for channels whose read consumes
 //! data, says when the station has not been reached, computes ages, and hands each change to
-//! the link with the send guard its lease admission gave. Front ends only translate their wire
-//! format to and from it.
+//! the link with the send guard its lease admission gave, bus transactions one bus at a time in
+//! arrival order (`station/bus.rs`). Front ends only translate their wire format to and from it.
 
+mod bus;
 mod policy;
 
 use std::collections::HashMap;
@@ -25,6 +26,8 @@ use policy::{ReadPlan, plan_read};
 #[derive(Clone)]
 pub struct Station {
     link: LinkHandle,
+    /// The bus channels' transaction queues (`station/bus.rs`).
+    buses: Arc<bus::BusLanes>,
 }
 
 impl std::fmt::Debug for Station {
@@ -74,7 +77,10 @@ impl NotReached {
 
 impl Station {
     pub fn new(link: LinkHandle) -> Station {
-        Station { link }
+        Station {
+            link,
+            buses: Arc::default(),
+        }
     }
 
     /// What the gateway knows of the station now.

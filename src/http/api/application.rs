@@ -7,12 +7,23 @@ use super::call::{Answer, Call, not_yet_connected, ok};
 use crate::api::API_VERSION;
 
 /// `GET api/capabilities`.
-pub(super) async fn capabilities(_call: Call<'_>) -> Answer {
+pub(super) async fn capabilities(call: Call<'_>) -> Answer {
+    let mut features = vec![
+        "resources",
+        "channels",
+        "modules",
+        "maxAge",
+        "events",
+        "subscriptions",
+        "lease",
+    ];
+    // Bus transactions, until the station answers one `unsupported`.
+    features.extend(call.gateway.station.bus_supported().then_some("comm"));
     ok(json!({
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
         "codecVersion": station_protocol::PROTOCOL_VERSION.to_string(),
-        "features": ["resources", "channels", "modules", "maxAge", "events", "subscriptions", "lease"],
+        "features": features,
     }))
 }
 

@@ -6,6 +6,7 @@
 mod application;
 mod call;
 mod channels;
+mod comm;
 mod events;
 mod lease;
 mod modules;
@@ -121,6 +122,10 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(DELETE "lease", Admin, Open, lease::break_lease),
     endpoint!(PUT "lease/{id}", Control, Open, lease::renew),
     endpoint!(DELETE "lease/{id}", Control, Open, lease::release),
+    endpoint!(POST "comm/i2c", Control, Change, comm::i2c),
+    endpoint!(POST "comm/uart", Control, Change, comm::uart),
+    endpoint!(POST "comm/spi", Control, Change, comm::spi),
+    endpoint!(POST "comm/socket", Control, Open, comm::socket),
 ];
 
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.
