@@ -4,6 +4,7 @@
 //!
 //! `cargo run --release -p station-bench -- --all`
 
+mod bus;
 mod child;
 mod http;
 mod load;
@@ -25,7 +26,7 @@ use crate::report::Row;
 use crate::scenarios::Bench;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "idle",
     "cached",
     "forced",
@@ -37,6 +38,7 @@ const SCENARIOS: [&str; 11] = [
     "legacy",
     "fanout",
     "serial",
+    "bus",
 ];
 
 #[derive(Parser, Debug)]
@@ -46,7 +48,7 @@ struct Args {
     #[arg(long)]
     all: bool,
     /// Run one scenario (repeatable): idle, cached, forced, slow-station, batch, set, sets,
-    /// coalescing, legacy, fanout, serial.
+    /// coalescing, legacy, fanout, serial, bus (I2C through api/comm over TCP and serial).
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// Measuring time of each throughput run (a warm-up of a fifth of it comes first).
@@ -250,11 +252,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if wants("fanout") {
             step(&mut rows, "fanout", async { Ok(bench.fanout().await) }).await;
         }
+        if wants("bus") {
+            step(&mut rows, "bus", async { Ok(bus::bus(&bench).await) }).await;
+        }
         bench.gateway.stop().await;
     }
     if wants("serial") {
         step(&mut rows, "serial", async {
             Ok(scenarios::serial(&simulator, &binary, &names[0], bounds, &gateway_env).await)
+        })
+        .await;
+    }
+    if wants("bus") {
+        step(&mut rows, "bus-serial", async {
+            Ok(bus::bus_serial(&simulator, &binary, bounds, &gateway_env).await)
         })
         .await;
     }
