@@ -315,13 +315,13 @@ fn uart_line(call: &Call<'_>) -> Result<UartLine, ApiError> {
     let baud = u32::try_from(baud).ok().filter(|b| *b > 0).ok_or_else(|| {
         ApiError::bad_request(format!("BaudRate must be above 0, e.g. 9600, not {baud}"))
     })?;
-    let names = |all: &[&'static str]| all.to_vec();
+    let bus_names: Vec<&str> = UartBusType::ALL.iter().map(|b| b.name()).collect();
     let bus_type = setting(
         body,
         "BusType",
         UartBusType::Rs232,
         UartBusType::parse,
-        &names(&["RS232", "RS422", "RS485"]),
+        &bus_names,
     )?;
     let flow_names: Vec<&str> = FlowControl::ALL.iter().map(|f| f.name()).collect();
     let flow_control = setting(
