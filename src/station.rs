@@ -202,6 +202,23 @@ impl Station {
         self.link.write(items, admitted.guard.clone()).await
     }
 
+    /// Runs one bus transaction: after every earlier transaction on the same bus has been
+    /// answered, sent once under the admission's send guard. The bytes are what the station
+    /// received, as many as it says, never padded.
+    pub async fn bus(
+        &self,
+        request: station_protocol::BusRequest,
+        admitted: &Admitted,
+    ) -> Result<bytes::Bytes, LinkError> {
+        self.buses.run(&self.link, request, admitted).await
+    }
+
+    /// False once the station, on its current connection, answered a bus transaction with
+    /// `unsupported` (firmware without BUS); true until then.
+    pub fn bus_supported(&self) -> bool {
+        self.buses.supported(self.link.info().generation)
+    }
+
     /// Writes `value` to `name` and reads it back in one step, under the admission's send guard.
     pub async fn transact(
         &self,

@@ -8,12 +8,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use station_protocol::{BusRequest, ErrorCode};
 
-use super::Station;
 use crate::lease::Admitted;
-use crate::link::LinkError;
+use crate::link::{LinkError, LinkHandle};
 
-/// The per-bus queues and the station's answer on support, shared by every clone of a
-/// [`Station`].
+/// The per-bus queues and the station's answer on support, shared by every clone of the
+/// station service.
 #[derive(Debug, Default)]
 pub(super) struct BusLanes {
     /// One lane per bus channel. tokio's mutex hands its lock over in the order it was asked
@@ -28,22 +27,22 @@ impl BusLanes {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
         lanes.entry(channel.to_owned()).or_default().clone()
     }
-}
 
-impl Station {
-    /// Runs one bus transaction: after every earlier transaction on the same bus has been
-    /// answered, sent once under the admission's send guard. The bytes are what the station
-    /// received, as many as it says, never padded.
-    pub async fn bus(&self, request: BusRequest, admitted: &Admitted) -> Result<Bytes, LinkError> {
-        let lane = self.buses.lane(&request.channel);
+    /// Runs one transaction on `link` once every earlier one on the same bus was answered.
+    pub(super) async fn run(
+        &self,
+        link: &LinkHandle,
+        request: BusRequest,
+        admitted: &Admitted,
+    ) -> Result<Bytes, LinkError> {
+        let lane = self.lane(&request.channel);
         let _turn = lane.lock().await;
-        let generation = self.info().generation;
-        let result = self.link.bus(request, admitted.guard.clone()).await;
+        let generation = link.info().generation;
+        let result = link.bus(request, admitted.guard.clone()).await;
         if let Err(LinkError::Station(error)) = &result
             && error.code == ErrorCode::Unsupported
         {
             *self
-                .buses
                 .unsupported_in
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = Some(generation);
@@ -51,14 +50,13 @@ impl Station {
         result
     }
 
-    /// False once the station, on its current connection, answered a bus transaction with
-    /// `unsupported` (firmware without BUS); true until then.
-    pub fn bus_supported(&self) -> bool {
+    /// False once the station, on the link's current connection (`generation`), answered a
+    /// bus transaction with `unsupported`.
+    pub(super) fn supported(&self, generation: u64) -> bool {
         let unsupported_in = *self
-            .buses
             .unsupported_in
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        unsupported_in != Some(self.info().generation)
+        unsupported_in != Some(generation)
     }
 }
