@@ -53,6 +53,10 @@ pub fn station_status(code: ErrorCode) -> StatusCode {
         }
         ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
         ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
+        // Nothing acknowledged the address: no such device there.
+        ErrorCode::Nak => StatusCode::NOT_FOUND,
+        ErrorCode::BusTimeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorCode::BadSettings => StatusCode::BAD_REQUEST,
     }
 }
 

@@ -322,6 +322,21 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                 Err(error) => link_error(error),
             }
         }
+        // A bus transaction changes or consumes a device's state: a change.
+        Request::Bus(bus) => {
+            if let Err(error) = connected() {
+                return error;
+            }
+            let admitted = match legacy_policy(gateway, Access::Change) {
+                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Open(admitted) => admitted,
+            };
+            debug!(%peer, channel = %bus.channel, action = bus.action.name(), "legacy bus transaction");
+            match station.bus(bus, &admitted).await {
+                Ok(received) => Response::Bus(received),
+                Err(error) => link_error(error),
+            }
+        }
     }
 }
 

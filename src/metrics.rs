@@ -5,6 +5,10 @@
 //! (routes × statuses), so an observation is an array index and a relaxed `fetch_add`: no
 //! hashing, no lock, no allocation on the request path.
 
+mod comm;
+
+pub use comm::{BusKind, CommMetrics};
+
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -263,6 +267,8 @@ pub struct Metrics {
     pub legacy_clients: Gauge,
     pub legacy_connections: Counter,
     pub legacy_refused: Counter,
+    /// Bus transactions (`api/comm/*`).
+    pub comm: CommMetrics,
 }
 
 impl Metrics {
@@ -278,6 +284,7 @@ impl Metrics {
             legacy_clients: Gauge::default(),
             legacy_connections: Counter::default(),
             legacy_refused: Counter::default(),
+            comm: CommMetrics::default(),
         }
     }
 }
@@ -345,6 +352,7 @@ impl Snapshot<'_> {
             self.uptime.as_secs_f64(),
         );
         m.http.render(&mut out);
+        m.comm.render(&mut out);
         header(
             &mut out,
             "access_refused_total",

@@ -2,17 +2,18 @@
 //! subscription scheduler) goes through to touch the station. It decides what comes from the
 //! value cache and what from the hardware, applies the rule for channels whose read consumes
 //! data, says when the station has not been reached, computes ages, and hands each change to
-//! the link with the send guard its lease admission gave. Front ends only translate their wire
-//! format to and from it.
+//! the link with the send guard its lease admission gave, bus transactions one bus at a time in
+//! arrival order (`station/bus.rs`). Front ends only translate their wire format to and from it.
 
+mod bus;
 mod policy;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use station_protocol::{Configure, ConfigureReply, ItemResult, Value};
 use station_protocol::sample::{SampleEnd, SampleRequest};
+use station_protocol::{Configure, ConfigureReply, ItemResult, Value};
 use tokio::sync::broadcast;
 
 use crate::lease::Admitted;
@@ -26,6 +27,8 @@ use policy::{ReadPlan, plan_read};
 #[derive(Clone)]
 pub struct Station {
     link: LinkHandle,
+    /// The bus channels' transaction queues (`station/bus.rs`).
+    buses: Arc<bus::BusLanes>,
 }
 
 impl std::fmt::Debug for Station {
@@ -75,7 +78,10 @@ impl NotReached {
 
 impl Station {
     pub fn new(link: LinkHandle) -> Station {
-        Station { link }
+        Station {
+            link,
+            buses: Arc::default(),
+        }
     }
 
     /// What the gateway knows of the station now.
@@ -262,6 +268,23 @@ impl Station {
             settings: Vec::new(),
         };
         self.link.configure(request, None).await
+    }
+
+    /// Runs one bus transaction: after every earlier transaction on the same bus has been
+    /// answered, sent once under the admission's send guard. The bytes are what the station
+    /// received, as many as it says, never padded.
+    pub async fn bus(
+        &self,
+        request: station_protocol::BusRequest,
+        admitted: &Admitted,
+    ) -> Result<bytes::Bytes, LinkError> {
+        self.buses.run(&self.link, request, admitted).await
+    }
+
+    /// False once the station, on its current connection, answered a bus transaction with
+    /// `unsupported` (firmware without BUS); true until then.
+    pub fn bus_supported(&self) -> bool {
+        self.buses.supported(self.link.info().generation)
     }
 
     /// Writes `value` to `name` and reads it back in one step, under the admission's send guard.

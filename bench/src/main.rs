@@ -4,6 +4,7 @@
 //!
 //! `cargo run --release -p station-bench -- --all`
 
+mod bus;
 mod child;
 mod http;
 mod load;
@@ -27,7 +28,7 @@ use crate::report::Row;
 use crate::scenarios::Bench;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "idle",
     "cached",
     "forced",
@@ -40,6 +41,7 @@ const SCENARIOS: [&str; 12] = [
     "fanout",
     "serial",
     "sampling",
+    "bus",
 ];
 
 #[derive(Parser, Debug)]
@@ -49,7 +51,7 @@ struct Args {
     #[arg(long)]
     all: bool,
     /// Run one scenario (repeatable): idle, cached, forced, slow-station, batch, set, sets,
-    /// coalescing, legacy, fanout, serial, sampling.
+    /// coalescing, legacy, fanout, serial, sampling, bus (I2C through api/comm over TCP and serial).
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// Measuring time of each throughput run (a warm-up of a fifth of it comes first).
@@ -257,6 +259,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if wants("fanout") {
             step(&mut rows, "fanout", async { Ok(bench.fanout().await) }).await;
         }
+        if wants("bus") {
+            step(&mut rows, "bus", async { Ok(bus::bus(&bench).await) }).await;
+        }
         bench.gateway.stop().await;
     }
     if wants("serial") {
@@ -275,6 +280,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await;
         step(&mut rows, "sampling (serial)", async {
             Ok(sampling::serial(&simulator, &binary, &gateway_env, samples).await)
+        })
+        .await;
+    }
+    if wants("bus") {
+        step(&mut rows, "bus-serial", async {
+            Ok(bus::bus_serial(&simulator, &binary, bounds, &gateway_env).await)
         })
         .await;
     }

@@ -49,6 +49,8 @@ pub enum Opcode {
     Configure = 0x0C,
     /// A NumericResult acquisition, answered by several reply frames (SPEC.md §6.12).
     Sample = 0x0B,
+    /// One transaction on a bus channel (SPEC.md §6.11).
+    Bus = 0x0A,
     HelloReply = 0x81,
     SystemReply = 0x82,
     ListReply = 0x83,
@@ -59,6 +61,7 @@ pub enum Opcode {
     ResetReply = 0x89,
     ConfigureReply = 0x8C,
     SampleReply = 0x8B,
+    BusReply = 0x8A,
     /// The request as a whole failed; carries an error code and message.
     Error = 0xFF,
 }
@@ -78,6 +81,7 @@ impl Opcode {
             0x09 => Opcode::Reset,
             0x0C => Opcode::Configure,
             0x0B => Opcode::Sample,
+            0x0A => Opcode::Bus,
             0x81 => Opcode::HelloReply,
             0x82 => Opcode::SystemReply,
             0x83 => Opcode::ListReply,
@@ -88,6 +92,7 @@ impl Opcode {
             0x89 => Opcode::ResetReply,
             0x8C => Opcode::ConfigureReply,
             0x8B => Opcode::SampleReply,
+            0x8A => Opcode::BusReply,
             0xFF => Opcode::Error,
             _ => return None,
         })

@@ -12,6 +12,7 @@
 //!
 //! [`spec_examples`] holds one example frame of every kind, as `SPEC.md` shows them.
 
+pub mod bus;
 pub mod codec;
 pub mod configure;
 pub mod frame;
@@ -22,6 +23,7 @@ pub mod spec_examples;
 pub mod value;
 mod wire;
 
+pub use bus::{BusAction, BusRequest, FlowControl, Parity, UartBusType, UartLine};
 pub use codec::{CodecStats, StationCodec};
 pub use configure::{ChannelConfig, Configure, ConfigureReply};
 pub use frame::{FrameError, MAX_PAYLOAD, Opcode, PROTOCOL_VERSION, RawFrame};

@@ -43,6 +43,12 @@ pub enum ErrorCode {
     Internal = 7,
     /// The request frame's payload could not be decoded.
     Malformed = 8,
+    /// No device acknowledged its address on a bus, after the retries.
+    Nak = 9,
+    /// A bus transaction did not complete in time (a device held the bus).
+    BusTimeout = 10,
+    /// Line settings the bus cannot take, or an action it does not have.
+    BadSettings = 11,
 }
 
 impl ErrorCode {
@@ -56,6 +62,9 @@ impl ErrorCode {
             6 => ErrorCode::Unsupported,
             7 => ErrorCode::Internal,
             8 => ErrorCode::Malformed,
+            9 => ErrorCode::Nak,
+            10 => ErrorCode::BusTimeout,
+            11 => ErrorCode::BadSettings,
             _ => return None,
         })
     }
@@ -70,6 +79,9 @@ impl ErrorCode {
             ErrorCode::Unsupported => "unsupported",
             ErrorCode::Internal => "internal",
             ErrorCode::Malformed => "malformed",
+            ErrorCode::Nak => "nak",
+            ErrorCode::BusTimeout => "bus timeout",
+            ErrorCode::BadSettings => "bad settings",
         }
     }
 }
@@ -285,6 +297,8 @@ pub enum Request {
     Configure(crate::configure::Configure),
     /// A NumericResult acquisition; answered by several [`Response::Sample`] frames.
     Sample(SampleRequest),
+    /// One bus transaction (SPEC.md §6.11).
+    Bus(crate::bus::BusRequest),
 }
 
 /// A response or notification, station to client.
@@ -314,6 +328,8 @@ pub enum Response {
     Configure(Box<crate::configure::ConfigureReply>),
     /// One frame of an acquisition's answer; more follow until [`SamplePart::End`] or ERROR.
     Sample(SamplePart),
+    /// The bytes a bus transaction received; their count is the blob's length.
+    Bus(bytes::Bytes),
 }
 
 fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame, FrameError> {
@@ -432,6 +448,7 @@ impl Request {
             Request::Reset(_) => Opcode::Reset,
             Request::Configure(_) => Opcode::Configure,
             Request::Sample(_) => Opcode::Sample,
+            Request::Bus(_) => Opcode::Bus,
         }
     }
 
@@ -469,6 +486,7 @@ impl Request {
             Request::Reset(reset) => crate::reset::put(&mut out, reset),
             Request::Configure(configure) => configure.encode(&mut out),
             Request::Sample(request) => sample::put_request(&mut out, request),
+            Request::Bus(bus) => crate::bus::put_bus_request(&mut out, bus),
         }
         if self.count_overflows() {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -531,6 +549,7 @@ impl Request {
             Opcode::Reset => Request::Reset(crate::reset::get(&mut r)?),
             Opcode::Configure => Request::Configure(crate::configure::Configure::decode(&mut r)?),
             Opcode::Sample => Request::Sample(sample::get_request(&mut r)?),
+            Opcode::Bus => Request::Bus(crate::bus::get_bus_request(&mut r)?),
             _ => return Err(PayloadError::NotARequest(frame.opcode)),
         };
         r.finish()?;
@@ -553,6 +572,7 @@ impl Response {
             Response::Error(_) => Opcode::Error,
             Response::Configure(_) => Opcode::ConfigureReply,
             Response::Sample(_) => Opcode::SampleReply,
+            Response::Bus(_) => Opcode::BusReply,
         }
     }
 
@@ -641,6 +661,7 @@ impl Response {
                     return Err(FrameError::PayloadTooLarge(usize::MAX));
                 }
             }
+            Response::Bus(received) => out.put_blob(received),
         }
         if items > usize::from(u16::MAX) {
             return Err(FrameError::PayloadTooLarge(usize::MAX));
@@ -741,6 +762,7 @@ impl Response {
                 Response::Configure(Box::new(crate::configure::ConfigureReply::decode(&mut r)?))
             }
             Opcode::SampleReply => Response::Sample(sample::get_part(&mut r)?),
+            Opcode::BusReply => Response::Bus(r.at("bus received").bytes()?),
             _ => return Err(PayloadError::NotAResponse(frame.opcode)),
         };
         r.finish()?;
@@ -1061,7 +1083,7 @@ mod tests {
     }
 
     fn arb_error() -> impl Strategy<Value = StationError> {
-        (1u8..=8, arb_text()).prop_map(|(code, message)| StationError {
+        (1u8..=11, arb_text()).prop_map(|(code, message)| StationError {
             code: ErrorCode::from_u8(code).unwrap(),
             message,
         })
@@ -1098,6 +1120,43 @@ mod tests {
             )
     }
 
+    fn arb_bus_request() -> impl Strategy<Value = crate::bus::BusRequest> {
+        use crate::bus::{BusAction, BusRequest, FlowControl, Parity, UartBusType, UartLine};
+        let line = (
+            (any::<u32>(), 1u8..=3, 1u8..=6, 1u8..=5),
+            (any::<bool>(), any::<u8>(), any::<u32>()),
+        )
+            .prop_map(
+                |((baud, bus, flow, parity), (use_termination, termination_byte, timeout_ms))| {
+                    UartLine {
+                        baud,
+                        bus_type: UartBusType::from_u8(bus).unwrap(),
+                        flow_control: FlowControl::from_u8(flow).unwrap(),
+                        parity: Parity::from_u8(parity).unwrap(),
+                        use_termination,
+                        termination_byte,
+                        timeout_ms,
+                    }
+                },
+            );
+        (
+            (arb_text(), 1u8..=5, any::<u8>(), any::<u8>(), any::<u16>()),
+            proptest::collection::vec(any::<u8>(), 0..16),
+            proptest::option::of(line),
+        )
+            .prop_map(
+                |((channel, action, address, retries, receive), data, line)| BusRequest {
+                    channel,
+                    action: BusAction::from_u8(action).unwrap(),
+                    address,
+                    retries,
+                    receive,
+                    data: Bytes::from(data),
+                    line,
+                },
+            )
+    }
+
     fn arb_request() -> impl Strategy<Value = Request> {
         prop_oneof![
             (any::<u8>(), arb_text())
@@ -1118,6 +1177,7 @@ mod tests {
                 .prop_map(|(name, settings)| Request::Configure(
                     crate::configure::Configure { name, settings }
                 )),
+            arb_bus_request().prop_map(Request::Bus),
         ]
     }
 
@@ -1174,6 +1234,8 @@ mod tests {
             arb_value().prop_map(Response::Transact),
             any::<u64>().prop_map(|nonce| Response::Ping { nonce }),
             Just(Response::Reset),
+            proptest::collection::vec(any::<u8>(), 0..16)
+                .prop_map(|b| Response::Bus(Bytes::from(b))),
             (1u8..=3, arb_text()).prop_map(|(change, message)| Response::Notify(
                 Notify::ConfigurationChanged {
                     change: ChangeType::from_u8(change).unwrap(),

@@ -3,6 +3,9 @@
 //! `examples/spec_frames.rs` prints these dumps; a test below checks that every dump in
 //! `SPEC.md` is exactly what this code produces, so the specification cannot drift from it.
 
+use crate::bus::{
+    BusAction, BusRequest, DEFAULT_RETRIES, FlowControl, Parity, UartBusType, UartLine,
+};
 use crate::configure::{ChannelConfig, Configure, ConfigureReply};
 use crate::frame::{FrameError, HEADER_LEN, RawFrame, TRAILER_LEN};
 use crate::message::{
@@ -369,6 +372,55 @@ pub fn spec_examples() -> Vec<SpecExample> {
                 started_us: 1_764_590_400_000_000,
                 unit: "V".to_owned(),
             }))),
+        ),
+        ex(
+            "BUS",
+            10,
+            Req(Request::Bus(BusRequest {
+                channel: "0.ESH10000023.I2C09".to_owned(),
+                action: BusAction::SendReceive,
+                address: 0x50,
+                retries: DEFAULT_RETRIES,
+                receive: 4,
+                data: bytes::Bytes::from_static(&[0x10]),
+                line: None,
+            })),
+        ),
+        ex(
+            "BUS_UART",
+            11,
+            Req(Request::Bus(BusRequest {
+                channel: "0.ESH10000023.UART01".to_owned(),
+                action: BusAction::SendReceive,
+                address: 0,
+                retries: DEFAULT_RETRIES,
+                receive: 64,
+                data: bytes::Bytes::from_static(b"*IDN?\n"),
+                line: Some(UartLine {
+                    baud: 9600,
+                    bus_type: UartBusType::Rs232,
+                    flow_control: FlowControl::None,
+                    parity: Parity::None,
+                    use_termination: true,
+                    termination_byte: b'\n',
+                    timeout_ms: 1000,
+                }),
+            })),
+        ),
+        ex(
+            "BUS_REPLY",
+            10,
+            Res(Response::Bus(bytes::Bytes::from_static(&[
+                0xDE, 0xAD, 0xBE, 0xEF,
+            ]))),
+        ),
+        ex(
+            "BUS_ERROR",
+            12,
+            Res(Response::Error(StationError::new(
+                ErrorCode::Nak,
+                "no device acknowledged address 0x51",
+            ))),
         ),
     ]
 }

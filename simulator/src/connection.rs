@@ -263,7 +263,10 @@ async fn answer(
     if !work.is_zero() {
         tokio::time::sleep(work).await;
     }
-    let response = respond(shared, request, id, options);
+    let response = match request {
+        Request::Bus(bus) => crate::bus::answer(shared, &bus, id, &options.peer).await,
+        request => respond(shared, request, id, options),
+    };
     match response.to_frame(request_id) {
         Ok(frame) => frame,
         Err(error) => error_frame(
@@ -385,6 +388,11 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
             ErrorCode::Internal,
             "SAMPLE is answered by its own stream",
         )),
+        // Answered by `bus::answer`, which may wait on the bus; never reached from `answer`.
+        Request::Bus(bus) => match crate::bus::transact(&mut shared.lock_station(), &bus, now) {
+            Ok(outcome) => Response::Bus(outcome.received),
+            Err(error) => Response::Error(error),
+        },
     }
 }
 

@@ -1,7 +1,7 @@
 //! A tiny line-based control interface for demos: one command a line, one line of answer.
 //!
 //! Commands: `drop`, `stall on|off`, `corrupt`, `delay MS`, `processing MS`, `remove CHANNEL`,
-//! `restart`, `refuse on|off`, `writes`, `reads CHANNEL`, `status`, `help`.
+//! `restart`, `refuse on|off`, `shortread N|off`, `writes`, `reads CHANNEL`, `status`, `help`.
 
 use std::time::Duration;
 
@@ -11,7 +11,8 @@ use tokio::net::TcpListener;
 use crate::server::SimulatorHandle;
 
 const HELP: &str = "commands: drop | stall on|off | corrupt | delay MS | processing MS | \
-                    remove CHANNEL | restart | refuse on|off | writes | reads CHANNEL | status | help";
+                    remove CHANNEL | restart | refuse on|off | shortread N|off | writes | \
+                    reads CHANNEL | status | help";
 
 /// Serves control connections on `listener` until the simulator's task is dropped.
 pub async fn run_control(listener: TcpListener, simulator: SimulatorHandle) {
@@ -90,6 +91,20 @@ pub async fn execute(simulator: &SimulatorHandle, line: &str) -> String {
             Some(name) if simulator.remove_channel(name) => format!("ok: removed {name}"),
             Some(name) => format!("error: no such channel: {name}"),
             None => "error: remove CHANNEL".to_owned(),
+        },
+        "shortread" => match argument {
+            Some("off") => {
+                simulator.set_bus_read_limit(None);
+                "ok: bus replies carry what the bus received".to_owned()
+            }
+            Some(n) => match n.parse::<usize>() {
+                Ok(limit) => {
+                    simulator.set_bus_read_limit(Some(limit));
+                    format!("ok: bus replies carry at most {limit} bytes")
+                }
+                Err(_) => "error: shortread N|off".to_owned(),
+            },
+            None => "error: shortread N|off".to_owned(),
         },
         "restart" => {
             simulator.restart();

@@ -4,6 +4,7 @@
 //! Layers:
 //! - [`profile`]: the station described as data (`config/station.toml`), validated.
 //! - `station`: the station's state and behaviour, computed from elapsed time.
+//! - [`devices`] and `bus`: the devices on the bus channels and the BUS operation on them.
 //! - `connection`: one client link: frames in, concurrent requests, paced and faulted replies out.
 //! - [`server`]: [`Simulator::start`], the listener, the trip ticker and the [`SimulatorHandle`].
 //! - `sampling`: SAMPLE, a NumericResult channel's acquisition streamed as many frames.
@@ -11,9 +12,11 @@
 //! - [`client`]: a small sequential client used by `station-cli` and the tests.
 //! - [`control`]: the line-based control interface of `station-sim --control`.
 
+mod bus;
 pub mod client;
 mod connection;
 pub mod control;
+pub mod devices;
 pub mod profile;
 mod pty;
 mod reset;

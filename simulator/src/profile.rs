@@ -224,6 +224,8 @@ pub struct Profile {
     pub outputs: Vec<OutputSpec>,
     /// Channels in LIST order, templates already expanded.
     pub channels: Vec<ChannelSpec>,
+    /// The bus channels' devices (`[[bus]]`).
+    pub buses: Vec<crate::devices::BusSpec>,
 }
 
 impl Profile {
@@ -286,6 +288,8 @@ struct RawProfile {
     output: Vec<Spanned<RawOutput>>,
     #[serde(default)]
     channel: Vec<Spanned<RawChannel>>,
+    #[serde(default)]
+    bus: Vec<Spanned<crate::devices::RawBus>>,
 }
 
 fn default_window() -> u16 {
@@ -629,12 +633,20 @@ fn build(source: &Source<'_>, raw: RawProfile) -> Result<Profile, InvalidProfile
         }
     }
 
+    let bus_spans: Vec<Range<usize>> = raw.bus.iter().map(|b| b.span()).collect();
+    let buses = crate::devices::build_buses(
+        raw.bus.into_iter().map(Spanned::into_inner).collect(),
+        &channels,
+        |index, key, message| source.invalid(&bus_spans[index], "bus", key, message),
+    )?;
+
     Ok(Profile {
         origin: source.origin.to_owned(),
         station,
         modules,
         outputs,
         channels,
+        buses,
     })
 }
 
@@ -980,7 +992,8 @@ mod tests {
         ] {
             assert!(names.contains(&expected), "{expected} missing");
         }
-        assert_eq!(names.len(), 2 + 1 + 2 + 28 + 2 + 8 + 6 + 2 + 3);
+        assert_eq!(names.len(), 2 + 1 + 2 + 28 + 2 + 8 + 6 + 3 + 3);
+        assert_eq!(profile.buses.len(), 3);
         let uart = profile
             .channels
             .iter()

@@ -52,6 +52,8 @@ pub(crate) struct Faults {
     pub corrupt_next: AtomicBool,
     reply_delay: Mutex<Duration>,
     processing: Mutex<Duration>,
+    /// The most bytes a BUS reply carries, whatever the bus received (a short read).
+    bus_read_limit: Mutex<Option<usize>>,
 }
 
 impl Faults {
@@ -61,6 +63,10 @@ impl Faults {
 
     pub(crate) fn processing(&self) -> Duration {
         *lock(&self.processing)
+    }
+
+    pub(crate) fn bus_read_limit(&self) -> Option<usize> {
+        *lock(&self.bus_read_limit)
     }
 }
 
@@ -149,6 +155,7 @@ impl Shared {
             Request::Read { names } => names.iter().map(|n| station.latency_of(n)).sum(),
             Request::Write { items } => items.iter().map(|(n, _)| station.latency_of(n)).sum(),
             Request::Transact { name, .. } => station.latency_of(name),
+            Request::Bus(bus) => station.latency_of(&bus.channel),
             _ => Duration::ZERO,
         }
     }
@@ -411,6 +418,12 @@ impl SimulatorHandle {
     /// Holds every reply back this long after it is ready.
     pub fn set_reply_delay(&self, delay: Duration) {
         *lock(&self.shared.faults.reply_delay) = delay;
+    }
+
+    /// While `Some(n)`, every BUS reply carries at most `n` of the bytes the bus received: a
+    /// short read, as an out-of-date agent gives one.
+    pub fn set_bus_read_limit(&self, limit: Option<usize>) {
+        *lock(&self.shared.faults.bus_read_limit) = limit;
     }
 
     /// Time every request takes before it is answered (the profile's `processing_ms`).

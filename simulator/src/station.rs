@@ -206,6 +206,8 @@ pub(crate) struct Station {
     pending_notifies: Vec<Notify>,
     /// Hardware reads per channel name, READ items and TRANSACT reads alike.
     read_counts: HashMap<String, u64>,
+    /// The devices on the bus channels, for BUS (`bus.rs`).
+    pub(crate) buses: crate::bus::Buses,
 }
 
 fn unknown_channel(name: &str) -> StationError {
@@ -234,6 +236,7 @@ impl Station {
             rng,
             pending_notifies: Vec::new(),
             read_counts: HashMap::new(),
+            buses: crate::bus::Buses::new(&profile.buses),
         };
         for spec in &profile.channels {
             station.push_channel(spec.clone());
@@ -549,6 +552,32 @@ impl Station {
         }
     }
 
+    /// The instrument on UART channel `name`: its pending line and receive buffer, its replies
+    /// and its answer to an unknown command.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn uart_parts(
+        &mut self,
+        name: &str,
+    ) -> Option<(
+        &mut String,
+        &mut String,
+        &std::collections::BTreeMap<String, String>,
+        &str,
+    )> {
+        let index = *self.by_name.get(name)?;
+        let channel = &mut self.channels[index];
+        match (&channel.spec.model, &mut channel.state) {
+            (
+                ChannelModel::Uart { replies, unknown },
+                ChannelState::Uart {
+                    pending_line,
+                    receive,
+                },
+            ) => Some((pending_line, receive, replies, unknown.as_str())),
+            _ => None,
+        }
+    }
+
     /// Writes then reads `name` as one step.
     pub(crate) fn transact(
         &mut self,
@@ -626,7 +655,7 @@ fn i2c_write(registers: &mut [u8; 256], queue: &mut VecDeque<u8>, bytes: &[u8]) 
 }
 
 /// An instrument on a UART: every complete line written queues its reply line.
-fn uart_write(
+pub(crate) fn uart_write(
     pending_line: &mut String,
     receive: &mut String,
     text: &str,

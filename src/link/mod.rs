@@ -373,6 +373,18 @@ impl LinkHandle {
         }
     }
 
+    /// One bus transaction: the bytes the station received.
+    pub async fn bus(
+        &self,
+        request: station_protocol::BusRequest,
+        guard: Option<SendGuard>,
+    ) -> Result<bytes::Bytes, LinkError> {
+        match self.change(Request::Bus(request), guard).await? {
+            Response::Bus(received) => Ok(received),
+            other => Err(unexpected(Opcode::Bus, &other)),
+        }
+    }
+
     async fn change(
         &self,
         request: Request,

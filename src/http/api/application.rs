@@ -11,12 +11,17 @@ use crate::error::ApiError;
 use crate::link::LinkError;
 
 /// `GET api/capabilities`.
-pub(super) async fn capabilities(_call: Call<'_>) -> Answer {
+pub(super) async fn capabilities(call: Call<'_>) -> Answer {
+    let mut features = features();
+    // Bus transactions, until the station answers one `unsupported`.
+    if !call.gateway.station.bus_supported() {
+        features.retain(|feature| *feature != "comm");
+    }
     ok(json!({
         "apiVersion": API_VERSION,
         "webApiVersion": format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
         "codecVersion": station_protocol::PROTOCOL_VERSION,
-        "features": features(),
+        "features": features,
     }))
 }
 

@@ -189,7 +189,10 @@ mod tests {
 
     #[test]
     fn details_are_the_types_own_fields_or_null() {
-        assert_eq!(channel_json(0, &descriptor(1, &[]), None)["details"], Json::Null);
+        assert_eq!(
+            channel_json(0, &descriptor(1, &[]), None)["details"],
+            Json::Null
+        );
         // An enum's options are not a multiplexer's destinations.
         assert_eq!(
             channel_json(0, &descriptor(2, &["Off", "On"]), None)["details"],

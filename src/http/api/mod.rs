@@ -8,6 +8,7 @@ mod audit;
 mod call;
 mod channel_config;
 mod channels;
+mod comm;
 mod config_files;
 mod events;
 mod lease;
@@ -162,10 +163,6 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(PUT "lease/{id}", Control, Open, lease::renew),
     endpoint!(DELETE "lease/{id}", Control, Open, lease::release),
     endpoint!(GET "audit/log", Admin, Open, audit::log),
-    // Built by issue 18 (bus transactions).
-    unserved!(POST "comm/i2c", BUS),
-    unserved!(POST "comm/uart", BUS),
-    unserved!(POST "comm/spi", BUS),
     // What a station behind the byte protocol does not have.
     unserved!(POST "comm/socket", SOCKET),
     unserved!(GET "channels/encoded", ENCODED),
@@ -209,6 +206,9 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(POST "numeric-results/acquire", Control, Change, numeric::acquire),
     endpoint!(POST "numeric-results/measure", Control, Change, numeric::measure),
     endpoint!(GET "numeric-results/result/{id}", Read, Open, numeric::result),
+    endpoint!(POST "comm/i2c", Control, Change, comm::i2c),
+    endpoint!(POST "comm/uart", Control, Change, comm::uart),
+    endpoint!(POST "comm/spi", Control, Change, comm::spi),
 ];
 
 /// Endpoints whose body is not one JSON object (a list, a file upload): their handlers read

@@ -29,9 +29,6 @@ pub(crate) const SOCKET: Unserved = Unserved::ByteProtocol("socket (TCP/IP) tran
 pub(crate) const INSTRUMENTS: Unserved =
     Unserved::ByteProtocol("instrument types or function maps in its channel descriptors");
 
-// What other issues build; each such line of the endpoint table is replaced when it lands.
-pub(crate) const BUS: Unserved = Unserved::NotYet("bus transactions", 18);
-
 impl Unserved {
     /// The 501 for `label` (`POST api/comm/i2c`).
     pub(crate) fn error(self, label: &str) -> ApiError {
@@ -75,8 +72,5 @@ mod tests {
             "{}",
             error.message
         );
-        let error = BUS.error("POST api/comm/i2c");
-        assert!(error.message.contains("not yet served by this gateway"));
-        assert!(error.message.contains("issue 18"));
     }
 }

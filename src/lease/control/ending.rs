@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::super::store::AcquireRequest;
 use super::super::notice::LeaseNotice;
+use super::super::store::AcquireRequest;
 use super::super::{LeaseError, LeaseView};
 use super::state::{EndingLease, LeaseState, LiveLease};
 use super::{

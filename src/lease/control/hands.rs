@@ -8,8 +8,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::super::store::{AcquireRequest, Acquisition};
 use super::super::notice::LeaseNotice;
+use super::super::store::{AcquireRequest, Acquisition};
 use super::super::{LeaseError, LeaseView, rfc3339};
 use super::state::{LeaseState, LiveLease};
 use super::{ControlLease, LeaseAnswer, Waiter, lock};
