@@ -69,15 +69,15 @@ def test_configure_a_description_and_unit_reads_back_and_every_stream_sees_a_con
     events = Events(client.events.open())
     try:
         client.channels.configure(ChannelConfigRequest(
-            net_name="+1V8", description="Main 1.8 V rail monitor", unit="mV"))
-        again = channel(client, "+1V8")
+            net_name="0.1.ESH10000158.MON_1V8", description="Main 1.8 V rail monitor", unit="mV"))
+        again = channel(client, "0.1.ESH10000158.MON_1V8")
         assert (again.description, again.unit) == ("Main 1.8 V rail monitor", "mV")
         data = events.named("configuration", 5)
         assert data.get("changeType") == "Changed", data
     finally:
         events.close()
     listed = {c.net_name or c.alias: c for c in client.channels.get_all()}
-    assert listed["+1V8"].unit == "mV"
+    assert listed["0.1.ESH10000158.MON_1V8"].unit == "mV"
 
 
 def test_net_name_locates_and_alias_renames_and_the_other_fields_and_details_apply(client) -> None:
