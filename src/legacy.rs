@@ -269,18 +269,35 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
-            let result = if configure.settings.is_empty() {
-                station.channel_config(&configure.name).await
-            } else {
-                let admitted = match legacy_policy(gateway, Access::Change) {
-                    LegacyPolicy::Locked(message) => return locked(message),
-                    LegacyPolicy::Open(admitted) => admitted,
+            if configure.settings.is_empty() {
+                // Only asks: changes nothing, so no lease check and no audit line.
+                return match station.channel_config(&configure.name).await {
+                    Ok(reply) => Response::Configure(Box::new(reply)),
+                    Err(error) => link_error(error),
                 };
-                station.configure(configure, &admitted).await
+            }
+            let asked: Vec<(String, Value)> = configure
+                .settings
+                .iter()
+                .map(|(key, value)| (format!("{}.{key}", configure.name), value.clone()))
+                .collect();
+            let change = LegacyChange::new(gateway, peer, "configure", &asked);
+            let admitted = match legacy_policy(gateway, Access::Change) {
+                LegacyPolicy::Locked(message) => {
+                    return change.answered(locked(message), Outcome::Refused).await;
+                }
+                LegacyPolicy::Open(admitted) => admitted,
             };
-            match result {
-                Ok(reply) => Response::Configure(Box::new(reply)),
-                Err(error) => link_error(error),
+            match station.configure(configure, &admitted).await {
+                Ok(reply) => {
+                    change
+                        .answered(Response::Configure(Box::new(reply)), Outcome::Applied)
+                        .await
+                }
+                Err(error) => {
+                    let outcome = link_outcome(&error);
+                    change.answered(link_error(error), outcome).await
+                }
             }
         }
         Request::Transact { name, value } => {
@@ -312,14 +329,20 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
+            let change = LegacyChange::new(gateway, peer, "reset", &[]);
             let admitted = match legacy_policy(gateway, Access::Change) {
-                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Locked(message) => {
+                    return change.answered(locked(message), Outcome::Refused).await;
+                }
                 LegacyPolicy::Open(admitted) => admitted,
             };
             let requester = format!("{} (legacy client {peer})", reset.requester);
             match station.reset(requester, &admitted).await {
-                Ok(()) => Response::Reset,
-                Err(error) => link_error(error),
+                Ok(()) => change.answered(Response::Reset, Outcome::Applied).await,
+                Err(error) => {
+                    let outcome = link_outcome(&error);
+                    change.answered(link_error(error), outcome).await
+                }
             }
         }
         // A bus transaction changes or consumes a device's state: a change.
@@ -327,14 +350,25 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             if let Err(error) = connected() {
                 return error;
             }
+            let asked = [(bus.channel.clone(), Value::Bytes(bus.data.clone()))];
+            let change = LegacyChange::new(gateway, peer, "bus", &asked);
             let admitted = match legacy_policy(gateway, Access::Change) {
-                LegacyPolicy::Locked(message) => return locked(message),
+                LegacyPolicy::Locked(message) => {
+                    return change.answered(locked(message), Outcome::Refused).await;
+                }
                 LegacyPolicy::Open(admitted) => admitted,
             };
             debug!(%peer, channel = %bus.channel, action = bus.action.name(), "legacy bus transaction");
             match station.bus(bus, &admitted).await {
-                Ok(received) => Response::Bus(received),
-                Err(error) => link_error(error),
+                Ok(received) => {
+                    change
+                        .answered(Response::Bus(received), Outcome::Applied)
+                        .await
+                }
+                Err(error) => {
+                    let outcome = link_outcome(&error);
+                    change.answered(link_error(error), outcome).await
+                }
             }
         }
     }

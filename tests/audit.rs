@@ -262,7 +262,38 @@ async fn legacy_port_changes_are_in_the_trail() {
         line.contains(" LEGACY write - ") && line.contains("outcome=refused"),
         "{line}"
     );
+    // A legacy bus transaction is a change too: refused while the lease is held, in the trail.
+    let scan = station_protocol::Request::Bus(station_protocol::BusRequest {
+        channel: "0.ESH10000023.I2C09".into(),
+        action: station_protocol::BusAction::Scan,
+        address: 0,
+        retries: 0,
+        receive: 0,
+        data: Default::default(),
+        line: None,
+    });
+    let refused = client.request(scan.clone()).await;
+    assert!(format!("{refused:?}").contains("Locked"), "{refused:?}");
+    let line = file_lines(&dir).pop().unwrap();
+    assert!(
+        line.contains(" LEGACY bus - ") && line.contains("outcome=refused"),
+        "{line}"
+    );
     rig.release_lease(&lease).await;
+    // Once nobody holds it, the scan goes through and is in the trail as applied.
+    let scanned = client.request(scan).await.unwrap();
+    assert!(
+        matches!(scanned, station_protocol::Response::Bus(_)),
+        "{scanned:?}"
+    );
+    let line = file_lines(&dir)
+        .into_iter()
+        .rfind(|l| l.contains(" LEGACY bus "))
+        .expect("the legacy bus transaction is in the trail");
+    assert!(
+        line.contains("outcome=applied") && line.contains("0.ESH10000023.I2C09"),
+        "{line}"
+    );
     rig.gateway.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
