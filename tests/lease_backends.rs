@@ -371,3 +371,142 @@ async fn a_client_chosen_token_only_gets_back_the_lease_it_holds_over_http() -> 
     );
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// A renewal the store confirms only after the lease's deadline (issue 15 item 1), on every
+// backend: the store is wrapped so that its refresh answers late, as a slow database would.
+
+/// A store whose refresh answers only after `delay`.
+struct SlowRefresh {
+    inner: std::sync::Arc<dyn station_gateway::lease::LeaseStore>,
+    delay: std::time::Duration,
+}
+
+impl station_gateway::lease::LeaseStore for SlowRefresh {
+    fn try_acquire_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        request: station_gateway::lease::AcquireRequest,
+    ) -> futures::future::BoxFuture<'a, Result<station_gateway::lease::Acquisition, LeaseStoreError>>
+    {
+        self.inner.try_acquire_kind(kind, name, request)
+    }
+
+    fn refresh_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+        ttl: Option<std::time::Duration>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
+    > {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.inner.refresh_kind(kind, name, token, ttl).await
+        })
+    }
+
+    fn release_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+    ) -> futures::future::BoxFuture<'a, Result<bool, LeaseStoreError>> {
+        self.inner.release_kind(kind, name, token)
+    }
+
+    fn holders<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Vec<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
+    > {
+        self.inner.holders(kind, name)
+    }
+}
+
+/// While a renewal waits on the store past the lease's deadline, nobody may change the station;
+/// the renewal, confirmed too late, does not extend the lease; the store agrees it ended.
+async fn a_late_renewal_never_opens_a_gap(url: &str) -> Result<()> {
+    use station_gateway::lease::{Access, ControlLease, LeaseError};
+    use std::time::Duration;
+    const TTL: Duration = Duration::from_millis(1000);
+    let inner = BackendUrl::parse(url)?.open().await?;
+    let name = format!(
+        "control:late-renewal-{}",
+        &LeaseToken::random().as_str()[..12]
+    );
+    let (events, _) = tokio::sync::broadcast::channel(16);
+    let lease = std::sync::Arc::new(ControlLease::new(
+        std::sync::Arc::new(SlowRefresh {
+            inner: inner.clone(),
+            delay: Duration::from_millis(600),
+        }),
+        name.clone(),
+        events,
+    ));
+    let started = tokio::time::Instant::now();
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Renew 100 ms before the deadline; the store answers 500 ms after it.
+    tokio::time::sleep_until(started + TTL - Duration::from_millis(100)).await;
+    let renewal = tokio::spawn({
+        let (lease, id) = (lease.clone(), held.lease_id.clone());
+        async move { lease.renew(&id, None).await }
+    });
+    tokio::time::sleep_until(started + TTL + Duration::from_millis(100)).await;
+    ensure!(
+        !renewal.is_finished(),
+        "the slow store answered before the check; the test checked nothing"
+    );
+    let refusal = lease.admit(Access::Change, None).err();
+    ensure!(
+        matches!(refusal, Some(LeaseError::Ending { .. })),
+        "a non-holder was admitted while the renewal waited past the deadline: {refusal:?}"
+    );
+    let renewed = renewal.await?;
+    ensure!(
+        matches!(renewed, Err(LeaseError::NoSuchLease)),
+        "a renewal confirmed after the deadline extended the lease: {renewed:?}"
+    );
+    ensure!(!lease.view().held, "still held after the late renewal");
+    ensure!(
+        inner.current(&name).await?.is_none(),
+        "the store still holds the lease whose renewal came too late"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_late_renewal_never_opens_a_gap_in_memory() -> Result<()> {
+    a_late_renewal_never_opens_a_gap("memory").await
+}
+
+#[tokio::test]
+async fn a_late_renewal_never_opens_a_gap_on_sqlite() -> Result<()> {
+    let path = sqlite_path();
+    let result = a_late_renewal_never_opens_a_gap(&format!("sqlite:{}", path.display())).await;
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
+#[tokio::test]
+async fn a_late_renewal_never_opens_a_gap_on_postgres() -> Result<()> {
+    let url = postgres_url();
+    ensure_reachable("PostgreSQL", "LEASE_TEST_POSTGRES_URL", &url).await;
+    a_late_renewal_never_opens_a_gap(&url).await
+}
+
+#[tokio::test]
+async fn a_late_renewal_never_opens_a_gap_on_redis() -> Result<()> {
+    let url = redis_url();
+    ensure_reachable("Redis", "LEASE_TEST_REDIS_URL", &url).await;
+    a_late_renewal_never_opens_a_gap(&url).await
+}
