@@ -24,12 +24,28 @@ impl Table {
         Table(serde_json::from_str(TABLE).expect("tests/data/dotnet_models.json is JSON"))
     }
 
-    /// What the .NET client binds the answer of `label` to (`None`: it reads no body).
-    fn endpoint(&self, label: &str) -> Option<&str> {
+    /// What the .NET client binds the answer of `label` to (`None`: it reads no body): a type,
+    /// or an object of `{id}` → type where the type depends on the path's `{id}`.
+    fn endpoint(&self, label: &str) -> Option<&Json> {
         let binds = self.0["endpoints"]
             .get(label)
             .unwrap_or_else(|| panic!("{label} is not in the table"));
-        binds.as_str()
+        (!binds.is_null()).then_some(binds)
+    }
+
+    /// The type the answer of `label` binds to, its path's `{id}` being `id`.
+    fn binds(&self, label: &str, id: Option<&str>) -> &str {
+        let binds = self
+            .endpoint(label)
+            .unwrap_or_else(|| panic!("{label} binds no type"));
+        match (binds, id) {
+            (Json::String(ty), _) => ty,
+            (Json::Object(by_id), Some(id)) => by_id
+                .get(id)
+                .and_then(Json::as_str)
+                .unwrap_or_else(|| panic!("{label}: the table has no type for {{id}} = {id}")),
+            _ => panic!("{label}: the table's entry {binds} needs the path's {{id}}"),
+        }
     }
 
     /// The type mismatches of `value` against the .NET type `ty`, each naming its JSON path.
@@ -81,6 +97,7 @@ impl Table {
             "DateTime" | "DateTimeOffset" => value
                 .as_str()
                 .is_some_and(|s| s.len() >= 19 && s.as_bytes()[4] == b'-' && s.contains('T')),
+            "TimeSpan" => value.as_str().is_some_and(timespan_binds),
             _ => {
                 if let Some(model) = self.0["models"].get(ty) {
                     return self.check_model(ty, model, value, at, wrong);
@@ -123,6 +140,40 @@ impl Table {
             }
         }
     }
+}
+
+/// What Newtonsoft reads as a `TimeSpan` (`TimeSpan.Parse`'s constant format):
+/// `[-][d.]hh:mm:ss[.fffffff]`, hours below 24, minutes and seconds below 60.
+fn timespan_binds(text: &str) -> bool {
+    let text = text.strip_prefix('-').unwrap_or(text);
+    let (clock, fraction) = match text.split_once('.') {
+        // `d.hh:mm:ss`: the first dot comes before the first colon.
+        Some((days, rest)) if !days.contains(':') => match rest.split_once('.') {
+            Some((clock, fraction)) => {
+                if !days.bytes().all(|b| b.is_ascii_digit()) || days.is_empty() {
+                    return false;
+                }
+                (clock, Some(fraction))
+            }
+            None => {
+                if !days.bytes().all(|b| b.is_ascii_digit()) || days.is_empty() {
+                    return false;
+                }
+                (rest, None)
+            }
+        },
+        Some((clock, fraction)) => (clock, Some(fraction)),
+        None => (text, None),
+    };
+    let parts: Vec<&str> = clock.split(':').collect();
+    let limits = [24, 60, 60];
+    let clock_ok = parts.len() == 3
+        && parts.iter().zip(limits).all(|(part, limit)| {
+            !part.is_empty() && part.len() <= 2 && part.parse::<u32>().is_ok_and(|n| n < limit)
+        });
+    let fraction_ok = fraction
+        .is_none_or(|f| (1..=7).contains(&f.len()) && f.bytes().all(|b| b.is_ascii_digit()));
+    clock_ok && fraction_ok
 }
 
 #[test]
@@ -190,6 +241,41 @@ fn the_checker_refuses_what_dotnet_cannot_bind() {
             .is_empty()
     );
     assert!(!table.check("ModuleStatus", &json!("Fine"), "$").is_empty());
+    // TimeSpan: .NET's constant format, not milliseconds nor ISO 8601.
+    for good in ["00:00:00.1000000", "01:02:05", "1.02:03:04.5", "-00:00:01"] {
+        assert!(
+            table.check("TimeSpan", &json!(good), "$").is_empty(),
+            "{good}"
+        );
+    }
+    for bad in [
+        json!(100),
+        json!("PT0.1S"),
+        json!("00:60:00"),
+        json!("1:2"),
+        json!("00:00:00.12345678"),
+    ] {
+        assert!(!table.check("TimeSpan", &bad, "$").is_empty(), "{bad}");
+    }
+    assert!(
+        !table
+            .check("NumericStatsDto", &json!({"count": 3, "mean": "1.0"}), "$")
+            .is_empty()
+    );
+    assert!(
+        table
+            .check("NumericStatsDto", &json!({"count": 1, "stdev": null}), "$")
+            .is_empty()
+    );
+    assert!(
+        !table
+            .check(
+                "BusTransactionResponse",
+                &json!({"numberOfBytesReceived": "2"}),
+                "$"
+            )
+            .is_empty()
+    );
     assert!(
         !table
             .check("StreamStateDto", &json!({"generation": null}), "$")
@@ -201,16 +287,7 @@ fn the_checker_refuses_what_dotnet_cannot_bind() {
 async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<String>>> {
     let mut found = BTreeMap::new();
     let mut record = |label: &str, status: u16, answer: &Json| {
-        assert_eq!(status, 200, "{label}: {answer}");
-        let ty = table
-            .endpoint(label)
-            .unwrap_or_else(|| panic!("{label} binds no type"));
-        // The event stream's events are checked one by one below.
-        let wrong = match ty {
-            "events" => Vec::new(),
-            _ => table.check(ty, answer, "$"),
-        };
-        found.insert(label.to_owned(), wrong);
+        record_in(&mut found, table, label, None, status, answer);
     };
     for path in [
         "capabilities",
@@ -295,14 +372,300 @@ async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<Strin
         event_errors.extend(table.check(ty, &event.data, name));
     }
     found.insert("events".into(), event_errors);
+    exercise_buses(rig, table, &mut found).await;
+    exercise_numeric_results(rig, table, &mut found).await;
+    exercise_configuration(rig, table, &mut found).await;
+    let (status, log) = rig.get("audit/log?tail=20").await;
+    record_in(&mut found, table, "GET api/audit/log", None, status, &log);
     Ok(found)
+}
+
+/// Checks `answer` (which must be a 200) against what `label` binds, `id` being its path's
+/// `{id}`, and keeps what does not bind under `label`.
+fn record_in(
+    found: &mut BTreeMap<String, Vec<String>>,
+    table: &Table,
+    label: &str,
+    id: Option<&str>,
+    status: u16,
+    answer: &Json,
+) {
+    assert_eq!(status, 200, "{label}: {answer}");
+    // The event stream's events are checked one by one.
+    let wrong = match table.binds(label, id) {
+        "events" => Vec::new(),
+        ty => table.check(
+            ty,
+            answer,
+            &format!("${}", id.map(|i| format!("({i})")).unwrap_or_default()),
+        ),
+    };
+    found.entry(label.to_owned()).or_default().extend(wrong);
+}
+
+/// A request the .NET client reads no body of: it only needs the success.
+fn no_body(table: &Table, label: &str, status: u16, answer: &impl std::fmt::Display) {
+    assert!(
+        table.endpoint(label).is_none(),
+        "{label} binds a type: check its answer"
+    );
+    assert!((200..300).contains(&status), "{label}: {status} {answer}");
+}
+
+const I2C: &str = "0.ESH10000023.I2C09";
+const UART: &str = "0.ESH10000023.UART01";
+const SPI: &str = "0.ESH10000023.SPI01";
+const ADC_NR: &str = "0.8.ESH10000590.NumericResult";
+const ADC01: &str = "0.8.ESH10000590.ADC01";
+
+/// `api/comm/*`: transactions that receive bytes, so `received` is not empty.
+async fn exercise_buses(rig: &Rig, table: &Table, found: &mut BTreeMap<String, Vec<String>>) {
+    let transactions = [
+        (
+            "i2c",
+            json!({ "DeviceName": I2C, "Address": "00", "Action": "Scan" }),
+        ),
+        (
+            "i2c",
+            json!({ "DeviceName": I2C, "Address": "50", "Action": "SendReceive",
+                    "DataToSend": "00", "NumberOfBytesToReceive": 2 }),
+        ),
+        (
+            "uart",
+            json!({ "DeviceName": UART, "Action": "SendReceive", "DataToSend": "2A49444E3F0A",
+                    "NumberOfBytesToReceive": 64, "UseTerminationByte": true,
+                    "TerminationByte": "0A", "TimeoutMs": 1000 }),
+        ),
+        (
+            "spi",
+            json!({ "DeviceName": SPI, "Action": "SendReceive", "DataToSend": "010000",
+                    "NumberOfBytesToReceive": 3 }),
+        ),
+    ];
+    for (bus, body) in transactions {
+        let (status, answer) = rig.post(&format!("comm/{bus}"), body).await;
+        record_in(
+            found,
+            table,
+            &format!("POST api/comm/{bus}"),
+            None,
+            status,
+            &answer,
+        );
+    }
+}
+
+/// `api/numeric-results/*`: the channels, a one-call acquisition with limits (so `cp` and
+/// `cpk` are there), a kept measurement with its samples, and every statistic of it.
+async fn exercise_numeric_results(
+    rig: &Rig,
+    table: &Table,
+    found: &mut BTreeMap<String, Vec<String>>,
+) {
+    let (status, channels) = rig.get("numeric-results/channels").await;
+    record_in(
+        found,
+        table,
+        "GET api/numeric-results/channels",
+        None,
+        status,
+        &channels,
+    );
+    let query = format!("channel={ADC_NR}");
+    let (status, targets) = rig.get(&format!("numeric-results/targets?{query}")).await;
+    record_in(
+        found,
+        table,
+        "GET api/numeric-results/targets",
+        None,
+        status,
+        &targets,
+    );
+    let (status, acquired) = rig
+        .post(
+            "numeric-results/acquire",
+            json!({ "Channel": ADC_NR, "Target": ADC01, "Samples": 50, "Lsl": -10.0, "Usl": 10.0 }),
+        )
+        .await;
+    record_in(
+        found,
+        table,
+        "POST api/numeric-results/acquire",
+        None,
+        status,
+        &acquired,
+    );
+    let (status, measured) = rig
+        .post(
+            "numeric-results/measure",
+            json!({ "ChannelNetName": ADC_NR, "TargetNetName": ADC01, "Samples": 50, "ReducedSet": false }),
+        )
+        .await;
+    record_in(
+        found,
+        table,
+        "POST api/numeric-results/measure",
+        None,
+        status,
+        &measured,
+    );
+    for statistic in ["mean", "min", "max", "stdev", "samples"] {
+        let (status, value) = rig
+            .get(&format!("numeric-results/result/{statistic}?{query}"))
+            .await;
+        let label = "GET api/numeric-results/result/{id}";
+        record_in(found, table, label, Some(statistic), status, &value);
+    }
+    // One sample has no deviation: .NET's `GetStdDevAsync` binds a double and Python's
+    // `get_stdev` a float, so a 200 with `null` would throw in both; it is a 400 naming why.
+    let (status, measured) = rig
+        .post(
+            "numeric-results/measure",
+            json!({ "ChannelNetName": ADC_NR, "TargetNetName": ADC01, "Samples": 1 }),
+        )
+        .await;
+    record_in(
+        found,
+        table,
+        "POST api/numeric-results/measure",
+        None,
+        status,
+        &measured,
+    );
+    for statistic in ["mean", "min", "max"] {
+        let (status, value) = rig
+            .get(&format!("numeric-results/result/{statistic}?{query}"))
+            .await;
+        let label = "GET api/numeric-results/result/{id}";
+        record_in(found, table, label, Some(statistic), status, &value);
+    }
+    let (status, answer) = rig
+        .get(&format!("numeric-results/result/stdev?{query}"))
+        .await;
+    assert_eq!(status, 400, "stdev of one sample: {answer}");
+    let message = answer["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("stdev") && message.contains("2 samples"),
+        "{answer}"
+    );
+}
+
+/// Channel configuration and the configuration files: save, list, load, loaded, download,
+/// upload (multipart, as the clients send it) and delete.
+async fn exercise_configuration(
+    rig: &Rig,
+    table: &Table,
+    found: &mut BTreeMap<String, Vec<String>>,
+) {
+    let (status, answer) = rig
+        .post(
+            "channels/channel/configure",
+            json!({ "NetName": VSET1, "Description": "json types" }),
+        )
+        .await;
+    no_body(
+        table,
+        "POST api/channels/channel/configure",
+        status,
+        &answer,
+    );
+    let (status, answer) = rig
+        .post(
+            "channels/configure",
+            json!([{ "NetName": VSET1, "Description": "json types, again" }]),
+        )
+        .await;
+    no_body(table, "POST api/channels/configure", status, &answer);
+
+    let file = json!({ "FileName": "json-types.cfg" });
+    let (status, answer) = rig.post("application/config/save", file.clone()).await;
+    no_body(table, "POST api/application/config/save", status, &answer);
+    let (status, list) = rig.get("application/config/list").await;
+    record_in(
+        found,
+        table,
+        "GET api/application/config/list",
+        None,
+        status,
+        &list,
+    );
+    let (status, answer) = rig.post("application/config/load", file).await;
+    no_body(table, "POST api/application/config/load", status, &answer);
+    let (status, loaded) = rig.get("application/config/loaded").await;
+    record_in(
+        found,
+        table,
+        "GET api/application/config/loaded",
+        None,
+        status,
+        &loaded,
+    );
+    assert_eq!(loaded, json!(["json-types.cfg"]));
+
+    let response = rig
+        .http
+        .get(rig.url("application/config/download/json-types.cfg"))
+        .send()
+        .await
+        .expect("the download answers");
+    let status = response.status().as_u16();
+    let data = response.bytes().await.expect("the download's bytes");
+    no_body(
+        table,
+        "GET api/application/config/download/{id}",
+        status,
+        &String::from_utf8_lossy(&data),
+    );
+    let boundary = "json-types-boundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"copy.cfg\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&data);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let response = rig
+        .http
+        .post(rig.url("application/config/upload"))
+        .header(
+            "Content-Type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("the upload answers");
+    let status = response.status().as_u16();
+    let answer = response.text().await.unwrap_or_default();
+    no_body(table, "POST api/application/config/upload", status, &answer);
+    let (status, list) = rig.get("application/config/list").await;
+    record_in(
+        found,
+        table,
+        "GET api/application/config/list",
+        None,
+        status,
+        &list,
+    );
+    assert!(
+        list.as_array().unwrap().contains(&json!("copy.cfg")),
+        "{list}"
+    );
+    let (status, answer) = rig
+        .send(Method::DELETE, "application/config/copy.cfg", None)
+        .await;
+    no_body(table, "DELETE api/application/config/{id}", status, &answer);
 }
 
 #[tokio::test]
 async fn every_response_binds_to_the_dotnet_models() -> Result<()> {
-    let rig = rig(|_| {}).await;
+    let dir =
+        std::env::temp_dir().join(format!("station-gateway-json-types-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rig = rig(|c| c.config_files.dir = dir.clone()).await;
     let table = Table::load();
     let found = exercise(&rig, &table).await?;
+    let _ = std::fs::remove_dir_all(&dir);
     let wrong: Vec<&String> = found.values().flatten().collect();
     assert!(wrong.is_empty(), "types .NET cannot bind:\n{wrong:#?}");
 

@@ -140,7 +140,32 @@ pub(super) async fn result(call: Call<'_>) -> Answer {
             };
         }
     };
-    ok(json!(value))
+    // The clients bind a number (.NET `double`, Python `float`): a statistic the samples cannot
+    // give is refused saying why, never a 200 with `null`.
+    match value {
+        Some(value) => ok(json!(value)),
+        None => Err(ApiError::bad_request(no_statistic(
+            &sampler.name,
+            statistic,
+            kept.stats.count,
+        ))),
+    }
+}
+
+/// Why the kept measurement of `channel` (`count` samples) gives no `statistic`.
+fn no_statistic(channel: &str, statistic: &str, count: usize) -> String {
+    let plural = if count == 1 { "" } else { "s" };
+    if statistic == "stdev" && count < 2 {
+        format!(
+            "the last measurement of {channel} has {count} sample{plural}: its stdev needs 2 \
+             samples or more; measure again with Samples 2 or more"
+        )
+    } else {
+        format!(
+            "the last measurement of {channel} ({count} sample{plural}) gives no finite \
+             {statistic}; measure again"
+        )
+    }
 }
 
 /// Checks the request and runs the acquisition it asks for.
@@ -301,6 +326,20 @@ mod tests {
         assert_eq!(query_channel(Some("x=1&Channel=a%20b%2")).unwrap(), "a b%2");
         assert!(query_channel(None).is_err());
         assert!(query_channel(Some("channel=")).is_err());
+    }
+
+    #[test]
+    fn a_missing_statistic_says_why() {
+        let one = no_statistic("0.8.X.NumericResult", "stdev", 1);
+        assert!(
+            one.contains("1 sample:") && one.contains("2 samples or more"),
+            "{one}"
+        );
+        let odd = no_statistic("0.8.X.NumericResult", "mean", 5);
+        assert!(
+            odd.contains("5 samples") && odd.contains("no finite mean"),
+            "{odd}"
+        );
     }
 
     #[test]
