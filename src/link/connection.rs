@@ -16,13 +16,13 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::command::{Command, PartSink};
+use super::error::{LinkDown, LinkError, OutcomeCause, ProtocolError};
+use super::guard::SendGuard;
 use super::handshake::{self, Framing};
+use super::info::{LinkEvent, LinkStats, StationInfo};
 use super::read_queue::{CoalescePolicy, ReadAnswer, ReadQueue};
-use super::session::{FREE_FENCE, InFlightKind, PartSink, Reply, ResponseReply, Session};
-use super::{
-    Command, LinkDown, LinkError, LinkEvent, LinkStats, OutcomeCause, ProtocolError, SendGuard,
-    StationInfo,
-};
+use super::session::{FREE_FENCE, InFlightKind, Reply, ResponseReply, Session};
 use crate::cache::ValueCache;
 
 /// What the link task shares with its handles: the published state and the value cache.
