@@ -8,9 +8,9 @@ use station_protocol::{
 };
 use tokio_util::codec::Framed;
 
-use super::task::LinkSettings;
+use super::error::{HandshakeError, LinkDown};
+use super::settings::LinkSettings;
 use super::transport::{self, StationStream};
-use super::{HandshakeError, LinkDown};
 use std::sync::Arc;
 
 /// Names per LIST page asked of the station.

@@ -7,227 +7,36 @@
 //! What it learned of the station is published as a [`StationInfo`] snapshot; changes of state
 //! are broadcast as [`LinkEvent`]s.
 
+mod command;
 mod connection;
 mod error;
+mod guard;
 mod handshake;
+mod info;
 mod read_queue;
 mod session;
+mod settings;
 mod task;
 mod transport;
 mod url;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use station_protocol::sample::{SampleAssembler, SampleEnd, SampleRequest};
-use station_protocol::{
-    ChangeType, ChannelConfig, ChannelDescriptor, Configure, ConfigureReply, HelloReply,
-    ItemResult, ModuleInfo, Notify, Opcode, Request, Response, Value,
-};
+use station_protocol::{Configure, ConfigureReply, ItemResult, Opcode, Request, Response, Value};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+pub use command::Caller;
+use command::Command;
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
-pub use task::{LinkSettings, LinkTask};
+pub use guard::SendGuard;
+pub use info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
+pub use settings::LinkSettings;
+pub use task::LinkTask;
 pub use url::{Parity, SerialSettings, StationUrl, UrlError};
 
 use crate::cache::ValueCache;
-
-/// A check run by the link task just before a change is put on the wire; an `Err` refuses it
-/// with [`LinkError::Refused`] and it is never sent. This is where lease fencing happens.
-///
-/// It carries the lease fence the change was admitted under, so the link knows which changes
-/// of a given lease are still at the station.
-#[derive(Clone)]
-pub struct SendGuard {
-    fence: Option<u64>,
-    check: Arc<GuardCheck>,
-}
-
-type GuardCheck = dyn Fn() -> Result<(), String> + Send + Sync;
-
-impl SendGuard {
-    /// A guard for a change admitted under the lease with `fence` (`None`: nobody held it).
-    pub fn new(
-        fence: Option<u64>,
-        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
-    ) -> SendGuard {
-        SendGuard {
-            fence,
-            check: Arc::new(check),
-        }
-    }
-
-    /// The lease fence the change was admitted under.
-    pub fn fence(&self) -> Option<u64> {
-        self.fence
-    }
-
-    /// Whether the change may still be sent; the reason it may not.
-    pub fn check(&self) -> Result<(), String> {
-        (self.check)()
-    }
-}
-
-/// Calling a guard runs its check, as when it was a plain closure.
-impl std::ops::Deref for SendGuard {
-    type Target = GuardCheck;
-
-    fn deref(&self) -> &GuardCheck {
-        &*self.check
-    }
-}
-
-/// The station's channel list, indexed by name, with the configuration (CONFIGURE, SPEC.md
-/// §6.13) of the channels the station has told it this connection.
-#[derive(Debug, Default)]
-pub struct ChannelTable {
-    pub channels: Vec<ChannelDescriptor>,
-    by_name: HashMap<String, usize>,
-    configs: HashMap<String, ChannelConfig>,
-}
-
-impl ChannelTable {
-    pub fn new(channels: Vec<ChannelDescriptor>) -> ChannelTable {
-        let by_name = channels
-            .iter()
-            .enumerate()
-            .map(|(i, ch)| (ch.name.clone(), i))
-            .collect();
-        ChannelTable {
-            channels,
-            by_name,
-            configs: HashMap::new(),
-        }
-    }
-
-    /// A channel's configuration, once a CONFIGURE answer told it.
-    pub fn config(&self, name: &str) -> Option<&ChannelConfig> {
-        self.configs.get(name)
-    }
-
-    /// This table with the channel of a CONFIGURE answer replaced by what it says now.
-    fn configured(&self, reply: &ConfigureReply) -> ChannelTable {
-        let mut channels = self.channels.clone();
-        if let Some(position) = self.position(&reply.channel.name) {
-            channels[position] = reply.channel.clone();
-        }
-        let mut table = ChannelTable::new(channels);
-        table.configs = self.configs.clone();
-        table
-            .configs
-            .insert(reply.channel.name.clone(), reply.config.clone());
-        table
-    }
-
-    /// A new list (LIST after a configuration NOTIFY) keeping the configurations known of
-    /// channels still in it.
-    fn relisted(&self, channels: Vec<ChannelDescriptor>) -> ChannelTable {
-        let mut table = ChannelTable::new(channels);
-        table.configs = self
-            .configs
-            .iter()
-            .filter(|(name, _)| table.by_name.contains_key(*name))
-            .map(|(name, config)| (name.clone(), config.clone()))
-            .collect();
-        table
-    }
-
-    pub fn get(&self, name: &str) -> Option<&ChannelDescriptor> {
-        self.by_name.get(name).map(|&i| &self.channels[i])
-    }
-
-    pub fn position(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).copied()
-    }
-}
-
-/// What the gateway knows of the station, replaced as a whole whenever it changes.
-#[derive(Debug, Default)]
-pub struct StationInfo {
-    pub connected: bool,
-    /// Goes up by one at every successful (re)connection.
-    pub generation: u64,
-    pub last_error: Option<String>,
-    pub hello: Option<HelloReply>,
-    pub modules: Vec<ModuleInfo>,
-    /// Kept from the last connection while the link is down.
-    pub channels: Arc<ChannelTable>,
-}
-
-/// Changes on the link, for the event stream and the legacy listener.
-#[derive(Debug, Clone)]
-pub enum LinkEvent {
-    Connection {
-        connected: bool,
-        generation: u64,
-        last_error: Option<String>,
-    },
-    Configuration {
-        change: ChangeType,
-        generation: u64,
-    },
-    /// Every NOTIFY from the station, as it came.
-    Notify(Notify),
-}
-
-/// Counters of the link's work, for metrics and benchmarks.
-#[derive(Debug, Default)]
-pub struct LinkStats {
-    pub frames_sent: AtomicU64,
-    pub read_frames: AtomicU64,
-    pub names_read: AtomicU64,
-    pub timeouts: AtomicU64,
-    pub reconnects: AtomicU64,
-    pub crc_errors: AtomicU64,
-    pub refused_by_guard: AtomicU64,
-    /// Replies whose request id was not in flight (late after a timeout, or unknown): dropped.
-    pub late_replies: AtomicU64,
-    /// Time from sending a request frame to its answer.
-    pub latency: crate::metrics::Histogram,
-}
-
-impl LinkStats {
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-}
-
-/// What a caller asks of the link task.
-pub(crate) enum Command {
-    Read {
-        names: Vec<String>,
-        /// Who asks (a client connection), for telling a burst from one client's loop.
-        caller: Option<Caller>,
-        reply: oneshot::Sender<Result<Vec<ItemResult<Value>>, LinkError>>,
-    },
-    Change {
-        request: Request,
-        guard: Option<SendGuard>,
-        reply: oneshot::Sender<Result<Response, LinkError>>,
-    },
-    /// Any other request, answered with the station's response as it came (legacy clients).
-    Pass {
-        request: Request,
-        reply: oneshot::Sender<Result<Response, LinkError>>,
-    },
-    /// A request answered by several frames (SAMPLE), sent under `guard` like a change; every
-    /// frame goes to `parts` as it comes.
-    Stream {
-        request: Request,
-        guard: Option<SendGuard>,
-        parts: session::PartSink,
-    },
-    /// Answered once no change admitted under `fence` may still be at the station.
-    Settle {
-        fence: u64,
-        reply: oneshot::Sender<()>,
-    },
-}
-
-/// A client connection, by its peer address: who asked for a read.
-pub type Caller = std::net::SocketAddr;
 
 /// A cloneable handle to the link task.
 #[derive(Clone)]

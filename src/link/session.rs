@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use station_protocol::{ChangeType, ChannelDescriptor, Opcode, PayloadError, Response};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::command::PartSink;
+use super::error::{LinkError, ProtocolError};
 use super::read_queue::ReadBatch;
-use super::{LinkError, ProtocolError};
 
 /// The fence key of a change admitted while nobody held the lease (lease fences start at 1).
 pub const FREE_FENCE: u64 = 0;
@@ -24,9 +25,6 @@ struct Unsettled {
 
 /// Where the answer to a change or passed-through request goes.
 pub type ResponseReply = oneshot::Sender<Result<Response, LinkError>>;
-
-/// Where the frames of a streaming answer (SAMPLE) go, each as it comes.
-pub type PartSink = mpsc::UnboundedSender<Result<Response, LinkError>>;
 
 /// What a request in flight was for.
 pub enum InFlightKind {

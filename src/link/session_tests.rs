@@ -2,6 +2,7 @@
 
 use super::*;
 use station_protocol::{ErrorCode, StationError, Value};
+use tokio::sync::mpsc;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

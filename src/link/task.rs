@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use station_protocol::ChangeType;
@@ -15,32 +14,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::LinkHandle;
+use super::command::Command;
 use super::connection::{Connection, Shared};
+use super::error::{LinkDown, LinkError};
 use super::handshake::{self, Connected};
+use super::info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
 use super::read_queue::CoalescePolicy;
-use super::url::StationUrl;
-use super::{
-    ChannelTable, Command, LinkDown, LinkError, LinkEvent, LinkHandle, LinkStats, StationInfo,
-};
+use super::settings::LinkSettings;
 use crate::cache::ValueCache;
-
-/// How the link task connects and paces its work.
-#[derive(Debug, Clone)]
-pub struct LinkSettings {
-    pub url: StationUrl,
-    pub request_timeout: Duration,
-    pub connect_timeout: Duration,
-    pub reconnect_min: Duration,
-    pub reconnect_max: Duration,
-    pub max_names_per_read: usize,
-    /// How long a burst of reads of one channel is gathered: until no new reader came for
-    /// `coalesce_quiet`, at most `coalesce_max` after the first was held.
-    pub coalesce_quiet: Duration,
-    pub coalesce_max: Duration,
-    pub queue_depth: usize,
-    /// Sent in HELLO, for the station's log.
-    pub client_name: String,
-}
 
 /// The most requests kept in flight, whatever the station offers.
 const MAX_WINDOW: usize = 64;

@@ -6,7 +6,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_serial::SerialPortBuilderExt;
 
-use super::OpenError;
+use super::error::OpenError;
 use super::url::{Parity, StationUrl};
 
 /// A byte stream to the station, whatever carries it.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use station_protocol::BusAction;
 
-use super::{Counter, PREFIX, header};
+use super::instruments::{Counter, PREFIX, header};
 
 /// The kinds of bus a transaction goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,8 @@ use station_protocol::{ErrorCode, ItemResult, StationError, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Caller, LinkError};
+use super::command::Caller;
+use super::error::LinkError;
 
 /// Payload bytes a READ may fill with names; leaves room under the frame limit.
 pub const READ_PAYLOAD_BUDGET: usize = 60_000;

@@ -1,7 +1,7 @@
 //! Tests of one connection's work through a duplex pipe, time paused: LIST refreshes and configuration changes.
 
 use futures::StreamExt;
-use station_protocol::{Opcode, StationCodec};
+use station_protocol::{Notify, Opcode, Response, StationCodec};
 use tokio_util::codec::Framed;
 
 use super::*;

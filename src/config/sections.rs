@@ -1,0 +1,324 @@
+//! The config's sections, one struct per TOML table with every key's default, and the roles
+//! of access control.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StationConfig {
+    /// `tcp://HOST:PORT` or `serial:///dev/ttyUSB0?baud=115200&parity=none&stop_bits=1`.
+    pub url: String,
+    /// How long one request may wait for the station's answer.
+    pub request_timeout_ms: u64,
+    /// How long one connection attempt may take.
+    pub connect_timeout_ms: u64,
+    /// First and longest pause between reconnection attempts.
+    pub reconnect_min_ms: u64,
+    pub reconnect_max_ms: u64,
+    /// Most channel names put in one READ frame.
+    pub max_names_per_read: usize,
+    /// Reads of a channel that arrive while a READ of it is on the wire wait for the next
+    /// READ; that one goes out once no new reader came for this long (µs)...
+    pub coalesce_quiet_us: u64,
+    /// ...or this long after the first of them was held (µs). 0 sends at once.
+    pub coalesce_max_us: u64,
+    /// Requests waiting for the link before new ones are refused with 503.
+    pub queue_depth: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    pub listen: String,
+    /// A path the API lives under, e.g. `/station3` for `http://host:5000/station3/api/...`.
+    pub path_prefix: String,
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its request headers (and, between requests, how
+    /// long an idle keep-alive connection is kept).
+    pub header_read_timeout_ms: u64,
+    /// How long a client may take to send a whole request body, from its headers' arrival.
+    pub body_timeout_ms: u64,
+    /// How long a request body may pause between two of its pieces.
+    pub body_idle_timeout_ms: u64,
+    /// How long an answer's write may make no progress (a client that stopped reading)
+    /// before the connection is closed. A stream that is being read is never cut.
+    pub write_timeout_ms: u64,
+    /// HTTP connections open at once; past that, new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Connections one client IP address may hold at once; 0: a quarter of
+    /// `max_connections` (at least 1).
+    pub max_connections_per_ip: usize,
+    /// Connections beyond `max_connections` kept for health checks and lease renewal and
+    /// release: at the limit, a new connection is served only for those.
+    pub reserved_connections: usize,
+    /// The station's host name in `api/modules/physical-system`; empty: the name each request
+    /// was addressed to (its `Host`, without port or `.local`).
+    pub host_name: String,
+    pub tls: TlsConfig,
+}
+
+/// HTTPS: a PEM certificate chain and private key; off while both are empty. The files are
+/// read at start-up, not when the config is parsed.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: String,
+    pub key: String,
+}
+
+impl HttpConfig {
+    /// Connections one IP address may hold: `max_connections_per_ip`, or a quarter of
+    /// `max_connections` while that is 0.
+    pub fn per_ip_limit(&self) -> usize {
+        match self.max_connections_per_ip {
+            0 => (self.max_connections / 4).max(1),
+            limit => limit,
+        }
+    }
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        !self.cert.is_empty() || !self.key.is_empty()
+    }
+}
+
+/// What a credential may do; each role includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads, the event stream, subscriptions, who holds the lease, metrics, the status page.
+    Read,
+    /// Also writes, transactions and taking, renewing and releasing the lease.
+    Control,
+    /// Also breaking anyone's lease (`DELETE api/lease`).
+    Admin,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Control => "control",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// Access control: off while both lists are empty.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    /// API keys, sent as `X-Api-Key: KEY`.
+    pub keys: Vec<ApiKey>,
+    /// Users for HTTP Basic authentication (`Authorization: Basic ...`).
+    pub users: Vec<User>,
+}
+
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    pub key: String,
+    pub role: Role,
+    /// Who the key is, as the audit trail names its caller; empty: `key N` (its place in
+    /// the list, from 1). Never the key itself.
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+    pub role: Role,
+}
+
+// Secrets never reach a log, not even through `{:?}` of the whole config.
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("key", &"<redacted>")
+            .field("role", &self.role)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("password", &"<redacted>")
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+/// The status page at `/`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatusPageConfig {
+    /// Channels whose live values the page shows: a full name, or the end of one after a dot
+    /// (`VMON1` is `0.4.ESH10000662.VMON1`); the first channel that matches is shown.
+    pub channels: Vec<String>,
+    /// How often the page's values are refreshed (ms).
+    pub interval_ms: u64,
+}
+
+impl Default for StatusPageConfig {
+    fn default() -> Self {
+        StatusPageConfig {
+            channels: ["MON_3V3", "VMON1", "IMON1", "STAT1", "CPU_TEMP"]
+                .map(String::from)
+                .to_vec(),
+            interval_ms: 1000,
+        }
+    }
+}
+
+/// Station configuration files (`api/application/config/...`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigFilesConfig {
+    /// The directory the gateway keeps them in, its own; made when first needed.
+    pub dir: PathBuf,
+    /// The largest file accepted by upload (bytes).
+    pub max_file_bytes: usize,
+}
+
+impl Default for ConfigFilesConfig {
+    fn default() -> Self {
+        ConfigFilesConfig {
+            dir: PathBuf::from("state/config-files"),
+            max_file_bytes: 256 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LegacyConfig {
+    /// Where byte-protocol clients connect; off when empty.
+    pub listen: String,
+    /// While someone holds the lease, legacy reads are served from the cache up to this age.
+    pub read_max_age_ms: u64,
+    /// Legacy clients connected at once; more are refused with a BUSY error.
+    pub max_clients: usize,
+    /// A client that sends nothing for this long is disconnected.
+    pub idle_timeout_ms: u64,
+    /// Client IP addresses allowed to connect; everyone when empty.
+    pub allow: Vec<String>,
+    /// Requests one client may have in flight, announced in HELLO.
+    pub window: u16,
+    /// Reply frames queued for a client that is slow to read; past that it is dropped.
+    pub output_frames: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaseConfig {
+    /// Where leases live: `memory`, `sqlite:PATH`, `postgres://...` or `redis://...`.
+    pub backend: String,
+    /// The control lease's name in the backend; empty: `control:<station.url>` (with
+    /// `--simulator`: `control:station:<serial>`, the embedded station's identity). Set it when
+    /// the station URL is not stable and the lease must survive a restart.
+    pub name: String,
+    /// A bearer token that may break anyone's lease with `DELETE api/lease`; off when empty.
+    pub admin_token: String,
+    /// Channel writes applied when a lease runs out without being released.
+    pub safe_state: Vec<SafeWrite>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SafeWrite {
+    pub channel: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    pub max_streams: usize,
+    pub max_subscriptions_per_stream: usize,
+    pub max_channels_per_subscription: usize,
+    /// Events held for a slow reader before newer ones are dropped.
+    pub stream_queue: usize,
+    /// A subscription not renewed (PUT) within this long ends; the contract says 60 s.
+    pub subscription_ttl_ms: u64,
+}
+
+impl Default for StationConfig {
+    fn default() -> Self {
+        StationConfig {
+            url: "tcp://127.0.0.1:4000".into(),
+            request_timeout_ms: 2000,
+            connect_timeout_ms: 2000,
+            reconnect_min_ms: 100,
+            reconnect_max_ms: 5000,
+            max_names_per_read: 64,
+            coalesce_quiet_us: 300,
+            coalesce_max_us: 5000,
+            queue_depth: 4096,
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: "127.0.0.1:5000".into(),
+            path_prefix: String::new(),
+            max_body_bytes: 1024 * 1024,
+            header_read_timeout_ms: 10_000,
+            body_timeout_ms: 10_000,
+            body_idle_timeout_ms: 5_000,
+            write_timeout_ms: 10_000,
+            max_connections: 4096,
+            max_connections_per_ip: 0,
+            reserved_connections: 16,
+            host_name: String::new(),
+            tls: TlsConfig::default(),
+        }
+    }
+}
+
+impl Default for LegacyConfig {
+    fn default() -> Self {
+        LegacyConfig {
+            listen: String::new(),
+            read_max_age_ms: 1000,
+            max_clients: 256,
+            idle_timeout_ms: 300_000,
+            allow: Vec::new(),
+            window: 8,
+            output_frames: 256,
+        }
+    }
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            backend: "memory".into(),
+            name: String::new(),
+            admin_token: String::new(),
+            safe_state: Vec::new(),
+        }
+    }
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            max_streams: 2000,
+            max_subscriptions_per_stream: 32,
+            max_channels_per_subscription: 256,
+            stream_queue: 64,
+            subscription_ttl_ms: 60_000,
+        }
+    }
+}

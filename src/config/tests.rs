@@ -1,0 +1,108 @@
+//! Tests of reading, parsing and validating configs: the example and production files, errors
+//! naming the key and line.
+
+use super::*;
+
+#[test]
+fn the_example_config_is_valid_and_says_the_defaults() {
+    let example = Config::from_toml(EXAMPLE_CONFIG, "config/gateway.toml").unwrap();
+    assert_eq!(example, Config::default());
+}
+
+#[test]
+fn the_sample_production_config_parses_with_tls_access_and_a_safe_state() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/production.toml");
+    // The certificate files need not exist to parse: they are read at start-up.
+    let config = Config::from_file(&path).unwrap();
+    assert!(config.http.tls.enabled());
+    assert!(config.access.keys.iter().any(|k| k.role == Role::Control));
+    assert!(config.access.users.iter().any(|u| u.role == Role::Admin));
+    assert!(!config.legacy.allow.is_empty());
+    assert_eq!(
+        config.audit.directory().unwrap(),
+        Path::new("/var/lib/station-gateway/audit")
+    );
+    assert!(config.access.keys.iter().all(|k| !k.name.is_empty()));
+    assert!(
+        config
+            .lease
+            .safe_state
+            .iter()
+            .any(|w| w.channel.ends_with(".ON1") && w.value == "False")
+    );
+}
+
+#[test]
+fn tls_needs_both_files_and_access_entries_are_checked() {
+    let error = Config::from_toml("[http.tls]\ncert = \"a.pem\"\n", "x.toml").unwrap_err();
+    assert!(error.to_string().contains("http.tls.key"), "{error}");
+    let error = Config::from_toml(
+        "[access]\nkeys = [{ key = \"short\", role = \"read\" }]\n",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("access.keys"), "{error}");
+    let error = Config::from_toml(
+        "[access]\nkeys = [{ key = \"0123456789abcdef\", role = \"root\" }]\n",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("root"), "{error}");
+}
+
+#[test]
+fn an_unknown_key_is_named_with_its_line() {
+    let error =
+        Config::from_toml("[station]\nurl = \"tcp://a:1\"\nspeed = 3\n", "x.toml").unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("x.toml, line 3"), "{text}");
+    assert!(text.contains("speed"), "{text}");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_names_the_key_and_line() {
+    let error = Config::from_toml("[http]\nmax_body_bytes = \"lots\"\n", "x.toml").unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("x.toml, line 2, key http.max_body_bytes"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_value_of_the_wrong_type_says_the_expected_kind_in_words() {
+    let error = Config::from_toml("[http]\nmax_body_bytes = \"lots\"\n", "x.toml").unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("expected a non-negative whole number"),
+        "{text}"
+    );
+    assert!(!text.contains("usize"), "{text}");
+    let error = Config::from_toml("[legacy]\nwindow = 70000\n", "x.toml").unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("up to 65535"), "{text}");
+    assert!(!text.contains("u16"), "{text}");
+}
+
+#[test]
+fn a_missing_config_file_is_one_line_naming_the_file() {
+    let path = std::env::temp_dir().join("station-gateway-no-such-config.toml");
+    let error = Config::from_file(&path).unwrap_err();
+    // As main prints it: the chain on one line, never a backtrace.
+    let report = format!("{:#}", anyhow::Error::from(error));
+    assert_eq!(
+        report,
+        format!("cannot read config file {}: no such file", path.display())
+    );
+}
+
+#[test]
+fn a_bad_value_names_the_key() {
+    let error = Config::from_toml("[station]\nrequest_timeout_ms = 0\n", "x.toml").unwrap_err();
+    assert!(
+        error.to_string().contains("station.request_timeout_ms"),
+        "{error}"
+    );
+    let error = Config::from_toml("[station]\nurl = \"ftp://x\"\n", "x.toml").unwrap_err();
+    assert!(error.to_string().contains("station.url"), "{error}");
+}

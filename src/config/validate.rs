@@ -1,0 +1,155 @@
+//! What serde cannot check of a config: ranges, addresses, URLs, each error naming its key.
+
+use super::{Config, ConfigError, parse_listen};
+
+impl Config {
+    /// Checks what serde cannot: ranges, addresses, URLs.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+            ConfigError::Invalid {
+                key,
+                message: message.into(),
+            }
+        }
+        crate::link::StationUrl::parse(&self.station.url)
+            .map_err(|error| invalid("station.url", error.to_string()))?;
+        if !(4096..=1 << 30).contains(&self.audit.file_bytes) {
+            return Err(invalid(
+                "audit.file_bytes",
+                "must be 4096 to 1073741824 (bytes)",
+            ));
+        }
+        if !(1..=1000).contains(&self.audit.files) {
+            return Err(invalid("audit.files", "must be 1 to 1000"));
+        }
+        if !(1..=600_000).contains(&self.station.request_timeout_ms) {
+            return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
+        }
+        if self.station.connect_timeout_ms == 0 {
+            return Err(invalid("station.connect_timeout_ms", "must be above 0"));
+        }
+        if self.station.reconnect_min_ms == 0
+            || self.station.reconnect_min_ms > self.station.reconnect_max_ms
+        {
+            return Err(invalid(
+                "station.reconnect_min_ms",
+                "must be above 0 and at most station.reconnect_max_ms",
+            ));
+        }
+        if self.station.coalesce_max_us > 1_000_000 {
+            return Err(invalid(
+                "station.coalesce_max_us",
+                "must be at most 1000000 (1 s)",
+            ));
+        }
+        if !(1..=1000).contains(&self.station.max_names_per_read) {
+            return Err(invalid("station.max_names_per_read", "must be 1 to 1000"));
+        }
+        if self.station.queue_depth == 0 {
+            return Err(invalid("station.queue_depth", "must be above 0"));
+        }
+        parse_listen(&self.http.listen).map_err(|m| invalid("http.listen", m))?;
+        if !self.http.path_prefix.is_empty() && !self.http.path_prefix.starts_with('/') {
+            return Err(invalid("http.path_prefix", "must be empty or start with /"));
+        }
+        if self.http.max_connections == 0 {
+            return Err(invalid("http.max_connections", "must be above 0"));
+        }
+        if self.http.max_body_bytes == 0 {
+            return Err(invalid("http.max_body_bytes", "must be above 0"));
+        }
+        for (key, value) in [
+            (
+                "http.header_read_timeout_ms",
+                self.http.header_read_timeout_ms,
+            ),
+            ("http.body_timeout_ms", self.http.body_timeout_ms),
+            ("http.body_idle_timeout_ms", self.http.body_idle_timeout_ms),
+            ("http.write_timeout_ms", self.http.write_timeout_ms),
+        ] {
+            if !(1..=3_600_000).contains(&value) {
+                return Err(invalid(key, "must be 1 to 3600000 (ms)"));
+            }
+        }
+        for address in &self.legacy.allow {
+            address.parse::<std::net::IpAddr>().map_err(|_| {
+                invalid("legacy.allow", format!("{address:?} is not an IP address"))
+            })?;
+        }
+        if self.legacy.max_clients == 0 {
+            return Err(invalid("legacy.max_clients", "must be above 0"));
+        }
+        if self.legacy.idle_timeout_ms == 0 {
+            return Err(invalid("legacy.idle_timeout_ms", "must be above 0"));
+        }
+        if !(1..=64).contains(&self.legacy.window) {
+            return Err(invalid("legacy.window", "must be 1 to 64"));
+        }
+        if self.legacy.output_frames == 0 {
+            return Err(invalid("legacy.output_frames", "must be above 0"));
+        }
+        if !self.legacy.listen.is_empty() {
+            parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;
+        }
+        station_lease::BackendUrl::parse(&self.lease.backend)
+            .map_err(|error| invalid("lease.backend", error.to_string()))?;
+        if self.http.tls.enabled() {
+            if self.http.tls.cert.is_empty() {
+                return Err(invalid(
+                    "http.tls.cert",
+                    "give the certificate (PEM) as well as http.tls.key, or neither",
+                ));
+            }
+            if self.http.tls.key.is_empty() {
+                return Err(invalid(
+                    "http.tls.key",
+                    "give the private key (PEM) as well as http.tls.cert, or neither",
+                ));
+            }
+        }
+        for key in &self.access.keys {
+            if key.key.len() < 16 {
+                return Err(invalid(
+                    "access.keys",
+                    "every key must be at least 16 characters (e.g. openssl rand -hex 24)",
+                ));
+            }
+        }
+        for (i, user) in self.access.users.iter().enumerate() {
+            if user.name.is_empty() || user.name.contains(':') {
+                return Err(invalid(
+                    "access.users",
+                    format!("user {}: the name must be non-empty and without ':'", i + 1),
+                ));
+            }
+            if user.password.is_empty() {
+                return Err(invalid(
+                    "access.users",
+                    format!("user {:?}: the password must not be empty", user.name),
+                ));
+            }
+        }
+        if !(100..=60_000).contains(&self.status_page.interval_ms) {
+            return Err(invalid("status_page.interval_ms", "must be 100 to 60000"));
+        }
+        if self.config_files.dir.as_os_str().is_empty() {
+            return Err(invalid("config_files.dir", "must name a directory"));
+        }
+        if !(1024..=1024 * 1024).contains(&self.config_files.max_file_bytes) {
+            return Err(invalid(
+                "config_files.max_file_bytes",
+                "must be 1024 to 1048576 (the request body limit)",
+            ));
+        }
+        if self.events.stream_queue == 0 {
+            return Err(invalid("events.stream_queue", "must be above 0"));
+        }
+        if !(100..=3_600_000).contains(&self.events.subscription_ttl_ms) {
+            return Err(invalid(
+                "events.subscription_ttl_ms",
+                "must be 100 to 3600000",
+            ));
+        }
+        Ok(())
+    }
+}

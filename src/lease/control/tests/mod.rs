@@ -1,0 +1,310 @@
+//! Unit tests of the control lease: admission, the send guard, acquisition, renewal, the line,
+//! expiry and the admin break, on paused time.
+
+use std::net::SocketAddr;
+
+use tokio_util::sync::CancellationToken;
+
+use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
+use super::*;
+use crate::lease::MemoryLeaseStore;
+
+mod line;
+mod safe_state;
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn control_lease() -> (Arc<ControlLease>, broadcast::Receiver<LeaseView>) {
+    let (events, receiver) = broadcast::channel(64);
+    (
+        Arc::new(ControlLease::new(
+            Arc::new(MemoryLeaseStore::new()),
+            "control:test",
+            events,
+        )),
+        receiver,
+    )
+}
+
+/// A memory store whose refresh answers only after `refresh_delay` (a slow database).
+struct SlowRefreshStore {
+    inner: MemoryLeaseStore,
+    refresh_delay: Duration,
+}
+
+impl LeaseStore for SlowRefreshStore {
+    fn try_acquire_kind<'a>(
+        &'a self,
+        kind: super::super::store::LeaseKind,
+        name: &'a str,
+        request: AcquireRequest,
+    ) -> futures::future::BoxFuture<'a, Result<Acquisition, super::super::LeaseStoreError>> {
+        self.inner.try_acquire_kind(kind, name, request)
+    }
+
+    fn refresh_kind<'a>(
+        &'a self,
+        kind: super::super::store::LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+        ttl: Option<Duration>,
+    ) -> futures::future::BoxFuture<'a, Result<Option<LeaseGrant>, super::super::LeaseStoreError>>
+    {
+        Box::pin(async move {
+            tokio::time::sleep(self.refresh_delay).await;
+            self.inner.refresh_kind(kind, name, token, ttl).await
+        })
+    }
+
+    fn release_kind<'a>(
+        &'a self,
+        kind: super::super::store::LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+    ) -> futures::future::BoxFuture<'a, Result<bool, super::super::LeaseStoreError>> {
+        self.inner.release_kind(kind, name, token)
+    }
+
+    fn holders<'a>(
+        &'a self,
+        kind: super::super::store::LeaseKind,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<LeaseGrant>, super::super::LeaseStoreError>>
+    {
+        self.inner.holders(kind, name)
+    }
+}
+
+fn control_lease_with_slow_refresh(delay: Duration) -> Arc<ControlLease> {
+    let (events, _) = broadcast::channel(64);
+    Arc::new(ControlLease::new(
+        Arc::new(SlowRefreshStore {
+            inner: MemoryLeaseStore::new(),
+            refresh_delay: delay,
+        }),
+        "control:test",
+        events,
+    ))
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_a_renewal_waits_on_the_store_past_the_deadline_nobody_else_may_change_the_station() {
+    let lease = control_lease_with_slow_refresh(Duration::from_millis(20));
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let holders_guard = lease
+        .admit(Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(990)).await;
+    let renewal = tokio::spawn({
+        let lease = lease.clone();
+        let id = held.lease_id.clone();
+        async move { lease.renew(&id, None).await }
+    });
+    tokio::task::yield_now().await;
+    // The deadline passes while the store is still being asked.
+    tokio::time::advance(Duration::from_millis(15)).await;
+    let refusal = lease.admit(Access::Change, None).err();
+    assert!(
+        matches!(refusal, Some(LeaseError::Ending { ref owner }) if owner == "A"),
+        "a non-holder was admitted while A's lease was past its deadline: {refusal:?}"
+    );
+    assert!(matches!(
+        lease.admit(Access::ForcedRead, None),
+        Err(LeaseError::Ending { .. })
+    ));
+    assert!(
+        holders_guard().is_err(),
+        "the holder's guard passed past the deadline"
+    );
+    // The renewal is confirmed after the deadline: it does not extend the lease.
+    let renewed = renewal.await.unwrap();
+    assert!(
+        matches!(renewed, Err(LeaseError::NoSuchLease)),
+        "a renewal confirmed after the deadline extended the lease: {renewed:?}"
+    );
+    assert!(!lease.view().held);
+    assert!(lease.admit(Access::Change, None).is_ok());
+    // And the store agrees: the next one takes it with a new fence.
+    let next = lease
+        .acquire("B".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(next.fence > held.fence);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_confirmed_before_the_deadline_extends_the_lease() {
+    let lease = control_lease_with_slow_refresh(Duration::from_millis(20));
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(900)).await;
+    let renewed = lease.renew(&held.lease_id, None).await.unwrap();
+    assert_eq!(renewed.fence, held.fence);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert!(lease.view().held);
+    assert!(lease.admit(Access::Change, Some(&held.lease_id)).is_ok());
+    assert!(matches!(
+        lease.admit(Access::Change, None),
+        Err(LeaseError::LockedBy { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_admitted_while_free_is_refused_at_the_link_while_a_lease_is_past_its_deadline() {
+    let (lease, _events) = control_lease();
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    tokio::time::advance(TTL).await;
+    // Nobody has settled the expiry yet: the lease is ending, not free.
+    let error = lease.admit(Access::Change, None).err().unwrap();
+    assert!(error.to_string().contains("between leases"), "{error}");
+    lease.release(&held.lease_id).await.unwrap_err();
+    let guard = lease.admit(Access::Change, None).unwrap().guard.unwrap();
+    assert!(guard().is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_admitted_under_fence_n_is_refused_at_the_link_once_the_lease_moved_on() {
+    let (lease, _events) = control_lease();
+    let first = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let admitted = lease.admit(Access::Change, Some(&first.lease_id)).unwrap();
+    assert_eq!(admitted.fence, Some(first.fence));
+    let guard = admitted.guard.unwrap();
+    assert!(guard().is_ok());
+    lease.release(&first.lease_id).await.unwrap();
+    let second = lease
+        .acquire("B".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let refusal = guard().unwrap_err();
+    assert!(
+        refusal.contains("lease ended") && refusal.contains("B's"),
+        "{refusal}"
+    );
+    assert!(second.fence > first.fence);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_past_its_ttl_is_refused_even_before_the_expiry_task_runs() {
+    let (lease, _events) = control_lease();
+    let first = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&first.lease_id))
+        .unwrap()
+        .guard
+        .unwrap();
+    tokio::time::advance(TTL).await;
+    assert!(guard().unwrap_err().contains("ran out"));
+    let error = lease
+        .admit(Access::Change, Some(&first.lease_id))
+        .err()
+        .unwrap();
+    assert!(error.to_string().starts_with("lease ended"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_admitted_while_nobody_held_it_is_refused_once_someone_takes_it() {
+    let (lease, _events) = control_lease();
+    let guard = lease.admit(Access::Change, None).unwrap().guard.unwrap();
+    assert!(guard().is_ok());
+    lease
+        .acquire("B".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(guard().unwrap_err().contains("leased by B"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_holders_are_refused_changes_and_forced_reads_but_not_cached_reads() {
+    let (lease, _events) = control_lease();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_secs(12),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    for access in [Access::Change, Access::ForcedRead] {
+        let error = lease.admit(access, None).err().unwrap();
+        let message = error.to_string();
+        assert!(
+            message.contains("held by TAT station 3 for another 12 s"),
+            "{message}"
+        );
+    }
+    let cached = lease.admit(Access::CachedRead, None).unwrap();
+    assert!(cached.refuse_uncached("I2C", true).is_some());
+    assert!(cached.guard.is_none(), "a cache-only read needs no guard");
+    let holders = lease
+        .admit(Access::CachedRead, Some(&held.lease_id))
+        .unwrap();
+    assert!(holders.refuse_uncached("I2C", true).is_none());
+    assert_eq!(holders.fence, Some(held.fence));
+    assert!(lease.admit(Access::Open, Some("0123")).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guard_says_whether_it_refused_a_change_or_a_read() {
+    let (lease, _events) = control_lease();
+    let change = lease.admit(Access::Change, None).unwrap().guard.unwrap();
+    let read = lease
+        .admit(Access::ForcedRead, None)
+        .unwrap()
+        .guard
+        .unwrap();
+    let cached = lease
+        .admit(Access::CachedRead, None)
+        .unwrap()
+        .guard
+        .unwrap();
+    assert_eq!(
+        (change.fence(), read.fence(), cached.fence()),
+        (None, None, None)
+    );
+    let held = lease
+        .acquire("B".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let refusal = change().unwrap_err();
+    assert!(refusal.contains("this change"), "{refusal}");
+    for guard in [&read, &cached] {
+        let refusal = guard.check().unwrap_err();
+        assert!(
+            refusal.contains("this read") && refusal.contains("leased by B"),
+            "{refusal}"
+        );
+    }
+    // The holder's reads carry its fence and pass while it holds the lease.
+    let holders = lease
+        .admit(Access::ForcedRead, Some(&held.lease_id))
+        .unwrap()
+        .guard
+        .unwrap();
+    assert_eq!(holders.fence(), Some(held.fence));
+    assert!(holders.check().is_ok());
+    let holders_cached = lease
+        .admit(Access::CachedRead, Some(&held.lease_id))
+        .unwrap();
+    assert!(holders_cached.cache_only.is_none());
+    assert_eq!(
+        holders_cached.guard.as_ref().and_then(|g| g.fence()),
+        Some(held.fence)
+    );
+}
