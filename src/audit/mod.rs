@@ -5,7 +5,9 @@
 //!
 //! One writer thread owns the files ([`files`]): lines are queued to it, and it appends
 //! everything queued in one write and, when any of them is a change, one `fdatasync` (group
-//! commit: concurrent changes share a sync). A change's request awaits [`AuditLog::record`]
+//! commit: concurrent changes share a sync). A change (or a reader waiting for the trail) wakes
+//! the writer at once; lines of requests that changed nothing wake it at most once per
+//! [`BATCH_WINDOW`], so reads do not pay a thread wake-up each. A change's request awaits [`AuditLog::record`]
 //! before its answer is sent, so an answered change is on disk even after a `kill -9`.
 
 pub mod files;
@@ -16,9 +18,8 @@ pub mod settings;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value as Json, json};
 use tokio::sync::oneshot;
@@ -32,6 +33,8 @@ use settings::AuditConfig;
 pub const RECENT_CHANGES: usize = 20;
 /// The most lines one write (and one sync) takes.
 const MOST_PER_BATCH: usize = 4096;
+/// The longest a line of a request that changed nothing waits before it is written.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
 /// The longest a change's answer waits for its line: a disk that hangs (a stalled network
 /// file system) must not keep the answer of a change that happened from its client forever.
 pub const RECORD_LIMIT: Duration = Duration::from_secs(5);
@@ -56,10 +59,36 @@ struct Shared {
     queued: AtomicU64,
 }
 
+/// What waits for the writer thread.
+#[derive(Default)]
+struct QueueState {
+    jobs: Vec<Job>,
+    /// A queued job wants to be written at once (a change, or someone waiting).
+    urgent: bool,
+    /// Every [`AuditLog`] is gone: write what is queued and stop.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+    wake: Condvar,
+}
+
+/// Closes the queue when the last [`AuditLog`] clone is dropped.
+struct QueueHandle(Arc<Queue>);
+
+impl Drop for QueueHandle {
+    fn drop(&mut self) {
+        lock(&self.0.state).closed = true;
+        self.0.wake.notify_one();
+    }
+}
+
 /// The audit trail; cheap to clone.
 #[derive(Clone)]
 pub struct AuditLog {
-    jobs: mpsc::Sender<Job>,
+    queue: Arc<QueueHandle>,
     shared: Arc<Shared>,
 }
 
@@ -97,7 +126,7 @@ impl AuditLog {
 
     /// A trail writing to `sink` (tests give their own).
     fn start(sink: impl Sink, dir: Option<PathBuf>, memory: Arc<Mutex<MemoryLines>>) -> AuditLog {
-        let (jobs, queue) = mpsc::channel();
+        let queue = Arc::new(Queue::default());
         let shared = Arc::new(Shared {
             dir,
             memory,
@@ -107,12 +136,15 @@ impl AuditLog {
             syncs: AtomicU64::new(0),
             queued: AtomicU64::new(0),
         });
-        let writer = shared.clone();
+        let (writer, writer_queue) = (shared.clone(), queue.clone());
         std::thread::Builder::new()
             .name("audit-writer".into())
-            .spawn(move || write_lines(sink, queue, &writer))
+            .spawn(move || write_lines(sink, &writer_queue, &writer))
             .expect("the audit writer thread starts");
-        AuditLog { jobs, shared }
+        AuditLog {
+            queue: Arc::new(QueueHandle(queue)),
+            shared,
+        }
     }
 
     /// Appends a change's line and waits until it is on disk (written and synced), at most
@@ -147,11 +179,17 @@ impl AuditLog {
             durable,
             done,
         };
+        let urgent = job.durable || job.done.is_some();
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        if let Err(mpsc::SendError(job)) = self.jobs.send(job)
-            && let Some(done) = job.done
-        {
-            let _ = done.send(Err("the audit writer has stopped".into()));
+        let queue = &self.queue.0;
+        let mut state = lock(&queue.state);
+        let was_empty = state.jobs.is_empty();
+        state.jobs.push(job);
+        state.urgent |= urgent;
+        // A quiet line wakes the writer only when it starts a batch; the writer then gathers
+        // for up to BATCH_WINDOW. A change or a waiter wakes it at once.
+        if urgent || was_empty {
+            queue.wake.notify_one();
         }
     }
 
@@ -218,16 +256,9 @@ fn push_recent(recent: &mut VecDeque<String>, line: String) {
 
 /// The writer thread: everything queued in one write, one sync when any is a change, then
 /// every waiter told. Returns once every [`AuditLog`] is gone.
-fn write_lines(mut sink: impl Sink, queue: mpsc::Receiver<Job>, shared: &Shared) {
+fn write_lines(mut sink: impl Sink, queue: &Queue, shared: &Shared) {
     let mut bytes = Vec::with_capacity(64 * 1024);
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MOST_PER_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
+    while let Some(batch) = next_batch(queue) {
         shared
             .queued
             .fetch_sub(batch.len() as u64, Ordering::Relaxed);
@@ -264,6 +295,44 @@ fn write_lines(mut sink: impl Sink, queue: mpsc::Receiver<Job>, shared: &Shared)
             }
         }
     }
+}
+
+/// Waits for the next batch: at once when a queued job is urgent, else up to [`BATCH_WINDOW`]
+/// after the first quiet line. `None` once the queue is closed and empty.
+fn next_batch(queue: &Queue) -> Option<Vec<Job>> {
+    let mut state = lock(&queue.state);
+    let mut gathering_until: Option<Instant> = None;
+    loop {
+        if state.jobs.is_empty() {
+            if state.closed {
+                return None;
+            }
+            gathering_until = None;
+            state = queue
+                .wake
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            continue;
+        }
+        if state.urgent || state.closed {
+            break;
+        }
+        let until = *gathering_until.get_or_insert_with(|| Instant::now() + BATCH_WINDOW);
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        state = queue
+            .wake
+            .wait_timeout(state, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    let take = state.jobs.len().min(MOST_PER_BATCH);
+    let batch: Vec<Job> = state.jobs.drain(..take).collect();
+    // What is left (beyond one batch) goes out right after, without another window.
+    state.urgent = !state.jobs.is_empty();
+    Some(batch)
 }
 
 /// Memory only: lines kept in [`MemoryLines`].

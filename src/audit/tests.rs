@@ -258,3 +258,48 @@ async fn recent_changes_come_back_from_the_file_after_a_restart() {
     assert_eq!(reopened.tail(0).unwrap().len(), 26);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Lines of requests that changed nothing do not wake the writer one by one: a burst of them
+/// goes out in one write within the batch window; a change behind them takes them along at once.
+#[test]
+fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
+    let memory = Arc::new(Mutex::new(MemoryLines::new(1 << 20)));
+    let log = AuditLog::start(MemorySink(memory.clone()), None, memory.clone());
+    for n in 0..200 {
+        log.note(format!("read {n}"));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while lock(&memory).tail(0).len() < 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "quiet lines were never written"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (batches, syncs) = log.batches_and_syncs();
+    // Two would be the rule (the window's batch and perhaps a straggler); a stalled machine may
+    // split a burst more, never two hundred ways.
+    assert!(
+        batches <= 10,
+        "200 quiet lines took {batches} writes: the writer woke for each"
+    );
+    assert_eq!(syncs, 0, "quiet lines are never synced");
+    // A quiet line, then a change: both written in the change's batch, without waiting out
+    // the window.
+    log.note("read again".into());
+    let started = std::time::Instant::now();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(log.record("change outcome=applied".into()))
+        .unwrap();
+    assert!(
+        started.elapsed() < BATCH_WINDOW * 20,
+        "a change waited {:?}",
+        started.elapsed()
+    );
+    let tail = lock(&memory).tail(2);
+    assert_eq!(tail, ["read again", "change outcome=applied"]);
+}
