@@ -192,10 +192,10 @@ async fn concurrent_changes_share_one_sync() {
             log.record(format!("change {n} outcome=applied")).await
         }));
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while log.jobs_queued() < 50 {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "the changes never queued"
         );
         tokio::task::yield_now().await;
@@ -268,10 +268,10 @@ fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
     for n in 0..200 {
         log.note(format!("read {n}"));
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while lock(&memory).tail(0).len() < 200 {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "quiet lines were never written"
         );
         std::thread::sleep(Duration::from_millis(5));
@@ -287,7 +287,7 @@ fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
     // A quiet line, then a change: both written in the change's batch, without waiting out
     // the window.
     log.note("read again".into());
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
