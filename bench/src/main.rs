@@ -211,7 +211,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if needs_tcp_gateway {
         let station = StationProcess::spawn().await?;
         let url = format!("tcp://{}", station.addr);
-        let gateway = GatewayProcess::spawn(&binary, &url, &gateway_env).await?;
+        // The load generator is one host standing in for many clients: give it the whole
+        // connection limit, not the one-address share (a quarter) real clients get.
+        let config =
+            std::env::temp_dir().join(format!("station-bench-gateway-{}.toml", std::process::id()));
+        std::fs::write(&config, "[http]\nmax_connections_per_ip = 4096\n")?;
+        let config_arg = config.to_string_lossy().into_owned();
+        let gateway =
+            GatewayProcess::spawn_with(&binary, &url, &gateway_env, &["--config", &config_arg])
+                .await?;
+        let _ = std::fs::remove_file(&config);
         eprintln!(
             "station pid {} on {}; gateway pid {} on http://{} (legacy {:?})",
             station.pid, station.addr, gateway.pid, gateway.http_addr, gateway.legacy_addr

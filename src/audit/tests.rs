@@ -194,10 +194,7 @@ async fn concurrent_changes_share_one_sync() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while log.jobs_queued() < 50 {
-        assert!(
-            Instant::now() < deadline,
-            "the changes never queued"
-        );
+        assert!(Instant::now() < deadline, "the changes never queued");
         tokio::task::yield_now().await;
     }
     release.send(()).unwrap();
@@ -270,10 +267,7 @@ fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while lock(&memory).tail(0).len() < 200 {
-        assert!(
-            Instant::now() < deadline,
-            "quiet lines were never written"
-        );
+        assert!(Instant::now() < deadline, "quiet lines were never written");
         std::thread::sleep(Duration::from_millis(5));
     }
     let (batches, syncs) = log.batches_and_syncs();
