@@ -11,7 +11,6 @@ use anyhow::Result;
 use common::sse::Sse;
 use common::*;
 use serde_json::{Value as Json, json};
-use station_simulator::{Profile, Simulator};
 
 const RAMP1: &str = "0.4.ESH10000662.RAMP1";
 const ISET1: &str = "0.4.ESH10000662.ISET1";
@@ -106,17 +105,8 @@ async fn a_load_writes_in_the_station_log_with_outputs_switched_on_last() {
 async fn a_load_the_link_fails_partway_says_exactly_what_was_applied() {
     let dir = files_dir("partway");
     // RAMP1's writes take longer than the gateway waits.
-    let mut profile = Profile::default_station();
-    for spec in profile
-        .channels
-        .iter_mut()
-        .filter(|s| s.descriptor.name == RAMP1)
-    {
-        spec.latency = Duration::from_secs(3);
-    }
-    let sim = Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let sim =
+        station_with_slow_channels(|name| name == RAMP1, Duration::from_secs(3), |_| {}).await;
     let config = config_for(&sim, |c| {
         c.config_files.dir = dir.clone();
         c.station.request_timeout_ms = 300;
@@ -239,17 +229,12 @@ async fn a_legacy_configure_is_locked_while_the_lease_is_held_and_an_inquiry_is_
 async fn a_load_goes_on_to_its_end_when_its_caller_hangs_up() {
     let dir = files_dir("hangup");
     // Each RAMP write takes 200 ms at the station: the load outlasts its caller's patience.
-    let mut profile = Profile::default_station();
-    for spec in profile
-        .channels
-        .iter_mut()
-        .filter(|s| s.descriptor.name.contains(".RAMP"))
-    {
-        spec.latency = Duration::from_millis(200);
-    }
-    let sim = Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let sim = station_with_slow_channels(
+        |name| name.contains(".RAMP"),
+        Duration::from_millis(200),
+        |_| {},
+    )
+    .await;
     let config = config_for(&sim, |c| c.config_files.dir = dir.clone());
     let rig = rig_on(sim, config, false).await;
     let file = (1..=3).fold("format_version = 1\n".to_owned(), |text, n| {

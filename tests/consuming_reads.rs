@@ -15,7 +15,6 @@ use station_gateway::config::{ApiKey, Role};
 use station_gateway::lease::Access;
 use station_gateway::link::LinkStats;
 use station_gateway::station::{ItemError, ReadPolicy};
-use station_simulator::{Profile, Simulator};
 
 const UART01: &str = "0.ESH10000023.UART01";
 const I2C09: &str = "0.ESH10000023.I2C09";
@@ -25,17 +24,12 @@ const BOUND: Duration = Duration::from_secs(20);
 /// The default station answering one request at a time, with every read of UART01 taking
 /// `latency`: a second request waits in the gateway's queue while a read of UART01 is out.
 async fn one_at_a_time_with_slow_uart(latency: Duration) -> station_simulator::SimulatorHandle {
-    let mut profile = Profile::default_station();
-    profile.station.tcp_window = 1;
-    profile
-        .channels
-        .iter_mut()
-        .find(|spec| spec.descriptor.name == UART01)
-        .expect("the default station has UART01")
-        .latency = latency;
-    Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
+    common::station_with_slow_channels(
+        |name| name == UART01,
+        latency,
+        |profile| profile.station.tcp_window = 1,
+    )
+    .await
 }
 
 fn names(list: &[&str]) -> Vec<String> {

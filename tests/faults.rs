@@ -425,16 +425,8 @@ async fn a_serial_device_that_disappears_and_comes_back_is_reconnected() {
 async fn a_reply_after_its_504_is_dropped_never_served_or_cached() {
     // ADC08 takes the station 800 ms to read; everything else (the PING too) is quick, so the
     // link stays up and the late reply arrives on the same connection.
-    let mut profile = Profile::default_station();
-    profile
-        .channels
-        .iter_mut()
-        .find(|c| c.descriptor.name == ADC08)
-        .expect("ADC08 in the default profile")
-        .latency = Duration::from_millis(800);
-    let sim = Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let sim =
+        station_with_slow_channels(|name| name == ADC08, Duration::from_millis(800), |_| {}).await;
     let config = config_for(&sim, |c| c.station.request_timeout_ms = 300);
     let rig = rig_on(sim, config, false).await;
     let generation = rig.gateway.link().info().generation;

@@ -341,16 +341,7 @@ const VSET1: &str = "0.4.ESH10000662.VSET1";
 
 /// The default station, with every request touching VSET1 taking `latency` more.
 async fn station_with_slow_vset1(latency: Duration) -> station_simulator::SimulatorHandle {
-    let mut profile = Profile::default_station();
-    profile
-        .channels
-        .iter_mut()
-        .find(|spec| spec.descriptor.name == VSET1)
-        .expect("the default station has VSET1")
-        .latency = latency;
-    Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
+    common::station_with_slow_channels(|name| name == VSET1, latency, |_| {}).await
 }
 
 /// The order in which the station applied writes to ON1.

@@ -223,16 +223,8 @@ struct Grant {
 
 /// The default station with every write to VSET1 taking 40 ms more (a slow channel).
 async fn station_with_slow_vset1() -> station_simulator::SimulatorHandle {
-    let mut profile = station_simulator::Profile::default_station();
-    profile
-        .channels
-        .iter_mut()
-        .find(|spec| spec.descriptor.name == VSET1)
-        .expect("the default station has VSET1")
-        .latency = Duration::from_millis(40);
-    station_simulator::Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
+    common::station_with_slow_channels(|name| name == VSET1, Duration::from_millis(40), |_| {})
         .await
-        .unwrap()
 }
 
 /// Renewals race expiry (1000 ms leases renewed 880–1040 ms after they were last extended, so

@@ -97,6 +97,30 @@ pub async fn legacy_rig(tweak: impl FnOnce(&mut Config)) -> Rig {
     rig_on(sim, config, true).await
 }
 
+/// The default station with every request touching a channel that `slow` picks taking
+/// `latency` more, after `tweak` (e.g. a window of 1) has changed the rest of the profile.
+pub async fn station_with_slow_channels(
+    slow: impl Fn(&str) -> bool,
+    latency: Duration,
+    tweak: impl FnOnce(&mut Profile),
+) -> SimulatorHandle {
+    let mut profile = Profile::default_station();
+    let mut found = false;
+    for spec in profile
+        .channels
+        .iter_mut()
+        .filter(|spec| slow(&spec.descriptor.name))
+    {
+        spec.latency = latency;
+        found = true;
+    }
+    assert!(found, "no channel of the default station was made slow");
+    tweak(&mut profile);
+    Simulator::start(profile, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
 pub async fn default_simulator() -> SimulatorHandle {
     Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
         .await
