@@ -10,6 +10,7 @@ use crate::events::EventsError;
 use crate::http::access::AccessError;
 use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
+use crate::station::{ChangeAnswer, ChangeReport, StillRunning};
 
 /// An error answer: a status and a message that says what happened and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,7 +161,35 @@ impl From<ConfigFileError> for ApiError {
             ConfigFileError::Station { error, .. } => ApiError::from(error.clone()).status,
             ConfigFileError::Stopped(stopped) => ApiError::from(stopped.error.clone()).status,
             ConfigFileError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ConfigFileError::StillRunning(_) => StatusCode::GATEWAY_TIMEOUT,
         };
         ApiError::new(status, error.to_string())
+    }
+}
+
+/// The caller stopped waiting for a change still running: 504, like a station that has not
+/// answered yet (its outcome is in the audit trail once it has one).
+impl From<StillRunning> for ApiError {
+    fn from(error: StillRunning) -> ApiError {
+        ApiError::new(StatusCode::GATEWAY_TIMEOUT, error.to_string())
+    }
+}
+
+/// The status of the answer to a change the station service reported: the link's failure's, or
+/// the first item or step the station refused, else 200. The handlers' answers and the
+/// change's audit line both follow it.
+pub fn change_status(report: &ChangeReport) -> StatusCode {
+    match &report.answer {
+        Err(error) => ApiError::from(error.clone()).status,
+        Ok(ChangeAnswer::Written(results)) => results
+            .iter()
+            .find_map(|result| result.as_ref().err())
+            .map_or(StatusCode::OK, |refused| station_status(refused.code)),
+        Ok(ChangeAnswer::Stepped(done)) => {
+            done.stopped.as_ref().map_or(StatusCode::OK, |(_, error)| {
+                ApiError::from(error.clone()).status
+            })
+        }
+        Ok(_) => StatusCode::OK,
     }
 }

@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use station_protocol::{
@@ -19,13 +19,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
-use crate::audit::{ChangeFields, Outcome, RequestLine};
 use crate::gateway::Gateway;
 use crate::lease::{Access, Admitted, LeaseError};
 use crate::link::{LinkError, LinkEvent};
-use crate::station::{ConsumingRule, Freshness, ItemError, ReadPolicy, UnknownRule};
+use crate::station::{
+    Change, ChangeAnswer, ChangeOrigin, ChangeWhat, ConsumingRule, Freshness, FrontEnd, ItemError,
+    ReadPolicy, Step, StepAction, UnknownRule,
+};
 
 /// Serves legacy clients on `listener` until `shutdown`.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
@@ -237,33 +239,15 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
             }
             read(gateway, names, peer).await
         }
+        // Changes: each translated to the station service's `Change`, which runs it to its
+        // end and writes its audit line; its answer translated back.
         Request::Write { items } => {
             if let Err(error) = connected() {
                 return error;
             }
-            let change = LegacyChange::new(gateway, peer, "write", &items);
-            let admitted = match legacy_policy(gateway, Access::Change) {
-                LegacyPolicy::Locked(message) => {
-                    return change.answered(locked(message), Outcome::Refused).await;
-                }
-                LegacyPolicy::Open(admitted) => admitted,
-            };
             debug!(%peer, items = items.len(), "legacy write");
-            match station.write(items, &admitted).await {
-                Ok(results) => {
-                    let applied = results.iter().filter(|r| r.is_ok()).count();
-                    let outcome = match applied {
-                        0 => Outcome::Refused,
-                        n if n == results.len() => Outcome::Applied,
-                        _ => Outcome::Partial,
-                    };
-                    change.answered(Response::Write(results), outcome).await
-                }
-                Err(error) => {
-                    let outcome = link_outcome(&error);
-                    change.answered(link_error(error), outcome).await
-                }
-            }
+            let asked = asked_text(&items);
+            change(gateway, peer, "write", ChangeWhat::Write(items), asked).await
         }
         Request::Configure(configure) => {
             if let Err(error) = connected() {
@@ -281,96 +265,92 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                 .iter()
                 .map(|(key, value)| (format!("{}.{key}", configure.name), value.clone()))
                 .collect();
-            let change = LegacyChange::new(gateway, peer, "configure", &asked);
-            let admitted = match legacy_policy(gateway, Access::Change) {
-                LegacyPolicy::Locked(message) => {
-                    return change.answered(locked(message), Outcome::Refused).await;
-                }
-                LegacyPolicy::Open(admitted) => admitted,
+            let step = Step {
+                label: format!("configure {}", configure.name),
+                action: StepAction::Configure(configure),
             };
-            match station.configure(configure, &admitted).await {
-                Ok(reply) => {
-                    change
-                        .answered(Response::Configure(Box::new(reply)), Outcome::Applied)
-                        .await
-                }
-                Err(error) => {
-                    let outcome = link_outcome(&error);
-                    change.answered(link_error(error), outcome).await
-                }
-            }
+            let what = ChangeWhat::Steps(vec![step]);
+            change(gateway, peer, "configure", what, asked_text(&asked)).await
         }
         Request::Transact { name, value } => {
             if let Err(error) = connected() {
                 return error;
             }
-            let items = [(name, value)];
-            let change = LegacyChange::new(gateway, peer, "transact", &items);
-            let [(name, value)] = items;
-            let admitted = match legacy_policy(gateway, Access::Change) {
-                LegacyPolicy::Locked(message) => {
-                    return change.answered(locked(message), Outcome::Refused).await;
-                }
-                LegacyPolicy::Open(admitted) => admitted,
-            };
-            match station.transact(name, value, &admitted).await {
-                Ok(value) => {
-                    change
-                        .answered(Response::Transact(value), Outcome::Applied)
-                        .await
-                }
-                Err(error) => {
-                    let outcome = link_outcome(&error);
-                    change.answered(link_error(error), outcome).await
-                }
-            }
+            let asked = asked_text(&[(name.clone(), value.clone())]);
+            let what = ChangeWhat::Transact { name, value };
+            change(gateway, peer, "transact", what, asked).await
         }
         Request::Reset(reset) => {
             if let Err(error) = connected() {
                 return error;
             }
-            let change = LegacyChange::new(gateway, peer, "reset", &[]);
-            let admitted = match legacy_policy(gateway, Access::Change) {
-                LegacyPolicy::Locked(message) => {
-                    return change.answered(locked(message), Outcome::Refused).await;
-                }
-                LegacyPolicy::Open(admitted) => admitted,
-            };
             let requester = format!("{} (legacy client {peer})", reset.requester);
-            match station.reset(requester, &admitted).await {
-                Ok(()) => change.answered(Response::Reset, Outcome::Applied).await,
-                Err(error) => {
-                    let outcome = link_outcome(&error);
-                    change.answered(link_error(error), outcome).await
-                }
-            }
+            let what = ChangeWhat::Reset { requester };
+            change(gateway, peer, "reset", what, String::new()).await
         }
         // A bus transaction changes or consumes a device's state: a change.
         Request::Bus(bus) => {
             if let Err(error) = connected() {
                 return error;
             }
-            let asked = [(bus.channel.clone(), Value::Bytes(bus.data.clone()))];
-            let change = LegacyChange::new(gateway, peer, "bus", &asked);
-            let admitted = match legacy_policy(gateway, Access::Change) {
-                LegacyPolicy::Locked(message) => {
-                    return change.answered(locked(message), Outcome::Refused).await;
-                }
-                LegacyPolicy::Open(admitted) => admitted,
-            };
             debug!(%peer, channel = %bus.channel, action = bus.action.name(), "legacy bus transaction");
-            match station.bus(bus, &admitted).await {
-                Ok(received) => {
-                    change
-                        .answered(Response::Bus(received), Outcome::Applied)
-                        .await
-                }
-                Err(error) => {
-                    let outcome = link_outcome(&error);
-                    change.answered(link_error(error), outcome).await
-                }
-            }
+            let asked = asked_text(&[(bus.channel.clone(), Value::Bytes(bus.data.clone()))]);
+            change(gateway, peer, "bus", ChangeWhat::Bus(bus), asked).await
         }
+    }
+}
+
+/// `NAME=VALUE,...` for a change's audit line.
+fn asked_text(items: &[(String, Value)]) -> String {
+    let asked: Vec<String> = items
+        .iter()
+        .map(|(name, value)| format!("{name}={}", value.render()))
+        .collect();
+    asked.join(",")
+}
+
+/// A legacy client's change (`operation`: write, transact, configure, reset, bus), translated
+/// to the station service's [`Change`] and its report back to the station's answer. Legacy
+/// clients never hold the lease: their changes go through only while nobody does; a refused
+/// one is in the audit trail too.
+async fn change(
+    gateway: &Gateway,
+    peer: SocketAddr,
+    operation: &'static str,
+    what: ChangeWhat,
+    asked: String,
+) -> Response {
+    let mut origin = ChangeOrigin::new(FrontEnd::Legacy { operation }, peer, Instant::now());
+    origin.caller = Some("legacy".into());
+    origin.asked = Some(asked);
+    let admitted = match legacy_policy(gateway, Access::Change) {
+        LegacyPolicy::Locked(message) => {
+            gateway.station.record_refused(origin, &message).await;
+            return locked(message);
+        }
+        LegacyPolicy::Open(admitted) => admitted,
+    };
+    let change = Change {
+        what,
+        origin,
+        admitted,
+    };
+    let report = match gateway.station.change(change).await {
+        Ok(report) => report,
+        Err(still_running) => return internal(&still_running.to_string()),
+    };
+    match report.answer {
+        Ok(ChangeAnswer::Written(results)) => Response::Write(results),
+        Ok(ChangeAnswer::Transacted(value)) => Response::Transact(value),
+        Ok(ChangeAnswer::Bus(received)) => Response::Bus(received),
+        Ok(ChangeAnswer::Reset) => Response::Reset,
+        Ok(ChangeAnswer::Stepped(mut done)) => match (done.stopped, done.done.pop()) {
+            (Some((_, error)), _) => link_error(error),
+            (None, Some(Some(reply))) => Response::Configure(Box::new(reply)),
+            (None, _) => internal("the station answered the configure with nothing"),
+        },
+        Ok(ChangeAnswer::Sampled { .. }) => internal("SAMPLE is not relayed to legacy clients"),
+        Err(error) => link_error(error),
     }
 }
 
@@ -451,74 +431,6 @@ fn locked(message: String) -> Response {
 
 fn internal(message: &str) -> Response {
     Response::Error(StationError::new(ErrorCode::Internal, message))
-}
-
-/// A change through the legacy port, for its audit line (`LEGACY write|transact`).
-struct LegacyChange<'g> {
-    gateway: &'g Gateway,
-    peer: SocketAddr,
-    operation: &'static str,
-    asked: String,
-    started: Instant,
-}
-
-impl<'g> LegacyChange<'g> {
-    fn new(
-        gateway: &'g Gateway,
-        peer: SocketAddr,
-        operation: &'static str,
-        items: &[(String, Value)],
-    ) -> Self {
-        let asked: Vec<String> = items
-            .iter()
-            .map(|(name, value)| format!("{name}={}", value.render()))
-            .collect();
-        LegacyChange {
-            gateway,
-            peer,
-            operation,
-            asked: asked.join(","),
-            started: Instant::now(),
-        }
-    }
-
-    /// Writes the change's audit line (synced), then gives back its answer. Legacy clients
-    /// never hold the lease: their changes go through only while nobody does.
-    async fn answered(self, response: Response, outcome: Outcome) -> Response {
-        let line = RequestLine {
-            at: SystemTime::now(),
-            ip: Some(self.peer.ip()),
-            method: "LEGACY",
-            path: self.operation,
-            status: None,
-            duration: Some(self.started.elapsed()),
-        };
-        let fields = ChangeFields {
-            caller: Some("legacy".into()),
-            lease: None,
-            outcome: Some(outcome),
-            asked: Some(self.asked),
-            why: None,
-        };
-        if let Err(why) = self.gateway.audit.record(line.render(Some(&fields))).await {
-            error!(
-                "{why}; a legacy {} from {} is answered without its audit line",
-                self.operation, self.peer
-            );
-        }
-        response
-    }
-}
-
-/// What became of a change the link did not see through.
-fn link_outcome(error: &LinkError) -> Outcome {
-    match error {
-        LinkError::OutcomeUnknown(_)
-        | LinkError::WriteTimeout(_)
-        | LinkError::Timeout(_)
-        | LinkError::Protocol(_) => Outcome::Unknown,
-        _ => Outcome::Refused,
-    }
 }
 
 /// A link error as the station protocol's ERROR frame.

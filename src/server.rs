@@ -95,6 +95,9 @@ impl GatewayHandle {
     pub async fn stop(mut self) {
         self.gateway.shutdown.cancel();
         while self.tasks.join_next().await.is_some() {}
+        // Changes still running end with the link (answered, or failed "may or may not have
+        // been applied"), each with its audit line.
+        self.gateway.station.changes_ended(DRAIN).await;
     }
 }
 
@@ -161,7 +164,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     // never start believing nobody holds it when the backend cannot say.
     lease.resume().await.map_err(StartError::LeaseResume)?;
     let lease = Arc::new(lease);
-    let station = crate::station::Station::new(link.clone());
+    let station = crate::station::Station::new(link.clone(), audit.clone());
     let events =
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());

@@ -6,6 +6,7 @@
 //! arrival order (`station/bus.rs`). Front ends only translate their wire format to and from it.
 
 mod bus;
+mod change;
 mod policy;
 
 use std::collections::HashMap;
@@ -18,6 +19,10 @@ use tokio::sync::broadcast;
 
 use crate::lease::Admitted;
 use crate::link::{LinkError, LinkEvent, LinkHandle, StationInfo};
+pub use change::{
+    Change, ChangeAnswer, ChangeOrigin, ChangeOutcome, ChangeReport, ChangeWhat, FrontEnd, Step,
+    StepAction, StepsDone, StillRunning,
+};
 pub use policy::{
     ConsumingRule, Freshness, ItemError, ItemReading, ReadError, ReadPolicy, UnknownRule,
 };
@@ -29,6 +34,10 @@ pub struct Station {
     link: LinkHandle,
     /// The bus channels' transaction queues (`station/bus.rs`).
     buses: Arc<bus::BusLanes>,
+    /// Where every change's line goes, written by the change's own task (`station/change.rs`).
+    audit: crate::audit::AuditLog,
+    /// The changes still running, each on a task of its own; shutdown waits for them.
+    changes: tokio_util::task::TaskTracker,
 }
 
 impl std::fmt::Debug for Station {
@@ -77,10 +86,13 @@ impl NotReached {
 }
 
 impl Station {
-    pub fn new(link: LinkHandle) -> Station {
+    /// The station behind `link`; changes are recorded in `audit`.
+    pub fn new(link: LinkHandle, audit: crate::audit::AuditLog) -> Station {
         Station {
             link,
             buses: Arc::default(),
+            audit,
+            changes: tokio_util::task::TaskTracker::new(),
         }
     }
 
@@ -377,7 +389,7 @@ mod tests {
     /// A station service on a link task that is never run: every hardware read times out.
     fn unanswered_station() -> Station {
         let (_task, link) = crate::link::LinkTask::new(link_settings("tcp://127.0.0.1:1"));
-        Station::new(link)
+        Station::new(link, crate::audit::AuditLog::memory_only())
     }
 
     fn link_settings(url: &str) -> crate::link::LinkSettings {
@@ -442,7 +454,7 @@ mod tests {
         let (task, link) = crate::link::LinkTask::new(link_settings(&url));
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(task.run(shutdown.clone()));
-        let station = Station::new(link);
+        let station = Station::new(link, crate::audit::AuditLog::memory_only());
         let mut info = station.link.watch_info();
         tokio::time::timeout(Duration::from_secs(5), info.wait_for(|i| i.connected))
             .await

@@ -156,6 +156,10 @@ impl Shared {
             Request::Write { items } => items.iter().map(|(n, _)| station.latency_of(n)).sum(),
             Request::Transact { name, .. } => station.latency_of(name),
             Request::Bus(bus) => station.latency_of(&bus.channel),
+            // A change of configuration, not an inquiry (a CONFIGURE without settings).
+            Request::Configure(configure) if !configure.settings.is_empty() => {
+                station.latency_of(&configure.name)
+            }
             _ => Duration::ZERO,
         }
     }

@@ -63,7 +63,7 @@ pub fn lease_line(notice: &LeaseNotice<'_>, at: SystemTime) -> String {
         caller: None,
         lease: Some((owner.to_owned(), fence)),
         outcome: Some(outcome),
-        asked: None,
         why,
+        ..ChangeFields::default()
     }))
 }

@@ -33,24 +33,18 @@ impl Outcome {
         }
     }
 
-    /// The outcome of an HTTP change from its answer: 2xx applied; 502 and 504 unknown (the
-    /// gateway did not get the station's readable answer to what it sent); a "not applied: ...;
-    /// applied: A, B" answer partial; anything else refused.
-    pub fn of_answer(status: StatusCode, message: Option<&str>) -> Outcome {
+    /// The outcome of an HTTP request that changes the control lease (or was refused before
+    /// any change to the station was made) from its status: 2xx applied; 502 and 504 unknown;
+    /// anything else refused. A change to the station has its own typed outcome
+    /// (`station::ChangeOutcome`), partial included, and writes its own line.
+    pub fn of_status(status: StatusCode) -> Outcome {
         if status.is_success() {
             return Outcome::Applied;
         }
         if status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT {
             return Outcome::Unknown;
         }
-        let partial = message
-            .and_then(|m| m.rsplit_once("; applied: "))
-            .is_some_and(|(head, applied)| head.starts_with("not applied:") && applied != "none");
-        if partial {
-            Outcome::Partial
-        } else {
-            Outcome::Refused
-        }
+        Outcome::Refused
     }
 }
 
@@ -64,6 +58,9 @@ pub struct ChangeFields {
     pub outcome: Option<Outcome>,
     /// What was asked, e.g. `VSET1=100` (values, file names; never credentials or lease ids).
     pub asked: Option<String>,
+    /// Of a partial change: the items or steps applied, and those not.
+    pub applied: Option<String>,
+    pub not_applied: Option<String>,
     /// Why it was not applied, where the gateway itself failed (a safe state).
     pub why: Option<String>,
 }
@@ -128,6 +125,14 @@ impl RequestLine<'_> {
             if let Some(asked) = &change.asked {
                 line.push_str(" asked=");
                 push_escaped(&mut line, asked);
+            }
+            if let Some(applied) = &change.applied {
+                line.push_str(" applied=");
+                push_escaped(&mut line, applied);
+            }
+            if let Some(not_applied) = &change.not_applied {
+                line.push_str(" not_applied=");
+                push_escaped(&mut line, not_applied);
             }
             if let Some(why) = &change.why {
                 line.push_str(" why=");
@@ -230,7 +235,7 @@ mod tests {
             lease: Some(("TAT station 3".into(), 7)),
             outcome: Some(Outcome::Refused),
             asked: Some("VSET1=100".into()),
-            why: None,
+            ..ChangeFields::default()
         };
         assert_eq!(
             line.render(Some(&change)),
@@ -287,33 +292,47 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_follow_the_answer() {
-        assert_eq!(Outcome::of_answer(StatusCode::OK, None), Outcome::Applied);
+    fn a_lease_requests_outcome_follows_its_status_never_its_message() {
+        assert_eq!(Outcome::of_status(StatusCode::OK), Outcome::Applied);
+        assert_eq!(Outcome::of_status(StatusCode::NO_CONTENT), Outcome::Applied);
+        assert_eq!(Outcome::of_status(StatusCode::LOCKED), Outcome::Refused);
         assert_eq!(
-            Outcome::of_answer(StatusCode::LOCKED, Some("held by x")),
-            Outcome::Refused
-        );
-        assert_eq!(
-            Outcome::of_answer(StatusCode::BAD_GATEWAY, None),
+            Outcome::of_status(StatusCode::BAD_GATEWAY),
             Outcome::Unknown
         );
         assert_eq!(
-            Outcome::of_answer(StatusCode::GATEWAY_TIMEOUT, None),
+            Outcome::of_status(StatusCode::GATEWAY_TIMEOUT),
             Outcome::Unknown
         );
         assert_eq!(
-            Outcome::of_answer(
-                StatusCode::BAD_REQUEST,
-                Some("not applied: B: bad value; applied: A")
-            ),
-            Outcome::Partial
-        );
-        assert_eq!(
-            Outcome::of_answer(
-                StatusCode::BAD_REQUEST,
-                Some("not applied: B: bad value; applied: none")
-            ),
+            Outcome::of_status(StatusCode::BAD_REQUEST),
             Outcome::Refused
+        );
+    }
+
+    #[test]
+    fn a_partial_change_names_what_was_applied_and_what_not() {
+        let line = RequestLine {
+            at: at(),
+            ip: Some("::1".parse().unwrap()),
+            method: "POST",
+            path: "/api/channels/configure",
+            status: Some(504),
+            duration: Some(Duration::from_millis(3)),
+        };
+        let change = ChangeFields {
+            outcome: Some(Outcome::Partial),
+            applied: Some("configure A; configure B".into()),
+            not_applied: Some("configure C".into()),
+            why: Some("stopped at configure C: timed out".into()),
+            ..ChangeFields::default()
+        };
+        assert!(
+            line.render(Some(&change)).ends_with(
+                " outcome=partial applied=\"configure A; configure B\" not_applied=\"configure C\" why=\"stopped at configure C: timed out\""
+            ),
+            "{}",
+            line.render(Some(&change))
         );
     }
 }

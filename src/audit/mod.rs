@@ -124,6 +124,14 @@ impl AuditLog {
         }
     }
 
+    /// A trail kept in memory only, whatever the environment says (tests and tools).
+    pub fn memory_only() -> AuditLog {
+        let memory = Arc::new(Mutex::new(MemoryLines::new(
+            AuditConfig::default().file_bytes,
+        )));
+        AuditLog::start(MemorySink(memory.clone()), None, memory)
+    }
+
     /// A trail writing to `sink` (tests give their own).
     fn start(sink: impl Sink, dir: Option<PathBuf>, memory: Arc<Mutex<MemoryLines>>) -> AuditLog {
         let queue = Arc::new(Queue::default());

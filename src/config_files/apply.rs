@@ -15,8 +15,10 @@ use super::format::ConfigFile;
 use super::plan::{Action, holds_value, plan_load, snapshot};
 use super::{ConfigFileError, ConfigFiles, LoadStopped, check_name};
 use crate::lease::Admitted;
-use crate::link::{ChannelTable, LinkError, StationInfo};
-use crate::station::{ItemError, ReadPolicy, Station};
+use crate::link::{ChannelTable, StationInfo};
+use crate::station::{
+    Change, ChangeOrigin, ChangeWhat, ItemError, ReadPolicy, Station, Step, StepAction, StepsDone,
+};
 
 /// What a load did.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,6 +141,7 @@ pub async fn load(
     station: &Station,
     name: &str,
     admitted: &Admitted,
+    origin: ChangeOrigin,
 ) -> Result<LoadReport, ConfigFileError> {
     let bytes = files.read(name).await?;
     let file = ConfigFile::parse(&bytes)
@@ -156,49 +159,63 @@ pub async fn load(
     let steps = plan_load(&file, &table, &configs).map_err(|why| {
         ConfigFileError::BadFile(format!("{name} cannot be loaded, nothing was sent: {why}"))
     })?;
-    let mut applied = Vec::with_capacity(steps.len());
-    for (index, step) in steps.iter().enumerate() {
-        let outcome = match &step.action {
-            Action::Configure(settings) => {
-                let request = Configure {
+    // One change of many steps, run to its end by the station service whoever hangs up: its
+    // audit line names what was applied when it stops partway.
+    let labels: Vec<String> = steps.iter().map(|step| step.describe()).collect();
+    let change_steps = steps
+        .iter()
+        .zip(&labels)
+        .map(|(step, label)| Step {
+            label: label.clone(),
+            action: match &step.action {
+                Action::Configure(settings) => StepAction::Configure(Configure {
                     name: step.channel.clone(),
                     settings: settings.clone(),
-                };
-                station.configure(request, admitted).await.map(drop)
-            }
-            Action::Write(value) => {
-                let items = vec![(step.channel.clone(), value.clone())];
-                match station.write(items, admitted).await {
-                    Ok(results) => match results.into_iter().next() {
-                        Some(Err(refused)) => Err(LinkError::Station(refused)),
-                        _ => Ok(()),
-                    },
-                    Err(error) => Err(error),
-                }
-            }
-        };
-        if let Err(error) = outcome {
-            warn!(
-                file = name,
-                step = index + 1,
-                "configuration load stopped: {error}"
-            );
-            return Err(ConfigFileError::Stopped(Box::new(LoadStopped {
-                file: name.to_owned(),
-                step: index + 1,
-                total: steps.len(),
-                failed: step.describe(),
-                error,
-                applied: if applied.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    applied.join("; ")
+                }),
+                Action::Write(value) => StepAction::Write {
+                    name: step.channel.clone(),
+                    value: value.clone(),
                 },
-                rest: steps.len() - index - 1,
-            })));
-        }
-        applied.push(step.describe());
+            },
+        })
+        .collect();
+    let change = Change {
+        what: ChangeWhat::Steps(change_steps),
+        origin,
+        admitted: admitted.clone(),
+    };
+    let report = station
+        .change(change)
+        .await
+        .map_err(ConfigFileError::StillRunning)?;
+    let done = match report.answer {
+        Ok(answer) => answer.stepped().unwrap_or_default(),
+        Err(error) => StepsDone {
+            done: Vec::new(),
+            stopped: Some((0, error)),
+        },
+    };
+    if let Some((index, error)) = done.stopped {
+        warn!(
+            file = name,
+            step = index + 1,
+            "configuration load stopped: {error}"
+        );
+        return Err(ConfigFileError::Stopped(Box::new(LoadStopped {
+            file: name.to_owned(),
+            step: index + 1,
+            total: steps.len(),
+            failed: labels[index].clone(),
+            error,
+            applied: if index == 0 {
+                "nothing".to_owned()
+            } else {
+                labels[..index].join("; ")
+            },
+            rest: steps.len() - index - 1,
+        })));
     }
+    let applied = labels;
     files.record_loaded(name, info.generation);
     info!(file = name, steps = applied.len(), "configuration loaded");
     Ok(LoadReport {

@@ -46,6 +46,9 @@ pub enum ConfigFileError {
     /// A load stopped partway: exactly what was applied and what was not.
     #[error(transparent)]
     Stopped(Box<LoadStopped>),
+    /// The caller stopped waiting for the load, which goes on to its end.
+    #[error(transparent)]
+    StillRunning(crate::station::StillRunning),
     /// The station is not connected: nothing was asked or changed.
     #[error("{0}")]
     NotReached(String),

@@ -418,7 +418,11 @@ mod tests {
             client_name: "test".into(),
         };
         let (_task, link) = LinkTask::new(settings);
-        Events::new(limits, Station::new(link), CancellationToken::new())
+        Events::new(
+            limits,
+            Station::new(link, crate::audit::AuditLog::memory_only()),
+            CancellationToken::new(),
+        )
     }
 
     #[tokio::test]

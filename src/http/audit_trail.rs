@@ -11,6 +11,7 @@ use tracing::error;
 use super::body::{JsonBody, value_text};
 use crate::audit::{ChangeFields, Outcome, RequestLine};
 use crate::gateway::Gateway;
+use crate::station::{ChangeOrigin, FrontEnd};
 
 /// The longest `asked=` field; longer ones end in `...`.
 const MOST_ASKED_CHARS: usize = 400;
@@ -18,6 +19,11 @@ const MOST_ASKED_CHARS: usize = 400;
 /// What routing learned of a request for its audit line.
 #[derive(Debug, Default)]
 pub struct Noted {
+    /// The request's metric slot, once routed.
+    pub slot: Option<usize>,
+    /// The origin handed to the handler of a change to the station: once a change took it,
+    /// the change writes the line.
+    pub origin: Option<ChangeOrigin>,
     /// Under `api/`, or a named lease (the operations endpoints, `/healthz`, `/metrics`, the
     /// status page, are not audited).
     pub audited: bool,
@@ -38,6 +44,30 @@ impl Noted {
                 .filter(|(_, f)| *f == fence)
                 .or_else(|| Some(("?".into(), fence)));
         }
+    }
+}
+
+impl Noted {
+    /// The origin of a change to the station this request may submit; kept here too, so that
+    /// the request writes no line of its own once the change took it.
+    pub fn origin(
+        &mut self,
+        method: &Method,
+        path: &str,
+        peer: SocketAddr,
+        started: Instant,
+    ) -> ChangeOrigin {
+        let front = FrontEnd::Http {
+            method: method.as_str().to_owned(),
+            path: path.to_owned(),
+            status_of: |report| crate::error::change_status(report).as_u16(),
+        };
+        let mut origin = ChangeOrigin::new(front, peer, started);
+        origin.caller = self.caller.clone();
+        origin.lease = self.lease.clone();
+        origin.asked = self.asked.clone();
+        self.origin = Some(origin.clone());
+        origin
     }
 }
 
@@ -80,8 +110,8 @@ pub fn asked(body: &JsonBody) -> Option<String> {
 }
 
 /// Writes the request's line: a change's synced before this returns (its answer waits), any
-/// other's queued.
-#[allow(clippy::too_many_arguments)]
+/// other's queued; none when a change to the station took the request's origin (it wrote its
+/// own line, with its typed outcome).
 pub async fn write_line(
     gateway: &Gateway,
     noted: Noted,
@@ -90,9 +120,8 @@ pub async fn write_line(
     peer: SocketAddr,
     started: Instant,
     status: StatusCode,
-    error_message: Option<&str>,
 ) {
-    if !noted.audited {
+    if !noted.audited || noted.origin.as_ref().is_some_and(ChangeOrigin::line_taken) {
         return;
     }
     let line = RequestLine {
@@ -110,9 +139,9 @@ pub async fn write_line(
     let fields = ChangeFields {
         caller: noted.caller,
         lease: noted.lease,
-        outcome: Some(Outcome::of_answer(status, error_message)),
+        outcome: Some(Outcome::of_status(status)),
         asked: noted.asked,
-        why: None,
+        ..ChangeFields::default()
     };
     if let Err(why) = gateway.audit.record(line.render(Some(&fields))).await {
         // The change happened (or not) as answered; only its record failed: say so loudly.

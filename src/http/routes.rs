@@ -49,21 +49,16 @@ pub async fn handle(
         request.method().clone(),
         ops::access_log_enabled().then(|| request.uri().clone()),
     );
-    let mut slot = ops::UNMATCHED_SLOT;
     let presented = presented_lease_id(request.headers()).map(str::to_owned);
     // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's.
     let audit_path = super::redact::loggable_path(request.uri().path()).into_owned();
     let mut noted = Noted::default();
-    let mut failure = None;
-    let mut response = match route_and_answer(&gateway, request, peer, &mut slot, &mut noted).await
-    {
-        Ok(response) => response,
-        Err(error) => {
-            let response = error_response(&error);
-            failure = noted.change.then_some(error.message);
-            response
-        }
-    };
+    let mut response =
+        match route_and_answer(&gateway, request, peer, &audit_path, started, &mut noted).await {
+            Ok(response) => response,
+            Err(error) => error_response(&error),
+        };
+    let slot = noted.slot.unwrap_or(ops::UNMATCHED_SLOT);
     // The holder's responses carry the fence its requests are admitted under.
     if let Some(fence) = gateway.lease.fence_of(presented.as_deref())
         && !response.headers().contains_key(LEASE_FENCE_HEADER)
@@ -79,7 +74,8 @@ pub async fn handle(
         started,
         &mut response,
     );
-    // A change's line is on disk before its answer leaves.
+    // A change's line is on disk before its answer leaves (a change to the station wrote its
+    // own, from its own task).
     audit_trail::write_line(
         &gateway,
         noted,
@@ -88,7 +84,6 @@ pub async fn handle(
         peer,
         started,
         response.status(),
-        failure.as_deref(),
     )
     .await;
     response
@@ -98,7 +93,8 @@ async fn route_and_answer(
     gateway: &Gateway,
     request: Request<Incoming>,
     peer: SocketAddr,
-    slot: &mut usize,
+    audit_path: &str,
+    started: Instant,
     noted: &mut Noted,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = request.into_parts();
@@ -139,18 +135,18 @@ async fn route_and_answer(
     };
     let needed = match target {
         Target::Operation(operation) => {
-            *slot = operation.slot();
+            noted.slot = Some(operation.slot());
             operation.needed_role()
         }
         Target::Api(position, endpoint, _) => {
-            *slot = ops::endpoint_slot(position);
+            noted.slot = Some(ops::endpoint_slot(position));
             noted.audited = true;
             noted.change = endpoint.lease == LeaseNeed::Change
                 || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"));
             Some(endpoint.role)
         }
         Target::NamedLeases => {
-            *slot = ops::NAMED_LEASES_SLOT;
+            noted.slot = Some(ops::NAMED_LEASES_SLOT);
             noted.audited = true;
             Some(match parts.method {
                 Method::GET | Method::HEAD => Role::Read,
@@ -212,6 +208,10 @@ async fn route_and_answer(
     if noted.change {
         noted.admitted(gateway, presented, admitted.fence);
     }
+    // A change to the station writes its own line, from its own task: what it needs of the
+    // request is its origin.
+    let origin = (endpoint.lease == LeaseNeed::Change)
+        .then(|| noted.origin(&parts.method, audit_path, peer, started));
     let call = Call {
         gateway,
         label: endpoint.label,
@@ -227,6 +227,7 @@ async fn route_and_answer(
         authority: parts.uri.authority().map(|a| a.as_str()),
         presented,
         granted,
+        origin,
     };
     (endpoint.handler)(call).await
 }

@@ -43,6 +43,26 @@ pub enum LinkError {
     ShuttingDown,
 }
 
+impl LinkError {
+    /// True when a change that failed so may still have been carried out: it was sent, and its
+    /// answer never came or could not be read, or the station's bus gave up waiting for the
+    /// device. False when the station said no, or nothing was sent.
+    pub fn leaves_outcome_unknown(&self) -> bool {
+        match self {
+            LinkError::OutcomeUnknown(_)
+            | LinkError::WriteTimeout(_)
+            | LinkError::Timeout(_)
+            | LinkError::Protocol(_) => true,
+            LinkError::Station(refused) => refused.code == station_protocol::ErrorCode::BusTimeout,
+            LinkError::Disconnected(_)
+            | LinkError::Refused(_)
+            | LinkError::Overloaded(_)
+            | LinkError::TooLarge(_)
+            | LinkError::ShuttingDown => false,
+        }
+    }
+}
+
 /// Why the link to the station is down, or why a session with it ended.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LinkDown {

@@ -17,7 +17,7 @@ use station_protocol::sample::{DATA_HEADER_LEN, MAX_SAMPLES, SampleRequest};
 use crate::error::ApiError;
 use crate::lease::Admitted;
 use crate::link::{ChannelTable, StationUrl};
-use crate::station::Station;
+use crate::station::{Change, ChangeOrigin, ChangeWhat, Station};
 pub use stats::{Limits, Stats};
 
 /// The REST contract's NumericResult channel type flag.
@@ -268,6 +268,7 @@ impl NumericResults {
         &self,
         station: &Station,
         admitted: &Admitted,
+        origin: ChangeOrigin,
         plan: Plan,
     ) -> Result<Acquisition, ApiError> {
         let Plan {
@@ -292,7 +293,19 @@ impl NumericResults {
         };
         let asked = std::time::Instant::now();
         let expected = expected_duration(count, rate, line);
-        let (samples, end) = station.sample(request, admitted, expected).await?;
+        // A change like any other: run to its end by the station service, its audit line there.
+        let change = Change {
+            what: ChangeWhat::Sample { request, expected },
+            origin,
+            admitted: admitted.clone(),
+        };
+        let report = station.change(change).await?;
+        let (samples, end) = report.answer?.sampled().ok_or_else(|| {
+            ApiError::new(
+                hyper::StatusCode::INTERNAL_SERVER_ERROR,
+                "the station service answered another kind of change than an acquisition (a gateway bug)",
+            )
+        })?;
         let started =
             UNIX_EPOCH + Duration::from_micros(u64::try_from(end.started_us).unwrap_or(0));
         Ok(Acquisition {

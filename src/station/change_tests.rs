@@ -41,7 +41,13 @@ fn open_admission() -> Admitted {
 #[test]
 fn debug_names_the_service_and_nothing_of_its_link() {
     let (_task, link) = crate::link::LinkTask::new(link_settings("tcp://127.0.0.1:1"));
-    assert_eq!(format!("{:?}", Station::new(link)), "Station { .. }");
+    assert_eq!(
+        format!(
+            "{:?}",
+            Station::new(link, crate::audit::AuditLog::memory_only())
+        ),
+        "Station { .. }"
+    );
 }
 
 #[tokio::test]
@@ -53,7 +59,7 @@ async fn write_and_transact_reach_the_station_and_answer_what_it_did() {
     let (task, link) = crate::link::LinkTask::new(link_settings(&url));
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(task.run(shutdown.clone()));
-    let station = Station::new(link);
+    let station = Station::new(link, crate::audit::AuditLog::memory_only());
     let mut info = station.link.watch_info();
     tokio::time::timeout(Duration::from_secs(5), info.wait_for(|i| i.connected))
         .await

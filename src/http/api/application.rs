@@ -9,6 +9,7 @@ use super::call::{Answer, Call, not_yet_connected, ok};
 use crate::api::API_VERSION;
 use crate::error::ApiError;
 use crate::link::LinkError;
+use crate::station::ChangeWhat;
 
 /// `GET api/capabilities`.
 pub(super) async fn capabilities(call: Call<'_>) -> Answer {
@@ -114,8 +115,9 @@ pub(super) async fn reset(call: Call<'_>) -> Answer {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
     })?;
     let requester = format!("station-gateway for {}", call.peer);
-    match call.gateway.station.reset(requester, &call.admitted).await {
-        Ok(()) => {
+    let report = call.change(ChangeWhat::Reset { requester }).await?;
+    match report.answer {
+        Ok(_) => {
             tracing::info!(peer = %call.peer, "the station's application was reset");
             ok(json!({}))
         }

@@ -16,6 +16,7 @@ use crate::http::body::JsonBody;
 use crate::http::reply::{Body, json_response};
 use crate::lease::Admitted;
 use crate::link::ChannelTable;
+use crate::station::{Change, ChangeAnswer, ChangeOrigin, ChangeReport, ChangeWhat, FrontEnd};
 
 /// Everything a handler may use of its request, admitted by access control and the lease.
 pub(crate) struct Call<'a> {
@@ -44,6 +45,35 @@ pub(crate) struct Call<'a> {
     pub(crate) presented: Option<&'a str>,
     /// The role access control granted; `None` while access control is off.
     pub(crate) granted: Option<Role>,
+    /// Who asks, for the audit line of a change to the station (endpoints whose lease need is
+    /// `Change`).
+    pub(crate) origin: Option<ChangeOrigin>,
+}
+
+impl Call<'_> {
+    /// Submits `what` as this request's change: run by the station service to its end on a
+    /// task of its own, its audit line written there, whatever becomes of this request.
+    pub(crate) async fn change(&self, what: ChangeWhat) -> Result<ChangeReport, ApiError> {
+        let change = Change {
+            what,
+            origin: self.change_origin(),
+            admitted: self.admitted.clone(),
+        };
+        Ok(self.gateway.station.change(change).await?)
+    }
+
+    /// The origin of this request's change (every endpoint whose lease need is `Change` has
+    /// one from the request entry; any other names its endpoint).
+    pub(crate) fn change_origin(&self) -> ChangeOrigin {
+        self.origin.clone().unwrap_or_else(|| {
+            let front = FrontEnd::Http {
+                method: "POST".into(),
+                path: self.label.to_owned(),
+                status_of: |report| crate::error::change_status(report).as_u16(),
+            };
+            ChangeOrigin::new(front, self.peer, std::time::Instant::now())
+        })
+    }
 }
 
 /// A handler's answer.
@@ -51,6 +81,20 @@ pub(crate) type Answer = Result<Response<Body>, ApiError>;
 
 /// A handler: an `async fn(Call<'_>) -> Answer`, boxed by [`handler!`].
 pub(crate) type Handler = for<'a> fn(Call<'a>) -> Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+
+/// The station's answer to a change, of the kind `pick` expects; the link's failure as its
+/// error answer.
+pub(crate) fn answered<T>(
+    report: ChangeReport,
+    pick: fn(ChangeAnswer) -> Option<T>,
+) -> Result<T, ApiError> {
+    pick(report.answer?).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the station service answered another kind of change than was asked (a gateway bug)",
+        )
+    })
+}
 
 /// `200` with a JSON document.
 pub(crate) fn ok(value: serde_json::Value) -> Answer {

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value as Json};
 use station_protocol::{ChannelDescriptor, Configure, Value};
 
-use super::call::{Answer, Call, known_channels, ok};
+use super::call::{Answer, Call, answered, known_channels, ok};
 use super::channels::channel_json;
 use crate::config_files::configs_of;
 use crate::config_files::settings::{
@@ -14,6 +14,7 @@ use crate::config_files::settings::{
 };
 use crate::error::ApiError;
 use crate::link::ChannelTable;
+use crate::station::{ChangeAnswer, ChangeWhat, Step, StepAction, StepsDone};
 
 /// The fields of a `ChannelConfigRequest`, as the contract spells them.
 const FIELDS: &[&str] = &[
@@ -126,50 +127,62 @@ async fn configure(
             },
         ));
     }
-    // Its own task: a caller that hangs up does not stop a list halfway.
-    let (station, admitted) = (call.gateway.station.clone(), call.admitted.clone());
-    let running = tokio::spawn(async move { apply(station, admitted, requests, in_list).await });
-    let answers = running.await.map_err(|error| {
-        ApiError::new(
-            hyper::StatusCode::INTERNAL_SERVER_ERROR,
-            format!("configuring failed inside the gateway: {error}"),
-        )
-    })??;
-    Ok(answers)
+    apply(call, requests, in_list).await
 }
 
-/// Sends the checked CONFIGUREs one after another; the channels as they are afterwards.
+/// Sends the checked CONFIGUREs one after another, as one change of many steps (run to its end
+/// by the station service, whoever hangs up); the channels as they are afterwards.
 async fn apply(
-    station: crate::station::Station,
-    admitted: crate::lease::Admitted,
+    call: &Call<'_>,
     requests: Vec<(usize, Configure)>,
     in_list: bool,
 ) -> Result<Vec<Json>, ApiError> {
+    let steps: Vec<Step> = requests
+        .iter()
+        .filter(|(_, request)| !request.settings.is_empty())
+        .map(|(_, request)| Step {
+            label: format!("configure {}", request.name),
+            action: StepAction::Configure(request.clone()),
+        })
+        .collect();
+    let done = if steps.is_empty() {
+        StepsDone::default()
+    } else {
+        answered(
+            call.change(ChangeWhat::Steps(steps)).await?,
+            ChangeAnswer::stepped,
+        )?
+    };
+    let mut replies = done.done.into_iter();
+    let mut step = 0;
     let mut answers = Vec::new();
-    for (done, (position, request)) in requests.into_iter().enumerate() {
+    for (entry, (position, request)) in requests.into_iter().enumerate() {
         if request.settings.is_empty() {
-            let table = station.info().channels.clone();
+            let table = call.gateway.station.info().channels.clone();
             if let Some(channel) = table.channels.get(position) {
                 answers.push(channel_json(position, channel, table.config(&channel.name)));
             }
             continue;
         }
-        let name = request.name.clone();
-        match station.configure(request, &admitted).await {
-            Ok(reply) => answers.push(channel_json(position, &reply.channel, Some(&reply.config))),
-            Err(error) => {
-                let mut api = ApiError::from(error);
-                api.message = if in_list {
-                    format!(
-                        "configuring {name} (entry {}) failed: {}; entries before it were configured, those after it were not",
-                        done + 1,
-                        api.message
-                    )
-                } else {
-                    format!("configuring {name} failed: {}", api.message)
-                };
-                return Err(api);
-            }
+        if let Some((stopped_at, error)) = &done.stopped
+            && *stopped_at == step
+        {
+            let mut api = ApiError::from(error.clone());
+            let name = &request.name;
+            api.message = if in_list {
+                format!(
+                    "configuring {name} (entry {}) failed: {}; entries before it were configured, those after it were not",
+                    entry + 1,
+                    api.message
+                )
+            } else {
+                format!("configuring {name} failed: {}", api.message)
+            };
+            return Err(api);
+        }
+        step += 1;
+        if let Some(Some(reply)) = replies.next() {
+            answers.push(channel_json(position, &reply.channel, Some(&reply.config)));
         }
     }
     Ok(answers)

@@ -16,6 +16,7 @@ use crate::error::ApiError;
 use crate::http::body::JsonBody;
 use crate::link::LinkError;
 use crate::metrics::BusKind;
+use crate::station::ChangeWhat;
 
 /// A UART receive must end this long before the gateway stops waiting for the station.
 const UART_TIMEOUT_MARGIN_MS: u64 = 500;
@@ -49,7 +50,8 @@ async fn transaction(call: &Call<'_>, kind: BusKind) -> Answer {
     let (device, action) = (request.channel.clone(), request.action);
     let sent = request.data.len();
     let metrics = &gateway.metrics.comm;
-    let result = gateway.station.bus(request, &call.admitted).await;
+    let report = call.change(ChangeWhat::Bus(request)).await?;
+    let result = report.answer.map(|answer| answer.bus().unwrap_or_default());
     metrics.observe(kind, action, result.as_ref().map(|r| (sent, r.len())).ok());
     let received = result.map_err(|error| match error {
         LinkError::Station(station) if station.code == ErrorCode::Unsupported => {

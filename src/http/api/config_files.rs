@@ -29,10 +29,12 @@ pub(super) async fn load(call: Call<'_>) -> Answer {
         call.gateway.config_files.clone(),
         call.gateway.station.clone(),
     );
-    let admitted = call.admitted.clone();
-    // Its own task: a caller that hangs up does not stop the sequence halfway.
-    let running =
-        tokio::spawn(async move { config_files::load(&files, &station, &name, &admitted).await });
+    let (admitted, origin) = (call.admitted.clone(), call.change_origin());
+    // Its own task: a caller that hangs up does not stop the sequence halfway (nor, once its
+    // steps are the station service's change, their audit line).
+    let running = tokio::spawn(async move {
+        config_files::load(&files, &station, &name, &admitted, origin).await
+    });
     let report = running.await.map_err(|error| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

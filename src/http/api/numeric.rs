@@ -193,7 +193,7 @@ async fn run(
     };
     gateway
         .numeric
-        .acquire(&gateway.station, &call.admitted, plan)
+        .acquire(&gateway.station, &call.admitted, call.change_origin(), plan)
         .await
 }
 

@@ -7,7 +7,7 @@ use hyper::StatusCode;
 use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
-use super::call::{Answer, Call, known_channels, ok};
+use super::call::{Answer, Call, answered, known_channels, ok};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -16,7 +16,8 @@ use crate::http::body::{JsonBody, value_text};
 use crate::http::reply::json_bytes_response;
 use crate::link::ChannelTable;
 use crate::station::{
-    ConsumingRule, Freshness, ItemError, ItemReading, ReadError, ReadPolicy, Reading, UnknownRule,
+    ChangeAnswer, ChangeWhat, ConsumingRule, Freshness, ItemError, ItemReading, ReadError,
+    ReadPolicy, Reading, UnknownRule,
 };
 
 /// `GET api/resources/names`.
@@ -41,11 +42,8 @@ pub(super) async fn value_get(call: Call<'_>) -> Answer {
 pub(super) async fn value_set(call: Call<'_>) -> Answer {
     let (name, value) = named_value(call.gateway, &call.body)?;
     let names = vec![name.clone()];
-    let results = call
-        .gateway
-        .station
-        .write(vec![(name, value)], &call.admitted)
-        .await?;
+    let report = call.change(ChangeWhat::Write(vec![(name, value)])).await?;
+    let results = answered(report, ChangeAnswer::written)?;
     first_item_error(&names, &results)?;
     ok(json!({}))
 }
@@ -64,11 +62,8 @@ pub(super) async fn values_set(call: Call<'_>) -> Answer {
 /// `POST api/resources/transact {Name, Value}`: write and read back in one step.
 pub(super) async fn transact(call: Call<'_>) -> Answer {
     let (name, value) = named_value(call.gateway, &call.body)?;
-    let answer = call
-        .gateway
-        .station
-        .transact(name, value, &call.admitted)
-        .await?;
+    let report = call.change(ChangeWhat::Transact { name, value }).await?;
+    let answer = answered(report, ChangeAnswer::transacted)?;
     ok(json!({ "value": answer.render() }))
 }
 
@@ -289,7 +284,7 @@ fn named_value(gateway: &Gateway, body: &JsonBody) -> Result<(String, Value), Ap
 }
 
 async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
-    let (gateway, body, admitted) = (call.gateway, &call.body, &call.admitted);
+    let (gateway, body) = (call.gateway, &call.body);
     let resources = body.object("Resources")?;
     let channels = known_channels(gateway)?;
     let mut items = Vec::with_capacity(resources.len());
@@ -304,7 +299,8 @@ async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
         return Ok(json!({}));
     }
     let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
-    let results = gateway.station.write(items, admitted).await?;
+    let report = call.change(ChangeWhat::Write(items)).await?;
+    let results = answered(report, ChangeAnswer::written)?;
     if results.iter().all(Result::is_ok) {
         return Ok(json!({}));
     }

@@ -1,0 +1,486 @@
+//! A change to the station as a value: what ([`ChangeWhat`]: writes, a transact, steps of
+//! configuration, a bus transaction, an acquisition, a reset), from whom ([`ChangeOrigin`]: the
+//! front end, the caller, the lease it was admitted under, what it asked) and under which
+//! admission (the send guard). [`Station::change`] runs it on a task of its own to its end —
+//! the station's answer or the link's failure, its typed [`ChangeOutcome`], its audit line —
+//! and the caller awaits the report with a bound: a caller that goes away changes nothing
+//! about what happens to the change or to its line.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use station_protocol::sample::{SampleEnd, SampleRequest};
+use station_protocol::{BusRequest, Configure, ConfigureReply, ItemResult, Value};
+use tracing::error;
+
+use super::Station;
+use crate::audit::{ChangeFields, Outcome, RequestLine};
+use crate::lease::Admitted;
+use crate::link::LinkError;
+
+/// What a change asks of the station.
+#[derive(Debug, Clone)]
+pub enum ChangeWhat {
+    /// One WRITE frame of these items.
+    Write(Vec<(String, Value)>),
+    /// Write and read back in one step.
+    Transact { name: String, value: Value },
+    /// Steps one after another, stopping at the first that fails: a `channels/configure`
+    /// list, a configuration load. One change, one audit line.
+    Steps(Vec<Step>),
+    /// One bus transaction, after every earlier one on the same bus.
+    Bus(BusRequest),
+    /// A NumericResult acquisition, `expected` to take about this long.
+    Sample {
+        request: SampleRequest,
+        expected: Duration,
+    },
+    /// Restart the station's application; `requester` goes to the station's log.
+    Reset { requester: String },
+}
+
+/// One step of a [`ChangeWhat::Steps`], with the words the audit trail and the answer use for
+/// it (`configure NAME`, `write NAME = 10`).
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub label: String,
+    pub action: StepAction,
+}
+
+#[derive(Debug, Clone)]
+pub enum StepAction {
+    Configure(Configure),
+    /// One item; the station refusing it stops the steps.
+    Write {
+        name: String,
+        value: Value,
+    },
+}
+
+/// What the station answered to a change that it answered (each kind its own).
+#[derive(Debug, Clone)]
+pub enum ChangeAnswer {
+    Written(Vec<ItemResult<()>>),
+    Transacted(Value),
+    Stepped(StepsDone),
+    Bus(Bytes),
+    Sampled { samples: Vec<f64>, end: SampleEnd },
+    Reset,
+}
+
+impl ChangeAnswer {
+    pub fn written(self) -> Option<Vec<ItemResult<()>>> {
+        match self {
+            ChangeAnswer::Written(results) => Some(results),
+            _ => None,
+        }
+    }
+
+    pub fn transacted(self) -> Option<Value> {
+        match self {
+            ChangeAnswer::Transacted(value) => Some(value),
+            _ => None,
+        }
+    }
+
+    pub fn stepped(self) -> Option<StepsDone> {
+        match self {
+            ChangeAnswer::Stepped(done) => Some(done),
+            _ => None,
+        }
+    }
+
+    pub fn bus(self) -> Option<Bytes> {
+        match self {
+            ChangeAnswer::Bus(received) => Some(received),
+            _ => None,
+        }
+    }
+
+    pub fn sampled(self) -> Option<(Vec<f64>, SampleEnd)> {
+        match self {
+            ChangeAnswer::Sampled { samples, end } => Some((samples, end)),
+            _ => None,
+        }
+    }
+}
+
+/// How far a [`ChangeWhat::Steps`] went.
+#[derive(Debug, Clone, Default)]
+pub struct StepsDone {
+    /// One per step carried out, in order: the CONFIGURE answer for a configure step.
+    pub done: Vec<Option<ConfigureReply>>,
+    /// The step that failed (its index) and why; the steps after it were not sent.
+    pub stopped: Option<(usize, LinkError)>,
+}
+
+/// What became of a change, as the audit trail records it and the front ends answer it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeOutcome {
+    /// The station confirmed all of it.
+    Applied,
+    /// Some of it was applied and some not: the items or steps by name, and why it stopped.
+    Partial {
+        applied: Vec<String>,
+        not_applied: Vec<String>,
+        why: String,
+    },
+    /// Nothing of it was applied: the station or the link's guard said no, or the link was down.
+    Refused { why: String },
+    /// Sent, and its answer never came (or could not be read): it may or may not have been
+    /// applied.
+    Unknown { why: String },
+}
+
+impl ChangeOutcome {
+    /// The audit trail's word for it.
+    pub fn word(&self) -> Outcome {
+        match self {
+            ChangeOutcome::Applied => Outcome::Applied,
+            ChangeOutcome::Partial { .. } => Outcome::Partial,
+            ChangeOutcome::Refused { .. } => Outcome::Refused,
+            ChangeOutcome::Unknown { .. } => Outcome::Unknown,
+        }
+    }
+
+    /// The outcome of a change that was not carried out at all, or failed as a whole.
+    fn of_error(error: &LinkError) -> ChangeOutcome {
+        if error.leaves_outcome_unknown() {
+            ChangeOutcome::Unknown {
+                why: error.to_string(),
+            }
+        } else {
+            ChangeOutcome::Refused {
+                why: error.to_string(),
+            }
+        }
+    }
+
+    /// What became of `what`, given the station's answer or the link's failure.
+    pub fn of(what: &ChangeWhat, answer: &Result<ChangeAnswer, LinkError>) -> ChangeOutcome {
+        let answer = match answer {
+            Err(error) => return ChangeOutcome::of_error(error),
+            Ok(answer) => answer,
+        };
+        match (what, answer) {
+            (ChangeWhat::Write(items), ChangeAnswer::Written(results)) => {
+                let mut applied = Vec::new();
+                let mut not_applied = Vec::new();
+                let mut why = Vec::new();
+                for ((name, _), result) in items.iter().zip(results) {
+                    match result {
+                        Ok(()) => applied.push(name.clone()),
+                        Err(refused) => {
+                            not_applied.push(name.clone());
+                            why.push(format!("{name}: {}", refused.message));
+                        }
+                    }
+                }
+                match (applied.is_empty(), not_applied.is_empty()) {
+                    (_, true) => ChangeOutcome::Applied,
+                    (true, false) => ChangeOutcome::Refused {
+                        why: why.join("; "),
+                    },
+                    (false, false) => ChangeOutcome::Partial {
+                        applied,
+                        not_applied,
+                        why: why.join("; "),
+                    },
+                }
+            }
+            (ChangeWhat::Steps(steps), ChangeAnswer::Stepped(done)) => match &done.stopped {
+                None => ChangeOutcome::Applied,
+                Some((0, error)) => ChangeOutcome::of_error(error),
+                Some((index, error)) => {
+                    let (applied, not_applied) = steps.split_at((*index).min(steps.len()));
+                    let labels = |steps: &[Step]| steps.iter().map(|s| s.label.clone()).collect();
+                    ChangeOutcome::Partial {
+                        applied: labels(applied),
+                        not_applied: labels(not_applied),
+                        why: format!("stopped at {}: {error}", steps[*index].label),
+                    }
+                }
+            },
+            _ => ChangeOutcome::Applied,
+        }
+    }
+}
+
+/// Which front end a change came through, and what its audit line says of it.
+#[derive(Debug, Clone)]
+pub enum FrontEnd {
+    /// A REST request: its method and path (lease ids hidden), and the status its answer has
+    /// for a report (the front end's own mapping).
+    Http {
+        method: String,
+        path: String,
+        status_of: fn(&ChangeReport) -> u16,
+    },
+    /// The legacy byte-protocol port: `write`, `transact`, `configure`, `reset`, `bus`.
+    Legacy { operation: &'static str },
+}
+
+/// Who asked for a change, for its audit line.
+#[derive(Debug, Clone)]
+pub struct ChangeOrigin {
+    pub front: FrontEnd,
+    pub peer: SocketAddr,
+    /// The API key's name or the user; `None` with access control off.
+    pub caller: Option<String>,
+    /// The lease (owner, fence) it was admitted under; `None`: nobody held it.
+    pub lease: Option<(String, u64)>,
+    /// What was asked, e.g. `VSET1=100`.
+    pub asked: Option<String>,
+    /// When the request came in (the line's duration counts from here).
+    pub started: Instant,
+    /// Set once a change took this origin: its line is the change's to write, and the front
+    /// end writes none.
+    line_taken: Arc<AtomicBool>,
+}
+
+impl ChangeOrigin {
+    pub fn new(front: FrontEnd, peer: SocketAddr, started: Instant) -> ChangeOrigin {
+        ChangeOrigin {
+            front,
+            peer,
+            caller: None,
+            lease: None,
+            asked: None,
+            started,
+            line_taken: Arc::default(),
+        }
+    }
+
+    /// True once a change was submitted with this origin (or a clone of it): the change writes
+    /// the audit line.
+    pub fn line_taken(&self) -> bool {
+        self.line_taken.load(Ordering::Acquire)
+    }
+
+    /// The status the front end answers `report` with (`None`: the legacy port has none).
+    fn status(&self, report: &ChangeReport) -> Option<u16> {
+        match &self.front {
+            FrontEnd::Http { status_of, .. } => Some(status_of(report)),
+            FrontEnd::Legacy { .. } => None,
+        }
+    }
+
+    /// The audit line of a change with this origin, its `outcome` and its answer's `status`.
+    fn line(&self, outcome: &ChangeOutcome, status: Option<u16>) -> String {
+        let (method, path) = match &self.front {
+            FrontEnd::Http { method, path, .. } => (method.as_str(), path.as_str()),
+            FrontEnd::Legacy { operation } => ("LEGACY", *operation),
+        };
+        let line = RequestLine {
+            at: SystemTime::now(),
+            ip: Some(self.peer.ip()),
+            method,
+            path,
+            status,
+            duration: Some(self.started.elapsed()),
+        };
+        let (applied, not_applied, why) = match outcome {
+            ChangeOutcome::Applied => (None, None, None),
+            ChangeOutcome::Partial {
+                applied,
+                not_applied,
+                why,
+            } => (
+                Some(applied.join("; ")),
+                Some(not_applied.join("; ")),
+                Some(why.clone()),
+            ),
+            ChangeOutcome::Refused { why } | ChangeOutcome::Unknown { why } => {
+                (None, None, Some(why.clone()))
+            }
+        };
+        let fields = ChangeFields {
+            caller: self.caller.clone(),
+            lease: self.lease.clone(),
+            outcome: Some(outcome.word()),
+            asked: self.asked.clone(),
+            applied,
+            not_applied,
+            why,
+        };
+        line.render(Some(&fields))
+    }
+}
+
+/// A change: what, from whom, under which admission.
+#[derive(Clone)]
+pub struct Change {
+    pub what: ChangeWhat,
+    pub origin: ChangeOrigin,
+    pub admitted: Admitted,
+}
+
+/// What the station service reports of a change it ran to its end.
+#[derive(Debug, Clone)]
+pub struct ChangeReport {
+    pub answer: Result<ChangeAnswer, LinkError>,
+    pub outcome: ChangeOutcome,
+}
+
+/// The caller stopped waiting for a change that is still running (past its bound); it goes on
+/// to its end and its audit line says what became of it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "the change is still running after {} ms; it may or may not be applied: its outcome will be in the audit trail, or read the channel to find out",
+    .0.as_millis()
+)]
+pub struct StillRunning(pub Duration);
+
+/// The most a caller waits for a change: every step its request timeout (twice: the link may
+/// wait for a slot), the acquisition's own time, and the audit trail's sync.
+fn bound(what: &ChangeWhat, request_timeout: Duration) -> Duration {
+    let (steps, extra) = match what {
+        ChangeWhat::Steps(steps) => (steps.len().max(1), Duration::ZERO),
+        ChangeWhat::Sample { expected, .. } => (1, *expected),
+        _ => (1, Duration::ZERO),
+    };
+    let steps = u32::try_from(steps).unwrap_or(u32::MAX);
+    request_timeout
+        .saturating_mul(2)
+        .saturating_mul(steps)
+        .saturating_add(extra)
+        .saturating_add(crate::audit::RECORD_LIMIT)
+}
+
+impl Station {
+    /// Runs `change` to its end on a task of its own — sent under its admission's send guard,
+    /// answered or failed, its audit line on disk — and reports what became of it. Waits for
+    /// the report at most a bound of the change's size; past it the change goes on and the
+    /// caller gets [`StillRunning`].
+    pub async fn change(&self, change: Change) -> Result<ChangeReport, StillRunning> {
+        change.origin.line_taken.store(true, Ordering::Release);
+        let limit = bound(&change.what, self.link.request_timeout());
+        let (report_to, report) = tokio::sync::oneshot::channel();
+        let station = self.clone();
+        self.changes.spawn(async move {
+            let report_ = station.run_to_its_end(change).await;
+            // The caller may have gone: the change and its line are done all the same.
+            let _ = report_to.send(report_);
+        });
+        match tokio::time::timeout(limit, report).await {
+            Ok(Ok(report)) => Ok(report),
+            // The task panicked (a bug): its outcome is not known.
+            Ok(Err(_)) | Err(_) => Err(StillRunning(limit)),
+        }
+    }
+
+    /// Waits (at most `limit`) until every change submitted so far has ended, its line written.
+    pub async fn changes_ended(&self, limit: Duration) {
+        self.changes.close();
+        let _ = tokio::time::timeout(limit, self.changes.wait()).await;
+        self.changes.reopen();
+    }
+
+    async fn run_to_its_end(&self, change: Change) -> ChangeReport {
+        let Change {
+            what,
+            origin,
+            admitted,
+        } = change;
+        let answer = self.carry_out(&what, &admitted).await;
+        let outcome = ChangeOutcome::of(&what, &answer);
+        let report = ChangeReport { answer, outcome };
+        let line = origin.line(&report.outcome, origin.status(&report));
+        self.record(line, &origin).await;
+        report
+    }
+
+    /// The audit line of a change refused before it was run (the lease, for a legacy client),
+    /// written before its answer goes out.
+    pub async fn record_refused(&self, origin: ChangeOrigin, why: &str) {
+        let outcome = ChangeOutcome::Refused {
+            why: why.to_owned(),
+        };
+        let line = origin.line(&outcome, None);
+        self.record(line, &origin).await;
+    }
+
+    async fn record(&self, line: String, origin: &ChangeOrigin) {
+        if let Err(why) = self.audit.record(line).await {
+            // The change happened (or not) as reported; only its record failed: say so loudly.
+            error!(
+                "{why}; a change from {} is answered without its audit line",
+                origin.peer
+            );
+        }
+    }
+
+    async fn carry_out(
+        &self,
+        what: &ChangeWhat,
+        admitted: &Admitted,
+    ) -> Result<ChangeAnswer, LinkError> {
+        let guard = || admitted.guard.clone();
+        Ok(match what {
+            ChangeWhat::Write(items) => {
+                ChangeAnswer::Written(self.link.write(items.clone(), guard()).await?)
+            }
+            ChangeWhat::Transact { name, value } => ChangeAnswer::Transacted(
+                self.link
+                    .transact(name.clone(), value.clone(), guard())
+                    .await?,
+            ),
+            ChangeWhat::Steps(steps) => ChangeAnswer::Stepped(self.steps(steps, admitted).await),
+            ChangeWhat::Bus(request) => ChangeAnswer::Bus(
+                self.buses
+                    .run(&self.link, request.clone(), admitted)
+                    .await?,
+            ),
+            ChangeWhat::Sample { request, expected } => {
+                let (samples, end) = self
+                    .link
+                    .sample(request.clone(), guard(), *expected)
+                    .await?;
+                ChangeAnswer::Sampled { samples, end }
+            }
+            ChangeWhat::Reset { requester } => {
+                self.link.reset(requester.clone(), guard()).await?;
+                ChangeAnswer::Reset
+            }
+        })
+    }
+
+    /// Runs the steps one after another; the first that fails stops them.
+    async fn steps(&self, steps: &[Step], admitted: &Admitted) -> StepsDone {
+        let mut done = StepsDone::default();
+        for (index, step) in steps.iter().enumerate() {
+            let result = match &step.action {
+                StepAction::Configure(request) => self
+                    .link
+                    .configure(request.clone(), admitted.guard.clone())
+                    .await
+                    .map(Some),
+                StepAction::Write { name, value } => {
+                    let items = vec![(name.clone(), value.clone())];
+                    match self.link.write(items, admitted.guard.clone()).await {
+                        Ok(mut results) => match results.pop() {
+                            Some(Err(refused)) => Err(LinkError::Station(refused)),
+                            _ => Ok(None),
+                        },
+                        Err(error) => Err(error),
+                    }
+                }
+            };
+            match result {
+                Ok(reply) => done.done.push(reply),
+                Err(error) => {
+                    done.stopped = Some((index, error));
+                    break;
+                }
+            }
+        }
+        done
+    }
+}
+
+#[cfg(test)]
+#[path = "change/tests.rs"]
+mod tests;
