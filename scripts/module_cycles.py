@@ -1,45 +1,49 @@
 #!/usr/bin/env python3
-"""Finds circles between the gateway crate's modules: parses every `crate::`, `super::` and
-child-module path in `src/` (test modules and comments left out) into a file-level import graph
-and prints its strongly connected components of more than one file, largest first. `main.rs`
-is left out: it is the binary, above everything.
+"""Finds circles between a crate's modules: parses every `crate::`, `super::` and child-module
+path in its `src/` (test modules and comments left out) into a file-level import graph and
+prints its strongly connected components of more than one file, largest first. Binaries
+(`main.rs`, `src/bin/`) are left out: they are above everything.
+
+Without `--src`, every crate of the workspace (the `members` of the root `Cargo.toml`) is
+checked, each printed on its own.
 
 Usage: scripts/module_cycles.py [--max N] [--src DIR]
-  --max N    exit 1 when a component has more than N files
-  --src DIR  another tree's src/ (e.g. an older commit's, from `git archive`)
+  --max N    exit 1 when a component of any crate checked has more than N files
+  --src DIR  only this tree's src/ (e.g. an older commit's, from `git archive`)
 """
 import os
 import re
 import sys
+import tomllib
 
-SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 CHILD = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;", re.M)
 USE_GROUP = re.compile(r"\buse\s+(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*)\}", re.S)
 
 
-def module_of(file):
-    rel = os.path.relpath(file, SRC)[:-3].split(os.sep)
+def module_of(src, file):
+    rel = os.path.relpath(file, src)[:-3].split(os.sep)
     if rel[-1] in ("mod", "lib", "main"):
         rel = rel[:-1]
     return rel
 
 
-def file_of(parts):
+def file_of(src, parts):
     """The file defining the longest prefix of `parts` that is a module."""
     for n in range(len(parts), -1, -1):
-        base = os.path.join(SRC, *parts[:n]) if n else os.path.join(SRC, "lib")
+        base = os.path.join(src, *parts[:n]) if n else os.path.join(src, "lib")
         for candidate in (base + ".rs", os.path.join(base, "mod.rs")):
             if os.path.isfile(candidate):
-                return os.path.relpath(candidate, SRC)
+                return os.path.relpath(candidate, src)
     return None
 
 
-def edges(file):
+def edges(src, file):
     text = open(file, encoding="utf-8").read()
     text = re.split(r"#\[cfg\(test\)\]\s*mod tests", text)[0]
     text = re.sub(r"//[^\n]*", "", text)
-    here = module_of(file)
+    here = module_of(src, file)
     found = set()
 
     def add(root, rest):
@@ -53,8 +57,8 @@ def edges(file):
             base = here[:-1]
             while parts and parts[0] == "super":
                 parts, base = parts[1:], base[:-1]
-        target = file_of(base + parts)
-        if target and target != os.path.relpath(file, SRC):
+        target = file_of(src, base + parts)
+        if target and target != os.path.relpath(file, src):
             found.add(target)
 
     for root, prefix, group in USE_GROUP.findall(text):
@@ -106,25 +110,51 @@ def components(graph):
     return out
 
 
+def circles_of(src):
+    """The components of more than one file in the tree `src`, largest first."""
+    graph = {}
+    for dirpath, dirnames, names in os.walk(src):
+        if os.path.relpath(dirpath, src) == ".":
+            # `src/bin/*.rs` are binaries, like `main.rs`.
+            dirnames[:] = [d for d in dirnames if d != "bin"]
+        for name in names:
+            if name.endswith(".rs") and name != "main.rs":
+                path = os.path.join(dirpath, name)
+                graph[os.path.relpath(path, src)] = edges(src, path)
+    return sorted((c for c in components(graph) if len(c) > 1), key=len, reverse=True)
+
+
+def workspace_crates():
+    """(package name, src/) of every workspace member, in the order `Cargo.toml` lists them."""
+    with open(os.path.join(ROOT, "Cargo.toml"), "rb") as manifest:
+        members = tomllib.load(manifest)["workspace"]["members"]
+    crates = []
+    for member in members:
+        with open(os.path.join(ROOT, member, "Cargo.toml"), "rb") as manifest:
+            name = tomllib.load(manifest)["package"]["name"]
+        crates.append((name, os.path.normpath(os.path.join(ROOT, member, "src"))))
+    return crates
+
+
 def main():
     limit = None
     if "--max" in sys.argv:
         limit = int(sys.argv[sys.argv.index("--max") + 1])
-    global SRC
     if "--src" in sys.argv:
-        SRC = sys.argv[sys.argv.index("--src") + 1]
-    graph = {}
-    for dirpath, _, names in os.walk(SRC):
-        for name in names:
-            if name.endswith(".rs") and name != "main.rs":
-                path = os.path.join(dirpath, name)
-                graph[os.path.relpath(path, SRC)] = edges(path)
-    circles = sorted((c for c in components(graph) if len(c) > 1), key=len, reverse=True)
-    largest = len(circles[0]) if circles else 1
-    print(f"largest strongly connected component: {largest} file(s)")
-    for component in circles:
-        print(f"  {len(component)}: {' '.join(component)}")
-    if limit is not None and largest > limit:
+        src = sys.argv[sys.argv.index("--src") + 1]
+        crates = [(src, src)]
+    else:
+        crates = workspace_crates()
+    failed = False
+    for name, src in crates:
+        circles = circles_of(src)
+        largest = len(circles[0]) if circles else 1
+        label = name if name == src else f"{name} ({os.path.relpath(src, ROOT)})"
+        print(f"{label}: largest strongly connected component: {largest} file(s)")
+        for component in circles:
+            print(f"  {len(component)}: {' '.join(component)}")
+        failed = failed or (limit is not None and largest > limit)
+    if failed:
         sys.exit(1)
 
 

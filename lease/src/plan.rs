@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::store::{
+use crate::store::terms::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStoreError, LeaseToken,
 };
 

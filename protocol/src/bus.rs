@@ -6,8 +6,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::message::PayloadError;
-use crate::wire::{Reader, Writer};
+use crate::wire::{PayloadError, Reader, Writer};
 
 /// The most bytes one transaction sends.
 pub const MAX_BUS_SEND: usize = 4096;

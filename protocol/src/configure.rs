@@ -3,11 +3,9 @@
 
 use bytes::{BufMut, BytesMut};
 
-use crate::message::{
-    ChannelDescriptor, Direction, PayloadError, get_channel, get_value, put_channel, put_value,
-};
-use crate::value::Value;
-use crate::wire::{Reader, Writer};
+use crate::channel::{ChannelDescriptor, Direction, get_channel, put_channel};
+use crate::value::{Value, get_value, put_value};
+use crate::wire::{PayloadError, Reader, Writer};
 
 /// The setting keys a CONFIGURE may carry (§6.13); a detail is `detail.` and its name.
 pub const SETTING_KEYS: &[&str] = &[

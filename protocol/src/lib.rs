@@ -6,13 +6,19 @@
 //! Layers, bottom up:
 //! - [`frame`]: the envelope (sync, version, opcode, request id, length, CRCs).
 //! - [`codec`]: a tokio-util `Decoder`/`Encoder` for [`RawFrame`] that resynchronises on garbage.
-//! - [`value`]: typed values and their rendering in the station's REST value format.
-//! - [`message`]: the typed requests and responses carried in frame payloads.
-//! - [`configure`]: the CONFIGURE operation's payloads (a channel's configuration).
+//! - `wire` (private): the payload primitives (`Reader`, `Writer`) and [`PayloadError`].
+//! - [`value`]: typed values, their payload encoding and their rendering in the station's REST
+//!   value format.
+//! - `channel` (private): [`ChannelDescriptor`] and [`Direction`] with their payload encoding.
+//! - [`configure`], [`bus`], [`reset`], [`sample`]: one operation's payloads each, built on the
+//!   three above.
+//! - [`message`]: the typed requests and responses carried in frame payloads; it hooks every
+//!   operation's payloads into [`Request`] and [`Response`].
 //!
 //! [`spec_examples`] holds one example frame of every kind, as `SPEC.md` shows them.
 
 pub mod bus;
+mod channel;
 pub mod codec;
 pub mod configure;
 pub mod frame;

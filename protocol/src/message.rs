@@ -6,29 +6,14 @@
 
 use bytes::{BufMut, BytesMut};
 
+use crate::channel::{get_channel, put_channel};
 use crate::frame::{FrameError, MAX_PAYLOAD, Opcode, RawFrame};
 use crate::sample::{self, SamplePart, SampleRequest};
-use crate::value::{Value, ValueType};
+use crate::value::{Value, get_value, put_value};
 use crate::wire::{Reader, Writer};
 
-/// Why a frame's payload is not the message its opcode announces.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PayloadError {
-    #[error("opcode 0x{0:02X} is not defined by this protocol version")]
-    UnknownOpcode(u8),
-    #[error("opcode 0x{0:02X} is not a request")]
-    NotARequest(u8),
-    #[error("opcode 0x{0:02X} is not a response")]
-    NotAResponse(u8),
-    #[error("payload ends inside {0}")]
-    Truncated(&'static str),
-    #[error("{0} has an undefined tag {1}")]
-    BadTag(&'static str, u8),
-    #[error("{0} is not UTF-8")]
-    NotUtf8(&'static str),
-    #[error("{0} bytes left over after the message")]
-    TrailingBytes(usize),
-}
+pub use crate::channel::{ChannelDescriptor, Direction};
+pub use crate::wire::PayloadError;
 
 /// What went wrong, as the station reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,73 +118,6 @@ pub struct ModuleInfo {
     pub product_id: String,
     pub revision: u32,
     pub serial: String,
-}
-
-/// Whether a channel is an input, an output or both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Direction {
-    In = 1,
-    Out = 2,
-    InOut = 3,
-}
-
-impl Direction {
-    pub fn from_u8(byte: u8) -> Option<Direction> {
-        Some(match byte {
-            1 => Direction::In,
-            2 => Direction::Out,
-            3 => Direction::InOut,
-            _ => return None,
-        })
-    }
-
-    /// As the REST contract spells it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Direction::In => "IN",
-            Direction::Out => "OUT",
-            Direction::InOut => "IN, OUT",
-        }
-    }
-}
-
-/// What LIST says about one channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChannelDescriptor {
-    pub name: String,
-    pub alias: String,
-    pub net_name: String,
-    /// Channel type flags, bit values as the REST contract's `channelType`.
-    pub type_flags: u32,
-    pub direction: Direction,
-    pub unit: String,
-    pub description: String,
-    pub group: String,
-    pub readable: bool,
-    pub writable: bool,
-    /// A read changes the station (a byte stream's receive buffer, a bus device's queue).
-    pub consuming: bool,
-    pub value_type: ValueType,
-    /// The option names of an enum channel, empty otherwise.
-    pub options: Vec<String>,
-}
-
-impl ChannelDescriptor {
-    /// Bytes this descriptor takes in a LIST reply.
-    pub fn encoded_len(&self) -> usize {
-        let strings = [
-            &self.name,
-            &self.alias,
-            &self.net_name,
-            &self.unit,
-            &self.description,
-            &self.group,
-        ];
-        let text: usize = strings.iter().map(|s| 2 + s.len()).sum();
-        let options: usize = self.options.iter().map(|o| 2 + o.len()).sum();
-        text + 4 + 1 + 1 + 1 + 1 + 2 + options
-    }
 }
 
 /// The page of `channels` a LIST with `offset` and `limit` gets: at most `limit` descriptors
@@ -339,31 +257,6 @@ fn finish(opcode: Opcode, request_id: u32, payload: BytesMut) -> Result<RawFrame
     Ok(RawFrame::new(opcode, request_id, payload.freeze()))
 }
 
-pub(crate) fn put_value(out: &mut BytesMut, value: &Value) {
-    out.put_u8(value.value_type() as u8);
-    match value {
-        Value::Float(x) => out.put_f64(*x),
-        Value::Integer(i) => out.put_i64(*i),
-        Value::Bool(b) => out.put_u8(u8::from(*b)),
-        Value::Enum(s) | Value::String(s) => out.put_string(s),
-        Value::Bytes(b) => out.put_blob(b),
-    }
-}
-
-pub(crate) fn get_value(r: &mut Reader) -> Result<Value, PayloadError> {
-    let tag = r.at("value type").u8()?;
-    let kind = ValueType::from_u8(tag).ok_or(PayloadError::BadTag("value type", tag))?;
-    r.at("value");
-    Ok(match kind {
-        ValueType::Float => Value::Float(r.f64()?),
-        ValueType::Integer => Value::Integer(r.i64()?),
-        ValueType::Bool => Value::Bool(r.bool()?),
-        ValueType::Enum => Value::Enum(r.string()?),
-        ValueType::String => Value::String(r.string()?),
-        ValueType::Bytes => Value::Bytes(r.bytes()?),
-    })
-}
-
 fn put_error(out: &mut BytesMut, error: &StationError) {
     out.put_u8(error.code as u8);
     out.put_string(&error.message);
@@ -374,65 +267,6 @@ fn get_error(r: &mut Reader) -> Result<StationError, PayloadError> {
     let code = ErrorCode::from_u8(code).ok_or(PayloadError::BadTag("error code", code))?;
     let message = r.at("error message").string()?;
     Ok(StationError { code, message })
-}
-
-pub(crate) fn put_channel(out: &mut BytesMut, ch: &ChannelDescriptor) {
-    out.put_string(&ch.name);
-    out.put_string(&ch.alias);
-    out.put_string(&ch.net_name);
-    out.put_u32(ch.type_flags);
-    out.put_u8(ch.direction as u8);
-    out.put_string(&ch.unit);
-    out.put_string(&ch.description);
-    out.put_string(&ch.group);
-    out.put_u8(u8::from(ch.readable) | (u8::from(ch.writable) << 1));
-    out.put_u8(u8::from(ch.consuming));
-    out.put_u8(ch.value_type as u8);
-    out.put_count(ch.options.len());
-    for option in &ch.options {
-        out.put_string(option);
-    }
-}
-
-pub(crate) fn get_channel(r: &mut Reader) -> Result<ChannelDescriptor, PayloadError> {
-    let name = r.at("channel name").string()?;
-    let alias = r.at("channel alias").string()?;
-    let net_name = r.at("channel net name").string()?;
-    let type_flags = r.at("channel type flags").u32()?;
-    let direction = r.at("channel direction").u8()?;
-    let direction = Direction::from_u8(direction)
-        .ok_or(PayloadError::BadTag("channel direction", direction))?;
-    let unit = r.at("channel unit").string()?;
-    let description = r.at("channel description").string()?;
-    let group = r.at("channel group").string()?;
-    let access = r.at("channel access").u8()?;
-    if access > 3 {
-        return Err(PayloadError::BadTag("channel access", access));
-    }
-    let consuming = r.at("channel consuming flag").bool()?;
-    let tag = r.at("channel value type").u8()?;
-    let value_type =
-        ValueType::from_u8(tag).ok_or(PayloadError::BadTag("channel value type", tag))?;
-    let n = r.at("channel options").count(2)?;
-    let mut options = Vec::with_capacity(n);
-    for _ in 0..n {
-        options.push(r.at("channel option").string()?);
-    }
-    Ok(ChannelDescriptor {
-        name,
-        alias,
-        net_name,
-        type_flags,
-        direction,
-        unit,
-        description,
-        group,
-        readable: access & 1 != 0,
-        writable: access & 2 != 0,
-        consuming,
-        value_type,
-        options,
-    })
 }
 
 impl Request {
@@ -783,6 +617,7 @@ mod tests {
 
     use super::*;
     use crate::spec_examples::{SpecMessage, spec_examples};
+    use crate::value::ValueType;
 
     fn frame(opcode: u8, payload: &[u8]) -> RawFrame {
         RawFrame {

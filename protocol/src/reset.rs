@@ -4,8 +4,7 @@
 
 use bytes::BytesMut;
 
-use crate::message::PayloadError;
-use crate::wire::{Reader, Writer};
+use crate::wire::{PayloadError, Reader, Writer};
 
 /// A RESET request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,8 +8,7 @@
 use bytes::{BufMut, BytesMut};
 
 use crate::frame::MAX_PAYLOAD;
-use crate::message::PayloadError;
-use crate::wire::{Reader, Writer};
+use crate::wire::{PayloadError, Reader, Writer};
 
 /// The most samples one acquisition may ask for.
 pub const MAX_SAMPLES: u32 = 100_000;

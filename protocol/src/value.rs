@@ -1,4 +1,5 @@
-//! Typed values as the wire carries them, and their rendering in the station's value format.
+//! Typed values as the wire carries them (their payload encoding too), and their rendering in the
+//! station's value format.
 //!
 //! The REST contract moves every value as a string: `"5"`, `"4.998"`, `"True"`, `"Red"`.
 //! [`Value::render`] makes that string; [`Value::parse_as`] reads one back for a channel of a
@@ -6,7 +7,9 @@
 
 use std::fmt;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::wire::{PayloadError, Reader, Writer};
 
 /// The type of a channel's value, as LIST describes it and values are tagged on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -227,6 +230,32 @@ fn unescape(text: &str) -> String {
         }
     }
     out
+}
+
+/// A value as a payload carries it: its type tag, then the value.
+pub(crate) fn put_value(out: &mut BytesMut, value: &Value) {
+    out.put_u8(value.value_type() as u8);
+    match value {
+        Value::Float(x) => out.put_f64(*x),
+        Value::Integer(i) => out.put_i64(*i),
+        Value::Bool(b) => out.put_u8(u8::from(*b)),
+        Value::Enum(s) | Value::String(s) => out.put_string(s),
+        Value::Bytes(b) => out.put_blob(b),
+    }
+}
+
+pub(crate) fn get_value(r: &mut Reader) -> Result<Value, PayloadError> {
+    let tag = r.at("value type").u8()?;
+    let kind = ValueType::from_u8(tag).ok_or(PayloadError::BadTag("value type", tag))?;
+    r.at("value");
+    Ok(match kind {
+        ValueType::Float => Value::Float(r.f64()?),
+        ValueType::Integer => Value::Integer(r.i64()?),
+        ValueType::Bool => Value::Bool(r.bool()?),
+        ValueType::Enum => Value::Enum(r.string()?),
+        ValueType::String => Value::String(r.string()?),
+        ValueType::Bytes => Value::Bytes(r.bytes()?),
+    })
 }
 
 #[cfg(test)]

@@ -1,8 +1,26 @@
-//! Primitive payload encodings: big-endian integers, length-prefixed strings and byte strings.
+//! Primitive payload encodings: big-endian integers, length-prefixed strings and byte strings,
+//! and [`PayloadError`], why a payload does not decode. Every payload module builds on this one.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::message::PayloadError;
+/// Why a frame's payload is not the message its opcode announces.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    #[error("opcode 0x{0:02X} is not defined by this protocol version")]
+    UnknownOpcode(u8),
+    #[error("opcode 0x{0:02X} is not a request")]
+    NotARequest(u8),
+    #[error("opcode 0x{0:02X} is not a response")]
+    NotAResponse(u8),
+    #[error("payload ends inside {0}")]
+    Truncated(&'static str),
+    #[error("{0} has an undefined tag {1}")]
+    BadTag(&'static str, u8),
+    #[error("{0} is not UTF-8")]
+    NotUtf8(&'static str),
+    #[error("{0} bytes left over after the message")]
+    TrailingBytes(usize),
+}
 
 /// A cursor over a payload that refuses to read past its end.
 pub(crate) struct Reader {

@@ -2,7 +2,6 @@
 //! or SPI bus channel against the devices of `devices.rs`, and its answer on a connection with
 //! the faults that reach it.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,40 +11,13 @@ use station_protocol::{
 };
 use tokio::time::Instant;
 
-use crate::devices::{BusKind, BusSpec, DeviceSpec, Eeprom, SCAN_FIRST, SCAN_LAST, TempSensor};
-use crate::server::{ConnectionId, Shared};
+use crate::buses::{BusState, I2cDevice};
+use crate::devices::{SCAN_FIRST, SCAN_LAST};
+use crate::shared::{ConnectionId, Shared};
 use crate::station::{AppliedWrite, Station};
 
 /// A line setting this far from the device's baud rate still samples correctly.
 const BAUD_TOLERANCE: f64 = 0.03;
-
-/// One I2C device's state.
-#[derive(Debug, Clone)]
-enum I2cDevice {
-    Eeprom(Eeprom),
-    Temp(TempSensor),
-}
-
-/// One bus's state.
-#[derive(Debug, Clone)]
-enum BusState {
-    I2c {
-        retries: u8,
-        devices: Vec<(u8, I2cDevice)>,
-    },
-    Uart {
-        baud: u32,
-    },
-    Spi {
-        adc: Option<(Vec<f64>, f64)>,
-    },
-}
-
-/// Every bus of the station, by channel name.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Buses {
-    by_channel: HashMap<String, BusState>,
-}
 
 /// What one transaction did.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,53 +27,6 @@ pub(crate) struct BusOutcome {
     pub wait: Duration,
     /// The bytes it put on the bus, for the write log.
     pub applied: Option<AppliedWrite>,
-}
-
-impl Buses {
-    pub(crate) fn new(specs: &[BusSpec]) -> Buses {
-        let by_channel = specs
-            .iter()
-            .map(|spec| {
-                let state = match &spec.kind {
-                    BusKind::I2c { retries } => BusState::I2c {
-                        retries: *retries,
-                        devices: spec
-                            .devices
-                            .iter()
-                            .filter_map(|device| match device {
-                                DeviceSpec::Eeprom {
-                                    address,
-                                    contents,
-                                    page,
-                                } => Some((
-                                    *address,
-                                    I2cDevice::Eeprom(Eeprom {
-                                        memory: contents.clone(),
-                                        page: *page,
-                                        pointer: 0,
-                                    }),
-                                )),
-                                DeviceSpec::TempSensor { address, follows } => Some((
-                                    *address,
-                                    I2cDevice::Temp(TempSensor::new(follows.clone())),
-                                )),
-                                DeviceSpec::Adc { .. } => None,
-                            })
-                            .collect(),
-                    },
-                    BusKind::Uart { baud } => BusState::Uart { baud: *baud },
-                    BusKind::Spi => BusState::Spi {
-                        adc: spec.devices.iter().find_map(|device| match device {
-                            DeviceSpec::Adc { inputs, vref } => Some((inputs.clone(), *vref)),
-                            _ => None,
-                        }),
-                    },
-                };
-                (spec.channel.clone(), state)
-            })
-            .collect();
-        Buses { by_channel }
-    }
 }
 
 fn bad_settings(message: String) -> StationError {

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::server::{ConnectionId, Shared, WriteRecord};
+use crate::shared::{ConnectionId, Shared};
 
 /// Frames waiting for the writer; NOTIFYs are dropped when a slow client lets it fill up.
 const OUTGOING_QUEUE: usize = 256;
@@ -393,24 +393,5 @@ fn respond(shared: &Shared, request: Request, id: ConnectionId, options: &LinkOp
             Ok(outcome) => Response::Bus(outcome.received),
             Err(error) => Response::Error(error),
         },
-    }
-}
-
-impl WriteRecord {
-    pub(crate) fn applied(
-        write: crate::station::AppliedWrite,
-        connection: ConnectionId,
-        peer: &str,
-        at: Instant,
-        since_start: Duration,
-    ) -> WriteRecord {
-        WriteRecord {
-            at,
-            since_start,
-            channel: write.channel,
-            value: write.value,
-            connection,
-            peer: peer.to_owned(),
-        }
     }
 }

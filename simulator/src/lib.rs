@@ -4,7 +4,10 @@
 //! Layers:
 //! - [`profile`]: the station described as data (`config/station.toml`), validated.
 //! - `station`: the station's state and behaviour, computed from elapsed time.
-//! - [`devices`] and `bus`: the devices on the bus channels and the BUS operation on them.
+//! - [`devices`], `buses` and `bus`: the devices on the bus channels, their state as the station
+//!   holds it, and the BUS operation on them.
+//! - `shared`: the state the listener, the ticker, every connection and every handle share
+//!   (the station behind its lock, faults, counters, the write log, the connection registry).
 //! - `connection`: one client link: frames in, concurrent requests, paced and faulted replies out.
 //! - [`server`]: [`Simulator::start`], the listener, the trip ticker and the [`SimulatorHandle`].
 //! - `sampling`: SAMPLE, a NumericResult channel's acquisition streamed as many frames.
@@ -13,6 +16,7 @@
 //! - [`control`]: the line-based control interface of `station-sim --control`.
 
 mod bus;
+mod buses;
 pub mod client;
 mod connection;
 pub mod control;
@@ -22,6 +26,7 @@ mod pty;
 mod reset;
 mod sampling;
 pub mod server;
+mod shared;
 mod station;
 
 pub use client::{ClientError, StationClient};

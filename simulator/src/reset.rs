@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use station_protocol::{ErrorCode, Opcode, RawFrame, Reset, Response, StationError};
 
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::station::Station;
 use tokio::time::Instant;
 

@@ -2,8 +2,7 @@
 //! at its own rate, from the target's model, and streams them as data frames while it goes,
 //! then an end frame. One acquisition per channel at a time; different channels overlap.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use station_protocol::sample::{MAX_SAMPLES, SampleEnd, SamplePart, SampleRequest};
@@ -12,34 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 
 use crate::profile::ChannelModel;
-use crate::server::Shared;
-
-/// The NumericResult channels acquiring now.
-#[derive(Debug, Default)]
-pub(crate) struct Acquiring(Mutex<HashSet<String>>);
-
-/// Marks a channel busy until dropped.
-struct Busy<'a> {
-    set: &'a Acquiring,
-    channel: String,
-}
-
-impl Acquiring {
-    fn claim(&self, channel: &str) -> Option<Busy<'_>> {
-        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        set.insert(channel.to_owned()).then(|| Busy {
-            set: self,
-            channel: channel.to_owned(),
-        })
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        let mut set = self.set.0.lock().unwrap_or_else(|p| p.into_inner());
-        set.remove(&self.channel);
-    }
-}
+use crate::shared::Shared;
 
 /// What the station checked before it starts: the rate and the target's unit.
 struct Plan {

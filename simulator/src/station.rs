@@ -207,7 +207,7 @@ pub(crate) struct Station {
     /// Hardware reads per channel name, READ items and TRANSACT reads alike.
     read_counts: HashMap<String, u64>,
     /// The devices on the bus channels, for BUS (`bus.rs`).
-    pub(crate) buses: crate::bus::Buses,
+    pub(crate) buses: crate::buses::Buses,
 }
 
 fn unknown_channel(name: &str) -> StationError {
@@ -236,7 +236,7 @@ impl Station {
             rng,
             pending_notifies: Vec::new(),
             read_counts: HashMap::new(),
-            buses: crate::bus::Buses::new(&profile.buses),
+            buses: crate::buses::Buses::new(&profile.buses),
         };
         for spec in &profile.channels {
             station.push_channel(spec.clone());
