@@ -34,10 +34,9 @@ pub struct Station {
     link: LinkHandle,
     /// The bus channels' transaction queues (`station/bus.rs`).
     buses: Arc<bus::BusLanes>,
-    /// Where every change's line goes, written by the change's own task (`station/change.rs`).
-    audit: crate::audit::AuditLog,
-    /// The changes still running, each on a task of its own; shutdown waits for them.
-    changes: tokio_util::task::TaskTracker,
+    /// Runs each change to its end on a task of its own, its audit line included
+    /// (`station/change.rs`).
+    changes: change::ChangeRunner,
 }
 
 impl std::fmt::Debug for Station {
@@ -88,12 +87,31 @@ impl NotReached {
 impl Station {
     /// The station behind `link`; changes are recorded in `audit`.
     pub fn new(link: LinkHandle, audit: crate::audit::AuditLog) -> Station {
+        let buses: Arc<bus::BusLanes> = Arc::default();
         Station {
+            changes: change::ChangeRunner::new(link.clone(), buses.clone(), audit),
             link,
-            buses: Arc::default(),
-            audit,
-            changes: tokio_util::task::TaskTracker::new(),
+            buses,
         }
+    }
+
+    /// Runs `change` to its end on a task of its own — sent under its admission's send guard,
+    /// answered or failed, its audit line on disk — and reports what became of it; a caller
+    /// that goes away changes nothing about that. Waits at most a bound of the change's size
+    /// (past it, [`StillRunning`]: the change goes on).
+    pub async fn change(&self, change: Change) -> Result<ChangeReport, StillRunning> {
+        self.changes.change(change).await
+    }
+
+    /// The audit line of a change refused before it was run (a legacy client's while the
+    /// lease is held), on disk when this returns.
+    pub async fn record_refused(&self, origin: ChangeOrigin, why: &str) {
+        self.changes.record_refused(origin, why).await;
+    }
+
+    /// Waits (at most `limit`) until every change submitted so far has ended, its line written.
+    pub async fn changes_ended(&self, limit: Duration) {
+        self.changes.changes_ended(limit).await;
     }
 
     /// What the gateway knows of the station now.

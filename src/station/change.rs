@@ -16,10 +16,10 @@ use station_protocol::sample::{SampleEnd, SampleRequest};
 use station_protocol::{BusRequest, Configure, ConfigureReply, ItemResult, Value};
 use tracing::error;
 
-use super::Station;
-use crate::audit::{ChangeFields, Outcome, RequestLine};
+use super::bus::BusLanes;
+use crate::audit::{AuditLog, ChangeFields, Outcome, RequestLine};
 use crate::lease::Admitted;
-use crate::link::LinkError;
+use crate::link::{LinkError, LinkHandle};
 
 /// What a change asks of the station.
 #[derive(Debug, Clone)]
@@ -350,18 +350,38 @@ fn bound(what: &ChangeWhat, request_timeout: Duration) -> Duration {
         .saturating_add(crate::audit::RECORD_LIMIT)
 }
 
-impl Station {
+/// The station service's side of changes: what runs each one to its end. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct ChangeRunner {
+    link: LinkHandle,
+    buses: Arc<BusLanes>,
+    /// Where every change's line goes, written by the change's own task.
+    audit: AuditLog,
+    /// The changes still running, each on a task of its own; shutdown waits for them.
+    changes: tokio_util::task::TaskTracker,
+}
+
+impl ChangeRunner {
+    pub(super) fn new(link: LinkHandle, buses: Arc<BusLanes>, audit: AuditLog) -> ChangeRunner {
+        ChangeRunner {
+            link,
+            buses,
+            audit,
+            changes: tokio_util::task::TaskTracker::new(),
+        }
+    }
+
     /// Runs `change` to its end on a task of its own — sent under its admission's send guard,
     /// answered or failed, its audit line on disk — and reports what became of it. Waits for
     /// the report at most a bound of the change's size; past it the change goes on and the
     /// caller gets [`StillRunning`].
-    pub async fn change(&self, change: Change) -> Result<ChangeReport, StillRunning> {
+    pub(super) async fn change(&self, change: Change) -> Result<ChangeReport, StillRunning> {
         change.origin.line_taken.store(true, Ordering::Release);
         let limit = bound(&change.what, self.link.request_timeout());
         let (report_to, report) = tokio::sync::oneshot::channel();
-        let station = self.clone();
+        let runner = self.clone();
         self.changes.spawn(async move {
-            let report_ = station.run_to_its_end(change).await;
+            let report_ = runner.run_to_its_end(change).await;
             // The caller may have gone: the change and its line are done all the same.
             let _ = report_to.send(report_);
         });
@@ -373,7 +393,7 @@ impl Station {
     }
 
     /// Waits (at most `limit`) until every change submitted so far has ended, its line written.
-    pub async fn changes_ended(&self, limit: Duration) {
+    pub(super) async fn changes_ended(&self, limit: Duration) {
         self.changes.close();
         let _ = tokio::time::timeout(limit, self.changes.wait()).await;
         self.changes.reopen();
@@ -395,7 +415,7 @@ impl Station {
 
     /// The audit line of a change refused before it was run (the lease, for a legacy client),
     /// written before its answer goes out.
-    pub async fn record_refused(&self, origin: ChangeOrigin, why: &str) {
+    pub(super) async fn record_refused(&self, origin: ChangeOrigin, why: &str) {
         let outcome = ChangeOutcome::Refused {
             why: why.to_owned(),
         };
