@@ -14,9 +14,9 @@ use tracing::info;
 
 use super::access::BASIC_CHALLENGE;
 use super::api;
-use super::reply::{Body, json_response};
+use super::reply::{Body, error_kind, json_response};
 use crate::config::Role;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
 use crate::link::{ChannelTable, LinkStats};
 use crate::metrics::{LinkCounts, Metrics, Snapshot};
@@ -111,35 +111,26 @@ pub fn answer(
     method: &Method,
 ) -> Result<Response<Body>, ApiError> {
     if *method != Method::GET && *method != Method::HEAD {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("{method} is not allowed here; use GET"),
-        ));
+        return Err(ApiError::method_not_allowed(format!(
+            "{method} is not allowed here; use GET"
+        )));
     }
     Ok(match operation {
         Operation::Healthz => json_response(
-            StatusCode::OK,
             &json!({ "status": "alive", "uptimeSeconds": gateway.started.elapsed().as_secs() }),
         ),
         Operation::Readyz => {
             let info = gateway.link.info();
             if let Some(why) = gateway.lease.safe_state_pending() {
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not ready: {why}"),
-                ));
+                return Err(ApiError::safe_state_pending(format!("not ready: {why}")));
             }
             if info.connected {
-                json_response(
-                    StatusCode::OK,
-                    &json!({ "ready": true, "generation": info.generation }),
-                )
+                json_response(&json!({ "ready": true, "generation": info.generation }))
             } else {
                 let why = info.last_error.as_deref().unwrap_or("connecting");
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not ready: the station link is down: {why}"),
-                ));
+                return Err(ApiError::station_not_reached(format!(
+                    "not ready: the station link is down: {why}"
+                )));
             }
         }
         Operation::Metrics => text_response(
@@ -147,7 +138,7 @@ pub fn answer(
             snapshot(gateway).render(),
         ),
         Operation::StatusPage => text_response("text/html; charset=utf-8", STATUS_PAGE.to_owned()),
-        Operation::StatusJson => json_response(StatusCode::OK, &status_json(gateway)),
+        Operation::StatusJson => json_response(&status_json(gateway)),
     })
 }
 
@@ -342,12 +333,12 @@ pub fn finish(
     let status = response.status();
     let metrics = &gateway.metrics;
     metrics.http.record(slot, status.as_u16(), elapsed);
-    match status {
-        StatusCode::LOCKED => metrics.lease_refused_locked.inc(),
-        StatusCode::CONFLICT if Some(slot) == lease_acquire_slot() => {
+    match error_kind(response) {
+        Some(ErrorKind::Locked) => metrics.lease_refused_locked.inc(),
+        Some(ErrorKind::Conflict) if Some(slot) == lease_acquire_slot() => {
             metrics.lease_refused_held.inc()
         }
-        StatusCode::UNAUTHORIZED => {
+        Some(ErrorKind::Unauthorized) => {
             metrics.access_unauthenticated.inc();
             if gateway.access.basic_enabled() {
                 response
@@ -355,7 +346,7 @@ pub fn finish(
                     .insert(WWW_AUTHENTICATE, HeaderValue::from_static(BASIC_CHALLENGE));
             }
         }
-        StatusCode::FORBIDDEN => metrics.access_forbidden.inc(),
+        Some(ErrorKind::Forbidden) => metrics.access_forbidden.inc(),
         _ => {}
     }
     if let Some(uri) = uri {

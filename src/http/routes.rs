@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 
 use super::api::{self, Call, LeaseNeed, NotRouted};
 use super::audit_trail::{self, Noted};
@@ -118,10 +118,10 @@ async fn route_and_answer(
         (None, Some(below_api)) => match api::find(&parts.method, below_api) {
             Ok((position, endpoint, id)) => Target::Api(position, endpoint, id),
             Err(NotRouted::WrongMethod) => {
-                return Err(ApiError::new(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{} is not allowed on {path}", parts.method),
-                ));
+                return Err(ApiError::method_not_allowed(format!(
+                    "{} is not allowed on {path}",
+                    parts.method
+                )));
             }
             Err(NotRouted::NoSuchPath) => {
                 return Err(ApiError::not_found(format!(

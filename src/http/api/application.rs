@@ -1,7 +1,6 @@
 //! `api/capabilities`, `api/connection/status` and `api/application/...`: what the gateway and
 //! the station say about themselves.
 
-use hyper::StatusCode;
 use serde_json::{Value as Json, json};
 use station_protocol::ErrorCode;
 
@@ -110,9 +109,10 @@ pub(super) async fn log(call: Call<'_>) -> Answer {
 /// the link reconnects (generation + 1) and the event stream gets a `configuration` event. A
 /// station that cannot restart its application (ERROR unsupported): 501.
 pub(super) async fn reset(call: Call<'_>) -> Answer {
-    call.gateway.station.connected().map_err(|not_reached| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
-    })?;
+    call.gateway
+        .station
+        .connected()
+        .map_err(|not_reached| ApiError::station_not_reached(not_reached.to_string()))?;
     let requester = format!("station-gateway for {}", call.peer);
     match call.gateway.station.reset(requester, &call.admitted).await {
         Ok(()) => {

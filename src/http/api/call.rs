@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use hyper::Response;
 use hyper::header::HeaderMap;
-use hyper::{Response, StatusCode};
 
 use crate::config::Role;
 use crate::error::ApiError;
@@ -54,21 +54,21 @@ pub(crate) type Handler = for<'a> fn(Call<'a>) -> Pin<Box<dyn Future<Output = An
 
 /// `200` with a JSON document.
 pub(crate) fn ok(value: serde_json::Value) -> Answer {
-    Ok(json_response(StatusCode::OK, &value))
+    Ok(json_response(&value))
 }
 
 /// The channel list, or 503 when the station has never been reached.
 pub(crate) fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
-    let info = gateway.station.reached().map_err(|not_reached| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
-    })?;
+    let info = gateway
+        .station
+        .reached()
+        .map_err(|not_reached| ApiError::station_not_reached(not_reached.to_string()))?;
     Ok(info.channels.clone())
 }
 
 /// 503 for what only a station that said hello can tell.
 pub(crate) fn not_yet_connected() -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
+    ApiError::station_not_reached(
         "station disconnected: the gateway has not reached the station yet",
     )
 }

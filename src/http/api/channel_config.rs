@@ -96,7 +96,7 @@ async fn configure(
                 error.message = format!("{}{}", label(index), error.message);
                 // In a list an entry naming no channel is a bad entry of the request.
                 if in_list {
-                    error.status = hyper::StatusCode::BAD_REQUEST;
+                    error.kind = crate::error::ErrorKind::BadRequest;
                 }
                 error
             })
@@ -130,10 +130,7 @@ async fn configure(
     let (station, admitted) = (call.gateway.station.clone(), call.admitted.clone());
     let running = tokio::spawn(async move { apply(station, admitted, requests, in_list).await });
     let answers = running.await.map_err(|error| {
-        ApiError::new(
-            hyper::StatusCode::INTERNAL_SERVER_ERROR,
-            format!("configuring failed inside the gateway: {error}"),
-        )
+        ApiError::internal(format!("configuring failed inside the gateway: {error}"))
     })??;
     Ok(answers)
 }
