@@ -28,7 +28,7 @@ pub(super) async fn capabilities(call: Call<'_>) -> Answer {
 /// endpoint that does not answer 501, and `maxAge` (cached reads of `resources/values/get`).
 fn features() -> Vec<&'static str> {
     let mut features: Vec<&'static str> = Vec::new();
-    for endpoint in super::ENDPOINTS.iter().filter(|e| e.unserved.is_none()) {
+    for endpoint in super::endpoints().filter(|e| e.unserved.is_none()) {
         let area = endpoint.path.split('/').next().unwrap_or(endpoint.path);
         if !features.contains(&area) {
             features.push(area);

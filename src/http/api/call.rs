@@ -26,8 +26,8 @@ pub(crate) struct Call<'a> {
     pub(crate) unserved: Option<super::unserved::Unserved>,
     /// The JSON body of a POST or PUT (empty for other methods), bound case-insensitively.
     pub(crate) body: JsonBody,
-    /// The body's bytes as they came (empty for GET and DELETE); the endpoints of
-    /// `RAW_BODY_LABELS` read their body from here, and `body` is empty for them.
+    /// The body's bytes as they came (empty for GET and DELETE); the endpoints whose row says
+    /// `BodyKind::Raw` read their body from here, and `body` is empty for them.
     pub(crate) raw: bytes::Bytes,
     /// What the lease admission decided (for changes: the send guard).
     pub(crate) admitted: Admitted,
