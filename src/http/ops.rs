@@ -309,6 +309,18 @@ mod tests {
     #[test]
     fn every_route_has_its_own_slot_in_table_order() {
         let metrics = new_metrics();
+        assert_eq!(
+            api::metric_labels()[..7],
+            [
+                "unmatched",
+                "GET /healthz",
+                "GET /readyz",
+                "GET /metrics",
+                "GET /",
+                "GET /status.json",
+                "v1/leases and v1/semaphores",
+            ]
+        );
         assert_eq!(metrics.http.slot_of("unmatched"), Some(api::UNMATCHED_SLOT));
         for (position, route) in api::ROUTES.iter().enumerate() {
             assert_eq!(
