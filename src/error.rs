@@ -1,10 +1,13 @@
-//! The gateway's errors as a client sees them: one type, [`ApiError`], and the one place where
-//! every lower layer's error is given its HTTP status (but `NamedLeaseError`'s, chosen beside
-//! it in `http/named_leases.rs` so that this module depends on no HTTP handler).
+//! The gateway's one error vocabulary: an [`ErrorKind`] says what went wrong, and three small
+//! functions of it give its HTTP status ([`http_status`]), its error code on the legacy byte
+//! protocol ([`legacy_code`]) and what a change refused with it is in the audit trail
+//! ([`audit_outcome`]). Every lower layer's error is given its kind here (but the named
+//! leases', given beside them in `http/named_leases.rs`); no status is chosen anywhere else.
 
 use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
+use crate::audit::line::Outcome;
 use crate::config_files::ConfigFileError;
 use crate::events::EventsError;
 use crate::http::access::AccessError;
@@ -12,125 +15,323 @@ use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
 use crate::station::{ChangeAnswer, ChangeReport, StillRunning};
 
-/// An error answer: a status and a message that says what happened and what to do.
+/// What went wrong, as every front end tells it: the HTTP API by its status, the legacy port by
+/// its error code, the audit trail by the outcome of a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The request is wrong: a field (the message names it), a value, a body. 400.
+    BadRequest,
+    /// No credentials, or none that are valid, while access control is on. 401.
+    Unauthorized,
+    /// A role too low for the request, or a wrong admin token. 403.
+    Forbidden,
+    /// No such endpoint, resource, lease, file or subscription. 404.
+    NotFound,
+    /// The path exists, with other methods. 405.
+    MethodNotAllowed,
+    /// The request's body did not arrive in time. 408.
+    BodyTimeout,
+    /// Someone else has it: the lease held by another, a semaphore with other slots. 409.
+    Conflict,
+    /// The request or its file is over a limit of size. 413.
+    TooLarge,
+    /// The station is locked by the lease's holder (or between leases), or the send guard
+    /// refused a change at the link. 423.
+    Locked,
+    /// Too many event streams or subscriptions. 429.
+    LimitReached,
+    /// The gateway itself failed (its files, one of its tasks). 500.
+    Internal,
+    /// A documented endpoint this station does not offer; the message says why. 501.
+    NotOffered,
+    /// The station answered the request with an error of this code. Its status by the code:
+    /// 404 no such channel or device, 400 a value or setting it refuses, 409 busy or locked,
+    /// 502 its internal error or a frame it could not read, 504 a bus that timed out.
+    StationRefused(ErrorCode),
+    /// The station failed the gateway: an answer that makes no sense, a read a save needed
+    /// that it refused. 502.
+    StationFailed,
+    /// A change was sent and its answer lost: it may or may not have been applied. 502.
+    OutcomeUnknown,
+    /// The station did not answer in time. 504.
+    StationTimeout,
+    /// The station is not reached (not yet, or the link is down). 503.
+    StationNotReached,
+    /// The station link's queue or the gateway's connections are full; try again shortly. 503.
+    Overloaded,
+    /// The safe state after a lease that ran out is not yet confirmed by the station. 503.
+    SafeStatePending,
+    /// The lease backend did not answer: the lease's state is unknown. 503.
+    LeaseStoreUnavailable,
+    /// The gateway is shutting down. 503.
+    ShuttingDown,
+}
+
+/// The HTTP status of a kind.
+pub fn http_status(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Locked => StatusCode::LOCKED,
+        ErrorKind::LimitReached => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::NotOffered => StatusCode::NOT_IMPLEMENTED,
+        ErrorKind::StationRefused(code) => match code {
+            // Nothing acknowledged the address: no such device there.
+            ErrorCode::UnknownChannel | ErrorCode::Nak => StatusCode::NOT_FOUND,
+            ErrorCode::ReadOnly
+            | ErrorCode::BadValue
+            | ErrorCode::Unsupported
+            | ErrorCode::BadSettings => StatusCode::BAD_REQUEST,
+            ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
+            ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
+            ErrorCode::BusTimeout => StatusCode::GATEWAY_TIMEOUT,
+        },
+        ErrorKind::StationFailed | ErrorKind::OutcomeUnknown => StatusCode::BAD_GATEWAY,
+        ErrorKind::StationTimeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::StationNotReached
+        | ErrorKind::Overloaded
+        | ErrorKind::SafeStatePending
+        | ErrorKind::LeaseStoreUnavailable
+        | ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The error code of a kind on the legacy byte protocol, which has the station's codes only:
+/// the station's own code as it is, a lease refusal `Locked`, a full queue `Busy`, what the
+/// gateway could not do `Internal`.
+pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
+    match kind {
+        ErrorKind::StationRefused(code) => code,
+        ErrorKind::BadRequest | ErrorKind::TooLarge => ErrorCode::BadValue,
+        ErrorKind::NotFound => ErrorCode::UnknownChannel,
+        ErrorKind::MethodNotAllowed | ErrorKind::NotOffered => ErrorCode::Unsupported,
+        ErrorKind::BodyTimeout => ErrorCode::Malformed,
+        ErrorKind::Unauthorized
+        | ErrorKind::Forbidden
+        | ErrorKind::Locked
+        | ErrorKind::SafeStatePending => ErrorCode::Locked,
+        ErrorKind::Conflict | ErrorKind::LimitReached | ErrorKind::Overloaded => ErrorCode::Busy,
+        ErrorKind::Internal
+        | ErrorKind::StationFailed
+        | ErrorKind::OutcomeUnknown
+        | ErrorKind::StationTimeout
+        | ErrorKind::StationNotReached
+        | ErrorKind::LeaseStoreUnavailable
+        | ErrorKind::ShuttingDown => ErrorCode::Internal,
+    }
+}
+
+/// What a change that failed with this kind is in the audit trail: unknown where the station
+/// did not give a readable answer to what was sent (its internal error, an unreadable frame,
+/// a bus or an answer that timed out, an answer lost), else refused. (A list that failed
+/// halfway is partial: that is the change's, not its error's.)
+pub fn audit_outcome(kind: ErrorKind) -> Outcome {
+    match kind {
+        ErrorKind::OutcomeUnknown
+        | ErrorKind::StationTimeout
+        | ErrorKind::StationFailed
+        | ErrorKind::StationRefused(
+            ErrorCode::Internal | ErrorCode::Malformed | ErrorCode::BusTimeout,
+        ) => Outcome::Unknown,
+        _ => Outcome::Refused,
+    }
+}
+
+/// An error answer: what went wrong, and a message that says what happened and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
-    pub status: StatusCode,
+    pub kind: ErrorKind,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
         ApiError {
-            status,
+            kind,
             message: message.into(),
         }
     }
 
+    /// Its HTTP status, by its kind.
+    pub fn status(&self) -> StatusCode {
+        http_status(self.kind)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, message)
+        ApiError::new(ErrorKind::BadRequest, message)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Unauthorized, message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Forbidden, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, message)
-    }
-
-    /// 501: a documented WebApi endpoint this gateway does not serve; the message says why.
-    pub fn not_implemented(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_IMPLEMENTED, message)
+        ApiError::new(ErrorKind::NotFound, message)
     }
 
     pub fn no_such_resource(name: &str) -> ApiError {
         ApiError::not_found(format!("no such resource: {name}"))
     }
-}
 
-/// The HTTP status for a station error code.
-pub fn station_status(code: ErrorCode) -> StatusCode {
-    match code {
-        ErrorCode::UnknownChannel => StatusCode::NOT_FOUND,
-        ErrorCode::ReadOnly | ErrorCode::BadValue | ErrorCode::Unsupported => {
-            StatusCode::BAD_REQUEST
-        }
-        ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
-        ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
-        // Nothing acknowledged the address: no such device there.
-        ErrorCode::Nak => StatusCode::NOT_FOUND,
-        ErrorCode::BusTimeout => StatusCode::GATEWAY_TIMEOUT,
-        ErrorCode::BadSettings => StatusCode::BAD_REQUEST,
+    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::MethodNotAllowed, message)
+    }
+
+    pub fn body_timeout(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::BodyTimeout, message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Conflict, message)
+    }
+
+    pub fn too_large(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::TooLarge, message)
+    }
+
+    pub fn locked(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Locked, message)
+    }
+
+    pub fn limit_reached(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::LimitReached, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Internal, message)
+    }
+
+    /// 501: a documented WebApi endpoint this gateway does not serve; the message says why.
+    pub fn not_implemented(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::NotOffered, message)
+    }
+
+    pub fn station_refused(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::StationRefused(code), message)
+    }
+
+    pub fn station_failed(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::StationFailed, message)
+    }
+
+    pub fn outcome_unknown(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::OutcomeUnknown, message)
+    }
+
+    pub fn station_timeout(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::StationTimeout, message)
+    }
+
+    pub fn station_not_reached(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::StationNotReached, message)
+    }
+
+    pub fn overloaded(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Overloaded, message)
+    }
+
+    pub fn safe_state_pending(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::SafeStatePending, message)
+    }
+
+    pub fn lease_store_unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::LeaseStoreUnavailable, message)
+    }
+
+    pub fn shutting_down(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::ShuttingDown, message)
     }
 }
 
 impl From<StationError> for ApiError {
     fn from(error: StationError) -> ApiError {
-        ApiError::new(station_status(error.code), error.message)
+        ApiError::station_refused(error.code, error.message)
+    }
+}
+
+/// The kind of a link error: the station's own answer by its code, the send guard's refusal
+/// (whatever it says) locked.
+pub fn link_kind(error: &LinkError) -> ErrorKind {
+    match error {
+        LinkError::Station(station) => ErrorKind::StationRefused(station.code),
+        LinkError::Disconnected(_) => ErrorKind::StationNotReached,
+        LinkError::Overloaded(_) => ErrorKind::Overloaded,
+        LinkError::ShuttingDown => ErrorKind::ShuttingDown,
+        LinkError::Timeout(_) | LinkError::WriteTimeout(_) => ErrorKind::StationTimeout,
+        LinkError::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
+        LinkError::Protocol(_) => ErrorKind::StationFailed,
+        LinkError::Refused(_) => ErrorKind::Locked,
+        LinkError::TooLarge(_) => ErrorKind::BadRequest,
     }
 }
 
 impl From<LinkError> for ApiError {
     fn from(error: LinkError) -> ApiError {
-        let status = match &error {
-            LinkError::Station(station) => return ApiError::from(station.clone()),
-            LinkError::Disconnected(_) | LinkError::Overloaded(_) | LinkError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            LinkError::Timeout(_) | LinkError::WriteTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            LinkError::OutcomeUnknown(_) | LinkError::Protocol(_) => StatusCode::BAD_GATEWAY,
-            LinkError::Refused(_) => StatusCode::LOCKED,
-            LinkError::TooLarge(_) => StatusCode::BAD_REQUEST,
-        };
-        ApiError::new(status, error.to_string())
+        match error {
+            LinkError::Station(station) => ApiError::from(station),
+            other => ApiError::new(link_kind(&other), other.to_string()),
+        }
     }
 }
 
 impl From<EventsError> for ApiError {
     fn from(error: EventsError) -> ApiError {
-        let status = match &error {
+        let kind = match &error {
             EventsError::TooManyStreams(_) | EventsError::TooManySubscriptions { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
+                ErrorKind::LimitReached
             }
             EventsError::NoSuchStream(_) | EventsError::NoSuchSubscription(_) => {
-                StatusCode::NOT_FOUND
+                ErrorKind::NotFound
             }
             EventsError::IntervalOutOfRange(_)
             | EventsError::NoChannels
             | EventsError::TooManyChannels { .. }
-            | EventsError::UnknownChannel(_) => StatusCode::BAD_REQUEST,
-            EventsError::StationNotReached(_) | EventsError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            | EventsError::UnknownChannel(_) => ErrorKind::BadRequest,
+            EventsError::StationNotReached(_) => ErrorKind::StationNotReached,
+            EventsError::ShuttingDown => ErrorKind::ShuttingDown,
         };
-        ApiError::new(status, error.to_string())
+        ApiError::new(kind, error.to_string())
     }
 }
 
 impl From<LeaseError> for ApiError {
     fn from(error: LeaseError) -> ApiError {
-        let status = match &error {
-            LeaseError::BadTtl(_) | LeaseError::BadWait(_) => StatusCode::BAD_REQUEST,
-            LeaseError::HeldByOther { .. } => StatusCode::CONFLICT,
+        let kind = match &error {
+            LeaseError::BadTtl(_) | LeaseError::BadWait(_) => ErrorKind::BadRequest,
+            LeaseError::HeldByOther { .. } => ErrorKind::Conflict,
             LeaseError::LockedBy { .. }
             | LeaseError::LeaseEnded { .. }
             | LeaseError::NotCached { .. }
-            | LeaseError::Ending { .. } => StatusCode::LOCKED,
-            LeaseError::SafeStatePending { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | LeaseError::Ending { .. } => ErrorKind::Locked,
+            LeaseError::SafeStatePending { .. } => ErrorKind::SafeStatePending,
             LeaseError::NoSuchLease | LeaseError::NobodyHolds | LeaseError::AdminBreakOff => {
-                StatusCode::NOT_FOUND
+                ErrorKind::NotFound
             }
-            LeaseError::AdminTokenWrong => StatusCode::FORBIDDEN,
-            LeaseError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            LeaseError::AdminTokenWrong => ErrorKind::Forbidden,
+            LeaseError::Store(_) => ErrorKind::LeaseStoreUnavailable,
         };
-        ApiError::new(status, error.to_string())
+        ApiError::new(kind, error.to_string())
     }
 }
 
 impl From<AccessError> for ApiError {
     fn from(error: AccessError) -> ApiError {
-        let status = match &error {
-            AccessError::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
-            AccessError::Forbidden { .. } => StatusCode::FORBIDDEN,
+        let kind = match &error {
+            AccessError::Unauthenticated { .. } => ErrorKind::Unauthorized,
+            AccessError::Forbidden { .. } => ErrorKind::Forbidden,
         };
-        ApiError::new(status, error.to_string())
+        ApiError::new(kind, error.to_string())
     }
 }
 
@@ -139,12 +340,11 @@ impl From<AccessError> for ApiError {
 impl From<LeaseStoreError> for ApiError {
     fn from(error: LeaseStoreError) -> ApiError {
         if let LeaseStoreError::CapacityConflict { .. } = error {
-            return ApiError::new(StatusCode::CONFLICT, error.to_string());
+            return ApiError::conflict(error.to_string());
         }
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{error}; the lease's state is unknown, try again"),
-        )
+        ApiError::lease_store_unavailable(format!(
+            "{error}; the lease's state is unknown, try again"
+        ))
     }
 }
 
@@ -152,18 +352,18 @@ impl From<LeaseStoreError> for ApiError {
 /// name 404 "not found", the station's and the link's as theirs, the gateway's directory 500.
 impl From<ConfigFileError> for ApiError {
     fn from(error: ConfigFileError) -> ApiError {
-        let status = match &error {
-            ConfigFileError::BadName(..) | ConfigFileError::BadFile(_) => StatusCode::BAD_REQUEST,
-            ConfigFileError::NotFound(_) => StatusCode::NOT_FOUND,
-            ConfigFileError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ConfigFileError::NotReached(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ConfigFileError::ReadFailed(_) => StatusCode::BAD_GATEWAY,
-            ConfigFileError::Station { error, .. } => ApiError::from(error.clone()).status,
-            ConfigFileError::Stopped(stopped) => ApiError::from(stopped.error.clone()).status,
-            ConfigFileError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ConfigFileError::StillRunning(_) => StatusCode::GATEWAY_TIMEOUT,
+        let kind = match &error {
+            ConfigFileError::BadName(..) | ConfigFileError::BadFile(_) => ErrorKind::BadRequest,
+            ConfigFileError::NotFound(_) => ErrorKind::NotFound,
+            ConfigFileError::TooLarge { .. } => ErrorKind::TooLarge,
+            ConfigFileError::NotReached(_) => ErrorKind::StationNotReached,
+            ConfigFileError::ReadFailed(_) => ErrorKind::StationFailed,
+            ConfigFileError::Station { error, .. } => link_kind(error),
+            ConfigFileError::Stopped(stopped) => link_kind(&stopped.error),
+            ConfigFileError::Io(_) => ErrorKind::Internal,
+            ConfigFileError::StillRunning(_) => ErrorKind::StationTimeout,
         };
-        ApiError::new(status, error.to_string())
+        ApiError::new(kind, error.to_string())
     }
 }
 
@@ -171,7 +371,7 @@ impl From<ConfigFileError> for ApiError {
 /// answered yet (its outcome is in the audit trail once it has one).
 impl From<StillRunning> for ApiError {
     fn from(error: StillRunning) -> ApiError {
-        ApiError::new(StatusCode::GATEWAY_TIMEOUT, error.to_string())
+        ApiError::station_timeout(error.to_string())
     }
 }
 
@@ -179,17 +379,231 @@ impl From<StillRunning> for ApiError {
 /// the first item or step the station refused, else 200. The handlers' answers and the
 /// change's audit line both follow it.
 pub fn change_status(report: &ChangeReport) -> StatusCode {
-    match &report.answer {
-        Err(error) => ApiError::from(error.clone()).status,
+    let kind = match &report.answer {
+        Err(error) => Some(link_kind(error)),
         Ok(ChangeAnswer::Written(results)) => results
             .iter()
             .find_map(|result| result.as_ref().err())
-            .map_or(StatusCode::OK, |refused| station_status(refused.code)),
-        Ok(ChangeAnswer::Stepped(done)) => {
-            done.stopped.as_ref().map_or(StatusCode::OK, |(_, error)| {
-                ApiError::from(error.clone()).status
-            })
+            .map(|refused| ErrorKind::StationRefused(refused.code)),
+        Ok(ChangeAnswer::Stepped(done)) => done.stopped.as_ref().map(|(_, error)| link_kind(error)),
+        Ok(_) => None,
+    };
+    kind.map_or(StatusCode::OK, http_status)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::link::LinkDown;
+
+    /// Every kind, the station's codes included.
+    fn all_kinds() -> Vec<ErrorKind> {
+        use ErrorKind::*;
+        let mut kinds = vec![
+            BadRequest,
+            Unauthorized,
+            Forbidden,
+            NotFound,
+            MethodNotAllowed,
+            BodyTimeout,
+            Conflict,
+            TooLarge,
+            Locked,
+            LimitReached,
+            Internal,
+            NotOffered,
+            StationFailed,
+            OutcomeUnknown,
+            StationTimeout,
+            StationNotReached,
+            Overloaded,
+            SafeStatePending,
+            LeaseStoreUnavailable,
+            ShuttingDown,
+        ];
+        kinds.extend(
+            (0..=u8::MAX)
+                .filter_map(ErrorCode::from_u8)
+                .map(StationRefused),
+        );
+        // No wildcard: a kind added to the enum stops this compiling until it is listed here
+        // and above.
+        for kind in &kinds {
+            match kind {
+                BadRequest
+                | Unauthorized
+                | Forbidden
+                | NotFound
+                | MethodNotAllowed
+                | BodyTimeout
+                | Conflict
+                | TooLarge
+                | Locked
+                | LimitReached
+                | Internal
+                | NotOffered
+                | StationRefused(_)
+                | StationFailed
+                | OutcomeUnknown
+                | StationTimeout
+                | StationNotReached
+                | Overloaded
+                | SafeStatePending
+                | LeaseStoreUnavailable
+                | ShuttingDown => {}
+            }
         }
-        Ok(_) => StatusCode::OK,
+        kinds
+    }
+
+    /// Every kind with its HTTP status, legacy code and audit outcome: the whole vocabulary in
+    /// one table, pinned (the statuses are the tests' and the reference clients').
+    #[test]
+    fn every_kind_has_its_status_legacy_code_and_audit_outcome() {
+        use ErrorCode as C;
+        use ErrorKind::*;
+        use Outcome::{Refused, Unknown};
+        let table: &[(ErrorKind, u16, ErrorCode, Outcome)] = &[
+            (BadRequest, 400, C::BadValue, Refused),
+            (Unauthorized, 401, C::Locked, Refused),
+            (Forbidden, 403, C::Locked, Refused),
+            (NotFound, 404, C::UnknownChannel, Refused),
+            (MethodNotAllowed, 405, C::Unsupported, Refused),
+            (BodyTimeout, 408, C::Malformed, Refused),
+            (Conflict, 409, C::Busy, Refused),
+            (TooLarge, 413, C::BadValue, Refused),
+            (Locked, 423, C::Locked, Refused),
+            (LimitReached, 429, C::Busy, Refused),
+            (Internal, 500, C::Internal, Refused),
+            (NotOffered, 501, C::Unsupported, Refused),
+            (
+                StationRefused(C::UnknownChannel),
+                404,
+                C::UnknownChannel,
+                Refused,
+            ),
+            (StationRefused(C::ReadOnly), 400, C::ReadOnly, Refused),
+            (StationRefused(C::BadValue), 400, C::BadValue, Refused),
+            (StationRefused(C::Busy), 409, C::Busy, Refused),
+            (StationRefused(C::Locked), 409, C::Locked, Refused),
+            (StationRefused(C::Unsupported), 400, C::Unsupported, Refused),
+            (StationRefused(C::Internal), 502, C::Internal, Unknown),
+            (StationRefused(C::Malformed), 502, C::Malformed, Unknown),
+            (StationRefused(C::Nak), 404, C::Nak, Refused),
+            (StationRefused(C::BusTimeout), 504, C::BusTimeout, Unknown),
+            (StationRefused(C::BadSettings), 400, C::BadSettings, Refused),
+            (StationFailed, 502, C::Internal, Unknown),
+            (OutcomeUnknown, 502, C::Internal, Unknown),
+            (StationTimeout, 504, C::Internal, Unknown),
+            (StationNotReached, 503, C::Internal, Refused),
+            (Overloaded, 503, C::Busy, Refused),
+            (SafeStatePending, 503, C::Locked, Refused),
+            (LeaseStoreUnavailable, 503, C::Internal, Refused),
+            (ShuttingDown, 503, C::Internal, Refused),
+        ];
+        let mut pinned: Vec<ErrorKind> = table.iter().map(|row| row.0).collect();
+        let mut every = all_kinds();
+        pinned.sort_by_key(|kind| format!("{kind:?}"));
+        every.sort_by_key(|kind| format!("{kind:?}"));
+        assert_eq!(pinned, every, "a kind without its row, or a row twice");
+        for &(kind, status, code, outcome) in table {
+            assert_eq!(http_status(kind).as_u16(), status, "{kind:?}");
+            assert_eq!(legacy_code(kind), code, "{kind:?}");
+            assert_eq!(audit_outcome(kind), outcome, "{kind:?}");
+            assert_eq!(ApiError::new(kind, "x").status().as_u16(), status);
+        }
+    }
+
+    /// An HTTP request's own audit line (a lease request, a change refused before it ran) takes
+    /// its outcome from its error's kind; statuses 502 and 504 are unknown, any other error
+    /// refused, as the line has always read.
+    #[test]
+    fn the_audit_outcome_of_a_kind_is_the_one_its_status_gives() {
+        for kind in all_kinds() {
+            let status = http_status(kind);
+            let unknown =
+                status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT;
+            let expected = if unknown {
+                Outcome::Unknown
+            } else {
+                Outcome::Refused
+            };
+            assert_eq!(audit_outcome(kind), expected, "{kind:?}");
+        }
+    }
+
+    /// A change that failed with a link error is audited (`station::ChangeOutcome`) unknown or
+    /// refused by `LinkError::leaves_outcome_unknown`; the kind's outcome says the same.
+    #[test]
+    fn a_link_errors_change_outcome_and_its_kinds_audit_outcome_agree() {
+        use ErrorCode as C;
+        let mut errors = vec![
+            LinkError::Disconnected(LinkDown::Connecting),
+            LinkError::Timeout(Duration::from_secs(1)),
+            LinkError::WriteTimeout(Duration::from_secs(1)),
+            LinkError::Overloaded(9),
+            LinkError::ShuttingDown,
+            LinkError::OutcomeUnknown(crate::link::OutcomeCause::LinkDown(LinkDown::Connecting)),
+        ];
+        for code in [
+            C::UnknownChannel,
+            C::ReadOnly,
+            C::BadValue,
+            C::Unsupported,
+            C::Busy,
+            C::Locked,
+            C::Internal,
+            C::Malformed,
+            C::Nak,
+            C::BusTimeout,
+            C::BadSettings,
+        ] {
+            errors.push(LinkError::Station(StationError::new(code, "x")));
+        }
+        for error in errors {
+            let expected = if error.leaves_outcome_unknown() {
+                Outcome::Unknown
+            } else {
+                Outcome::Refused
+            };
+            assert_eq!(audit_outcome(link_kind(&error)), expected, "{error:?}");
+        }
+    }
+
+    /// The legacy port's codes for link errors, as `legacy.rs` has always answered them.
+    #[test]
+    fn link_errors_keep_their_kinds() {
+        use ErrorCode as C;
+        let cases = [
+            (
+                LinkError::Disconnected(LinkDown::Connecting),
+                503,
+                C::Internal,
+            ),
+            (LinkError::Timeout(Duration::from_secs(1)), 504, C::Internal),
+            (
+                LinkError::WriteTimeout(Duration::from_secs(1)),
+                504,
+                C::Internal,
+            ),
+            (LinkError::Overloaded(9), 503, C::Busy),
+            (LinkError::ShuttingDown, 503, C::Internal),
+            (
+                LinkError::Station(StationError::new(C::ReadOnly, "no")),
+                400,
+                C::ReadOnly,
+            ),
+        ];
+        for (error, status, code) in cases {
+            let kind = link_kind(&error);
+            assert_eq!(http_status(kind).as_u16(), status, "{error}");
+            assert_eq!(legacy_code(kind), code, "{error}");
+            assert_eq!(ApiError::from(error.clone()).kind, kind);
+        }
+        let refused = ApiError::from(StationError::new(C::Nak, "nobody at 0x50"));
+        assert_eq!(refused.kind, ErrorKind::StationRefused(C::Nak));
+        assert_eq!(refused.message, "nobody at 0x50");
     }
 }

@@ -437,10 +437,7 @@ fn internal(message: &str) -> Response {
 fn link_error(error: LinkError) -> Response {
     let code = match &error {
         LinkError::Station(station) => return Response::Error(station.clone()),
-        LinkError::Refused(_) => ErrorCode::Locked,
-        LinkError::Overloaded(_) => ErrorCode::Busy,
-        LinkError::TooLarge(_) => ErrorCode::BadValue,
-        _ => ErrorCode::Internal,
+        other => crate::error::legacy_code(crate::error::link_kind(other)),
     };
     Response::Error(StationError::new(code, error.to_string()))
 }

@@ -7,8 +7,6 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use hyper::StatusCode;
-
 /// What became of a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -31,20 +29,6 @@ impl Outcome {
             Outcome::Partial => "partial",
             Outcome::Unknown => "unknown",
         }
-    }
-
-    /// The outcome of an HTTP request that changes the control lease (or was refused before
-    /// any change to the station was made) from its status: 2xx applied; 502 and 504 unknown;
-    /// anything else refused. A change to the station has its own typed outcome
-    /// (`station::ChangeOutcome`), partial included, and writes its own line.
-    pub fn of_status(status: StatusCode) -> Outcome {
-        if status.is_success() {
-            return Outcome::Applied;
-        }
-        if status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT {
-            return Outcome::Unknown;
-        }
-        Outcome::Refused
     }
 }
 
@@ -288,25 +272,6 @@ mod tests {
         assert_eq!(
             rendered,
             "2026-05-29 14:23:01.442 - LEASE taken - - caller=- owner=\"x\\x0Ay\\x00\" fence=1"
-        );
-    }
-
-    #[test]
-    fn a_lease_requests_outcome_follows_its_status_never_its_message() {
-        assert_eq!(Outcome::of_status(StatusCode::OK), Outcome::Applied);
-        assert_eq!(Outcome::of_status(StatusCode::NO_CONTENT), Outcome::Applied);
-        assert_eq!(Outcome::of_status(StatusCode::LOCKED), Outcome::Refused);
-        assert_eq!(
-            Outcome::of_status(StatusCode::BAD_GATEWAY),
-            Outcome::Unknown
-        );
-        assert_eq!(
-            Outcome::of_status(StatusCode::GATEWAY_TIMEOUT),
-            Outcome::Unknown
-        );
-        assert_eq!(
-            Outcome::of_status(StatusCode::BAD_REQUEST),
-            Outcome::Refused
         );
     }
 

@@ -111,7 +111,8 @@ pub fn asked(body: &JsonBody) -> Option<String> {
 
 /// Writes the request's line: a change's synced before this returns (its answer waits), any
 /// other's queued; none when a change to the station took the request's origin (it wrote its
-/// own line, with its typed outcome).
+/// own line, with its typed outcome). `outcome` is the request's own, from its error's kind.
+#[allow(clippy::too_many_arguments)]
 pub async fn write_line(
     gateway: &Gateway,
     noted: Noted,
@@ -120,6 +121,7 @@ pub async fn write_line(
     peer: SocketAddr,
     started: Instant,
     status: StatusCode,
+    outcome: Outcome,
 ) {
     if !noted.audited || noted.origin.as_ref().is_some_and(ChangeOrigin::line_taken) {
         return;
@@ -139,7 +141,7 @@ pub async fn write_line(
     let fields = ChangeFields {
         caller: noted.caller,
         lease: noted.lease,
-        outcome: Some(Outcome::of_status(status)),
+        outcome: Some(outcome),
         asked: noted.asked,
         ..ChangeFields::default()
     };

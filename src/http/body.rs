@@ -12,7 +12,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
-use hyper::StatusCode;
 use hyper::body::{Body as _, Incoming};
 use serde_json::{Map, Value as Json};
 use tokio::time::Instant;
@@ -136,10 +135,7 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
                     BodyTimeout::Idle(timeouts.idle)
                 };
                 let _ = BODY_SCOPE.try_with(|scope| scope.timed_out.set(Some(timed_out)));
-                return Err(ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    timed_out.message(),
-                ));
+                return Err(ApiError::body_timeout(timed_out.message()));
             }
         };
         if let Ok(data) = frame.into_data() {
@@ -150,10 +146,7 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
 }
 
 fn too_large(limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format!("the request body is over the {limit}-byte limit"),
-    )
+    ApiError::too_large(format!("the request body is over the {limit}-byte limit"))
 }
 
 /// A JSON object body with case-insensitive field access.

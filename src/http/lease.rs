@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hyper::Response;
 use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue};
-use hyper::{Response, StatusCode};
 use serde_json::{Value as Json, json};
 use subtle::ConstantTimeEq;
 use tracing::warn;
@@ -70,7 +70,7 @@ pub async fn acquire(
     let ttl = ttl(body)?.unwrap_or(DEFAULT_TTL);
     let wait = wait(query)?;
     let answer = gateway.lease.acquire(owner, ttl, presented, wait).await?;
-    let mut response = json_response(StatusCode::OK, &json!(answer));
+    let mut response = json_response(&json!(answer));
     set_fence_header(&mut response, answer.fence);
     Ok(response)
 }
@@ -82,7 +82,7 @@ pub async fn renew(
     body: &JsonBody,
 ) -> Result<Response<Body>, ApiError> {
     let answer = gateway.lease.renew(id, ttl(body)?).await?;
-    let mut response = json_response(StatusCode::OK, &json!(answer));
+    let mut response = json_response(&json!(answer));
     set_fence_header(&mut response, answer.fence);
     Ok(response)
 }
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(ttl(&body(r#"{"ttlMs": 1000}"#)).unwrap(), Some(MIN_TTL));
         for bad in ["999", "600001", "0"] {
             let error = ttl(&body(&format!(r#"{{"TtlMs": {bad}}}"#))).unwrap_err();
-            assert_eq!(error.status, StatusCode::BAD_REQUEST);
+            assert_eq!(error.kind, crate::error::ErrorKind::BadRequest);
             assert!(error.message.contains("TtlMs"), "{}", error.message);
         }
     }

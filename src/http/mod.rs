@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::header::{CONNECTION, HeaderValue};
-use hyper::{Request, Response, StatusCode, Version};
+use hyper::{Request, Response, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
@@ -254,13 +254,10 @@ async fn answer(
     let reserved = kind == SlotKind::Reserved;
     if reserved && !is_reserved_request(&http.path_prefix, request.method(), request.uri().path()) {
         gateway.metrics.http_connections_refused.reserve_only.inc();
-        let error = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the gateway is at its connection limit ({} connections): only health checks and renewing or releasing a lease are served now; try again shortly",
-                http.max_connections
-            ),
-        );
+        let error = ApiError::overloaded(format!(
+            "the gateway is at its connection limit ({} connections): only health checks and renewing or releasing a lease are served now; try again shortly",
+            http.max_connections
+        ));
         return closing(error_response(&error), http1);
     }
     let timeouts = BodyTimeouts {

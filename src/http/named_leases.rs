@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::header::HeaderMap;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 use serde_json::{Value as Json, json};
 
 use super::body::{JsonBody, read_body};
 use super::reply::{Body, error_response, json_response};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
 use crate::lease::engine::{FIRST_BACKOFF, MAX_BACKOFF};
 use crate::lease::{
@@ -41,7 +41,7 @@ pub const MAX_SLOTS: u32 = 1000;
 const MAX_NAME_CHARS: usize = 200;
 const MAX_OWNER_CHARS: usize = 200;
 
-/// Why a named-lease request was refused. Its HTTP status is chosen in `crate::error`.
+/// Why a named-lease request was refused. Its kind is given below, its status by `crate::error`.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NamedLeaseError {
     #[error("a lease name is 1 to 200 of the characters A-Z a-z 0-9 . _ - : @; got {0:?}")]
@@ -151,7 +151,7 @@ async fn answer(gateway: &Gateway, request: Request<Incoming>) -> Result<Respons
         Method::GET => status(gateway, &target, query).await?,
         method => return Err(NamedLeaseError::MethodNotAllowed { method, path }.into()),
     };
-    Ok(json_response(StatusCode::OK, &answer))
+    Ok(json_response(&answer))
 }
 
 fn check_name(name: &str) -> Result<(), NamedLeaseError> {
@@ -367,22 +367,22 @@ async fn status(gateway: &Gateway, target: &Target, query: &str) -> Result<Json,
     Ok(answer)
 }
 
-/// The HTTP status of each refusal, chosen beside the error so that `crate::error` needs no
-/// HTTP handler module.
+/// Each refusal's kind in the gateway's one vocabulary (`crate::error`, which gives it its
+/// status), given here so that `crate::error` needs no HTTP handler module.
 impl From<NamedLeaseError> for ApiError {
     fn from(error: NamedLeaseError) -> ApiError {
-        let status = match &error {
+        let kind = match &error {
             NamedLeaseError::BadName(_)
             | NamedLeaseError::BadTtl(_)
             | NamedLeaseError::BadWait(_)
             | NamedLeaseError::BadSlots(_)
-            | NamedLeaseError::MissingToken => StatusCode::BAD_REQUEST,
-            NamedLeaseError::Held { .. } => StatusCode::CONFLICT,
-            NamedLeaseError::Ended { .. } => StatusCode::NOT_FOUND,
-            NamedLeaseError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            | NamedLeaseError::MissingToken => ErrorKind::BadRequest,
+            NamedLeaseError::Held { .. } => ErrorKind::Conflict,
+            NamedLeaseError::Ended { .. } => ErrorKind::NotFound,
+            NamedLeaseError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             NamedLeaseError::Store(store) => return ApiError::from(store.clone()),
         };
-        ApiError::new(status, error.to_string())
+        ApiError::new(kind, error.to_string())
     }
 }
 

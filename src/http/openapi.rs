@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::{Method, Response, StatusCode};
+use hyper::{Method, Response};
 
 use super::reply::Body;
 
@@ -18,7 +18,6 @@ pub fn answer(prefix: &str, method: &Method, path: &str) -> Option<Response<Body
     }
     let mut response =
         Response::new(Full::new(Bytes::from_static(OPENAPI_JSON.as_bytes())).boxed());
-    *response.status_mut() = StatusCode::OK;
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("application/json; charset=utf-8"),

@@ -1,6 +1,7 @@
 //! What operators need beside the REST contract: `GET /healthz`, `GET /readyz`,
-//! `GET /metrics` (Prometheus), the status page at `/` with its `status.json`, and what
-//! happens after every request is answered: its metrics and its access log line.
+//! `GET /metrics` (Prometheus), the status page at `/` with its `status.json` (their rows,
+//! paths and roles are in the route table, `api/mod.rs`), and what happens after every
+//! request is answered: its metrics and its access log line.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -13,10 +14,9 @@ use serde_json::{Value as Json, json};
 use tracing::info;
 
 use super::access::BASIC_CHALLENGE;
-use super::api;
-use super::reply::{Body, json_response};
-use crate::config::Role;
-use crate::error::ApiError;
+use super::api::{self, Operation};
+use super::reply::{Body, error_kind, json_response};
+use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
 use crate::link::{ChannelTable, LinkStats};
 use crate::metrics::{LinkCounts, Metrics, Snapshot};
@@ -25,83 +25,9 @@ use crate::metrics::{LinkCounts, Metrics, Snapshot};
 /// stream.
 const STATUS_PAGE: &str = include_str!("status.html");
 
-/// The endpoints outside `api/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    /// The process is alive.
-    Healthz,
-    /// The station link is up.
-    Readyz,
-    Metrics,
-    StatusPage,
-    StatusJson,
-}
-
-impl Operation {
-    /// The operation at `below_prefix` (the path after `http.path_prefix`), any method.
-    pub fn find(below_prefix: &str) -> Option<Operation> {
-        Some(match below_prefix {
-            "/healthz" => Operation::Healthz,
-            "/readyz" => Operation::Readyz,
-            "/metrics" => Operation::Metrics,
-            "" | "/" | "/index.html" => Operation::StatusPage,
-            "/status.json" => Operation::StatusJson,
-            _ => return None,
-        })
-    }
-
-    /// The role needed while access control is on; `None`: always open.
-    pub fn needed_role(self) -> Option<Role> {
-        match self {
-            Operation::Healthz | Operation::Readyz => None,
-            Operation::Metrics | Operation::StatusPage | Operation::StatusJson => Some(Role::Read),
-        }
-    }
-
-    /// Its metrics slot.
-    pub fn slot(self) -> usize {
-        match self {
-            Operation::Healthz => 1,
-            Operation::Readyz => 2,
-            Operation::Metrics => 3,
-            Operation::StatusPage => 4,
-            Operation::StatusJson => 5,
-        }
-    }
-}
-
-/// The slot of requests that matched no endpoint.
-pub const UNMATCHED_SLOT: usize = 0;
-/// The slot of named leases and semaphores (`v1/leases`, `v1/semaphores`).
-pub const NAMED_LEASES_SLOT: usize = 6;
-
-/// An API endpoint's metrics slot, by its position in the endpoint table: after the
-/// operations.
-pub fn endpoint_slot(position: usize) -> usize {
-    7 + position
-}
-
-/// The slot of `POST api/lease`, whose 409s count as refusals of a held lease.
-fn lease_acquire_slot() -> Option<usize> {
-    api::ENDPOINTS
-        .iter()
-        .position(|endpoint| endpoint.label == api::LEASE_ACQUIRE_LABEL)
-        .map(endpoint_slot)
-}
-
-/// The gateway's metrics registry, with a slot for every endpoint.
+/// The gateway's metrics registry, with a slot for every route.
 pub fn new_metrics() -> Metrics {
-    let mut labels = vec![
-        "unmatched",
-        "GET /healthz",
-        "GET /readyz",
-        "GET /metrics",
-        "GET /",
-        "GET /status.json",
-        "v1/leases and v1/semaphores",
-    ];
-    labels.extend(api::ENDPOINTS.iter().map(|endpoint| endpoint.label));
-    Metrics::new(labels)
+    Metrics::new(api::metric_labels())
 }
 
 /// Answers an operation.
@@ -111,35 +37,26 @@ pub fn answer(
     method: &Method,
 ) -> Result<Response<Body>, ApiError> {
     if *method != Method::GET && *method != Method::HEAD {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("{method} is not allowed here; use GET"),
-        ));
+        return Err(ApiError::method_not_allowed(format!(
+            "{method} is not allowed here; use GET"
+        )));
     }
     Ok(match operation {
         Operation::Healthz => json_response(
-            StatusCode::OK,
             &json!({ "status": "alive", "uptimeSeconds": gateway.started.elapsed().as_secs() }),
         ),
         Operation::Readyz => {
             let info = gateway.link.info();
             if let Some(why) = gateway.lease.safe_state_pending() {
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not ready: {why}"),
-                ));
+                return Err(ApiError::safe_state_pending(format!("not ready: {why}")));
             }
             if info.connected {
-                json_response(
-                    StatusCode::OK,
-                    &json!({ "ready": true, "generation": info.generation }),
-                )
+                json_response(&json!({ "ready": true, "generation": info.generation }))
             } else {
                 let why = info.last_error.as_deref().unwrap_or("connecting");
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not ready: the station link is down: {why}"),
-                ));
+                return Err(ApiError::station_not_reached(format!(
+                    "not ready: the station link is down: {why}"
+                )));
             }
         }
         Operation::Metrics => text_response(
@@ -147,7 +64,7 @@ pub fn answer(
             snapshot(gateway).render(),
         ),
         Operation::StatusPage => text_response("text/html; charset=utf-8", STATUS_PAGE.to_owned()),
-        Operation::StatusJson => json_response(StatusCode::OK, &status_json(gateway)),
+        Operation::StatusJson => json_response(&status_json(gateway)),
     })
 }
 
@@ -342,12 +259,12 @@ pub fn finish(
     let status = response.status();
     let metrics = &gateway.metrics;
     metrics.http.record(slot, status.as_u16(), elapsed);
-    match status {
-        StatusCode::LOCKED => metrics.lease_refused_locked.inc(),
-        StatusCode::CONFLICT if Some(slot) == lease_acquire_slot() => {
+    match error_kind(response) {
+        Some(ErrorKind::Locked) => metrics.lease_refused_locked.inc(),
+        Some(ErrorKind::Conflict) if Some(slot) == api::lease_acquire_slot() => {
             metrics.lease_refused_held.inc()
         }
-        StatusCode::UNAUTHORIZED => {
+        Some(ErrorKind::Unauthorized) => {
             metrics.access_unauthenticated.inc();
             if gateway.access.basic_enabled() {
                 response
@@ -355,7 +272,7 @@ pub fn finish(
                     .insert(WWW_AUTHENTICATE, HeaderValue::from_static(BASIC_CHALLENGE));
             }
         }
-        StatusCode::FORBIDDEN => metrics.access_forbidden.inc(),
+        Some(ErrorKind::Forbidden) => metrics.access_forbidden.inc(),
         _ => {}
     }
     if let Some(uri) = uri {
@@ -387,35 +304,52 @@ fn access_log(method: &Method, uri: &Uri, peer: SocketAddr, status: StatusCode, 
 mod tests {
     use super::*;
 
+    /// The metrics labels of the operations and named leases are what they have always been,
+    /// each at its row's slot; every route has a slot of its own.
     #[test]
-    fn every_endpoint_has_its_own_slot_in_table_order() {
+    fn every_route_has_its_own_slot_in_table_order() {
         let metrics = new_metrics();
-        for (position, endpoint) in api::ENDPOINTS.iter().enumerate() {
+        assert_eq!(
+            api::metric_labels()[..7],
+            [
+                "unmatched",
+                "GET /healthz",
+                "GET /readyz",
+                "GET /metrics",
+                "GET /",
+                "GET /status.json",
+                "v1/leases and v1/semaphores",
+            ]
+        );
+        assert_eq!(metrics.http.slot_of("unmatched"), Some(api::UNMATCHED_SLOT));
+        for (position, route) in api::ROUTES.iter().enumerate() {
             assert_eq!(
-                metrics.http.slot_of(endpoint.label),
-                Some(endpoint_slot(position))
+                metrics.http.slot_of(route.label()),
+                Some(api::slot(position))
             );
         }
-        assert_eq!(lease_acquire_slot(), metrics.http.slot_of("POST api/lease"));
-        for operation in [
-            Operation::Healthz,
-            Operation::Readyz,
-            Operation::Metrics,
-            Operation::StatusPage,
-            Operation::StatusJson,
+        assert_eq!(
+            api::lease_acquire_slot(),
+            metrics.http.slot_of("POST api/lease")
+        );
+        for (path, label) in [
+            ("/healthz", "GET /healthz"),
+            ("/readyz", "GET /readyz"),
+            ("/metrics", "GET /metrics"),
+            ("", "GET /"),
+            ("/", "GET /"),
+            ("/index.html", "GET /"),
+            ("/status.json", "GET /status.json"),
         ] {
-            let label = match operation {
-                Operation::Healthz => "GET /healthz",
-                Operation::Readyz => "GET /readyz",
-                Operation::Metrics => "GET /metrics",
-                Operation::StatusPage => "GET /",
-                Operation::StatusJson => "GET /status.json",
-            };
-            assert_eq!(metrics.http.slot_of(label), Some(operation.slot()));
+            let (position, route, _) = api::find_operation(path).unwrap();
+            assert_eq!(route.label(), label);
+            assert_eq!(metrics.http.slot_of(label), Some(api::slot(position)));
         }
+        assert!(api::find_operation("/nope").is_none());
+        let (position, _, _) = api::named_leases();
         assert_eq!(
             metrics.http.slot_of("v1/leases and v1/semaphores"),
-            Some(NAMED_LEASES_SLOT)
+            Some(api::slot(position))
         );
     }
 

@@ -1,4 +1,5 @@
-//! The shapes of every HTTP answer: the body type, JSON answers and error answers.
+//! The shapes of every HTTP answer: the body type, JSON answers and error answers. The one
+//! place an answer's status is written: 200, 204, or an error's by its kind (`crate::error`).
 
 use std::convert::Infallible;
 
@@ -7,19 +8,51 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// Every response body: a whole JSON document or a stream of events.
 pub type Body = BoxBody<Bytes, Infallible>;
 
-/// A JSON answer.
-pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
-    json_bytes_response(status, bytes)
+/// A JSON answer: 200.
+pub fn json_response(value: &serde_json::Value) -> Response<Body> {
+    json_with_status(StatusCode::OK, value)
 }
 
-/// A JSON answer already serialized.
-pub fn json_bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
+/// A JSON answer already serialized: 200.
+pub fn json_bytes_response(bytes: Vec<u8>) -> Response<Body> {
+    bytes_with_status(StatusCode::OK, bytes)
+}
+
+/// 204: done, nothing to say.
+pub fn no_content() -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()).boxed());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+/// An error answer: `{"error": message, "status": code}`; the reference client shows `error`.
+/// Its kind goes with it in the response's extensions, for the metrics ([`error_kind`]).
+pub fn error_response(error: &ApiError) -> Response<Body> {
+    let status = error.status();
+    let mut response = json_with_status(
+        status,
+        &serde_json::json!({ "error": error.message, "status": status.as_u16() }),
+    );
+    response.extensions_mut().insert(error.kind);
+    response
+}
+
+/// The kind of error an answer tells, when it is one.
+pub fn error_kind<B>(response: &Response<B>) -> Option<ErrorKind> {
+    response.extensions().get::<ErrorKind>().copied()
+}
+
+fn json_with_status(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
+    bytes_with_status(status, bytes)
+}
+
+fn bytes_with_status(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -27,12 +60,4 @@ pub fn json_bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<Body>
         HeaderValue::from_static("application/json; charset=utf-8"),
     );
     response
-}
-
-/// An error answer: `{"error": message, "status": code}`; the reference client shows `error`.
-pub fn error_response(error: &ApiError) -> Response<Body> {
-    json_response(
-        error.status,
-        &serde_json::json!({ "error": error.message, "status": error.status.as_u16() }),
-    )
 }

@@ -1,33 +1,25 @@
-//! The request entry: every HTTP request comes in here, is matched against the operations
-//! (`/healthz`, `/metrics`, ...), named leases and the endpoint table (`api/mod.rs`), passes
-//! access control and the lease admission in one place, and goes to its endpoint's handler.
+//! The request entry: every HTTP request comes in here, is matched against the route table
+//! (`api/mod.rs`: the operations `/healthz`, `/metrics`, ..., named leases, the REST
+//! endpoints), passes access control and the lease admission in one place as its row says,
+//! and goes to its endpoint's handler.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 
-use super::api::{self, Call, LeaseNeed, NotRouted};
+use super::api::{self, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
 use super::audit_trail::{self, Noted};
 use super::body::{JsonBody, read_body};
 use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
-use super::ops::{self, Operation};
+use super::ops;
 use super::reply::{Body, error_response};
+use crate::audit::Outcome;
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-
-/// What a request is for: an operations endpoint (`/healthz`, `/metrics`, `/`, ...), an API
-/// endpoint with the `{id}` of its path, or named leases.
-#[derive(Clone, Copy)]
-enum Target<'p> {
-    Operation(Operation),
-    Api(usize, &'static api::Endpoint, &'p str),
-    /// `v1/leases/...`, `v1/semaphores/...` (`named_leases.rs`).
-    NamedLeases,
-}
 
 /// The local address of the connection a request came on, in the request's extensions.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +50,7 @@ pub async fn handle(
             Ok(response) => response,
             Err(error) => error_response(&error),
         };
-    let slot = noted.slot.unwrap_or(ops::UNMATCHED_SLOT);
+    let slot = noted.slot.unwrap_or(api::UNMATCHED_SLOT);
     // The holder's responses carry the fence its requests are admitted under.
     if let Some(fence) = gateway.lease.fence_of(presented.as_deref())
         && !response.headers().contains_key(LEASE_FENCE_HEADER)
@@ -76,6 +68,11 @@ pub async fn handle(
     );
     // A change's line is on disk before its answer leaves (a change to the station wrote its
     // own, from its own task).
+    let outcome = match super::reply::error_kind(&response) {
+        Some(kind) => crate::error::audit_outcome(kind),
+        None if response.status().is_success() => Outcome::Applied,
+        None => Outcome::Refused,
+    };
     audit_trail::write_line(
         &gateway,
         noted,
@@ -84,6 +81,7 @@ pub async fn handle(
         peer,
         started,
         response.status(),
+        outcome,
     )
     .await;
     response
@@ -108,16 +106,16 @@ async fn route_and_answer(
     noted.audited = below_api.is_some();
     // Health, readiness, metrics and the status page live beside api/, and so do named leases
     // and semaphores for lab scripts (`v1/leases`, `v1/semaphores`).
-    let target = match (below_prefix.and_then(Operation::find), below_api) {
-        (Some(operation), _) => Target::Operation(operation),
-        _ if super::named_leases::is_named_lease_path(gateway, path) => Target::NamedLeases,
+    let (position, route, id) = match (below_prefix.and_then(api::find_operation), below_api) {
+        (Some(found), _) => found,
+        _ if super::named_leases::is_named_lease_path(gateway, path) => api::named_leases(),
         (None, Some(below_api)) => match api::find(&parts.method, below_api) {
-            Ok((position, endpoint, id)) => Target::Api(position, endpoint, id),
+            Ok(found) => found,
             Err(NotRouted::WrongMethod) => {
-                return Err(ApiError::new(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{} is not allowed on {path}", parts.method),
-                ));
+                return Err(ApiError::method_not_allowed(format!(
+                    "{} is not allowed on {path}",
+                    parts.method
+                )));
             }
             Err(NotRouted::NoSuchPath) => {
                 return Err(ApiError::not_found(format!(
@@ -133,34 +131,16 @@ async fn route_and_answer(
             )));
         }
     };
-    let needed = match target {
-        Target::Operation(operation) => {
-            noted.slot = Some(operation.slot());
-            operation.needed_role()
-        }
-        Target::Api(position, endpoint, _) => {
-            noted.slot = Some(ops::endpoint_slot(position));
-            noted.audited = true;
-            noted.change = endpoint.lease == LeaseNeed::Change
-                || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"));
-            Some(endpoint.role)
-        }
-        Target::NamedLeases => {
-            noted.slot = Some(ops::NAMED_LEASES_SLOT);
-            noted.audited = true;
-            Some(match parts.method {
-                Method::GET | Method::HEAD => Role::Read,
-                _ => Role::Control,
-            })
-        }
-    };
+    noted.slot = Some(api::slot(position));
+    noted.audited |= route.audit() != AuditClass::Unaudited;
+    noted.change = route.audit() == AuditClass::Change;
+    let needed = route.needed_role(&parts.method);
     // The one place access control is checked: before the body is read and before the lease
     // admission. 401 without valid credentials, 403 for a role too low.
-    let granted = match target {
+    let granted = match route.authority() {
         // The admin token is its own authority for the break, whatever key comes with it.
-        Target::Api(_, endpoint, _)
-            if endpoint.label == api::LEASE_BREAK_LABEL
-                && super::lease::admin_token_presented(gateway, &parts.headers) =>
+        Authority::AdminTokenOrCredentials
+            if super::lease::admin_token_presented(gateway, &parts.headers) =>
         {
             Some(Role::Admin)
         }
@@ -175,20 +155,21 @@ async fn route_and_answer(
         // The admin token's break: its own authority.
         noted.caller = Some("admin token".into());
     }
-    let (endpoint, id) = match target {
-        Target::Operation(operation) => return ops::answer(gateway, operation, &parts.method),
-        Target::NamedLeases => {
+    let endpoint = match route {
+        Route::Operation { operation, .. } => {
+            return ops::answer(gateway, *operation, &parts.method);
+        }
+        Route::NamedLeases { .. } => {
             let request = Request::from_parts(parts, body);
             return Ok(super::named_leases::handle(gateway, request).await);
         }
-        Target::Api(_, endpoint, id) => (endpoint, id),
+        Route::Api(endpoint) => endpoint,
     };
     let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
-        // An unserved endpoint's body (a file upload, a multipart form) is read, not judged:
-        // its answer is the 501 saying why. A body that is not a JSON object (a list, an
-        // upload) is its handler's to read.
-        if endpoint.unserved.is_some() || api::RAW_BODY_LABELS.contains(&endpoint.label) {
+        // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is
+        // its handler's to read.
+        if endpoint.body == BodyKind::Raw {
             (JsonBody::parse(b"")?, bytes)
         } else {
             (JsonBody::parse(&bytes)?, bytes)
@@ -210,7 +191,7 @@ async fn route_and_answer(
     }
     // A change to the station writes its own line, from its own task: what it needs of the
     // request is its origin.
-    let origin = (endpoint.lease == LeaseNeed::Change)
+    let origin = (endpoint.lease == api::LeaseNeed::Change)
         .then(|| noted.origin(&parts.method, audit_path, peer, started));
     let call = Call {
         gateway,

@@ -45,15 +45,23 @@ pub enum LinkError {
 
 impl LinkError {
     /// True when a change that failed so may still have been carried out: it was sent, and its
-    /// answer never came or could not be read, or the station's bus gave up waiting for the
-    /// device. False when the station said no, or nothing was sent.
+    /// answer never came or could not be read, or the station failed inside or its bus gave up
+    /// waiting for the device. False when the station said no, or nothing was sent. The same
+    /// rule as `error::audit_outcome` of its kind (a test there keeps them equal).
     pub fn leaves_outcome_unknown(&self) -> bool {
         match self {
             LinkError::OutcomeUnknown(_)
             | LinkError::WriteTimeout(_)
             | LinkError::Timeout(_)
             | LinkError::Protocol(_) => true,
-            LinkError::Station(refused) => refused.code == station_protocol::ErrorCode::BusTimeout,
+            // Its internal error, a frame it could not read, a bus that gave up: the station
+            // gave no readable answer to what was sent.
+            LinkError::Station(refused) => matches!(
+                refused.code,
+                station_protocol::ErrorCode::Internal
+                    | station_protocol::ErrorCode::Malformed
+                    | station_protocol::ErrorCode::BusTimeout
+            ),
             LinkError::Disconnected(_)
             | LinkError::Refused(_)
             | LinkError::Overloaded(_)

@@ -251,13 +251,10 @@ impl NumericResults {
             generation,
         };
         if !(info.rate.is_finite() && info.rate > 0.0) {
-            return Err(ApiError::new(
-                hyper::StatusCode::BAD_GATEWAY,
-                format!(
-                    "the station gives {} a sample rate of {}",
-                    sampler.name, info.rate
-                ),
-            ));
+            return Err(ApiError::station_failed(format!(
+                "the station gives {} a sample rate of {}",
+                sampler.name, info.rate
+            )));
         }
         lock(&self.infos).insert(sampler.name.clone(), info);
         Ok(info)
@@ -301,8 +298,7 @@ impl NumericResults {
         };
         let report = station.change(change).await?;
         let (samples, end) = report.answer?.sampled().ok_or_else(|| {
-            ApiError::new(
-                hyper::StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::internal(
                 "the station service answered another kind of change than an acquisition (a gateway bug)",
             )
         })?;
@@ -350,7 +346,7 @@ mod tests {
         let t = Duration::from_secs(60);
         for bad in [0, -1, 100_001, i64::MAX] {
             let error = check_count(bad, 50_000.0, Line::Network, t).unwrap_err();
-            assert_eq!(error.status, hyper::StatusCode::BAD_REQUEST);
+            assert_eq!(error.kind, crate::error::ErrorKind::BadRequest);
             assert!(error.message.contains("1 to 100000"), "{}", error.message);
         }
         assert_eq!(

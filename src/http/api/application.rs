@@ -1,7 +1,6 @@
 //! `api/capabilities`, `api/connection/status` and `api/application/...`: what the gateway and
 //! the station say about themselves.
 
-use hyper::StatusCode;
 use serde_json::{Value as Json, json};
 use station_protocol::ErrorCode;
 
@@ -30,7 +29,7 @@ pub(super) async fn capabilities(call: Call<'_>) -> Answer {
 /// endpoint that does not answer 501, and `maxAge` (cached reads of `resources/values/get`).
 fn features() -> Vec<&'static str> {
     let mut features: Vec<&'static str> = Vec::new();
-    for endpoint in super::ENDPOINTS.iter().filter(|e| e.unserved.is_none()) {
+    for endpoint in super::endpoints().filter(|e| e.unserved.is_none()) {
         let area = endpoint.path.split('/').next().unwrap_or(endpoint.path);
         if !features.contains(&area) {
             features.push(area);
@@ -111,9 +110,10 @@ pub(super) async fn log(call: Call<'_>) -> Answer {
 /// the link reconnects (generation + 1) and the event stream gets a `configuration` event. A
 /// station that cannot restart its application (ERROR unsupported): 501.
 pub(super) async fn reset(call: Call<'_>) -> Answer {
-    call.gateway.station.connected().map_err(|not_reached| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
-    })?;
+    call.gateway
+        .station
+        .connected()
+        .map_err(|not_reached| ApiError::station_not_reached(not_reached.to_string()))?;
     let requester = format!("station-gateway for {}", call.peer);
     let report = call.change(ChangeWhat::Reset { requester }).await?;
     match report.answer {

@@ -13,12 +13,11 @@ const DEFAULT_TAIL: usize = 100;
 pub(super) async fn log(call: Call<'_>) -> Answer {
     let tail = tail_of(call.query)?;
     call.gateway.audit.written().await;
-    let lines = call.gateway.audit.tail(tail).map_err(|why| {
-        ApiError::new(
-            hyper::StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the audit trail cannot be read: {why}"),
-        )
-    })?;
+    let lines = call
+        .gateway
+        .audit
+        .tail(tail)
+        .map_err(|why| ApiError::internal(format!("the audit trail cannot be read: {why}")))?;
     ok(Json::Array(lines.into_iter().map(Json::String).collect()))
 }
 
@@ -49,7 +48,7 @@ mod tests {
         assert_eq!(tail_of(Some("x=1&TAIL=7")).unwrap(), 7);
         for bad in ["tail=-1", "tail=", "tail=abc", "tail=1.5"] {
             let error = tail_of(Some(bad)).unwrap_err();
-            assert_eq!(error.status, hyper::StatusCode::BAD_REQUEST, "{bad}");
+            assert_eq!(error.kind, crate::error::ErrorKind::BadRequest, "{bad}");
             assert!(error.message.contains("tail"), "{}", error.message);
         }
     }

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use hyper::Response;
 use hyper::header::HeaderMap;
-use hyper::{Response, StatusCode};
 
 use crate::config::Role;
 use crate::error::ApiError;
@@ -27,8 +27,8 @@ pub(crate) struct Call<'a> {
     pub(crate) unserved: Option<super::unserved::Unserved>,
     /// The JSON body of a POST or PUT (empty for other methods), bound case-insensitively.
     pub(crate) body: JsonBody,
-    /// The body's bytes as they came (empty for GET and DELETE); the endpoints of
-    /// `RAW_BODY_LABELS` read their body from here, and `body` is empty for them.
+    /// The body's bytes as they came (empty for GET and DELETE); the endpoints whose row says
+    /// `BodyKind::Raw` read their body from here, and `body` is empty for them.
     pub(crate) raw: bytes::Bytes,
     /// What the lease admission decided (for changes: the send guard).
     pub(crate) admitted: Admitted,
@@ -89,8 +89,7 @@ pub(crate) fn answered<T>(
     pick: fn(ChangeAnswer) -> Option<T>,
 ) -> Result<T, ApiError> {
     pick(report.answer?).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
+        ApiError::internal(
             "the station service answered another kind of change than was asked (a gateway bug)",
         )
     })
@@ -98,21 +97,21 @@ pub(crate) fn answered<T>(
 
 /// `200` with a JSON document.
 pub(crate) fn ok(value: serde_json::Value) -> Answer {
-    Ok(json_response(StatusCode::OK, &value))
+    Ok(json_response(&value))
 }
 
 /// The channel list, or 503 when the station has never been reached.
 pub(crate) fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
-    let info = gateway.station.reached().map_err(|not_reached| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, not_reached.to_string())
-    })?;
+    let info = gateway
+        .station
+        .reached()
+        .map_err(|not_reached| ApiError::station_not_reached(not_reached.to_string()))?;
     Ok(info.channels.clone())
 }
 
 /// 503 for what only a station that said hello can tell.
 pub(crate) fn not_yet_connected() -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
+    ApiError::station_not_reached(
         "station disconnected: the gateway has not reached the station yet",
     )
 }

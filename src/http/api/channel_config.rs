@@ -97,7 +97,7 @@ async fn configure(
                 error.message = format!("{}{}", label(index), error.message);
                 // In a list an entry naming no channel is a bad entry of the request.
                 if in_list {
-                    error.status = hyper::StatusCode::BAD_REQUEST;
+                    error.kind = crate::error::ErrorKind::BadRequest;
                 }
                 error
             })

@@ -1,8 +1,8 @@
 //! `api/application/config/...`: station configuration files, kept by the gateway: list,
 //! what was loaded, load, save, download, upload (multipart, as the clients send it), delete.
 
+use hyper::Response;
 use hyper::header::{CONTENT_DISPOSITION, CONTENT_TYPE, HeaderValue};
-use hyper::{Response, StatusCode};
 use serde_json::json;
 
 use super::call::{Answer, Call, ok};
@@ -36,10 +36,7 @@ pub(super) async fn load(call: Call<'_>) -> Answer {
         config_files::load(&files, &station, &name, &admitted, origin).await
     });
     let report = running.await.map_err(|error| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the load failed inside the gateway: {error}"),
-        )
+        ApiError::internal(format!("the load failed inside the gateway: {error}"))
     })??;
     ok(json!({
         "fileName": report.file,
@@ -110,12 +107,7 @@ pub(super) async fn upload(call: Call<'_>) -> Answer {
 pub(super) async fn delete(call: Call<'_>) -> Answer {
     let name = percent_decoded(call.id)?;
     call.gateway.config_files.delete(&name).await?;
-    Ok(Response::builder()
-        .status(StatusCode::NO_CONTENT)
-        .body(http_body_util::BodyExt::boxed(http_body_util::Full::new(
-            bytes::Bytes::new(),
-        )))
-        .unwrap_or_default())
+    Ok(crate::http::reply::no_content())
 }
 
 /// A path segment or RFC 5987 value with `%XX` escapes undone; must be UTF-8.
@@ -258,7 +250,7 @@ mod tests {
             ),
         ] {
             let error = multipart_file(content_type, body).unwrap_err();
-            assert_eq!(error.status, StatusCode::BAD_REQUEST);
+            assert_eq!(error.kind, crate::error::ErrorKind::BadRequest);
             assert!(error.message.contains(why), "{error:?}");
         }
     }

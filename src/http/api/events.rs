@@ -1,8 +1,8 @@
 //! `api/events` and `api/subscriptions...`: the event stream, and subscriptions with their
 //! bodies bound case-insensitively.
 
+use hyper::Response;
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
-use hyper::{Response, StatusCode};
 use serde_json::json;
 
 use super::call::{Answer, Call, ok};
@@ -15,7 +15,6 @@ pub(super) async fn open_stream(call: Call<'_>) -> Answer {
     let gateway = call.gateway;
     let opened = gateway.events.open_stream()?;
     let mut response = Response::new(opened.into_body(gateway.shutdown.clone()));
-    *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(
         CONTENT_TYPE,

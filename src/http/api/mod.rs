@@ -1,7 +1,10 @@
-//! The endpoint table: one declaration per REST endpoint (method, path, role, lease need,
-//! metric label, handler), from which routing (404, 405), access control, lease admission,
-//! the metrics labels and the check against `docs/openapi.json` are all derived. Handlers
-//! live one module per area. Adding an endpoint is one [`Endpoint`] here and one handler.
+//! The route table: one row per route of the gateway, in metrics-slot order. The operations
+//! (`/healthz`, `/readyz`, `/metrics`, the status page), named leases (`v1/...`) and one
+//! declaration per REST endpoint (method, path, role, lease need, body kind, audit class,
+//! authority, metric label, handler), from which routing (404, 405), access control, lease
+//! admission, how the body is read, the audit trail's class, the metrics labels and the check
+//! against `docs/openapi.json` are all derived. Handlers live one module per area. Adding an
+//! endpoint is one row here and one handler.
 
 mod application;
 mod audit;
@@ -15,6 +18,7 @@ mod lease;
 mod modules;
 mod numeric;
 mod resources;
+mod route;
 mod unserved;
 
 use std::future::Future;
@@ -22,62 +26,12 @@ use std::pin::Pin;
 
 use hyper::Method;
 
-use super::body::JsonBody;
 use crate::config::Role;
-use crate::lease::Access;
 
 pub(crate) use call::{Answer, Call, Handler};
-pub(crate) use unserved::Unserved;
+pub(crate) use route::{AuditClass, Authority, BodyKind, Endpoint, Route};
+pub use route::{LeaseNeed, Operation};
 use unserved::*;
-
-/// What an endpoint needs of the control lease; enforced for every request before its handler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseNeed {
-    /// Changes nothing on the station: open to everyone.
-    Open,
-    /// Reads from the hardware.
-    ForcedRead,
-    /// Cached reads when the body asks for a `MaxAgeMs` above 0, else forced reads.
-    ByMaxAge,
-    /// Changes to the station, fenced again at the link.
-    Change,
-}
-
-impl LeaseNeed {
-    /// The access the lease admission is asked for, given the request's body.
-    pub fn access(self, body: &JsonBody) -> Access {
-        match self {
-            LeaseNeed::Open => Access::Open,
-            LeaseNeed::ForcedRead => Access::ForcedRead,
-            LeaseNeed::Change => Access::Change,
-            LeaseNeed::ByMaxAge => match body.optional_u64("MaxAgeMs") {
-                Ok(Some(max_age_ms)) if max_age_ms > 0 => Access::CachedRead,
-                _ => Access::ForcedRead,
-            },
-        }
-    }
-}
-
-/// One REST endpoint below `api/`.
-pub(crate) struct Endpoint {
-    pub(crate) method: Method,
-    /// The path below `api/`; a `{id}` segment matches any one non-empty segment.
-    pub(crate) path: &'static str,
-    /// The role needed while access control is on.
-    pub(crate) role: Role,
-    pub(crate) lease: LeaseNeed,
-    /// The label of its requests in metrics.
-    pub(crate) label: &'static str,
-    pub(crate) handler: Handler,
-    /// Why it answers 501, for a documented WebApi endpoint this gateway does not serve.
-    pub(crate) unserved: Option<Unserved>,
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label)
-    }
-}
 
 /// Boxes an `async fn(Call<'_>) -> Answer` into a [`Handler`].
 macro_rules! handler {
@@ -89,41 +43,93 @@ macro_rules! handler {
     }};
 }
 
-/// `endpoint!(METHOD "path/{id}", Role, LeaseNeed, area::handler)`: one [`Endpoint`], its
-/// metric label made from its method and path.
+/// The given value, else the default: `or_default!(DEFAULT $(, GIVEN)?)`.
+macro_rules! or_default {
+    ($default:expr) => {
+        $default
+    };
+    ($default:expr, $given:expr) => {
+        $given
+    };
+}
+
+/// `endpoint!(METHOD "path/{id}", Role, LeaseNeed, area::handler)`: one REST [`Endpoint`], its
+/// metric label made from its method and path, its body JSON, audited as a change when it
+/// changes the station, opened by credentials with its role. A row says otherwise with
+/// `, body: Raw`, `, audit: Change`, `, authority: AdminTokenOrCredentials` (in this order).
 macro_rules! endpoint {
-    ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path) => {
-        Endpoint {
+    ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path
+        $(, body: $body:ident)? $(, audit: $audit:ident)? $(, authority: $authority:ident)?) => {
+        Route::Api(Endpoint {
             method: Method::$method,
             path: $path,
             role: Role::$role,
+            authority: or_default!(Authority::Credentials $(, Authority::$authority)?),
             lease: LeaseNeed::$lease,
+            body: or_default!(BodyKind::Json $(, BodyKind::$body)?),
+            audit: or_default!(AuditClass::of(LeaseNeed::$lease) $(, AuditClass::$audit)?),
             label: concat!(stringify!($method), " api/", $path),
             handler: handler!($handler),
             unserved: None,
-        }
+        })
     };
 }
 
 /// `unserved!(METHOD "path", WHY)`: a documented WebApi endpoint answered with 501 and the
-/// reason `WHY` (`unserved.rs`), open to every reader since it changes nothing.
+/// reason `WHY` (`unserved.rs`), open to every reader since it changes nothing; its body (a
+/// file upload, a multipart form) is read, not judged.
 macro_rules! unserved {
     ($method:ident $path:literal, $why:expr) => {
-        Endpoint {
+        Route::Api(Endpoint {
             method: Method::$method,
             path: $path,
             role: Role::Read,
+            authority: Authority::Credentials,
             lease: LeaseNeed::Open,
+            body: BodyKind::Raw,
+            audit: AuditClass::Request,
             label: concat!(stringify!($method), " api/", $path),
             handler: handler!(unserved::answer),
             unserved: Some($why),
+        })
+    };
+}
+
+/// `operation!("GET /label", Operation, "/path" | ..., role)`: an operations endpoint beside
+/// `api/`; `role` is `Some(Role::...)` or `None` (open to anyone).
+macro_rules! operation {
+    ($label:literal, $operation:ident, [$($path:literal),+], $role:expr) => {
+        Route::Operation {
+            label: $label,
+            paths: &[$($path),+],
+            operation: Operation::$operation,
+            role: $role,
         }
     };
 }
 
-/// Every REST endpoint of the documented WebApi (the reference clients' `docs/api/*.md`), served
-/// or answered with 501 and why. Their position is their metrics slot after the operations'.
-pub(crate) static ENDPOINTS: &[Endpoint] = &[
+/// Every route: the operations, named leases, then every REST endpoint of the documented WebApi
+/// (the reference clients' `docs/api/*.md`), served or answered with 501 and why. A row's
+/// position is its metrics slot after `unmatched` ([`slot`]).
+pub(crate) static ROUTES: &[Route] = &[
+    operation!("GET /healthz", Healthz, ["/healthz"], None),
+    operation!("GET /readyz", Readyz, ["/readyz"], None),
+    operation!("GET /metrics", Metrics, ["/metrics"], Some(Role::Read)),
+    operation!(
+        "GET /",
+        StatusPage,
+        ["", "/", "/index.html"],
+        Some(Role::Read)
+    ),
+    operation!(
+        "GET /status.json",
+        StatusJson,
+        ["/status.json"],
+        Some(Role::Read)
+    ),
+    Route::NamedLeases {
+        label: "v1/leases and v1/semaphores",
+    },
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
     endpoint!(GET "resources/names", Read, Open, resources::names),
@@ -134,8 +140,8 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(POST "resources/transact", Control, Change, resources::transact),
     endpoint!(GET "channels", Read, Open, channels::list),
     endpoint!(POST "channels/channel", Read, Open, channels::lookup),
-    endpoint!(POST "channels/channel/configure", Control, Change, channel_config::configure_one),
-    endpoint!(POST "channels/configure", Control, Change, channel_config::configure_many),
+    endpoint!(POST "channels/channel/configure", Control, Change, channel_config::configure_one, body: Raw),
+    endpoint!(POST "channels/configure", Control, Change, channel_config::configure_many, body: Raw),
     endpoint!(GET "modules", Read, Open, modules::list),
     endpoint!(GET "modules/loaded", Read, Open, modules::list),
     endpoint!(GET "modules/physical-system", Read, Open, modules::physical_system),
@@ -151,17 +157,17 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(POST "application/config/load", Control, Change, config_files::load),
     endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save),
     endpoint!(GET "application/config/download/{id}", Read, Open, config_files::download),
-    endpoint!(POST "application/config/upload", Control, Open, config_files::upload),
+    endpoint!(POST "application/config/upload", Control, Open, config_files::upload, body: Raw),
     endpoint!(DELETE "application/config/{id}", Control, Open, config_files::delete),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
     endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
     endpoint!(DELETE "subscriptions/{id}", Read, Open, events::unsubscribe),
     endpoint!(GET "lease", Read, Open, lease::status),
-    endpoint!(POST "lease", Control, Open, lease::acquire),
-    endpoint!(DELETE "lease", Admin, Open, lease::break_lease),
-    endpoint!(PUT "lease/{id}", Control, Open, lease::renew),
-    endpoint!(DELETE "lease/{id}", Control, Open, lease::release),
+    endpoint!(POST "lease", Control, Open, lease::acquire, audit: Change),
+    endpoint!(DELETE "lease", Admin, Open, lease::break_lease, audit: Change, authority: AdminTokenOrCredentials),
+    endpoint!(PUT "lease/{id}", Control, Open, lease::renew, audit: Change),
+    endpoint!(DELETE "lease/{id}", Control, Open, lease::release, audit: Change),
     endpoint!(GET "audit/log", Admin, Open, audit::log),
     // What a station behind the byte protocol does not have.
     unserved!(POST "comm/socket", SOCKET),
@@ -211,18 +217,62 @@ pub(crate) static ENDPOINTS: &[Endpoint] = &[
     endpoint!(POST "comm/spi", Control, Change, comm::spi),
 ];
 
-/// Endpoints whose body is not one JSON object (a list, a file upload): their handlers read
-/// `Call::raw` themselves.
-pub(crate) const RAW_BODY_LABELS: &[&str] = &[
-    "POST api/channels/channel/configure",
-    "POST api/channels/configure",
-    "POST api/application/config/upload",
-];
-
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.
 pub(crate) const LEASE_ACQUIRE_LABEL: &str = "POST api/lease";
-/// The metric label of `DELETE api/lease`, the admin break, which the admin token opens.
-pub(crate) const LEASE_BREAK_LABEL: &str = "DELETE api/lease";
+
+/// The metrics slot of requests that matched no route.
+pub const UNMATCHED_SLOT: usize = 0;
+
+/// The metrics slot of the route at `position` in [`ROUTES`]: after `unmatched`.
+pub fn slot(position: usize) -> usize {
+    1 + position
+}
+
+/// Every metrics label, in slot order.
+pub fn metric_labels() -> Vec<&'static str> {
+    let mut labels = vec!["unmatched"];
+    labels.extend(ROUTES.iter().map(Route::label));
+    labels
+}
+
+/// The slot of `POST api/lease`, whose 409s count as refusals of a held lease.
+pub fn lease_acquire_slot() -> Option<usize> {
+    ROUTES
+        .iter()
+        .position(|route| route.label() == LEASE_ACQUIRE_LABEL)
+        .map(slot)
+}
+
+/// Every REST endpoint, in table order.
+pub(crate) fn endpoints() -> impl Iterator<Item = &'static Endpoint> {
+    ROUTES.iter().filter_map(Route::endpoint)
+}
+
+/// A route found for a request: its position in [`ROUTES`], the row, and the `{id}` of its path.
+pub(crate) type Found<'p> = (usize, &'static Route, &'p str);
+
+/// The operations endpoint at `below_prefix` (the path after `http.path_prefix`), any method.
+pub(crate) fn find_operation(below_prefix: &str) -> Option<Found<'static>> {
+    ROUTES
+        .iter()
+        .enumerate()
+        .find_map(|(position, route)| match route {
+            Route::Operation { paths, .. } if paths.contains(&below_prefix) => {
+                Some((position, route, ""))
+            }
+            _ => None,
+        })
+}
+
+/// The named leases' row.
+pub(crate) fn named_leases() -> Found<'static> {
+    ROUTES
+        .iter()
+        .enumerate()
+        .find(|(_, route)| matches!(route, Route::NamedLeases { .. }))
+        .map(|(position, route)| (position, route, ""))
+        .expect("the route table has a row for named leases")
+}
 
 /// Why no endpoint answers a method and path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,16 +298,17 @@ fn matches<'p>(template: &str, path: &'p str) -> Option<&'p str> {
     }
 }
 
-/// The endpoint (and its position) for a method and a path below `api/`, with the path's `{id}`.
-pub(crate) fn find<'p>(
-    method: &Method,
-    path: &'p str,
-) -> Result<(usize, &'static Endpoint, &'p str), NotRouted> {
+/// The REST endpoint's row (and its position) for a method and a path below `api/`, with the
+/// path's `{id}`.
+pub(crate) fn find<'p>(method: &Method, path: &'p str) -> Result<Found<'p>, NotRouted> {
     let mut path_known = false;
-    for (position, endpoint) in ENDPOINTS.iter().enumerate() {
+    for (position, route) in ROUTES.iter().enumerate() {
+        let Route::Api(endpoint) = route else {
+            continue;
+        };
         if let Some(id) = matches(endpoint.path, path) {
             if endpoint.method == *method {
-                return Ok((position, endpoint, id));
+                return Ok((position, route, id));
             }
             path_known = true;
         }
@@ -272,17 +323,25 @@ pub(crate) fn find<'p>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::body::JsonBody;
+    use crate::lease::Access;
+
+    /// The endpoint a method and path route to, with the path's `{id}`.
+    fn endpoint_at(method: Method, path: &str) -> (&'static Endpoint, &str) {
+        let (_, route, id) = find(&method, path).unwrap();
+        (route.endpoint().unwrap(), id)
+    }
 
     #[test]
     fn paths_route_to_their_endpoint_with_the_id_and_known_paths_refuse_other_methods() {
-        let (_, endpoint, id) = find(&Method::PUT, "lease/abc").unwrap();
+        let (endpoint, id) = endpoint_at(Method::PUT, "lease/abc");
         assert_eq!((endpoint.label, id), ("PUT api/lease/{id}", "abc"));
-        let (_, endpoint, id) = find(&Method::DELETE, "subscriptions/s1").unwrap();
+        let (endpoint, id) = endpoint_at(Method::DELETE, "subscriptions/s1");
         assert_eq!(
             (endpoint.label, id),
             ("DELETE api/subscriptions/{id}", "s1")
         );
-        let (_, endpoint, _) = find(&Method::DELETE, "lease").unwrap();
+        let (endpoint, _) = endpoint_at(Method::DELETE, "lease");
         assert_eq!(endpoint.role, Role::Admin);
         assert_eq!(
             find(&Method::GET, "lease/abc").unwrap_err(),
@@ -314,7 +373,10 @@ mod tests {
 
     #[test]
     fn every_endpoint_is_reached_by_its_own_method_and_path() {
-        for (position, endpoint) in ENDPOINTS.iter().enumerate() {
+        for (position, route) in ROUTES.iter().enumerate() {
+            let Some(endpoint) = route.endpoint() else {
+                continue;
+            };
             let path = endpoint.path.replace("{id}", "x1");
             let (found, _, _) = find(&endpoint.method, &path).unwrap();
             assert_eq!(found, position, "{endpoint:?}");
@@ -323,7 +385,11 @@ mod tests {
                 format!("{} api/{}", endpoint.method, endpoint.path)
             );
         }
-        assert!(ENDPOINTS.iter().any(|e| e.label == LEASE_ACQUIRE_LABEL));
+        assert!(endpoints().any(|e| e.label == LEASE_ACQUIRE_LABEL));
+        let labels = metric_labels();
+        for (at, label) in labels.iter().enumerate() {
+            assert_eq!(labels.iter().position(|l| l == label), Some(at), "{label}");
+        }
     }
 
     /// `docs/openapi.json` lists exactly the table's endpoints (path parameters by any name).
@@ -357,7 +423,7 @@ mod tests {
                 ));
             }
         }
-        let mut table: Vec<String> = ENDPOINTS.iter().map(|e| e.label.to_owned()).collect();
+        let mut table: Vec<String> = endpoints().map(|e| e.label.to_owned()).collect();
         documented.sort();
         table.sort();
         assert_eq!(table, documented);
@@ -374,5 +440,58 @@ mod tests {
         assert_eq!(LeaseNeed::Change.access(&cached), Access::Change);
         assert_eq!(LeaseNeed::ForcedRead.access(&none), Access::ForcedRead);
         assert_eq!(LeaseNeed::Open.access(&cached), Access::Open);
+    }
+
+    /// The facts that used to be decided beside the table: which bodies are raw, which
+    /// requests are audited as changes, which endpoint the admin token opens.
+    #[test]
+    fn body_kind_audit_class_and_authority_are_the_rows_own() {
+        let raw: Vec<&str> = endpoints()
+            .filter(|e| e.body == BodyKind::Raw && e.unserved.is_none())
+            .map(|e| e.label)
+            .collect();
+        assert_eq!(
+            raw,
+            [
+                "POST api/channels/channel/configure",
+                "POST api/channels/configure",
+                "POST api/application/config/upload",
+            ]
+        );
+        for endpoint in endpoints() {
+            let was_change = endpoint.lease == LeaseNeed::Change
+                || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"));
+            assert_eq!(
+                endpoint.audit == AuditClass::Change,
+                was_change,
+                "{endpoint:?}"
+            );
+            assert_ne!(endpoint.audit, AuditClass::Unaudited, "{endpoint:?}");
+            if endpoint.unserved.is_some() {
+                assert_eq!(endpoint.body, BodyKind::Raw, "{endpoint:?}");
+            }
+        }
+        let token_opens: Vec<&str> = endpoints()
+            .filter(|e| e.authority == Authority::AdminTokenOrCredentials)
+            .map(|e| e.label)
+            .collect();
+        assert_eq!(token_opens, ["DELETE api/lease"]);
+        for route in ROUTES {
+            match route {
+                Route::Operation { .. } => assert_eq!(route.audit(), AuditClass::Unaudited),
+                Route::NamedLeases { .. } => {
+                    assert_eq!(route.audit(), AuditClass::Request);
+                    assert_eq!(route.needed_role(&Method::HEAD), Some(Role::Read));
+                    assert_eq!(route.needed_role(&Method::POST), Some(Role::Control));
+                }
+                Route::Api(endpoint) => {
+                    assert_eq!(route.needed_role(&Method::GET), Some(endpoint.role))
+                }
+            }
+        }
+        let (_, healthz, _) = find_operation("/healthz").unwrap();
+        assert_eq!(healthz.needed_role(&Method::GET), None);
+        let (_, metrics, _) = find_operation("/metrics").unwrap();
+        assert_eq!(metrics.needed_role(&Method::GET), Some(Role::Read));
     }
 }

@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use hyper::StatusCode;
 use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
@@ -51,7 +50,7 @@ pub(super) async fn value_set(call: Call<'_>) -> Answer {
 /// `POST api/resources/values/get {Names, MaxAgeMs?}`.
 pub(super) async fn values_get(call: Call<'_>) -> Answer {
     let answer = read_many(&call).await?;
-    Ok(json_bytes_response(StatusCode::OK, answer))
+    Ok(json_bytes_response(answer))
 }
 
 /// `POST api/resources/values/set {Resources}`.
@@ -141,7 +140,7 @@ fn read_refused(call: &Call<'_>, error: ReadError) -> ApiError {
         ReadError::NotCached { name, consuming } => {
             match call.admitted.refuse_uncached(&name, consuming) {
                 Some(refusal) => ApiError::from(refusal),
-                None => ApiError::new(StatusCode::LOCKED, format!("{name}: not cached")),
+                None => ApiError::locked(format!("{name}: not cached")),
             }
         }
         ReadError::NeedsControl(name) => {
@@ -179,7 +178,7 @@ fn first_reading_error(
                 let mut api = match error {
                     ItemError::Station(station) => ApiError::from(station),
                     ItemError::Link(link) => ApiError::from(link),
-                    other => ApiError::new(StatusCode::BAD_GATEWAY, other.to_string()),
+                    other => ApiError::station_failed(other.to_string()),
                 };
                 if !api.message.contains(name.as_str()) {
                     api.message = format!("{name}: {}", api.message);
@@ -307,13 +306,13 @@ async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
     // Say exactly what was and was not applied: a POST is never half-applied silently.
     let mut failed = Vec::new();
     let mut applied = Vec::new();
-    let mut status = StatusCode::BAD_REQUEST;
+    let mut kind = crate::error::ErrorKind::BadRequest;
     for (name, result) in names.iter().zip(&results) {
         match result {
             Ok(()) => applied.push(name.as_str()),
             Err(error) => {
                 if failed.is_empty() {
-                    status = ApiError::from(error.clone()).status;
+                    kind = ApiError::from(error.clone()).kind;
                 }
                 // The station's message usually names the channel already.
                 if error.message.contains(name.as_str()) {
@@ -330,7 +329,7 @@ async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
         applied.join(", ")
     };
     Err(ApiError::new(
-        status,
+        kind,
         format!("not applied: {}; applied: {applied}", failed.join("; ")),
     ))
 }

@@ -59,7 +59,7 @@ mod tests {
     #[test]
     fn messages_say_why() {
         let error = FILES.error("GET api/files");
-        assert_eq!(error.status, hyper::StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(error.kind, crate::error::ErrorKind::NotOffered);
         assert!(
             error
                 .message

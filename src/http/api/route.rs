@@ -1,0 +1,184 @@
+//! The rows of the route table (`api/mod.rs`) and the facts each row carries: who may make the
+//! request ([`Authority`] and the role), what the control lease must admit ([`LeaseNeed`]), how
+//! its body is read ([`BodyKind`]) and what the audit trail keeps of it ([`AuditClass`]). The
+//! request entry (`routes.rs`) reads these facts; it decides none of them by path or label.
+
+use hyper::Method;
+
+use super::call::Handler;
+use super::unserved::Unserved;
+use crate::config::Role;
+use crate::http::body::JsonBody;
+use crate::lease::Access;
+
+/// What an endpoint needs of the control lease; enforced for every request before its handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseNeed {
+    /// Changes nothing on the station: open to everyone.
+    Open,
+    /// Reads from the hardware.
+    ForcedRead,
+    /// Cached reads when the body asks for a `MaxAgeMs` above 0, else forced reads.
+    ByMaxAge,
+    /// Changes to the station, fenced again at the link.
+    Change,
+}
+
+impl LeaseNeed {
+    /// The access the lease admission is asked for, given the request's body.
+    pub fn access(self, body: &JsonBody) -> Access {
+        match self {
+            LeaseNeed::Open => Access::Open,
+            LeaseNeed::ForcedRead => Access::ForcedRead,
+            LeaseNeed::Change => Access::Change,
+            LeaseNeed::ByMaxAge => match body.optional_u64("MaxAgeMs") {
+                Ok(Some(max_age_ms)) if max_age_ms > 0 => Access::CachedRead,
+                _ => Access::ForcedRead,
+            },
+        }
+    }
+}
+
+/// How a POST's or PUT's body is read before the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyKind {
+    /// One JSON object, bound case-insensitively (`Call::body`); anything else is a 400.
+    Json,
+    /// Not judged: a list, a file upload, an unserved endpoint's form. The handler reads
+    /// `Call::raw`, and `Call::body` is empty.
+    Raw,
+}
+
+/// What the audit trail keeps of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuditClass {
+    /// Nothing: operations (`/healthz`, `/metrics`, ...).
+    Unaudited,
+    /// Its request line.
+    Request,
+    /// Its request line with the change's fields: caller, lease, outcome, what was asked. The
+    /// station's changes, and the lease's own (acquire, renew, release, break).
+    Change,
+}
+
+impl AuditClass {
+    /// The class an endpoint has unless its row says otherwise: a change of the station is
+    /// audited as a change.
+    pub(crate) const fn of(lease: LeaseNeed) -> AuditClass {
+        match lease {
+            LeaseNeed::Change => AuditClass::Change,
+            LeaseNeed::Open | LeaseNeed::ForcedRead | LeaseNeed::ByMaxAge => AuditClass::Request,
+        }
+    }
+}
+
+/// What grants an endpoint's role while access control is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Authority {
+    /// An API key or a user with the role.
+    Credentials,
+    /// The lease's admin token is its own authority (whatever key or user comes with it: a
+    /// client with default headers), else credentials with the role. The admin break.
+    AdminTokenOrCredentials,
+}
+
+/// One REST endpoint below `api/`.
+pub(crate) struct Endpoint {
+    pub(crate) method: Method,
+    /// The path below `api/`; a `{id}` segment matches any one non-empty segment.
+    pub(crate) path: &'static str,
+    /// The role needed while access control is on.
+    pub(crate) role: Role,
+    pub(crate) authority: Authority,
+    pub(crate) lease: LeaseNeed,
+    pub(crate) body: BodyKind,
+    pub(crate) audit: AuditClass,
+    /// The label of its requests in metrics.
+    pub(crate) label: &'static str,
+    pub(crate) handler: Handler,
+    /// Why it answers 501, for a documented WebApi endpoint this gateway does not serve.
+    pub(crate) unserved: Option<Unserved>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label)
+    }
+}
+
+/// The endpoints beside `api/`, answered by `http/ops.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// The process is alive.
+    Healthz,
+    /// The station link is up.
+    Readyz,
+    Metrics,
+    StatusPage,
+    StatusJson,
+}
+
+/// One row of the route table. Its position (after the `unmatched` slot) is its metrics slot.
+#[derive(Debug)]
+pub(crate) enum Route {
+    /// An operations endpoint at `paths` below `http.path_prefix`, any method (`ops.rs` answers
+    /// 405 to all but GET and HEAD); never audited.
+    Operation {
+        label: &'static str,
+        paths: &'static [&'static str],
+        operation: Operation,
+        /// The role needed while access control is on; `None`: open to anyone (health checks).
+        role: Option<Role>,
+    },
+    /// Named leases and semaphores for lab scripts, `v1/leases/...` and `v1/semaphores/...`
+    /// (`named_leases.rs`): GET and HEAD with the read role, the rest with control; audited
+    /// as requests.
+    NamedLeases { label: &'static str },
+    /// A REST endpoint below `api/`.
+    Api(Endpoint),
+}
+
+impl Route {
+    /// The label of its requests in metrics.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Route::Operation { label, .. } | Route::NamedLeases { label } => label,
+            Route::Api(endpoint) => endpoint.label,
+        }
+    }
+
+    /// The role a request with `method` needs while access control is on; `None`: open.
+    pub(crate) fn needed_role(&self, method: &Method) -> Option<Role> {
+        match self {
+            Route::Operation { role, .. } => *role,
+            Route::NamedLeases { .. } => Some(match *method {
+                Method::GET | Method::HEAD => Role::Read,
+                _ => Role::Control,
+            }),
+            Route::Api(endpoint) => Some(endpoint.role),
+        }
+    }
+
+    pub(crate) fn authority(&self) -> Authority {
+        match self {
+            Route::Api(endpoint) => endpoint.authority,
+            Route::Operation { .. } | Route::NamedLeases { .. } => Authority::Credentials,
+        }
+    }
+
+    pub(crate) fn audit(&self) -> AuditClass {
+        match self {
+            Route::Operation { .. } => AuditClass::Unaudited,
+            Route::NamedLeases { .. } => AuditClass::Request,
+            Route::Api(endpoint) => endpoint.audit,
+        }
+    }
+
+    /// Its endpoint, for a REST row.
+    pub(crate) fn endpoint(&self) -> Option<&Endpoint> {
+        match self {
+            Route::Api(endpoint) => Some(endpoint),
+            Route::Operation { .. } | Route::NamedLeases { .. } => None,
+        }
+    }
+}
