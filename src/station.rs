@@ -17,7 +17,6 @@ use station_protocol::sample::{SampleEnd, SampleRequest};
 use station_protocol::{Configure, ConfigureReply, ItemResult, Value};
 use tokio::sync::broadcast;
 
-use crate::lease::Admitted;
 use crate::link::{LinkError, LinkEvent, LinkHandle, StationInfo};
 pub use change::{
     Change, ChangeAnswer, ChangeOrigin, ChangeOutcome, ChangeReport, ChangeWhat, FrontEnd, Step,
@@ -272,25 +271,6 @@ impl Station {
         Ok(Reading { value, age })
     }
 
-    /// Writes `items` in one WRITE frame under the admission's send guard; one status per item.
-    pub async fn write(
-        &self,
-        items: Vec<(String, Value)>,
-        admitted: &Admitted,
-    ) -> Result<Vec<ItemResult<()>>, LinkError> {
-        self.link.write(items, admitted.guard.clone()).await
-    }
-
-    /// CONFIGURE with settings: changes a channel's configuration under the admission's send
-    /// guard; the channel table holds the answer when this returns.
-    pub async fn configure(
-        &self,
-        request: Configure,
-        admitted: &Admitted,
-    ) -> Result<ConfigureReply, LinkError> {
-        self.link.configure(request, admitted.guard.clone()).await
-    }
-
     /// CONFIGURE without settings: what a channel's configuration is; changes nothing.
     pub async fn channel_config(&self, name: &str) -> Result<ConfigureReply, LinkError> {
         let request = Configure {
@@ -300,53 +280,10 @@ impl Station {
         self.link.configure(request, None).await
     }
 
-    /// Runs one bus transaction: after every earlier transaction on the same bus has been
-    /// answered, sent once under the admission's send guard. The bytes are what the station
-    /// received, as many as it says, never padded.
-    pub async fn bus(
-        &self,
-        request: station_protocol::BusRequest,
-        admitted: &Admitted,
-    ) -> Result<bytes::Bytes, LinkError> {
-        self.buses.run(&self.link, request, admitted).await
-    }
-
     /// False once the station, on its current connection, answered a bus transaction with
     /// `unsupported` (firmware without BUS); true until then.
     pub fn bus_supported(&self) -> bool {
         self.buses.supported(self.link.info().generation)
-    }
-
-    /// Writes `value` to `name` and reads it back in one step, under the admission's send guard.
-    pub async fn transact(
-        &self,
-        name: String,
-        value: Value,
-        admitted: &Admitted,
-    ) -> Result<Value, LinkError> {
-        self.link
-            .transact(name, value, admitted.guard.clone())
-            .await
-    }
-
-    /// Restarts the station's application (RESET), under the admission's send guard: a change
-    /// like any write. `requester` goes to the station's log.
-    pub async fn reset(&self, requester: String, admitted: &Admitted) -> Result<(), LinkError> {
-        self.link.reset(requester, admitted.guard.clone()).await
-    }
-
-    /// Runs an acquisition (SAMPLE) under the admission's send guard: it reconfigures the
-    /// NumericResult channel, so it is fenced like a change. `expected` is how long it should
-    /// take; the link gives up a request timeout after that.
-    pub async fn sample(
-        &self,
-        request: SampleRequest,
-        admitted: &Admitted,
-        expected: Duration,
-    ) -> Result<(Vec<f64>, SampleEnd), LinkError> {
-        self.link
-            .sample(request, admitted.guard.clone(), expected)
-            .await
     }
 
     /// What a NumericResult channel says of itself without acquiring: its rate and the

@@ -23,7 +23,7 @@ pub(super) struct BusLanes {
 }
 
 impl BusLanes {
-    fn lane(&self, channel: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn lane(&self, channel: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
         lanes.entry(channel.to_owned()).or_default().clone()
     }

@@ -356,7 +356,7 @@ pub(super) struct ChangeRunner {
     link: LinkHandle,
     buses: Arc<BusLanes>,
     /// Where every change's line goes, written by the change's own task.
-    audit: AuditLog,
+    pub(super) audit: AuditLog,
     /// The changes still running, each on a task of its own; shutdown waits for them.
     changes: tokio_util::task::TaskTracker,
 }

@@ -1,13 +1,16 @@
 //! Tests of the station service's changes (write, transact) and its `Debug`, against the
 //! simulator: what mutation testing (RELIABILITY.md) found no unit test pinned.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use station_protocol::Value;
 use station_simulator::{Profile, Simulator};
 use tokio_util::sync::CancellationToken;
 
-use super::Station;
+use super::{
+    Change, ChangeAnswer, ChangeOrigin, ChangeOutcome, ChangeWhat, FrontEnd, Station, Step,
+    StepAction, StillRunning,
+};
 use crate::lease::Admitted;
 
 const VSET1: &str = "0.4.ESH10000662.VSET1";
@@ -50,8 +53,13 @@ fn debug_names_the_service_and_nothing_of_its_link() {
     );
 }
 
-#[tokio::test]
-async fn write_and_transact_reach_the_station_and_answer_what_it_did() {
+/// A station service on a link to a fresh simulator, connected; its audit trail in memory.
+async fn connected_station() -> (
+    Station,
+    station_simulator::SimulatorHandle,
+    CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
     let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -65,22 +73,63 @@ async fn write_and_transact_reach_the_station_and_answer_what_it_did() {
         .await
         .expect("the link never reached the simulator")
         .unwrap();
-    let admitted = open_admission();
+    (station, sim, shutdown, running)
+}
 
-    let statuses = station
-        .write(
-            vec![
-                (VSET1.to_owned(), Value::Float(100.0)),
-                (ISET1.to_owned(), Value::Float(5.0)),
-                ("NO.SUCH.CHANNEL".to_owned(), Value::Float(1.0)),
-            ],
-            &admitted,
-        )
+fn legacy_origin(operation: &'static str) -> ChangeOrigin {
+    let peer = "127.0.0.1:4001".parse().unwrap();
+    let mut origin = ChangeOrigin::new(FrontEnd::Legacy { operation }, peer, Instant::now());
+    origin.asked = Some(operation.to_owned());
+    origin
+}
+
+fn change(what: ChangeWhat, operation: &'static str) -> Change {
+    Change {
+        what,
+        origin: legacy_origin(operation),
+        admitted: open_admission(),
+    }
+}
+
+/// The last change line the station service wrote.
+fn last_line(station: &Station) -> String {
+    station
+        .changes
+        .audit
+        .recent_changes()
+        .pop()
+        .expect("no change line was written")
+}
+
+#[tokio::test]
+async fn write_and_transact_reach_the_station_and_answer_what_it_did_each_with_its_line() {
+    let (station, sim, shutdown, running) = connected_station().await;
+    let what = ChangeWhat::Write(vec![
+        (VSET1.to_owned(), Value::Float(100.0)),
+        (ISET1.to_owned(), Value::Float(5.0)),
+        ("NO.SUCH.CHANNEL".to_owned(), Value::Float(1.0)),
+    ]);
+    let origin = legacy_origin("write");
+    assert!(!origin.line_taken());
+    let report = station
+        .change(Change {
+            what,
+            origin: origin.clone(),
+            admitted: open_admission(),
+        })
         .await
         .unwrap();
+    assert!(origin.line_taken(), "the change took the line");
+    let statuses = report.answer.unwrap().written().unwrap();
     assert_eq!(statuses.len(), 3, "one status per item: {statuses:?}");
     assert!(statuses[0].is_ok() && statuses[1].is_ok(), "{statuses:?}");
     assert!(statuses[2].is_err(), "{statuses:?}");
+    assert!(matches!(report.outcome, ChangeOutcome::Partial { .. }));
+    let line = last_line(&station);
+    assert!(
+        line.contains(" LEGACY write - ") && line.contains(" outcome=partial "),
+        "{line}"
+    );
     let written: Vec<(String, Value)> = sim
         .write_log()
         .into_iter()
@@ -94,17 +143,168 @@ async fn write_and_transact_reach_the_station_and_answer_what_it_did() {
         ]
     );
 
-    let read_back = station
-        .transact(VSET2.to_owned(), Value::Float(250.0), &admitted)
-        .await
-        .unwrap();
-    assert_eq!(read_back, Value::Float(250.0));
+    let what = ChangeWhat::Transact {
+        name: VSET2.to_owned(),
+        value: Value::Float(250.0),
+    };
+    let report = station.change(change(what, "transact")).await.unwrap();
+    assert_eq!(report.outcome, ChangeOutcome::Applied);
+    assert_eq!(
+        report.answer.unwrap().transacted(),
+        Some(Value::Float(250.0))
+    );
     let last = sim.write_log().pop().expect("the transact wrote nothing");
     assert_eq!(
         (last.channel.as_str(), last.value),
         (VSET2, Value::Float(250.0))
     );
+    assert!(
+        last_line(&station).contains(" LEGACY transact - "),
+        "{}",
+        last_line(&station)
+    );
 
     shutdown.cancel();
     running.await.unwrap();
+}
+
+#[tokio::test]
+async fn steps_run_in_order_and_stop_at_the_first_the_station_refuses() {
+    let (station, sim, shutdown, running) = connected_station().await;
+    let write = |name: &str, value: f64| Step {
+        label: format!("write {name}"),
+        action: StepAction::Write {
+            name: name.to_owned(),
+            value: Value::Float(value),
+        },
+    };
+    let configure = Step {
+        label: format!("configure {VSET1}"),
+        action: StepAction::Configure(station_protocol::Configure {
+            name: VSET1.to_owned(),
+            settings: vec![("unit".to_owned(), Value::String("kV".into()))],
+        }),
+    };
+    let steps = vec![
+        configure,
+        write(VSET1, 10.0),
+        write("NO.SUCH.CHANNEL", 1.0),
+        write(ISET1, 2.0),
+    ];
+    let report = station
+        .change(change(ChangeWhat::Steps(steps), "load"))
+        .await
+        .unwrap();
+    let done = report.answer.clone().unwrap().stepped().unwrap();
+    assert_eq!(done.done.len(), 2, "two steps carried out");
+    assert!(done.done[0].is_some(), "a configure step keeps its answer");
+    assert!(done.done[1].is_none());
+    assert!(matches!(done.stopped, Some((2, _))), "{:?}", done.stopped);
+    assert!(
+        matches!(&report.outcome, ChangeOutcome::Partial { applied, not_applied, .. }
+            if applied.len() == 2 && not_applied.len() == 2),
+        "{:?}",
+        report.outcome
+    );
+    let channels: Vec<String> = sim.write_log().into_iter().map(|w| w.channel).collect();
+    assert_eq!(channels, [VSET1], "nothing after the refused step was sent");
+    assert!(
+        last_line(&station).contains(&format!("applied=\"configure {VSET1}; write {VSET1}\"")),
+        "{}",
+        last_line(&station)
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reset_and_a_bus_transaction_are_changes_with_their_answers() {
+    let (station, sim, shutdown, running) = connected_station().await;
+    let resets = sim.resets();
+    let reset = ChangeWhat::Reset {
+        requester: "change test".into(),
+    };
+    let report = station.change(change(reset, "reset")).await.unwrap();
+    assert!(
+        matches!(report.answer, Ok(ChangeAnswer::Reset)),
+        "{:?}",
+        report.answer
+    );
+    assert_eq!(sim.resets(), resets + 1);
+    let mut info = station.link.watch_info();
+    tokio::time::timeout(Duration::from_secs(5), info.wait_for(|i| i.connected))
+        .await
+        .expect("the link never came back after the reset")
+        .unwrap();
+    let scan = station_protocol::BusRequest {
+        channel: "0.ESH10000023.I2C09".into(),
+        action: station_protocol::BusAction::Scan,
+        address: 0,
+        retries: station_protocol::bus::DEFAULT_RETRIES,
+        receive: 0,
+        data: bytes::Bytes::new(),
+        line: None,
+    };
+    let report = station.change(change(ChangeWhat::Bus(scan), "bus")).await;
+    let report = report.unwrap();
+    assert!(report.answer.is_ok(), "{:?}", report.answer);
+    assert!(
+        !report.answer.unwrap().bus().unwrap().is_empty(),
+        "the scan found devices"
+    );
+    assert!(last_line(&station).contains(" LEGACY bus - "));
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_change_refused_before_it_ran_has_its_line_too() {
+    let station = Station::new(
+        crate::link::LinkTask::new(link_settings("tcp://127.0.0.1:1")).1,
+        crate::audit::AuditLog::memory_only(),
+    );
+    station
+        .record_refused(legacy_origin("write"), "locked by TAT 3")
+        .await;
+    let line = last_line(&station);
+    assert!(
+        line.ends_with(" outcome=refused asked=write why=\"locked by TAT 3\""),
+        "{line}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_stops_waiting_after_the_bound_and_the_change_goes_on_to_its_line() {
+    // A link task that is never run, and the bus's lane held by an earlier transaction: the
+    // change waits for its turn past its bound.
+    let (_task, link) = crate::link::LinkTask::new(link_settings("tcp://127.0.0.1:1"));
+    let station = Station::new(link, crate::audit::AuditLog::memory_only());
+    let bus = "0.ESH10000023.I2C09";
+    let lane = station.buses.lane(bus);
+    let earlier = lane.lock().await;
+    let scan = station_protocol::BusRequest {
+        channel: bus.into(),
+        action: station_protocol::BusAction::Scan,
+        address: 0,
+        retries: station_protocol::bus::DEFAULT_RETRIES,
+        receive: 0,
+        data: bytes::Bytes::new(),
+        line: None,
+    };
+    let waited = station.change(change(ChangeWhat::Bus(scan), "bus")).await;
+    assert!(
+        matches!(&waited, Err(StillRunning(limit)) if *limit >= Duration::from_secs(4)),
+        "{waited:?}"
+    );
+    assert!(station.changes.audit.recent_changes().is_empty());
+    // Its turn comes; it ends (the link never answers) and its line says so.
+    drop(earlier);
+    station.changes_ended(Duration::from_secs(30)).await;
+    // (The trail's writer is a thread: with the clock paused, wait for it, not for time.)
+    station.changes.audit.written().await;
+    let line = last_line(&station);
+    assert!(
+        line.contains(" LEGACY bus - ") && line.contains(" outcome="),
+        "{line}"
+    );
 }
