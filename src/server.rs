@@ -16,7 +16,7 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::lease::link_owner::LinkOwnership;
+use crate::lease::link_owner::{LinkOwnerTiming, LinkOwnership};
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
@@ -147,7 +147,10 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
             "station-gateway pid {} (HTTP {http_addr})",
             std::process::id()
         );
-        Some(LinkOwnership::claim(leases.default_store(), &config.control_lease_name(), me).await?)
+        let timing =
+            LinkOwnerTiming::for_ttl(Duration::from_millis(config.lease.link_owner_ttl_ms));
+        let name = config.control_lease_name();
+        Some(LinkOwnership::claim(leases.default_store(), &name, me, timing).await?)
     } else {
         None
     };
@@ -187,6 +190,11 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         tls,
     });
     let mut tasks = JoinSet::new();
+    // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
+    let link_task = match &ownership {
+        Some(ownership) => link_task.with_owner_gate(ownership.gate()),
+        None => link_task,
+    };
     if let Some(ownership) = ownership {
         tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
     }

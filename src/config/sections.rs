@@ -230,6 +230,10 @@ pub struct LeaseConfig {
     pub admin_token: String,
     /// Channel writes applied when a lease runs out without being released.
     pub safe_state: Vec<SafeWrite>,
+    /// With a shared backend: how long this gateway's link-owner lease lives without renewal.
+    /// It is renewed every third of it (each renewal given a third), and the link sends
+    /// nothing later than four fifths of it after the last confirmed renewal was sent.
+    pub link_owner_ttl_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -307,6 +311,7 @@ impl Default for LeaseConfig {
             name: String::new(),
             admin_token: String::new(),
             safe_state: Vec::new(),
+            link_owner_ttl_ms: 10_000,
         }
     }
 }

@@ -93,6 +93,15 @@ impl Config {
         }
         station_lease::BackendUrl::parse(&self.lease.backend)
             .map_err(|error| invalid("lease.backend", error.to_string()))?;
+        let ttl = std::time::Duration::from_millis(self.lease.link_owner_ttl_ms);
+        if !(1_000..=600_000).contains(&self.lease.link_owner_ttl_ms)
+            || !crate::lease::link_owner::LinkOwnerTiming::for_ttl(ttl).holds()
+        {
+            return Err(invalid(
+                "lease.link_owner_ttl_ms",
+                "must be 1000 to 600000 (renewals every third of it, each given a third, and a fifth kept in hand)",
+            ));
+        }
         if self.http.tls.enabled() {
             if self.http.tls.cert.is_empty() {
                 return Err(invalid(

@@ -14,10 +14,46 @@ use tracing::{error, info, warn};
 
 use super::seconds_left;
 use super::store::{AcquireRequest, Acquisition, LeaseStore, LeaseStoreError, LeaseToken};
+use crate::link::OwnerGate;
 
-/// How long the link-owner lease lives without renewal, and how often it is renewed.
+/// How long the link-owner lease lives without renewal, by default.
 pub const LINK_OWNER_TTL: Duration = Duration::from_secs(10);
-const RENEW_EVERY: Duration = Duration::from_secs(3);
+/// The pause before trying again after a renewal failed while the lease is still ours.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
+/// The link-owner lease's timing, all from its TTL, in the manner of Patroni's
+/// `loop_wait + 2 × retry_timeout ≤ ttl`: renewals every TTL/3, each given at most TTL/3 by
+/// the store, and the link may send only until TTL − TTL/5 after the last confirmed renewal
+/// was sent. So a gateway that cannot renew stops sending a fifth of the TTL before the store
+/// lets another take the station, and a renewal that failed at its timeout is tried once more
+/// before the link stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkOwnerTiming {
+    pub ttl: Duration,
+    pub renew_every: Duration,
+    pub store_timeout: Duration,
+    /// How long before the lease lapses in the store the link stops sending.
+    pub margin: Duration,
+}
+
+impl LinkOwnerTiming {
+    pub fn for_ttl(ttl: Duration) -> LinkOwnerTiming {
+        LinkOwnerTiming {
+            ttl,
+            renew_every: ttl / 3,
+            store_timeout: ttl / 3,
+            margin: ttl / 5,
+        }
+    }
+
+    /// Whether a renewal that fails at its timeout leaves time for another before the link
+    /// must stop: `renew_every + store_timeout + retry pause < ttl − margin`, and a margin.
+    pub fn holds(&self) -> bool {
+        !self.margin.is_zero()
+            && self.renew_every + self.store_timeout + RETRY_AFTER_FAILURE
+                < self.ttl.saturating_sub(self.margin)
+    }
+}
 
 /// Why the gateway may not own the station's link.
 #[derive(Debug, thiserror::Error)]
@@ -33,13 +69,21 @@ pub enum LinkOwnerError {
     },
     #[error("the lease backend could not say who owns this station's link: {0}")]
     Store(#[from] LeaseStoreError),
+    #[error(
+        "the lease backend did not say within {} ms who owns this station's link",
+        .0.as_millis()
+    )]
+    Timeout(Duration),
 }
 
-/// This gateway's hold on the station's link.
+/// This gateway's hold on the station's link: the lease in the store, and the gate the link
+/// checks before every frame it writes.
 pub struct LinkOwnership {
     store: Arc<dyn LeaseStore>,
     name: String,
     token: LeaseToken,
+    timing: LinkOwnerTiming,
+    gate: Arc<OwnerGate>,
 }
 
 impl LinkOwnership {
@@ -53,16 +97,26 @@ impl LinkOwnership {
         store: Arc<dyn LeaseStore>,
         control_name: &str,
         owner: String,
+        timing: LinkOwnerTiming,
     ) -> Result<LinkOwnership, LinkOwnerError> {
         let name = Self::name_for(control_name);
-        let request = AcquireRequest::new(owner, LINK_OWNER_TTL);
-        match store.try_acquire(&name, request).await? {
+        let request = AcquireRequest::new(owner, timing.ttl);
+        let asked_at = Instant::now();
+        let acquired =
+            tokio::time::timeout(timing.store_timeout, store.try_acquire(&name, request))
+                .await
+                .map_err(|_| LinkOwnerError::Timeout(timing.store_timeout))??;
+        match acquired {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
                 info!(%name, fence = grant.fence, "this gateway owns the station's link");
+                let gate = Arc::new(OwnerGate::new(asked_at));
+                gate.renewed(asked_at, timing.ttl, timing.margin);
                 Ok(LinkOwnership {
                     store,
                     name,
                     token: grant.token,
+                    timing,
+                    gate,
                 })
             }
             Acquisition::HeldByOther(holder) => Err(LinkOwnerError::OwnedByOther {
@@ -73,38 +127,58 @@ impl LinkOwnership {
         }
     }
 
-    /// Renews the lease until `shutdown`, then releases it. When it cannot be renewed before
-    /// it would lapse (lost to another gateway, or the backend unreachable for its whole TTL),
-    /// logs why and cancels `stop_gateway`.
+    /// The gate the link checks before every frame (`LinkTask::with_owner_gate`).
+    pub fn gate(&self) -> Arc<OwnerGate> {
+        self.gate.clone()
+    }
+
+    /// Renews the lease until `shutdown`, then releases it. Each confirmed renewal opens the
+    /// link's gate until TTL − margin after it was sent; a renewal that fails is tried again
+    /// while the gate is open. When the gate closes (lost to another gateway, or the store
+    /// unreachable or too slow), the link has already stopped sending: this logs why and
+    /// cancels `stop_gateway`.
     pub async fn keep(self, shutdown: CancellationToken, stop_gateway: CancellationToken) {
-        let mut confirmed_at = Instant::now();
+        let timing = self.timing;
+        let mut pause = timing.renew_every;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(RENEW_EVERY) => {}
+                () = tokio::time::sleep(pause) => {}
             }
             let asked_at = Instant::now();
-            match self.store.refresh(&self.name, &self.token, None).await {
-                Ok(Some(_)) => confirmed_at = asked_at,
+            let renewal = self.store.refresh(&self.name, &self.token, None);
+            let answer = match tokio::time::timeout(timing.store_timeout, renewal).await {
+                Ok(answer) => answer.map_err(|why| why.to_string()),
+                Err(_) => Err(format!(
+                    "no answer within {} ms",
+                    timing.store_timeout.as_millis()
+                )),
+            };
+            match answer {
+                Ok(Some(_)) => {
+                    self.gate.renewed(asked_at, timing.ttl, timing.margin);
+                    pause = timing.renew_every;
+                }
                 Ok(None) => {
-                    error!(name = %self.name, "this gateway lost the station's link-owner lease (another gateway may own the station now): stopping");
+                    self.gate.revoke();
+                    error!(name = %self.name, "this gateway lost the station's link-owner lease (another gateway may own the station now): it sends the station nothing more, and stops");
                     stop_gateway.cancel();
                     return;
                 }
-                Err(why)
-                    if asked_at.duration_since(confirmed_at) + RENEW_EVERY < LINK_OWNER_TTL =>
-                {
+                Err(why) if self.gate.owned_at(Instant::now()) => {
                     warn!(name = %self.name, "could not renew the link-owner lease ({why}); trying again");
+                    pause = RETRY_AFTER_FAILURE;
                 }
                 Err(why) => {
-                    error!(name = %self.name, "could not renew the link-owner lease before it lapses ({why}): stopping, since another gateway may take the station");
+                    error!(name = %self.name, "could not renew the link-owner lease in time ({why}): the link stopped sending when it could no longer prove it owns the station, and the gateway stops, since another gateway may take the station");
                     stop_gateway.cancel();
                     return;
                 }
             }
         }
+        self.gate.revoke();
         if let Err(why) = self.store.release(&self.name, &self.token).await {
-            warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", LINK_OWNER_TTL.as_secs());
+            warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", timing.ttl.as_secs());
         }
     }
 }

@@ -19,6 +19,7 @@ use super::error::{LinkDown, LinkError, OutcomeCause};
 use super::guard::SendGuard;
 use super::handshake::Framing;
 use super::info::{LinkEvent, LinkStats, StationInfo};
+use super::owner_gate::OwnerGate;
 use super::read_queue::{CoalescePolicy, ReadQueue};
 use super::session::{FREE_FENCE, InFlightKind, ResponseReply, Session};
 use crate::cache::ValueCache;
@@ -34,6 +35,19 @@ pub struct Shared {
     /// The station answered a RESET: it restarts its application, so the next connection
     /// reports a configuration change (`configuration` event) whatever its channel list.
     pub restarted: std::sync::atomic::AtomicBool,
+    /// With a shared lease backend: this gateway's hold on the station's link, checked right
+    /// before any frame is written (`None`: the only gateway there can be).
+    pub owner: Option<Arc<OwnerGate>>,
+}
+
+impl Shared {
+    /// `Err(NotOwner)` once this gateway may no longer send to the station.
+    pub fn may_send(&self) -> Result<(), LinkDown> {
+        match &self.owner {
+            Some(gate) if !gate.owned_at(Instant::now()) => Err(LinkDown::NotOwner),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Shared {
@@ -274,6 +288,8 @@ impl Connection {
     /// Puts queued work on the wire while the station's window has room.
     pub async fn dispatch(&mut self, shared: &Shared) -> Result<(), LinkDown> {
         self.answer_settled();
+        // Nothing is put on the wire by a gateway that may no longer own the link.
+        shared.may_send()?;
         let mut sent_any = false;
         while self.session.has_room() {
             // Reads and changes take turns, so neither can starve the other.
@@ -296,6 +312,8 @@ impl Connection {
         }
         // Frames queued outside dispatch (the LIST a configuration NOTIFY starts) go out too.
         if sent_any || !self.framed.write_buffer().is_empty() {
+            // Checked again at the last moment before the bytes leave.
+            shared.may_send()?;
             self.flush().await?;
         }
         Ok(())

@@ -96,6 +96,12 @@ pub enum LinkDown {
     },
     #[error("the gateway is shutting down")]
     ShuttingDown,
+    /// Self-fencing: the link-owner lease could not be renewed in time, so another gateway may
+    /// own the station now; this one sends nothing until a renewal is confirmed.
+    #[error(
+        "this gateway cannot prove it still owns the station's link (its link-owner lease was not renewed in time; another gateway may own the station now), so it sends the station nothing"
+    )]
+    NotOwner,
 }
 
 /// Why the byte stream to the station could not be opened.

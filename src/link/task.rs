@@ -20,6 +20,7 @@ use super::connection::{Connection, Shared};
 use super::error::{LinkDown, LinkError};
 use super::handshake::{self, Connected};
 use super::info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
+use super::owner_gate::OwnerGate;
 use super::read_queue::CoalescePolicy;
 use super::settings::LinkSettings;
 use crate::cache::ValueCache;
@@ -67,9 +68,17 @@ impl LinkTask {
                 cache,
                 stats,
                 restarted: Default::default(),
+                owner: None,
             },
         };
         (task, handle)
+    }
+
+    /// Sends to the station only while `gate` says this gateway owns its link (a shared lease
+    /// backend's link-owner lease): checked before connecting and right before every write.
+    pub fn with_owner_gate(mut self, gate: Arc<OwnerGate>) -> LinkTask {
+        self.shared.owner = Some(gate);
+        self
     }
 
     /// Runs until `shutdown` is cancelled: connect, serve, and on loss reconnect.
@@ -78,16 +87,20 @@ impl LinkTask {
         let mut generation = 0u64;
         let mut down = LinkDown::Connecting;
         loop {
-            let attempt = {
-                let connecting = handshake::connect(&self.settings);
-                tokio::pin!(connecting);
-                loop {
-                    tokio::select! {
-                        biased;
-                        _ = shutdown.cancelled() => return,
-                        result = &mut connecting => break result,
-                        Some(command) = self.commands.recv() => {
-                            command.fail(LinkError::Disconnected(down.clone()));
+            let attempt = match self.shared.may_send() {
+                // Not even a HELLO without the link: another gateway may own the station.
+                Err(not_owner) => Err(not_owner),
+                Ok(()) => {
+                    let connecting = handshake::connect(&self.settings);
+                    tokio::pin!(connecting);
+                    loop {
+                        tokio::select! {
+                            biased;
+                            _ = shutdown.cancelled() => return,
+                            result = &mut connecting => break result,
+                            Some(command) = self.commands.recv() => {
+                                command.fail(LinkError::Disconnected(down.clone()));
+                            }
                         }
                     }
                 }
@@ -214,6 +227,12 @@ impl LinkTask {
             }
             let next_deadline = c.next_deadline();
             let next_release = c.next_release();
+            // (A closed gate: at once.)
+            let owned_until = self
+                .shared
+                .owner
+                .as_ref()
+                .map(|gate| gate.until().unwrap_or_else(Instant::now));
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return SessionEnd::Shutdown,
@@ -245,6 +264,12 @@ impl LinkTask {
                     self.take_commands(c);
                 }
                 _ = sleep_until_opt(next_release), if next_release.is_some() => {}
+                // The link-owner lease lapsing (not renewed in time) ends the session at once.
+                _ = sleep_until_opt(owned_until), if owned_until.is_some() => {
+                    if let Err(not_owner) = self.shared.may_send() {
+                        return SessionEnd::Lost(not_owner);
+                    }
+                }
                 _ = sleep_until_opt(next_deadline), if next_deadline.is_some() => {
                     if let Err(why) = c.on_timeouts(&self.shared) {
                         return SessionEnd::Lost(why);

@@ -14,7 +14,55 @@ fn shared() -> Shared {
         cache: Arc::new(ValueCache::new()),
         stats: Arc::new(LinkStats::default()),
         restarted: Default::default(),
+        owner: None,
     }
+}
+
+/// Self-fencing: with the link-owner gate closed, nothing queued reaches the wire, and the
+/// session ends saying why; with it open, the same frame goes out.
+#[tokio::test(start_paused = true)]
+async fn nothing_is_written_once_this_gateway_cannot_prove_it_owns_the_link() {
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let stream: Box<dyn StationStream> = Box::new(ours);
+    let mut station = Framed::new(theirs, StationCodec::new());
+    let policy = CoalescePolicy {
+        quiet: Duration::ZERO,
+        max: Duration::ZERO,
+        max_names: 10,
+    };
+    let mut c = Connection::new(
+        Framed::new(stream, StationCodec::new()),
+        1,
+        4,
+        Duration::from_secs(2),
+        policy,
+    );
+    let now = Instant::now();
+    let gate = Arc::new(OwnerGate::new(now));
+    gate.renewed(now, Duration::from_secs(10), Duration::from_secs(2));
+    let mut shared = shared();
+    shared.owner = Some(gate.clone());
+    c.on_frame(&shared, configuration_changed())
+        .expect("a NOTIFY is taken");
+    c.dispatch(&shared)
+        .await
+        .expect("owned: the LIST is flushed");
+    let list = tokio::time::timeout(Duration::from_secs(1), station.next())
+        .await
+        .expect("the LIST went out while owned");
+    assert!(list.is_some());
+    // Past its proof of ownership: the next frame is never written.
+    tokio::time::advance(Duration::from_secs(8)).await;
+    c.on_frame(&shared, configuration_changed())
+        .expect("a NOTIFY is taken");
+    let refused = c.dispatch(&shared).await;
+    assert!(matches!(refused, Err(LinkDown::NotOwner)), "{refused:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), station.next())
+            .await
+            .is_err(),
+        "a frame reached the station after the gate closed"
+    );
 }
 
 fn configuration_changed() -> RawFrame {

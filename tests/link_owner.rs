@@ -1,0 +1,105 @@
+//! One writer per station at every edge: a gateway on a shared lease backend sends the station
+//! nothing once it cannot prove it still owns the link — however it got there (here: a store
+//! it can no longer reach in time) — well before the store would let another gateway take the
+//! station; and it stops itself.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+const VSET1: &str = "0.4.ESH10000662.VSET1";
+
+/// Every wait in this file ends within this, or the test fails saying what it waited for.
+const BOUND: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_gateway_that_cannot_renew_its_link_ownership_sends_nothing_before_another_may_take_over()
+{
+    let dir = std::env::temp_dir().join(format!("sg-link-owner-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("lease.db");
+    let ttl = Duration::from_millis(2_000);
+    let sim = default_simulator().await;
+    let config = config_for(&sim, |c| {
+        c.lease.backend = format!("sqlite:{}?busy_timeout_ms=5000", db.display());
+        c.lease.link_owner_ttl_ms = u64::try_from(ttl.as_millis()).unwrap();
+    });
+    let rig = rig_on(sim, config, false).await;
+    let (status, body) = rig.write(VSET1, "10").await;
+    assert_eq!(
+        status, 200,
+        "the owner writes while it owns the link: {body}"
+    );
+
+    // The store stops answering this gateway: another connection holds the file locked, so
+    // every renewal waits (its busy timeout, 5 s, is longer than the lease itself).
+    let locker = rusqlite::Connection::open(&db).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let locked_at = Instant::now();
+
+    // The link closes itself, naming why, before the lease could lapse in the store.
+    link_state(
+        &rig.gateway,
+        "the link to close for want of ownership",
+        |info| {
+            !info.connected
+                && info
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|why| why.contains("cannot prove it still owns"))
+        },
+    )
+    .await;
+    let closed_after = locked_at.elapsed();
+    assert!(
+        closed_after < ttl,
+        "the link stopped sending {closed_after:?} after the store stopped answering: not before the lease ({ttl:?}) could lapse"
+    );
+
+    // A lease-less write now: refused, 503 naming why, and nothing reaches the station.
+    rig.sim.clear_write_log();
+    let (status, body) = rig
+        .post(
+            "resources/value/set",
+            json!({ "Name": VSET1, "Value": "20" }),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|why| why.contains("owns the station's link")),
+        "{body}"
+    );
+    // The gateway stops by itself once its gate closed and the store still did not answer.
+    within(
+        BOUND,
+        "the gateway to stop itself",
+        rig.gateway.gateway.shutdown.cancelled(),
+    )
+    .await;
+    assert!(
+        rig.sim.write_log().is_empty(),
+        "nothing was sent after the gateway lost its proof of ownership: {:?}",
+        rig.sim.write_log()
+    );
+    drop(locker);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_link_owner_ttl_that_leaves_no_time_to_renew_is_refused_naming_the_key() {
+    let sim = default_simulator().await;
+    let config = config_for(&sim, |c| c.lease.link_owner_ttl_ms = 300);
+    let listeners = station_gateway::Listeners {
+        http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: None,
+    };
+    let refused = station_gateway::start(listeners, config).await.err();
+    let why = refused.map(|error| error.to_string()).unwrap_or_default();
+    assert!(why.contains("lease.link_owner_ttl_ms"), "{why}");
+}
