@@ -299,7 +299,9 @@ async fn a_caller_stops_waiting_after_the_bound_and_the_change_goes_on_to_its_li
     assert!(station.changes.audit.recent_changes().is_empty());
     // Its turn comes; it ends (the link never answers) and its line says so.
     drop(earlier);
+    assert_eq!(station.changes.changes.len(), 1, "the change still runs");
     station.changes_ended(Duration::from_secs(30)).await;
+    assert_eq!(station.changes.changes.len(), 0, "and has ended");
     // (The trail's writer is a thread: with the clock paused, wait for it, not for time.)
     station.changes.audit.written().await;
     let line = last_line(&station);
