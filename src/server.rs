@@ -16,7 +16,8 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::lease::link_owner::{LinkOwnerTiming, LinkOwnership};
+use crate::lease::link_owner::{LinkOwnerError, LinkOwnerTiming, LinkOwnership};
+use crate::lease::owner_state::OwnerState;
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
@@ -57,7 +58,7 @@ pub enum StartError {
     #[error("audit.dir: cannot open the audit trail: {0}")]
     Audit(std::io::Error),
     #[error("{0}")]
-    LinkOwner(#[from] crate::lease::link_owner::LinkOwnerError),
+    LinkOwner(#[from] LinkOwnerError),
     #[error(
         "the gateway stopped by itself: it could no longer prove it owns the station's link (see the log)"
     )]
@@ -150,7 +151,11 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         let timing =
             LinkOwnerTiming::for_ttl(Duration::from_millis(config.lease.link_owner_ttl_ms));
         let name = config.control_lease_name();
-        Some(LinkOwnership::claim(leases.default_store(), &name, me, timing).await?)
+        let state = match config.lease.link_owner_state_path() {
+            Some(path) => Some(OwnerState::open(&path).map_err(LinkOwnerError::from)?),
+            None => None,
+        };
+        Some(LinkOwnership::claim(leases.default_store(), &name, me, timing, state).await?)
     } else {
         None
     };

@@ -103,3 +103,88 @@ async fn a_link_owner_ttl_that_leaves_no_time_to_renew_is_refused_naming_the_key
     let why = refused.map(|error| error.to_string()).unwrap_or_default();
     assert!(why.contains("lease.link_owner_ttl_ms"), "{why}");
 }
+
+/// A gateway on `sim` with the link-owner lease in `db` and, with `state`, its state file.
+fn shared_config(
+    sim: &station_simulator::SimulatorHandle,
+    db: &std::path::Path,
+    state: Option<&std::path::Path>,
+) -> station_gateway::Config {
+    config_for(sim, |c| {
+        c.lease.backend = format!("sqlite:{}", db.display());
+        if let Some(state) = state {
+            c.lease.link_owner_state = state.display().to_string();
+        }
+    })
+}
+
+async fn try_start(
+    config: station_gateway::Config,
+) -> Result<station_gateway::GatewayHandle, String> {
+    let listeners = station_gateway::Listeners {
+        http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: None,
+    };
+    station_gateway::start(listeners, config)
+        .await
+        .map_err(|error| error.to_string())
+}
+
+#[tokio::test]
+async fn a_gateway_restarted_after_a_crash_takes_its_own_link_ownership_back_at_once() {
+    let dir = std::env::temp_dir().join(format!("sg-link-owner-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (db, state) = (dir.join("lease.db"), dir.join("gateway-1.state"));
+    let sim = default_simulator().await;
+
+    // Without a state file, a crashed gateway's lease keeps its restart out until it lapses.
+    let crashed = try_start(shared_config(&sim, &db, None)).await.unwrap();
+    drop(crashed); // every task aborted, nothing released: as after kill -9
+    let elsewhere = try_start(shared_config(&sim, &dir.join("other.db"), None)).await;
+    assert!(
+        elsewhere.is_ok(),
+        "another backend is another owner: {:?}",
+        elsewhere.err()
+    );
+    drop(elsewhere);
+    let refused = try_start(shared_config(&sim, &db, None)).await.err();
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|why| why.contains("another gateway owns this station")),
+        "{refused:?}"
+    );
+
+    // With one, the restart takes its own lease back at once, and a second process is refused.
+    let db = dir.join("lease-2.db");
+    let first = try_start(shared_config(&sim, &db, Some(&state)))
+        .await
+        .unwrap();
+    drop(first);
+    let restarted_at = Instant::now();
+    let restarted = try_start(shared_config(&sim, &db, Some(&state)))
+        .await
+        .expect("the restarted gateway takes its own link-owner lease back");
+    assert!(
+        restarted_at.elapsed() < Duration::from_secs(2),
+        "it did not wait for the lease to lapse: {:?}",
+        restarted_at.elapsed()
+    );
+    within(
+        BOUND,
+        "the restarted gateway to connect",
+        restarted.connected(),
+    )
+    .await;
+    let twin = try_start(shared_config(&sim, &db, Some(&state)))
+        .await
+        .err();
+    assert!(
+        twin.as_deref()
+            .is_some_and(|why| why.contains("link_owner_state")),
+        "a second process with the same state file is refused naming it: {twin:?}"
+    );
+    restarted.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

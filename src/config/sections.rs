@@ -234,6 +234,10 @@ pub struct LeaseConfig {
     /// It is renewed every third of it (each renewal given a third), and the link sends
     /// nothing later than four fifths of it after the last confirmed renewal was sent.
     pub link_owner_ttl_ms: u64,
+    /// With a shared backend: a state file (locked while the gateway runs) keeping the
+    /// link-owner lease's token, so that a gateway restarted after a crash takes its own lease
+    /// back at once; empty: `$STATE_DIRECTORY/link-owner.state` under systemd, else none.
+    pub link_owner_state: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -312,6 +316,7 @@ impl Default for LeaseConfig {
             admin_token: String::new(),
             safe_state: Vec::new(),
             link_owner_ttl_ms: 10_000,
+            link_owner_state: String::new(),
         }
     }
 }
@@ -325,5 +330,18 @@ impl Default for EventsConfig {
             stream_queue: 64,
             subscription_ttl_ms: 60_000,
         }
+    }
+}
+
+impl LeaseConfig {
+    /// The link-owner state file: the configured one, or under systemd's state directory.
+    pub fn link_owner_state_path(&self) -> Option<PathBuf> {
+        if !self.link_owner_state.is_empty() {
+            return Some(self.link_owner_state.clone().into());
+        }
+        let dirs = std::env::var_os("STATE_DIRECTORY").filter(|dirs| !dirs.is_empty())?;
+        // systemd may list several, separated by colons: the first is ours.
+        let first = dirs.to_string_lossy().split(':').next()?.to_owned();
+        Some(std::path::Path::new(&first).join("link-owner.state"))
     }
 }

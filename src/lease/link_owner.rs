@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::owner_state::{OwnerState, OwnerStateError};
 use super::seconds_left;
 use super::store::{AcquireRequest, Acquisition, LeaseStore, LeaseStoreError, LeaseToken};
 use crate::link::OwnerGate;
@@ -74,6 +75,8 @@ pub enum LinkOwnerError {
         .0.as_millis()
     )]
     Timeout(Duration),
+    #[error(transparent)]
+    State(#[from] OwnerStateError),
 }
 
 /// This gateway's hold on the station's link: the lease in the store, and the gate the link
@@ -84,6 +87,9 @@ pub struct LinkOwnership {
     token: LeaseToken,
     timing: LinkOwnerTiming,
     gate: Arc<OwnerGate>,
+    /// The locked state file keeping the token for a restart, if configured: held (and so
+    /// locked) for as long as this gateway owns the link.
+    _state: Option<OwnerState>,
 }
 
 impl LinkOwnership {
@@ -93,22 +99,37 @@ impl LinkOwnership {
     }
 
     /// Takes the link-owner lease for `control_name` as `owner`, or says who holds it.
+    /// With `state`, the token a crashed run of this gateway kept takes its own lease back at
+    /// once (same lease, same fence), and the new token is kept for the next run.
     pub async fn claim(
         store: Arc<dyn LeaseStore>,
         control_name: &str,
         owner: String,
         timing: LinkOwnerTiming,
+        mut state: Option<OwnerState>,
     ) -> Result<LinkOwnership, LinkOwnerError> {
         let name = Self::name_for(control_name);
-        let request = AcquireRequest::new(owner, timing.ttl);
+        let mut request = AcquireRequest::new(owner, timing.ttl);
+        if let Some(kept) = state.as_mut().and_then(OwnerState::token) {
+            request = request.with_retry_token(kept);
+        }
         let asked_at = Instant::now();
         let acquired =
             tokio::time::timeout(timing.store_timeout, store.try_acquire(&name, request))
                 .await
                 .map_err(|_| LinkOwnerError::Timeout(timing.store_timeout))??;
+        let taken_back = matches!(acquired, Acquisition::Renewed(_));
         match acquired {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
-                info!(%name, fence = grant.fence, "this gateway owns the station's link");
+                let how = if taken_back {
+                    " (its own lease from before a restart, taken back)"
+                } else {
+                    ""
+                };
+                info!(%name, fence = grant.fence, "this gateway owns the station's link{how}");
+                if let Some(state) = state.as_mut() {
+                    state.remember(&grant.token)?;
+                }
                 let gate = Arc::new(OwnerGate::new(asked_at));
                 gate.renewed(asked_at, timing.ttl, timing.margin);
                 Ok(LinkOwnership {
@@ -117,6 +138,7 @@ impl LinkOwnership {
                     token: grant.token,
                     timing,
                     gate,
+                    _state: state,
                 })
             }
             Acquisition::HeldByOther(holder) => Err(LinkOwnerError::OwnedByOther {
@@ -177,6 +199,7 @@ impl LinkOwnership {
             }
         }
         self.gate.revoke();
+        // (The state file's lock goes with this task: a restart may take it at once.)
         if let Err(why) = self.store.release(&self.name, &self.token).await {
             warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", timing.ttl.as_secs());
         }
