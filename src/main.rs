@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser};
 use station_gateway::config::{Config, EXAMPLE_CONFIG, parse_listen};
 use station_gateway::logs::BatchingWriterGuard;
-use station_gateway::{Listeners, run};
+use station_gateway::{BindError, Listener, Listeners, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -148,7 +148,7 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
             parse_listen(listen).map_err(|why| anyhow::anyhow!("--simulator-listen: {why}"))?;
         let simulator = station_simulator::Simulator::start(profile, listen)
             .await
-            .with_context(|| format!("cannot start the embedded simulator on {listen}"))?;
+            .map_err(|error| BindError::new(Listener::Simulator, listen.to_string(), error))?;
         let addr = simulator.local_addr();
         config.station.url = format!("tcp://{addr}");
         tracing::info!("simulator listening {addr}");
@@ -158,9 +158,7 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
     };
     config.validate()?;
 
-    let listeners = Listeners::bind(&config)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.http.listen))?;
+    let listeners = Listeners::bind(&config).await?;
     run(listeners, config, shutdown).await?;
     tracing::info!("station-gateway stopped");
     Ok(())

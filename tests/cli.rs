@@ -302,3 +302,109 @@ fn simulator_says_it_overrides_the_config_files_station() {
     let _ = std::fs::remove_file(&path);
     assert!(warning.contains("tcp://192.0.2.7:4000"), "{warning}");
 }
+
+/// A file in the temporary directory, removed when dropped (also when the test fails).
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, contents: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("sg-cli-{}-{name}", std::process::id()));
+        std::fs::write(&path, contents).unwrap();
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A port on 127.0.0.1 this test holds, so that the gateway's bind of it fails.
+fn busy_port() -> (std::net::TcpListener, String) {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = holder.local_addr().unwrap().to_string();
+    (holder, addr)
+}
+
+/// The one line a gateway that could not start printed, checked to name `listener` and `addr`.
+fn bind_error(args: &[&str], listener: &str, addr: &str) -> String {
+    let output = run_to_end(args);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("station-gateway: "))
+        .unwrap_or_else(|| panic!("no 'station-gateway: ' line; stderr:\n{stderr}"));
+    assert!(
+        line.contains(listener),
+        "does not name {listener:?}: {line}"
+    );
+    assert!(line.contains(addr), "does not name {addr}: {line}");
+    assert!(line.contains("in use"), "does not say why: {line}");
+    line.to_owned()
+}
+
+#[test]
+fn a_busy_legacy_port_is_reported_as_the_legacy_listeners_address() {
+    let (_holder, busy) = busy_port();
+    let line = bind_error(
+        &["--simulator", "--http", "127.0.0.1:0", "--legacy", &busy],
+        "legacy",
+        &busy,
+    );
+    assert!(
+        !line.contains("127.0.0.1:0"),
+        "names the HTTP address: {line}"
+    );
+    assert!(!line.contains("HTTP"), "names the HTTP listener: {line}");
+}
+
+#[test]
+fn a_busy_http_port_is_reported_as_the_http_listeners_address() {
+    let (_holder, busy) = busy_port();
+    let line = bind_error(
+        &["--simulator", "--http", &busy, "--legacy", "127.0.0.1:0"],
+        "HTTP",
+        &busy,
+    );
+    assert!(
+        !line.contains("legacy"),
+        "names the legacy listener: {line}"
+    );
+}
+
+#[test]
+fn a_busy_https_port_is_reported_as_the_https_listener() {
+    let (_holder, busy) = busy_port();
+    // The port is bound before the certificate is read: files that do not exist are fine.
+    let config = TempFile::new(
+        "tls.toml",
+        "[http.tls]\ncert = \"no-such.crt\"\nkey = \"no-such.key\"\n",
+    );
+    bind_error(
+        &["--simulator", "--config", config.path(), "--http", &busy],
+        "HTTPS",
+        &busy,
+    );
+}
+
+#[test]
+fn a_busy_simulator_port_is_reported_as_the_simulators_address() {
+    let (_holder, busy) = busy_port();
+    bind_error(
+        &[
+            "--simulator",
+            "--simulator-listen",
+            &busy,
+            "--http",
+            "127.0.0.1:0",
+        ],
+        "simulator",
+        &busy,
+    );
+}
