@@ -408,3 +408,61 @@ fn a_busy_simulator_port_is_reported_as_the_simulators_address() {
         &busy,
     );
 }
+
+#[test]
+fn a_gateway_without_a_station_says_where_its_link_goes_and_how_to_give_it_one() {
+    let default_url = station_gateway::config::StationConfig::default().url;
+    let mut gateway = RunningGateway::start(&["--http", "127.0.0.1:0"]);
+    let notice = gateway.wait_for("no station given");
+    assert!(notice.contains(&default_url), "{notice}");
+    assert!(notice.contains("--simulator"), "{notice}");
+    assert!(notice.contains("--station tcp://HOST:PORT"), "{notice}");
+}
+
+#[tokio::test]
+async fn a_gateway_with_a_station_or_the_simulator_says_nothing_about_the_default() {
+    for args in [
+        &["--simulator", "--http", "127.0.0.1:0"][..],
+        &["--station", "tcp://127.0.0.1:1", "--http", "127.0.0.1:0"][..],
+    ] {
+        let mut gateway = RunningGateway::start(args);
+        gateway.wait_for("HTTP listening on http://");
+        let (_, log) = gateway.terminate();
+        assert!(
+            !log.iter().any(|line| line.contains("no station given")),
+            "{args:?}; log:\n{}",
+            log.join("\n")
+        );
+    }
+}
+
+#[test]
+fn help_shows_every_default() {
+    let output = run_to_end(&["--help"]);
+    let help = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let defaults = station_gateway::Config::default();
+    for (flag, default) in [
+        ("--config", "none".to_owned()),
+        ("--station", defaults.station.url),
+        ("--http", defaults.http.listen),
+        ("--legacy", "off".to_owned()),
+        ("--lease-backend", defaults.lease.backend),
+        ("--simulator-listen", "a free port".to_owned()),
+        ("--simulator-profile", "the built-in station".to_owned()),
+        ("--api-key", "none".to_owned()),
+        ("--log-format", "human".to_owned()),
+    ] {
+        // The flag's help runs from its line to the next flag's.
+        let start = help
+            .find(&format!("  {flag} "))
+            .unwrap_or_else(|| panic!("no {flag} in --help:\n{help}"));
+        let rest = &help[start + 2..];
+        let end = rest.find("\n  -").unwrap_or(rest.len());
+        let entry = &rest[..end];
+        assert!(
+            entry.contains(&format!("[default: {default}")),
+            "{flag}: no [default: {default}...] in\n{entry}"
+        );
+    }
+}
