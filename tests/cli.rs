@@ -466,3 +466,119 @@ fn help_shows_every_default() {
         );
     }
 }
+
+/// The README's first screen: what a newcomer reads before scrolling.
+const FIRST_SCREEN_LINES: usize = 40;
+
+/// The `sh` code blocks of the README's first screen, one string per block.
+fn first_screen_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md is readable");
+    let mut blocks = Vec::new();
+    let mut block: Option<Vec<&str>> = None;
+    for line in readme.lines().take(FIRST_SCREEN_LINES) {
+        match (&mut block, line.trim_end()) {
+            (None, "```sh") => block = Some(Vec::new()),
+            (Some(lines), "```") => {
+                blocks.push(lines.join("\n"));
+                block = None;
+            }
+            (Some(lines), line) => lines.push(line),
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+/// A command line split into words as `sh` does for plain words and '...' quoting (all the
+/// README's first screen uses).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted, mut in_word) = (Vec::new(), String::new(), false, false);
+    for c in line.chars() {
+        match c {
+            '\'' => (quoted, in_word) = (!quoted, true),
+            c if c.is_whitespace() && !quoted => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                }
+                in_word = false;
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    assert!(!quoted, "unbalanced quote in {line:?}");
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+#[tokio::test]
+async fn the_readmes_first_screen_runs_the_gateway_and_its_request_answers() {
+    let commands = first_screen_commands();
+    let [run, request, tests] = &commands[..] else {
+        panic!(
+            "the README's first screen should hold three sh blocks (run, one request, the tests): {commands:#?}"
+        );
+    };
+    // 1. `cargo run --release -- ARGS` runs this binary with ARGS; a test cannot build a release
+    // binary under the cargo that runs it, so it runs the same code's test build. The README's
+    // address is the default one; the test takes a free port instead (the one flag added).
+    let run = shell_words(run);
+    assert_eq!(run[..4], ["cargo", "run", "--release", "--"], "{run:?}");
+    let default_http = station_gateway::Config::default().http.listen;
+    let mut args: Vec<&str> = run[4..].iter().map(String::as_str).collect();
+    args.extend(["--http", "127.0.0.1:0"]);
+    let mut gateway = RunningGateway::start(&args);
+    let addr = gateway.wait_for_address("HTTP listening on http://");
+    let client = reqwest::Client::new();
+    let ready = format!("http://{addr}/readyz");
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    loop {
+        match client.get(&ready).send().await {
+            Ok(answer) if answer.status() == 200 => break,
+            _ if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => panic!("/readyz did not answer 200 within {START_TIMEOUT:?}: {other:?}"),
+        }
+    }
+    // 2. The one request, as curl sends `-d` (a POST), to the address the gateway took.
+    let request = shell_words(request);
+    let [curl, url, data, body] = &request[..] else {
+        panic!("expected `curl URL -d BODY`: {request:?}");
+    };
+    assert_eq!((curl.as_str(), data.as_str()), ("curl", "-d"));
+    let url = url.replace(&default_http, &addr);
+    assert!(
+        url.contains(&addr),
+        "{url} is not at the default address {default_http}"
+    );
+    let answer = client.post(&url).body(body.clone()).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: serde_json::Value = answer.json().await.unwrap();
+    let value: f64 = answer["value"].as_str().unwrap().parse().unwrap();
+    assert!((3.0..3.6).contains(&value), "{answer}");
+    // 3. The test command is what CI runs, and a script bash can read.
+    assert_eq!(tests.trim(), "bash tests/run-all.sh");
+    let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
+    assert!(
+        ci.lines()
+            .any(|line| line.starts_with("bash tests/run-all.sh")),
+        "{ci}"
+    );
+    let checked = Command::new("bash")
+        .args([
+            "-n",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run-all.sh"),
+        ])
+        .status()
+        .unwrap();
+    assert!(checked.success());
+    let script =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run-all.sh")).unwrap();
+    assert!(script.contains("'summary: %d passed, %d failed, %d skipped\\n'"));
+}
