@@ -162,6 +162,11 @@ async fn a_gateway_restarted_after_a_crash_takes_its_own_link_ownership_back_at_
         .await
         .unwrap();
     drop(first);
+    // (A dying process's lock goes with it; an aborted task's, once the runtime drops it.)
+    until(BOUND, "the crashed gateway's tasks to be gone", || {
+        station_gateway::lease::owner_state::OwnerState::open(&state).is_ok()
+    })
+    .await;
     let restarted_at = Instant::now();
     let restarted = try_start(shared_config(&sim, &db, Some(&state)))
         .await
