@@ -193,3 +193,63 @@ async fn a_gateway_restarted_after_a_crash_takes_its_own_link_ownership_back_at_
     restarted.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_second_gateway_reaching_the_same_station_by_another_address_never_serves_it_until_the_first_is_gone()
+ {
+    let dir = std::env::temp_dir().join(format!("sg-link-owner-spelling-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("lease.db");
+    let sim = default_simulator().await;
+    let port = sim.local_addr().port();
+    let by_address = shared_config(&sim, &db, None);
+    let mut by_name = shared_config(&sim, &db, None);
+    by_name.station.url = format!("tcp://localhost:{port}");
+    by_name.station.reconnect_max_ms = 200;
+    let first = try_start(by_address).await.unwrap();
+    within(BOUND, "the first gateway to connect", first.connected()).await;
+
+    // The second starts (its address names another link-owner lease), meets the station, and
+    // is refused by the station's own lease: it sends nothing past HELLO.
+    let second = try_start(by_name).await.unwrap();
+    link_state(
+        &second,
+        "the second gateway to be refused the station",
+        |info| {
+            info.last_error
+                .as_deref()
+                .is_some_and(|why| why.contains("another gateway owns the station"))
+        },
+    )
+    .await;
+    assert!(!second.link().info().connected);
+    rig_write_refused(&second, &sim).await;
+
+    // Once the first is gone, the second takes the station over.
+    first.stop().await;
+    within(
+        BOUND,
+        "the second gateway to take the station over",
+        second.connected(),
+    )
+    .await;
+    second.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A lease-less write through `gateway` is refused with 503 and reaches nobody.
+async fn rig_write_refused(
+    gateway: &station_gateway::GatewayHandle,
+    sim: &station_simulator::SimulatorHandle,
+) {
+    sim.clear_write_log();
+    let response = reqwest::Client::new()
+        .post(format!("{}/api/resources/value/set", gateway.base_url()))
+        .json(&json!({ "Name": VSET1, "Value": "30" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(sim.write_log().is_empty(), "{:?}", sim.write_log());
+}

@@ -89,7 +89,12 @@ pub struct LinkOwnership {
     gate: Arc<OwnerGate>,
     /// The locked state file keeping the token for a restart, if configured: held (and so
     /// locked) for as long as this gateway owns the link.
-    _state: Option<OwnerState>,
+    state: Option<OwnerState>,
+    /// Who this gateway is, as other gateways see it.
+    owner: String,
+    /// The station's own link-owner lease (`link-owner:station:<identity>`), once the link
+    /// met the station: its identity and token.
+    station: Option<(String, LeaseToken)>,
 }
 
 impl LinkOwnership {
@@ -109,7 +114,7 @@ impl LinkOwnership {
         mut state: Option<OwnerState>,
     ) -> Result<LinkOwnership, LinkOwnerError> {
         let name = Self::name_for(control_name);
-        let mut request = AcquireRequest::new(owner, timing.ttl);
+        let mut request = AcquireRequest::new(owner.clone(), timing.ttl);
         if let Some(kept) = state.as_mut().and_then(OwnerState::token) {
             request = request.with_retry_token(kept);
         }
@@ -128,7 +133,7 @@ impl LinkOwnership {
                 };
                 info!(%name, fence = grant.fence, "this gateway owns the station's link{how}");
                 if let Some(state) = state.as_mut() {
-                    state.remember(&grant.token)?;
+                    state.remember(&grant.token, None)?;
                 }
                 let gate = Arc::new(OwnerGate::new(asked_at));
                 gate.renewed(asked_at, timing.ttl, timing.margin);
@@ -138,7 +143,9 @@ impl LinkOwnership {
                     token: grant.token,
                     timing,
                     gate,
-                    _state: state,
+                    state,
+                    owner,
+                    station: None,
                 })
             }
             Acquisition::HeldByOther(holder) => Err(LinkOwnerError::OwnedByOther {
@@ -154,34 +161,124 @@ impl LinkOwnership {
         self.gate.clone()
     }
 
-    /// Renews the lease until `shutdown`, then releases it. Each confirmed renewal opens the
-    /// link's gate until TTL − margin after it was sent; a renewal that fails is tried again
-    /// while the gate is open. When the gate closes (lost to another gateway, or the store
-    /// unreachable or too slow), the link has already stopped sending: this logs why and
-    /// cancels `stop_gateway`.
-    pub async fn keep(self, shutdown: CancellationToken, stop_gateway: CancellationToken) {
+    /// The name of the link-owner lease of the station `identity` (from its HELLO).
+    pub fn station_name_for(identity: &str) -> String {
+        format!("link-owner:station:{identity}")
+    }
+
+    /// Claims the station's own link-owner lease for the link, which met the station that
+    /// says `identity`: `Err` names the gateway that owns it (through another address).
+    async fn claim_station(&mut self, identity: &str) -> Result<(), String> {
+        if self
+            .station
+            .as_ref()
+            .is_some_and(|(held, _)| held == identity)
+        {
+            return Ok(());
+        }
+        let name = Self::station_name_for(identity);
+        let mut request = AcquireRequest::new(self.owner.clone(), self.timing.ttl);
+        if let Some(kept) = self.state.as_mut().and_then(|s| s.station_token(identity)) {
+            request = request.with_retry_token(kept);
+        }
+        let asked = self.store.try_acquire(&name, request);
+        let acquired = match tokio::time::timeout(self.timing.store_timeout, asked).await {
+            Ok(Ok(acquired)) => acquired,
+            Ok(Err(why)) => {
+                return Err(format!(
+                    "the lease backend could not say who owns the station {identity}: {why}"
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "the lease backend did not say within {} ms who owns the station {identity}",
+                    self.timing.store_timeout.as_millis()
+                ));
+            }
+        };
+        match acquired {
+            Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
+                info!(%name, fence = grant.fence, "this gateway owns the station {identity}");
+                if let Some((old_identity, old)) = self.station.take() {
+                    let old_name = Self::station_name_for(&old_identity);
+                    let _ = self.store.release(&old_name, &old).await;
+                }
+                if let Some(state) = self.state.as_mut()
+                    && let Err(why) = state.remember(&self.token, Some((identity, &grant.token)))
+                {
+                    warn!("{why}");
+                }
+                self.station = Some((identity.to_owned(), grant.token));
+                Ok(())
+            }
+            Acquisition::HeldByOther(holder) => Err(format!(
+                "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
+                holder.owner,
+                seconds_left(holder.expires_in)
+            )),
+        }
+    }
+
+    /// Renews the link-owner lease and the station's own: `Ok(true)` when both were confirmed,
+    /// `Ok(false)` when the store says one is no longer this gateway's.
+    async fn renew(&self) -> Result<bool, String> {
+        let mut held = vec![(self.name.clone(), &self.token)];
+        if let Some((identity, token)) = &self.station {
+            held.push((Self::station_name_for(identity), token));
+        }
+        for (name, token) in held {
+            let renewal = self.store.refresh(&name, token, None);
+            match tokio::time::timeout(self.timing.store_timeout, renewal).await {
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => return Ok(false),
+                Ok(Err(why)) => return Err(why.to_string()),
+                Err(_) => {
+                    return Err(format!(
+                        "no answer within {} ms",
+                        self.timing.store_timeout.as_millis()
+                    ));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Renews the leases until `shutdown`, then releases them. Each confirmed renewal opens
+    /// the link's gate until TTL − margin after it was sent; a renewal that fails is tried
+    /// again while the gate is open. When the gate closes (lost to another gateway, or the
+    /// store unreachable or too slow), the link has already stopped sending: this logs why and
+    /// cancels `stop_gateway`. The link asks here, after each HELLO, whether it may serve the
+    /// station that answered (its identity's own lease).
+    pub async fn keep(mut self, shutdown: CancellationToken, stop_gateway: CancellationToken) {
         let timing = self.timing;
         let mut pause = timing.renew_every;
+        let mut identities = self.gate.identities_asked();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
+                changed = identities.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let asked = identities.borrow_and_update().clone();
+                    if let Some(identity) = asked {
+                        let verdict = self.claim_station(&identity).await;
+                        if let Err(why) = &verdict {
+                            warn!("{why}");
+                        }
+                        self.gate.decide_identity(identity, verdict);
+                    }
+                    continue;
+                }
                 () = tokio::time::sleep(pause) => {}
             }
             let asked_at = Instant::now();
-            let renewal = self.store.refresh(&self.name, &self.token, None);
-            let answer = match tokio::time::timeout(timing.store_timeout, renewal).await {
-                Ok(answer) => answer.map_err(|why| why.to_string()),
-                Err(_) => Err(format!(
-                    "no answer within {} ms",
-                    timing.store_timeout.as_millis()
-                )),
-            };
-            match answer {
-                Ok(Some(_)) => {
+            match self.renew().await {
+                Ok(true) => {
                     self.gate.renewed(asked_at, timing.ttl, timing.margin);
                     pause = timing.renew_every;
                 }
-                Ok(None) => {
+                Ok(false) => {
                     self.gate.revoke();
                     error!(name = %self.name, "this gateway lost the station's link-owner lease (another gateway may own the station now): it sends the station nothing more, and stops");
                     stop_gateway.cancel();
@@ -199,6 +296,12 @@ impl LinkOwnership {
             }
         }
         self.gate.revoke();
+        if let Some((identity, token)) = self.station.take() {
+            let _ = self
+                .store
+                .release(&Self::station_name_for(&identity), &token)
+                .await;
+        }
         // (The state file's lock goes with this task: a restart may take it at once.)
         if let Err(why) = self.store.release(&self.name, &self.token).await {
             warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", timing.ttl.as_secs());

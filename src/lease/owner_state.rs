@@ -58,29 +58,55 @@ impl OwnerState {
         }
     }
 
-    /// The token an earlier run of this gateway kept, if any.
-    pub fn token(&mut self) -> Option<LeaseToken> {
+    /// What the file holds: the link-owner lease's token on its first line, then a line
+    /// `station TOKEN IDENTITY` for the station's own lease.
+    fn contents(&mut self) -> String {
         let mut text = String::new();
-        self.file.seek(SeekFrom::Start(0)).ok()?;
-        self.file.read_to_string(&mut text).ok()?;
-        let token = text.trim();
-        (!token.is_empty() && token.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| LeaseToken::from_text(token))
+        if self.file.seek(SeekFrom::Start(0)).is_ok() {
+            let _ = self.file.read_to_string(&mut text);
+        }
+        text
     }
 
-    /// Keeps `token` for the next run, on disk when this returns.
-    pub fn remember(&mut self, token: &LeaseToken) -> Result<(), OwnerStateError> {
+    /// The token an earlier run of this gateway kept, if any.
+    pub fn token(&mut self) -> Option<LeaseToken> {
+        let text = self.contents();
+        let token = text.lines().next()?.trim();
+        is_token(token).then(|| LeaseToken::from_text(token))
+    }
+
+    /// The token of the lease an earlier run held for the station `identity`, if any.
+    pub fn station_token(&mut self, identity: &str) -> Option<LeaseToken> {
+        self.contents().lines().find_map(|line| {
+            let (token, kept) = line.strip_prefix("station ")?.split_once(' ')?;
+            (kept == identity && is_token(token)).then(|| LeaseToken::from_text(token))
+        })
+    }
+
+    /// Keeps `token` (and the station lease's, if any) for the next run, on disk when this
+    /// returns.
+    pub fn remember(
+        &mut self,
+        token: &LeaseToken,
+        station: Option<(&str, &LeaseToken)>,
+    ) -> Result<(), OwnerStateError> {
+        let mut text = format!("{}\n", token.as_str());
+        if let Some((identity, station_token)) = station {
+            text.push_str(&format!("station {} {identity}\n", station_token.as_str()));
+        }
         let io = |source| OwnerStateError::Io {
             path: self.path.clone(),
             source,
         };
         self.file.set_len(0).map_err(io)?;
         self.file.seek(SeekFrom::Start(0)).map_err(io)?;
-        self.file
-            .write_all(format!("{}\n", token.as_str()).as_bytes())
-            .map_err(io)?;
+        self.file.write_all(text.as_bytes()).map_err(io)?;
         self.file.sync_data().map_err(io)
     }
+}
+
+fn is_token(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 #[cfg(test)]
@@ -100,17 +126,17 @@ mod tests {
         let mut first = OwnerState::open(&path).unwrap();
         assert!(first.token().is_none(), "a new file keeps nothing");
         let token = LeaseToken::random();
-        first.remember(&token).unwrap();
+        first.remember(&token, None).unwrap();
         drop(first);
         let mut next = OwnerState::open(&path).unwrap();
         assert_eq!(next.token(), Some(token));
         let newer = LeaseToken::random();
-        next.remember(&newer).unwrap();
-        assert_eq!(
-            next.token(),
-            Some(newer),
-            "a shorter or newer token replaces it whole"
-        );
+        let station = LeaseToken::random();
+        next.remember(&newer, Some(("ESH 42 serial 7", &station)))
+            .unwrap();
+        assert_eq!(next.token(), Some(newer), "a newer token replaces it whole");
+        assert_eq!(next.station_token("ESH 42 serial 7"), Some(station));
+        assert_eq!(next.station_token("another station"), None);
     }
 
     #[test]

@@ -102,6 +102,10 @@ pub enum LinkDown {
         "this gateway cannot prove it still owns the station's link (its link-owner lease was not renewed in time; another gateway may own the station now), so it sends the station nothing"
     )]
     NotOwner,
+    /// The station that answered HELLO may not be served by this gateway: why (another gateway
+    /// owns it through another address).
+    #[error("{0}")]
+    NotThisStation(String),
 }
 
 /// Why the byte stream to the station could not be opened.

@@ -9,7 +9,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// What the owner of the gate decided about a station identity: `Err` says why the link may
+/// not serve that station (another gateway owns it through another address).
+pub type IdentityVerdict = Result<(), String>;
 
 /// This gateway's hold on the station's link, as the link checks it.
 #[derive(Debug)]
@@ -18,6 +23,10 @@ pub struct OwnerGate {
     base: Instant,
     /// Owned until `base` + this many nanoseconds; 0 while never owned (or revoked).
     until_nanos: AtomicU64,
+    /// The station identity (from HELLO) the link asks to serve, for the link-owner task.
+    identity_asked: watch::Sender<Option<String>>,
+    /// The link-owner task's verdict on an identity.
+    identity_verdict: watch::Sender<Option<(String, IdentityVerdict)>>,
 }
 
 impl OwnerGate {
@@ -26,7 +35,53 @@ impl OwnerGate {
         OwnerGate {
             base: now,
             until_nanos: AtomicU64::new(0),
+            identity_asked: watch::channel(None).0,
+            identity_verdict: watch::channel(None).0,
         }
+    }
+
+    /// The station's identity: may the link serve the station that said `identity` in its
+    /// HELLO? Asks the link-owner task (which claims the station's own link-owner lease, so
+    /// that a gateway reaching the same station by another address or name is refused) and
+    /// waits at most `limit` for its verdict.
+    pub async fn verify_identity(&self, identity: &str, limit: Duration) -> IdentityVerdict {
+        let mut verdicts = self.identity_verdict.subscribe();
+        if let Some((decided, Ok(()))) = &*verdicts.borrow_and_update()
+            && decided == identity
+        {
+            return Ok(());
+        }
+        // Asked anew after a refusal too: the other owner may have gone meanwhile.
+        self.identity_asked.send_replace(Some(identity.to_owned()));
+        let verdict = async {
+            loop {
+                if verdicts.changed().await.is_err() {
+                    return Err("nobody decides on the station's identity".to_owned());
+                }
+                if let Some((decided, verdict)) = &*verdicts.borrow_and_update()
+                    && decided == identity
+                {
+                    return verdict.clone();
+                }
+            }
+        };
+        tokio::time::timeout(limit, verdict).await.unwrap_or_else(|_| {
+            Err(format!(
+                "the lease backend did not confirm within {} ms that this gateway may serve the station {identity}",
+                limit.as_millis()
+            ))
+        })
+    }
+
+    /// The identities the link asks to serve (the link-owner task watches it).
+    pub fn identities_asked(&self) -> watch::Receiver<Option<String>> {
+        self.identity_asked.subscribe()
+    }
+
+    /// The link-owner task's verdict on `identity`.
+    pub fn decide_identity(&self, identity: String, verdict: IdentityVerdict) {
+        self.identity_verdict
+            .send_replace(Some((identity, verdict)));
     }
 
     /// A renewal sent at `sent_at` was confirmed for `ttl`: owned until `sent_at + ttl -
@@ -108,6 +163,44 @@ mod tests {
         assert!(!gate.owned_at(t0));
         gate.renewed(t0 + Duration::from_secs(1), TTL, MARGIN);
         assert!(gate.owned_at(t0 + Duration::from_secs(1)));
+    }
+
+    #[tokio::test]
+    async fn an_identity_is_served_once_the_owner_task_said_yes_and_refused_when_it_said_no() {
+        let gate = std::sync::Arc::new(OwnerGate::new(Instant::now()));
+        let mut asked = gate.identities_asked();
+        let decider = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                for verdict in [Ok(()), Err("owned by G1".to_owned())] {
+                    asked.changed().await.unwrap();
+                    let identity = asked.borrow_and_update().clone().unwrap();
+                    gate.decide_identity(identity, verdict);
+                }
+            })
+        };
+        let limit = Duration::from_secs(5);
+        assert_eq!(gate.verify_identity("station A", limit).await, Ok(()));
+        assert_eq!(
+            gate.verify_identity("station A", limit).await,
+            Ok(()),
+            "an identity decided is not asked again"
+        );
+        assert_eq!(
+            gate.verify_identity("station B", limit).await,
+            Err("owned by G1".to_owned())
+        );
+        decider.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_identity_nobody_decides_on_is_refused_after_the_limit() {
+        let gate = OwnerGate::new(Instant::now());
+        let _asked = gate.identities_asked();
+        let verdict = gate
+            .verify_identity("station A", Duration::from_millis(500))
+            .await;
+        assert!(verdict.is_err_and(|why| why.contains("did not confirm within 500 ms")));
     }
 
     #[test]

@@ -91,7 +91,8 @@ impl LinkTask {
                 // Not even a HELLO without the link: another gateway may own the station.
                 Err(not_owner) => Err(not_owner),
                 Ok(()) => {
-                    let connecting = handshake::connect(&self.settings);
+                    let connecting =
+                        handshake::connect(&self.settings, self.shared.owner.as_deref());
                     tokio::pin!(connecting);
                     loop {
                         tokio::select! {
