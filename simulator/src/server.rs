@@ -78,6 +78,8 @@ pub(crate) struct Stats {
     connections_accepted: AtomicU64,
     /// RESETs carried out (`reset.rs`).
     pub resets: AtomicU64,
+    /// Requests abandoned because their connection closed before they were carried out.
+    pub abandoned: AtomicU64,
 }
 
 struct ConnectionEntry {
@@ -464,6 +466,12 @@ impl SimulatorHandle {
     /// RESETs the station carried out (SPEC.md §6.10).
     pub fn resets(&self) -> u64 {
         self.shared.stats.resets.load(Ordering::SeqCst)
+    }
+
+    /// Requests abandoned because their connection closed before they were carried out
+    /// (SPEC.md §4).
+    pub fn requests_abandoned(&self) -> u64 {
+        self.shared.stats.abandoned.load(Ordering::SeqCst)
     }
 
     /// A power cycle: every connection dropped, the station back to its power-on state

@@ -440,4 +440,5 @@ async fn a_request_still_in_progress_when_its_connection_closes_is_abandoned() {
         [Value::Bool(false)],
         "the closed connection's write was carried out after all"
     );
+    assert_eq!(sim.requests_abandoned(), 1);
 }
