@@ -73,7 +73,7 @@ impl From<LinkError> for ApiError {
             LinkError::Disconnected(_) | LinkError::Overloaded(_) | LinkError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            LinkError::Timeout(_) | LinkError::WriteTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            LinkError::Timeout(_) | LinkError::WriteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             LinkError::OutcomeUnknown(_) | LinkError::Protocol(_) => StatusCode::BAD_GATEWAY,
             LinkError::Refused(_) => StatusCode::LOCKED,
             LinkError::TooLarge(_) => StatusCode::BAD_REQUEST,

@@ -514,7 +514,7 @@ impl<'g> LegacyChange<'g> {
 fn link_outcome(error: &LinkError) -> Outcome {
     match error {
         LinkError::OutcomeUnknown(_)
-        | LinkError::WriteTimeout(_)
+        | LinkError::WriteTimeout { .. }
         | LinkError::Timeout(_)
         | LinkError::Protocol(_) => Outcome::Unknown,
         _ => Outcome::Refused,

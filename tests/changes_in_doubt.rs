@@ -195,3 +195,67 @@ async fn a_change_in_doubt_when_the_lease_is_released_lands_before_the_next_hold
     );
     gateway.stop().await;
 }
+
+/// Past `station.max_processing_ms` the lease's end stops waiting: the link is reset, the
+/// station abandons the write of the closed connection (SPEC.md §4), and the safe state goes
+/// out on the next connection. The ended lease's `ON1=True` never lands.
+#[tokio::test]
+async fn a_change_still_in_doubt_past_the_longest_processing_is_cut_off_by_a_link_reset() {
+    let sim = station_slow_over_vset1().await;
+    let max_processing_ms = 2000;
+    let gateway = start_gateway(config_for(&sim, |config| {
+        config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
+        config.station.max_processing_ms = Some(max_processing_ms);
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    }))
+    .await;
+    let generation = gateway.link().info().generation;
+    let lease = gateway.gateway.lease.clone();
+    let mut events = gateway.gateway.lease_events.subscribe();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_millis(1500),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard;
+    let sent = Instant::now();
+    let error = gateway
+        .link()
+        .write(slow_on(), guard)
+        .await
+        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
+    assert_in_doubt(&error);
+    assert!(error.to_string().contains("at most 2000 ms"), "{error}");
+    lease_event(&mut events, "free after the lease ran out", free).await;
+    let freed = sent.elapsed();
+    until(
+        BOUND,
+        "the station abandoned the closed connection's write",
+        || sim.requests_abandoned() == 1,
+    )
+    .await;
+    assert!(
+        gateway.link().info().generation > generation,
+        "the link was not reset"
+    );
+    assert_eq!(
+        on1_writes(&sim),
+        [Value::Bool(false)],
+        "the ended lease's change in doubt landed"
+    );
+    assert!(
+        freed >= Duration::from_millis(max_processing_ms) && freed < SLOW_WRITE,
+        "the lease's end took {freed:?}: it should wait the longest processing, not the station"
+    );
+    gateway.stop().await;
+}

@@ -101,6 +101,7 @@ pub struct Connection {
     pub framed: Framing,
     pub generation: u64,
     request_timeout: Duration,
+    max_processing: Duration,
     session: Session,
     reads: ReadQueue,
     changes: VecDeque<Queued>,
@@ -115,18 +116,21 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// `timeouts`: the request timeout, and the longest the station may take over a request.
     pub fn new(
         framed: Framing,
         generation: u64,
         window: usize,
-        request_timeout: Duration,
+        timeouts: (Duration, Duration),
         policy: CoalescePolicy,
     ) -> Connection {
+        let (request_timeout, max_processing) = timeouts;
         Connection {
             framed,
             generation,
             request_timeout,
-            session: Session::new(window, request_timeout),
+            max_processing,
+            session: Session::new(window, request_timeout, max_processing),
             reads: ReadQueue::new(policy),
             changes: VecDeque::new(),
             settling: Vec::new(),
@@ -219,6 +223,13 @@ impl Connection {
         self.framed
             .start_send_unpin(frame)
             .map_err(|error| LinkDown::Write(Arc::new(error)))
+    }
+
+    /// Closes the connection (a TCP connection's sending side; the rest when it is dropped),
+    /// waiting at most `limit` for what is buffered to go out.
+    pub async fn close(&mut self, limit: Duration) {
+        use tokio::io::AsyncWriteExt;
+        let _ = tokio::time::timeout(limit, self.framed.get_mut().shutdown()).await;
     }
 
     pub async fn flush(&mut self) -> Result<(), LinkDown> {

@@ -44,7 +44,7 @@ async fn an_unreadable_list_reply_ends_the_refresh_so_the_next_change_starts_ano
         Framed::new(stream, StationCodec::new()),
         1,
         4,
-        timeout,
+        (timeout, 4 * timeout),
         policy,
     );
     let shared = shared();
@@ -109,7 +109,7 @@ async fn a_change_notified_during_a_refresh_starts_it_over_instead_of_publishing
         Framed::new(stream, StationCodec::new()),
         1,
         4,
-        timeout,
+        (timeout, 4 * timeout),
         policy,
     );
     let shared = shared();
