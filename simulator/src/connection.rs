@@ -63,13 +63,16 @@ where
     // Acquisitions' frames: taken only when no other answer waits, one at a time, so an
     // answer waits at most for the data frame on the line (SPEC.md §6.12).
     let (stream_tx, stream_rx) = mpsc::channel::<RawFrame>(1);
+    // The writer closes the station's side only once every request is carried out or
+    // abandoned (SPEC.md §4), so it has a token of its own.
+    let writer_stop = CancellationToken::new();
     let writer = tokio::spawn(write_frames(
         shared.clone(),
         write_half,
         outgoing_rx,
         stream_rx,
         options.baud,
-        cancel.clone(),
+        writer_stop.clone(),
     ));
     let mut frames = FramedRead::new(read_half, StationCodec::new());
     let in_flight = Arc::new(Semaphore::new(usize::from(options.window.max(1))));
@@ -156,7 +159,10 @@ where
                 }
             }
             drop(permit);
-            let _ = outgoing.send(reply).await;
+            // A closed connection's requests are not answered.
+            if !closed.is_cancelled() {
+                let _ = outgoing.send(reply).await;
+            }
         });
     }
     cancel.cancel();
@@ -164,6 +170,7 @@ where
     // gone (SPEC.md §4): each gives its window slot back when it is.
     let window = u32::from(options.window.max(1));
     let _ = tokio::time::timeout(CLOSE_LIMIT, in_flight.acquire_many(window)).await;
+    writer_stop.cancel();
     drop(outgoing_tx);
     drop(stream_tx);
     let _ = writer.await;
