@@ -225,11 +225,18 @@ impl Connection {
             .map_err(|error| LinkDown::Write(Arc::new(error)))
     }
 
-    /// Closes the connection (a TCP connection's sending side; the rest when it is dropped),
-    /// waiting at most `limit` for what is buffered to go out.
-    pub async fn close(&mut self, limit: Duration) {
+    /// Closes the connection (a TCP connection's sending side; the rest when it is dropped)
+    /// and, when `station_closes`, waits for the station to close its side too: it does so
+    /// only once it has abandoned or finished every request of this connection (SPEC.md §4).
+    /// Whatever it still sends meanwhile is dropped. At most `limit` in all.
+    pub async fn close(&mut self, station_closes: bool, limit: Duration) {
+        use futures::StreamExt;
         use tokio::io::AsyncWriteExt;
-        let _ = tokio::time::timeout(limit, self.framed.get_mut().shutdown()).await;
+        let closed = async {
+            let _ = self.framed.get_mut().shutdown().await;
+            while station_closes && matches!(self.framed.next().await, Some(Ok(_))) {}
+        };
+        let _ = tokio::time::timeout(limit, closed).await;
     }
 
     pub async fn flush(&mut self) -> Result<(), LinkDown> {

@@ -213,9 +213,11 @@ impl LinkTask {
         let mut c = Connection::new(framed, generation, window, timeouts, policy);
         let end = self.session_loop(&mut c, shutdown).await;
         if let SessionEnd::Lost(LinkDown::ChangeInDoubt { .. }) = &end {
-            // The reset: the connection is closed before anyone waiting for the change in
-            // doubt is answered (below), so the station sees the close first (SPEC.md §4).
-            c.close(self.settings.request_timeout).await;
+            // The reset: the connection is closed, and on TCP the station has closed its side
+            // (having abandoned or finished the change in doubt), before anyone waiting for the
+            // change is answered (below) and before the next connection (SPEC.md §4).
+            let station_closes = matches!(self.settings.url, super::url::StationUrl::Tcp { .. });
+            c.close(station_closes, self.settings.request_timeout).await;
         }
         let why = match &end {
             SessionEnd::Lost(why) => why.clone(),
