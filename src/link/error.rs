@@ -71,8 +71,9 @@ pub enum LinkDown {
     /// The gateway reset the link: a change the end of a lease waits for was still
     /// unanswered the longest the station may take over a request after it was sent.
     #[error(
-        "the gateway reset the link: a change of lease {fence} was still unanswered {} ms \
-         after it was sent (station.max_processing_ms) and the lease's end waits for it",
+        "the gateway reset the link: a change {} was still unanswered {} ms after it was sent \
+         (station.max_processing_ms) and the lease's end waits for it",
+        made_under(*.fence),
         .max_processing.as_millis()
     )]
     ChangeInDoubt {
@@ -148,6 +149,15 @@ pub enum OutcomeCause {
     Reply(ProtocolError),
 }
 
+/// Which lease a change was made under, by its fence (0, the session's `FREE_FENCE`: none;
+/// lease fences start at 1).
+fn made_under(fence: u64) -> String {
+    match fence {
+        0 => "made while nobody held the lease".to_owned(),
+        fence => format!("of lease {fence}"),
+    }
+}
+
 /// HELLO, SYSTEM, LIST as the handshake's messages have always named them.
 fn label(opcode: Opcode) -> &'static str {
     match opcode {
@@ -220,6 +230,15 @@ mod tests {
             "station disconnected: the gateway reset the link: a change of lease 7 was still \
              unanswered 8000 ms after it was sent (station.max_processing_ms) and the lease's \
              end waits for it"
+        );
+        let free = LinkDown::ChangeInDoubt {
+            fence: 0,
+            max_processing: Duration::from_millis(8000),
+        };
+        assert!(
+            free.to_string()
+                .contains("a change made while nobody held the lease was still unanswered"),
+            "{free}"
         );
     }
 }
