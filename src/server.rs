@@ -209,7 +209,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     let tls = crate::http::tls::acceptor(&config.http.tls)?;
     let access = crate::http::access::AccessControl::new(&config.access);
     let shutdown = CancellationToken::new();
-    let (link_task, link) = LinkTask::new(settings);
+    let (link_task, link) = LinkTask::with_max_processing(settings, config.max_processing());
     let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
     let legacy_addr = match &listeners.legacy {
         Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),

@@ -12,6 +12,11 @@ pub struct StationConfig {
     pub url: String,
     /// How long one request may wait for the station's answer.
     pub request_timeout_ms: u64,
+    /// The longest the station may take over a request: a change it did not answer within
+    /// `request_timeout_ms` is in doubt (it may still be carried out) until answered late or
+    /// this long after it was sent; the end of a lease waits for its changes in doubt that
+    /// long at most, then resets the link. `None`: 4 × `request_timeout_ms`.
+    pub max_processing_ms: Option<u64>,
     /// How long one connection attempt may take.
     pub connect_timeout_ms: u64,
     /// First and longest pause between reconnection attempts.
@@ -264,6 +269,7 @@ impl Default for StationConfig {
         StationConfig {
             url: "tcp://127.0.0.1:4000".into(),
             request_timeout_ms: 2000,
+            max_processing_ms: None,
             connect_timeout_ms: 2000,
             reconnect_min_ms: 100,
             reconnect_max_ms: 5000,

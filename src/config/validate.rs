@@ -25,6 +25,14 @@ impl Config {
         if !(1..=600_000).contains(&self.station.request_timeout_ms) {
             return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
         }
+        if let Some(ms) = self.station.max_processing_ms
+            && !(self.station.request_timeout_ms..=3_600_000).contains(&ms)
+        {
+            return Err(invalid(
+                "station.max_processing_ms",
+                "must be at least station.request_timeout_ms and at most 3600000 (1 h)",
+            ));
+        }
         if self.station.connect_timeout_ms == 0 {
             return Err(invalid("station.connect_timeout_ms", "must be above 0"));
         }

@@ -115,6 +115,7 @@ pub struct Connection {
     pub framed: Framing,
     pub generation: u64,
     request_timeout: Duration,
+    max_processing: Duration,
     session: Session,
     reads: ReadQueue,
     changes: VecDeque<Queued>,
@@ -129,18 +130,21 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// `timeouts`: the request timeout, and the longest the station may take over a request.
     pub fn new(
         framed: Framing,
         generation: u64,
         window: usize,
-        request_timeout: Duration,
+        timeouts: (Duration, Duration),
         policy: CoalescePolicy,
     ) -> Connection {
+        let (request_timeout, max_processing) = timeouts;
         Connection {
             framed,
             generation,
             request_timeout,
-            session: Session::new(window, request_timeout),
+            max_processing,
+            session: Session::new(window, request_timeout, max_processing),
             reads: ReadQueue::new(policy),
             changes: VecDeque::new(),
             settling: Vec::new(),
@@ -233,6 +237,20 @@ impl Connection {
         self.framed
             .start_send_unpin(frame)
             .map_err(|error| LinkDown::Write(Arc::new(error)))
+    }
+
+    /// Closes the connection (a TCP connection's sending side; the rest when it is dropped)
+    /// and, when `station_closes`, waits for the station to close its side too: it does so
+    /// only once it has abandoned or finished every request of this connection (SPEC.md §4).
+    /// Whatever it still sends meanwhile is dropped. At most `limit` in all.
+    pub async fn close(&mut self, station_closes: bool, limit: Duration) {
+        use futures::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let closed = async {
+            let _ = self.framed.get_mut().shutdown().await;
+            while station_closes && matches!(self.framed.next().await, Some(Ok(_))) {}
+        };
+        let _ = tokio::time::timeout(limit, closed).await;
     }
 
     pub async fn flush(&mut self) -> Result<(), LinkDown> {

@@ -87,7 +87,10 @@ fn a_write_with_every_item_refused_is_refused_with_every_reason() {
 #[test]
 fn a_change_sent_and_never_answered_is_unknown_and_one_never_sent_is_refused() {
     let what = write_of(&["A"]);
-    let unanswered = Err(LinkError::WriteTimeout(Duration::from_secs(2)));
+    let unanswered = Err(LinkError::WriteTimeout {
+        timeout: Duration::from_secs(2),
+        max_processing: Duration::from_secs(8),
+    });
     assert!(matches!(
         ChangeOutcome::of(&what, &unanswered),
         ChangeOutcome::Unknown { why } if why.contains("may or may not have been applied")
