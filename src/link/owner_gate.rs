@@ -88,10 +88,9 @@ impl OwnerGate {
     /// margin`. Never moves the end back (an older renewal confirmed late changes nothing).
     pub fn renewed(&self, sent_at: Instant, ttl: Duration, margin: Duration) {
         let until = (sent_at + ttl.saturating_sub(margin)).saturating_duration_since(self.base);
+        // (An end at the base itself is 0, "closed": it opens nothing.)
         let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
-        if nanos > 0 {
-            self.until_nanos.fetch_max(nanos, Ordering::AcqRel);
-        }
+        self.until_nanos.fetch_max(nanos, Ordering::AcqRel);
     }
 
     /// The lease is lost (the store says another owns it, or the gateway stops): closed now.
