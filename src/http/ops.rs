@@ -123,7 +123,7 @@ pub fn answer(
         ),
         Operation::Readyz => {
             let info = gateway.link.info();
-            if let Some(why) = gateway.lease.safe_state_pending() {
+            if let Some(why) = gateway.lease.not_ready() {
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("not ready: {why}"),

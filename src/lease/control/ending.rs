@@ -83,6 +83,24 @@ impl ControlLease {
         }
     }
 
+    /// Why the station is not ready because of the control lease: a lease being ended (its
+    /// changes may still be at the station), or a safe state owed and not yet confirmed (for
+    /// `/readyz`).
+    pub fn not_ready(&self) -> Option<String> {
+        if let Some(pending) = self.safe_state_pending() {
+            return Some(pending);
+        }
+        let now = Instant::now();
+        let owner = match &*lock(&self.state) {
+            LeaseState::Held(live) if !live.is_live(now) => live.owner.clone(),
+            LeaseState::Ending(ending) => ending.owner.clone(),
+            _ => return None,
+        };
+        Some(format!(
+            "the control lease is ending: {owner}'s lease has ended and the gateway is finishing it (waiting for its changes to leave the station)"
+        ))
+    }
+
     /// The expiry task: sleeps until the live lease's expiry, a pending safe state's next try,
     /// a reconnect of the station, or a change; then ends a lease that ran out (safe state,
     /// event, next in line) and retries a safe state still owed. Returns on `shutdown`.

@@ -2,6 +2,7 @@
 //! those waiting for it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::oneshot;
@@ -14,23 +15,77 @@ use super::super::{LeaseError, LeaseView, rfc3339};
 use super::state::{LeaseState, LiveLease};
 use super::{ControlLease, LeaseAnswer, Waiter, lock};
 
+/// What the part of an acquisition that changes the lease decided.
+enum InLine {
+    Granted(LeaseAnswer),
+    Waiting(u64, oneshot::Receiver<LeaseAnswer>),
+}
+
+/// How long a request waits for a transition it asked for; the transition goes on past it.
+const ANSWER_BOUND: Duration = Duration::from_secs(60);
+
 impl ControlLease {
+    /// Runs `transition` on a task of its own, so that a caller that goes away (a client that
+    /// hung up) never leaves a lease half ended; the caller awaits its answer for at most
+    /// [`ANSWER_BOUND`].
+    async fn on_lease_task<T: Send + 'static>(
+        &self,
+        transition: impl Future<Output = Result<T, LeaseError>> + Send + 'static,
+    ) -> Result<T, LeaseError> {
+        match tokio::time::timeout(ANSWER_BOUND, tokio::spawn(transition)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(failed)) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+            Ok(Err(_)) | Err(_) => Err(self.held_by_other()),
+        }
+    }
+
     /// `POST lease`: takes the lease for `ttl`; with the live lease's id as `presented`, renews
     /// it (same id and fence). While someone else holds it, or a lease is still ending, waits
     /// up to `wait` in line (first come, first served), then refuses.
     pub async fn acquire(
-        &self,
+        self: &Arc<Self>,
         owner: String,
         ttl: Duration,
         presented: Option<&str>,
         wait: Duration,
     ) -> Result<LeaseAnswer, LeaseError> {
-        let (ticket, mut granted) = {
+        let this = self.clone();
+        let presented = presented.map(str::to_owned);
+        let taking = async move {
+            this.take_or_queue(owner, ttl, presented.as_deref(), wait)
+                .await
+        };
+        let (ticket, mut granted) = match self.on_lease_task(taking).await? {
+            InLine::Granted(answer) => return Ok(answer),
+            InLine::Waiting(ticket, granted) => (ticket, granted),
+        };
+        tokio::select! {
+            answer = &mut granted => answer.map_err(|_| self.held_by_other()),
+            () = tokio::time::sleep(wait) => {
+                lock(&self.line).waiting.retain(|waiter| waiter.ticket != ticket);
+                // Handed over in the instant the wait ran out: it is ours.
+                granted.try_recv().map_err(|_| self.held_by_other())
+            }
+        }
+    }
+
+    /// The part of an acquisition that changes the lease: takes it, renews it, or queues.
+    async fn take_or_queue(
+        &self,
+        owner: String,
+        ttl: Duration,
+        presented: Option<&str>,
+        wait: Duration,
+    ) -> Result<InLine, LeaseError> {
+        {
             let _transition = self.transitions.lock().await;
             self.settle_expiry().await;
             if let Some(live) = presented.and_then(|p| self.live_lease(p)) {
                 let request = AcquireRequest::new(owner, ttl).with_retry_token(live.token.clone());
-                return self.renew_by_acquire(request, &live).await;
+                return self
+                    .renew_by_acquire(request, &live)
+                    .await
+                    .map(InLine::Granted);
             }
             let ending = lock(&self.state).between_leases(Instant::now());
             let nobody_waiting = {
@@ -45,7 +100,7 @@ impl ControlLease {
             } else if nobody_waiting {
                 let request = AcquireRequest::new(owner.clone(), ttl);
                 match self.try_take(request).await? {
-                    Ok(answer) => return Ok(answer),
+                    Ok(answer) => return Ok(InLine::Granted(answer)),
                     Err(holder) if wait.is_zero() => {
                         return Err(LeaseError::HeldByOther {
                             owner: holder.owner,
@@ -67,21 +122,23 @@ impl ControlLease {
                 ttl,
                 reply,
             });
-            (ticket, granted)
-        };
-        tokio::select! {
-            answer = &mut granted => answer.map_err(|_| self.held_by_other()),
-            () = tokio::time::sleep(wait) => {
-                lock(&self.line).waiting.retain(|waiter| waiter.ticket != ticket);
-                // Handed over in the instant the wait ran out: it is ours.
-                granted.try_recv().map_err(|_| self.held_by_other())
-            }
+            Ok(InLine::Waiting(ticket, granted))
         }
     }
 
     /// `PUT lease/{id}`: extends the lease `presented` from now by `ttl` (`None`: its TTL).
     /// Only a renewal the store confirms before the lease's local deadline extends it.
     pub async fn renew(
+        self: &Arc<Self>,
+        presented: &str,
+        ttl: Option<Duration>,
+    ) -> Result<LeaseAnswer, LeaseError> {
+        let (this, presented) = (self.clone(), presented.to_owned());
+        self.on_lease_task(async move { this.renew_now(&presented, ttl).await })
+            .await
+    }
+
+    async fn renew_now(
         &self,
         presented: &str,
         ttl: Option<Duration>,
@@ -157,7 +214,13 @@ impl ControlLease {
     }
 
     /// `DELETE lease/{id}`: ends the lease `presented`. A release never applies the safe state.
-    pub async fn release(&self, presented: &str) -> Result<(), LeaseError> {
+    pub async fn release(self: &Arc<Self>, presented: &str) -> Result<(), LeaseError> {
+        let (this, presented) = (self.clone(), presented.to_owned());
+        self.on_lease_task(async move { this.release_now(&presented).await })
+            .await
+    }
+
+    async fn release_now(&self, presented: &str) -> Result<(), LeaseError> {
         let _transition = self.transitions.lock().await;
         self.settle_expiry().await;
         let held = self.live_lease(presented).ok_or(LeaseError::NoSuchLease)?;
@@ -179,7 +242,13 @@ impl ControlLease {
     }
 
     /// `DELETE api/lease` with the admin token: ends whoever holds it. Returns what was broken.
-    pub async fn break_lease(&self, peer: SocketAddr) -> Result<LeaseView, LeaseError> {
+    pub async fn break_lease(self: &Arc<Self>, peer: SocketAddr) -> Result<LeaseView, LeaseError> {
+        let this = self.clone();
+        self.on_lease_task(async move { this.break_now(peer).await })
+            .await
+    }
+
+    async fn break_now(&self, peer: SocketAddr) -> Result<LeaseView, LeaseError> {
         let _transition = self.transitions.lock().await;
         self.settle_expiry().await;
         let live = match &*lock(&self.state) {
