@@ -39,7 +39,7 @@ use super::notice::{LeaseNotice, LeaseNoticeHook};
 use super::store::LeaseStore;
 use super::{Access, LeaseError, LeaseView};
 use crate::config::SafeWrite;
-use crate::link::{LinkHandle, SendGuard};
+use crate::link::{Guarded, LinkHandle, SendGuard};
 use machine::LeaseMachine;
 use state::{LeaseState, guard_check};
 
@@ -246,7 +246,7 @@ impl ControlLease {
                     // Reading only from the cache, it never reaches the station.
                     guard: cache_only
                         .is_none()
-                        .then(|| self.send_guard(holder_fence, "read")),
+                        .then(|| self.send_guard(holder_fence, Guarded::Read)),
                     cache_only,
                 })
             }
@@ -267,9 +267,9 @@ impl ControlLease {
                     }
                 }
                 let what = if access == Access::Change {
-                    "change"
+                    Guarded::Change
                 } else {
-                    "read"
+                    Guarded::Read
                 };
                 Ok(Admitted {
                     fence: holder_fence,
@@ -284,7 +284,7 @@ impl ControlLease {
     /// the refusal) admitted under the lease with `admitted_fence`, or under "nobody holds it"
     /// (`None`): it refuses once the lease changed hands, ran out, or (for `None`) while a
     /// lease is held or still ending. It reads the same state admission reads.
-    fn send_guard(&self, admitted_fence: Option<u64>, what: &'static str) -> SendGuard {
+    fn send_guard(&self, admitted_fence: Option<u64>, what: Guarded) -> SendGuard {
         let machine = self.machine.clone();
         SendGuard::new(admitted_fence, move || {
             guard_check(lock(&machine).state(), admitted_fence, what, Instant::now())
