@@ -531,3 +531,66 @@ fn only_the_live_id_renews_or_releases() {
     );
     assert!(matches!(refusal(&actions), LeaseError::NoSuchLease));
 }
+
+#[test]
+fn a_store_answer_about_a_lease_no_longer_held_changes_nothing() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    let stale = held_by(&mut machine, "A", 1, now);
+    machine.on(
+        Event::Released {
+            token: stale.clone(),
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    machine.on(Event::ChangesSettled, now);
+    held_by(&mut machine, "B", 2, now);
+    let renewed = LeaseGrant {
+        token: stale.clone(),
+        ..grant("A", 1)
+    };
+    let actions = machine.on(
+        Event::Refreshed {
+            token: stale.clone(),
+            asked_at: now,
+            answer: Ok(Some(renewed)),
+        },
+        now,
+    );
+    assert!(matches!(refusal(&actions), LeaseError::NoSuchLease));
+    for answer in [Ok(None), Err(unavailable())] {
+        let actions = machine.on(
+            Event::Refreshed {
+                token: stale.clone(),
+                asked_at: now,
+                answer,
+            },
+            now,
+        );
+        assert!(matches!(
+            refusal(&actions),
+            LeaseError::NoSuchLease | LeaseError::Store(_)
+        ));
+    }
+    let actions = machine.on(
+        Event::Released {
+            token: stale,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Settle(_) | Action::Record(_))),
+        "{actions:?}"
+    );
+    assert_eq!(
+        fence_held(&machine),
+        Some(2),
+        "B's lease was ended by an answer about A's"
+    );
+}
