@@ -61,6 +61,9 @@ pub enum ErrorKind {
     Overloaded,
     /// The safe state after a lease that ran out is not yet confirmed by the station. 503.
     SafeStatePending,
+    /// A lease has ended and the gateway is still finishing it (its changes leaving the
+    /// station). 503.
+    LeaseEnding,
     /// The lease backend did not answer: the lease's state is unknown. 503.
     LeaseStoreUnavailable,
     /// The gateway is shutting down. 503.
@@ -98,6 +101,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::StationNotReached
         | ErrorKind::Overloaded
         | ErrorKind::SafeStatePending
+        | ErrorKind::LeaseEnding
         | ErrorKind::LeaseStoreUnavailable
         | ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
     }
@@ -116,7 +120,8 @@ pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::Unauthorized
         | ErrorKind::Forbidden
         | ErrorKind::Locked
-        | ErrorKind::SafeStatePending => ErrorCode::Locked,
+        | ErrorKind::SafeStatePending
+        | ErrorKind::LeaseEnding => ErrorCode::Locked,
         ErrorKind::Conflict | ErrorKind::LimitReached | ErrorKind::Overloaded => ErrorCode::Busy,
         ErrorKind::Internal
         | ErrorKind::StationFailed
@@ -243,6 +248,10 @@ impl ApiError {
 
     pub fn safe_state_pending(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorKind::SafeStatePending, message)
+    }
+
+    pub fn lease_ending(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::LeaseEnding, message)
     }
 
     pub fn lease_store_unavailable(message: impl Into<String>) -> ApiError {
@@ -420,6 +429,7 @@ mod tests {
             StationNotReached,
             Overloaded,
             SafeStatePending,
+            LeaseEnding,
             LeaseStoreUnavailable,
             ShuttingDown,
         ];
@@ -451,6 +461,7 @@ mod tests {
                 | StationNotReached
                 | Overloaded
                 | SafeStatePending
+                | LeaseEnding
                 | LeaseStoreUnavailable
                 | ShuttingDown => {}
             }
@@ -500,6 +511,7 @@ mod tests {
             (StationNotReached, 503, C::Internal, Refused),
             (Overloaded, 503, C::Busy, Refused),
             (SafeStatePending, 503, C::Locked, Refused),
+            (LeaseEnding, 503, C::Locked, Refused),
             (LeaseStoreUnavailable, 503, C::Internal, Refused),
             (ShuttingDown, 503, C::Internal, Refused),
         ];

@@ -251,9 +251,7 @@ impl Station {
         match policy.guard {
             _ if names.is_empty() => Ok(Vec::new()),
             Some(guard) => self.link.read_guarded(names, guard.clone()).await,
-            None => Err(LinkError::Refused(
-                "reading these channels consumes data, and this read carries no lease check".into(),
-            )),
+            None => Err(LinkError::Refused(crate::link::GuardRefusal::NoLeaseCheck)),
         }
     }
 

@@ -97,7 +97,7 @@ async fn a_consuming_read_queued_before_a_grant_is_never_sent_after_it_and_the_g
     let refused = second.await.unwrap().unwrap().remove(0);
     match &refused {
         Err(ItemError::Link(station_gateway::link::LinkError::Refused(why))) => {
-            assert!(why.contains("leased by TAT station 4"), "{why}")
+            assert!(why.to_string().contains("leased by TAT station 4"), "{why}")
         }
         other => panic!("the queued consuming read was not refused at the link: {other:?}"),
     }

@@ -50,6 +50,9 @@ pub fn answer(
             if let Some(why) = gateway.lease.safe_state_pending() {
                 return Err(ApiError::safe_state_pending(format!("not ready: {why}")));
             }
+            if let Some(why) = gateway.lease.not_ready() {
+                return Err(ApiError::lease_ending(format!("not ready: {why}")));
+            }
             if info.connected {
                 json_response(&json!({ "ready": true, "generation": info.generation }))
             } else {

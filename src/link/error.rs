@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use station_protocol::{FrameError, Opcode, PayloadError, StationError};
 
+use super::guard::GuardRefusal;
+
 /// Why a request to the station did not get the station's answer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LinkError {
@@ -39,9 +41,10 @@ pub enum LinkError {
     /// The station answered, and said no.
     #[error("{0}")]
     Station(StationError),
-    /// Refused at the link before sending, e.g. because the lease changed hands.
+    /// Refused at the link before sending by the send guard, e.g. because the lease changed
+    /// hands.
     #[error("{0}")]
-    Refused(String),
+    Refused(GuardRefusal),
     #[error("the station link has {0} requests waiting; try again shortly")]
     Overloaded(usize),
     #[error("the station sent an answer the gateway cannot read: {0}")]

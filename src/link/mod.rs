@@ -31,7 +31,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 pub use command::Caller;
 use command::Command;
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
-pub use guard::SendGuard;
+pub use guard::{GuardRefusal, Guarded, SendGuard};
 pub use info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
 pub use owner_gate::OwnerGate;
 pub use settings::LinkSettings;

@@ -2,34 +2,31 @@
 //! release, waiting in line, the admin break, expiry with safe state, change-of-hands events,
 //! and the admission check with its link-side fence ([`SendGuard`]).
 //!
-//! Two locks, both short:
-//! - `transitions` (async) serialises every change of the lease, so that "ran out, safe state
-//!   applied, handed to the next in line" happens as one step before anyone else may take it;
-//! - `state` (sync) is what admission and the link's send guards read: free, held (holder,
-//!   token, fence, deadline) or ending. Guards check the deadline themselves, so a holder that
+//! - `machine.rs`: the decisions, pure ([`machine::LeaseMachine::on`]: event and time in,
+//!   actions out). Its state (free, held, ending) is what admission and the link's send guards
+//!   read, under one short `Mutex`. Guards check the deadline themselves, so a holder that
 //!   stalled past its TTL can never write, even before the expiry task has run; and a lease
 //!   past its deadline is never "free" until the gateway has finished ending it.
+//! - `shell.rs`: requests become events driven on a task of their own, one `Turn` at a time,
+//!   and the actions are carried out there: a client that hangs up never cancels a transition.
+//! - `expiry.rs`: the lease's own task (deadlines, safe-state retries, the link coming back),
+//!   resuming at start, and the safe state's writes.
 //!
-//! How a lease ends (expiry, release, break), in this order:
-//! 1. the state becomes "ending" under the `state` lock: from that instant admission refuses
-//!    changes and forced reads of everyone, and the link's guard refuses every change admitted
-//!    under the ended lease that is not yet sent;
-//! 2. when it ran out unreleased, the safe state is applied through the link; it stays a duty
-//!    until the station confirms it: retried with back-off (100 ms doubling to 5 s, at once after
-//!    a reconnect), kept across a restart in the store (`<name>:safe-state-owed`), visible in
-//!    [`ControlLease::safe_state_pending`] and in the `lease` event. No change and no new lease
-//!    while it is pending;
-//! 3. only then is the lease free: the `lease` event, then the next in line.
-//!
-//! A renewal the store confirms only after the local deadline does not extend the lease: it
-//! ended at its deadline, as admission and the link already saw it.
+//! How a lease ends (expiry, release, break, a renewal confirmed too late) is
+//! `LeaseMachine::end` and what follows it: ending (refused from that instant), its changes
+//! still at the station settle, the safe state when it ran out unreleased (retried with
+//! back-off until the station confirms it, kept across a restart in the store as
+//! `<name>:safe-state-owed`), then free, the `lease` event, the next in line.
 
-mod ending;
-mod hands;
+mod events;
+mod expiry;
+mod machine;
+#[cfg(test)]
+mod machine_tests;
+mod shell;
 mod state;
 #[cfg(test)]
 mod tests;
-
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -42,8 +39,9 @@ use super::notice::{LeaseNotice, LeaseNoticeHook};
 use super::store::LeaseStore;
 use super::{Access, LeaseError, LeaseView};
 use crate::config::SafeWrite;
-use crate::link::{LinkHandle, SendGuard};
-use state::{LeaseState, LiveLease, guard_check};
+use crate::link::{Guarded, LinkHandle, SendGuard};
+use machine::LeaseMachine;
+use state::{LeaseState, guard_check};
 
 /// The answer to acquire and renew: what the holder needs, the lease id included.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -91,8 +89,6 @@ impl Admitted {
     }
 }
 
-type SharedState = Arc<Mutex<LeaseState>>;
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -117,25 +113,14 @@ struct SafeState {
     writes: Vec<SafeWrite>,
 }
 
-/// When the next try of a pending safe state is due.
-struct SafeStateRetry {
-    next_try: Instant,
-    backoff: Duration,
-}
-
-/// The first wait between tries of the safe state, and the longest.
-const SAFE_STATE_FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const SAFE_STATE_MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// How long the store remembers that a safe state is owed (a gateway down longer than this
-/// forgets it).
-const SAFE_STATE_OWED_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-
 /// The gateway's control lease. Shared as `Arc<ControlLease>`.
 pub struct ControlLease {
     store: Arc<dyn LeaseStore>,
     name: String,
-    state: SharedState,
-    transitions: tokio::sync::Mutex<()>,
+    /// The decisions and the state admission and the send guards read.
+    machine: Arc<Mutex<LeaseMachine>>,
+    /// One transition at a time (a `shell::Turn` holds it).
+    transitions: Arc<tokio::sync::Mutex<()>>,
     line: Mutex<WaitLine>,
     /// Wakes the expiry task when the expiry instant may have changed.
     expiry_changed: Notify,
@@ -143,7 +128,6 @@ pub struct ControlLease {
     safe_state: Option<SafeState>,
     /// The station link, for waiting until an ended lease's changes have left the station.
     link: Option<LinkHandle>,
-    retry: Mutex<SafeStateRetry>,
     /// Changes of hands so far, for metrics.
     pub counters: crate::metrics::LeaseCounters,
     /// Told of every change of hands and safe state (the audit trail).
@@ -160,17 +144,13 @@ impl ControlLease {
         ControlLease {
             store,
             name: name.into(),
-            state: Arc::new(Mutex::new(LeaseState::Free)),
-            transitions: tokio::sync::Mutex::new(()),
+            machine: Arc::new(Mutex::new(LeaseMachine::new(false, Instant::now()))),
+            transitions: Arc::default(),
             line: Mutex::default(),
             expiry_changed: Notify::new(),
             events,
             safe_state: None,
             link: None,
-            retry: Mutex::new(SafeStateRetry {
-                next_try: Instant::now(),
-                backoff: SAFE_STATE_FIRST_BACKOFF,
-            }),
             counters: Default::default(),
             notices: None,
         }
@@ -191,8 +171,9 @@ impl ControlLease {
     /// The owner and fence of the live lease when `presented` is its id.
     pub fn holder_of(&self, presented: Option<&str>) -> Option<(String, u64)> {
         let presented = presented?;
-        let state = lock(&self.state);
-        state
+        let machine = lock(&self.machine);
+        machine
+            .state()
             .live(Instant::now())
             .filter(|l| l.token.matches(presented))
             .map(|l| (l.owner.clone(), l.fence))
@@ -202,16 +183,17 @@ impl ControlLease {
     /// Orders the ends of leases with the changes on `link`.
     pub fn with_safe_state(mut self, link: LinkHandle, writes: Vec<SafeWrite>) -> Self {
         self.link = Some(link.clone());
+        let has_safe_state = !writes.is_empty();
         self.safe_state = Some(SafeState { link, writes });
+        *lock(&self.machine) = LeaseMachine::new(has_safe_state, Instant::now());
         self
     }
 
-    /// Waits until no change admitted under `fence` (`None`: while nobody held the lease) may
-    /// still be at the station. The state must already refuse such changes at the link.
-    async fn settle_changes(&self, fence: Option<u64>) {
-        if let Some(link) = &self.link {
-            link.settle(fence).await;
-        }
+    /// Whether a lease that runs out leaves a safe state to apply.
+    fn has_safe_state(&self) -> bool {
+        self.safe_state
+            .as_ref()
+            .is_some_and(|s| !s.writes.is_empty())
     }
 
     pub fn name(&self) -> &str {
@@ -221,7 +203,7 @@ impl ControlLease {
     /// Who holds it, as anyone may see it.
     pub fn view(&self) -> LeaseView {
         let now = Instant::now();
-        match &*lock(&self.state) {
+        match lock(&self.machine).state() {
             LeaseState::Held(live) if live.is_live(now) => live.view(now),
             LeaseState::Ending(ending) => ending.view(),
             _ => LeaseView::nobody(),
@@ -232,8 +214,9 @@ impl ControlLease {
     pub fn fence_of(&self, presented: Option<&str>) -> Option<u64> {
         let presented = presented?;
         let now = Instant::now();
-        let state = lock(&self.state);
-        state
+        let machine = lock(&self.machine);
+        machine
+            .state()
             .live(now)
             .filter(|l| l.token.matches(presented))
             .map(|l| l.fence)
@@ -243,7 +226,8 @@ impl ControlLease {
     /// go ahead? Synchronous and cheap; called once for every request.
     pub fn admit(&self, access: Access, presented: Option<&str>) -> Result<Admitted, LeaseError> {
         let now = Instant::now();
-        let state = lock(&self.state);
+        let machine = lock(&self.machine);
+        let state = machine.state();
         let live = state.live(now);
         let holder_fence = live
             .filter(|l| presented.is_some_and(|p| l.token.matches(p)))
@@ -262,7 +246,7 @@ impl ControlLease {
                     // Reading only from the cache, it never reaches the station.
                     guard: cache_only
                         .is_none()
-                        .then(|| self.send_guard(holder_fence, "read")),
+                        .then(|| self.send_guard(holder_fence, Guarded::Read)),
                     cache_only,
                 })
             }
@@ -283,9 +267,9 @@ impl ControlLease {
                     }
                 }
                 let what = if access == Access::Change {
-                    "change"
+                    Guarded::Change
                 } else {
-                    "read"
+                    Guarded::Read
                 };
                 Ok(Admitted {
                     fence: holder_fence,
@@ -300,39 +284,16 @@ impl ControlLease {
     /// the refusal) admitted under the lease with `admitted_fence`, or under "nobody holds it"
     /// (`None`): it refuses once the lease changed hands, ran out, or (for `None`) while a
     /// lease is held or still ending. It reads the same state admission reads.
-    fn send_guard(&self, admitted_fence: Option<u64>, what: &'static str) -> SendGuard {
-        let state = self.state.clone();
+    fn send_guard(&self, admitted_fence: Option<u64>, what: Guarded) -> SendGuard {
+        let machine = self.machine.clone();
         SendGuard::new(admitted_fence, move || {
-            guard_check(&lock(&state), admitted_fence, what, Instant::now())
+            guard_check(lock(&machine).state(), admitted_fence, what, Instant::now())
         })
-    }
-
-    /// The live lease when `presented` is its id.
-    fn live_lease(&self, presented: &str) -> Option<LiveLease> {
-        let now = Instant::now();
-        lock(&self.state)
-            .live(now)
-            .filter(|l| l.token.matches(presented))
-            .cloned()
     }
 
     /// The 409 for the live holder (or for a lease promised to the next in line).
     fn held_by_other(&self) -> LeaseError {
-        let now = Instant::now();
-        let state = lock(&self.state);
-        match state.live(now) {
-            Some(live) => LeaseError::HeldByOther {
-                owner: live.owner.clone(),
-                expires_in: live.expires_in(now),
-            },
-            None => match state.between_leases(now) {
-                Some(refusal) => refusal,
-                None => LeaseError::HeldByOther {
-                    owner: "a client that waited for it".into(),
-                    expires_in: Duration::ZERO,
-                },
-            },
-        }
+        lock(&self.machine).held_by_other(Instant::now())
     }
 
     fn publish(&self, view: LeaseView) {

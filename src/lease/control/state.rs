@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::super::store::{LeaseGrant, LeaseToken};
 use super::super::{LeaseError, LeaseView, SafeStateView, millis, rfc3339};
 use super::{LeaseAnswer, OtherHolder};
+use crate::link::{GuardRefusal, Guarded};
 
 /// The live lease as this process knows it.
 #[derive(Clone)]
@@ -158,9 +159,9 @@ impl LeaseState {
 pub(super) fn guard_check(
     state: &LeaseState,
     admitted_fence: Option<u64>,
-    what: &str,
+    what: Guarded,
     now: Instant,
-) -> Result<(), String> {
+) -> Result<(), GuardRefusal> {
     match (admitted_fence, state) {
         (Some(admitted), LeaseState::Held(current))
             if current.fence == admitted && current.is_live(now) =>
@@ -168,25 +169,34 @@ pub(super) fn guard_check(
             Ok(())
         }
         (None, LeaseState::Free) => Ok(()),
-        (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => Err(format!(
-            "lease ended: the lease this {what} was admitted under (fence {admitted}) was replaced by \
-             {}'s (fence {}) before the {what} reached the station; it was not sent",
-            current.owner, current.fence
-        )),
-        (Some(admitted), _) => Err(format!(
-            "lease ended: the lease this {what} was admitted under (fence {admitted}) ran out or was \
-             released before the {what} reached the station; it was not sent"
-        )),
-        (None, LeaseState::Held(current)) if current.is_live(now) => Err(format!(
-            "the station was leased by {} before this {what} reached it; it was not sent",
-            current.owner
-        )),
-        (None, LeaseState::Held(current)) => Err(format!(
-            "the station was leased by {} (whose lease has just ended) before this {what} reached it; it was not sent",
-            current.owner
-        )),
-        (None, LeaseState::Ending(ending)) => {
-            Err(format!("{}; this {what} was not sent", ending.refusal()))
+        (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => {
+            Err(GuardRefusal::ChangedHands {
+                what,
+                admitted,
+                owner: current.owner.clone(),
+                current: current.fence,
+            })
         }
+        (Some(admitted), _) => Err(GuardRefusal::LeaseEnded { what, admitted }),
+        (None, LeaseState::Held(current)) if current.is_live(now) => Err(GuardRefusal::Leased {
+            what,
+            owner: current.owner.clone(),
+        }),
+        (None, LeaseState::Held(current)) => Err(GuardRefusal::LeasedAndEnded {
+            what,
+            owner: current.owner.clone(),
+        }),
+        (None, LeaseState::Ending(ending)) if ending.safe_state_owed && ending.tries > 0 => {
+            Err(GuardRefusal::SafeStatePending {
+                what,
+                owner: ending.owner.clone(),
+                tries: ending.tries,
+                last_error: ending.last_error.clone().unwrap_or_default(),
+            })
+        }
+        (None, LeaseState::Ending(ending)) => Err(GuardRefusal::BetweenLeases {
+            what,
+            owner: ending.owner.clone(),
+        }),
     }
 }

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
 use super::*;
 use crate::lease::MemoryLeaseStore;
+use crate::link::GuardRefusal;
 
 mod line;
 mod safe_state;
@@ -189,6 +190,17 @@ async fn a_change_admitted_under_fence_n_is_refused_at_the_link_once_the_lease_m
         .await
         .unwrap();
     let refusal = guard().unwrap_err();
+    assert_eq!(
+        refusal,
+        GuardRefusal::ChangedHands {
+            what: Guarded::Change,
+            admitted: first.fence,
+            owner: "B".into(),
+            current: second.fence,
+        }
+    );
+    assert_eq!(refusal.admitted_fence(), Some(first.fence));
+    let refusal = refusal.to_string();
     assert!(
         refusal.contains("lease ended") && refusal.contains("B's"),
         "{refusal}"
@@ -209,7 +221,7 @@ async fn a_holder_past_its_ttl_is_refused_even_before_the_expiry_task_runs() {
         .guard
         .unwrap();
     tokio::time::advance(TTL).await;
-    assert!(guard().unwrap_err().contains("ran out"));
+    assert!(guard().unwrap_err().to_string().contains("ran out"));
     let error = lease
         .admit(Access::Change, Some(&first.lease_id))
         .err()
@@ -226,7 +238,7 @@ async fn a_change_admitted_while_nobody_held_it_is_refused_once_someone_takes_it
         .acquire("B".into(), TTL, None, Duration::ZERO)
         .await
         .unwrap();
-    assert!(guard().unwrap_err().contains("leased by B"));
+    assert!(guard().unwrap_err().to_string().contains("leased by B"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -282,10 +294,10 @@ async fn a_guard_says_whether_it_refused_a_change_or_a_read() {
         .acquire("B".into(), TTL, None, Duration::ZERO)
         .await
         .unwrap();
-    let refusal = change().unwrap_err();
+    let refusal = change().unwrap_err().to_string();
     assert!(refusal.contains("this change"), "{refusal}");
     for guard in [&read, &cached] {
-        let refusal = guard.check().unwrap_err();
+        let refusal = guard.check().unwrap_err().to_string();
         assert!(
             refusal.contains("this read") && refusal.contains("leased by B"),
             "{refusal}"
@@ -307,4 +319,33 @@ async fn a_guard_says_whether_it_refused_a_change_or_a_read() {
         holders_cached.guard.as_ref().and_then(|g| g.fence()),
         Some(held.fence)
     );
+}
+
+#[test]
+fn a_guard_refusal_between_leases_says_what_admission_says_and_that_it_was_not_sent() {
+    let between = GuardRefusal::BetweenLeases {
+        what: Guarded::Change,
+        owner: "A".into(),
+    };
+    let admission = LeaseError::Ending { owner: "A".into() };
+    assert_eq!(
+        between.to_string(),
+        format!("{admission}; this change was not sent")
+    );
+    let pending = GuardRefusal::SafeStatePending {
+        what: Guarded::Read,
+        owner: "A".into(),
+        tries: 2,
+        last_error: "no station".into(),
+    };
+    let admission = LeaseError::SafeStatePending {
+        owner: "A".into(),
+        tries: 2,
+        last_error: "no station".into(),
+    };
+    assert_eq!(
+        pending.to_string(),
+        format!("{admission}; this read was not sent")
+    );
+    assert_eq!(pending.admitted_fence(), None);
 }

@@ -65,7 +65,12 @@ async fn while_a_safe_state_is_pending_everyone_sees_it_and_nobody_changes_the_s
             Err(LeaseError::SafeStatePending { .. })
         ));
     }
-    assert!(guard().unwrap_err().contains("ran out or was released"));
+    assert!(
+        guard()
+            .unwrap_err()
+            .to_string()
+            .contains("ran out or was released")
+    );
     let fresh = lease.admit(Access::CachedRead, None).unwrap();
     assert!(
         fresh
@@ -73,6 +78,7 @@ async fn while_a_safe_state_is_pending_everyone_sees_it_and_nobody_changes_the_s
             .unwrap()
             .check()
             .unwrap_err()
+            .to_string()
             .contains("safe state")
     );
 }
@@ -85,13 +91,13 @@ async fn a_free_guard_names_a_live_holder_and_one_whose_lease_just_ended_apart()
         .acquire("B".into(), TTL, None, Duration::ZERO)
         .await
         .unwrap();
-    let live = guard().unwrap_err();
+    let live = guard().unwrap_err().to_string();
     assert!(
         live.contains("leased by B before") && !live.contains("just ended"),
         "{live}"
     );
     tokio::time::advance(TTL).await;
-    let ended = guard().unwrap_err();
+    let ended = guard().unwrap_err().to_string();
     assert!(
         ended.contains("leased by B (whose lease has just ended)"),
         "{ended}"

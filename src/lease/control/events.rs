@@ -1,0 +1,227 @@
+//! What the lease machine is told ([`Event`]) and what it asks the shell to do ([`Action`]),
+//! with the answers and records they carry. Plain data: the decisions are in `machine.rs`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use station_protocol::ValueError;
+use tokio::time::Instant;
+
+use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
+use super::super::{LeaseError, LeaseStoreError, LeaseView};
+use super::LeaseAnswer;
+use crate::link::LinkError;
+
+/// Who a new lease is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Grantee {
+    /// The request being served (`POST lease`); `wait`: it may wait in line.
+    Requester { wait: bool },
+    /// The one waiting in line with this ticket.
+    Waiter(u64),
+}
+
+/// Who asked the store to release the lease.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Releasing {
+    /// Its holder (`DELETE lease/{id}`).
+    Holder,
+    /// An admin from `peer`; `broken` is the lease as it was when the break was asked.
+    Admin { peer: SocketAddr, broken: LeaseView },
+}
+
+/// Why a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EndCause {
+    /// Its holder released it.
+    Released,
+    /// An admin broke it.
+    Broken { peer: SocketAddr },
+    /// It ran out unreleased (its deadline passed, the store ended it first, or a renewal came
+    /// too late): the safe state is owed, when one is configured.
+    RanOut,
+    /// Taken for a client that had stopped waiting: nobody has its id.
+    Unclaimed,
+}
+
+/// What the machine is told.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// `POST lease` (`presented`: the `X-Lease-Id` sent); `line_empty`: nobody waits in line.
+    Acquire {
+        owner: String,
+        ttl: Duration,
+        presented: Option<String>,
+        wait: bool,
+        line_empty: bool,
+    },
+    /// The free lease may go to the first one still waiting in line.
+    NextInLine {
+        ticket: u64,
+        owner: String,
+        ttl: Duration,
+    },
+    /// `PUT lease/{id}`.
+    Renew {
+        presented: String,
+        ttl: Option<Duration>,
+    },
+    /// `DELETE lease/{id}`.
+    Release { presented: String },
+    /// `DELETE lease` by an admin.
+    Break { peer: SocketAddr },
+    /// Time passed: a lease past its deadline ends; a safe state owed is tried when due.
+    Deadline,
+    /// The store's answer to `Take`.
+    Taken {
+        grantee: Option<Grantee>,
+        asked_at: Instant,
+        answer: Result<Acquisition, LeaseStoreError>,
+    },
+    /// The store's answer to `Refresh`.
+    Refreshed {
+        token: LeaseToken,
+        asked_at: Instant,
+        answer: Result<Option<LeaseGrant>, LeaseStoreError>,
+    },
+    /// The store's answer to `Release`.
+    Released {
+        token: LeaseToken,
+        releasing: Releasing,
+        answer: Result<bool, LeaseStoreError>,
+    },
+    /// The changes of the fence `Settle` named have left the station.
+    ChangesSettled,
+    /// The station's answer to the safe state: `Err` says why it is not confirmed.
+    SafeStateAnswered(Result<(), SafeStateError>),
+    /// The new lease with `fence` could not be delivered: its client had gone away.
+    Unclaimed { fence: u64 },
+    /// The station link is up (`connected`) or down, in its `generation`.
+    Link { connected: bool, generation: u64 },
+    /// At start: the store's live lease (asked at `asked_at`) or the owner of a lease that
+    /// lapsed while the gateway was down and whose safe state is owed.
+    Resumed {
+        held: Option<LeaseGrant>,
+        asked_at: Instant,
+        owed_after: Option<String>,
+    },
+}
+
+/// The answer to the request being served.
+#[derive(Debug)]
+pub(super) enum Answer {
+    /// Renewed (acquire or renew with the live lease's id).
+    Renewed(LeaseAnswer),
+    Released,
+    Broken(LeaseView),
+    Refused(LeaseError),
+    /// It waits in line (for at most its wait).
+    Queued,
+}
+
+/// Something to record: a log line, a counter and, where one exists, the audit notice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Record {
+    Taken {
+        owner: String,
+        fence: u64,
+    },
+    Ended {
+        owner: String,
+        fence: u64,
+        cause: EndCause,
+    },
+    /// A renewal the store confirmed only after the lease's deadline.
+    RenewedTooLate {
+        owner: String,
+        fence: u64,
+    },
+    SafeStateApplied {
+        owner: String,
+        fence: u64,
+    },
+    SafeStateFailed {
+        owner: String,
+        fence: u64,
+        tries: u32,
+        why: String,
+        retry_in: Duration,
+    },
+}
+
+/// What the shell must do, in order.
+#[derive(Debug)]
+pub(super) enum Action {
+    /// Asks the store for the lease (first marking a safe state owed, when `remember_owed`);
+    /// the answer comes back as [`Event::Taken`]. `grantee` `None`: a renewal by acquire.
+    Take {
+        grantee: Option<Grantee>,
+        request: AcquireRequest,
+        asked_at: Instant,
+        remember_owed: bool,
+    },
+    /// Asks the store to extend `token`; the answer comes back as [`Event::Refreshed`].
+    Refresh {
+        token: LeaseToken,
+        ttl: Option<Duration>,
+        asked_at: Instant,
+    },
+    /// Asks the store to release `token`; the answer comes back as [`Event::Released`].
+    Release {
+        token: LeaseToken,
+        releasing: Releasing,
+    },
+    /// Ends `token` in the store too, whatever it answers (a failure is logged).
+    Forget(LeaseToken),
+    /// Clears the store's mark that a safe state is owed.
+    ForgetOwed,
+    /// Waits until no change admitted under `fence` (`None`: while nobody held it) may still
+    /// be at the station; then [`Event::ChangesSettled`].
+    Settle(Option<u64>),
+    /// Writes the safe state owed after `after`'s lease; then [`Event::SafeStateAnswered`].
+    SendSafeState {
+        after: String,
+    },
+    /// Sends the lease as anyone may see it on the `lease` event.
+    Publish(LeaseView),
+    Record(Record),
+    /// The answer to the request being served (given once the transition is over).
+    Answer(Answer),
+    /// A new lease for `grantee`; one it cannot take comes back as [`Event::Unclaimed`].
+    Grant {
+        grantee: Grantee,
+        answer: LeaseAnswer,
+    },
+    /// The free lease may go to the first one waiting in line, if any.
+    HandOver,
+    /// The waiter with `ticket` goes back to the front of the line (the store did not give it
+    /// the lease).
+    BackInLine(u64),
+}
+
+/// Why the station has not confirmed the safe state.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum SafeStateError {
+    #[error("the station has no channel {0} (yet: the link may not have listed its channels)")]
+    NoChannel(String),
+    /// A configuration mistake no retry can mend: said every time.
+    #[error("bad safe-state value {value:?} for {channel}: {why}")]
+    BadValue {
+        value: String,
+        channel: String,
+        why: ValueError,
+    },
+    #[error("{0}")]
+    Link(LinkError),
+    /// The station refused these channels (name, the station's message).
+    #[error("{}", refused_text(.0))]
+    Refused(Vec<(String, String)>),
+}
+
+fn refused_text(refused: &[(String, String)]) -> String {
+    let refusals: Vec<String> = refused
+        .iter()
+        .map(|(name, why)| format!("the station refused {name}: {why}"))
+        .collect();
+    refusals.join("; ")
+}

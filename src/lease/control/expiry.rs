@@ -1,0 +1,215 @@
+//! The lease's own task (the expiry task) and what the shell needs of the store and the station
+//! for a lease's end: resuming at start, the store's mark that a safe state is owed, and the
+//! safe state's writes with their typed failure.
+
+use std::sync::Arc;
+
+use station_protocol::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::super::store::AcquireRequest;
+use super::super::{LeaseError, LeaseStoreError};
+use super::events::{Event, SafeStateError};
+use super::state::LeaseState;
+use super::{ControlLease, lock};
+
+/// How long the store remembers that a safe state is owed (a gateway down longer than this
+/// forgets it).
+const SAFE_STATE_OWED_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+impl ControlLease {
+    /// The store's name for "a safe state is owed for this lease".
+    fn owed_name(&self) -> String {
+        format!("{}:safe-state-owed", self.name)
+    }
+
+    /// Loads the store's live lease, if any (a backend that outlives the process), and a safe
+    /// state still owed for a lease that lapsed while the gateway was down.
+    pub async fn resume(&self) -> Result<(), LeaseError> {
+        let _turn = self.transitions.lock().await;
+        let asked_at = Instant::now();
+        let held = self.store.current(&self.name).await?;
+        let owed = match held {
+            Some(_) => None,
+            None => self.store.current(&self.owed_name()).await?,
+        };
+        if let Some(grant) = &held {
+            info!(owner = %grant.owner, fence = grant.fence, "control lease resumed from the store");
+        } else if let Some(owed) = &owed {
+            if !self.has_safe_state() {
+                self.store.release(&self.owed_name(), &owed.token).await?;
+            } else {
+                warn!(
+                    owner = %owed.owner,
+                    "{}'s control lease lapsed while the gateway was down: the safe state is applied as soon as the station is reached",
+                    owed.owner
+                );
+            }
+        }
+        let resumed = Event::Resumed {
+            held,
+            asked_at,
+            owed_after: owed.map(|owed| owed.owner),
+        };
+        let nothing_to_do = lock(&self.machine).on(resumed, Instant::now());
+        debug_assert!(nothing_to_do.is_empty());
+        self.expiry_changed.notify_one();
+        Ok(())
+    }
+
+    /// Why the station is not ready while a safe state is owed and not yet confirmed (for
+    /// `/readyz` and the status page).
+    pub fn safe_state_pending(&self) -> Option<String> {
+        match lock(&self.machine).state() {
+            LeaseState::Ending(ending) if ending.safe_state_owed => Some(format!(
+                "the safe state after {}'s lease is not yet confirmed by the station ({} tries{})",
+                ending.owner,
+                ending.tries,
+                ending
+                    .last_error
+                    .as_deref()
+                    .map(|why| format!("; last: {why}"))
+                    .unwrap_or_default()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Why the station is not ready because of the control lease: a lease being ended (its
+    /// changes may still be at the station), or a safe state owed and not yet confirmed (for
+    /// `/readyz`).
+    pub fn not_ready(&self) -> Option<String> {
+        if let Some(pending) = self.safe_state_pending() {
+            return Some(pending);
+        }
+        let owner = match lock(&self.machine).state() {
+            LeaseState::Held(live) if !live.is_live(Instant::now()) => live.owner.clone(),
+            LeaseState::Ending(ending) => ending.owner.clone(),
+            _ => return None,
+        };
+        Some(format!(
+            "the control lease is ending: {owner}'s lease has ended and the gateway is finishing it (waiting for its changes to leave the station)"
+        ))
+    }
+
+    /// The lease's own task: sleeps until the live lease's deadline, a pending safe state's
+    /// next try, a change of the station link, or a change of the lease; then drives the
+    /// machine (a lease that ran out ends: its changes settle, the safe state, free, the next
+    /// in line; a safe state owed is tried again). Returns on `shutdown`, never in the middle
+    /// of a transition.
+    pub async fn run_expiry(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut station = self.safe_state.as_ref().map(|s| s.link.watch_info());
+        if let Some(station) = &station {
+            let info = station.borrow().clone();
+            let baseline = Event::Link {
+                connected: info.connected,
+                generation: info.generation,
+            };
+            self.turn().await.feed(baseline).await;
+        }
+        loop {
+            let wake_at = lock(&self.machine).next_wake();
+            let due = async {
+                match wake_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let link_changed = async {
+                match station.as_mut() {
+                    Some(station) => {
+                        if station.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.expiry_changed.notified() => continue,
+                () = link_changed => {
+                    let Some(station) = station.as_ref() else { continue };
+                    let info = station.borrow();
+                    Event::Link { connected: info.connected, generation: info.generation }
+                }
+                () = due => Event::Deadline,
+            };
+            self.turn().await.feed(event).await;
+        }
+    }
+
+    /// Marks in the store that a safe state is owed should the lease about to be taken lapse.
+    pub(super) async fn remember_safe_state_owed(
+        &self,
+        owner: &str,
+    ) -> Result<(), LeaseStoreError> {
+        let owed = self.owed_name();
+        if self.store.current(&owed).await?.is_none() {
+            let request = AcquireRequest::new(owner.to_owned(), SAFE_STATE_OWED_TTL);
+            self.store.try_acquire(&owed, request).await?;
+        }
+        Ok(())
+    }
+
+    /// Clears the store's mark that a safe state is owed.
+    pub(super) async fn forget_safe_state_owed(&self) {
+        let owed = self.owed_name();
+        let cleared = async {
+            if let Some(mark) = self.store.current(&owed).await? {
+                self.store.release(&owed, &mark.token).await?;
+            }
+            Ok::<(), LeaseStoreError>(())
+        };
+        if let Err(error) = cleared.await {
+            warn!("the lease store could not clear its safe-state mark: {error}");
+        }
+    }
+
+    /// Writes the safe state through the link; `Ok` only when the station confirmed every
+    /// write.
+    pub(super) async fn apply_safe_state(&self, after: &str) -> Result<(), SafeStateError> {
+        let Some(safe) = &self.safe_state else {
+            return Ok(());
+        };
+        let channels = safe.link.info().channels.clone();
+        let mut items = Vec::with_capacity(safe.writes.len());
+        for write in &safe.writes {
+            let Some(channel) = channels.get(&write.channel) else {
+                return Err(SafeStateError::NoChannel(write.channel.clone()));
+            };
+            match Value::parse_as(channel.value_type, &write.value, &channel.options) {
+                Ok(value) => items.push((write.channel.clone(), value)),
+                Err(why) => {
+                    return Err(SafeStateError::BadValue {
+                        value: write.value.clone(),
+                        channel: write.channel.clone(),
+                        why,
+                    });
+                }
+            }
+        }
+        let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
+        let results = safe
+            .link
+            .write(items, None)
+            .await
+            .map_err(SafeStateError::Link)?;
+        let mut refused = Vec::new();
+        for (name, result) in names.into_iter().zip(results) {
+            match result {
+                Ok(()) => warn!(
+                    channel = %name,
+                    "safe state applied to {name} after {after}'s lease ran out"
+                ),
+                Err(why) => refused.push((name, why.message)),
+            }
+        }
+        match refused.is_empty() {
+            true => Ok(()),
+            false => Err(SafeStateError::Refused(refused)),
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The control lease as a pure state machine: [`LeaseMachine::on`] takes an [`Event`] (a
+//! request, the store's answer, the link's, a deadline) and the time, changes the lease state
+//! admission and the send guards read, and returns the [`Action`]s the shell
+//! (`control/shell.rs`) carries out, in order (both in `events.rs`). No I/O, no clock, no
+//! runtime: unit-tested with plain `#[test]`s (`machine_tests.rs`).
+//!
+//! An action that asks something of the store, the link or the station (`Take`, `Refresh`,
+//! `Release`, `Settle`, `SendSafeState`) is always the last of its batch; its answer comes back
+//! as the next event. A lease ends in one place: [`LeaseMachine::end`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
+use super::super::{LeaseError, LeaseStoreError, LeaseView};
+use super::events::{Action, Answer, EndCause, Event, Grantee, Record, Releasing, SafeStateError};
+use super::state::{EndingLease, LeaseState, LiveLease};
+
+/// The first wait between tries of the safe state, and the longest.
+pub(super) const SAFE_STATE_FIRST_BACKOFF: Duration = Duration::from_millis(100);
+pub(super) const SAFE_STATE_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// When the next try of a pending safe state is due, and the wait after a failed one.
+#[derive(Debug, Clone, Copy)]
+struct SafeStateRetry {
+    next_try: Instant,
+    backoff: Duration,
+}
+
+/// The control lease's decisions. The state it keeps is what admission and the send guards
+/// read ([`LeaseMachine::state`]).
+pub(super) struct LeaseMachine {
+    state: LeaseState,
+    /// A lease that runs out leaves a safe state to apply.
+    has_safe_state: bool,
+    retry: SafeStateRetry,
+    /// A lease just taken and waiting for the changes admitted while nobody held it, for whom.
+    granting: Option<Grantee>,
+    /// The link generation last seen up.
+    generation: Option<u64>,
+}
+
+impl LeaseMachine {
+    pub(super) fn new(has_safe_state: bool, now: Instant) -> LeaseMachine {
+        LeaseMachine {
+            state: LeaseState::Free,
+            has_safe_state,
+            retry: SafeStateRetry {
+                next_try: now,
+                backoff: SAFE_STATE_FIRST_BACKOFF,
+            },
+            granting: None,
+            generation: None,
+        }
+    }
+
+    pub(super) fn state(&self) -> &LeaseState {
+        &self.state
+    }
+
+    /// When the expiry task must next feed [`Event::Deadline`]: the live lease's deadline, or
+    /// the next try of a safe state owed.
+    pub(super) fn next_wake(&self) -> Option<Instant> {
+        match &self.state {
+            LeaseState::Held(live) => Some(live.expires_at),
+            LeaseState::Ending(ending) if ending.safe_state_owed => Some(self.retry.next_try),
+            _ => None,
+        }
+    }
+
+    /// The refusal for a client that may not take the lease now: who holds it, why nobody
+    /// may, or the client who waited for it.
+    pub(super) fn held_by_other(&self, now: Instant) -> LeaseError {
+        match self.state.live(now) {
+            Some(live) => LeaseError::HeldByOther {
+                owner: live.owner.clone(),
+                expires_in: live.expires_in(now),
+            },
+            None => self
+                .state
+                .between_leases(now)
+                .unwrap_or(LeaseError::HeldByOther {
+                    owner: "a client that waited for it".into(),
+                    expires_in: Duration::ZERO,
+                }),
+        }
+    }
+
+    /// Decides what `event` at `now` changes and what the shell must do.
+    pub(super) fn on(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        match event {
+            Event::Acquire {
+                owner,
+                ttl,
+                presented,
+                wait,
+                line_empty,
+            } => self.acquire(owner, ttl, presented.as_deref(), wait, line_empty, now),
+            Event::NextInLine { ticket, owner, ttl } => self.take(
+                Grantee::Waiter(ticket),
+                AcquireRequest::new(owner, ttl),
+                now,
+            ),
+            Event::Renew { presented, ttl } => match self.live_lease(&presented, now) {
+                Some(live) => vec![Action::Refresh {
+                    token: live.token.clone(),
+                    ttl,
+                    asked_at: now,
+                }],
+                None => refuse(LeaseError::NoSuchLease),
+            },
+            Event::Release { presented } => match self.live_lease(&presented, now) {
+                Some(live) => vec![Action::Release {
+                    token: live.token.clone(),
+                    releasing: Releasing::Holder,
+                }],
+                None => refuse(LeaseError::NoSuchLease),
+            },
+            Event::Break { peer } => match &self.state {
+                LeaseState::Held(live) => vec![Action::Release {
+                    token: live.token.clone(),
+                    releasing: Releasing::Admin {
+                        peer,
+                        broken: live.view(now),
+                    },
+                }],
+                _ => refuse(LeaseError::NobodyHolds),
+            },
+            Event::Deadline => self.deadline(now),
+            Event::Taken {
+                grantee,
+                asked_at,
+                answer,
+            } => match grantee {
+                Some(grantee) => self.taken(grantee, asked_at, answer, now),
+                None => self.renewed_by_acquire(asked_at, answer, now),
+            },
+            Event::Refreshed {
+                token,
+                asked_at,
+                answer,
+            } => match answer {
+                Err(error) => refuse(error.into()),
+                Ok(Some(grant)) => self.install_renewal(&token, grant, asked_at, now),
+                Ok(None) => {
+                    // The store says it ended before our clock did: it ran out.
+                    let mut actions = self.end_held(&token, EndCause::RanOut);
+                    actions.push(Action::Answer(Answer::Refused(LeaseError::NoSuchLease)));
+                    actions
+                }
+            },
+            Event::Released {
+                token,
+                releasing,
+                answer,
+            } => self.released(&token, releasing, answer),
+            Event::ChangesSettled => self.changes_settled(now),
+            Event::SafeStateAnswered(result) => self.safe_state_answered(result, now),
+            Event::Unclaimed { fence } => match &self.state {
+                LeaseState::Held(live) if live.fence == fence => {
+                    let token = live.token.clone();
+                    let mut actions = vec![Action::Forget(token.clone())];
+                    actions.extend(self.end_held(&token, EndCause::Unclaimed));
+                    actions
+                }
+                _ => Vec::new(),
+            },
+            Event::Link {
+                connected,
+                generation,
+            } => match self.generation {
+                // The first seen is where the expiry task started from.
+                None => {
+                    self.generation = Some(generation);
+                    Vec::new()
+                }
+                Some(seen) if !connected || seen == generation => Vec::new(),
+                Some(_) => {
+                    // A station that came back is tried at once, with the back-off reset.
+                    self.generation = Some(generation);
+                    self.retry_now(now);
+                    self.try_safe_state(now)
+                }
+            },
+            Event::Resumed {
+                held,
+                asked_at,
+                owed_after,
+            } => {
+                if let Some(grant) = held {
+                    self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
+                } else if let Some(owner) = owed_after.filter(|_| self.has_safe_state) {
+                    self.state = LeaseState::Ending(EndingLease {
+                        owner,
+                        fence: 0,
+                        safe_state_owed: true,
+                        tries: 0,
+                        last_error: None,
+                    });
+                    self.retry_now(now);
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    fn acquire(
+        &mut self,
+        owner: String,
+        ttl: Duration,
+        presented: Option<&str>,
+        wait: bool,
+        line_empty: bool,
+        now: Instant,
+    ) -> Vec<Action> {
+        if let Some(live) = presented.and_then(|p| self.live_lease(p, now)) {
+            return vec![Action::Take {
+                grantee: None,
+                request: AcquireRequest::new(owner, ttl).with_retry_token(live.token.clone()),
+                asked_at: now,
+                remember_owed: false,
+            }];
+        }
+        let refusal = match self.state.between_leases(now) {
+            Some(refusal) => refusal,
+            None if line_empty => {
+                return self.take(
+                    Grantee::Requester { wait },
+                    AcquireRequest::new(owner, ttl),
+                    now,
+                );
+            }
+            None => self.held_by_other(now),
+        };
+        match wait {
+            true => vec![Action::Answer(Answer::Queued)],
+            false => refuse(refusal),
+        }
+    }
+
+    /// Asks the store for a new lease for `grantee`.
+    fn take(&mut self, grantee: Grantee, request: AcquireRequest, now: Instant) -> Vec<Action> {
+        // Before the lease: should the gateway stop with it held, the store still knows a safe
+        // state is owed when it lapses.
+        let remember_owed = self.has_safe_state && self.state.live(now).is_none();
+        vec![Action::Take {
+            grantee: Some(grantee),
+            request,
+            asked_at: now,
+            remember_owed,
+        }]
+    }
+
+    /// The store's answer to a new lease for `grantee`.
+    fn taken(
+        &mut self,
+        grantee: Grantee,
+        asked_at: Instant,
+        answer: Result<Acquisition, LeaseStoreError>,
+        now: Instant,
+    ) -> Vec<Action> {
+        let (grant, taken) = match (answer, grantee) {
+            (Ok(Acquisition::Taken(grant)), _) => (grant, true),
+            (Ok(Acquisition::Renewed(grant)), _) => (grant, false),
+            (Ok(Acquisition::HeldByOther(holder)), Grantee::Requester { wait }) => {
+                return match wait {
+                    true => vec![Action::Answer(Answer::Queued)],
+                    false => refuse(LeaseError::HeldByOther {
+                        owner: holder.owner,
+                        expires_in: holder.expires_in,
+                    }),
+                };
+            }
+            (Err(error), Grantee::Requester { .. }) => return refuse(error.into()),
+            (_, Grantee::Waiter(ticket)) => return vec![Action::BackInLine(ticket)],
+        };
+        let live = LiveLease::from_grant(grant, asked_at);
+        let answer = live.answer(now);
+        let (owner, fence) = (live.owner.clone(), live.fence);
+        self.state = LeaseState::Held(live);
+        if !taken {
+            return vec![Action::Grant { grantee, answer }];
+        }
+        // Changes admitted while nobody held it are refused at the link from now on; the
+        // holder gets its id (and so can make its first change) once those already sent have
+        // left the station.
+        self.granting = Some(grantee);
+        vec![
+            Action::Record(Record::Taken { owner, fence }),
+            Action::Settle(None),
+        ]
+    }
+
+    /// The store's answer to `POST lease` with the live lease's id.
+    fn renewed_by_acquire(
+        &mut self,
+        asked_at: Instant,
+        answer: Result<Acquisition, LeaseStoreError>,
+        now: Instant,
+    ) -> Vec<Action> {
+        let Some(held) = self.held_token() else {
+            return refuse(LeaseError::NoSuchLease);
+        };
+        match answer {
+            Err(error) => refuse(error.into()),
+            Ok(Acquisition::Renewed(grant)) => self.install_renewal(&held, grant, asked_at, now),
+            Ok(Acquisition::Taken(grant)) => {
+                // The store had ended the lease being renewed and made a new one: the old one
+                // ran out (safe state first); the new one is nobody's.
+                let mut actions = vec![Action::Forget(grant.token)];
+                actions.extend(self.end_held(&held, EndCause::RanOut));
+                actions.push(Action::Answer(Answer::Refused(LeaseError::NoSuchLease)));
+                actions
+            }
+            Ok(Acquisition::HeldByOther(holder)) => refuse(LeaseError::HeldByOther {
+                owner: holder.owner,
+                expires_in: holder.expires_in,
+            }),
+        }
+    }
+
+    /// Puts a renewal of `token` the store confirmed in place, unless the lease's deadline
+    /// passed while the store was asked: then it ended at its deadline (admission and the link
+    /// already treated it so), the store's extension is undone, and the renewal is refused.
+    fn install_renewal(
+        &mut self,
+        token: &LeaseToken,
+        grant: LeaseGrant,
+        asked_at: Instant,
+        now: Instant,
+    ) -> Vec<Action> {
+        let held = match &self.state {
+            LeaseState::Held(live) if live.token == *token => live,
+            _ => return refuse(LeaseError::NoSuchLease),
+        };
+        if held.is_live(now) {
+            let renewed = LiveLease::from_grant(grant, asked_at);
+            let answer = renewed.answer(now);
+            self.state = LeaseState::Held(renewed);
+            return vec![Action::Answer(Answer::Renewed(answer))];
+        }
+        let mut actions = vec![
+            Action::Record(Record::RenewedTooLate {
+                owner: held.owner.clone(),
+                fence: held.fence,
+            }),
+            Action::Forget(token.clone()),
+        ];
+        actions.extend(self.end_held(token, EndCause::RanOut));
+        actions.push(Action::Answer(Answer::Refused(LeaseError::NoSuchLease)));
+        actions
+    }
+
+    /// The store's answer to a release by the holder or an admin.
+    fn released(
+        &mut self,
+        token: &LeaseToken,
+        releasing: Releasing,
+        answer: Result<bool, LeaseStoreError>,
+    ) -> Vec<Action> {
+        let released = match answer {
+            Ok(released) => released,
+            Err(error) => return refuse(error.into()),
+        };
+        let (cause, answer) = match releasing {
+            Releasing::Holder if released => (EndCause::Released, Answer::Released),
+            Releasing::Holder => (EndCause::RanOut, Answer::Refused(LeaseError::NoSuchLease)),
+            Releasing::Admin { peer, broken } => {
+                (EndCause::Broken { peer }, Answer::Broken(broken))
+            }
+        };
+        let mut actions = self.end_held(token, cause);
+        actions.push(Action::Answer(answer));
+        actions
+    }
+
+    /// Time passed: a held lease past its deadline runs out; a safe state owed is tried when due.
+    fn deadline(&mut self, now: Instant) -> Vec<Action> {
+        match &self.state {
+            LeaseState::Held(live) if !live.is_live(now) => {
+                // End it in the store too, should the store's clock be a hair behind ours.
+                let token = live.token.clone();
+                let mut actions = vec![Action::Forget(token.clone())];
+                actions.extend(self.end_held(&token, EndCause::RanOut));
+                actions
+            }
+            LeaseState::Ending(ending) if !ending.safe_state_owed => self.finish(),
+            _ => self.try_safe_state(now),
+        }
+    }
+
+    /// Ends the held lease `token`, if it is still the state's.
+    fn end_held(&mut self, token: &LeaseToken, cause: EndCause) -> Vec<Action> {
+        match &self.state {
+            LeaseState::Held(live) if live.token == *token => {
+                let live = live.clone();
+                self.end(live, cause)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A lease ends: from this instant admission refuses changes and forced reads of everyone
+    /// and the link's guard refuses every change admitted under it not yet sent; then its
+    /// changes still at the station settle, then the safe state when it ran out and one is
+    /// configured, then it is free and goes to the next in line ([`Self::finish`]).
+    fn end(&mut self, live: LiveLease, cause: EndCause) -> Vec<Action> {
+        let owed = cause == EndCause::RanOut && self.has_safe_state;
+        self.state = LeaseState::Ending(live.ending(owed));
+        vec![
+            Action::Record(Record::Ended {
+                owner: live.owner,
+                fence: live.fence,
+                cause,
+            }),
+            Action::Settle(Some(live.fence)),
+        ]
+    }
+
+    /// Changes of the fence asked have left the station: a new lease goes to its grantee; an
+    /// ended one gets its safe state, or is finished.
+    fn changes_settled(&mut self, now: Instant) -> Vec<Action> {
+        match (&self.state, self.granting.take()) {
+            (LeaseState::Held(live), Some(grantee)) => vec![
+                Action::Publish(live.view(now)),
+                Action::Grant {
+                    grantee,
+                    answer: live.answer(now),
+                },
+            ],
+            (LeaseState::Ending(ending), _) if ending.safe_state_owed => {
+                self.retry_now(now);
+                self.try_safe_state(now)
+            }
+            (LeaseState::Ending(_), _) => self.finish(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn retry_now(&mut self, now: Instant) {
+        self.retry = SafeStateRetry {
+            next_try: now,
+            backoff: SAFE_STATE_FIRST_BACKOFF,
+        };
+    }
+
+    /// The safe state, when one is owed and its try is due.
+    fn try_safe_state(&self, now: Instant) -> Vec<Action> {
+        match &self.state {
+            LeaseState::Ending(ending) if ending.safe_state_owed && self.retry.next_try <= now => {
+                vec![Action::SendSafeState {
+                    after: ending.owner.clone(),
+                }]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn safe_state_answered(
+        &mut self,
+        result: Result<(), SafeStateError>,
+        now: Instant,
+    ) -> Vec<Action> {
+        let LeaseState::Ending(ending) = &mut self.state else {
+            return Vec::new();
+        };
+        let (owner, fence) = (ending.owner.clone(), ending.fence);
+        match result {
+            Ok(()) => {
+                let mut actions = vec![Action::Record(Record::SafeStateApplied { owner, fence })];
+                actions.extend(self.finish());
+                actions
+            }
+            Err(failure) => {
+                let why = failure.to_string();
+                ending.tries += 1;
+                ending.last_error = Some(why.clone());
+                let (tries, view) = (ending.tries, ending.view());
+                let retry_in = self.retry.backoff;
+                self.retry = SafeStateRetry {
+                    next_try: now + retry_in,
+                    backoff: (retry_in * 2).min(SAFE_STATE_MAX_BACKOFF),
+                };
+                vec![
+                    Action::Record(Record::SafeStateFailed {
+                        owner,
+                        fence,
+                        tries,
+                        why,
+                        retry_in,
+                    }),
+                    Action::Publish(view),
+                ]
+            }
+        }
+    }
+
+    /// The end of a lease is finished: free, the event, then the next in line.
+    fn finish(&mut self) -> Vec<Action> {
+        self.state = LeaseState::Free;
+        let mut actions = Vec::with_capacity(3);
+        if self.has_safe_state {
+            actions.push(Action::ForgetOwed);
+        }
+        actions.extend([Action::Publish(LeaseView::nobody()), Action::HandOver]);
+        actions
+    }
+
+    /// The live lease when `presented` is its id.
+    fn live_lease(&self, presented: &str, now: Instant) -> Option<&LiveLease> {
+        self.state
+            .live(now)
+            .filter(|live| live.token.matches(presented))
+    }
+
+    fn held_token(&self) -> Option<LeaseToken> {
+        match &self.state {
+            LeaseState::Held(live) => Some(live.token.clone()),
+            _ => None,
+        }
+    }
+}
+
+fn refuse(refusal: LeaseError) -> Vec<Action> {
+    vec![Action::Answer(Answer::Refused(refusal))]
+}

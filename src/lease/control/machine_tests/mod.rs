@@ -1,0 +1,596 @@
+//! Unit tests of the lease machine: every transition, with times passed in, without sockets or
+//! a runtime (plain `#[test]`s). Taking and renewing here; ending in `ending.rs`.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::super::store::{Acquisition, LeaseGrant, LeaseHolder, LeaseToken};
+use super::super::{LeaseError, LeaseStoreError, LeaseView};
+use super::events::{Action, Answer, EndCause, Event, Grantee, Record, Releasing, SafeStateError};
+use super::machine::{LeaseMachine, SAFE_STATE_FIRST_BACKOFF, SAFE_STATE_MAX_BACKOFF};
+use super::state::LeaseState;
+
+mod ending;
+
+const TTL: Duration = Duration::from_secs(10);
+const REQUESTER: Grantee = Grantee::Requester { wait: false };
+
+fn grant(owner: &str, fence: u64) -> LeaseGrant {
+    LeaseGrant {
+        token: LeaseToken::random(),
+        owner: owner.into(),
+        fence,
+        ttl: TTL,
+        expires_in: TTL,
+        since: SystemTime::UNIX_EPOCH,
+        slot: 0,
+    }
+}
+
+fn holder(owner: &str) -> LeaseHolder {
+    LeaseHolder {
+        owner: owner.into(),
+        ..LeaseHolder::unknown()
+    }
+}
+
+fn unavailable() -> LeaseStoreError {
+    LeaseStoreError::Unavailable("down".into())
+}
+
+fn peer() -> SocketAddr {
+    "127.0.0.1:9".parse().unwrap()
+}
+
+fn acquire(owner: &str, wait: bool, line_empty: bool) -> Event {
+    Event::Acquire {
+        owner: owner.into(),
+        ttl: TTL,
+        presented: None,
+        wait,
+        line_empty,
+    }
+}
+
+/// A machine in which `owner` holds the lease with `fence`, taken at `now`; its token.
+fn held_by(machine: &mut LeaseMachine, owner: &str, fence: u64, now: Instant) -> LeaseToken {
+    let taken = grant(owner, fence);
+    let token = taken.token.clone();
+    machine.on(acquire(owner, false, true), now);
+    machine.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: now,
+            answer: Ok(Acquisition::Taken(taken)),
+        },
+        now,
+    );
+    machine.on(Event::ChangesSettled, now);
+    token
+}
+
+fn refusal(actions: &[Action]) -> &LeaseError {
+    match actions {
+        [.., Action::Answer(Answer::Refused(refusal))] => refusal,
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
+fn ending_of(machine: &LeaseMachine) -> (String, bool, u32) {
+    match machine.state() {
+        LeaseState::Ending(ending) => (ending.owner.clone(), ending.safe_state_owed, ending.tries),
+        _ => panic!("not ending"),
+    }
+}
+
+fn is_free(machine: &LeaseMachine) -> bool {
+    matches!(machine.state(), LeaseState::Free)
+}
+
+fn fence_held(machine: &LeaseMachine) -> Option<u64> {
+    match machine.state() {
+        LeaseState::Held(live) => Some(live.fence),
+        _ => None,
+    }
+}
+
+/// What finishing an end looks like: (the mark cleared,) free, the event, the next in line.
+fn is_finish(actions: &[Action], with_safe_state: bool) -> bool {
+    match actions {
+        [Action::ForgetOwed, Action::Publish(view), Action::HandOver] => {
+            with_safe_state && *view == LeaseView::nobody()
+        }
+        [Action::Publish(view), Action::HandOver] => {
+            !with_safe_state && *view == LeaseView::nobody()
+        }
+        _ => false,
+    }
+}
+
+#[test]
+fn a_free_lease_is_taken_from_the_store_and_granted_once_the_free_changes_have_settled() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    let actions = machine.on(acquire("A", false, true), now);
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Take { grantee: Some(REQUESTER), remember_owed: false, asked_at, request }]
+                if *asked_at == now && request.owner == "A" && request.retry_token.is_none()
+        ),
+        "{actions:?}"
+    );
+    let actions = machine.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: now,
+            answer: Ok(Acquisition::Taken(grant("A", 7))),
+        },
+        now,
+    );
+    assert!(
+        matches!(&actions[..], [Action::Record(Record::Taken { owner, fence: 7 }), Action::Settle(None)] if owner == "A"),
+        "{actions:?}"
+    );
+    // Held from now on: the link refuses changes admitted while it was free.
+    assert_eq!(fence_held(&machine), Some(7));
+    let later = now + Duration::from_secs(1);
+    let actions = machine.on(Event::ChangesSettled, later);
+    match &actions[..] {
+        [Action::Publish(view), Action::Grant { grantee, answer }] => {
+            assert!(view.held && view.owner.as_deref() == Some("A"));
+            assert_eq!(*grantee, REQUESTER);
+            assert_eq!((answer.fence, answer.expires_in_ms), (7, 9_000));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(machine.next_wake(), Some(now + TTL));
+    // Settled once: a second answer grants nothing.
+    assert!(machine.on(Event::ChangesSettled, later).is_empty());
+}
+
+#[test]
+fn with_a_safe_state_taking_a_free_lease_first_marks_it_owed() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    let actions = machine.on(acquire("A", false, true), now);
+    assert!(matches!(
+        &actions[..],
+        [Action::Take {
+            remember_owed: true,
+            ..
+        }]
+    ));
+    // Held by someone else: the mark is there already.
+    held_by(&mut machine, "A", 1, now);
+    let actions = machine.on(acquire("B", false, true), now);
+    assert!(matches!(
+        &actions[..],
+        [Action::Take {
+            remember_owed: false,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn a_store_that_renews_instead_of_taking_grants_at_once() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    machine.on(acquire("A", false, true), now);
+    let actions = machine.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: now,
+            answer: Ok(Acquisition::Renewed(grant("A", 3))),
+        },
+        now,
+    );
+    assert!(
+        matches!(&actions[..], [Action::Grant { grantee: REQUESTER, answer }] if answer.fence == 3),
+        "{actions:?}"
+    );
+    assert_eq!(fence_held(&machine), Some(3));
+}
+
+#[test]
+fn someone_elses_lease_is_refused_or_waited_for() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    for (wait, queued) in [(false, false), (true, true)] {
+        machine.on(acquire("B", wait, true), now);
+        let actions = machine.on(
+            Event::Taken {
+                grantee: Some(Grantee::Requester { wait }),
+                asked_at: now,
+                answer: Ok(Acquisition::HeldByOther(holder("A"))),
+            },
+            now,
+        );
+        match queued {
+            true => assert!(matches!(&actions[..], [Action::Answer(Answer::Queued)])),
+            false => assert!(matches!(
+                refusal(&actions),
+                LeaseError::HeldByOther { owner, .. } if owner == "A"
+            )),
+        }
+    }
+    let actions = machine.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: now,
+            answer: Err(unavailable()),
+        },
+        now,
+    );
+    assert!(matches!(refusal(&actions), LeaseError::Store(_)));
+    assert!(is_free(&machine));
+}
+
+#[test]
+fn nobody_jumps_the_line() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    held_by(&mut machine, "A", 1, now);
+    let actions = machine.on(acquire("D", false, false), now);
+    assert!(matches!(refusal(&actions), LeaseError::HeldByOther { owner, .. } if owner == "A"));
+    let actions = machine.on(acquire("D", true, false), now);
+    assert!(matches!(&actions[..], [Action::Answer(Answer::Queued)]));
+    // Free, with someone still in line the store would not serve: the one who waited.
+    let mut free = LeaseMachine::new(false, now);
+    let actions = free.on(acquire("D", false, false), now);
+    assert!(matches!(
+        refusal(&actions),
+        LeaseError::HeldByOther { owner, expires_in } if owner.contains("waited") && expires_in.is_zero()
+    ));
+}
+
+#[test]
+fn between_leases_an_acquire_is_refused_or_waits() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    let token = held_by(&mut machine, "A", 1, now);
+    machine.on(
+        Event::Release {
+            presented: token.as_str().into(),
+        },
+        now,
+    );
+    machine.on(
+        Event::Released {
+            token,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    let actions = machine.on(acquire("B", false, true), now);
+    assert!(matches!(refusal(&actions), LeaseError::Ending { owner } if owner == "A"));
+    let actions = machine.on(acquire("B", true, true), now);
+    assert!(matches!(&actions[..], [Action::Answer(Answer::Queued)]));
+    assert!(matches!(
+        machine.held_by_other(now),
+        LeaseError::Ending { .. }
+    ));
+}
+
+#[test]
+fn acquiring_with_the_live_id_renews_through_the_store() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    let token = held_by(&mut machine, "A", 4, now);
+    let again = Event::Acquire {
+        owner: "A".into(),
+        ttl: TTL,
+        presented: Some(token.as_str().into()),
+        wait: false,
+        line_empty: false,
+    };
+    let actions = machine.on(again, now);
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Take { grantee: None, remember_owed: false, request, .. }]
+                if request.retry_token.as_ref() == Some(&token)
+        ),
+        "{actions:?}"
+    );
+    let later = now + Duration::from_secs(5);
+    let renewed = LeaseGrant {
+        token: token.clone(),
+        ..grant("A", 4)
+    };
+    let actions = machine.on(
+        Event::Taken {
+            grantee: None,
+            asked_at: later,
+            answer: Ok(Acquisition::Renewed(renewed)),
+        },
+        later,
+    );
+    assert!(
+        matches!(&actions[..], [Action::Answer(Answer::Renewed(answer))] if answer.fence == 4 && answer.expires_in_ms == 10_000),
+        "{actions:?}"
+    );
+    assert_eq!(machine.next_wake(), Some(later + TTL));
+    for answer in [
+        Ok(Acquisition::HeldByOther(holder("B"))),
+        Err(unavailable()),
+    ] {
+        let actions = machine.on(
+            Event::Taken {
+                grantee: None,
+                asked_at: later,
+                answer,
+            },
+            later,
+        );
+        assert!(matches!(
+            refusal(&actions),
+            LeaseError::HeldByOther { .. } | LeaseError::Store(_)
+        ));
+        assert_eq!(fence_held(&machine), Some(4));
+    }
+}
+
+#[test]
+fn a_store_that_took_anew_instead_of_renewing_ends_the_old_lease_and_frees_the_new_one() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    held_by(&mut machine, "A", 4, now);
+    let stray = grant("A", 5);
+    let stray_token = stray.token.clone();
+    let actions = machine.on(
+        Event::Taken {
+            grantee: None,
+            asked_at: now,
+            answer: Ok(Acquisition::Taken(stray)),
+        },
+        now,
+    );
+    assert!(
+        matches!(
+            &actions[..],
+            [
+                Action::Forget(forgotten),
+                Action::Record(Record::Ended { fence: 4, cause: EndCause::RanOut, .. }),
+                Action::Settle(Some(4)),
+                Action::Answer(Answer::Refused(LeaseError::NoSuchLease)),
+            ] if *forgotten == stray_token
+        ),
+        "{actions:?}"
+    );
+    assert_eq!(ending_of(&machine), ("A".into(), true, 0));
+}
+
+#[test]
+fn a_renewal_confirmed_before_the_deadline_extends_the_lease() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    let token = held_by(&mut machine, "A", 2, now);
+    let asked_at = now + Duration::from_secs(9);
+    let actions = machine.on(
+        Event::Renew {
+            presented: token.as_str().into(),
+            ttl: None,
+        },
+        asked_at,
+    );
+    assert!(
+        matches!(&actions[..], [Action::Refresh { token: asked, ttl: None, asked_at: at }] if *asked == token && *at == asked_at),
+        "{actions:?}"
+    );
+    let answered = asked_at + Duration::from_millis(500);
+    let renewed = LeaseGrant {
+        token: token.clone(),
+        ..grant("A", 2)
+    };
+    let actions = machine.on(
+        Event::Refreshed {
+            token: token.clone(),
+            asked_at,
+            answer: Ok(Some(renewed)),
+        },
+        answered,
+    );
+    assert!(
+        matches!(&actions[..], [Action::Answer(Answer::Renewed(answer))] if answer.expires_in_ms == 9_500),
+        "{actions:?}"
+    );
+    // The new deadline counts from when the store was asked, never later.
+    assert_eq!(machine.next_wake(), Some(asked_at + TTL));
+}
+
+#[test]
+fn a_renewal_confirmed_after_the_deadline_ends_the_lease_as_run_out() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    let token = held_by(&mut machine, "A", 2, now);
+    let asked_at = now + TTL - Duration::from_millis(100);
+    machine.on(
+        Event::Renew {
+            presented: token.as_str().into(),
+            ttl: None,
+        },
+        asked_at,
+    );
+    let renewed = LeaseGrant {
+        token: token.clone(),
+        ..grant("A", 2)
+    };
+    let actions = machine.on(
+        Event::Refreshed {
+            token: token.clone(),
+            asked_at,
+            answer: Ok(Some(renewed)),
+        },
+        now + TTL,
+    );
+    assert!(
+        matches!(
+            &actions[..],
+            [
+                Action::Record(Record::RenewedTooLate { fence: 2, .. }),
+                Action::Forget(undone),
+                Action::Record(Record::Ended { fence: 2, cause: EndCause::RanOut, .. }),
+                Action::Settle(Some(2)),
+                Action::Answer(Answer::Refused(LeaseError::NoSuchLease)),
+            ] if *undone == token
+        ),
+        "{actions:?}"
+    );
+    assert_eq!(ending_of(&machine), ("A".into(), true, 0));
+}
+
+#[test]
+fn a_renewal_the_store_says_ended_runs_out_and_one_it_cannot_answer_changes_nothing() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    let token = held_by(&mut machine, "A", 2, now);
+    let actions = machine.on(
+        Event::Refreshed {
+            token: token.clone(),
+            asked_at: now,
+            answer: Err(unavailable()),
+        },
+        now,
+    );
+    assert!(matches!(refusal(&actions), LeaseError::Store(_)));
+    assert_eq!(fence_held(&machine), Some(2));
+    let actions = machine.on(
+        Event::Refreshed {
+            token: token.clone(),
+            asked_at: now,
+            answer: Ok(None),
+        },
+        now,
+    );
+    assert!(
+        matches!(
+            &actions[..],
+            [
+                Action::Record(Record::Ended {
+                    cause: EndCause::RanOut,
+                    ..
+                }),
+                Action::Settle(Some(2)),
+                Action::Answer(Answer::Refused(LeaseError::NoSuchLease)),
+            ]
+        ),
+        "{actions:?}"
+    );
+    // Without a safe state configured, nothing is owed.
+    assert_eq!(ending_of(&machine), ("A".into(), false, 0));
+    // A renewal of a lease no longer held is refused.
+    let actions = machine.on(
+        Event::Refreshed {
+            token,
+            asked_at: now,
+            answer: Ok(Some(grant("A", 2))),
+        },
+        now,
+    );
+    assert!(matches!(refusal(&actions), LeaseError::NoSuchLease));
+}
+
+#[test]
+fn only_the_live_id_renews_or_releases() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    for event in [
+        Event::Renew {
+            presented: "nope".into(),
+            ttl: None,
+        },
+        Event::Release {
+            presented: "nope".into(),
+        },
+    ] {
+        assert!(matches!(
+            refusal(&machine.on(event, now)),
+            LeaseError::NoSuchLease
+        ));
+    }
+    let token = held_by(&mut machine, "A", 1, now);
+    let past = now + TTL;
+    let actions = machine.on(
+        Event::Release {
+            presented: token.as_str().into(),
+        },
+        past,
+    );
+    assert!(matches!(refusal(&actions), LeaseError::NoSuchLease));
+    let actions = machine.on(
+        Event::Renew {
+            presented: token.as_str().into(),
+            ttl: None,
+        },
+        past,
+    );
+    assert!(matches!(refusal(&actions), LeaseError::NoSuchLease));
+}
+
+#[test]
+fn a_store_answer_about_a_lease_no_longer_held_changes_nothing() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    let stale = held_by(&mut machine, "A", 1, now);
+    machine.on(
+        Event::Released {
+            token: stale.clone(),
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    machine.on(Event::ChangesSettled, now);
+    held_by(&mut machine, "B", 2, now);
+    let renewed = LeaseGrant {
+        token: stale.clone(),
+        ..grant("A", 1)
+    };
+    let actions = machine.on(
+        Event::Refreshed {
+            token: stale.clone(),
+            asked_at: now,
+            answer: Ok(Some(renewed)),
+        },
+        now,
+    );
+    assert!(matches!(refusal(&actions), LeaseError::NoSuchLease));
+    for answer in [Ok(None), Err(unavailable())] {
+        let actions = machine.on(
+            Event::Refreshed {
+                token: stale.clone(),
+                asked_at: now,
+                answer,
+            },
+            now,
+        );
+        assert!(matches!(
+            refusal(&actions),
+            LeaseError::NoSuchLease | LeaseError::Store(_)
+        ));
+    }
+    let actions = machine.on(
+        Event::Released {
+            token: stale,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Settle(_) | Action::Record(_))),
+        "{actions:?}"
+    );
+    assert_eq!(
+        fence_held(&machine),
+        Some(2),
+        "B's lease was ended by an answer about A's"
+    );
+}
