@@ -455,3 +455,192 @@ async fn a_tls_client_that_finishes_its_handshake_and_sends_nothing_is_closed() 
     assert_eq!(timeouts(&rig), (1, 0, 0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What an idle HTTP/2 client sends: the connection preface and one empty SETTINGS frame.
+const HTTP2_PREFACE_AND_SETTINGS: &[u8] =
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// Opens an idle HTTP/2 connection from `ip`; `Some` once the server answered with its own
+/// SETTINGS within `limit` (it holds a slot), `None` when it did not (it waits in the backlog).
+async fn idle_http2_from(ip: IpAddr, to: SocketAddr, limit: Duration) -> Option<TcpStream> {
+    let mut stream = connect_from(ip, to).await;
+    stream.write_all(HTTP2_PREFACE_AND_SETTINGS).await.ok()?;
+    let mut head = [0u8; 9];
+    match tokio::time::timeout(limit, stream.read_exact(&mut head)).await {
+        Ok(Ok(_)) if head[3] == 0x4 => {
+            let mut payload = vec![0u8; usize::from(head[1]) << 8 | usize::from(head[2])];
+            stream.read_exact(&mut payload).await.ok()?;
+            Some(stream)
+        }
+        _ => None,
+    }
+}
+
+/// `GET {path}` on HTTP/2 stream 1, ending the stream: a HEADERS frame with the pseudo-headers
+/// (HPACK: `:method GET`, `:scheme http` from the static table, `:path` and `:authority`
+/// literal).
+fn http2_get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x44, path.len() as u8];
+    block.extend_from_slice(path.as_bytes());
+    block.extend_from_slice(&[0x41, 1, b't']);
+    let mut frame = vec![0, 0, block.len() as u8, 0x1, 0x5, 0, 0, 0, 1];
+    frame.extend_from_slice(&block);
+    frame
+}
+
+/// The HTTP/2 frames the server sent on `stream` until it closed it (within `limit`), by type.
+async fn http2_frames_until_closed(stream: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => panic!("HTTP/2 connection still open after {limit:?}"),
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at + 9 <= bytes.len() {
+        let length = usize::from(bytes[at]) << 16
+            | usize::from(bytes[at + 1]) << 8
+            | usize::from(bytes[at + 2]);
+        types.push(bytes[at + 3]);
+        at += 9 + length;
+    }
+    types
+}
+
+/// The loopback addresses the flood comes from: not the holder's 127.0.0.1.
+fn flood_addresses() -> impl Iterator<Item = IpAddr> {
+    (2..=6).map(|last| IpAddr::V4(Ipv4Addr::new(127, 0, 0, last)))
+}
+
+#[tokio::test]
+async fn idle_http2_connections_from_many_addresses_never_lock_the_holder_out() {
+    // 64 ordinary and 16 reserved slots, 16 per address: five flooding addresses hold them all.
+    let rig = rig(|c| {
+        c.http.max_connections = 64;
+        c.http.reserved_connections = 16;
+        c.http.max_connections_per_ip = 16;
+        // Long enough that no idle timeout frees a slot during the test.
+        c.http.header_read_timeout_ms = 60_000;
+    })
+    .await;
+    let (addr, base) = (rig.gateway.http_addr, rig.gateway.base_url());
+    // The holder opens a new connection for every request, from 127.0.0.1.
+    let holder = reqwest::Client::builder()
+        .local_address(FIRST_IP)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let taken: Json = holder
+        .post(format!("{base}/api/lease"))
+        .json(&json!({ "Owner": "TAT station 3", "TtlMs": 30000 }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease_id = taken["leaseId"].as_str().unwrap().to_owned();
+
+    // 18 idle HTTP/2 connections from each of five addresses, more than every slot.
+    let mut flood = Vec::new();
+    for ip in flood_addresses() {
+        for _ in 0..18 {
+            if let Some(stream) = idle_http2_from(ip, addr, Duration::from_millis(500)).await {
+                flood.push(stream);
+            }
+        }
+    }
+    assert!(
+        flood.len() >= 80,
+        "only {} idle HTTP/2 connections were served: the flood did not fill every slot",
+        flood.len()
+    );
+
+    // The holder renews, reads its lease and checks health, again and again: every request
+    // is answered at once.
+    for round in 0..5 {
+        let renewed = holder
+            .put(format!("{base}/api/lease/{lease_id}"))
+            .json(&json!({ "TtlMs": 30000 }))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("renewal {round} not answered: {error}"));
+        assert_eq!(renewed.status(), 200, "renewal {round}");
+        let health = holder
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("/healthz {round} not answered: {error}"));
+        assert_eq!(health.status(), 200);
+        let status = holder
+            .get(format!("{base}/api/lease"))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("api/lease {round} not answered: {error}"));
+        assert_eq!(status.status(), 200);
+    }
+    let evicted = rig.gateway.gateway.metrics.http_connections_evicted.get();
+    assert!(evicted >= 15, "only {evicted} idle connections made room");
+    let released = holder
+        .delete(format!("{base}/api/lease/{lease_id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 200);
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_gets_a_goaway_and_is_closed_after_the_header_timeout() {
+    let rig = rig(|c| c.http.header_read_timeout_ms = 300).await;
+    let opened = Instant::now();
+    let mut idle = idle_http2_from(OTHER_IP, rig.gateway.http_addr, Duration::from_secs(2))
+        .await
+        .expect("the gateway answered the preface");
+    let frames = http2_frames_until_closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(
+        opened.elapsed() >= Duration::from_millis(250),
+        "closed too early: {:?}",
+        opened.elapsed()
+    );
+    assert!(
+        frames.contains(&0x7),
+        "no GOAWAY before the close: {frames:?}"
+    );
+    // Everyone else is served meanwhile.
+    assert_eq!(rig.get("capabilities").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_reserved_http2_connection_is_closed_after_its_answer() {
+    let rig = rig(|c| {
+        c.http.max_connections = 4;
+        c.http.max_connections_per_ip = 8;
+        c.http.reserved_connections = 2;
+    })
+    .await;
+    let addr = rig.gateway.http_addr;
+    // Every ordinary slot busy: bodies that never come.
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let mut stream = connect_from(OTHER_IP, addr).await;
+        stream
+            .write_all(&stalled_post("/api/resources/values/get"))
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    let mut reserved = idle_http2_from(FIRST_IP, addr, Duration::from_secs(2))
+        .await
+        .expect("a reserved slot answered the preface");
+    reserved.write_all(&http2_get("/healthz")).await.unwrap();
+    let frames = http2_frames_until_closed(&mut reserved, Duration::from_secs(5)).await;
+    // HEADERS and DATA of the answer, then GOAWAY.
+    assert!(frames.contains(&0x1), "no answer: {frames:?}");
+    assert!(frames.contains(&0x7), "no GOAWAY: {frames:?}");
+}
