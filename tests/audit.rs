@@ -24,12 +24,21 @@ fn audit_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// The trail's two current files as one, in time order: the changes (`changes.log`) and the
+/// other requests (`audit.log`).
 fn file_lines(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("audit.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    let read = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut lines = read("audit.log");
+    lines.extend(read("changes.log"));
+    // A stable sort by the timestamp: each file's own order kept.
+    lines.sort_by(|a, b| a.get(..23).cmp(&b.get(..23)));
+    lines
 }
 
 /// POST with an optional lease id; status and JSON answer.
@@ -669,5 +678,53 @@ async fn a_kill_9_mid_burst_loses_no_answered_write_and_the_station_agrees() {
         unrecorded.len()
     );
     drop((gateway, sim));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn reads_never_rotate_a_change_out_of_the_trail() {
+    let dir = audit_dir("apart");
+    // The smallest rotation: two 4 KiB files hold about 110 lines of reads.
+    let rig = rig(|c| {
+        c.audit.dir = dir.to_string_lossy().into_owned();
+        c.audit.file_bytes = 4096;
+        c.audit.files = 2;
+    })
+    .await;
+    let (status, answer) = rig.write(VSET1, "321.5").await;
+    assert_eq!(status, 200, "{answer}");
+    // Ten times what the request files hold.
+    for _ in 0..1200 {
+        assert_eq!(rig.read(VMON1).await.0, 200);
+    }
+    let (status, whole) = rig.get("audit/log?tail=0").await;
+    assert_eq!(status, 200);
+    let whole: Vec<String> = serde_json::from_value(whole).unwrap();
+    let change = whole
+        .iter()
+        .position(|l| l.contains("POST /api/resources/value/set 200 ") && l.contains("VSET1=321.5"))
+        .unwrap_or_else(|| panic!("the change was rotated out by reads: {} lines", whole.len()));
+    // Reads after it are served too, in time order, as one trail.
+    assert!(
+        whole[change + 1..]
+            .iter()
+            .any(|l| l.contains("POST /api/resources/value/get 200 ")),
+        "{whole:#?}"
+    );
+    let mut stamps: Vec<&str> = whole.iter().map(|l| &l[..23]).collect();
+    let in_order = stamps.clone();
+    stamps.sort();
+    assert_eq!(stamps, in_order, "the trail is not in time order");
+    // The status page still shows it.
+    let (_, status_json) = rig.get_text("/status.json").await;
+    let status_json: Json = serde_json::from_str(&status_json).unwrap();
+    let recent = status_json["audit"]["recentChanges"].as_array().unwrap();
+    assert!(
+        recent
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("VSET1=321.5")),
+        "{recent:?}"
+    );
+    rig.gateway.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
