@@ -7,9 +7,10 @@
 //! - [`TimedIo`]: an I/O wrapper that fails a write which made no progress for
 //!   `http.write_timeout_ms` (a client that stopped reading), so the connection closes. A
 //!   stream that is being read keeps making progress and is never cut.
-//!   Once the ordinary slots are all taken, a newcomer makes room by closing the connection
-//!   idle the longest ([`ConnectionLimits::make_room`]), as nginx reuses its keep-alive
-//!   connections: idle connections, HTTP/1 or HTTP/2, never lock anyone out.
+//!   Once the ordinary slots are all taken, a newcomer makes room by closing an idle
+//!   connection, of the address holding the most the one idle the longest
+//!   ([`ConnectionLimits::make_room`]), as nginx reuses its keep-alive connections: idle
+//!   connections, HTTP/1 or HTTP/2, never lock anyone out, and a flood evicts itself first.
 //! - [`FirstByteDeadline`]: fails reads until a first byte comes within a limit: over TLS, a
 //!   client that finishes its handshake and then says nothing.
 
@@ -26,7 +27,7 @@ use hyper::Method;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use super::idle::{ConnectionUse, longest_idle};
+use super::idle::{Candidate, ConnectionUse, to_evict};
 
 /// What a new connection may be used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,21 +151,26 @@ impl ConnectionLimits {
         })
     }
 
-    /// Before a newcomer is admitted: when every ordinary slot is taken, closes the ordinary
-    /// connection idle the longest (or, with the reserve full too and no ordinary one idle,
-    /// the reserved one idle the longest) and gives its slot back at once. Whether one was.
-    /// Connections with a request in progress are never chosen.
+    /// Before a newcomer is admitted: when every ordinary slot is taken, closes an idle
+    /// ordinary connection (or, with the reserve full too and no ordinary one idle, a reserved
+    /// one) and gives its slot back at once: of the address holding the most connections, the
+    /// one idle the longest ([`to_evict`]). Whether one was. Connections with a request in
+    /// progress are never chosen.
     pub fn make_room(&self) -> bool {
         let mut held = self.held();
         if held.ordinary < self.ordinary {
             return false;
         }
         let idlest = |held: &Held, kind: SlotKind| {
-            longest_idle(
+            to_evict(
                 held.connections
                     .iter()
                     .filter(|(_, holder)| holder.kind == kind)
-                    .map(|(id, holder)| (*id, holder.usage.idle_since())),
+                    .map(|(id, holder)| Candidate {
+                        key: *id,
+                        of_its_address: held.by_ip.get(&holder.ip).copied().unwrap_or(0),
+                        idle_since: holder.usage.idle_since(),
+                    }),
             )
         };
         let chosen = match idlest(&held, SlotKind::Ordinary) {
@@ -482,7 +488,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn at_the_limit_the_longest_idle_connection_makes_room_and_one_in_use_never() {
+    async fn at_the_limit_an_idle_connection_of_the_heaviest_address_makes_room_never_one_in_use() {
         let second = Duration::from_secs(1);
         let limits = ConnectionLimits::new(3, 1, 10);
         let oldest = limits.admit(A).unwrap();
@@ -493,7 +499,7 @@ mod tests {
         tokio::time::sleep(second).await;
         let newer = limits.admit(B).unwrap();
         tokio::time::sleep(second).await;
-        // Full now (3 ordinary): the oldest idle one goes, its slot at once free.
+        // Full now (3 ordinary): A holds two, B one: A's idle one goes, its slot at once free.
         assert!(limits.make_room());
         assert!(oldest.usage.evicted());
         assert!(!busy.usage.evicted() && !newer.usage.evicted());
@@ -503,7 +509,8 @@ mod tests {
         drop(oldest);
         let reserved = limits.admit(A).unwrap();
         assert_eq!(reserved.kind, SlotKind::Reserved);
-        // Ordinary full of one busy and two idle: the one idle longer goes next.
+        // Ordinary full of one busy (A) and two idle (B, which holds two): the one idle
+        // longer goes next.
         assert!(limits.make_room());
         assert!(newer.usage.evicted());
         assert!(!busy.usage.evicted() && !newest.usage.evicted());

@@ -5,8 +5,9 @@
 //! body is dropped (sent, or the stream reset): an event stream is in use for as long as it
 //! runs. Between requests, and before the first, a connection is idle: HTTP/1 or HTTP/2, a
 //! connection with no request in progress for `http.header_read_timeout_ms` is closed
-//! ([`ConnectionUse::close_wanted`]), and at the connection limit the longest-idle one is
-//! closed to make room for a newcomer ([`longest_idle`], used by `connections`).
+//! ([`ConnectionUse::close_wanted`]), and at the connection limit an idle one is closed to
+//! make room for a newcomer: of the address holding the most connections, the one idle the
+//! longest ([`to_evict`], used by `connections`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -199,20 +200,38 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for CountedBody<B> {
     }
 }
 
-/// Of `candidates` (a key and since when it is idle, `None` while in use), the one idle the
-/// longest: the one to close when a newcomer needs its room. Ties go to the first.
-pub fn longest_idle<K>(candidates: impl IntoIterator<Item = (K, Option<Duration>)>) -> Option<K> {
+/// One connection as [`to_evict`] weighs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<K> {
+    pub key: K,
+    /// How many connections its client's address holds.
+    pub of_its_address: usize,
+    /// Since when it has had no request in progress; `None` while one is.
+    pub idle_since: Option<Duration>,
+}
+
+/// Of `candidates`, the one to close when a newcomer needs its room: an idle one (never one
+/// with a request in progress) of the address holding the most connections, and of those
+/// the one idle the longest. So a flood from other addresses pays for itself: a client with
+/// few connections (the lease holder renewing) is never the one evicted while a heavier
+/// address has an idle one. Ties go to the first.
+pub fn to_evict<K>(candidates: impl IntoIterator<Item = Candidate<K>>) -> Option<K> {
     candidates
         .into_iter()
-        .filter_map(|(key, since)| since.map(|since| (key, since)))
-        .fold(
-            None,
-            |best: Option<(K, Duration)>, (key, since)| match best {
-                Some((_, best_since)) if best_since <= since => best,
-                _ => Some((key, since)),
-            },
-        )
-        .map(|(key, _)| key)
+        .filter(|candidate| candidate.idle_since.is_some())
+        .fold(None, |best: Option<Candidate<K>>, candidate| match best {
+            Some(best)
+                if (best.of_its_address, std::cmp::Reverse(best.idle_since))
+                    >= (
+                        candidate.of_its_address,
+                        std::cmp::Reverse(candidate.idle_since),
+                    ) =>
+            {
+                Some(best)
+            }
+            _ => Some(candidate),
+        })
+        .map(|chosen| chosen.key)
 }
 
 #[cfg(test)]
@@ -220,20 +239,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_longest_idle_is_chosen_and_a_connection_in_use_never() {
+    fn the_heaviest_address_pays_its_longest_idle_first_and_a_connection_in_use_never() {
         let ms = Duration::from_millis;
+        let candidate = |key, of_its_address, idle_since| Candidate {
+            key,
+            of_its_address,
+            idle_since,
+        };
+        // One address: the longest idle.
         assert_eq!(
-            longest_idle([
-                (1, Some(ms(30))),
-                (2, None),
-                (3, Some(ms(10))),
-                (4, Some(ms(20)))
+            to_evict([
+                candidate(1, 4, Some(ms(30))),
+                candidate(2, 4, None),
+                candidate(3, 4, Some(ms(10))),
+                candidate(4, 4, Some(ms(20))),
             ]),
             Some(3)
         );
-        assert_eq!(longest_idle([(1, None), (2, None)]), None::<i32>);
-        assert_eq!(longest_idle(Vec::<(u8, Option<Duration>)>::new()), None);
-        assert_eq!(longest_idle([(1, Some(ms(5))), (2, Some(ms(5)))]), Some(1));
+        // The holder's one connection, idle for longest, stays: the flood's address pays.
+        assert_eq!(
+            to_evict([
+                candidate(1, 1, Some(ms(1))),
+                candidate(2, 16, Some(ms(50))),
+                candidate(3, 16, Some(ms(40))),
+                candidate(4, 3, Some(ms(5))),
+            ]),
+            Some(3)
+        );
+        // The heaviest address busy: the next heaviest's idle one.
+        assert_eq!(
+            to_evict([
+                candidate(1, 9, None),
+                candidate(2, 2, Some(ms(50))),
+                candidate(3, 1, Some(ms(0))),
+            ]),
+            Some(2)
+        );
+        assert_eq!(
+            to_evict([candidate(1, 1, None), candidate(2, 1, None)]),
+            None::<i32>
+        );
+        assert_eq!(to_evict(Vec::<Candidate<u8>>::new()), None);
+        assert_eq!(
+            to_evict([candidate(1, 2, Some(ms(5))), candidate(2, 2, Some(ms(5)))]),
+            Some(1)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,8 +5,8 @@ use hyper::Response;
 use hyper::header::{CONTENT_DISPOSITION, CONTENT_TYPE, HeaderValue};
 use serde_json::json;
 
-use super::route::AskedFrom;
 use super::call::{Answer, Call, ok};
+use super::route::AskedFrom;
 use crate::config_files::format::ConfigFile;
 use crate::config_files::{self, ConfigFileError, check_name};
 use crate::error::ApiError;
