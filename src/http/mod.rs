@@ -91,8 +91,9 @@ pub async fn serve(
                 }
             },
         };
-        // Every ordinary slot taken: the longest-idle connection makes room (its slot is given
-        // back at once, its descriptor as soon as its task sees it).
+        // Every ordinary slot taken: an idle connection makes room, of the address holding the
+        // most connections the one idle the longest (its slot is given back at once, its
+        // descriptor as soon as its task sees it).
         if limits.make_room() {
             gateway.metrics.http_connections_evicted.inc();
         }
@@ -291,7 +292,7 @@ impl Connection {
         loop {
             tokio::select! {
                 ended = connection.as_mut() => return (ended, closed_for),
-                _ = self.shutdown.cancelled(), if !shutting_down => {
+                _ = self.shutdown.cancelled(), if !shutting_down && closing.is_none() => {
                     shutting_down = true;
                     connection.as_mut().graceful_shutdown();
                 }
