@@ -268,7 +268,7 @@ pub fn link_kind(error: &LinkError) -> ErrorKind {
         LinkError::Disconnected(_) => ErrorKind::StationNotReached,
         LinkError::Overloaded(_) => ErrorKind::Overloaded,
         LinkError::ShuttingDown => ErrorKind::ShuttingDown,
-        LinkError::Timeout(_) | LinkError::WriteTimeout(_) => ErrorKind::StationTimeout,
+        LinkError::Timeout(_) | LinkError::WriteTimeout { .. } => ErrorKind::StationTimeout,
         LinkError::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
         LinkError::Protocol(_) => ErrorKind::StationFailed,
         LinkError::Refused(_) => ErrorKind::Locked,
@@ -542,7 +542,10 @@ mod tests {
         let mut errors = vec![
             LinkError::Disconnected(LinkDown::Connecting),
             LinkError::Timeout(Duration::from_secs(1)),
-            LinkError::WriteTimeout(Duration::from_secs(1)),
+            LinkError::WriteTimeout {
+                timeout: Duration::from_secs(1),
+                max_processing: Duration::from_secs(4),
+            },
             LinkError::Overloaded(9),
             LinkError::ShuttingDown,
             LinkError::OutcomeUnknown(crate::link::OutcomeCause::LinkDown(LinkDown::Connecting)),
@@ -584,7 +587,10 @@ mod tests {
             ),
             (LinkError::Timeout(Duration::from_secs(1)), 504, C::Internal),
             (
-                LinkError::WriteTimeout(Duration::from_secs(1)),
+                LinkError::WriteTimeout {
+                    timeout: Duration::from_secs(1),
+                    max_processing: Duration::from_secs(4),
+                },
                 504,
                 C::Internal,
             ),

@@ -55,4 +55,4 @@ mod server;
 pub mod station;
 
 pub use config::Config;
-pub use server::{GatewayHandle, Listeners, StartError, run, start};
+pub use server::{BindError, GatewayHandle, Listener, Listeners, StartError, run, start};

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser};
 use station_gateway::config::{Config, EXAMPLE_CONFIG, parse_listen};
 use station_gateway::logs::BatchingWriterGuard;
-use station_gateway::{Listeners, run};
+use station_gateway::{BindError, Listener, Listeners, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -17,34 +17,40 @@ use station_gateway::{Listeners, run};
     about = "The one way to a high-voltage test station: REST contract, control lease, value cache"
 )]
 struct Args {
-    /// Config file (TOML); see config/gateway.toml. Every key has a default.
-    #[arg(long)]
+    /// Config file (TOML); see config/gateway.toml or --print-config. Every key has a default;
+    /// flags override the file. [default: none]
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The station: tcp://HOST:PORT or serial:///dev/ttyUSB0?baud=115200
-    #[arg(long)]
+    /// The station: tcp://HOST:PORT or serial:///dev/ttyUSB0?baud=115200 (station.url).
+    /// [default: tcp://127.0.0.1:4000]
+    #[arg(long, value_name = "URL")]
     station: Option<String>,
-    /// Where to serve HTTP, e.g. 127.0.0.1:5000 (port 0 picks a free one).
-    #[arg(long)]
+    /// Where to serve HTTP (http.listen); port 0 picks a free one, logged at start.
+    /// [default: 127.0.0.1:5000]
+    #[arg(long, value_name = "ADDR")]
     http: Option<String>,
-    /// Where to serve the legacy byte protocol, e.g. 127.0.0.1:4001.
-    #[arg(long)]
+    /// Where to serve the legacy byte protocol, e.g. 127.0.0.1:4001 (legacy.listen).
+    /// [default: off]
+    #[arg(long, value_name = "ADDR")]
     legacy: Option<String>,
-    /// Where leases live: memory, sqlite:PATH, postgres://... or redis://...
-    #[arg(long)]
+    /// Where leases live: memory, sqlite:PATH, postgres://... or redis://... (lease.backend).
+    /// [default: memory]
+    #[arg(long, value_name = "URL")]
     lease_backend: Option<String>,
-    /// Start an embedded station simulator and point the link at it (instead of --station).
+    /// Start an embedded simulated station and point the link at it (instead of --station):
+    /// try the gateway without hardware.
     #[arg(long)]
     simulator: bool,
-    /// Where the embedded simulator serves the byte protocol, e.g. 127.0.0.1:4000 (default: a
-    /// free port, logged at start as "simulator listening ADDR").
+    /// Where the embedded simulator serves the byte protocol, e.g. 127.0.0.1:4000.
+    /// [default: a free port, logged at start as "simulator listening ADDR"]
     #[arg(long, value_name = "ADDR", requires = "simulator")]
     simulator_listen: Option<String>,
-    /// The embedded simulator's station profile (default: the built-in station, a copy of
-    /// config/station.toml).
+    /// The embedded simulator's station profile.
+    /// [default: the built-in station, a copy of config/station.toml]
     #[arg(long, value_name = "FILE", requires = "simulator")]
     simulator_profile: Option<PathBuf>,
     /// Adds an API key with the role `control` (sent as X-Api-Key); turns access control on.
-    /// May be given more than once.
+    /// May be given more than once. [default: none; access control off]
     #[arg(long = "api-key", value_name = "KEY")]
     api_keys: Vec<String>,
     /// Log format: human or json. RUST_LOG sets the level (default info).
@@ -105,6 +111,7 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
+    let station_named = args.station.is_some();
     if let Some(station) = args.station {
         config.station.url = station;
     }
@@ -123,7 +130,7 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
 
     let _simulator = if args.simulator {
         let configured = &config.station.url;
-        if *configured != station_gateway::config::StationConfig::default().url {
+        if *configured != default_station_url() {
             tracing::warn!(
                 "--simulator: the link goes to the embedded simulator, not to station.url \
                  {configured} from the config file"
@@ -141,14 +148,18 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
         // before the link-owner lease is claimed and the lease resumed.
         if config.lease.name.trim().is_empty() {
             config.lease.name = simulator_lease_name(&profile.station.serial);
-            tracing::info!("--simulator: control lease {}", config.lease.name);
+            tracing::info!(
+                "--simulator: the control lease (one client at a time may change the station: \
+                 POST api/lease) is named {}, after the simulated station's serial",
+                config.lease.name
+            );
         }
         let listen = args.simulator_listen.as_deref().unwrap_or("127.0.0.1:0");
         let listen =
             parse_listen(listen).map_err(|why| anyhow::anyhow!("--simulator-listen: {why}"))?;
         let simulator = station_simulator::Simulator::start(profile, listen)
             .await
-            .with_context(|| format!("cannot start the embedded simulator on {listen}"))?;
+            .map_err(|error| BindError::new(Listener::Simulator, listen.to_string(), error))?;
         let addr = simulator.local_addr();
         config.station.url = format!("tcp://{addr}");
         tracing::info!("simulator listening {addr}");
@@ -156,14 +167,29 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+    if !args.simulator && !station_named && config.station.url == default_station_url() {
+        tracing::info!("{}", default_station_notice(&config.station.url));
+    }
     config.validate()?;
 
-    let listeners = Listeners::bind(&config)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.http.listen))?;
+    let listeners = Listeners::bind(&config).await?;
     run(listeners, config, shutdown).await?;
     tracing::info!("station-gateway stopped");
     Ok(())
+}
+
+fn default_station_url() -> String {
+    station_gateway::config::StationConfig::default().url
+}
+
+/// What a gateway started without a station says once: where its link goes, and the two ways
+/// to give it a station (a newcomer without hardware otherwise sees only "station link down").
+fn default_station_notice(url: &str) -> String {
+    format!(
+        "no station given: the link goes to the default station.url {url}; \
+         to try the gateway without hardware, start it with --simulator; \
+         to use a real station, --station tcp://HOST:PORT (or serial:///dev/ttyUSB0?baud=115200)"
+    )
 }
 
 /// `--api-key KEY`: one `control` key each.

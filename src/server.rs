@@ -16,7 +16,8 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::lease::link_owner::LinkOwnership;
+use crate::lease::link_owner::{LinkOwnerError, LinkOwnerTiming, LinkOwnership};
+use crate::lease::owner_state::OwnerState;
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
@@ -30,14 +31,96 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    /// Binds the addresses `config` names.
-    pub async fn bind(config: &Config) -> std::io::Result<Listeners> {
-        let http = TcpListener::bind(&config.http.listen).await?;
+    /// Binds the addresses `config` names; a failure names the listener and its own address.
+    pub async fn bind(config: &Config) -> Result<Listeners, BindError> {
+        let http_listener = if config.http.tls.enabled() {
+            Listener::Https
+        } else {
+            Listener::Http
+        };
+        let http = bind_listener(http_listener, &config.http.listen).await?;
         let legacy = match config.legacy.listen.as_str() {
             "" => None,
-            addr => Some(TcpListener::bind(addr).await?),
+            addr => Some(bind_listener(Listener::Legacy, addr).await?),
         };
         Ok(Listeners { http, legacy })
+    }
+}
+
+async fn bind_listener(listener: Listener, addr: &str) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError::new(listener, addr, source))
+}
+
+/// The sockets a gateway listens on, named as a start-up error names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Http,
+    Https,
+    Legacy,
+    /// The embedded simulator's byte-protocol socket (`--simulator`).
+    Simulator,
+}
+
+impl Listener {
+    /// What the operator knows it as, and where its address comes from.
+    fn describe(self) -> (&'static str, &'static str) {
+        match self {
+            Listener::Http => ("the HTTP listener", "http.listen, --http"),
+            Listener::Https => ("the HTTPS listener", "http.listen with [http.tls], --http"),
+            Listener::Legacy => (
+                "the legacy byte-protocol listener",
+                "legacy.listen, --legacy",
+            ),
+            Listener::Simulator => ("the embedded simulator's listener", "--simulator-listen"),
+        }
+    }
+}
+
+/// A listening socket that could not be opened: which one, on which address, why, and what to
+/// do about it.
+#[derive(Debug, thiserror::Error)]
+pub struct BindError {
+    pub listener: Listener,
+    pub addr: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl BindError {
+    pub fn new(listener: Listener, addr: impl Into<String>, source: std::io::Error) -> BindError {
+        BindError {
+            listener,
+            addr: addr.into(),
+            source,
+        }
+    }
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (name, keys) = self.listener.describe();
+        let (addr, source) = (&self.addr, &self.source);
+        let hint = hint(source.kind());
+        write!(f, "cannot open {name} on {addr} ({keys}): {source}{hint}")
+    }
+}
+
+/// What to do next, for the causes an operator meets.
+fn hint(kind: std::io::ErrorKind) -> &'static str {
+    use std::io::ErrorKind;
+    match kind {
+        ErrorKind::AddrInUse => {
+            "; another program (another gateway?) serves there: stop it or choose another address"
+        }
+        ErrorKind::PermissionDenied => {
+            "; a port below 1024 needs root or CAP_NET_BIND_SERVICE: choose a port above 1023"
+        }
+        ErrorKind::AddrNotAvailable => {
+            "; no interface of this host has that address: 127.0.0.1 or 0.0.0.0 always work"
+        }
+        _ => "",
     }
 }
 
@@ -57,7 +140,7 @@ pub enum StartError {
     #[error("audit.dir: cannot open the audit trail: {0}")]
     Audit(std::io::Error),
     #[error("{0}")]
-    LinkOwner(#[from] crate::lease::link_owner::LinkOwnerError),
+    LinkOwner(#[from] LinkOwnerError),
     #[error(
         "the gateway stopped by itself: it could no longer prove it owns the station's link (see the log)"
     )]
@@ -126,7 +209,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     let tls = crate::http::tls::acceptor(&config.http.tls)?;
     let access = crate::http::access::AccessControl::new(&config.access);
     let shutdown = CancellationToken::new();
-    let (link_task, link) = LinkTask::new(settings);
+    let (link_task, link) = LinkTask::with_max_processing(settings, config.max_processing());
     let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
     let legacy_addr = match &listeners.legacy {
         Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
@@ -147,7 +230,14 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
             "station-gateway pid {} (HTTP {http_addr})",
             std::process::id()
         );
-        Some(LinkOwnership::claim(leases.default_store(), &config.control_lease_name(), me).await?)
+        let timing =
+            LinkOwnerTiming::for_ttl(Duration::from_millis(config.lease.link_owner_ttl_ms));
+        let name = config.control_lease_name();
+        let state = match config.lease.link_owner_state_path() {
+            Some(path) => Some(OwnerState::open(&path).map_err(LinkOwnerError::from)?),
+            None => None,
+        };
+        Some(LinkOwnership::claim(leases.default_store(), &name, me, timing, state).await?)
     } else {
         None
     };
@@ -187,6 +277,11 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         tls,
     });
     let mut tasks = JoinSet::new();
+    // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
+    let link_task = match &ownership {
+        Some(ownership) => link_task.with_owner_gate(ownership.gate()),
+        None => link_task,
+    };
     if let Some(ownership) = ownership {
         tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
     }
@@ -258,4 +353,46 @@ pub async fn run(
     info!("shutting down");
     handle.stop().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_bind_error_names_its_listener_its_address_and_what_to_do() {
+        let error = BindError::new(
+            Listener::Legacy,
+            "127.0.0.1:4001",
+            Error::from(ErrorKind::AddrInUse),
+        );
+        let text = error.to_string();
+        assert!(
+            text.starts_with(
+                "cannot open the legacy byte-protocol listener on 127.0.0.1:4001 \
+                 (legacy.listen, --legacy): "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("stop it or choose another address"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_listener_has_its_own_name() {
+        let names: Vec<_> = [
+            Listener::Http,
+            Listener::Https,
+            Listener::Legacy,
+            Listener::Simulator,
+        ]
+        .map(|listener| listener.describe().0)
+        .into();
+        for (at, name) in names.iter().enumerate() {
+            assert!(!names[at + 1..].contains(name), "{name} twice");
+        }
+    }
 }

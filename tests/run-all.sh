@@ -349,7 +349,9 @@ if $python_ready; then
 fi
 
 step "summary"
-printf 'rust (cargo test --workspace): %d passed, %d failed, %d ignored\n' \
+# cargo says "ignored" for an opt-in #[ignore] test (the soak test): one word, "skipped", in
+# every count here.
+printf 'rust (cargo test --workspace): %d passed, %d failed, %d skipped (opt-in #[ignore] tests, such as the soak test)\n' \
     "$rust_passed" "$rust_failed" "$rust_ignored"
 if $python_ready; then
     printf 'python (pytest tests/python): %d passed, %d failed, %d skipped\n' \

@@ -1,5 +1,6 @@
 //! One client connection: frames in, requests answered concurrently up to the window, replies
-//! and notifications out through one writer that applies the link's faults and pacing.
+//! and notifications out through one writer that applies the link's faults and pacing. When
+//! the connection closes, its requests not yet carried out are abandoned (SPEC.md §4).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,6 +22,10 @@ use crate::shared::{ConnectionId, Shared};
 
 /// Frames waiting for the writer; NOTIFYs are dropped when a slow client lets it fill up.
 const OUTGOING_QUEUE: usize = 256;
+
+/// The longest a closing connection waits for its requests being carried out (a bus
+/// transaction waiting for its bus, an acquisition) to end.
+const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The largest LIST page payload: one frame's payload less the page header.
 const LIST_PAGE_BUDGET: usize = station_protocol::MAX_PAYLOAD - 16;
@@ -58,13 +63,16 @@ where
     // Acquisitions' frames: taken only when no other answer waits, one at a time, so an
     // answer waits at most for the data frame on the line (SPEC.md §6.12).
     let (stream_tx, stream_rx) = mpsc::channel::<RawFrame>(1);
+    // The writer closes the station's side only once every request is carried out or
+    // abandoned (SPEC.md §4), so it has a token of its own.
+    let writer_stop = CancellationToken::new();
     let writer = tokio::spawn(write_frames(
         shared.clone(),
         write_half,
         outgoing_rx,
         stream_rx,
         options.baud,
-        cancel.clone(),
+        writer_stop.clone(),
     ));
     let mut frames = FramedRead::new(read_half, StationCodec::new());
     let in_flight = Arc::new(Semaphore::new(usize::from(options.window.max(1))));
@@ -107,17 +115,37 @@ where
         let outgoing = outgoing_tx.clone();
         let options = options.clone();
         let stream = stream_tx.clone();
+        let closed = cancel.clone();
         tokio::spawn(async move {
-            if let Some(arrived) = arrived {
-                pace_until(arrived).await;
-            }
-            if frame.kind() == Some(station_protocol::Opcode::Sample)
-                && let Ok(Request::Sample(request)) = Request::from_frame(&frame)
-            {
-                let work = shared.faults.processing();
+            let parsed = Request::from_frame(&frame);
+            // A malformed request is answered at once; SAMPLE's channel latency is its rate's.
+            let work = match &parsed {
+                Ok(Request::Sample(_)) => shared.faults.processing(),
+                Ok(request) => shared.faults.processing() + shared.latency_of(request),
+                Err(_) => Duration::ZERO,
+            };
+            let sample = match parsed {
+                Ok(Request::Sample(request)) => Some(request),
+                _ => None,
+            };
+            // Until its work is done the request has not been carried out: a close abandons it.
+            let work = async {
+                if let Some(arrived) = arrived {
+                    pace_until(arrived).await;
+                }
                 if !work.is_zero() {
                     tokio::time::sleep(work).await;
                 }
+            };
+            tokio::select! {
+                biased;
+                _ = closed.cancelled() => {
+                    shared.stats.abandoned.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                _ = work => {}
+            }
+            if let Some(request) = sample {
                 crate::sampling::acquire_owned(shared, frame.request_id, request, stream, permit)
                     .await;
                 return;
@@ -125,13 +153,24 @@ where
             let reply = answer(&shared, &frame, id, &options).await;
             let delay = shared.faults.reply_delay();
             if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    _ = closed.cancelled() => {}
+                    _ = tokio::time::sleep(delay) => {}
+                }
             }
             drop(permit);
-            let _ = outgoing.send(reply).await;
+            // A closed connection's requests are not answered.
+            if !closed.is_cancelled() {
+                let _ = outgoing.send(reply).await;
+            }
         });
     }
     cancel.cancel();
+    // Every request of this connection is carried out or abandoned before the connection is
+    // gone (SPEC.md §4): each gives its window slot back when it is.
+    let window = u32::from(options.window.max(1));
+    let _ = tokio::time::timeout(CLOSE_LIMIT, in_flight.acquire_many(window)).await;
+    writer_stop.cancel();
     drop(outgoing_tx);
     drop(stream_tx);
     let _ = writer.await;
@@ -259,10 +298,6 @@ async fn answer(
             return error_frame(request_id, StationError::new(code, error.to_string()));
         }
     };
-    let work = shared.faults.processing() + shared.latency_of(&request);
-    if !work.is_zero() {
-        tokio::time::sleep(work).await;
-    }
     let response = match request {
         Request::Bus(bus) => crate::bus::answer(shared, &bus, id, &options.peer).await,
         request => respond(shared, request, id, options),

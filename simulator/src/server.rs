@@ -291,6 +291,12 @@ impl SimulatorHandle {
         self.shared.stats.resets.load(Ordering::SeqCst)
     }
 
+    /// Requests abandoned because their connection closed before they were carried out
+    /// (SPEC.md §4).
+    pub fn requests_abandoned(&self) -> u64 {
+        self.shared.stats.abandoned.load(Ordering::SeqCst)
+    }
+
     /// A power cycle: every connection dropped, the station back to its power-on state
     /// (outputs off, settings at their defaults, channel list as in the profile).
     pub fn restart(&self) {

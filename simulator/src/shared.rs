@@ -93,6 +93,8 @@ pub(crate) struct Stats {
     pub connections_accepted: AtomicU64,
     /// RESETs carried out (`reset.rs`).
     pub resets: AtomicU64,
+    /// Requests abandoned because their connection closed before they were carried out.
+    pub abandoned: AtomicU64,
 }
 
 /// The NumericResult channels acquiring now.

@@ -405,3 +405,40 @@ fn thread_cpu_ticks() -> u64 {
     // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
+
+/// SPEC.md §4 "A closed connection's requests": a request still being carried out when its
+/// connection closes is abandoned, and the next connection's requests never find it landing
+/// after them. Both writes take the same processing time and the first was sent first, so
+/// were it carried out it would be in the write log before the second's answer.
+#[tokio::test]
+async fn a_request_still_in_progress_when_its_connection_closes_is_abandoned() {
+    let sim = start_default().await;
+    sim.set_processing_time(Duration::from_millis(300));
+    let mut first = raw_link(&sim).await;
+    let on = Request::Write {
+        items: vec![(ON1.into(), Value::Bool(true))],
+    };
+    send(&mut first, 1, &on).await;
+    drop(first);
+    let mut second = raw_link(&sim).await;
+    let off = Request::Write {
+        items: vec![(ON1.into(), Value::Bool(false))],
+    };
+    send(&mut second, 1, &off).await;
+    assert_eq!(
+        next_reply(&mut second).await,
+        (1, Response::Write(vec![Ok(())]))
+    );
+    let on1: Vec<Value> = sim
+        .write_log()
+        .into_iter()
+        .filter(|w| w.channel == ON1)
+        .map(|w| w.value)
+        .collect();
+    assert_eq!(
+        on1,
+        [Value::Bool(false)],
+        "the closed connection's write was carried out after all"
+    );
+    assert_eq!(sim.requests_abandoned(), 1);
+}

@@ -16,6 +16,9 @@ pub use sections::{
     Role, SafeWrite, StationConfig, StatusPageConfig, TlsConfig, User,
 };
 
+/// `station.max_processing_ms` when not set: this many request timeouts.
+pub const MAX_PROCESSING_PER_TIMEOUT: u32 = 4;
+
 /// The documented example config, also printed by `station-gateway --print-config`.
 pub const EXAMPLE_CONFIG: &str = include_str!("../../config/gateway.toml");
 
@@ -96,6 +99,14 @@ impl Config {
 
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.station.request_timeout_ms)
+    }
+
+    /// `station.max_processing_ms`, or 4 × `station.request_timeout_ms` when not set.
+    pub fn max_processing(&self) -> Duration {
+        match self.station.max_processing_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None => MAX_PROCESSING_PER_TIMEOUT * self.request_timeout(),
+        }
     }
 }
 

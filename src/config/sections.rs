@@ -12,6 +12,11 @@ pub struct StationConfig {
     pub url: String,
     /// How long one request may wait for the station's answer.
     pub request_timeout_ms: u64,
+    /// The longest the station may take over a request: a change it did not answer within
+    /// `request_timeout_ms` is in doubt (it may still be carried out) until answered late or
+    /// this long after it was sent; the end of a lease waits for its changes in doubt that
+    /// long at most, then resets the link. `None`: 4 × `request_timeout_ms`.
+    pub max_processing_ms: Option<u64>,
     /// How long one connection attempt may take.
     pub connect_timeout_ms: u64,
     /// First and longest pause between reconnection attempts.
@@ -230,6 +235,14 @@ pub struct LeaseConfig {
     pub admin_token: String,
     /// Channel writes applied when a lease runs out without being released.
     pub safe_state: Vec<SafeWrite>,
+    /// With a shared backend: how long this gateway's link-owner lease lives without renewal.
+    /// It is renewed every third of it (each renewal given a third), and the link sends
+    /// nothing later than four fifths of it after the last confirmed renewal was sent.
+    pub link_owner_ttl_ms: u64,
+    /// With a shared backend: a state file (locked while the gateway runs) keeping the
+    /// link-owner lease's token, so that a gateway restarted after a crash takes its own lease
+    /// back at once; empty: `$STATE_DIRECTORY/link-owner.state` under systemd, else none.
+    pub link_owner_state: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -256,6 +269,7 @@ impl Default for StationConfig {
         StationConfig {
             url: "tcp://127.0.0.1:4000".into(),
             request_timeout_ms: 2000,
+            max_processing_ms: None,
             connect_timeout_ms: 2000,
             reconnect_min_ms: 100,
             reconnect_max_ms: 5000,
@@ -307,6 +321,8 @@ impl Default for LeaseConfig {
             name: String::new(),
             admin_token: String::new(),
             safe_state: Vec::new(),
+            link_owner_ttl_ms: 10_000,
+            link_owner_state: String::new(),
         }
     }
 }
@@ -320,5 +336,18 @@ impl Default for EventsConfig {
             stream_queue: 64,
             subscription_ttl_ms: 60_000,
         }
+    }
+}
+
+impl LeaseConfig {
+    /// The link-owner state file: the configured one, or under systemd's state directory.
+    pub fn link_owner_state_path(&self) -> Option<PathBuf> {
+        if !self.link_owner_state.is_empty() {
+            return Some(self.link_owner_state.clone().into());
+        }
+        let dirs = std::env::var_os("STATE_DIRECTORY").filter(|dirs| !dirs.is_empty())?;
+        // systemd may list several, separated by colons: the first is ours.
+        let first = dirs.to_string_lossy().split(':').next()?.to_owned();
+        Some(std::path::Path::new(&first).join("link-owner.state"))
     }
 }

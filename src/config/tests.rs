@@ -106,3 +106,18 @@ fn a_bad_value_names_the_key() {
     let error = Config::from_toml("[station]\nurl = \"ftp://x\"\n", "x.toml").unwrap_err();
     assert!(error.to_string().contains("station.url"), "{error}");
 }
+
+#[test]
+fn the_longest_processing_is_four_request_timeouts_unless_set_and_never_below_one() {
+    let config = Config::from_toml("[station]\nrequest_timeout_ms = 1000\n", "x.toml").unwrap();
+    assert_eq!(config.max_processing(), Duration::from_millis(4000));
+    let text = "[station]\nrequest_timeout_ms = 1000\nmax_processing_ms = 2500\n";
+    let config = Config::from_toml(text, "x.toml").unwrap();
+    assert_eq!(config.max_processing(), Duration::from_millis(2500));
+    let text = "[station]\nrequest_timeout_ms = 1000\nmax_processing_ms = 999\n";
+    let error = Config::from_toml(text, "x.toml").unwrap_err();
+    assert!(
+        error.to_string().contains("station.max_processing_ms"),
+        "{error}"
+    );
+}

@@ -34,6 +34,14 @@ impl Config {
         if !(1..=600_000).contains(&self.station.request_timeout_ms) {
             return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
         }
+        if let Some(ms) = self.station.max_processing_ms
+            && !(self.station.request_timeout_ms..=3_600_000).contains(&ms)
+        {
+            return Err(invalid(
+                "station.max_processing_ms",
+                "must be at least station.request_timeout_ms and at most 3600000 (1 h)",
+            ));
+        }
         if self.station.connect_timeout_ms == 0 {
             return Err(invalid("station.connect_timeout_ms", "must be above 0"));
         }
@@ -102,6 +110,15 @@ impl Config {
         }
         station_lease::BackendUrl::parse(&self.lease.backend)
             .map_err(|error| invalid("lease.backend", error.to_string()))?;
+        let ttl = std::time::Duration::from_millis(self.lease.link_owner_ttl_ms);
+        if !(1_000..=600_000).contains(&self.lease.link_owner_ttl_ms)
+            || !crate::lease::link_owner::LinkOwnerTiming::for_ttl(ttl).holds()
+        {
+            return Err(invalid(
+                "lease.link_owner_ttl_ms",
+                "must be 1000 to 600000 (renewals every third of it, each given a third, and a fifth kept in hand)",
+            ));
+        }
         if self.http.tls.enabled() {
             if self.http.tls.cert.is_empty() {
                 return Err(invalid(

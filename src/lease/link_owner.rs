@@ -12,12 +12,49 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::owner_state::{OwnerState, OwnerStateError};
 use super::seconds_left;
 use super::store::{AcquireRequest, Acquisition, LeaseStore, LeaseStoreError, LeaseToken};
+use crate::link::OwnerGate;
 
-/// How long the link-owner lease lives without renewal, and how often it is renewed.
+/// How long the link-owner lease lives without renewal, by default.
 pub const LINK_OWNER_TTL: Duration = Duration::from_secs(10);
-const RENEW_EVERY: Duration = Duration::from_secs(3);
+/// The pause before trying again after a renewal failed while the lease is still ours.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
+/// The link-owner lease's timing, all from its TTL, in the manner of Patroni's
+/// `loop_wait + 2 × retry_timeout ≤ ttl`: renewals every TTL/3, each given at most TTL/3 by
+/// the store, and the link may send only until TTL − TTL/5 after the last confirmed renewal
+/// was sent. So a gateway that cannot renew stops sending a fifth of the TTL before the store
+/// lets another take the station, and a renewal that failed at its timeout is tried once more
+/// before the link stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkOwnerTiming {
+    pub ttl: Duration,
+    pub renew_every: Duration,
+    pub store_timeout: Duration,
+    /// How long before the lease lapses in the store the link stops sending.
+    pub margin: Duration,
+}
+
+impl LinkOwnerTiming {
+    pub fn for_ttl(ttl: Duration) -> LinkOwnerTiming {
+        LinkOwnerTiming {
+            ttl,
+            renew_every: ttl / 3,
+            store_timeout: ttl / 3,
+            margin: ttl / 5,
+        }
+    }
+
+    /// Whether a renewal that fails at its timeout leaves time for another before the link
+    /// must stop: `renew_every + store_timeout + retry pause < ttl − margin`, and a margin.
+    pub fn holds(&self) -> bool {
+        !self.margin.is_zero()
+            && self.renew_every + self.store_timeout + RETRY_AFTER_FAILURE
+                < self.ttl.saturating_sub(self.margin)
+    }
+}
 
 /// Why the gateway may not own the station's link.
 #[derive(Debug, thiserror::Error)]
@@ -33,13 +70,31 @@ pub enum LinkOwnerError {
     },
     #[error("the lease backend could not say who owns this station's link: {0}")]
     Store(#[from] LeaseStoreError),
+    #[error(
+        "the lease backend did not say within {} ms who owns this station's link",
+        .0.as_millis()
+    )]
+    Timeout(Duration),
+    #[error(transparent)]
+    State(#[from] OwnerStateError),
 }
 
-/// This gateway's hold on the station's link.
+/// This gateway's hold on the station's link: the lease in the store, and the gate the link
+/// checks before every frame it writes.
 pub struct LinkOwnership {
     store: Arc<dyn LeaseStore>,
     name: String,
     token: LeaseToken,
+    timing: LinkOwnerTiming,
+    gate: Arc<OwnerGate>,
+    /// The locked state file keeping the token for a restart, if configured: held (and so
+    /// locked) for as long as this gateway owns the link.
+    state: Option<OwnerState>,
+    /// Who this gateway is, as other gateways see it.
+    owner: String,
+    /// The station's own link-owner lease (`link-owner:station:<identity>`), once the link
+    /// met the station: its identity and token.
+    station: Option<(String, LeaseToken)>,
 }
 
 impl LinkOwnership {
@@ -49,20 +104,48 @@ impl LinkOwnership {
     }
 
     /// Takes the link-owner lease for `control_name` as `owner`, or says who holds it.
+    /// With `state`, the token a crashed run of this gateway kept takes its own lease back at
+    /// once (same lease, same fence), and the new token is kept for the next run.
     pub async fn claim(
         store: Arc<dyn LeaseStore>,
         control_name: &str,
         owner: String,
+        timing: LinkOwnerTiming,
+        mut state: Option<OwnerState>,
     ) -> Result<LinkOwnership, LinkOwnerError> {
         let name = Self::name_for(control_name);
-        let request = AcquireRequest::new(owner, LINK_OWNER_TTL);
-        match store.try_acquire(&name, request).await? {
+        let mut request = AcquireRequest::new(owner.clone(), timing.ttl);
+        if let Some(kept) = state.as_mut().and_then(OwnerState::token) {
+            request = request.with_retry_token(kept);
+        }
+        let asked_at = Instant::now();
+        let acquired =
+            tokio::time::timeout(timing.store_timeout, store.try_acquire(&name, request))
+                .await
+                .map_err(|_| LinkOwnerError::Timeout(timing.store_timeout))??;
+        let taken_back = matches!(acquired, Acquisition::Renewed(_));
+        match acquired {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
-                info!(%name, fence = grant.fence, "this gateway owns the station's link");
+                let how = if taken_back {
+                    " (its own lease from before a restart, taken back)"
+                } else {
+                    ""
+                };
+                info!(%name, fence = grant.fence, "this gateway owns the station's link{how}");
+                if let Some(state) = state.as_mut() {
+                    state.remember(&grant.token, None)?;
+                }
+                let gate = Arc::new(OwnerGate::new(asked_at));
+                gate.renewed(asked_at, timing.ttl, timing.margin);
                 Ok(LinkOwnership {
                     store,
                     name,
                     token: grant.token,
+                    timing,
+                    gate,
+                    state,
+                    owner,
+                    station: None,
                 })
             }
             Acquisition::HeldByOther(holder) => Err(LinkOwnerError::OwnedByOther {
@@ -73,38 +156,155 @@ impl LinkOwnership {
         }
     }
 
-    /// Renews the lease until `shutdown`, then releases it. When it cannot be renewed before
-    /// it would lapse (lost to another gateway, or the backend unreachable for its whole TTL),
-    /// logs why and cancels `stop_gateway`.
-    pub async fn keep(self, shutdown: CancellationToken, stop_gateway: CancellationToken) {
-        let mut confirmed_at = Instant::now();
+    /// The gate the link checks before every frame (`LinkTask::with_owner_gate`).
+    pub fn gate(&self) -> Arc<OwnerGate> {
+        self.gate.clone()
+    }
+
+    /// The name of the link-owner lease of the station `identity` (from its HELLO).
+    pub fn station_name_for(identity: &str) -> String {
+        format!("link-owner:station:{identity}")
+    }
+
+    /// Claims the station's own link-owner lease for the link, which met the station that
+    /// says `identity`: `Err` names the gateway that owns it (through another address).
+    async fn claim_station(&mut self, identity: &str) -> Result<(), String> {
+        if self
+            .station
+            .as_ref()
+            .is_some_and(|(held, _)| held == identity)
+        {
+            return Ok(());
+        }
+        let name = Self::station_name_for(identity);
+        let mut request = AcquireRequest::new(self.owner.clone(), self.timing.ttl);
+        if let Some(kept) = self.state.as_mut().and_then(|s| s.station_token(identity)) {
+            request = request.with_retry_token(kept);
+        }
+        let asked = self.store.try_acquire(&name, request);
+        let acquired = match tokio::time::timeout(self.timing.store_timeout, asked).await {
+            Ok(Ok(acquired)) => acquired,
+            Ok(Err(why)) => {
+                return Err(format!(
+                    "the lease backend could not say who owns the station {identity}: {why}"
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "the lease backend did not say within {} ms who owns the station {identity}",
+                    self.timing.store_timeout.as_millis()
+                ));
+            }
+        };
+        match acquired {
+            Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
+                info!(%name, fence = grant.fence, "this gateway owns the station {identity}");
+                if let Some((old_identity, old)) = self.station.take() {
+                    let old_name = Self::station_name_for(&old_identity);
+                    let _ = self.store.release(&old_name, &old).await;
+                }
+                if let Some(state) = self.state.as_mut()
+                    && let Err(why) = state.remember(&self.token, Some((identity, &grant.token)))
+                {
+                    warn!("{why}");
+                }
+                self.station = Some((identity.to_owned(), grant.token));
+                Ok(())
+            }
+            Acquisition::HeldByOther(holder) => Err(format!(
+                "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
+                holder.owner,
+                seconds_left(holder.expires_in)
+            )),
+        }
+    }
+
+    /// Renews the link-owner lease and the station's own: `Ok(true)` when both were confirmed,
+    /// `Ok(false)` when the store says one is no longer this gateway's.
+    async fn renew(&self) -> Result<bool, String> {
+        let mut held = vec![(self.name.clone(), &self.token)];
+        if let Some((identity, token)) = &self.station {
+            held.push((Self::station_name_for(identity), token));
+        }
+        for (name, token) in held {
+            let renewal = self.store.refresh(&name, token, None);
+            match tokio::time::timeout(self.timing.store_timeout, renewal).await {
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => return Ok(false),
+                Ok(Err(why)) => return Err(why.to_string()),
+                Err(_) => {
+                    return Err(format!(
+                        "no answer within {} ms",
+                        self.timing.store_timeout.as_millis()
+                    ));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Renews the leases until `shutdown`, then releases them. Each confirmed renewal opens
+    /// the link's gate until TTL − margin after it was sent; a renewal that fails is tried
+    /// again while the gate is open. When the gate closes (lost to another gateway, or the
+    /// store unreachable or too slow), the link has already stopped sending: this logs why and
+    /// cancels `stop_gateway`. The link asks here, after each HELLO, whether it may serve the
+    /// station that answered (its identity's own lease).
+    pub async fn keep(mut self, shutdown: CancellationToken, stop_gateway: CancellationToken) {
+        let timing = self.timing;
+        let mut pause = timing.renew_every;
+        let mut identities = self.gate.identities_asked();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(RENEW_EVERY) => {}
+                changed = identities.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let asked = identities.borrow_and_update().clone();
+                    if let Some(identity) = asked {
+                        let verdict = self.claim_station(&identity).await;
+                        if let Err(why) = &verdict {
+                            warn!("{why}");
+                        }
+                        self.gate.decide_identity(identity, verdict);
+                    }
+                    continue;
+                }
+                () = tokio::time::sleep(pause) => {}
             }
             let asked_at = Instant::now();
-            match self.store.refresh(&self.name, &self.token, None).await {
-                Ok(Some(_)) => confirmed_at = asked_at,
-                Ok(None) => {
-                    error!(name = %self.name, "this gateway lost the station's link-owner lease (another gateway may own the station now): stopping");
+            match self.renew().await {
+                Ok(true) => {
+                    self.gate.renewed(asked_at, timing.ttl, timing.margin);
+                    pause = timing.renew_every;
+                }
+                Ok(false) => {
+                    self.gate.revoke();
+                    error!(name = %self.name, "this gateway lost the station's link-owner lease (another gateway may own the station now): it sends the station nothing more, and stops");
                     stop_gateway.cancel();
                     return;
                 }
-                Err(why)
-                    if asked_at.duration_since(confirmed_at) + RENEW_EVERY < LINK_OWNER_TTL =>
-                {
+                Err(why) if self.gate.owned_at(Instant::now()) => {
                     warn!(name = %self.name, "could not renew the link-owner lease ({why}); trying again");
+                    pause = RETRY_AFTER_FAILURE;
                 }
                 Err(why) => {
-                    error!(name = %self.name, "could not renew the link-owner lease before it lapses ({why}): stopping, since another gateway may take the station");
+                    error!(name = %self.name, "could not renew the link-owner lease in time ({why}): the link stopped sending when it could no longer prove it owns the station, and the gateway stops, since another gateway may take the station");
                     stop_gateway.cancel();
                     return;
                 }
             }
         }
+        self.gate.revoke();
+        if let Some((identity, token)) = self.station.take() {
+            let _ = self
+                .store
+                .release(&Self::station_name_for(&identity), &token)
+                .await;
+        }
+        // (The state file's lock goes with this task: a restart may take it at once.)
         if let Err(why) = self.store.release(&self.name, &self.token).await {
-            warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", LINK_OWNER_TTL.as_secs());
+            warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", timing.ttl.as_secs());
         }
     }
 }

@@ -19,6 +19,7 @@ use super::error::{LinkDown, LinkError, OutcomeCause};
 use super::guard::SendGuard;
 use super::handshake::Framing;
 use super::info::{LinkEvent, LinkStats, StationInfo};
+use super::owner_gate::OwnerGate;
 use super::read_queue::{CoalescePolicy, ReadQueue};
 use super::session::{FREE_FENCE, InFlightKind, ResponseReply, Session};
 use crate::cache::ValueCache;
@@ -34,6 +35,19 @@ pub struct Shared {
     /// The station answered a RESET: it restarts its application, so the next connection
     /// reports a configuration change (`configuration` event) whatever its channel list.
     pub restarted: std::sync::atomic::AtomicBool,
+    /// With a shared lease backend: this gateway's hold on the station's link, checked right
+    /// before any frame is written (`None`: the only gateway there can be).
+    pub owner: Option<Arc<OwnerGate>>,
+}
+
+impl Shared {
+    /// `Err(NotOwner)` once this gateway may no longer send to the station.
+    pub fn may_send(&self) -> Result<(), LinkDown> {
+        match &self.owner {
+            Some(gate) if !gate.owned_at(Instant::now()) => Err(LinkDown::NotOwner),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Shared {
@@ -101,6 +115,7 @@ pub struct Connection {
     pub framed: Framing,
     pub generation: u64,
     request_timeout: Duration,
+    max_processing: Duration,
     session: Session,
     reads: ReadQueue,
     changes: VecDeque<Queued>,
@@ -115,18 +130,21 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// `timeouts`: the request timeout, and the longest the station may take over a request.
     pub fn new(
         framed: Framing,
         generation: u64,
         window: usize,
-        request_timeout: Duration,
+        timeouts: (Duration, Duration),
         policy: CoalescePolicy,
     ) -> Connection {
+        let (request_timeout, max_processing) = timeouts;
         Connection {
             framed,
             generation,
             request_timeout,
-            session: Session::new(window, request_timeout),
+            max_processing,
+            session: Session::new(window, request_timeout, max_processing),
             reads: ReadQueue::new(policy),
             changes: VecDeque::new(),
             settling: Vec::new(),
@@ -221,6 +239,20 @@ impl Connection {
             .map_err(|error| LinkDown::Write(Arc::new(error)))
     }
 
+    /// Closes the connection (a TCP connection's sending side; the rest when it is dropped)
+    /// and, when `station_closes`, waits for the station to close its side too: it does so
+    /// only once it has abandoned or finished every request of this connection (SPEC.md §4).
+    /// Whatever it still sends meanwhile is dropped. At most `limit` in all.
+    pub async fn close(&mut self, station_closes: bool, limit: Duration) {
+        use futures::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let closed = async {
+            let _ = self.framed.get_mut().shutdown().await;
+            while station_closes && matches!(self.framed.next().await, Some(Ok(_))) {}
+        };
+        let _ = tokio::time::timeout(limit, closed).await;
+    }
+
     pub async fn flush(&mut self) -> Result<(), LinkDown> {
         SinkExt::<RawFrame>::flush(&mut self.framed)
             .await
@@ -274,6 +306,8 @@ impl Connection {
     /// Puts queued work on the wire while the station's window has room.
     pub async fn dispatch(&mut self, shared: &Shared) -> Result<(), LinkDown> {
         self.answer_settled();
+        // Nothing is put on the wire by a gateway that may no longer own the link.
+        shared.may_send()?;
         let mut sent_any = false;
         while self.session.has_room() {
             // Reads and changes take turns, so neither can starve the other.
@@ -296,6 +330,8 @@ impl Connection {
         }
         // Frames queued outside dispatch (the LIST a configuration NOTIFY starts) go out too.
         if sent_any || !self.framed.write_buffer().is_empty() {
+            // Checked again at the last moment before the bytes leave.
+            shared.may_send()?;
             self.flush().await?;
         }
         Ok(())

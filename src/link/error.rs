@@ -17,11 +17,20 @@ pub enum LinkError {
     Disconnected(LinkDown),
     #[error("the station did not answer within {} ms", .0.as_millis())]
     Timeout(Duration),
+    /// A change the station did not answer in time: in doubt, for it may still carry it out.
     #[error(
-        "the station did not answer the write within {} ms; it may or may not have been applied: read the channel to find out",
-        .0.as_millis()
+        "the station did not answer the write within {} ms; it may or may not have been \
+         applied, and the station may still apply it: the gateway holds back the end of the \
+         lease it was made under (the safe state, the next holder) until the station answers \
+         it, at most {} ms after it was sent (station.max_processing_ms), and then resets the \
+         link; read the channel to find out",
+        .timeout.as_millis(),
+        .max_processing.as_millis()
     )]
-    WriteTimeout(Duration),
+    WriteTimeout {
+        timeout: Duration,
+        max_processing: Duration,
+    },
     /// A change was sent, then the link broke (or its answer was unreadable).
     #[error(
         "the link to the station dropped after the write was sent ({0}); it may or may not have been applied: read the channel to find out"
@@ -51,7 +60,7 @@ impl LinkError {
     pub fn leaves_outcome_unknown(&self) -> bool {
         match self {
             LinkError::OutcomeUnknown(_)
-            | LinkError::WriteTimeout(_)
+            | LinkError::WriteTimeout { .. }
             | LinkError::Timeout(_)
             | LinkError::Protocol(_) => true,
             // Its internal error, a frame it could not read, a bus that gave up: the station
@@ -87,6 +96,18 @@ pub enum LinkDown {
     Closed,
     #[error("the station stopped answering (no reply to PING within {} ms)", .0.as_millis())]
     PingTimeout(Duration),
+    /// The gateway reset the link: a change the end of a lease waits for was still
+    /// unanswered the longest the station may take over a request after it was sent.
+    #[error(
+        "the gateway reset the link: a change {} was still unanswered {} ms after it was sent \
+         (station.max_processing_ms) and the lease's end waits for it",
+        made_under(*.fence),
+        .max_processing.as_millis()
+    )]
+    ChangeInDoubt {
+        fence: u64,
+        max_processing: Duration,
+    },
     #[error(transparent)]
     Handshake(HandshakeError),
     #[error("cannot build a {opcode:?} frame: {source}")]
@@ -96,6 +117,16 @@ pub enum LinkDown {
     },
     #[error("the gateway is shutting down")]
     ShuttingDown,
+    /// Self-fencing: the link-owner lease could not be renewed in time, so another gateway may
+    /// own the station now; this one sends nothing until a renewal is confirmed.
+    #[error(
+        "this gateway cannot prove it still owns the station's link (its link-owner lease was not renewed in time; another gateway may own the station now), so it sends the station nothing"
+    )]
+    NotOwner,
+    /// The station that answered HELLO may not be served by this gateway: why (another gateway
+    /// owns it through another address).
+    #[error("{0}")]
+    NotThisStation(String),
 }
 
 /// Why the byte stream to the station could not be opened.
@@ -156,6 +187,15 @@ pub enum OutcomeCause {
     Reply(ProtocolError),
 }
 
+/// Which lease a change was made under, by its fence (0, the session's `FREE_FENCE`: none;
+/// lease fences start at 1).
+fn made_under(fence: u64) -> String {
+    match fence {
+        0 => "made while nobody held the lease".to_owned(),
+        fence => format!("of lease {fence}"),
+    }
+}
+
 /// HELLO, SYSTEM, LIST as the handshake's messages have always named them.
 fn label(opcode: Opcode) -> &'static str {
     match opcode {
@@ -206,6 +246,37 @@ mod tests {
         assert_eq!(
             LinkError::Disconnected(LinkDown::Connecting).to_string(),
             "station disconnected: connecting"
+        );
+        let in_doubt = LinkError::WriteTimeout {
+            timeout: Duration::from_millis(2000),
+            max_processing: Duration::from_millis(8000),
+        };
+        assert_eq!(
+            in_doubt.to_string(),
+            "the station did not answer the write within 2000 ms; it may or may not have been \
+             applied, and the station may still apply it: the gateway holds back the end of the \
+             lease it was made under (the safe state, the next holder) until the station answers \
+             it, at most 8000 ms after it was sent (station.max_processing_ms), and then resets \
+             the link; read the channel to find out"
+        );
+        let reset = LinkDown::ChangeInDoubt {
+            fence: 7,
+            max_processing: Duration::from_millis(8000),
+        };
+        assert_eq!(
+            LinkError::Disconnected(reset).to_string(),
+            "station disconnected: the gateway reset the link: a change of lease 7 was still \
+             unanswered 8000 ms after it was sent (station.max_processing_ms) and the lease's \
+             end waits for it"
+        );
+        let free = LinkDown::ChangeInDoubt {
+            fence: 0,
+            max_processing: Duration::from_millis(8000),
+        };
+        assert!(
+            free.to_string()
+                .contains("a change made while nobody held the lease was still unanswered"),
+            "{free}"
         );
     }
 }

@@ -9,9 +9,19 @@ use station_protocol::{
 use tokio_util::codec::Framed;
 
 use super::error::{HandshakeError, LinkDown};
+use super::owner_gate::OwnerGate;
 use super::settings::LinkSettings;
 use super::transport::{self, StationStream};
 use std::sync::Arc;
+
+/// The least a handshake waits for the lease backend's word on the station's identity.
+const IDENTITY_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The station's identity as its HELLO gives it: model and serial (the same station under any
+/// address, name, port or serial device).
+pub fn station_identity(hello: &HelloReply) -> String {
+    format!("{} {}", hello.station, hello.serial)
+}
 
 /// Names per LIST page asked of the station.
 pub const LIST_PAGE: u16 = 128;
@@ -46,8 +56,13 @@ pub fn add_list_page(
     channels.len() < total as usize && !empty_page
 }
 
-/// Opens the stream and runs HELLO, SYSTEM and LIST (every page).
-pub async fn connect(settings: &LinkSettings) -> Result<Connected, LinkDown> {
+/// Opens the stream and runs HELLO, SYSTEM and LIST (every page). With `owner` (a shared lease
+/// backend), nothing follows HELLO until the link-owner task confirmed that this gateway may
+/// serve the station that answered it (its own identity, not its address).
+pub async fn connect(
+    settings: &LinkSettings,
+    owner: Option<&OwnerGate>,
+) -> Result<Connected, LinkDown> {
     let stream = transport::open(&settings.url, settings.connect_timeout)
         .await
         .map_err(|error| LinkDown::Open(Arc::new(error)))?;
@@ -111,6 +126,13 @@ pub async fn connect(settings: &LinkSettings) -> Result<Connected, LinkDown> {
             station: hello.version,
             gateway: PROTOCOL_VERSION,
         }));
+    }
+    if let Some(owner) = owner {
+        let identity = station_identity(&hello);
+        owner
+            .verify_identity(&identity, settings.request_timeout.max(IDENTITY_LIMIT))
+            .await
+            .map_err(LinkDown::NotThisStation)?;
     }
     let modules = match exchange(Request::System).await? {
         Response::System(modules) => modules,

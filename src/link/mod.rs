@@ -13,6 +13,7 @@ mod error;
 mod guard;
 mod handshake;
 mod info;
+mod owner_gate;
 mod read_queue;
 mod session;
 mod settings;
@@ -32,6 +33,7 @@ use command::Command;
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use guard::SendGuard;
 pub use info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
+pub use owner_gate::OwnerGate;
 pub use settings::LinkSettings;
 pub use task::LinkTask;
 pub use url::{Parity, SerialSettings, StationUrl, UrlError};
@@ -47,6 +49,8 @@ pub struct LinkHandle {
     cache: Arc<ValueCache>,
     stats: Arc<LinkStats>,
     request_timeout: Duration,
+    /// The longest the station may take over a request (`station.max_processing_ms`).
+    max_processing: Duration,
 }
 
 impl LinkHandle {
@@ -103,7 +107,7 @@ impl LinkHandle {
             .wait(answer, LinkError::Timeout(self.request_timeout))
             .await
             .map_err(|error| match error {
-                LinkError::WriteTimeout(timeout) => LinkError::Timeout(timeout),
+                LinkError::WriteTimeout { timeout, .. } => LinkError::Timeout(timeout),
                 other => other,
             })?;
         match response {
@@ -205,20 +209,25 @@ impl LinkHandle {
             guard,
             reply,
         })?;
-        match self
-            .wait(answer, LinkError::WriteTimeout(self.request_timeout))
-            .await?
-        {
+        let in_doubt = LinkError::WriteTimeout {
+            timeout: self.request_timeout,
+            max_processing: self.max_processing,
+        };
+        match self.wait(answer, in_doubt).await? {
             Response::Error(error) => Err(LinkError::Station(error)),
             response => Ok(response),
         }
     }
 
     /// Returns once no change admitted under the lease with `fence` (`None`: while nobody held
-    /// it) may still be at the station: each was answered, timed out and then answered late or
-    /// taken as lost after a second timeout, or the link was reset. Changes of that fence still
-    /// queued are not waited for: their send guard refuses them once the lease has ended, which
-    /// the caller makes sure of first. Never fails: with no link, nothing is at the station.
+    /// it) may still be at the station: each was answered, or it is in doubt (timed out) and
+    /// was answered late or outlived `station.max_processing_ms` since it was sent. A change
+    /// still in doubt at that bound while this waits makes the link reset (close the
+    /// connection, and reopen it) before this returns: the station abandons or finishes a
+    /// closed connection's requests before it takes the next one's (SPEC.md §4), so nothing of
+    /// that fence lands after. Changes of that fence still queued are not waited for: their
+    /// send guard refuses them once the lease has ended, which the caller makes sure of first.
+    /// Never fails: with no link, nothing is at the station.
     pub async fn settle(&self, fence: Option<u64>) {
         let (reply, settled) = oneshot::channel();
         let fence = fence.unwrap_or(session::FREE_FENCE);
@@ -326,6 +335,11 @@ impl LinkHandle {
 
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// The longest the station may take over a request (`station.max_processing_ms`).
+    pub fn max_processing(&self) -> Duration {
+        self.max_processing
     }
 
     /// Requests waiting for the link task to take them off the channel.

@@ -1,6 +1,6 @@
 //! The bookkeeping of one connection, without I/O: request ids, what is in flight and until
-//! when, the PING that checks the station still answers, and the one check that a reply
-//! answers its request. Unit-tested below with `Instant`s passed in.
+//! when, the changes in doubt, the PING that checks the station still answers, and the one
+//! check that a reply answers its request. Unit-tested below with `Instant`s passed in.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -16,10 +16,12 @@ use super::read_queue::ReadBatch;
 /// The fence key of a change admitted while nobody held the lease (lease fences start at 1).
 pub const FREE_FENCE: u64 = 0;
 
-/// A change that timed out unanswered, which the station may still apply.
-struct Unsettled {
+/// A change (or consuming read, or SAMPLE) the station did not answer in time: it is in
+/// doubt, not lost, for the station may still carry it out.
+struct InDoubt {
     fence: u64,
-    /// When it is taken as lost.
+    /// When the longest the station may take over it (`station.max_processing_ms`) has passed
+    /// since it was sent (a SAMPLE: since its last frame).
     until: Instant,
 }
 
@@ -64,6 +66,15 @@ pub struct InFlight {
     released: bool,
 }
 
+/// What became of the changes in doubt whose time ran out ([`Session::lapse_doubts`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lapse {
+    /// Nobody waits for them: their fences (one per change; empty when none lapsed).
+    Forgotten(Vec<u64>),
+    /// Someone waits for `fence`, one of theirs: reset the link before they go on.
+    Reset { fence: u64 },
+}
+
 /// What a reply with a request id turned out to be.
 pub enum Reply {
     /// It answers its request: the station's response, or its ERROR.
@@ -87,25 +98,29 @@ pub struct Session {
     busy: usize,
     /// Changes in flight per lease fence ([`FREE_FENCE`]: admitted while nobody held it).
     fences: HashMap<u64, usize>,
-    /// Changes that timed out unanswered, by request id: the station may still be working on
-    /// them, so they count as at the station (under their fence) until their late reply comes,
-    /// the session ends, or a second request timeout passes (then they are taken as lost).
-    unsettled: HashMap<u32, Unsettled>,
+    /// Changes in doubt, by request id: they timed out unanswered and the station may still
+    /// carry them out, so they count as at the station (under their fence) until their late
+    /// reply comes, the session ends (the link is reset), or `max_processing` has passed.
+    in_doubt: HashMap<u32, InDoubt>,
+    /// The longest the station may take over a request (`station.max_processing_ms`).
+    max_processing: Duration,
     ping_outstanding: bool,
     late_replies: u64,
 }
 
 impl Session {
-    /// A session that keeps at most `window` requests in flight, each for at most `timeout`.
-    pub fn new(window: usize, timeout: Duration) -> Session {
+    /// A session that keeps at most `window` requests in flight, each for at most `timeout`,
+    /// and a change unanswered in time in doubt until `max_processing` after it was sent.
+    pub fn new(window: usize, timeout: Duration, max_processing: Duration) -> Session {
         Session {
             window,
             timeout,
+            max_processing: max_processing.max(timeout),
             next_id: 1,
             in_flight: HashMap::new(),
             busy: 0,
             fences: HashMap::new(),
-            unsettled: HashMap::new(),
+            in_doubt: HashMap::new(),
             ping_outstanding: false,
             late_replies: 0,
         }
@@ -116,7 +131,7 @@ impl Session {
         loop {
             let id = self.next_id;
             self.next_id = self.next_id.checked_add(1).unwrap_or(1);
-            if !self.in_flight.contains_key(&id) && !self.unsettled.contains_key(&id) {
+            if !self.in_flight.contains_key(&id) && !self.in_doubt.contains_key(&id) {
                 return id;
             }
         }
@@ -156,12 +171,12 @@ impl Session {
         self.busy < self.window
     }
 
-    /// When the next request in flight times out, or the next unanswered change is taken as
-    /// lost.
+    /// When the next request in flight times out, or the next change in doubt outlives the
+    /// longest the station may take over it.
     pub fn next_deadline(&self) -> Option<Instant> {
         let in_flight = self.in_flight.values().map(|f| f.deadline);
-        let unsettled = self.unsettled.values().map(|u| u.until);
-        in_flight.chain(unsettled).min()
+        let in_doubt = self.in_doubt.values().map(|d| d.until);
+        in_flight.chain(in_doubt).min()
     }
 
     /// Whether a PING is on the wire.
@@ -175,11 +190,18 @@ impl Session {
     }
 
     /// Whether changes admitted under lease `fence` ([`FREE_FENCE`]: while nobody held it)
-    /// may still be at the station: sent and not yet answered, or timed out and neither
-    /// answered late nor taken as lost yet. The end of a lease waits until this is false.
+    /// may still be at the station: sent and not yet answered, or in doubt (timed out, not
+    /// answered late, and `max_processing` not yet passed). The end of a lease waits until
+    /// this is false.
     pub fn changes_in_flight_under(&self, fence: u64) -> bool {
         self.fences.get(&fence).is_some_and(|&count| count > 0)
-            || self.unsettled.values().any(|u| u.fence == fence)
+            || self.in_doubt.values().any(|d| d.fence == fence)
+    }
+
+    /// Whether a change of `fence` is in doubt (timed out and not answered since).
+    #[cfg(test)]
+    pub fn in_doubt_under(&self, fence: u64) -> bool {
+        self.in_doubt.values().any(|d| d.fence == fence)
     }
 
     /// The one check of a reply: its id is in flight, and it answers what was asked (the
@@ -221,8 +243,8 @@ impl Session {
             return Reply::Unknown;
         }
         let Some(entry) = self.remove(request_id) else {
-            // A timed-out change's late answer settles it.
-            self.unsettled.remove(&request_id);
+            // A change in doubt's late answer settles it.
+            self.in_doubt.remove(&request_id);
             self.late_replies += 1;
             return Reply::Unknown;
         };
@@ -237,9 +259,8 @@ impl Session {
     }
 
     /// Takes out every request whose deadline is at or before `now`. A change among them
-    /// stays unsettled (may still be at the station) for one more timeout.
+    /// (one with a fence) is in doubt from now until `max_processing` after it was sent.
     pub fn expired(&mut self, now: Instant) -> Vec<InFlight> {
-        self.unsettled.retain(|_, u| u.until > now);
         let ids: Vec<u32> = self
             .in_flight
             .iter()
@@ -252,16 +273,41 @@ impl Session {
             .collect();
         for (id, entry) in &expired {
             if let Some(fence) = entry.fence {
-                let until = entry.deadline + self.timeout;
-                self.unsettled.insert(*id, Unsettled { fence, until });
+                // The deadline is a request timeout after it was sent (or its last frame).
+                let until = entry.deadline - self.timeout + self.max_processing;
+                self.in_doubt.insert(*id, InDoubt { fence, until });
             }
         }
         expired.into_iter().map(|(_, entry)| entry).collect()
     }
 
-    /// Takes out everything in flight, when the session ends.
+    /// Takes out every change in doubt that has outlived, at `now`, the longest the station
+    /// may take over it: by the station's contract it was carried out or never will be, but
+    /// the gateway cannot tell which. When someone waits for its fence (`waited_for`: a lease's
+    /// end), the link must be reset before they go on, so that it cannot land after them
+    /// (SPEC.md §4); otherwise it just leaves doubt.
+    pub fn lapse_doubts(&mut self, now: Instant, waited_for: impl Fn(u64) -> bool) -> Lapse {
+        let lapsed: Vec<u32> = self
+            .in_doubt
+            .iter()
+            .filter(|(_, d)| d.until <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let fences: Vec<u64> = lapsed
+            .into_iter()
+            .filter_map(|id| self.in_doubt.remove(&id).map(|d| d.fence))
+            .collect();
+        match fences.iter().find(|&&fence| waited_for(fence)) {
+            Some(&fence) => Lapse::Reset { fence },
+            None => Lapse::Forgotten(fences),
+        }
+    }
+
+    /// Takes out everything in flight, when the session ends. Nothing is in doubt any more:
+    /// the station abandons or finishes a closed connection's requests before it takes the
+    /// next connection's (SPEC.md §4).
     pub fn drain(&mut self) -> Vec<InFlight> {
-        self.unsettled.clear();
+        self.in_doubt.clear();
         let ids: Vec<u32> = self.in_flight.keys().copied().collect();
         ids.into_iter().filter_map(|id| self.remove(id)).collect()
     }

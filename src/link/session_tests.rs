@@ -5,6 +5,8 @@ use station_protocol::{ErrorCode, StationError, Value};
 use tokio::sync::mpsc;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest the station may take over a request: four timeouts, the default.
+const MAX_PROCESSING: Duration = Duration::from_secs(8);
 
 fn change(session: &mut Session, fence: Option<u64>, now: Instant) -> u32 {
     let (reply, _answer) = oneshot::channel();
@@ -19,7 +21,7 @@ fn change(session: &mut Session, fence: Option<u64>, now: Instant) -> u32 {
 
 #[test]
 fn ids_wrap_past_the_largest_skipping_zero_and_ids_still_in_flight() {
-    let mut session = Session::new(4, TIMEOUT);
+    let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     session.next_id = 1;
     let one = change(&mut session, None, now);
@@ -35,7 +37,7 @@ fn ids_wrap_past_the_largest_skipping_zero_and_ids_still_in_flight() {
 
 #[test]
 fn a_reply_answers_its_request_and_frees_its_slot() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     let id = change(&mut session, None, now);
     assert!(!session.has_room());
@@ -46,7 +48,7 @@ fn a_reply_answers_its_request_and_frees_its_slot() {
 
 #[test]
 fn an_error_answers_any_request() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let id = change(&mut session, None, Instant::now());
     let error = StationError::new(ErrorCode::Busy, "busy");
     let reply = session.verify_reply(id, Ok(Response::Error(error)));
@@ -55,7 +57,7 @@ fn an_error_answers_any_request() {
 
 #[test]
 fn a_reply_of_the_wrong_kind_is_a_protocol_error() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let id = change(&mut session, None, Instant::now());
     let reply = session.verify_reply(id, Ok(Response::Read(vec![])));
     let Reply::Mismatch(_, error) = reply else {
@@ -83,7 +85,7 @@ fn a_read_answered_with_another_number_of_values_is_a_protocol_error() {
     let (reply, _answer) = oneshot::channel();
     reads.enqueue(vec!["a".into(), "b".into()], None, reply, now);
     let batch = reads.next_batch(now).expect("a READ of a and b");
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let id = session.take_id();
     session.track(id, Opcode::Read, None, InFlightKind::Read(batch), now);
     let reply = session.verify_reply(id, Ok(Response::Read(vec![Ok(Value::Bool(true))])));
@@ -98,7 +100,7 @@ fn a_read_answered_with_another_number_of_values_is_a_protocol_error() {
 
 #[test]
 fn an_unreadable_reply_is_a_protocol_error() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let id = change(&mut session, None, Instant::now());
     let reply = session.verify_reply(id, Err(PayloadError::Truncated("a status")));
     assert!(matches!(
@@ -110,7 +112,7 @@ fn an_unreadable_reply_is_a_protocol_error() {
 
 #[test]
 fn a_late_reply_after_a_timeout_is_dropped_and_counted() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     let id = change(&mut session, None, now);
     assert!(session.expired(now + TIMEOUT / 2).is_empty());
@@ -124,7 +126,7 @@ fn a_late_reply_after_a_timeout_is_dropped_and_counted() {
 
 #[test]
 fn the_ping_does_not_count_against_the_window() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     let id = session.take_id();
     session.track(id, Opcode::Ping, None, InFlightKind::Ping, now);
@@ -137,7 +139,7 @@ fn the_ping_does_not_count_against_the_window() {
 
 #[test]
 fn changes_admitted_under_a_fence_are_known_to_be_in_flight_until_answered() {
-    let mut session = Session::new(4, TIMEOUT);
+    let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     let first = change(&mut session, Some(7), now);
     let second = change(&mut session, Some(7), now);
@@ -155,20 +157,91 @@ fn changes_admitted_under_a_fence_are_known_to_be_in_flight_until_answered() {
     assert!(session.changes_in_flight_under(8));
     session.expired(now + TIMEOUT);
     assert!(
-        session.changes_in_flight_under(8),
-        "timed out, but the station may still apply it"
+        session.changes_in_flight_under(8) && session.in_doubt_under(8),
+        "timed out, but the station may still apply it: in doubt"
     );
-    assert_eq!(session.next_deadline(), Some(now + 2 * TIMEOUT));
     session.expired(now + 2 * TIMEOUT);
     assert!(
+        session.changes_in_flight_under(8),
+        "a second timeout is no reason to take it as lost"
+    );
+    assert_eq!(session.next_deadline(), Some(now + MAX_PROCESSING));
+    let nobody_waits = |_| false;
+    assert_eq!(
+        session.lapse_doubts(
+            now + MAX_PROCESSING - Duration::from_millis(1),
+            nobody_waits
+        ),
+        Lapse::Forgotten(vec![]),
+        "still within the longest the station may take"
+    );
+    assert_eq!(
+        session.lapse_doubts(now + MAX_PROCESSING, nobody_waits),
+        Lapse::Forgotten(vec![8])
+    );
+    assert!(
         !session.changes_in_flight_under(8),
-        "unanswered for two timeouts: taken as lost"
+        "unanswered for the longest the station may take: it was carried out or never will be"
+    );
+    assert_eq!(session.next_deadline(), None);
+}
+
+#[test]
+fn a_change_in_doubt_whose_fence_is_waited_for_past_the_longest_processing_asks_for_a_reset() {
+    let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
+    let t0 = Instant::now();
+    change(&mut session, Some(5), t0);
+    let later = t0 + Duration::from_secs(1);
+    change(&mut session, Some(6), later);
+    session.expired(later + TIMEOUT);
+    assert!(session.in_doubt_under(5) && session.in_doubt_under(6));
+    let waited_for = |fence| fence == 6;
+    assert_eq!(
+        session.lapse_doubts(t0 + MAX_PROCESSING, waited_for),
+        Lapse::Forgotten(vec![5]),
+        "fence 5's change lapsed, but nobody waits for fence 5"
+    );
+    assert!(session.in_doubt_under(6));
+    assert_eq!(session.next_deadline(), Some(later + MAX_PROCESSING));
+    assert_eq!(
+        session.lapse_doubts(later + MAX_PROCESSING, waited_for),
+        Lapse::Reset { fence: 6 }
+    );
+    assert!(!session.changes_in_flight_under(6));
+}
+
+#[test]
+fn a_sample_that_falls_silent_is_in_doubt_from_its_last_frame() {
+    let mut session = Session::new(2, TIMEOUT, MAX_PROCESSING);
+    let t0 = Instant::now();
+    let (id, _rx) = stream(&mut session, Some(9), t0);
+    let last_frame = t0 + Duration::from_secs(5);
+    assert!(matches!(
+        session.verify_reply_at(id, Ok(data(0, 1)), last_frame),
+        Reply::Part(..)
+    ));
+    assert_eq!(session.expired(last_frame + TIMEOUT).len(), 1);
+    assert!(session.in_doubt_under(9));
+    assert_eq!(session.next_deadline(), Some(last_frame + MAX_PROCESSING));
+    assert_eq!(
+        session.lapse_doubts(last_frame + MAX_PROCESSING, |_| true),
+        Lapse::Reset { fence: 9 }
     );
 }
 
 #[test]
+fn the_longest_processing_is_never_shorter_than_the_request_timeout() {
+    let mut session = Session::new(1, TIMEOUT, Duration::ZERO);
+    let t0 = Instant::now();
+    change(&mut session, Some(2), t0);
+    session.expired(t0 + TIMEOUT);
+    assert!(session.in_doubt_under(2));
+    assert_eq!(session.next_deadline(), Some(t0 + TIMEOUT));
+}
+
+#[test]
 fn a_timed_out_change_is_settled_by_its_late_answer_or_the_end_of_the_session() {
-    let mut session = Session::new(4, TIMEOUT);
+    let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     let late = change(&mut session, Some(3), now);
     let lost = change(&mut session, Some(4), now);
@@ -222,7 +295,7 @@ fn stream(
 
 #[test]
 fn a_stream_frees_its_window_slot_with_its_first_frame_and_stays_in_flight_until_the_end() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let t0 = Instant::now();
     let (id, mut rx) = stream(&mut session, Some(3), t0);
     assert!(
@@ -281,7 +354,7 @@ fn a_stream_frees_its_window_slot_with_its_first_frame_and_stays_in_flight_until
 
 #[test]
 fn an_error_ends_a_stream_and_a_silent_stream_times_out_from_its_last_frame() {
-    let mut session = Session::new(2, TIMEOUT);
+    let mut session = Session::new(2, TIMEOUT, MAX_PROCESSING);
     let t0 = Instant::now();
     let (id, _rx) = stream(&mut session, None, t0);
     let error = StationError::new(ErrorCode::Busy, "busy");
@@ -306,7 +379,7 @@ fn an_error_ends_a_stream_and_a_silent_stream_times_out_from_its_last_frame() {
 
 #[test]
 fn a_sample_frame_for_a_request_of_another_kind_is_a_mismatch() {
-    let mut session = Session::new(1, TIMEOUT);
+    let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let id = change(&mut session, None, Instant::now());
     assert!(matches!(
         session.verify_reply(id, Ok(data(0, 1))),

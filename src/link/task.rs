@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use station_protocol::ChangeType;
@@ -20,9 +21,11 @@ use super::connection::{Connection, Shared};
 use super::error::{LinkDown, LinkError};
 use super::handshake::{self, Connected};
 use super::info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
+use super::owner_gate::OwnerGate;
 use super::read_queue::CoalescePolicy;
 use super::settings::LinkSettings;
 use crate::cache::ValueCache;
+use crate::config::MAX_PROCESSING_PER_TIMEOUT;
 
 /// The most requests kept in flight, whatever the station offers.
 const MAX_WINDOW: usize = 64;
@@ -30,6 +33,8 @@ const MAX_WINDOW: usize = 64;
 /// The task that owns the station link. Make one with [`LinkTask::new`], spawn [`LinkTask::run`].
 pub struct LinkTask {
     settings: LinkSettings,
+    /// The longest the station may take over a request (`station.max_processing_ms`).
+    max_processing: Duration,
     commands: mpsc::Receiver<Command>,
     shared: Shared,
 }
@@ -41,7 +46,20 @@ enum SessionEnd {
 }
 
 impl LinkTask {
+    /// A link task whose station may take [`MAX_PROCESSING_PER_TIMEOUT`] request timeouts
+    /// over a request (the default of `station.max_processing_ms`).
     pub fn new(settings: LinkSettings) -> (LinkTask, LinkHandle) {
+        let max_processing = settings.request_timeout * MAX_PROCESSING_PER_TIMEOUT;
+        LinkTask::with_max_processing(settings, max_processing)
+    }
+
+    /// A link task whose station may take `max_processing` over a request: how long a change
+    /// answered 504 stays in doubt, and the most the end of a lease waits for it.
+    pub fn with_max_processing(
+        settings: LinkSettings,
+        max_processing: Duration,
+    ) -> (LinkTask, LinkHandle) {
+        let max_processing = max_processing.max(settings.request_timeout);
         let (commands_tx, commands) = mpsc::channel(settings.queue_depth.max(1));
         let (info_tx, info_rx) = watch::channel(Arc::new(StationInfo {
             last_error: Some(LinkDown::Connecting.to_string()),
@@ -57,9 +75,11 @@ impl LinkTask {
             cache: cache.clone(),
             stats: stats.clone(),
             request_timeout: settings.request_timeout,
+            max_processing,
         };
         let task = LinkTask {
             settings,
+            max_processing,
             commands,
             shared: Shared {
                 info: info_tx,
@@ -67,9 +87,17 @@ impl LinkTask {
                 cache,
                 stats,
                 restarted: Default::default(),
+                owner: None,
             },
         };
         (task, handle)
+    }
+
+    /// Sends to the station only while `gate` says this gateway owns its link (a shared lease
+    /// backend's link-owner lease): checked before connecting and right before every write.
+    pub fn with_owner_gate(mut self, gate: Arc<OwnerGate>) -> LinkTask {
+        self.shared.owner = Some(gate);
+        self
     }
 
     /// Runs until `shutdown` is cancelled: connect, serve, and on loss reconnect.
@@ -78,16 +106,21 @@ impl LinkTask {
         let mut generation = 0u64;
         let mut down = LinkDown::Connecting;
         loop {
-            let attempt = {
-                let connecting = handshake::connect(&self.settings);
-                tokio::pin!(connecting);
-                loop {
-                    tokio::select! {
-                        biased;
-                        _ = shutdown.cancelled() => return,
-                        result = &mut connecting => break result,
-                        Some(command) = self.commands.recv() => {
-                            command.fail(LinkError::Disconnected(down.clone()));
+            let attempt = match self.shared.may_send() {
+                // Not even a HELLO without the link: another gateway may own the station.
+                Err(not_owner) => Err(not_owner),
+                Ok(()) => {
+                    let connecting =
+                        handshake::connect(&self.settings, self.shared.owner.as_deref());
+                    tokio::pin!(connecting);
+                    loop {
+                        tokio::select! {
+                            biased;
+                            _ = shutdown.cancelled() => return,
+                            result = &mut connecting => break result,
+                            Some(command) = self.commands.recv() => {
+                                command.fail(LinkError::Disconnected(down.clone()));
+                            }
                         }
                     }
                 }
@@ -190,8 +223,16 @@ impl LinkTask {
             max: settings.coalesce_max,
             max_names: settings.max_names_per_read,
         };
-        let mut c = Connection::new(framed, generation, window, settings.request_timeout, policy);
+        let timeouts = (settings.request_timeout, self.max_processing);
+        let mut c = Connection::new(framed, generation, window, timeouts, policy);
         let end = self.session_loop(&mut c, shutdown).await;
+        if let SessionEnd::Lost(LinkDown::ChangeInDoubt { .. }) = &end {
+            // The reset: the connection is closed, and on TCP the station has closed its side
+            // (having abandoned or finished the change in doubt), before anyone waiting for the
+            // change is answered (below) and before the next connection (SPEC.md §4).
+            let station_closes = matches!(self.settings.url, super::url::StationUrl::Tcp { .. });
+            c.close(station_closes, self.settings.request_timeout).await;
+        }
         let why = match &end {
             SessionEnd::Lost(why) => why.clone(),
             SessionEnd::Shutdown => LinkDown::ShuttingDown,
@@ -214,6 +255,12 @@ impl LinkTask {
             }
             let next_deadline = c.next_deadline();
             let next_release = c.next_release();
+            // (A closed gate: at once.)
+            let owned_until = self
+                .shared
+                .owner
+                .as_ref()
+                .map(|gate| gate.until().unwrap_or_else(Instant::now));
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return SessionEnd::Shutdown,
@@ -245,6 +292,12 @@ impl LinkTask {
                     self.take_commands(c);
                 }
                 _ = sleep_until_opt(next_release), if next_release.is_some() => {}
+                // The link-owner lease lapsing (not renewed in time) ends the session at once.
+                _ = sleep_until_opt(owned_until), if owned_until.is_some() => {
+                    if let Err(not_owner) = self.shared.may_send() {
+                        return SessionEnd::Lost(not_owner);
+                    }
+                }
                 _ = sleep_until_opt(next_deadline), if next_deadline.is_some() => {
                     if let Err(why) = c.on_timeouts(&self.shared) {
                         return SessionEnd::Lost(why);

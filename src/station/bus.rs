@@ -42,12 +42,17 @@ impl BusLanes {
         if let Err(LinkError::Station(error)) = &result
             && error.code == ErrorCode::Unsupported
         {
-            *self
-                .unsupported_in
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(generation);
+            self.unsupported_since(generation);
         }
         result
+    }
+
+    /// The station answered a bus transaction `unsupported` on the connection of `generation`.
+    pub(super) fn unsupported_since(&self, generation: u64) {
+        *self
+            .unsupported_in
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(generation);
     }
 
     /// False once the station, on the link's current connection (`generation`), answered a

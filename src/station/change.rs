@@ -358,7 +358,7 @@ pub(super) struct ChangeRunner {
     /// Where every change's line goes, written by the change's own task.
     pub(super) audit: AuditLog,
     /// The changes still running, each on a task of its own; shutdown waits for them.
-    changes: tokio_util::task::TaskTracker,
+    pub(super) changes: tokio_util::task::TaskTracker,
 }
 
 impl ChangeRunner {

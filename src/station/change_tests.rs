@@ -12,6 +12,7 @@ use super::{
     StepAction, StillRunning,
 };
 use crate::lease::Admitted;
+use crate::link::LinkError;
 
 const VSET1: &str = "0.4.ESH10000662.VSET1";
 const VSET2: &str = "0.4.ESH10000662.VSET2";
@@ -299,7 +300,9 @@ async fn a_caller_stops_waiting_after_the_bound_and_the_change_goes_on_to_its_li
     assert!(station.changes.audit.recent_changes().is_empty());
     // Its turn comes; it ends (the link never answers) and its line says so.
     drop(earlier);
+    assert_eq!(station.changes.changes.len(), 1, "the change still runs");
     station.changes_ended(Duration::from_secs(30)).await;
+    assert_eq!(station.changes.changes.len(), 0, "and has ended");
     // (The trail's writer is a thread: with the clock paused, wait for it, not for time.)
     station.changes.audit.written().await;
     let line = last_line(&station);
@@ -307,4 +310,71 @@ async fn a_caller_stops_waiting_after_the_bound_and_the_change_goes_on_to_its_li
         line.contains(" LEGACY bus - ") && line.contains(" outcome="),
         "{line}"
     );
+}
+
+const UART01: &str = "0.ESH10000023.UART01";
+const ADC_NR: &str = "0.8.ESH10000590.NumericResult";
+const ADC01: &str = "0.8.ESH10000590.ADC01";
+
+#[tokio::test]
+async fn a_read_that_consumes_data_goes_out_under_its_guard_or_not_at_all() {
+    let (station, sim, shutdown, running) = connected_station().await;
+    let guard = crate::link::SendGuard::new(None, || Ok(()));
+    let policy = || {
+        let mut policy = super::ReadPolicy::hardware(None, Some(&guard));
+        policy.consuming = super::ConsumingRule::Read;
+        policy
+    };
+    // A plain read with a guard at hand: one READ frame, no empty guarded one beside it.
+    let frames = sim.read_frames();
+    let plain = station.read(&[VSET1.to_owned()], policy()).await.unwrap();
+    assert!(plain[0].is_ok(), "{plain:?}");
+    assert_eq!(sim.read_frames(), frames + 1, "one READ for a plain read");
+    // A consuming channel under the guard: read from the station, its value given.
+    let consumed = station.read(&[UART01.to_owned()], policy()).await.unwrap();
+    assert!(consumed[0].is_ok(), "{consumed:?}");
+    assert_eq!(sim.reads_of(UART01), 1);
+    // Without a guard it is never read.
+    let mut unguarded = super::ReadPolicy::hardware(None, None);
+    unguarded.consuming = super::ConsumingRule::Read;
+    let refused = station.read(&[UART01.to_owned()], unguarded).await.unwrap();
+    assert!(
+        matches!(
+            &refused[0],
+            Err(super::ItemError::Consuming | super::ItemError::Link(LinkError::Refused(_)))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        sim.reads_of(UART01),
+        1,
+        "the unguarded read reached the station"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+#[test]
+fn bus_transactions_are_supported_until_the_station_says_otherwise_on_this_connection() {
+    let (_task, link) = crate::link::LinkTask::new(link_settings("tcp://127.0.0.1:1"));
+    let station = Station::new(link, crate::audit::AuditLog::memory_only());
+    assert!(station.bus_supported());
+    let generation = station.info().generation;
+    station.buses.unsupported_since(generation + 1);
+    assert!(station.bus_supported(), "said on another connection");
+    station.buses.unsupported_since(generation);
+    assert!(!station.bus_supported());
+}
+
+#[tokio::test]
+async fn a_sampler_says_its_rate_unit_and_default_count_without_acquiring() {
+    let (station, _sim, shutdown, running) = connected_station().await;
+    let (end, default) = station.sampler_info(ADC_NR, ADC01).await.unwrap();
+    assert!(end.rate > 0.0, "{end:?}");
+    assert!(
+        matches!(default, Some(count) if count > 0),
+        "the default sample count: {default:?}"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
 }

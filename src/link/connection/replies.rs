@@ -12,7 +12,7 @@ use crate::link::error::{LinkDown, LinkError, OutcomeCause, ProtocolError};
 use crate::link::handshake;
 use crate::link::info::LinkEvent;
 use crate::link::read_queue::ReadAnswer;
-use crate::link::session::{InFlightKind, Reply};
+use crate::link::session::{InFlightKind, Lapse, Reply};
 
 impl Connection {
     /// Hands a frame from the station to whoever waits for it, after the reply check.
@@ -195,11 +195,42 @@ impl Connection {
     }
 
     /// Answers requests whose time is up and checks, with a PING, that the station still
-    /// answers at all; a PING that times out ends the session.
+    /// answers at all; a PING that times out ends the session. A change in doubt that a
+    /// lease's end waits for, still unanswered the longest the station may take, ends it too:
+    /// the link is reset so that the change cannot land after the lease's end.
     pub fn on_timeouts(&mut self, shared: &Shared) -> Result<(), LinkDown> {
         self.count_codec_errors(shared);
         let timeout = self.request_timeout;
-        let expired = self.session.expired(Instant::now());
+        let now = Instant::now();
+        let settling = &self.settling;
+        let waited_for = |fence: u64| settling.iter().any(|(waits, _)| *waits == fence);
+        match self.session.lapse_doubts(now, waited_for) {
+            Lapse::Reset { fence } => {
+                warn!(
+                    fence,
+                    "a change in doubt is still unanswered {} ms after it was sent \
+                     (station.max_processing_ms) and the end of its lease waits for it: \
+                     resetting the link",
+                    self.max_processing.as_millis()
+                );
+                return Err(LinkDown::ChangeInDoubt {
+                    fence,
+                    max_processing: self.max_processing,
+                });
+            }
+            Lapse::Forgotten(fences) => {
+                for fence in fences {
+                    warn!(
+                        fence,
+                        "a change in doubt is still unanswered {} ms after it was sent \
+                         (station.max_processing_ms): the station has carried it out or never \
+                         will",
+                        self.max_processing.as_millis()
+                    );
+                }
+            }
+        }
+        let expired = self.session.expired(now);
         let expired_any = !expired.is_empty();
         let mut ping_timed_out = false;
         for in_flight in &expired {
@@ -211,7 +242,10 @@ impl Connection {
                 InFlightKind::Ping => {}
                 InFlightKind::Read(batch) => self.reads.lost(batch, LinkError::Timeout(timeout)),
                 InFlightKind::Change { reply, .. } => {
-                    let _ = reply.send(Err(LinkError::WriteTimeout(timeout)));
+                    let _ = reply.send(Err(LinkError::WriteTimeout {
+                        timeout,
+                        max_processing: self.max_processing,
+                    }));
                 }
                 InFlightKind::Pass { reply } => {
                     let _ = reply.send(Err(LinkError::Timeout(timeout)));

@@ -1,4 +1,4 @@
-//! Tests of one connection's work through a duplex pipe, time paused: LIST refreshes and configuration changes.
+//! Tests of one connection's work through a duplex pipe, time paused: LIST refreshes, configuration changes, and changes in doubt at the end of a lease.
 
 use futures::StreamExt;
 use station_protocol::{Notify, Opcode, Response, StationCodec};
@@ -14,7 +14,55 @@ fn shared() -> Shared {
         cache: Arc::new(ValueCache::new()),
         stats: Arc::new(LinkStats::default()),
         restarted: Default::default(),
+        owner: None,
     }
+}
+
+/// Self-fencing: with the link-owner gate closed, nothing queued reaches the wire, and the
+/// session ends saying why; with it open, the same frame goes out.
+#[tokio::test(start_paused = true)]
+async fn nothing_is_written_once_this_gateway_cannot_prove_it_owns_the_link() {
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let stream: Box<dyn StationStream> = Box::new(ours);
+    let mut station = Framed::new(theirs, StationCodec::new());
+    let policy = CoalescePolicy {
+        quiet: Duration::ZERO,
+        max: Duration::ZERO,
+        max_names: 10,
+    };
+    let mut c = Connection::new(
+        Framed::new(stream, StationCodec::new()),
+        1,
+        4,
+        (Duration::from_secs(2), Duration::from_secs(8)),
+        policy,
+    );
+    let now = Instant::now();
+    let gate = Arc::new(OwnerGate::new(now));
+    gate.renewed(now, Duration::from_secs(10), Duration::from_secs(2));
+    let mut shared = shared();
+    shared.owner = Some(gate.clone());
+    c.on_frame(&shared, configuration_changed())
+        .expect("a NOTIFY is taken");
+    c.dispatch(&shared)
+        .await
+        .expect("owned: the LIST is flushed");
+    let list = tokio::time::timeout(Duration::from_secs(1), station.next())
+        .await
+        .expect("the LIST went out while owned");
+    assert!(list.is_some());
+    // Past its proof of ownership: the next frame is never written.
+    tokio::time::advance(Duration::from_secs(8)).await;
+    c.on_frame(&shared, configuration_changed())
+        .expect("a NOTIFY is taken");
+    let refused = c.dispatch(&shared).await;
+    assert!(matches!(refused, Err(LinkDown::NotOwner)), "{refused:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), station.next())
+            .await
+            .is_err(),
+        "a frame reached the station after the gate closed"
+    );
 }
 
 fn configuration_changed() -> RawFrame {
@@ -44,7 +92,7 @@ async fn an_unreadable_list_reply_ends_the_refresh_so_the_next_change_starts_ano
         Framed::new(stream, StationCodec::new()),
         1,
         4,
-        timeout,
+        (timeout, 4 * timeout),
         policy,
     );
     let shared = shared();
@@ -109,7 +157,7 @@ async fn a_change_notified_during_a_refresh_starts_it_over_instead_of_publishing
         Framed::new(stream, StationCodec::new()),
         1,
         4,
-        timeout,
+        (timeout, 4 * timeout),
         policy,
     );
     let shared = shared();
@@ -152,4 +200,103 @@ async fn a_change_notified_during_a_refresh_starts_it_over_instead_of_publishing
         notified, 1,
         "one configuration event, for the list as it is now"
     );
+}
+
+fn connection(stream: Box<dyn StationStream>, timeout: Duration) -> Connection {
+    let policy = CoalescePolicy {
+        quiet: Duration::ZERO,
+        max: Duration::ZERO,
+        max_names: 10,
+    };
+    Connection::new(
+        Framed::new(stream, StationCodec::new()),
+        1,
+        4,
+        (timeout, 4 * timeout),
+        policy,
+    )
+}
+
+type Station = Framed<tokio::io::DuplexStream, StationCodec>;
+
+/// Sends a write of lease `fence` that the station never answers, and times it out; the
+/// station answers the PING that follows.
+async fn a_write_in_doubt(
+    c: &mut Connection,
+    station: &mut Station,
+    shared: &Shared,
+    fence: u64,
+    timeout: Duration,
+) {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    c.enqueue(Command::Change {
+        request: Request::Write {
+            items: vec![("ON1".into(), station_protocol::Value::Bool(true))],
+        },
+        guard: Some(SendGuard::new(Some(fence), || Ok(()))),
+        reply,
+    });
+    c.dispatch(shared).await.expect("sent");
+    tokio::time::advance(timeout).await;
+    c.on_timeouts(shared).expect("a timeout alone ends nothing");
+    let answered = answer.await.expect("answered");
+    assert!(
+        matches!(answered, Err(LinkError::WriteTimeout { .. })),
+        "{answered:?}"
+    );
+    c.dispatch(shared).await.expect("the PING is flushed");
+    loop {
+        let frame = station.next().await.expect("open").expect("a frame");
+        if let Ok(Request::Ping { nonce }) = Request::from_frame(&frame) {
+            let pong = Response::Ping { nonce }.to_frame(frame.request_id).unwrap();
+            c.on_frame(shared, pong).expect("the PING answered");
+            return;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_settle_still_waiting_when_a_change_in_doubt_outlives_the_longest_processing_resets_the_link()
+ {
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let mut station = Framed::new(theirs, StationCodec::new());
+    let timeout = Duration::from_secs(1);
+    let mut c = connection(Box::new(ours), timeout);
+    let shared = shared();
+    a_write_in_doubt(&mut c, &mut station, &shared, 7, timeout).await;
+    let (settle, mut settled) = tokio::sync::oneshot::channel();
+    c.enqueue(Command::Settle {
+        fence: 7,
+        reply: settle,
+    });
+    c.dispatch(&shared).await.unwrap();
+    assert!(settled.try_recv().is_err(), "settled while in doubt");
+    assert_eq!(c.next_deadline(), Some(Instant::now() + 3 * timeout));
+    tokio::time::advance(3 * timeout).await;
+    let reset = c.on_timeouts(&shared).expect_err("the link is reset");
+    assert!(
+        matches!(reset, LinkDown::ChangeInDoubt { fence: 7, .. }),
+        "{reset}"
+    );
+    c.fail_everything(&reset);
+    settled.await.expect("settled by the reset");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_in_doubt_nobody_waits_for_leaves_doubt_at_the_longest_processing() {
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let mut station = Framed::new(theirs, StationCodec::new());
+    let timeout = Duration::from_secs(1);
+    let mut c = connection(Box::new(ours), timeout);
+    let shared = shared();
+    a_write_in_doubt(&mut c, &mut station, &shared, 7, timeout).await;
+    tokio::time::advance(3 * timeout).await;
+    c.on_timeouts(&shared)
+        .expect("nobody waits for it: no reset");
+    let (settle, settled) = tokio::sync::oneshot::channel();
+    c.enqueue(Command::Settle {
+        fence: 7,
+        reply: settle,
+    });
+    settled.await.expect("settled at once");
 }

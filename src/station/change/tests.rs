@@ -87,7 +87,10 @@ fn a_write_with_every_item_refused_is_refused_with_every_reason() {
 #[test]
 fn a_change_sent_and_never_answered_is_unknown_and_one_never_sent_is_refused() {
     let what = write_of(&["A"]);
-    let unanswered = Err(LinkError::WriteTimeout(Duration::from_secs(2)));
+    let unanswered = Err(LinkError::WriteTimeout {
+        timeout: Duration::from_secs(2),
+        max_processing: Duration::from_secs(8),
+    });
     assert!(matches!(
         ChangeOutcome::of(&what, &unanswered),
         ChangeOutcome::Unknown { why } if why.contains("may or may not have been applied")
@@ -270,5 +273,36 @@ fn a_legacy_line_has_no_status_and_an_origin_is_taken_only_once_submitted() {
     assert!(
         origin.line_taken(),
         "a clone shares whether the line was taken"
+    );
+}
+
+#[test]
+fn each_answer_gives_its_own_kind_and_none_of_another() {
+    let end = SampleEnd {
+        count: 1,
+        rate: 10.0,
+        started_us: 0,
+        unit: "V".into(),
+    };
+    let sampled = ChangeAnswer::Sampled {
+        samples: vec![1.0],
+        end,
+    };
+    assert_eq!(sampled.clone().sampled().map(|(s, _)| s), Some(vec![1.0]));
+    assert!(sampled.clone().written().is_none() && sampled.clone().bus().is_none());
+    assert!(sampled.clone().transacted().is_none() && sampled.stepped().is_none());
+    let written = ChangeAnswer::Written(vec![Ok(())]);
+    assert!(written.clone().written().is_some() && written.sampled().is_none());
+    assert!(ChangeAnswer::Bus(Bytes::from_static(b"x")).bus().is_some());
+    assert!(ChangeAnswer::Reset.bus().is_none());
+    assert!(
+        ChangeAnswer::Transacted(Value::Integer(1))
+            .transacted()
+            .is_some()
+    );
+    assert!(
+        ChangeAnswer::Stepped(StepsDone::default())
+            .stepped()
+            .is_some()
     );
 }

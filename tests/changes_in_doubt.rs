@@ -1,0 +1,261 @@
+//! Changes in doubt (issue 26): a change the station did not answer in time may still be
+//! carried out, so the end of its lease waits for it (at most `station.max_processing_ms`,
+//! then the link is reset) before the safe state or the next holder's first change. Against
+//! a station that takes 3.5 s over one write while it answers other requests and pings.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config_for, start_gateway, until};
+use station_gateway::config::SafeWrite;
+use station_gateway::lease::{Access, LeaseView};
+use station_gateway::link::LinkError;
+use station_protocol::Value;
+use station_simulator::SimulatorHandle;
+use tokio::sync::broadcast;
+
+const ON1: &str = "0.4.ESH10000662.ON1";
+const VSET1: &str = "0.4.ESH10000662.VSET1";
+/// Every wait in this file ends within this, or the test fails saying what it waited for.
+const BOUND: Duration = Duration::from_secs(20);
+/// How long the station takes over a write that touches VSET1.
+const SLOW_WRITE: Duration = Duration::from_millis(3500);
+const REQUEST_TIMEOUT_MS: u64 = 1000;
+
+/// The default station, with every request touching VSET1 taking 3.5 s more.
+async fn station_slow_over_vset1() -> SimulatorHandle {
+    common::station_with_slow_channels(|name| name == VSET1, SLOW_WRITE, |_| {}).await
+}
+
+/// The order in which the station applied writes to ON1.
+fn on1_writes(sim: &SimulatorHandle) -> Vec<Value> {
+    sim.write_log()
+        .into_iter()
+        .filter(|w| w.channel == ON1)
+        .map(|w| w.value)
+        .collect()
+}
+
+/// The slow write: VSET1 (3.5 s at the station) and `ON1=True`, in one WRITE frame.
+fn slow_on() -> Vec<(String, Value)> {
+    vec![
+        (VSET1.into(), Value::Float(100.0)),
+        (ON1.into(), Value::Bool(true)),
+    ]
+}
+
+/// Waits for the first lease event that `wanted` accepts.
+async fn lease_event(
+    events: &mut broadcast::Receiver<LeaseView>,
+    what: &str,
+    wanted: impl Fn(&LeaseView) -> bool,
+) -> LeaseView {
+    common::within(BOUND, what, async {
+        loop {
+            match events.recv().await {
+                Ok(view) if wanted(&view) => return view,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => panic!("lease events closed"),
+            }
+        }
+    })
+    .await
+}
+
+fn free(view: &LeaseView) -> bool {
+    !view.held && view.safe_state.is_none()
+}
+
+/// The caller of a change in doubt learns that its outcome is unknown and what the gateway
+/// does about it.
+fn assert_in_doubt(error: &LinkError) {
+    assert!(matches!(error, LinkError::WriteTimeout { .. }), "{error}");
+    let message = error.to_string();
+    for words in [
+        "may or may not have been applied",
+        "the station may still apply it",
+        "resets the link",
+    ] {
+        assert!(message.contains(words), "{message}");
+    }
+}
+
+/// Scenario (a): the holder's `ON1=True` gets 504, the lease runs out, and the safe state
+/// `ON1=False` is the last write to ON1: the lease's end waited for the change in doubt.
+#[tokio::test]
+async fn a_change_in_doubt_when_the_lease_runs_out_lands_before_the_safe_state() {
+    let sim = station_slow_over_vset1().await;
+    let gateway = start_gateway(config_for(&sim, |config| {
+        config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    }))
+    .await;
+    let lease = gateway.gateway.lease.clone();
+    let mut events = gateway.gateway.lease_events.subscribe();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_millis(1500),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard;
+    let sent = Instant::now();
+    let error = gateway
+        .link()
+        .write(slow_on(), guard)
+        .await
+        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
+    assert_in_doubt(&error);
+    lease_event(&mut events, "free after the lease ran out", free).await;
+    let freed = sent.elapsed();
+    until(BOUND, "both writes to ON1 applied", || {
+        on1_writes(&sim).len() == 2
+    })
+    .await;
+    assert_eq!(
+        on1_writes(&sim),
+        [Value::Bool(true), Value::Bool(false)],
+        "the ended lease's change in doubt landed after the safe state"
+    );
+    assert!(
+        freed >= SLOW_WRITE,
+        "the safe state was done {freed:?} after the write, before the station answered it"
+    );
+    gateway.stop().await;
+}
+
+/// Scenario (b): the holder releases while its `ON1=True` is in doubt; the next holder's
+/// `ON1=False` is not overtaken by it.
+#[tokio::test]
+async fn a_change_in_doubt_when_the_lease_is_released_lands_before_the_next_holders_first_change() {
+    let sim = station_slow_over_vset1().await;
+    let gateway = start_gateway(config_for(&sim, |config| {
+        config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
+    }))
+    .await;
+    let lease = gateway.gateway.lease.clone();
+    let a = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_secs(30),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&a.lease_id))
+        .unwrap()
+        .guard;
+    let error = gateway
+        .link()
+        .write(slow_on(), guard)
+        .await
+        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
+    assert_in_doubt(&error);
+    lease.release(&a.lease_id).await.unwrap();
+    let b = lease
+        .acquire(
+            "TAT station 4".into(),
+            Duration::from_secs(30),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&b.lease_id))
+        .unwrap()
+        .guard;
+    gateway
+        .link()
+        .write(vec![(ON1.into(), Value::Bool(false))], guard)
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    until(BOUND, "both writes to ON1 applied", || {
+        on1_writes(&sim).len() == 2
+    })
+    .await;
+    assert_eq!(
+        on1_writes(&sim),
+        [Value::Bool(true), Value::Bool(false)],
+        "the released lease's change in doubt overrode the next holder's"
+    );
+    gateway.stop().await;
+}
+
+/// Past `station.max_processing_ms` the lease's end stops waiting: the link is reset, the
+/// station abandons the write of the closed connection (SPEC.md §4), and the safe state goes
+/// out on the next connection. The ended lease's `ON1=True` never lands.
+#[tokio::test]
+async fn a_change_still_in_doubt_past_the_longest_processing_is_cut_off_by_a_link_reset() {
+    let sim = station_slow_over_vset1().await;
+    let max_processing_ms = 2000;
+    let gateway = start_gateway(config_for(&sim, |config| {
+        config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
+        config.station.max_processing_ms = Some(max_processing_ms);
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    }))
+    .await;
+    let generation = gateway.link().info().generation;
+    let lease = gateway.gateway.lease.clone();
+    let mut events = gateway.gateway.lease_events.subscribe();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_millis(1500),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard;
+    let sent = Instant::now();
+    let error = gateway
+        .link()
+        .write(slow_on(), guard)
+        .await
+        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
+    assert_in_doubt(&error);
+    assert!(error.to_string().contains("at most 2000 ms"), "{error}");
+    lease_event(&mut events, "free after the lease ran out", free).await;
+    let freed = sent.elapsed();
+    until(
+        BOUND,
+        "the station abandoned the closed connection's write",
+        || sim.requests_abandoned() == 1,
+    )
+    .await;
+    assert!(
+        gateway.link().info().generation > generation,
+        "the link was not reset"
+    );
+    assert_eq!(
+        on1_writes(&sim),
+        [Value::Bool(false)],
+        "the ended lease's change in doubt landed"
+    );
+    assert!(
+        freed >= Duration::from_millis(max_processing_ms) && freed < SLOW_WRITE,
+        "the lease's end took {freed:?}: it should wait the longest processing, not the station"
+    );
+    gateway.stop().await;
+}

@@ -1,0 +1,255 @@
+//! One writer per station at every edge: a gateway on a shared lease backend sends the station
+//! nothing once it cannot prove it still owns the link — however it got there (here: a store
+//! it can no longer reach in time) — well before the store would let another gateway take the
+//! station; and it stops itself.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+const VSET1: &str = "0.4.ESH10000662.VSET1";
+
+/// Every wait in this file ends within this, or the test fails saying what it waited for.
+const BOUND: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_gateway_that_cannot_renew_its_link_ownership_sends_nothing_before_another_may_take_over()
+{
+    let dir = std::env::temp_dir().join(format!("sg-link-owner-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("lease.db");
+    let ttl = Duration::from_millis(2_000);
+    let sim = default_simulator().await;
+    let config = config_for(&sim, |c| {
+        c.lease.backend = format!("sqlite:{}?busy_timeout_ms=5000", db.display());
+        c.lease.link_owner_ttl_ms = u64::try_from(ttl.as_millis()).unwrap();
+    });
+    let rig = rig_on(sim, config, false).await;
+    let (status, body) = rig.write(VSET1, "10").await;
+    assert_eq!(
+        status, 200,
+        "the owner writes while it owns the link: {body}"
+    );
+
+    // The store stops answering this gateway: another connection holds the file locked, so
+    // every renewal waits (its busy timeout, 5 s, is longer than the lease itself).
+    let locker = rusqlite::Connection::open(&db).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let locked_at = Instant::now();
+
+    // The link closes itself, naming why, before the lease could lapse in the store.
+    link_state(
+        &rig.gateway,
+        "the link to close for want of ownership",
+        |info| {
+            !info.connected
+                && info
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|why| why.contains("cannot prove it still owns"))
+        },
+    )
+    .await;
+    let closed_after = locked_at.elapsed();
+    assert!(
+        closed_after < ttl,
+        "the link stopped sending {closed_after:?} after the store stopped answering: not before the lease ({ttl:?}) could lapse"
+    );
+
+    // A lease-less write now: refused, 503 naming why, and nothing reaches the station.
+    rig.sim.clear_write_log();
+    let (status, body) = rig
+        .post(
+            "resources/value/set",
+            json!({ "Name": VSET1, "Value": "20" }),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|why| why.contains("owns the station's link")),
+        "{body}"
+    );
+    // The gateway stops by itself once its gate closed and the store still did not answer.
+    within(
+        BOUND,
+        "the gateway to stop itself",
+        rig.gateway.gateway.shutdown.cancelled(),
+    )
+    .await;
+    assert!(
+        rig.sim.write_log().is_empty(),
+        "nothing was sent after the gateway lost its proof of ownership: {:?}",
+        rig.sim.write_log()
+    );
+    drop(locker);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_link_owner_ttl_that_leaves_no_time_to_renew_is_refused_naming_the_key() {
+    let sim = default_simulator().await;
+    let config = config_for(&sim, |c| c.lease.link_owner_ttl_ms = 300);
+    let listeners = station_gateway::Listeners {
+        http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: None,
+    };
+    let refused = station_gateway::start(listeners, config).await.err();
+    let why = refused.map(|error| error.to_string()).unwrap_or_default();
+    assert!(why.contains("lease.link_owner_ttl_ms"), "{why}");
+}
+
+/// A gateway on `sim` with the link-owner lease in `db` and, with `state`, its state file.
+fn shared_config(
+    sim: &station_simulator::SimulatorHandle,
+    db: &std::path::Path,
+    state: Option<&std::path::Path>,
+) -> station_gateway::Config {
+    config_for(sim, |c| {
+        c.lease.backend = format!("sqlite:{}", db.display());
+        if let Some(state) = state {
+            c.lease.link_owner_state = state.display().to_string();
+        }
+    })
+}
+
+async fn try_start(
+    config: station_gateway::Config,
+) -> Result<station_gateway::GatewayHandle, String> {
+    let listeners = station_gateway::Listeners {
+        http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: None,
+    };
+    station_gateway::start(listeners, config)
+        .await
+        .map_err(|error| error.to_string())
+}
+
+#[tokio::test]
+async fn a_gateway_restarted_after_a_crash_takes_its_own_link_ownership_back_at_once() {
+    let dir = std::env::temp_dir().join(format!("sg-link-owner-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (db, state) = (dir.join("lease.db"), dir.join("gateway-1.state"));
+    let sim = default_simulator().await;
+
+    // Without a state file, a crashed gateway's lease keeps its restart out until it lapses.
+    let crashed = try_start(shared_config(&sim, &db, None)).await.unwrap();
+    drop(crashed); // every task aborted, nothing released: as after kill -9
+    let elsewhere = try_start(shared_config(&sim, &dir.join("other.db"), None)).await;
+    assert!(
+        elsewhere.is_ok(),
+        "another backend is another owner: {:?}",
+        elsewhere.err()
+    );
+    drop(elsewhere);
+    let refused = try_start(shared_config(&sim, &db, None)).await.err();
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|why| why.contains("another gateway owns this station")),
+        "{refused:?}"
+    );
+
+    // With one, the restart takes its own lease back at once, and a second process is refused.
+    let db = dir.join("lease-2.db");
+    let first = try_start(shared_config(&sim, &db, Some(&state)))
+        .await
+        .unwrap();
+    drop(first);
+    // (A dying process's lock goes with it; an aborted task's, once the runtime drops it.)
+    until(BOUND, "the crashed gateway's tasks to be gone", || {
+        station_gateway::lease::owner_state::OwnerState::open(&state).is_ok()
+    })
+    .await;
+    let restarted_at = Instant::now();
+    let restarted = try_start(shared_config(&sim, &db, Some(&state)))
+        .await
+        .expect("the restarted gateway takes its own link-owner lease back");
+    assert!(
+        restarted_at.elapsed() < Duration::from_secs(2),
+        "it did not wait for the lease to lapse: {:?}",
+        restarted_at.elapsed()
+    );
+    within(
+        BOUND,
+        "the restarted gateway to connect",
+        restarted.connected(),
+    )
+    .await;
+    let twin = try_start(shared_config(&sim, &db, Some(&state)))
+        .await
+        .err();
+    assert!(
+        twin.as_deref()
+            .is_some_and(|why| why.contains("link_owner_state")),
+        "a second process with the same state file is refused naming it: {twin:?}"
+    );
+    restarted.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_second_gateway_reaching_the_same_station_by_another_address_never_serves_it_until_the_first_is_gone()
+ {
+    let dir = std::env::temp_dir().join(format!("sg-link-owner-spelling-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("lease.db");
+    let sim = default_simulator().await;
+    let port = sim.local_addr().port();
+    let by_address = shared_config(&sim, &db, None);
+    let mut by_name = shared_config(&sim, &db, None);
+    by_name.station.url = format!("tcp://localhost:{port}");
+    by_name.station.reconnect_max_ms = 200;
+    let first = try_start(by_address).await.unwrap();
+    within(BOUND, "the first gateway to connect", first.connected()).await;
+
+    // The second starts (its address names another link-owner lease), meets the station, and
+    // is refused by the station's own lease: it sends nothing past HELLO.
+    let second = try_start(by_name).await.unwrap();
+    link_state(
+        &second,
+        "the second gateway to be refused the station",
+        |info| {
+            info.last_error
+                .as_deref()
+                .is_some_and(|why| why.contains("another gateway owns the station"))
+        },
+    )
+    .await;
+    assert!(!second.link().info().connected);
+    rig_write_refused(&second, &sim).await;
+
+    // Once the first is gone, the second takes the station over.
+    first.stop().await;
+    within(
+        BOUND,
+        "the second gateway to take the station over",
+        second.connected(),
+    )
+    .await;
+    second.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A lease-less write through `gateway` is refused with 503 and reaches nobody.
+async fn rig_write_refused(
+    gateway: &station_gateway::GatewayHandle,
+    sim: &station_simulator::SimulatorHandle,
+) {
+    sim.clear_write_log();
+    let response = reqwest::Client::new()
+        .post(format!("{}/api/resources/value/set", gateway.base_url()))
+        .json(&json!({ "Name": VSET1, "Value": "30" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(sim.write_log().is_empty(), "{:?}", sim.write_log());
+}
