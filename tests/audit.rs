@@ -24,12 +24,21 @@ fn audit_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// The trail's two current files as one, in time order: the changes (`changes.log`) and the
+/// other requests (`audit.log`).
 fn file_lines(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("audit.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    let read = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut lines = read("audit.log");
+    lines.extend(read("changes.log"));
+    // A stable sort by the timestamp: each file's own order kept.
+    lines.sort_by(|a, b| a.get(..23).cmp(&b.get(..23)));
+    lines
 }
 
 /// POST with an optional lease id; status and JSON answer.
@@ -670,4 +679,214 @@ async fn a_kill_9_mid_burst_loses_no_answered_write_and_the_station_agrees() {
     );
     drop((gateway, sim));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn reads_never_rotate_a_change_out_of_the_trail() {
+    let dir = audit_dir("apart");
+    // The smallest rotation: two 4 KiB files hold about 110 lines of reads.
+    let rig = rig(|c| {
+        c.audit.dir = dir.to_string_lossy().into_owned();
+        c.audit.file_bytes = 4096;
+        c.audit.files = 2;
+    })
+    .await;
+    let (status, answer) = rig.write(VSET1, "321.5").await;
+    assert_eq!(status, 200, "{answer}");
+    // Ten times what the request files hold.
+    for _ in 0..1200 {
+        assert_eq!(rig.read(VMON1).await.0, 200);
+    }
+    let (status, whole) = rig.get("audit/log?tail=0").await;
+    assert_eq!(status, 200);
+    let whole: Vec<String> = serde_json::from_value(whole).unwrap();
+    let change = whole
+        .iter()
+        .position(|l| l.contains("POST /api/resources/value/set 200 ") && l.contains("VSET1=321.5"))
+        .unwrap_or_else(|| panic!("the change was rotated out by reads: {} lines", whole.len()));
+    // Reads after it are served too, in time order, as one trail.
+    assert!(
+        whole[change + 1..]
+            .iter()
+            .any(|l| l.contains("POST /api/resources/value/get 200 ")),
+        "{whole:#?}"
+    );
+    let mut stamps: Vec<&str> = whole.iter().map(|l| &l[..23]).collect();
+    let in_order = stamps.clone();
+    stamps.sort();
+    assert_eq!(stamps, in_order, "the trail is not in time order");
+    // The status page still shows it.
+    let (_, status_json) = rig.get_text("/status.json").await;
+    let status_json: Json = serde_json::from_str(&status_json).unwrap();
+    let recent = status_json["audit"]["recentChanges"].as_array().unwrap();
+    assert!(
+        recent
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("VSET1=321.5")),
+        "{recent:?}"
+    );
+    rig.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn refused_bus_and_numeric_changes_say_what_was_asked() {
+    let dir = audit_dir("asked");
+    let rig = rig(|c| c.audit.dir = dir.to_string_lossy().into_owned()).await;
+    // Someone else holds the lease: both are refused with 423 before any change.
+    let lease = rig.take_lease("somebody else").await;
+    let bus = json!({
+        "DeviceName": "0.ESH10000023.I2C09", "Address": "50", "Action": "Send",
+        "DataToSend": "6401",
+    });
+    assert_eq!(rig.post("comm/i2c", bus).await.0, 423);
+    let numeric = json!({
+        "Channel": "0.8.ESH10000590.NumericResult", "Target": "0.8.ESH10000590.ADC01",
+        "Samples": 50,
+    });
+    assert_eq!(rig.post("numeric-results/acquire", numeric).await.0, 423);
+    let lines = file_lines(&dir);
+    let line_of = |path: &str| {
+        lines
+            .iter()
+            .rfind(|l| l.contains(path))
+            .unwrap_or_else(|| panic!("no line of {path}: {lines:#?}"))
+            .clone()
+    };
+    let bus = line_of("POST /api/comm/i2c 423 ");
+    assert!(bus.contains("outcome=refused"), "{bus}");
+    assert!(
+        bus.contains(" asked=")
+            && bus.contains("device=0.ESH10000023.I2C09")
+            && bus.contains("action=Send")
+            && bus.contains("address=50")
+            && bus.contains("data=6401"),
+        "{bus}"
+    );
+    let numeric = line_of("POST /api/numeric-results/acquire 423 ");
+    assert!(
+        numeric.contains("outcome=refused")
+            && numeric.contains("channel=0.8.ESH10000590.NumericResult")
+            && numeric.contains("target=0.8.ESH10000590.ADC01")
+            && numeric.contains("samples=50"),
+        "{numeric}"
+    );
+    rig.release_lease(&lease).await;
+    rig.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn configuration_file_uploads_and_deletes_are_changes_with_caller_lease_and_outcome() {
+    let dir = audit_dir("files");
+    let files = audit_dir("files-store");
+    let rig = rig(|c| {
+        c.audit.dir = dir.to_string_lossy().into_owned();
+        c.config_files.dir = files.clone();
+        c.access.keys = vec![ApiKey {
+            key: "k-control-0123456789".into(),
+            role: Role::Control,
+            name: "bench key".into(),
+        }];
+    })
+    .await;
+    let with_key =
+        |request: reqwest::RequestBuilder| request.header("X-Api-Key", "k-control-0123456789");
+    let lease: Json = with_key(
+        rig.http
+            .post(format!("{}/api/lease", rig.gateway.base_url())),
+    )
+    .json(&json!({ "Owner": "bench 3", "TtlMs": 30000 }))
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let lease = lease["leaseId"].as_str().unwrap().to_owned();
+    // A file of the station's configuration: saved, then downloaded.
+    let saved = with_key(rig.http.post(rig.url("application/config/save")))
+        .header("X-Lease-Id", &lease)
+        .json(&json!({ "FileName": "saved.cfg" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), 200);
+    let data = with_key(
+        rig.http
+            .get(rig.url("application/config/download/saved.cfg")),
+    )
+    .send()
+    .await
+    .unwrap()
+    .bytes()
+    .await
+    .unwrap();
+    let boundary = "audit-boundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"copy.cfg\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&data);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let uploaded = with_key(rig.http.post(rig.url("application/config/upload")))
+        .header("X-Lease-Id", &lease)
+        .header(
+            "Content-Type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(uploaded.status(), 200);
+    let deleted = with_key(rig.http.delete(rig.url("application/config/copy.cfg")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let missing = with_key(rig.http.delete(rig.url("application/config/none.cfg")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    // Requests that changed nothing are written within a batch window: wait for the last.
+    let line_of = async |marker: &str| {
+        within(Duration::from_secs(5), marker, async {
+            loop {
+                if let Some(line) = file_lines(&dir).into_iter().rfind(|l| l.contains(marker)) {
+                    return line;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    };
+    let upload = line_of("POST /api/application/config/upload 200 ").await;
+    assert!(
+        upload.contains(
+            "caller=\"bench key\" owner=\"bench 3\" fence=1 outcome=applied asked=file=copy.cfg"
+        ),
+        "{upload}"
+    );
+    let delete = line_of("DELETE /api/application/config/copy.cfg 204 ").await;
+    assert!(
+        delete.contains("caller=\"bench key\" owner=- fence=- outcome=applied asked=file=copy.cfg"),
+        "{delete}"
+    );
+    let refused = line_of("DELETE /api/application/config/none.cfg 404 ").await;
+    assert!(
+        refused.contains("outcome=refused asked=file=none.cfg"),
+        "{refused}"
+    );
+    // Both are changes: kept apart from reads.
+    let changes = std::fs::read_to_string(dir.join("changes.log")).unwrap();
+    assert!(
+        changes.contains("/api/application/config/upload 200 "),
+        "{changes}"
+    );
+    rig.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&files);
 }

@@ -9,6 +9,8 @@
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -414,7 +416,6 @@ async fn an_event_stream_that_is_read_is_not_cut_by_the_write_timeout() {
 
 #[tokio::test]
 async fn a_tls_client_that_finishes_its_handshake_and_sends_nothing_is_closed() {
-    use std::sync::Arc;
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let dir = std::env::temp_dir().join(format!("sg-timeouts-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -454,4 +455,360 @@ async fn a_tls_client_that_finishes_its_handshake_and_sends_nothing_is_closed() 
     );
     assert_eq!(timeouts(&rig), (1, 0, 0));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What an idle HTTP/2 client sends: the connection preface and one empty SETTINGS frame.
+const HTTP2_PREFACE_AND_SETTINGS: &[u8] =
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// Opens an idle HTTP/2 connection from `ip`; `Some` once the server answered with its own
+/// SETTINGS within `limit` (it holds a slot), `None` when it did not (it waits in the backlog).
+async fn idle_http2_from(ip: IpAddr, to: SocketAddr, limit: Duration) -> Option<TcpStream> {
+    let mut stream = connect_from(ip, to).await;
+    stream.write_all(HTTP2_PREFACE_AND_SETTINGS).await.ok()?;
+    let mut head = [0u8; 9];
+    match tokio::time::timeout(limit, stream.read_exact(&mut head)).await {
+        Ok(Ok(_)) if head[3] == 0x4 => {
+            let mut payload = vec![0u8; usize::from(head[1]) << 8 | usize::from(head[2])];
+            stream.read_exact(&mut payload).await.ok()?;
+            Some(stream)
+        }
+        _ => None,
+    }
+}
+
+/// `GET {path}` on HTTP/2 stream 1, ending the stream: a HEADERS frame with the pseudo-headers
+/// (HPACK: `:method GET`, `:scheme http` from the static table, `:path` and `:authority`
+/// literal).
+fn http2_get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x44, path.len() as u8];
+    block.extend_from_slice(path.as_bytes());
+    block.extend_from_slice(&[0x41, 1, b't']);
+    let mut frame = vec![0, 0, block.len() as u8, 0x1, 0x5, 0, 0, 0, 1];
+    frame.extend_from_slice(&block);
+    frame
+}
+
+/// The HTTP/2 frames the server sent on `stream` until it closed it (within `limit`), by type.
+async fn http2_frames_until_closed(stream: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => panic!("HTTP/2 connection still open after {limit:?}"),
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at + 9 <= bytes.len() {
+        let length = usize::from(bytes[at]) << 16
+            | usize::from(bytes[at + 1]) << 8
+            | usize::from(bytes[at + 2]);
+        types.push(bytes[at + 3]);
+        at += 9 + length;
+    }
+    types
+}
+
+/// The loopback addresses the flood comes from: not the holder's 127.0.0.1.
+fn flood_addresses() -> impl Iterator<Item = IpAddr> {
+    (2..=6).map(|last| IpAddr::V4(Ipv4Addr::new(127, 0, 0, last)))
+}
+
+#[tokio::test]
+async fn idle_http2_connections_from_many_addresses_never_lock_the_holder_out() {
+    // 64 ordinary and 16 reserved slots, 16 per address: five flooding addresses hold them all.
+    // (Measured before the fix: 80 idle HTTP/2 connections, every slot, locked the holder out;
+    // at the default limits 4 112.)
+    let rig = rig(|c| {
+        c.http.max_connections = 64;
+        c.http.reserved_connections = 16;
+        c.http.max_connections_per_ip = 16;
+        // Long enough that no idle timeout frees a slot during the test.
+        c.http.header_read_timeout_ms = 60_000;
+    })
+    .await;
+    let (addr, base) = (rig.gateway.http_addr, rig.gateway.base_url());
+    // The holder opens a new connection for every request, from 127.0.0.1.
+    let holder = reqwest::Client::builder()
+        .local_address(FIRST_IP)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let taken: Json = holder
+        .post(format!("{base}/api/lease"))
+        .json(&json!({ "Owner": "TAT station 3", "TtlMs": 30000 }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease_id = taken["leaseId"].as_str().unwrap().to_owned();
+
+    // 18 idle HTTP/2 connections from each of five addresses, more than every slot; each
+    // opened again 20 ms after the gateway closes it, until the holder is done.
+    let done = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let mut flood = Vec::new();
+    for ip in flood_addresses() {
+        for _ in 0..18 {
+            let (done, served) = (done.clone(), served.clone());
+            flood.push(tokio::spawn(async move {
+                for _ in 0..200 {
+                    if done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let Some(mut idle) = idle_http2_from(ip, addr, Duration::from_secs(3)).await
+                    else {
+                        continue;
+                    };
+                    served.fetch_add(1, Ordering::Relaxed);
+                    let mut buf = [0u8; 256];
+                    while !done.load(Ordering::Relaxed) {
+                        let read =
+                            tokio::time::timeout(Duration::from_millis(100), idle.read(&mut buf));
+                        if let Ok(Ok(0) | Err(_)) = read.await {
+                            break;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }));
+        }
+    }
+    until(
+        Duration::from_secs(10),
+        "the flood to fill every slot",
+        || served.load(Ordering::Relaxed) >= 80,
+    )
+    .await;
+
+    // The holder renews, reads its lease and checks health, again and again: every request
+    // is answered at once.
+    for round in 0..5 {
+        let renewed = holder
+            .put(format!("{base}/api/lease/{lease_id}"))
+            .json(&json!({ "TtlMs": 30000 }))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("renewal {round} not answered: {error}"));
+        assert_eq!(renewed.status(), 200, "renewal {round}");
+        let health = holder
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("/healthz {round} not answered: {error}"));
+        assert_eq!(health.status(), 200);
+        let status = holder
+            .get(format!("{base}/api/lease"))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("api/lease {round} not answered: {error}"));
+        assert_eq!(status.status(), 200);
+    }
+    let evicted = rig.gateway.gateway.metrics.http_connections_evicted.get();
+    assert!(evicted >= 15, "only {evicted} idle connections made room");
+    done.store(true, Ordering::Relaxed);
+    for task in flood {
+        within(Duration::from_secs(5), "the flood to stop", task)
+            .await
+            .unwrap();
+    }
+    let released = holder
+        .delete(format!("{base}/api/lease/{lease_id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 200);
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_gets_a_goaway_and_is_closed_after_the_header_timeout() {
+    let rig = rig(|c| c.http.header_read_timeout_ms = 300).await;
+    let opened = Instant::now();
+    let mut idle = idle_http2_from(OTHER_IP, rig.gateway.http_addr, Duration::from_secs(2))
+        .await
+        .expect("the gateway answered the preface");
+    let frames = http2_frames_until_closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(
+        opened.elapsed() >= Duration::from_millis(250),
+        "closed too early: {:?}",
+        opened.elapsed()
+    );
+    assert!(
+        frames.contains(&0x7),
+        "no GOAWAY before the close: {frames:?}"
+    );
+    // Everyone else is served meanwhile.
+    assert_eq!(rig.get("capabilities").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_reserved_http2_connection_is_closed_after_its_answer() {
+    let rig = rig(|c| {
+        c.http.max_connections = 4;
+        c.http.max_connections_per_ip = 8;
+        c.http.reserved_connections = 2;
+    })
+    .await;
+    let addr = rig.gateway.http_addr;
+    // Every ordinary slot busy: bodies that never come.
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let mut stream = connect_from(OTHER_IP, addr).await;
+        stream
+            .write_all(&stalled_post("/api/resources/values/get"))
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    let mut reserved = idle_http2_from(FIRST_IP, addr, Duration::from_secs(2))
+        .await
+        .expect("a reserved slot answered the preface");
+    reserved.write_all(&http2_get("/healthz")).await.unwrap();
+    let frames = http2_frames_until_closed(&mut reserved, Duration::from_secs(5)).await;
+    // HEADERS and DATA of the answer, then GOAWAY.
+    assert!(frames.contains(&0x1), "no answer: {frames:?}");
+    assert!(frames.contains(&0x7), "no GOAWAY: {frames:?}");
+}
+
+/// Opens a connection from `ip` that sends `request` and reads the head of its answer (and,
+/// for a whole answer, its body); `Some` once the status line came within `limit`.
+async fn answered_from(
+    ip: IpAddr,
+    to: SocketAddr,
+    request: &[u8],
+    limit: Duration,
+) -> Option<TcpStream> {
+    let mut stream = connect_from(ip, to).await;
+    stream.write_all(request).await.ok()?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    let read_head = async {
+        while find(&head, b"\r\n\r\n").is_none() {
+            match stream.read(&mut byte).await {
+                Ok(1) => head.push(byte[0]),
+                _ => return false,
+            }
+        }
+        true
+    };
+    match tokio::time::timeout(limit, read_head).await {
+        Ok(true) if head.starts_with(b"HTTP/1.1 200") => {}
+        _ => return None,
+    }
+    let length = String::from_utf8_lossy(&head)
+        .to_lowercase()
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: ").map(str::to_owned))
+        .and_then(|n| n.trim().parse::<usize>().ok());
+    if let Some(length) = length {
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).await.ok()?;
+    }
+    Some(stream)
+}
+
+/// The holder's renewal and `/healthz` from 127.0.0.1, five times, each answered 200 within
+/// the client's 2 s.
+async fn holder_gets_through(rig: &Rig, holder: &reqwest::Client, lease_id: &str) {
+    let base = rig.gateway.base_url();
+    for round in 0..5 {
+        let renewed = holder
+            .put(format!("{base}/api/lease/{lease_id}"))
+            .json(&json!({ "TtlMs": 30000 }))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("renewal {round} not answered: {error}"));
+        assert_eq!(renewed.status(), 200, "renewal {round}");
+        let health = holder
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("/healthz {round} not answered: {error}"));
+        assert_eq!(health.status(), 200);
+    }
+}
+
+/// A rig with 64 ordinary and 16 reserved slots, 16 per address, no idle timeout within the
+/// test; the holder (a new connection per request, from 127.0.0.1) and its lease.
+async fn small_limits_and_a_holder() -> (Rig, reqwest::Client, String) {
+    let rig = rig(|c| {
+        c.http.max_connections = 64;
+        c.http.reserved_connections = 16;
+        c.http.max_connections_per_ip = 16;
+        c.http.header_read_timeout_ms = 60_000;
+    })
+    .await;
+    let holder = reqwest::Client::builder()
+        .local_address(FIRST_IP)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let taken: Json = holder
+        .post(format!("{}/api/lease", rig.gateway.base_url()))
+        .json(&json!({ "Owner": "TAT station 3", "TtlMs": 30000 }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease_id = taken["leaseId"].as_str().unwrap().to_owned();
+    (rig, holder, lease_id)
+}
+
+#[tokio::test]
+async fn idle_http1_keep_alive_connections_never_lock_the_holder_out() {
+    let (rig, holder, lease_id) = small_limits_and_a_holder().await;
+    let addr = rig.gateway.http_addr;
+    // Every slot: a connection that asked for /healthz once and keeps itself alive.
+    let mut idle = Vec::new();
+    for ip in flood_addresses() {
+        for _ in 0..16 {
+            let request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+            if let Some(stream) = answered_from(ip, addr, request, Duration::from_secs(2)).await {
+                idle.push(stream);
+            }
+        }
+    }
+    assert_eq!(idle.len(), 80, "the flood did not fill every slot");
+    holder_gets_through(&rig, &holder, &lease_id).await;
+    assert!(rig.gateway.gateway.metrics.http_connections_evicted.get() >= 10);
+}
+
+#[tokio::test]
+async fn event_streams_in_every_ordinary_slot_and_an_idle_reserve_never_lock_the_holder_out() {
+    let (rig, holder, lease_id) = small_limits_and_a_holder().await;
+    let addr = rig.gateway.http_addr;
+    // Every ordinary slot: an event stream, busy for as long as it runs (never evicted).
+    let mut streams = Vec::new();
+    for ip in flood_addresses().take(4) {
+        for _ in 0..16 {
+            let request = b"GET /api/events HTTP/1.1\r\nHost: t\r\n\r\n";
+            let stream = answered_from(ip, addr, request, Duration::from_secs(2))
+                .await
+                .expect("an event stream opened");
+            streams.push(stream);
+        }
+    }
+    // And the whole reserve: idle HTTP/2 connections from a fifth address.
+    let fifth = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 7));
+    let mut idle = Vec::new();
+    for _ in 0..16 {
+        let stream = idle_http2_from(fifth, addr, Duration::from_secs(2))
+            .await
+            .expect("a reserved slot answered the preface");
+        idle.push(stream);
+    }
+    holder_gets_through(&rig, &holder, &lease_id).await;
+    // The streams were never the ones to go.
+    let events = &rig.gateway.gateway.events;
+    assert_eq!(events.stream_count(), 64);
 }

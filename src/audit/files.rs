@@ -1,14 +1,22 @@
-//! Where audit lines are kept: rotating files in a directory (`audit.log`, then `audit.log.1`
-//! the newest full one ... `audit.log.{N-1}` the oldest), or, without a directory, memory only.
-//! Each holds one file's worth of lines at most.
+//! Where audit lines are kept: two streams, each in rotating files of its own in one
+//! directory — the changes in `changes.log` (then `changes.log.1` the newest full one ...
+//! `changes.log.{N-1}` the oldest), every other request in `audit.log` (the same way), so
+//! that reads never rotate a change out — or, without a directory, memory only, each stream
+//! holding one file's worth of lines at most. [`merged_in_time_order`] reads them as one trail.
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-/// The current file's name in the audit directory.
-pub const CURRENT: &str = "audit.log";
+/// The current file of requests that changed nothing, in the audit directory.
+pub const REQUESTS: &str = "audit.log";
+/// The current file of changes (every change, refused ones included, and the lease's own
+/// lines): the stream synced before a change is answered.
+pub const CHANGES: &str = "changes.log";
+
+/// The length of a line's timestamp (`2026-05-29 14:23:01.442`), by which streams merge.
+const TIMESTAMP_LEN: usize = 23;
 
 /// What the writer thread appends to and syncs.
 pub trait Sink: Send + 'static {
@@ -21,6 +29,8 @@ pub trait Sink: Send + 'static {
 /// Rotating files in a directory.
 pub struct RotatingFiles {
     dir: PathBuf,
+    /// The current file's name ([`REQUESTS`] or [`CHANGES`]).
+    name: &'static str,
     file: File,
     size: u64,
     max_bytes: u64,
@@ -30,13 +40,19 @@ pub struct RotatingFiles {
 }
 
 impl RotatingFiles {
-    /// Opens (creating) `dir/audit.log` for appending.
-    pub fn open(dir: &Path, max_bytes: u64, files: u32) -> io::Result<RotatingFiles> {
+    /// Opens (creating) `dir/{name}` for appending.
+    pub fn open(
+        dir: &Path,
+        name: &'static str,
+        max_bytes: u64,
+        files: u32,
+    ) -> io::Result<RotatingFiles> {
         fs::create_dir_all(dir)?;
-        let file = open_current(dir)?;
+        let file = open_current(dir, name)?;
         let size = file.metadata()?.len();
         Ok(RotatingFiles {
             dir: dir.to_owned(),
+            name,
             file,
             size,
             max_bytes,
@@ -55,10 +71,10 @@ impl RotatingFiles {
     }
 
     fn path(&self, index: u32) -> PathBuf {
-        rotated_path(&self.dir, index)
+        rotated_path(&self.dir, self.name, index)
     }
 
-    /// `audit.log` → `audit.log.1` → ... ; the oldest beyond the count is removed. The full
+    /// `audit.log` → `audit.log.1` → ... (or `changes.log` ...); the oldest beyond the count is removed. The full
     /// file is synced first, and the directory after, so no synced line is lost on the way.
     fn rotate(&mut self) -> io::Result<()> {
         self.file.sync_all()?;
@@ -78,7 +94,7 @@ impl RotatingFiles {
                 }
             }
         }
-        self.file = open_current(&self.dir)?;
+        self.file = open_current(&self.dir, self.name)?;
         self.size = 0;
         sync_dir(&self.dir)
     }
@@ -110,12 +126,12 @@ impl Sink for RotatingFiles {
     }
 }
 
-fn open_current(dir: &Path) -> io::Result<File> {
-    let existed = dir.join(CURRENT).exists();
+fn open_current(dir: &Path, name: &str) -> io::Result<File> {
+    let existed = dir.join(name).exists();
     let file = OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join(CURRENT))?;
+        .open(dir.join(name))?;
     if !existed {
         // The new file's name is durable too.
         sync_dir(dir)?;
@@ -127,19 +143,19 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// `audit.log` for 0, `audit.log.N` for N.
-pub fn rotated_path(dir: &Path, index: u32) -> PathBuf {
+/// `name` (`audit.log`) for 0, `audit.log.N` for N.
+pub fn rotated_path(dir: &Path, name: &str, index: u32) -> PathBuf {
     if index == 0 {
-        dir.join(CURRENT)
+        dir.join(name)
     } else {
-        dir.join(format!("{CURRENT}.{index}"))
+        dir.join(format!("{name}.{index}"))
     }
 }
 
-/// The last `tail` lines of the current file (`0`: all of them), read from disk. A line cut
-/// by a crash mid-write (no newline yet) is left out.
-pub fn tail_of_file(dir: &Path, tail: usize) -> io::Result<Vec<String>> {
-    let mut file = match File::open(dir.join(CURRENT)) {
+/// The last `tail` lines of the current file `name` (`0`: all of them), read from disk. A
+/// line cut by a crash mid-write (no newline yet) is left out.
+pub fn tail_of_file(dir: &Path, name: &str, tail: usize) -> io::Result<Vec<String>> {
+    let mut file = match File::open(dir.join(name)) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => return Err(error),
@@ -216,4 +232,40 @@ impl MemoryLines {
         };
         self.lines.iter().skip(from).cloned().collect()
     }
+}
+
+/// The lines of both streams as one trail in time order (by their timestamps; each stream's
+/// own order kept, a request's line before a change's of the same millisecond), its last
+/// `tail` (`0`: all).
+pub fn merged_in_time_order(
+    requests: Vec<String>,
+    changes: Vec<String>,
+    tail: usize,
+) -> Vec<String> {
+    fn stamp(line: &str) -> &str {
+        line.get(..TIMESTAMP_LEN).unwrap_or(line)
+    }
+    let mut merged = Vec::with_capacity(requests.len() + changes.len());
+    let (mut requests, mut changes) = (
+        requests.into_iter().peekable(),
+        changes.into_iter().peekable(),
+    );
+    loop {
+        let take_request = match (requests.peek(), changes.peek()) {
+            (Some(request), Some(change)) => stamp(request) <= stamp(change),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = if take_request {
+            requests.next()
+        } else {
+            changes.next()
+        };
+        merged.extend(next);
+    }
+    if tail != 0 && merged.len() > tail {
+        merged.drain(..merged.len() - tail);
+    }
+    merged
 }

@@ -1,7 +1,7 @@
 //! One audit line: `timestamp ip method path status duration` as the reference clients
 //! document it, then, for changes, `key=value` fields (caller, lease owner and fence, outcome,
-//! what was asked). Every field is escaped: no control character, no unquoted space, and so
-//! never a second line, whatever a client sends.
+//! what was asked). Every field is escaped: no control or format character, no unquoted
+//! space, and so never a second line nor one that displays as something else.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -142,12 +142,12 @@ pub fn timestamp(at: SystemTime) -> String {
 
 /// Appends `value` as one field: as it is when it holds nothing but printable characters other
 /// than space, `"` and `\`; otherwise in double quotes, with `\"`, `\\` and `\xNN` / `\u{NNNN}`
-/// for control characters. Empty: `""`.
+/// for control, whitespace and format characters ([`needs_escape`]). Empty: `""`.
 pub fn push_escaped(out: &mut String, value: &str) {
     let plain = !value.is_empty()
         && value
             .chars()
-            .all(|c| !c.is_control() && !c.is_whitespace() && c != '"' && c != '\\');
+            .all(|c| !needs_escape(c) && c != '"' && c != '\\');
     if plain {
         out.push_str(value);
         return;
@@ -158,7 +158,7 @@ pub fn push_escaped(out: &mut String, value: &str) {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             ' ' => out.push(' '),
-            c if c.is_control() || c.is_whitespace() => {
+            c if needs_escape(c) => {
                 let code = u32::from(c);
                 if code < 0x100 {
                     let _ = write!(out, "\\x{code:02X}");
@@ -170,6 +170,15 @@ pub fn push_escaped(out: &mut String, value: &str) {
         }
     }
     out.push('"');
+}
+
+/// Whether `c` is written as a code rather than as itself: control characters (Cc),
+/// whitespace (which takes in the line and paragraph separators, Zl and Zp) and format
+/// characters (Cf: the bidi overrides, embeddings, isolates and marks, zero-width characters,
+/// the byte order mark, tags), which would make a line display as something it does not say.
+fn needs_escape(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    c.is_control() || c.is_whitespace() || c.general_category() == GeneralCategory::Format
 }
 
 /// One field, escaped (see [`push_escaped`]).
@@ -273,6 +282,41 @@ mod tests {
             rendered,
             "2026-05-29 14:23:01.442 - LEASE taken - - caller=- owner=\"x\\x0Ay\\x00\" fence=1"
         );
+    }
+
+    #[test]
+    fn bidi_and_format_characters_are_escaped_so_a_line_reads_as_it_is() {
+        // RIGHT-TO-LEFT OVERRIDE would make the rest of the line display reversed; a zero
+        // width space makes two owners look the same.
+        assert_eq!(escaped("bob\u{202E}evil"), "\"bob\\u{202E}evil\"");
+        assert_eq!(escaped("al\u{200B}ice"), "\"al\\u{200B}ice\"");
+        assert_eq!(escaped("a\u{2028}b\u{2029}c"), "\"a\\u{2028}b\\u{2029}c\"");
+        // The isolates, the Arabic letter mark, the marks and embeddings, the byte order mark,
+        // a soft hyphen and a tag character: every Cf character.
+        for c in [
+            '\u{2066}',
+            '\u{2067}',
+            '\u{2068}',
+            '\u{2069}',
+            '\u{061C}',
+            '\u{200E}',
+            '\u{200F}',
+            '\u{202A}',
+            '\u{202D}',
+            '\u{FEFF}',
+            '\u{00AD}',
+            '\u{E0041}',
+        ] {
+            let out = escaped(&format!("x{c}y"));
+            assert!(!out.contains(c), "{c:?} came out raw: {out}");
+            let code = match u32::from(c) {
+                code @ 0..0x100 => format!("\\x{code:02X}"),
+                code => format!("\\u{{{code:04X}}}"),
+            };
+            assert_eq!(out, format!("\"x{code}y\""));
+        }
+        // Letters of every script stay as they are.
+        assert_eq!(escaped("Grüße_Ωμέγα_日本"), "Grüße_Ωμέγα_日本");
     }
 
     #[test]

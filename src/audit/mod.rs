@@ -3,9 +3,12 @@
 //! lease's own acquisitions, releases, expiries, breaks and safe states) who asked, under which
 //! lease owner and fence, and what came of it. `GET api/audit/log?tail=N` reads it.
 //!
-//! One writer thread owns the files ([`files`]): lines are queued to it, and it appends
-//! everything queued in one write and, when any of them is a change, one `fdatasync` (group
-//! commit: concurrent changes share a sync). A change (or a reader waiting for the trail) wakes
+//! Two streams with their own rotation ([`files`]): the changes (`changes.log`: every change,
+//! refused ones included, and the lease's own lines) and every other request (`audit.log`), so
+//! that read load never rotates a change out; `GET api/audit/log` merges them in time order.
+//! One writer thread owns the files: lines are queued to it, and it appends everything
+//! queued in one write per stream and, when any of them is a change, one `fdatasync` of the
+//! changes (group commit: concurrent changes share a sync). A change (or a reader waiting for the trail) wakes
 //! the writer at once; lines of requests that changed nothing wake it at most once per
 //! [`BATCH_WINDOW`], so reads do not pay a thread wake-up each. A change's request awaits [`AuditLog::record`]
 //! before its answer is sent, so an answered change is on disk even after a `kill -9`.
@@ -16,7 +19,7 @@ pub mod line;
 pub mod settings;
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -25,7 +28,7 @@ use serde_json::{Value as Json, json};
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
-use files::{MemoryLines, RotatingFiles, Sink};
+use files::{CHANGES, MemoryLines, REQUESTS, RotatingFiles, Sink};
 pub use line::{ChangeFields, Outcome, RequestLine};
 use settings::AuditConfig;
 
@@ -41,7 +44,8 @@ pub const RECORD_LIMIT: Duration = Duration::from_secs(5);
 
 struct Job {
     line: String,
-    /// Synced before `done` is told (changes); else written and left to the OS.
+    /// A change's (or the lease's own): written to the changes and synced before `done` is
+    /// told; else written to the requests and left to the OS.
     durable: bool,
     done: Option<oneshot::Sender<Result<(), String>>>,
 }
@@ -50,13 +54,30 @@ struct Job {
 struct Shared {
     /// `None`: memory only.
     dir: Option<PathBuf>,
-    memory: Arc<Mutex<MemoryLines>>,
+    /// Memory only: the requests' lines and the changes'.
+    memory: Streams<Arc<Mutex<MemoryLines>>>,
     recent: Mutex<VecDeque<String>>,
     last_error: Mutex<Option<String>>,
     batches: AtomicU64,
     syncs: AtomicU64,
     /// Lines sent and not yet taken by the writer.
     queued: AtomicU64,
+}
+
+/// One thing for each of the two streams.
+#[derive(Clone, Debug)]
+struct Streams<T> {
+    requests: T,
+    changes: T,
+}
+
+impl Streams<Arc<Mutex<MemoryLines>>> {
+    fn in_memory(config: &AuditConfig) -> Self {
+        Streams {
+            requests: Arc::new(Mutex::new(MemoryLines::new(config.file_bytes))),
+            changes: Arc::new(Mutex::new(MemoryLines::new(config.change_file_bytes))),
+        }
+    }
 }
 
 /// What waits for the writer thread.
@@ -105,35 +126,57 @@ impl AuditLog {
     /// (then `$STATE_DIRECTORY/audit` when systemd gives the service a state directory).
     pub fn open(config: &AuditConfig) -> std::io::Result<AuditLog> {
         let dir = config.directory();
-        let memory = Arc::new(Mutex::new(MemoryLines::new(config.file_bytes)));
+        let memory = Streams::in_memory(config);
         match &dir {
             Some(dir) => {
-                let files = RotatingFiles::open(dir, config.file_bytes, config.files)?;
-                info!(dir = %dir.display(), "audit trail in {}", dir.join(files::CURRENT).display());
-                let log = AuditLog::start(files, Some(dir.clone()), memory);
-                log.seed_recent(dir);
+                let requests = RotatingFiles::open(dir, REQUESTS, config.file_bytes, config.files)?;
+                let changes = RotatingFiles::open(
+                    dir,
+                    CHANGES,
+                    config.change_file_bytes,
+                    config.change_files,
+                )?;
+                info!(
+                    dir = %dir.display(),
+                    "audit trail in {}: changes in {}, other requests in {}",
+                    dir.display(),
+                    CHANGES,
+                    REQUESTS
+                );
+                let log = AuditLog::start(requests, changes, Some(dir.clone()), memory);
+                log.seed_recent();
                 Ok(log)
             }
             None => {
                 warn!(
                     "the audit trail is kept in memory only and is lost when the gateway stops: set [audit] dir in the config"
                 );
-                let sink = MemorySink(memory.clone());
-                Ok(AuditLog::start(sink, None, memory))
+                let (requests, changes) = (
+                    MemorySink(memory.requests.clone()),
+                    MemorySink(memory.changes.clone()),
+                );
+                Ok(AuditLog::start(requests, changes, None, memory))
             }
         }
     }
 
     /// A trail kept in memory only, whatever the environment says (tests and tools).
     pub fn memory_only() -> AuditLog {
-        let memory = Arc::new(Mutex::new(MemoryLines::new(
-            AuditConfig::default().file_bytes,
-        )));
-        AuditLog::start(MemorySink(memory.clone()), None, memory)
+        let memory = Streams::in_memory(&AuditConfig::default());
+        let (requests, changes) = (
+            MemorySink(memory.requests.clone()),
+            MemorySink(memory.changes.clone()),
+        );
+        AuditLog::start(requests, changes, None, memory)
     }
 
-    /// A trail writing to `sink` (tests give their own).
-    fn start(sink: impl Sink, dir: Option<PathBuf>, memory: Arc<Mutex<MemoryLines>>) -> AuditLog {
+    /// A trail writing to `requests` and `changes` (tests give their own).
+    fn start(
+        requests: impl Sink,
+        changes: impl Sink,
+        dir: Option<PathBuf>,
+        memory: Streams<Arc<Mutex<MemoryLines>>>,
+    ) -> AuditLog {
         let queue = Arc::new(Queue::default());
         let shared = Arc::new(Shared {
             dir,
@@ -147,7 +190,7 @@ impl AuditLog {
         let (writer, writer_queue) = (shared.clone(), queue.clone());
         std::thread::Builder::new()
             .name("audit-writer".into())
-            .spawn(move || write_lines(sink, &writer_queue, &writer))
+            .spawn(move || write_lines(requests, changes, &writer_queue, &writer))
             .expect("the audit writer thread starts");
         AuditLog {
             queue: Arc::new(QueueHandle(queue)),
@@ -209,12 +252,20 @@ impl AuditLog {
         let _ = written.await;
     }
 
-    /// The last `tail` lines of the current file (`0`: all).
+    /// The last `tail` lines of the trail (`0`: all of both current files): the requests'
+    /// and the changes' merged in time order.
     pub fn tail(&self, tail: usize) -> std::io::Result<Vec<String>> {
-        match &self.shared.dir {
-            Some(dir) => files::tail_of_file(dir, tail),
-            None => Ok(lock(&self.shared.memory).tail(tail)),
-        }
+        let (requests, changes) = match &self.shared.dir {
+            Some(dir) => (
+                files::tail_of_file(dir, REQUESTS, tail)?,
+                files::tail_of_file(dir, CHANGES, tail)?,
+            ),
+            None => (
+                lock(&self.shared.memory.requests).tail(tail),
+                lock(&self.shared.memory.changes).tail(tail),
+            ),
+        };
+        Ok(files::merged_in_time_order(requests, changes, tail))
     }
 
     /// The last [`RECENT_CHANGES`] change lines, oldest first.
@@ -244,9 +295,10 @@ impl AuditLog {
         })
     }
 
-    /// The status page's recent changes after a restart: from the current file.
-    fn seed_recent(&self, dir: &Path) {
-        if let Ok(lines) = files::tail_of_file(dir, 0) {
+    /// The status page's recent changes after a restart: from the current files (the
+    /// requests' too: a trail written before the streams were apart has its changes there).
+    fn seed_recent(&self) {
+        if let Ok(lines) = self.tail(0) {
             let mut recent = lock(&self.shared.recent);
             for line in lines.into_iter().filter(|l| line::is_change_line(l)) {
                 push_recent(&mut recent, line);
@@ -264,23 +316,31 @@ fn push_recent(recent: &mut VecDeque<String>, line: String) {
 
 /// The writer thread: everything queued in one write, one sync when any is a change, then
 /// every waiter told. Returns once every [`AuditLog`] is gone.
-fn write_lines(mut sink: impl Sink, queue: &Queue, shared: &Shared) {
-    let mut bytes = Vec::with_capacity(64 * 1024);
+fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, shared: &Shared) {
+    let mut request_bytes = Vec::with_capacity(64 * 1024);
+    let mut change_bytes = Vec::with_capacity(4 * 1024);
     while let Some(batch) = next_batch(queue) {
         shared
             .queued
             .fetch_sub(batch.len() as u64, Ordering::Relaxed);
-        bytes.clear();
-        let mut durable = false;
+        request_bytes.clear();
+        change_bytes.clear();
         for job in batch.iter().filter(|job| !job.line.is_empty()) {
+            let bytes = match job.durable {
+                true => &mut change_bytes,
+                false => &mut request_bytes,
+            };
             bytes.extend_from_slice(job.line.as_bytes());
             bytes.push(b'\n');
-            durable |= job.durable;
         }
-        let mut result = sink.append(&bytes);
-        if durable && result.is_ok() {
-            result = sink.sync();
+        let mut result = Ok(());
+        if !change_bytes.is_empty() {
+            result = changes.append(&change_bytes).and_then(|()| changes.sync());
             shared.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        if !request_bytes.is_empty() {
+            // The requests' failure is the trail's too (shown, logged), and a waiting reader's.
+            result = result.and(requests.append(&request_bytes));
         }
         shared.batches.fetch_add(1, Ordering::Relaxed);
         let result = result.map_err(|why| {

@@ -11,10 +11,16 @@ pub struct AuditConfig {
     /// Where the files are kept; empty: `$STATE_DIRECTORY/audit` when systemd gives the
     /// service a state directory, else memory only (lost when the gateway stops).
     pub dir: String,
-    /// The size of one file before it is rotated.
+    /// The size of one file of requests that changed nothing (`audit.log`) before it is
+    /// rotated.
     pub file_bytes: u64,
-    /// How many files are kept, the current one included.
+    /// How many of those files are kept, the current one included.
     pub files: u32,
+    /// The size of one file of changes (`changes.log`) before it is rotated: changes have a
+    /// rotation of their own, so read load never rotates them out.
+    pub change_file_bytes: u64,
+    /// How many files of changes are kept, the current one included.
+    pub change_files: u32,
 }
 
 impl Default for AuditConfig {
@@ -23,6 +29,8 @@ impl Default for AuditConfig {
             dir: String::new(),
             file_bytes: 1024 * 1024,
             files: 20,
+            change_file_bytes: 16 * 1024 * 1024,
+            change_files: 64,
         }
     }
 }

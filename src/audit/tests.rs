@@ -3,7 +3,7 @@
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
-use super::files::{RotatingFiles, rotated_path, tail_of_file};
+use super::files::{RotatingFiles, merged_in_time_order, rotated_path, tail_of_file};
 use super::*;
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -16,7 +16,7 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn read_lines(path: &Path) -> Vec<String> {
+fn read_lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -28,14 +28,14 @@ fn read_lines(path: &Path) -> Vec<String> {
 fn files_rotate_at_their_size_keep_their_count_and_lose_no_line_between() {
     let dir = temp_dir("rotate");
     // 100-byte files, 3 of them: 10-byte lines, 10 per file.
-    let mut files = RotatingFiles::open(&dir, 100, 3).unwrap();
+    let mut files = RotatingFiles::open(&dir, REQUESTS, 100, 3).unwrap();
     for n in 0..45 {
         files.append(format!("line {n:04}\n").as_bytes()).unwrap();
     }
     files.sync().unwrap();
-    let current = read_lines(&rotated_path(&dir, 0));
-    let first = read_lines(&rotated_path(&dir, 1));
-    let second = read_lines(&rotated_path(&dir, 2));
+    let current = read_lines(&rotated_path(&dir, REQUESTS, 0));
+    let first = read_lines(&rotated_path(&dir, REQUESTS, 1));
+    let second = read_lines(&rotated_path(&dir, REQUESTS, 2));
     assert_eq!(
         current,
         (40..45).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
@@ -48,45 +48,57 @@ fn files_rotate_at_their_size_keep_their_count_and_lose_no_line_between() {
         second,
         (20..30).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
     );
-    assert!(!rotated_path(&dir, 3).exists(), "only 3 files are kept");
-    for path in [rotated_path(&dir, 1), rotated_path(&dir, 2)] {
+    assert!(
+        !rotated_path(&dir, REQUESTS, 3).exists(),
+        "only 3 files are kept"
+    );
+    for path in [
+        rotated_path(&dir, REQUESTS, 1),
+        rotated_path(&dir, REQUESTS, 2),
+    ] {
         assert!(std::fs::metadata(&path).unwrap().len() <= 100);
     }
     // Many lines in one append rotate at the same places as one by one.
     let batch: String = (45..70).map(|n| format!("line {n:04}\n")).collect();
     files.append(batch.as_bytes()).unwrap();
     assert_eq!(
-        read_lines(&rotated_path(&dir, 0)),
+        read_lines(&rotated_path(&dir, REQUESTS, 0)),
         (60..70).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
     );
     assert_eq!(
-        read_lines(&rotated_path(&dir, 1)),
+        read_lines(&rotated_path(&dir, REQUESTS, 1)),
         (50..60).map(|n| format!("line {n:04}")).collect::<Vec<_>>()
     );
     // A line longer than a file gets a file of its own.
     let mut long = vec![b'x'; 150];
     long.push(b'\n');
     files.append(&long).unwrap();
-    assert_eq!(std::fs::read(rotated_path(&dir, 0)).unwrap(), long);
+    assert_eq!(
+        std::fs::read(rotated_path(&dir, REQUESTS, 0)).unwrap(),
+        long
+    );
     files.append(b"after\n").unwrap();
-    assert_eq!(read_lines(&rotated_path(&dir, 0)), ["after"]);
+    assert_eq!(read_lines(&rotated_path(&dir, REQUESTS, 0)), ["after"]);
     // Reopened, it goes on where it was.
     drop(files);
-    let mut files = RotatingFiles::open(&dir, 100, 3).unwrap();
+    let mut files = RotatingFiles::open(&dir, REQUESTS, 100, 3).unwrap();
     files.append(b"again\n").unwrap();
-    assert_eq!(read_lines(&rotated_path(&dir, 0)), ["after", "again"]);
+    assert_eq!(
+        read_lines(&rotated_path(&dir, REQUESTS, 0)),
+        ["after", "again"]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn one_file_only_starts_over() {
     let dir = temp_dir("one");
-    let mut files = RotatingFiles::open(&dir, 20, 1).unwrap();
+    let mut files = RotatingFiles::open(&dir, REQUESTS, 20, 1).unwrap();
     for n in 0..5 {
         files.append(format!("l{n:08}\n").as_bytes()).unwrap();
     }
-    assert_eq!(read_lines(&rotated_path(&dir, 0)), ["l00000004"]);
-    assert!(!rotated_path(&dir, 1).exists());
+    assert_eq!(read_lines(&rotated_path(&dir, REQUESTS, 0)), ["l00000004"]);
+    assert!(!rotated_path(&dir, REQUESTS, 1).exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -94,18 +106,21 @@ fn one_file_only_starts_over() {
 fn tail_reads_the_last_lines_of_the_current_file_and_skips_a_cut_line() {
     let dir = temp_dir("tail");
     std::fs::create_dir_all(&dir).unwrap();
-    assert!(tail_of_file(&dir, 5).unwrap().is_empty(), "no file yet");
+    assert!(
+        tail_of_file(&dir, REQUESTS, 5).unwrap().is_empty(),
+        "no file yet"
+    );
     let mut text: String = (0..2000).map(|n| format!("line number {n}\n")).collect();
     text.push_str("cut by a crash");
-    std::fs::write(rotated_path(&dir, 0), text).unwrap();
+    std::fs::write(rotated_path(&dir, REQUESTS, 0), text).unwrap();
     assert_eq!(
-        tail_of_file(&dir, 3).unwrap(),
+        tail_of_file(&dir, REQUESTS, 3).unwrap(),
         ["line number 1997", "line number 1998", "line number 1999"]
     );
-    let all = tail_of_file(&dir, 0).unwrap();
+    let all = tail_of_file(&dir, REQUESTS, 0).unwrap();
     assert_eq!(all.len(), 2000);
     assert_eq!(all[0], "line number 0");
-    assert_eq!(tail_of_file(&dir, 5000).unwrap().len(), 2000);
+    assert_eq!(tail_of_file(&dir, REQUESTS, 5000).unwrap().len(), 2000);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -152,7 +167,9 @@ fn held_log() -> HeldLog {
         sync_started,
         release: released,
     };
-    let log = AuditLog::start(sink, None, Arc::new(Mutex::new(MemoryLines::new(1 << 20))));
+    let memory = Streams::in_memory(&AuditConfig::default());
+    let requests = MemorySink(memory.requests.clone());
+    let log = AuditLog::start(requests, sink, None, memory);
     (log, synced, started, release)
 }
 
@@ -260,8 +277,13 @@ async fn recent_changes_come_back_from_the_file_after_a_restart() {
 /// goes out in one write within the batch window; a change behind them takes them along at once.
 #[test]
 fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
-    let memory = Arc::new(Mutex::new(MemoryLines::new(1 << 20)));
-    let log = AuditLog::start(MemorySink(memory.clone()), None, memory.clone());
+    let memory = Streams::in_memory(&AuditConfig::default());
+    let sinks = (
+        MemorySink(memory.requests.clone()),
+        MemorySink(memory.changes.clone()),
+    );
+    let log = AuditLog::start(sinks.0, sinks.1, None, memory.clone());
+    let (memory, changes) = (memory.requests, memory.changes);
     for n in 0..200 {
         log.note(format!("read {n}"));
     }
@@ -294,6 +316,64 @@ fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
         "a change waited {:?}",
         started.elapsed()
     );
-    let tail = lock(&memory).tail(2);
-    assert_eq!(tail, ["read again", "change outcome=applied"]);
+    assert_eq!(lock(&memory).tail(1), ["read again"]);
+    assert_eq!(lock(&changes).tail(0), ["change outcome=applied"]);
+}
+
+#[test]
+fn the_two_streams_merge_in_time_order_each_keeping_its_own() {
+    let requests = vec![
+        "2026-05-29 14:23:01.100 a GET /api/x 200 1ms".to_owned(),
+        "2026-05-29 14:23:01.300 a GET /api/x 200 1ms".to_owned(),
+        "2026-05-29 14:23:01.300 b GET /api/y 200 1ms".to_owned(),
+        "2026-05-29 14:23:02.000 a GET /api/x 200 1ms".to_owned(),
+    ];
+    let changes = vec![
+        "2026-05-29 14:23:01.000 a POST /api/s 200 1ms outcome=applied".to_owned(),
+        "2026-05-29 14:23:01.300 - LEASE taken - - caller=-".to_owned(),
+        "2026-05-29 14:23:03.000 a POST /api/s 423 1ms outcome=refused".to_owned(),
+    ];
+    let merged = merged_in_time_order(requests.clone(), changes.clone(), 0);
+    let order: Vec<&str> = merged.iter().map(|l| &l[20..23]).collect();
+    assert_eq!(order, ["000", "100", "300", "300", "300", "000", "000"]);
+    assert_eq!(merged[2], requests[1]);
+    assert_eq!(merged[3], requests[2]);
+    assert_eq!(merged[4], changes[1]);
+    assert_eq!(
+        merged_in_time_order(requests.clone(), changes.clone(), 2),
+        [requests[3].clone(), changes[2].clone()]
+    );
+    assert_eq!(
+        merged_in_time_order(Vec::new(), changes.clone(), 0),
+        changes
+    );
+}
+
+#[tokio::test]
+async fn reads_never_rotate_a_change_out() {
+    let dir = temp_dir("apart");
+    let config = AuditConfig {
+        dir: dir.to_string_lossy().into_owned(),
+        file_bytes: 4096,
+        files: 2,
+        ..AuditConfig::default()
+    };
+    let log = AuditLog::open(&config).unwrap();
+    let change = "2026-05-29 14:23:01.000 - POST /api/s 200 1ms outcome=applied asked=V=1";
+    log.record(change.into()).await.unwrap();
+    for n in 0..10_000 {
+        log.note(format!(
+            "2026-05-29 14:23:02.000 - POST /api/g 200 1ms read {n:05}"
+        ));
+    }
+    log.written().await;
+    let trail = log.tail(0).unwrap();
+    assert_eq!(trail[0], change, "{} lines", trail.len());
+    assert!(trail.last().unwrap().ends_with("read 09999"));
+    assert_eq!(read_lines(&rotated_path(&dir, CHANGES, 0)), [change]);
+    assert!(
+        !rotated_path(&dir, REQUESTS, 2).exists(),
+        "only 2 request files"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,6 +22,15 @@ impl Config {
         if !(1..=1000).contains(&self.audit.files) {
             return Err(invalid("audit.files", "must be 1 to 1000"));
         }
+        if !(4096..=1 << 30).contains(&self.audit.change_file_bytes) {
+            return Err(invalid(
+                "audit.change_file_bytes",
+                "must be 4096 to 1073741824 (bytes)",
+            ));
+        }
+        if !(1..=1000).contains(&self.audit.change_files) {
+            return Err(invalid("audit.change_files", "must be 1 to 1000"));
+        }
         if !(1..=600_000).contains(&self.station.request_timeout_ms) {
             return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
         }

@@ -71,8 +71,23 @@ impl Noted {
     }
 }
 
-/// What a change asked for, e.g. `VSET1=100`, `A=1,B=2`, `file=bench3.cfg`; never a lease id
-/// or credential (those never travel in these bodies).
+/// The fields of the bus and numeric bodies a change's `asked=` names, and how.
+const ASKED_FIELDS: [(&str, &str); 10] = [
+    ("DeviceName", "device"),
+    ("Action", "action"),
+    ("Address", "address"),
+    ("DataToSend", "data"),
+    ("NumberOfBytesToReceive", "receive"),
+    ("Channel", "channel"),
+    ("ChannelNetName", "channel"),
+    ("Target", "target"),
+    ("TargetNetName", "target"),
+    ("Samples", "samples"),
+];
+
+/// What a change asked for, e.g. `VSET1=100`, `A=1,B=2`, `file=bench3.cfg`,
+/// `device=…I2C09,action=Send,address=50,data=6401`, `channel=…,target=…,samples=50`; never a
+/// lease id or credential (those never travel in these bodies).
 pub fn asked(body: &JsonBody) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     if let (Some(name), Some(value)) = (body.get("Name"), body.get("Value")) {
@@ -98,6 +113,15 @@ pub fn asked(body: &JsonBody) -> Option<String> {
     }
     if let Some(owner) = body.get("Owner").and_then(|o| o.as_str()) {
         parts.push(format!("owner={owner}"));
+    }
+    // A bus transaction (`comm/i2c|uart|spi`) and a numeric acquisition or measurement.
+    for (field, key) in ASKED_FIELDS {
+        if let Some(value) = body.get(field).filter(|v| !v.is_null()) {
+            let value = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned);
+            parts.push(format!("{key}={value}"));
+        }
     }
     if parts.is_empty() {
         return None;
@@ -148,5 +172,36 @@ pub async fn write_line(
     if let Err(why) = gateway.audit.record(line.render(Some(&fields))).await {
         // The change happened (or not) as answered; only its record failed: say so loudly.
         error!("{why}; the change {method} {path} from {peer} is answered without its audit line");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked_of(body: &str) -> Option<String> {
+        asked(&JsonBody::parse(body.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn bus_and_numeric_bodies_say_what_was_asked() {
+        assert_eq!(
+            asked_of(r#"{"DeviceName": "I2C09", "Address": "50", "Action": "Send", "DataToSend": "6401"}"#)
+                .as_deref(),
+            Some("device=I2C09,action=Send,address=50,data=6401")
+        );
+        assert_eq!(
+            asked_of(r#"{"DeviceName": "UART01", "Action": 2, "NumberOfBytesToReceive": 8}"#)
+                .as_deref(),
+            Some("device=UART01,action=2,receive=8")
+        );
+        assert_eq!(
+            asked_of(
+                r#"{"ChannelNetName": "NR", "TargetNetName": "ADC01", "Samples": 50, "Usl": null}"#
+            )
+            .as_deref(),
+            Some("channel=NR,target=ADC01,samples=50")
+        );
+        assert_eq!(asked_of("{}"), None);
     }
 }

@@ -7,6 +7,10 @@
 //! - [`TimedIo`]: an I/O wrapper that fails a write which made no progress for
 //!   `http.write_timeout_ms` (a client that stopped reading), so the connection closes. A
 //!   stream that is being read keeps making progress and is never cut.
+//!   Once the ordinary slots are all taken, a newcomer makes room by closing an idle
+//!   connection, of the address holding the most the one idle the longest
+//!   ([`ConnectionLimits::make_room`]), as nginx reuses its keep-alive connections: idle
+//!   connections, HTTP/1 or HTTP/2, never lock anyone out, and a flood evicts itself first.
 //! - [`FirstByteDeadline`]: fails reads until a first byte comes within a limit: over TLS, a
 //!   client that finishes its handshake and then says nothing.
 
@@ -21,7 +25,9 @@ use std::time::Duration;
 
 use hyper::Method;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
+
+use super::idle::{Candidate, ConnectionUse, to_evict};
 
 /// What a new connection may be used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +52,31 @@ struct Held {
     ordinary: usize,
     reserved: usize,
     by_ip: HashMap<IpAddr, usize>,
+    /// Every connection holding a slot, by an id of its own: the candidates for eviction.
+    connections: HashMap<u64, Holder>,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct Holder {
+    ip: IpAddr,
+    kind: SlotKind,
+    usage: Arc<ConnectionUse>,
+}
+
+impl Held {
+    fn give_back(&mut self, ip: IpAddr, kind: SlotKind) {
+        match kind {
+            SlotKind::Ordinary => self.ordinary = self.ordinary.saturating_sub(1),
+            SlotKind::Reserved => self.reserved = self.reserved.saturating_sub(1),
+        }
+        if let Some(count) = self.by_ip.get_mut(&ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.by_ip.remove(&ip);
+            }
+        }
+    }
 }
 
 /// The connection limits of the HTTP listener; shared by the accept loop and the slots.
@@ -55,6 +86,8 @@ pub struct ConnectionLimits {
     reserved: usize,
     per_ip: usize,
     held: Mutex<Held>,
+    /// Idle times are measured from here, so that they compare across connections.
+    epoch: Instant,
 }
 
 impl ConnectionLimits {
@@ -64,6 +97,7 @@ impl ConnectionLimits {
             reserved,
             per_ip: per_ip.max(1),
             held: Mutex::new(Held::default()),
+            epoch: Instant::now(),
         })
     }
 
@@ -98,24 +132,65 @@ impl ConnectionLimits {
             return Err(Refusal::Full);
         };
         *held.by_ip.entry(ip).or_insert(0) += 1;
+        let usage = ConnectionUse::new(self.epoch);
+        let id = held.next_id;
+        held.next_id += 1;
+        held.connections.insert(
+            id,
+            Holder {
+                ip,
+                kind,
+                usage: usage.clone(),
+            },
+        );
         Ok(ConnectionSlot {
             limits: self.clone(),
-            ip,
+            id,
             kind,
+            usage,
         })
     }
 
-    fn release(&self, ip: IpAddr, kind: SlotKind) {
+    /// Before a newcomer is admitted: when every ordinary slot is taken, closes an idle
+    /// ordinary connection (or, with the reserve full too and no ordinary one idle, a reserved
+    /// one) and gives its slot back at once: of the address holding the most connections, the
+    /// one idle the longest ([`to_evict`]). Whether one was. Connections with a request in
+    /// progress are never chosen.
+    pub fn make_room(&self) -> bool {
         let mut held = self.held();
-        match kind {
-            SlotKind::Ordinary => held.ordinary = held.ordinary.saturating_sub(1),
-            SlotKind::Reserved => held.reserved = held.reserved.saturating_sub(1),
+        if held.ordinary < self.ordinary {
+            return false;
         }
-        if let Some(count) = held.by_ip.get_mut(&ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                held.by_ip.remove(&ip);
-            }
+        let idlest = |held: &Held, kind: SlotKind| {
+            to_evict(
+                held.connections
+                    .iter()
+                    .filter(|(_, holder)| holder.kind == kind)
+                    .map(|(id, holder)| Candidate {
+                        key: *id,
+                        of_its_address: held.by_ip.get(&holder.ip).copied().unwrap_or(0),
+                        idle_since: holder.usage.idle_since(),
+                    }),
+            )
+        };
+        let chosen = match idlest(&held, SlotKind::Ordinary) {
+            Some(id) => Some(id),
+            None if held.reserved >= self.reserved => idlest(&held, SlotKind::Reserved),
+            None => None,
+        };
+        let Some(holder) = chosen.and_then(|id| held.connections.remove(&id)) else {
+            return false;
+        };
+        holder.usage.evict();
+        held.give_back(holder.ip, holder.kind);
+        true
+    }
+
+    fn release(&self, id: u64) {
+        let mut held = self.held();
+        // An evicted connection gave its slot back when it was chosen.
+        if let Some(holder) = held.connections.remove(&id) {
+            held.give_back(holder.ip, holder.kind);
         }
     }
 }
@@ -124,13 +199,15 @@ impl ConnectionLimits {
 #[derive(Debug)]
 pub struct ConnectionSlot {
     limits: Arc<ConnectionLimits>,
-    ip: IpAddr,
+    id: u64,
     pub kind: SlotKind,
+    /// Its requests in progress and idle time, which the limits read to choose whom to evict.
+    pub usage: Arc<ConnectionUse>,
 }
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.limits.release(self.ip, self.kind);
+        self.limits.release(self.id);
     }
 }
 
@@ -410,6 +487,35 @@ mod tests {
         assert_eq!(limits.admit(B).unwrap().kind, SlotKind::Ordinary);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn at_the_limit_an_idle_connection_of_the_heaviest_address_makes_room_never_one_in_use() {
+        let second = Duration::from_secs(1);
+        let limits = ConnectionLimits::new(3, 1, 10);
+        let oldest = limits.admit(A).unwrap();
+        assert!(!limits.make_room(), "evicted with ordinary slots free");
+        tokio::time::sleep(second).await;
+        let busy = limits.admit(A).unwrap();
+        let _request = busy.usage.begin();
+        tokio::time::sleep(second).await;
+        let newer = limits.admit(B).unwrap();
+        tokio::time::sleep(second).await;
+        // Full now (3 ordinary): A holds two, B one: A's idle one goes, its slot at once free.
+        assert!(limits.make_room());
+        assert!(oldest.usage.evicted());
+        assert!(!busy.usage.evicted() && !newer.usage.evicted());
+        let newest = limits.admit(B).unwrap();
+        assert_eq!(newest.kind, SlotKind::Ordinary);
+        // The evicted one's own end gives nothing back twice.
+        drop(oldest);
+        let reserved = limits.admit(A).unwrap();
+        assert_eq!(reserved.kind, SlotKind::Reserved);
+        // Ordinary full of one busy (A) and two idle (B, which holds two): the one idle
+        // longer goes next.
+        assert!(limits.make_room());
+        assert!(newer.usage.evicted());
+        assert!(!busy.usage.evicted() && !newest.usage.evicted());
+    }
+
     #[test]
     fn the_reserve_serves_health_and_lease_renewal_and_release_only() {
         let reserved =
@@ -437,7 +543,7 @@ mod tests {
         // A 16-byte pipe whose far end is never read: a client that stopped reading.
         let (near, _far) = tokio::io::duplex(16);
         let (mut io, activity) = TimedIo::new(near, Duration::from_secs(10));
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let error = io.write_all(&[0u8; 32]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(10));
@@ -450,7 +556,7 @@ mod tests {
         let (near, _far) = tokio::io::duplex(16);
         let activity = Arc::new(IoActivity::default());
         let mut io = FirstByteDeadline::new(near, Duration::from_secs(3), activity.clone());
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let error = io.read(&mut [0u8; 4]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(3));

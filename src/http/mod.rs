@@ -3,13 +3,15 @@
 //! Every request enters at [`routes`]; the endpoint table and its handlers are in `api`;
 //! answers are shaped in `reply`; request bodies in [`body`]; access control in [`access`];
 //! health, metrics and the status page in [`ops`]; HTTPS in [`tls`]; connection limits and the
-//! write timeout in [`connections`]; what of a path may be logged in [`redact`].
+//! write timeout in [`connections`], whether a connection is idle in [`idle`]; what of a path
+//! may be logged in [`redact`].
 
 pub mod access;
 mod api;
 pub mod audit_trail;
 pub mod body;
 pub mod connections;
+pub mod idle;
 pub mod lease;
 pub mod named_leases;
 pub mod openapi;
@@ -28,10 +30,10 @@ use hyper::body::Incoming;
 use hyper::header::{CONNECTION, HeaderValue};
 use hyper::{Request, Response, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
 use self::body::BodyTimeouts;
@@ -39,6 +41,7 @@ use self::connections::{
     ConnectionLimits, ConnectionSlot, FirstByteDeadline, Refusal, SlotKind, TimedIo,
     is_reserved_request,
 };
+use self::idle::{CloseWanted, ConnectionUse, CountedBody};
 use crate::error::ApiError;
 pub use api::LeaseNeed;
 pub use reply::{Body, error_response, json_bytes_response, json_response};
@@ -49,10 +52,11 @@ use crate::gateway::Gateway;
 /// `drain` before it returns.
 ///
 /// Every stage of a request has a time limit: the first byte and the headers
-/// (`http.header_read_timeout_ms`, also the idle time between keep-alive requests), the TLS
-/// handshake (the same), the body ([`body::with_body_limits`]), and the answer's write
-/// ([`TimedIo`]). Connections are limited in all, per address and with a reserve for
-/// health checks and the lease ([`ConnectionLimits`]).
+/// (`http.header_read_timeout_ms`, also how long a connection, HTTP/1 or HTTP/2, may stay
+/// with no request in progress: [`idle`]), the TLS handshake (the same), the body
+/// ([`body::with_body_limits`]), and the answer's write ([`TimedIo`]). Connections are
+/// limited in all, per address and with a reserve for health checks and the lease
+/// ([`ConnectionLimits`]); at the limit the longest-idle connection makes room for a newcomer.
 pub async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
@@ -66,7 +70,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_millis(http.header_read_timeout_ms))
         .keep_alive(true);
-    let graceful = GracefulShutdown::new();
+    let connections = TaskTracker::new();
     let limits = ConnectionLimits::new(
         http.max_connections,
         http.reserved_connections,
@@ -74,17 +78,6 @@ pub async fn serve(
     );
     let room = Arc::new(Semaphore::new(limits.total()));
     loop {
-        // With every connection taken (the reserve included), stop accepting: new clients
-        // wait in the listen backlog, costing the gateway no descriptor, until a connection
-        // closes (idle ones by the header timeout).
-        let permit = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            permit = room.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_closed) => break,
-            },
-        };
         let (stream, peer) = tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
@@ -96,6 +89,23 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
+            },
+        };
+        // Every ordinary slot taken: an idle connection makes room, of the address holding the
+        // most connections the one idle the longest (its slot is given back at once, its
+        // descriptor as soon as its task sees it).
+        if limits.make_room() {
+            gateway.metrics.http_connections_evicted.inc();
+        }
+        // With every connection taken (the reserve included) and none idle, this one waits
+        // and the next clients in the listen backlog, costing the gateway no descriptor,
+        // until a connection closes.
+        let permit = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            permit = room.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_closed) => break,
             },
         };
         let slot = match limits.admit(peer.ip()) {
@@ -114,19 +124,21 @@ pub async fn serve(
             peer,
             local: stream.local_addr().ok(),
             slot,
+            shutdown: shutdown.clone(),
         };
         // The first byte, the handshake and the rest run in the connection's task, so a slow
         // client never holds up accept.
-        let (builder, watcher) = (builder.clone(), graceful.watcher());
-        tokio::spawn(async move {
-            connection.serve(stream, builder, watcher).await;
+        let builder = builder.clone();
+        connections.spawn(async move {
+            connection.serve(stream, builder).await;
             // The slot before the permit: the next accept finds the slot free.
             drop(permit);
         });
     }
     drop(listener);
     info!("HTTP: no longer accepting; finishing requests in flight");
-    if tokio::time::timeout(drain, graceful.shutdown())
+    connections.close();
+    if tokio::time::timeout(drain, connections.wait())
         .await
         .is_err()
     {
@@ -144,12 +156,14 @@ struct Connection {
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     local: Option<SocketAddr>,
     slot: ConnectionSlot,
+    /// The gateway's shutdown: the connection finishes what is in progress and closes.
+    shutdown: CancellationToken,
 }
 
 impl Connection {
     /// Serves the connection, plain or TLS, until it ends, counting and logging the timeout
     /// that ended it if one did.
-    async fn serve(self, stream: TcpStream, builder: AutoBuilder, watcher: Watcher) {
+    async fn serve(self, stream: TcpStream, builder: AutoBuilder) {
         let http = &self.gateway.config.http;
         let header_timeout = Duration::from_millis(http.header_read_timeout_ms);
         let peer = self.peer;
@@ -164,26 +178,27 @@ impl Connection {
                 // timeout, and hyper's header timeout only starts after that: a client that
                 // connects and sends nothing would hold its connection forever.
                 let mut first = [0u8; 1];
-                match tokio::time::timeout(header_timeout, io.get_ref().peek(&mut first)).await {
+                match self.before_hyper(io.get_ref().peek(&mut first)).await {
                     Ok(Ok(n)) if n > 0 => {}
-                    Ok(_) => return,
-                    Err(_) => return timed_out("nothing sent"),
+                    Ok(_) | Err(None) => return,
+                    Err(Some(_)) => return timed_out("nothing sent"),
                 }
-                self.serve_io(io, builder, watcher).await
+                self.serve_io(io, builder).await
             }
             Some(tls) => {
-                let io = match tokio::time::timeout(header_timeout, tls.accept(io)).await {
+                let io = match self.before_hyper(tls.accept(io)).await {
                     Ok(Ok(io)) => io,
                     Ok(Err(error)) => {
                         debug!(%peer, "TLS handshake failed: {error}");
                         return;
                     }
-                    Err(_) => return timed_out("no TLS handshake"),
+                    Err(None) => return,
+                    Err(Some(_)) => return timed_out("no TLS handshake"),
                 };
                 // As for a plain connection's first byte: hyper's header timer only starts
                 // once the auto builder has read the HTTP/1-or-2 preface.
                 let io = FirstByteDeadline::new(io, header_timeout, activity.clone());
-                self.serve_io(io, builder, watcher).await
+                self.serve_io(io, builder).await
             }
         };
         if activity.write_stalled() {
@@ -198,6 +213,10 @@ impl Connection {
         if activity.first_byte_late() {
             return timed_out("no request after the TLS handshake");
         }
+        let (ended, closed_for) = ended;
+        if closed_for == Some(CloseWanted::IdleTooLong) && !self.slot.usage.used() {
+            return timed_out("no request sent");
+        }
         let Err(error) = ended else { return };
         let header_timeout_hit = error
             .downcast_ref::<hyper::Error>()
@@ -211,43 +230,112 @@ impl Connection {
         }
     }
 
-    /// Serves HTTP/1 or HTTP/2 on `io` until the connection ends.
+    /// Runs `step` (the first byte, the TLS handshake) until it is done; `Err(Some(_))` when
+    /// the header timeout ran out first, `Err(None)` when the connection was evicted or the
+    /// gateway is shutting down.
+    async fn before_hyper<T>(
+        &self,
+        step: impl Future<Output = T>,
+    ) -> Result<T, Option<CloseWanted>> {
+        let header_timeout = Duration::from_millis(self.gateway.config.http.header_read_timeout_ms);
+        tokio::select! {
+            done = step => Ok(done),
+            why = self.slot.usage.close_wanted(header_timeout) => match why {
+                CloseWanted::IdleTooLong => Err(Some(why)),
+                CloseWanted::Evicted | CloseWanted::Done => Err(None),
+            },
+            _ = self.shutdown.cancelled() => Err(None),
+        }
+    }
+
+    /// Serves HTTP/1 or HTTP/2 on `io` until the connection ends: gracefully (HTTP/2: GOAWAY)
+    /// once it has had no request in progress for the header timeout, once a reserved one
+    /// has answered, or when the gateway shuts down; at once when evicted with nothing in
+    /// progress.
     async fn serve_io<I>(
         &self,
         io: I,
         builder: AutoBuilder,
-        watcher: Watcher,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+    ) -> (
+        Result<(), Box<dyn std::error::Error + Send + Sync>>,
+        Option<CloseWanted>,
+    )
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        let usage = self.slot.usage.clone();
         let service = {
             let (gateway, peer, kind) = (self.gateway.clone(), self.peer, self.slot.kind);
-            let local = self.local;
+            let (local, usage) = (self.local, usage.clone());
             hyper::service::service_fn(move |mut request: Request<Incoming>| {
-                let gateway = gateway.clone();
+                let in_progress = usage.begin();
+                let (gateway, usage) = (gateway.clone(), usage.clone());
                 if let Some(local) = local {
                     request.extensions_mut().insert(routes::LocalAddr(local));
                 }
-                async move { Ok::<_, Infallible>(answer(gateway, request, peer, kind).await) }
+                async move {
+                    let response = answer(gateway, request, peer, kind, &usage).await;
+                    Ok::<_, Infallible>(response.map(|body| CountedBody::new(body, in_progress)))
+                }
             })
         };
+        let header_timeout = Duration::from_millis(self.gateway.config.http.header_read_timeout_ms);
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-        watcher.watch(connection.into_owned()).await
+        tokio::pin!(connection);
+        // Once asked to close: how long the client gets to see the GOAWAY through (HTTP/2
+        // waits for the answer to a PING) before the connection is dropped, as long as no
+        // request is in progress (the gateway's shutdown has its own drain time).
+        let grace = header_timeout.min(CLOSING_GRACE);
+        let mut closing: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+        let mut shutting_down = false;
+        let mut closed_for = None;
+        loop {
+            tokio::select! {
+                ended = connection.as_mut() => return (ended, closed_for),
+                _ = self.shutdown.cancelled(), if !shutting_down && closing.is_none() => {
+                    shutting_down = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                why = usage.close_wanted(header_timeout), if closing.is_none() && !shutting_down => {
+                    if why == CloseWanted::Evicted && usage.in_progress() == 0 {
+                        debug!(peer = %self.peer, "closed an idle connection to make room for a new one");
+                        return (Ok(()), Some(why));
+                    }
+                    closed_for = Some(why);
+                    if why == CloseWanted::IdleTooLong {
+                        debug!(peer = %self.peer, "closing an idle connection");
+                    }
+                    connection.as_mut().graceful_shutdown();
+                    closing = Some(Box::pin(tokio::time::sleep(grace)));
+                }
+                _ = async { closing.as_mut().expect("guarded").await }, if closing.is_some() => {
+                    if usage.in_progress() > 0 {
+                        // A request came in just before the GOAWAY: it is answered first.
+                        closing = Some(Box::pin(tokio::time::sleep(grace)));
+                        continue;
+                    }
+                    debug!(peer = %self.peer, "dropped a connection that did not close after its GOAWAY");
+                    return (Ok(()), closed_for);
+                }
+            }
+        }
     }
 }
 
 type AutoBuilder = hyper_util::server::conn::auto::Builder<TokioExecutor>;
-type Watcher = hyper_util::server::graceful::Watcher;
+
+/// The longest an idle connection asked to close may take to finish closing.
+const CLOSING_GRACE: Duration = Duration::from_secs(1);
 
 /// Answers one request within the body time limits; on a reserved connection only what the
 /// reserve is for. A timed-out body and a reserved connection end the connection after the
-/// answer (HTTP/1: `Connection: close`).
+/// answer (HTTP/1: `Connection: close`; HTTP/2: GOAWAY once no request is in progress).
 async fn answer(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
     peer: SocketAddr,
     kind: SlotKind,
+    usage: &ConnectionUse,
 ) -> Response<Body> {
     let http = &gateway.config.http;
     let http1 = request.version() < Version::HTTP_2;
@@ -258,7 +346,7 @@ async fn answer(
             "the gateway is at its connection limit ({} connections): only health checks and renewing or releasing a lease are served now; try again shortly",
             http.max_connections
         ));
-        return closing(error_response(&error), http1);
+        return closing(error_response(&error), http1, usage);
     }
     let timeouts = BodyTimeouts {
         total: Duration::from_millis(http.body_timeout_ms),
@@ -276,20 +364,23 @@ async fn answer(
             "HTTP: answered 408 and closing the connection: {}",
             timed_out.message()
         );
-        return closing(response, http1);
+        return closing(response, http1, usage);
     }
     if reserved {
-        return closing(response, http1);
+        return closing(response, http1, usage);
     }
     response
 }
 
-/// `response` with `Connection: close` (HTTP/1; HTTP/2 has no such header).
-fn closing(mut response: Response<Body>, http1: bool) -> Response<Body> {
+/// `response`, and the connection closes after it: HTTP/1 by `Connection: close`, HTTP/2
+/// (which has no such header) by a GOAWAY once no request is in progress.
+fn closing(mut response: Response<Body>, http1: bool, usage: &ConnectionUse) -> Response<Body> {
     if http1 {
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
+    } else {
+        usage.close_when_idle();
     }
     response
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
-use super::api::{self, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
+use super::api::{self, AskedFrom, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
 use super::audit_trail::{self, Noted};
 use super::body::{JsonBody, read_body};
 use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
@@ -178,7 +178,13 @@ async fn route_and_answer(
         (JsonBody::parse(b"")?, bytes::Bytes::new())
     };
     if noted.change {
-        noted.asked = audit_trail::asked(&json);
+        noted.asked = audit_trail::asked(&json).or_else(|| {
+            (endpoint.asked)(AskedFrom {
+                id,
+                headers: &parts.headers,
+                raw: &raw,
+            })
+        });
     }
     // The one place the control lease is enforced: 423 for a non-holder's changes and forced
     // reads, and for changes a send guard that fences them again at the link.

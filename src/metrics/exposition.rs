@@ -101,6 +101,13 @@ impl Snapshot<'_> {
                 counter.get()
             );
         }
+        single(
+            &mut out,
+            "http_connections_evicted_total",
+            "counter",
+            "Idle HTTP connections (no request in progress) closed to make room for a new one at the connection limit.",
+            m.http_connections_evicted.get(),
+        );
 
         let link = &self.link;
         single(

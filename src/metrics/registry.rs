@@ -151,6 +151,8 @@ pub struct Metrics {
     pub access_forbidden: Counter,
     pub http_timeouts: HttpTimeouts,
     pub http_connections_refused: HttpRefusals,
+    /// Idle HTTP connections closed to make room for a new one at the connection limit.
+    pub http_connections_evicted: Counter,
     pub legacy_clients: Gauge,
     pub legacy_connections: Counter,
     pub legacy_refused: Counter,
@@ -168,6 +170,7 @@ impl Metrics {
             access_forbidden: Counter::default(),
             http_timeouts: HttpTimeouts::default(),
             http_connections_refused: HttpRefusals::default(),
+            http_connections_evicted: Counter::default(),
             legacy_clients: Gauge::default(),
             legacy_connections: Counter::default(),
             legacy_refused: Counter::default(),

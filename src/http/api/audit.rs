@@ -8,8 +8,9 @@ use crate::error::ApiError;
 /// The `tail` when none is asked for, as the reference clients document it.
 const DEFAULT_TAIL: usize = 100;
 
-/// `GET api/audit/log?tail=N`: the last `N` lines of the current file (`0`: all of it), oldest
-/// first, as a JSON array of strings.
+/// `GET api/audit/log?tail=N`: the last `N` lines of the trail, changes and other requests
+/// merged in time order (`0`: both current files whole), oldest first, as a JSON array of
+/// strings.
 pub(super) async fn log(call: Call<'_>) -> Answer {
     let tail = tail_of(call.query)?;
     call.gateway.audit.written().await;
@@ -29,7 +30,7 @@ fn tail_of(query: Option<&str>) -> Result<usize, ApiError> {
         if key.eq_ignore_ascii_case("tail") {
             tail = value.parse::<usize>().map_err(|_| {
                 ApiError::bad_request(format!(
-                    "tail must be a whole number of 0 or more (0: the whole current file); got {value:?}"
+                    "tail must be a whole number of 0 or more (0: the whole current files); got {value:?}"
                 ))
             })?;
         }

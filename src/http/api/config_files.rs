@@ -6,6 +6,7 @@ use hyper::header::{CONTENT_DISPOSITION, CONTENT_TYPE, HeaderValue};
 use serde_json::json;
 
 use super::call::{Answer, Call, ok};
+use super::route::AskedFrom;
 use crate::config_files::format::ConfigFile;
 use crate::config_files::{self, ConfigFileError, check_name};
 use crate::error::ApiError;
@@ -101,6 +102,21 @@ pub(super) async fn upload(call: Call<'_>) -> Answer {
         .write(&name, data.to_vec())
         .await?;
     ok(json!({ "fileName": name, "bytes": data.len() }))
+}
+
+/// What an upload's audit line says was asked: `file=NAME`, the file part's name (when the
+/// body has one).
+pub(super) fn asked_upload(request: AskedFrom<'_>) -> Option<String> {
+    let content_type = request.headers.get(CONTENT_TYPE)?.to_str().ok()?;
+    let (name, _) = multipart_file(content_type, request.raw).ok()?;
+    Some(format!("file={name}"))
+}
+
+/// What a delete's audit line says was asked: `file=NAME`.
+pub(super) fn asked_delete(request: AskedFrom<'_>) -> Option<String> {
+    percent_decoded(request.id)
+        .ok()
+        .map(|name| format!("file={name}"))
 }
 
 /// `DELETE api/application/config/{name}`.

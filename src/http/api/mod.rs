@@ -29,7 +29,7 @@ use hyper::Method;
 use crate::config::Role;
 
 pub(crate) use call::{Answer, Call, Handler};
-pub(crate) use route::{AuditClass, Authority, BodyKind, Endpoint, Route};
+pub(crate) use route::{AskedFrom, AuditClass, Authority, BodyKind, Endpoint, Route};
 pub use route::{LeaseNeed, Operation};
 use unserved::*;
 
@@ -59,7 +59,8 @@ macro_rules! or_default {
 /// `, body: Raw`, `, audit: Change`, `, authority: AdminTokenOrCredentials` (in this order).
 macro_rules! endpoint {
     ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path
-        $(, body: $body:ident)? $(, audit: $audit:ident)? $(, authority: $authority:ident)?) => {
+        $(, body: $body:ident)? $(, audit: $audit:ident)? $(, asked: $asked:path)?
+        $(, authority: $authority:ident)?) => {
         Route::Api(Endpoint {
             method: Method::$method,
             path: $path,
@@ -68,6 +69,7 @@ macro_rules! endpoint {
             lease: LeaseNeed::$lease,
             body: or_default!(BodyKind::Json $(, BodyKind::$body)?),
             audit: or_default!(AuditClass::of(LeaseNeed::$lease) $(, AuditClass::$audit)?),
+            asked: or_default!(route::asked_in_body $(, $asked)?),
             label: concat!(stringify!($method), " api/", $path),
             handler: handler!($handler),
             unserved: None,
@@ -88,6 +90,7 @@ macro_rules! unserved {
             lease: LeaseNeed::Open,
             body: BodyKind::Raw,
             audit: AuditClass::Request,
+            asked: route::asked_in_body,
             label: concat!(stringify!($method), " api/", $path),
             handler: handler!(unserved::answer),
             unserved: Some($why),
@@ -157,8 +160,8 @@ pub(crate) static ROUTES: &[Route] = &[
     endpoint!(POST "application/config/load", Control, Change, config_files::load),
     endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save),
     endpoint!(GET "application/config/download/{id}", Read, Open, config_files::download),
-    endpoint!(POST "application/config/upload", Control, Open, config_files::upload, body: Raw),
-    endpoint!(DELETE "application/config/{id}", Control, Open, config_files::delete),
+    endpoint!(POST "application/config/upload", Control, Open, config_files::upload, body: Raw, audit: Change, asked: config_files::asked_upload),
+    endpoint!(DELETE "application/config/{id}", Control, Open, config_files::delete, audit: Change, asked: config_files::asked_delete),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
     endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
@@ -459,8 +462,13 @@ mod tests {
             ]
         );
         for endpoint in endpoints() {
+            // A configuration file's upload and delete change the files a load applies.
             let was_change = endpoint.lease == LeaseNeed::Change
-                || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"));
+                || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"))
+                || matches!(
+                    endpoint.label,
+                    "POST api/application/config/upload" | "DELETE api/application/config/{id}"
+                );
             assert_eq!(
                 endpoint.audit == AuditClass::Change,
                 was_change,

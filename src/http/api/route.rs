@@ -4,6 +4,7 @@
 //! request entry (`routes.rs`) reads these facts; it decides none of them by path or label.
 
 use hyper::Method;
+use hyper::header::HeaderMap;
 
 use super::call::Handler;
 use super::unserved::Unserved;
@@ -72,6 +73,23 @@ impl AuditClass {
     }
 }
 
+/// What a change's audit line says was asked beyond what its JSON body tells
+/// (`audit_trail::asked`): from the `{id}` of its path or its raw body (a configuration file's
+/// name). `None`: nothing more.
+pub(crate) type AskedOf = fn(AskedFrom<'_>) -> Option<String>;
+
+/// What an [`AskedOf`] reads of a request.
+pub(crate) struct AskedFrom<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) raw: &'a [u8],
+}
+
+/// The [`AskedOf`] of every endpoint whose row names none: its JSON body tells it all.
+pub(crate) fn asked_in_body(_: AskedFrom<'_>) -> Option<String> {
+    None
+}
+
 /// What grants an endpoint's role while access control is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Authority {
@@ -93,6 +111,8 @@ pub(crate) struct Endpoint {
     pub(crate) lease: LeaseNeed,
     pub(crate) body: BodyKind,
     pub(crate) audit: AuditClass,
+    /// What its audit line says was asked beyond its JSON body (a change's).
+    pub(crate) asked: AskedOf,
     /// The label of its requests in metrics.
     pub(crate) label: &'static str,
     pub(crate) handler: Handler,
