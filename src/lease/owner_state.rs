@@ -113,16 +113,32 @@ fn is_token(text: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn path(test: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("sg-owner-state-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir.join("link-owner.state")
+    /// A directory of a test's own, removed when the test ends.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(test: &str) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("sg-owner-state-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            Scratch(dir)
+        }
+
+        fn file(&self) -> PathBuf {
+            self.0.join("link-owner.state")
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     #[test]
     fn a_token_kept_is_read_back_by_the_next_run() {
-        let path = path("kept");
+        let scratch = Scratch::new("kept");
+        let path = scratch.file();
         let mut first = OwnerState::open(&path).unwrap();
         assert!(first.token().is_none(), "a new file keeps nothing");
         let token = LeaseToken::random();
@@ -141,7 +157,8 @@ mod tests {
 
     #[test]
     fn a_second_holder_of_the_file_is_refused_while_the_first_lives() {
-        let path = path("busy");
+        let scratch = Scratch::new("busy");
+        let path = scratch.file();
         let first = OwnerState::open(&path).unwrap();
         let second = OwnerState::open(&path);
         assert!(
@@ -158,7 +175,8 @@ mod tests {
 
     #[test]
     fn a_file_that_holds_no_token_gives_none() {
-        let path = path("garbage");
+        let scratch = Scratch::new("garbage");
+        let path = scratch.file();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, "not a token\n").unwrap();
         assert!(OwnerState::open(&path).unwrap().token().is_none());
@@ -168,7 +186,8 @@ mod tests {
     #[test]
     fn the_file_is_readable_by_its_owner_only() {
         use std::os::unix::fs::PermissionsExt;
-        let path = path("mode");
+        let scratch = Scratch::new("mode");
+        let path = scratch.file();
         let _state = OwnerState::open(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o077, 0, "{mode:o}");
