@@ -13,7 +13,9 @@
 #                                              exported, stops them (e.g. CMD = cargo test --test
 #                                              lease_backends)
 #
-# Services: when nothing answers at LEASE_TEST_POSTGRES_URL (default
+# Services: the tests keep to a database of their own on the server they find (PostgreSQL:
+# station_gateway_test, created when absent; Redis: database 15), unless LEASE_TEST_POSTGRES_URL
+# or LEASE_TEST_REDIS_URL names one. When nothing answers at LEASE_TEST_POSTGRES_URL (default
 # postgres://postgres@127.0.0.1:5432/test) or LEASE_TEST_REDIS_URL (default
 # redis://127.0.0.1:6379), a private one is started for this run on a free port (Redis without
 # persistence; PostgreSQL with initdb in a temporary directory, database `test`), its URL is
@@ -198,27 +200,52 @@ start_private_postgres() {
         say "PostgreSQL did not start: $(tail -2 "$postgres_dir/server.log" 2>/dev/null)"
         return 1
     fi
-    if ! as_postgres_user "$postgres_bin/createdb" -h 127.0.0.1 -p "$port" -U postgres test \
-        >"$work/createdb.log" 2>&1; then
-        say "createdb test failed: $(tail -1 "$work/createdb.log")"
+    if ! as_postgres_user "$postgres_bin/createdb" -h 127.0.0.1 -p "$port" -U postgres \
+        station_gateway_test >"$work/createdb.log" 2>&1; then
+        say "createdb station_gateway_test failed: $(tail -1 "$work/createdb.log")"
         return 1
     fi
-    export LEASE_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$port/test
-    services+=("PostgreSQL: nothing answered at $configured; started one on 127.0.0.1:$port for this run (initdb in $postgres_dir, database test)")
+    export LEASE_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$port/station_gateway_test
+    services+=("PostgreSQL: nothing answered at $configured; started one on 127.0.0.1:$port for this run (initdb in $postgres_dir, database station_gateway_test)")
 }
 
-# Makes LEASE_TEST_POSTGRES_URL and LEASE_TEST_REDIS_URL point at a service that answers.
+# On the machine's own PostgreSQL at URL, the tests' own database station_gateway_test (created
+# when absent), never the user's: exports LEASE_TEST_POSTGRES_URL. False when it cannot be had.
+own_postgres_database() {
+    local server=${1%/*} exists
+    command -v psql >/dev/null 2>&1 || { say "no psql to create the tests' own database on $1"; return 1; }
+    exists=$(psql "$server/postgres" -tAc "SELECT 1 FROM pg_database WHERE datname = 'station_gateway_test'" 2>"$work/psql.log") || {
+        say "cannot ask $server for databases: $(tail -1 "$work/psql.log")"
+        return 1
+    }
+    if [[ $exists != 1 ]] && ! psql "$server/postgres" -qc "CREATE DATABASE station_gateway_test" >"$work/psql.log" 2>&1; then
+        say "cannot create station_gateway_test on $server: $(tail -1 "$work/psql.log")"
+        return 1
+    fi
+    export LEASE_TEST_POSTGRES_URL=$server/station_gateway_test
+}
+
+# Makes LEASE_TEST_POSTGRES_URL and LEASE_TEST_REDIS_URL point at a service that answers: the
+# tests' own database on it (PostgreSQL: station_gateway_test; Redis: database 15) unless the URL
+# was given, so that they never touch the user's data.
 bring_up_services() {
     local redis_url=${LEASE_TEST_REDIS_URL:-redis://127.0.0.1:6379}
     local postgres_url=${LEASE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
     step "services for the lease backend tests"
     if redis_reachable "$redis_url"; then
-        services+=("Redis: used the one at $redis_url")
+        if [[ -z ${LEASE_TEST_REDIS_URL:-} ]]; then
+            # The machine's own Redis: the tests keep to a database index of their own.
+            redis_url=${redis_url%/}/15
+            export LEASE_TEST_REDIS_URL=$redis_url
+            services+=("Redis: used database 15 of the one at ${redis_url%/15} (the tests' own; set LEASE_TEST_REDIS_URL to choose another)")
+        else
+            services+=("Redis: used the one at $redis_url")
+        fi
     elif ! start_private_redis "$redis_url"; then
         services+=("Redis: nothing answers at $redis_url and none could be started; the Redis lease tests fail")
     fi
-    if postgres_reachable "$postgres_url"; then
-        services+=("PostgreSQL: used the one at $postgres_url")
+    if postgres_reachable "$postgres_url" && { [[ -n ${LEASE_TEST_POSTGRES_URL:-} ]] || own_postgres_database "$postgres_url"; }; then
+        services+=("PostgreSQL: used the database at ${LEASE_TEST_POSTGRES_URL:-$postgres_url}")
     elif ! start_private_postgres "$postgres_url"; then
         services+=("PostgreSQL: nothing answers at $postgres_url and none could be started; the PostgreSQL lease tests fail")
     fi
