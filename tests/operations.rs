@@ -569,7 +569,13 @@ async fn the_status_page_shows_live_values_in_headless_chromium() {
             "--disable-dev-shm-usage",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
-        .args(["--virtual-time-budget=3000", "--dump-dom"])
+        // 25 s: past the page's subscription renewal (20 s), which must not bring the stream
+        // back after the snapshot closed it; at 1 280 px, where every table must fit its card.
+        .args([
+            "--window-size=1280,900",
+            "--virtual-time-budget=25000",
+            "--dump-dom",
+        ])
         .arg(url)
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -599,6 +605,30 @@ async fn the_status_page_shows_live_values_in_headless_chromium() {
         .and_then(|text| text.trim().parse().ok())
         .unwrap_or_else(|| panic!("no number in {row}"));
     assert!((value - 3.3).abs() < 0.1, "{value}");
+    // No error banner after the snapshot, and every table fits its card.
+    let badge = dom
+        .split("id=\"values-state\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</span>").next())
+        .unwrap_or_else(|| panic!("no values badge:\n{dom}"));
+    assert!(
+        badge.contains(">snapshot"),
+        "the values badge after 25 s: {badge}"
+    );
+    assert!(
+        dom.contains("data-overflowing=\"\""),
+        "a table wider than its card (or no layout report): {}",
+        dom.split("data-overflowing=")
+            .nth(1)
+            .unwrap_or("none")
+            .chars()
+            .take(80)
+            .collect::<String>()
+    );
+    assert!(
+        dom.contains("no acquisitions yet"),
+        "the empty numeric table says so"
+    );
     // And what status.json gave: connected, the firmware, link statistics.
     assert!(dom.contains(">connected<"), "{dom}");
     let firmware = rig
