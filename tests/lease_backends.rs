@@ -10,11 +10,11 @@ use station_gateway::lease::{BackendUrl, LeaseKind, LeaseStoreError, LeaseToken}
 
 fn postgres_url() -> String {
     std::env::var("LEASE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/station_gateway_test".into())
 }
 
 fn redis_url() -> String {
-    std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/15".into())
 }
 
 /// Fails the test when the shared backend at `url` cannot be reached, saying how to get one.

@@ -3,8 +3,9 @@
 //! waits and owner-token re-acquire; then faults (Redis unreachable or paused, SQLite locked)
 //! (the gateway's own lease tests are in the gateway's `tests/lease_backends.rs`).
 //!
-//! Postgres and Redis are the machine's own, or those named by `LEASE_TEST_POSTGRES_URL` and
-//! `LEASE_TEST_REDIS_URL`. A service that cannot be reached fails its tests, naming the service,
+//! Postgres and Redis are the machine's own — the tests' own database on each, never the
+//! user's: `station_gateway_test` on PostgreSQL (`bash tests/run-all.sh` creates it when absent),
+//! database 15 on Redis — or those named by `LEASE_TEST_POSTGRES_URL` and `LEASE_TEST_REDIS_URL`. A service that cannot be reached fails its tests, naming the service,
 //! the URL tried, the error and the fix: set the variable, or run `bash tests/run-all.sh`,
 //! which starts private ones when they are missing. Nothing is skipped. The Redis fault tests
 //! start their own `redis-server` on a unix socket in a private directory (so no other process
@@ -31,11 +32,11 @@ fn unique(what: &str) -> String {
 
 fn postgres_url() -> String {
     std::env::var("LEASE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/station_gateway_test".into())
 }
 
 fn redis_url() -> String {
-    std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/15".into())
 }
 
 /// A fresh SQLite file in the temp directory.
