@@ -104,9 +104,12 @@ def test_reading_the_trail_needs_admin_and_names_key_callers(
         lines = admin.audit.get_audit_log(tail=0)
         write = [l for l in lines if f"{station.VSET1}=12" in l]
         assert write and 'caller="bench 3" owner=- fence=- outcome=applied' in write[0], lines
-        on_disk = (audit / "audit.log").read_text().splitlines()
-        assert write[0] in on_disk
-        assert not any("key-0123456789" in l for l in on_disk)
+        # Changes are kept apart from reads, in changes.log with a rotation of its own.
+        changes = (audit / "changes.log").read_text().splitlines()
+        assert write[0] in changes
+        reads = (audit / "audit.log").read_text().splitlines()
+        assert not any(f"{station.VSET1}=12" in l for l in reads), reads
+        assert not any("key-0123456789" in l for l in changes + reads)
         control.resources.set_value(station.VSET1, "0")
     finally:
         control.close()
