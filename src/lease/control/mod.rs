@@ -40,6 +40,7 @@ use super::store::LeaseStore;
 use super::{Access, LeaseError, LeaseView};
 use crate::config::SafeWrite;
 use crate::link::{Guarded, LinkHandle, SendGuard};
+pub use events::{SafeStopOutcome, SafeStopState};
 use machine::LeaseMachine;
 use state::{LeaseState, guard_check};
 
