@@ -60,3 +60,33 @@ pub fn lease_line(notice: &LeaseNotice<'_>, at: SystemTime) -> String {
         ..ChangeFields::default()
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    #[test]
+    fn a_safe_stop_line_names_the_caller_the_reason_and_the_lease_it_ended() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let line = lease_line(
+            &LeaseNotice::SafeStopped {
+                by: "bench 3",
+                reason: "smoke in rack 2",
+                lease: Some(("TAT station 3", 7)),
+            },
+            at,
+        );
+        assert!(line.contains("LEASE safe-stop"), "{line}");
+        assert!(line.contains("caller=\"bench 3\""), "{line}");
+        assert!(line.contains("owner=\"TAT station 3\" fence=7"), "{line}");
+        assert!(line.contains("why=\"smoke in rack 2\""), "{line}");
+        let nobody = LeaseNotice::SafeStopped {
+            by: "bench 3",
+            reason: "drill",
+            lease: None,
+        };
+        assert!(lease_line(&nobody, at).contains("owner=- fence=-"));
+    }
+}

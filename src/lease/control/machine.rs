@@ -411,8 +411,9 @@ impl LeaseMachine {
 
     /// A lease ends: from this instant admission refuses changes and forced reads of everyone
     /// and the link's guard refuses every change admitted under it not yet sent; then its
-    /// changes still at the station settle, then the safe state when it ran out and one is
-    /// configured, then it is free and goes to the next in line ([`Self::finish`]).
+    /// changes still at the station settle, then the safe state when it ran out (or was
+    /// safe-stopped) and one is configured, then it is free and goes to the next in line
+    /// ([`Self::finish`]).
     fn end(&mut self, live: LiveLease, cause: EndCause) -> Vec<Action> {
         let owed = cause.owes_safe_state() && self.has_safe_state;
         let ending = live.ending(owed);
