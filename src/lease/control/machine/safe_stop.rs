@@ -10,7 +10,7 @@ use super::LeaseMachine;
 
 /// The owner an [`EndingLease`] names while the safe state of a safe stop pressed with
 /// nobody holding the lease is applied.
-pub(in super::super) const NOBODY: &str = "nobody";
+const NOBODY: &str = "nobody";
 
 impl LeaseMachine {
     /// A safe stop: the held lease (live or past its deadline) ends, and the safe state is
