@@ -286,6 +286,10 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
         "{dom}"
     );
     assert!(dom.contains("id=\"last-config\">none<"), "{dom}");
+    assert!(
+        dom.contains("id=\"safe-stop\""),
+        "no safe-stop button: {dom}"
+    );
     // The recent changes: the holder's writes applied, with owner and fence; the refusal.
     let changes = dom
         .split("id=\"changes\"")

@@ -1,5 +1,5 @@
 //! The control lease's own events as audit lines (`LEASE taken|released|expired|broken|
-//! safe-state`), through the lease's notice hook.
+//! safe-stop|safe-state`), through the lease's notice hook.
 
 use std::time::SystemTime;
 
@@ -17,39 +17,32 @@ pub fn lease_hook(audit: AuditLog) -> LeaseNoticeHook {
 
 /// The line of one lease event.
 pub fn lease_line(notice: &LeaseNotice<'_>, at: SystemTime) -> String {
-    let (event, owner, fence, ip, outcome, why) = match *notice {
-        LeaseNotice::Taken { owner, fence } => {
-            ("taken", owner, fence, None, Outcome::Applied, None)
+    let applied = |event, owner: &str, fence| (event, Some((owner.to_owned(), fence)), None);
+    let (event, lease, ip) = match *notice {
+        LeaseNotice::Taken { owner, fence } => applied("taken", owner, fence),
+        LeaseNotice::Released { owner, fence } => applied("released", owner, fence),
+        LeaseNotice::RanOut { owner, fence } => applied("expired", owner, fence),
+        LeaseNotice::Broken { owner, fence, peer } => {
+            ("broken", Some((owner.to_owned(), fence)), Some(peer.ip()))
         }
-        LeaseNotice::Released { owner, fence } => {
-            ("released", owner, fence, None, Outcome::Applied, None)
-        }
-        LeaseNotice::RanOut { owner, fence } => {
-            ("expired", owner, fence, None, Outcome::Applied, None)
-        }
-        LeaseNotice::Broken { owner, fence, peer } => (
-            "broken",
-            owner,
-            fence,
-            Some(peer.ip()),
-            Outcome::Applied,
+        LeaseNotice::SafeStopped { lease, .. } => (
+            "safe-stop",
+            lease.map(|(owner, fence)| (owner.to_owned(), fence)),
             None,
         ),
+        LeaseNotice::SafeState { owner, fence, .. } => applied("safe-state", owner, fence),
+    };
+    let (caller, outcome, why) = match *notice {
+        // Who pressed it and why.
+        LeaseNotice::SafeStopped { by, reason, .. } => (
+            Some(by.to_owned()),
+            Outcome::Applied,
+            Some(reason.to_owned()),
+        ),
         LeaseNotice::SafeState {
-            owner,
-            fence,
-            result,
-        } => match result {
-            Ok(()) => ("safe-state", owner, fence, None, Outcome::Applied, None),
-            Err(why) => (
-                "safe-state",
-                owner,
-                fence,
-                None,
-                Outcome::Refused,
-                Some(why.to_owned()),
-            ),
-        },
+            result: Err(why), ..
+        } => (None, Outcome::Refused, Some(why.to_owned())),
+        _ => (None, Outcome::Applied, None),
     };
     let line = RequestLine {
         at,
@@ -60,10 +53,40 @@ pub fn lease_line(notice: &LeaseNotice<'_>, at: SystemTime) -> String {
         duration: None,
     };
     line.render(Some(&ChangeFields {
-        caller: None,
-        lease: Some((owner.to_owned(), fence)),
+        caller,
+        lease,
         outcome: Some(outcome),
         why,
         ..ChangeFields::default()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    #[test]
+    fn a_safe_stop_line_names_the_caller_the_reason_and_the_lease_it_ended() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let line = lease_line(
+            &LeaseNotice::SafeStopped {
+                by: "bench 3",
+                reason: "smoke in rack 2",
+                lease: Some(("TAT station 3", 7)),
+            },
+            at,
+        );
+        assert!(line.contains("LEASE safe-stop"), "{line}");
+        assert!(line.contains("caller=\"bench 3\""), "{line}");
+        assert!(line.contains("owner=\"TAT station 3\" fence=7"), "{line}");
+        assert!(line.contains("why=\"smoke in rack 2\""), "{line}");
+        let nobody = LeaseNotice::SafeStopped {
+            by: "bench 3",
+            reason: "drill",
+            lease: None,
+        };
+        assert!(lease_line(&nobody, at).contains("owner=- fence=-"));
+    }
 }

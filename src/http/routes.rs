@@ -164,6 +164,13 @@ async fn route_and_answer(
             return Ok(super::named_leases::handle(gateway, request).await);
         }
         Route::Api(endpoint) => endpoint,
+        Route::V1(endpoint) if endpoint.method == parts.method => endpoint,
+        Route::V1(_) => {
+            return Err(ApiError::method_not_allowed(format!(
+                "{} is not allowed on {path}",
+                parts.method
+            )));
+        }
     };
     let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;

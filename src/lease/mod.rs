@@ -46,6 +46,9 @@ pub struct LeaseView {
     /// confirmed it yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub safe_state: Option<SafeStateView>,
+    /// On the event of a lease that a safe stop ended: "safe-stopped by CALLER: REASON".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 impl LeaseView {
@@ -56,6 +59,7 @@ impl LeaseView {
             expires_in_ms: 0,
             since: None,
             safe_state: None,
+            ended: None,
         }
     }
 }

@@ -26,6 +26,12 @@ pub enum LeaseNotice<'a> {
         fence: u64,
         peer: SocketAddr,
     },
+    /// A safe stop pressed by `by` for `reason`, and the lease it ended (owner, fence), if any.
+    SafeStopped {
+        by: &'a str,
+        reason: &'a str,
+        lease: Option<(&'a str, u64)>,
+    },
     /// The safe state after `owner`'s lease: `Ok` confirmed by the station, `Err` why not.
     SafeState {
         owner: &'a str,

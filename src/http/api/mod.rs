@@ -19,6 +19,7 @@ mod modules;
 mod numeric;
 mod resources;
 mod route;
+mod safe_stop;
 mod unserved;
 
 use std::future::Future;
@@ -98,6 +99,27 @@ macro_rules! unserved {
     };
 }
 
+/// `v1!(METHOD "/v1/path", Role, LeaseNeed, area::handler, audit: Class)`: an endpoint beside
+/// `api/` at its own path below `http.path_prefix`, its body JSON, opened by credentials with
+/// its role.
+macro_rules! v1 {
+    ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path, audit: $audit:ident) => {
+        Route::V1(Endpoint {
+            method: Method::$method,
+            path: $path,
+            role: Role::$role,
+            authority: Authority::Credentials,
+            lease: LeaseNeed::$lease,
+            body: BodyKind::Json,
+            audit: AuditClass::$audit,
+            asked: route::asked_in_body,
+            label: concat!(stringify!($method), " ", $path),
+            handler: handler!($handler),
+            unserved: None,
+        })
+    };
+}
+
 /// `operation!("GET /label", Operation, "/path" | ..., role)`: an operations endpoint beside
 /// `api/`; `role` is `Some(Role::...)` or `None` (open to anyone).
 macro_rules! operation {
@@ -133,6 +155,7 @@ pub(crate) static ROUTES: &[Route] = &[
     Route::NamedLeases {
         label: "v1/leases and v1/semaphores",
     },
+    v1!(POST "/v1/safe-stop", Control, Open, safe_stop::press, audit: Change),
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
     endpoint!(GET "resources/names", Read, Open, resources::names),
@@ -254,7 +277,8 @@ pub(crate) fn endpoints() -> impl Iterator<Item = &'static Endpoint> {
 /// A route found for a request: its position in [`ROUTES`], the row, and the `{id}` of its path.
 pub(crate) type Found<'p> = (usize, &'static Route, &'p str);
 
-/// The operations endpoint at `below_prefix` (the path after `http.path_prefix`), any method.
+/// The operations endpoint, or the endpoint beside `api/` (`/v1/safe-stop`), at `below_prefix`
+/// (the path after `http.path_prefix`), any method.
 pub(crate) fn find_operation(below_prefix: &str) -> Option<Found<'static>> {
     ROUTES
         .iter()
@@ -263,6 +287,7 @@ pub(crate) fn find_operation(below_prefix: &str) -> Option<Found<'static>> {
             Route::Operation { paths, .. } if paths.contains(&below_prefix) => {
                 Some((position, route, ""))
             }
+            Route::V1(endpoint) if endpoint.path == below_prefix => Some((position, route, "")),
             _ => None,
         })
 }
@@ -495,8 +520,17 @@ mod tests {
                 Route::Api(endpoint) => {
                     assert_eq!(route.needed_role(&Method::GET), Some(endpoint.role))
                 }
+                // The safe stop: anyone with control, audited as a change, beside `api/`.
+                Route::V1(endpoint) => {
+                    assert_eq!(route.needed_role(&Method::POST), Some(Role::Control));
+                    assert_eq!(route.audit(), AuditClass::Change);
+                    assert_eq!(route.authority(), Authority::Credentials);
+                    assert_eq!(endpoint.label, "POST /v1/safe-stop");
+                }
             }
         }
+        let (_, safe_stop, _) = find_operation("/v1/safe-stop").unwrap();
+        assert!(matches!(safe_stop, Route::V1(_)));
         let (_, healthz, _) = find_operation("/healthz").unwrap();
         assert_eq!(healthz.needed_role(&Method::GET), None);
         let (_, metrics, _) = find_operation("/metrics").unwrap();

@@ -156,6 +156,9 @@ pub(crate) enum Route {
     NamedLeases { label: &'static str },
     /// A REST endpoint below `api/`.
     Api(Endpoint),
+    /// An endpoint beside `api/` at its own path below `http.path_prefix` (`/v1/safe-stop`),
+    /// read, authorized, admitted and audited like a REST one; other methods are 405.
+    V1(Endpoint),
 }
 
 impl Route {
@@ -163,7 +166,7 @@ impl Route {
     pub(crate) fn label(&self) -> &'static str {
         match self {
             Route::Operation { label, .. } | Route::NamedLeases { label } => label,
-            Route::Api(endpoint) => endpoint.label,
+            Route::Api(endpoint) | Route::V1(endpoint) => endpoint.label,
         }
     }
 
@@ -175,13 +178,13 @@ impl Route {
                 Method::GET | Method::HEAD => Role::Read,
                 _ => Role::Control,
             }),
-            Route::Api(endpoint) => Some(endpoint.role),
+            Route::Api(endpoint) | Route::V1(endpoint) => Some(endpoint.role),
         }
     }
 
     pub(crate) fn authority(&self) -> Authority {
         match self {
-            Route::Api(endpoint) => endpoint.authority,
+            Route::Api(endpoint) | Route::V1(endpoint) => endpoint.authority,
             Route::Operation { .. } | Route::NamedLeases { .. } => Authority::Credentials,
         }
     }
@@ -190,7 +193,7 @@ impl Route {
         match self {
             Route::Operation { .. } => AuditClass::Unaudited,
             Route::NamedLeases { .. } => AuditClass::Request,
-            Route::Api(endpoint) => endpoint.audit,
+            Route::Api(endpoint) | Route::V1(endpoint) => endpoint.audit,
         }
     }
 
@@ -198,7 +201,7 @@ impl Route {
     pub(crate) fn endpoint(&self) -> Option<&Endpoint> {
         match self {
             Route::Api(endpoint) => Some(endpoint),
-            Route::Operation { .. } | Route::NamedLeases { .. } => None,
+            Route::Operation { .. } | Route::NamedLeases { .. } | Route::V1(_) => None,
         }
     }
 }

@@ -31,7 +31,7 @@ pub(super) enum Releasing {
 }
 
 /// Why a lease ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum EndCause {
     /// Its holder released it.
     Released,
@@ -42,6 +42,16 @@ pub(super) enum EndCause {
     RanOut,
     /// Taken for a client that had stopped waiting: nobody has its id.
     Unclaimed,
+    /// Someone with control pressed the safe stop (`POST /v1/safe-stop`): the safe state is
+    /// owed, when one is configured.
+    SafeStopped { by: String, reason: String },
+}
+
+impl EndCause {
+    /// Whether a lease that ended so leaves the safe state to apply (when one is configured).
+    pub(super) fn owes_safe_state(&self) -> bool {
+        matches!(self, EndCause::RanOut | EndCause::SafeStopped { .. })
+    }
 }
 
 /// What the machine is told.
@@ -70,6 +80,9 @@ pub(super) enum Event {
     Release { presented: String },
     /// `DELETE lease` by an admin.
     Break { peer: SocketAddr },
+    /// `POST /v1/safe-stop` by `by` (anyone with control): the lease ends, if one is held,
+    /// and the safe state is applied whether or not one was.
+    SafeStop { by: String, reason: String },
     /// Time passed: a lease past its deadline ends; a safe state owed is tried when due.
     Deadline,
     /// The store's answer to `Take`.
@@ -117,6 +130,26 @@ pub(super) enum Answer {
     Refused(LeaseError),
     /// It waits in line (for at most its wait).
     Queued,
+    SafeStopped(SafeStopOutcome),
+}
+
+/// What a safe stop did: the lease it ended (owner, fence), if any, and the safe state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SafeStopOutcome {
+    pub ended: Option<(String, u64)>,
+    pub safe_state: SafeStopState,
+}
+
+/// The safe state after a safe stop, when the stop is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SafeStopState {
+    /// `[lease] safe_state` is empty: nothing to apply.
+    NotConfigured,
+    /// The station confirmed every write.
+    Confirmed,
+    /// Not confirmed yet (`why`, after `tries`): the lease task retries it with back-off, and
+    /// nobody changes the station or takes the lease until it is.
+    NotConfirmed { tries: u32, why: String },
 }
 
 /// Something to record: a log line, a counter and, where one exists, the audit notice.
@@ -139,6 +172,12 @@ pub(super) enum Record {
     SafeStateApplied {
         owner: String,
         fence: u64,
+    },
+    /// A safe stop pressed by `by`, and the lease it ended (owner, fence), if any.
+    SafeStopped {
+        by: String,
+        reason: String,
+        ended: Option<(String, u64)>,
     },
     SafeStateFailed {
         owner: String,

@@ -14,8 +14,12 @@ use tokio::time::Instant;
 
 use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
 use super::super::{LeaseError, LeaseStoreError, LeaseView};
-use super::events::{Action, Answer, EndCause, Event, Grantee, Record, Releasing, SafeStateError};
+use super::events::{
+    Action, Answer, EndCause, Event, Grantee, Record, Releasing, SafeStateError, SafeStopState,
+};
 use super::state::{EndingLease, LeaseState, LiveLease};
+
+mod safe_stop;
 
 /// The first wait between tries of the safe state, and the longest.
 pub(super) const SAFE_STATE_FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -39,6 +43,8 @@ pub(super) struct LeaseMachine {
     granting: Option<Grantee>,
     /// The link generation last seen up.
     generation: Option<u64>,
+    /// A safe stop waiting for its answer, and the lease it ended (owner, fence), if any.
+    stopping: Option<Option<(String, u64)>>,
 }
 
 impl LeaseMachine {
@@ -52,6 +58,7 @@ impl LeaseMachine {
             },
             granting: None,
             generation: None,
+            stopping: None,
         }
     }
 
@@ -127,6 +134,7 @@ impl LeaseMachine {
                 }],
                 _ => refuse(LeaseError::NobodyHolds),
             },
+            Event::SafeStop { by, reason } => self.safe_stop(by, reason, now),
             Event::Deadline => self.deadline(now),
             Event::Taken {
                 grantee,
@@ -403,19 +411,28 @@ impl LeaseMachine {
 
     /// A lease ends: from this instant admission refuses changes and forced reads of everyone
     /// and the link's guard refuses every change admitted under it not yet sent; then its
-    /// changes still at the station settle, then the safe state when it ran out and one is
-    /// configured, then it is free and goes to the next in line ([`Self::finish`]).
+    /// changes still at the station settle, then the safe state when it ran out (or was
+    /// safe-stopped) and one is configured, then it is free and goes to the next in line
+    /// ([`Self::finish`]).
     fn end(&mut self, live: LiveLease, cause: EndCause) -> Vec<Action> {
-        let owed = cause == EndCause::RanOut && self.has_safe_state;
-        self.state = LeaseState::Ending(live.ending(owed));
-        vec![
-            Action::Record(Record::Ended {
-                owner: live.owner,
-                fence: live.fence,
-                cause,
-            }),
-            Action::Settle(Some(live.fence)),
-        ]
+        let owed = cause.owes_safe_state() && self.has_safe_state;
+        let ending = live.ending(owed);
+        let mut actions = Vec::with_capacity(3);
+        if let EndCause::SafeStopped { by, reason } = &cause {
+            // Its holder learns at once why its changes are refused.
+            actions.push(Action::Publish(LeaseView {
+                ended: Some(format!("safe-stopped by {by}: {reason}")),
+                ..ending.view()
+            }));
+        }
+        self.state = LeaseState::Ending(ending);
+        actions.push(Action::Record(Record::Ended {
+            owner: live.owner,
+            fence: live.fence,
+            cause,
+        }));
+        actions.push(Action::Settle(Some(live.fence)));
+        actions
     }
 
     /// Changes of the fence asked have left the station: a new lease goes to its grantee; an
@@ -433,7 +450,11 @@ impl LeaseMachine {
                 self.retry_now(now);
                 self.try_safe_state(now)
             }
-            (LeaseState::Ending(_), _) => self.finish(),
+            (LeaseState::Ending(_), _) => {
+                let mut actions = self.answer_stop(SafeStopState::NotConfigured);
+                actions.extend(self.finish());
+                actions
+            }
             _ => Vec::new(),
         }
     }
@@ -469,6 +490,7 @@ impl LeaseMachine {
         match result {
             Ok(()) => {
                 let mut actions = vec![Action::Record(Record::SafeStateApplied { owner, fence })];
+                actions.extend(self.answer_stop(SafeStopState::Confirmed));
                 actions.extend(self.finish());
                 actions
             }
@@ -482,16 +504,18 @@ impl LeaseMachine {
                     next_try: now + retry_in,
                     backoff: (retry_in * 2).min(SAFE_STATE_MAX_BACKOFF),
                 };
-                vec![
+                let mut actions = vec![
                     Action::Record(Record::SafeStateFailed {
                         owner,
                         fence,
                         tries,
-                        why,
+                        why: why.clone(),
                         retry_in,
                     }),
                     Action::Publish(view),
-                ]
+                ];
+                actions.extend(self.answer_stop(SafeStopState::NotConfirmed { tries, why }));
+                actions
             }
         }
     }

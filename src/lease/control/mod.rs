@@ -12,9 +12,9 @@
 //! - `expiry.rs`: the lease's own task (deadlines, safe-state retries, the link coming back),
 //!   resuming at start, and the safe state's writes.
 //!
-//! How a lease ends (expiry, release, break, a renewal confirmed too late) is
+//! How a lease ends (expiry, release, break, a safe stop, a renewal confirmed too late) is
 //! `LeaseMachine::end` and what follows it: ending (refused from that instant), its changes
-//! still at the station settle, the safe state when it ran out unreleased (retried with
+//! still at the station settle, the safe state when it ran out unreleased or was safe-stopped (retried with
 //! back-off until the station confirms it, kept across a restart in the store as
 //! `<name>:safe-state-owed`), then free, the `lease` event, the next in line.
 
@@ -40,6 +40,7 @@ use super::store::LeaseStore;
 use super::{Access, LeaseError, LeaseView};
 use crate::config::SafeWrite;
 use crate::link::{Guarded, LinkHandle, SendGuard};
+pub use events::{SafeStopOutcome, SafeStopState};
 use machine::LeaseMachine;
 use state::{LeaseState, guard_check};
 

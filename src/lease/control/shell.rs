@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 
 use super::super::notice::LeaseNotice;
 use super::super::{LeaseError, LeaseView, rfc3339};
-use super::events::{Action, Answer, EndCause, Event, Grantee, Record};
+use super::events::{Action, Answer, EndCause, Event, Grantee, Record, SafeStopOutcome};
 use super::{ControlLease, LeaseAnswer, Waiter, lock};
 
 /// How long a request waits for the transition it asked for; the transition goes on past it.
@@ -97,6 +97,20 @@ impl ControlLease {
         }
     }
 
+    /// `POST /v1/safe-stop` by `by` (anyone with control): ends the lease held, if any, and
+    /// applies the safe state in any case; answered once the station has confirmed it (or a
+    /// try has failed: the lease task goes on with it), or at once when none is configured.
+    pub async fn safe_stop(
+        self: &Arc<Self>,
+        by: String,
+        reason: String,
+    ) -> Result<SafeStopOutcome, LeaseError> {
+        match self.ask(Request::SafeStop { by, reason }).await? {
+            Reply::Answer(Answer::SafeStopped(outcome)) => Ok(outcome),
+            other => Err(mismatched(other)),
+        }
+    }
+
     /// Drives `request` on a task of its own, after any lease that ran out has ended; its
     /// answer, awaited for at most [`ANSWER_BOUND`].
     async fn ask(self: &Arc<Self>, request: Request) -> Result<Reply, LeaseError> {
@@ -143,6 +157,10 @@ enum Request {
     Break {
         peer: SocketAddr,
     },
+    SafeStop {
+        by: String,
+        reason: String,
+    },
 }
 
 /// The one who may drive the lease machine now: only a `Turn` feeds it events, so no two
@@ -184,6 +202,10 @@ impl Turn {
                 presented: presented.clone(),
             },
             Request::Break { peer } => Event::Break { peer: *peer },
+            Request::SafeStop { by, reason } => Event::SafeStop {
+                by: by.clone(),
+                reason: reason.clone(),
+            },
         }
     }
 
@@ -374,6 +396,20 @@ impl ControlLease {
                     result: Ok(()),
                 });
             }
+            Record::SafeStopped { by, reason, ended } => {
+                warn!(
+                    by = %by,
+                    at = %rfc3339(SystemTime::now()),
+                    "safe stop pressed by {by}: {reason}"
+                );
+                self.notify(LeaseNotice::SafeStopped {
+                    by: &by,
+                    reason: &reason,
+                    lease: ended
+                        .as_ref()
+                        .map(|(owner, fence)| (owner.as_str(), *fence)),
+                });
+            }
             Record::SafeStateFailed {
                 owner,
                 fence,
@@ -420,6 +456,10 @@ impl ControlLease {
                 warn!(owner = %owner, fence, "control lease ran out: {owner} did not renew it in time");
                 self.counters.expired.inc();
                 self.notify(LeaseNotice::RanOut { owner, fence });
+            }
+            EndCause::SafeStopped { by, reason } => {
+                // Its audit line is the safe stop's own (`Record::SafeStopped`).
+                warn!(owner = %owner, fence, "control lease safe-stopped by {by}: {reason}");
             }
             EndCause::Unclaimed => {
                 info!(owner = %owner, "control lease released: its waiter gave up");

@@ -48,6 +48,7 @@ impl LiveLease {
             expires_in_ms: millis(self.expires_in(now)),
             since: Some(rfc3339(self.since)),
             safe_state: None,
+            ended: None,
         }
     }
 

@@ -13,6 +13,7 @@ use super::machine::{LeaseMachine, SAFE_STATE_FIRST_BACKOFF, SAFE_STATE_MAX_BACK
 use super::state::LeaseState;
 
 mod ending;
+mod safe_stop;
 
 const TTL: Duration = Duration::from_secs(10);
 const REQUESTER: Grantee = Grantee::Requester { wait: false };
