@@ -225,6 +225,15 @@ async fn a_second_gateway_reaching_the_same_station_by_another_address_never_ser
     .await;
     assert!(!second.link().info().connected);
     rig_write_refused(&second, &sim).await;
+    // Standing by, it does not knock again: no new connection (not even for a HELLO) in the
+    // time its 200 ms back-off would have tried several.
+    let accepted = sim.connections_accepted();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        sim.connections_accepted(),
+        accepted,
+        "a gateway standing by connected to another gateway's station"
+    );
 
     // Once the first is gone, the second takes the station over.
     first.stop().await;

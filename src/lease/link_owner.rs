@@ -272,6 +272,15 @@ impl LinkOwnership {
                 }
                 () = tokio::time::sleep(pause) => {}
             }
+            // Standing by for a station another gateway owns: try its lease again (the store
+            // only; the link does not touch the station meanwhile).
+            if let Some(identity) = self.gate.refused_identity() {
+                let verdict = self.claim_station(&identity).await;
+                if verdict.is_ok() {
+                    info!("the station {identity} is free again: this gateway takes it over");
+                }
+                self.gate.decide_identity(identity, verdict);
+            }
             let asked_at = Instant::now();
             match self.renew().await {
                 Ok(true) => {

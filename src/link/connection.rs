@@ -48,6 +48,17 @@ impl Shared {
             _ => Ok(()),
         }
     }
+
+    /// `Err` while this gateway may not even connect: not owner, or standing by because the
+    /// station is another gateway's (a HELLO now could disturb a station that keeps one
+    /// connection).
+    pub fn may_connect(&self) -> Result<(), LinkDown> {
+        self.may_send()?;
+        match self.owner.as_ref().and_then(|gate| gate.standing_by()) {
+            Some(why) => Err(LinkDown::NotThisStation(why)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Shared {

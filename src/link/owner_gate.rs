@@ -27,6 +27,9 @@ pub struct OwnerGate {
     identity_asked: watch::Sender<Option<String>>,
     /// The link-owner task's verdict on an identity.
     identity_verdict: watch::Sender<Option<(String, IdentityVerdict)>>,
+    /// Why the link stands by: the station it met is another gateway's. It does not connect
+    /// (not even for a HELLO) until the link-owner task has claimed that station's lease.
+    standing_by: std::sync::Mutex<Option<String>>,
 }
 
 impl OwnerGate {
@@ -37,6 +40,7 @@ impl OwnerGate {
             until_nanos: AtomicU64::new(0),
             identity_asked: watch::channel(None).0,
             identity_verdict: watch::channel(None).0,
+            standing_by: std::sync::Mutex::new(None),
         }
     }
 
@@ -78,10 +82,32 @@ impl OwnerGate {
         self.identity_asked.subscribe()
     }
 
-    /// The link-owner task's verdict on `identity`.
+    /// The link-owner task's verdict on `identity`: a refusal makes the link stand by, an
+    /// acceptance ends standing by.
     pub fn decide_identity(&self, identity: String, verdict: IdentityVerdict) {
+        *self.standing() = verdict.as_ref().err().cloned();
         self.identity_verdict
             .send_replace(Some((identity, verdict)));
+    }
+
+    /// Why the link may not connect now: the station it last met is another gateway's.
+    pub fn standing_by(&self) -> Option<String> {
+        self.standing().clone()
+    }
+
+    fn standing(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.standing_by
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The identity the link was refused, while it stands by (the link-owner task keeps trying
+    /// to claim it).
+    pub fn refused_identity(&self) -> Option<String> {
+        match &*self.identity_verdict.borrow() {
+            Some((identity, Err(_))) if self.standing().is_some() => Some(identity.clone()),
+            _ => None,
+        }
     }
 
     /// A renewal sent at `sent_at` was confirmed for `ttl`: owned until `sent_at + ttl -
@@ -190,6 +216,18 @@ mod tests {
             Err("owned by G1".to_owned())
         );
         decider.await.unwrap();
+    }
+
+    #[test]
+    fn a_refused_identity_makes_the_link_stand_by_until_it_is_accepted() {
+        let gate = OwnerGate::new(Instant::now());
+        assert_eq!(gate.standing_by(), None);
+        gate.decide_identity("station A".into(), Err("owned by G1".into()));
+        assert_eq!(gate.standing_by().as_deref(), Some("owned by G1"));
+        assert_eq!(gate.refused_identity().as_deref(), Some("station A"));
+        gate.decide_identity("station A".into(), Ok(()));
+        assert_eq!(gate.standing_by(), None);
+        assert_eq!(gate.refused_identity(), None);
     }
 
     #[tokio::test(start_paused = true)]

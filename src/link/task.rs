@@ -106,7 +106,7 @@ impl LinkTask {
         let mut generation = 0u64;
         let mut down = LinkDown::Connecting;
         loop {
-            let attempt = match self.shared.may_send() {
+            let attempt = match self.shared.may_connect() {
                 // Not even a HELLO without the link: another gateway may own the station.
                 Err(not_owner) => Err(not_owner),
                 Ok(()) => {
