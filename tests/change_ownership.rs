@@ -46,12 +46,31 @@ async fn sent_after(rig: &Rig, before: u64, what: &str) {
     until(BOUND, what, || LinkStats::get(&stats.frames_sent) > before).await;
 }
 
-#[tokio::test]
-async fn a_change_whose_client_hangs_up_is_applied_and_audited_with_its_outcome() {
+/// One `#[tokio::test]` per lease backend for the scenario `$scenario(backend_url)`.
+macro_rules! on_every_backend {
+    ($scenario:ident: $($test:ident => $kind:literal),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                let backend = common::backends::Backend::named($kind).await;
+                $scenario(&backend.url).await
+            }
+        )+
+    };
+}
+
+on_every_backend!(a_change_whose_client_hangs_up_is_applied_and_audited_with_its_outcome:
+    a_change_whose_client_hangs_up_is_applied_and_audited_on_memory => "memory",
+    a_change_whose_client_hangs_up_is_applied_and_audited_on_sqlite => "sqlite",
+    a_change_whose_client_hangs_up_is_applied_and_audited_on_postgres => "postgres",
+    a_change_whose_client_hangs_up_is_applied_and_audited_on_redis => "redis",
+);
+
+async fn a_change_whose_client_hangs_up_is_applied_and_audited_with_its_outcome(backend: &str) {
     // The station takes 800 ms over VSET1; the client hangs up as soon as the write is sent.
     let sim =
         station_with_slow_channels(|name| name == VSET1, Duration::from_millis(800), |_| {}).await;
-    let config = config_for(&sim, |_| {});
+    let config = config_for(&sim, |c| c.lease.backend = backend.to_owned());
     let rig = rig_on(sim, config, false).await;
     let before = LinkStats::get(&rig.gateway.link().stats().frames_sent);
     let client = post_raw(

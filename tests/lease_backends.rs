@@ -92,11 +92,9 @@ async fn the_control_lease_survives_a_gateway_restart_on_redis() -> Result<()> {
 async fn the_control_lease_survives_a_gateway_restart(backend: &str) -> Result<()> {
     use reqwest::Method;
     let name = format!("control:test-{}", &LeaseToken::random().as_str()[..12]);
-    let sim = station_simulator::Simulator::start(
-        station_simulator::Profile::default_station(),
-        "127.0.0.1:0".parse()?,
-    )
-    .await?;
+    let sim =
+        station_simulator::Simulator::start(common::default_profile(), "127.0.0.1:0".parse()?)
+            .await?;
     let config = common::config_for(&sim, |config| {
         config.lease.backend = backend.to_owned();
         config.lease.name = name.clone();

@@ -12,7 +12,7 @@ use serde_json::{Value as Json, json};
 use station_gateway::config::SafeWrite;
 use station_gateway::lease::LeaseView;
 use station_protocol::Value;
-use station_simulator::{Profile, Simulator};
+use station_simulator::Simulator;
 use tokio::sync::broadcast;
 
 const ON1: &str = "0.4.ESH10000662.ON1";
@@ -226,7 +226,7 @@ async fn a_safe_state_the_station_refuses_stays_pending_and_says_why() {
 
 #[tokio::test]
 async fn a_lease_that_lapsed_while_the_gateway_was_down_gets_its_safe_state_at_the_next_start() {
-    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+    let sim = Simulator::start(common::default_profile(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let dir = std::env::temp_dir().join(format!(
@@ -296,7 +296,7 @@ async fn a_lease_that_lapsed_while_the_gateway_was_down_gets_its_safe_state_at_t
 
 #[tokio::test]
 async fn a_second_gateway_on_the_same_station_and_backend_refuses_to_start() {
-    let sim = Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+    let sim = Simulator::start(common::default_profile(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let dir = std::env::temp_dir().join(format!(

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use common::backends::Backend;
 use common::{config_for, start_gateway, within};
 use serde_json::{Value as Json, json};
 use station_gateway::GatewayHandle;
@@ -34,74 +35,6 @@ const BOUND: Duration = Duration::from_secs(20);
 
 // ---------------------------------------------------------------------------------------------
 // Backends.
-
-fn postgres_url() -> String {
-    std::env::var("LEASE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/station_gateway_test".into())
-}
-
-fn redis_url() -> String {
-    std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/15".into())
-}
-
-/// Fails the test when the shared backend at `url` cannot be reached, saying how to get one.
-async fn ensure_reachable(url: &str) {
-    let reached = async {
-        let store = BackendUrl::parse(url)?.open().await?;
-        store.holders(LeaseKind::Exclusive, "test:probe").await?;
-        Ok::<_, LeaseStoreError>(())
-    }
-    .await;
-    if let Err(error) = reached {
-        panic!(
-            "the lease backend {url} cannot be reached: {error}. Set LEASE_TEST_POSTGRES_URL or \
-             LEASE_TEST_REDIS_URL to a reachable one, or run `bash tests/run-all.sh`."
-        );
-    }
-}
-
-/// A backend URL for one test, and what to remove afterwards.
-struct Backend {
-    url: String,
-    file: Option<std::path::PathBuf>,
-}
-
-impl Backend {
-    async fn named(kind: &str) -> Backend {
-        match kind {
-            "memory" => Backend {
-                url: "memory".into(),
-                file: None,
-            },
-            "sqlite" => {
-                let path = std::env::temp_dir().join(format!(
-                    "station-gateway-hangup-{}.db",
-                    &LeaseToken::random().as_str()[..16]
-                ));
-                Backend {
-                    url: format!("sqlite:{}", path.display()),
-                    file: Some(path),
-                }
-            }
-            "postgres" => Backend::shared(postgres_url()).await,
-            "redis" => Backend::shared(redis_url()).await,
-            other => panic!("no backend {other}"),
-        }
-    }
-
-    async fn shared(url: String) -> Backend {
-        ensure_reachable(&url).await;
-        Backend { url, file: None }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        if let Some(file) = &self.file {
-            let _ = std::fs::remove_file(file);
-        }
-    }
-}
 
 /// One `#[tokio::test]` per backend for the scenario `$scenario(backend_url)`.
 macro_rules! on_every_backend {

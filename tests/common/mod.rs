@@ -3,6 +3,7 @@
 //! bounded waits every test uses.
 #![allow(dead_code)]
 
+pub mod backends;
 pub mod sse;
 
 #[allow(unused_imports)]
@@ -104,7 +105,7 @@ pub async fn station_with_slow_channels(
     latency: Duration,
     tweak: impl FnOnce(&mut Profile),
 ) -> SimulatorHandle {
-    let mut profile = Profile::default_station();
+    let mut profile = default_profile();
     let mut found = false;
     for spec in profile
         .channels
@@ -121,8 +122,19 @@ pub async fn station_with_slow_channels(
         .unwrap()
 }
 
+/// The default station's profile with a serial of its own: tests on a shared lease backend run
+/// at once, and a gateway serves a station by its identity (model and serial), so two tests'
+/// simulators must not be "the same station".
+pub fn default_profile() -> Profile {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut profile = Profile::default_station();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    profile.station.serial = format!("{}-T{}-{n}", profile.station.serial, std::process::id());
+    profile
+}
+
 pub async fn default_simulator() -> SimulatorHandle {
-    Simulator::start(Profile::default_station(), "127.0.0.1:0".parse().unwrap())
+    Simulator::start(default_profile(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap()
 }

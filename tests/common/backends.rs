@@ -1,0 +1,75 @@
+//! Lease backends for tests that run on each of them: memory, an SQLite file of the test's own,
+//! and the machine's PostgreSQL and Redis — the tests' own database on each
+//! (`LEASE_TEST_POSTGRES_URL`, default `station_gateway_test`; `LEASE_TEST_REDIS_URL`, default
+//! database 15), never the user's. A shared backend that cannot be reached fails the test,
+//! naming it and the fix; nothing is skipped.
+
+use station_gateway::lease::{BackendUrl, LeaseKind, LeaseStoreError, LeaseToken};
+
+fn postgres_url() -> String {
+    std::env::var("LEASE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/station_gateway_test".into())
+}
+
+fn redis_url() -> String {
+    std::env::var("LEASE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/15".into())
+}
+
+/// Fails the test when the shared backend at `url` cannot be reached, saying how to get one.
+async fn ensure_reachable(url: &str) {
+    let reached = async {
+        let store = BackendUrl::parse(url)?.open().await?;
+        store.holders(LeaseKind::Exclusive, "test:probe").await?;
+        Ok::<_, LeaseStoreError>(())
+    }
+    .await;
+    if let Err(error) = reached {
+        panic!(
+            "the lease backend {url} cannot be reached: {error}. Set LEASE_TEST_POSTGRES_URL or \
+             LEASE_TEST_REDIS_URL to a reachable one, or run `bash tests/run-all.sh`."
+        );
+    }
+}
+
+/// A backend URL for one test, and what to remove afterwards.
+pub struct Backend {
+    pub url: String,
+    file: Option<std::path::PathBuf>,
+}
+
+impl Backend {
+    pub async fn named(kind: &str) -> Backend {
+        match kind {
+            "memory" => Backend {
+                url: "memory".into(),
+                file: None,
+            },
+            "sqlite" => {
+                let path = std::env::temp_dir().join(format!(
+                    "station-gateway-hangup-{}.db",
+                    &LeaseToken::random().as_str()[..16]
+                ));
+                Backend {
+                    url: format!("sqlite:{}", path.display()),
+                    file: Some(path),
+                }
+            }
+            "postgres" => Backend::shared(postgres_url()).await,
+            "redis" => Backend::shared(redis_url()).await,
+            other => panic!("no backend {other}"),
+        }
+    }
+
+    async fn shared(url: String) -> Backend {
+        ensure_reachable(&url).await;
+        Backend { url, file: None }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(file) = &self.file {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
