@@ -374,60 +374,6 @@ async fn a_client_chosen_token_only_gets_back_the_lease_it_holds_over_http() -> 
 // A renewal the store confirms only after the lease's deadline (issue 15 item 1), on every
 // backend: the store is wrapped so that its refresh answers late, as a slow database would.
 
-/// A store whose refresh answers only after `delay`.
-struct SlowRefresh {
-    inner: std::sync::Arc<dyn station_gateway::lease::LeaseStore>,
-    delay: std::time::Duration,
-}
-
-impl station_gateway::lease::LeaseStore for SlowRefresh {
-    fn try_acquire_kind<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-        request: station_gateway::lease::AcquireRequest,
-    ) -> futures::future::BoxFuture<'a, Result<station_gateway::lease::Acquisition, LeaseStoreError>>
-    {
-        self.inner.try_acquire_kind(kind, name, request)
-    }
-
-    fn refresh_kind<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-        token: &'a LeaseToken,
-        ttl: Option<std::time::Duration>,
-    ) -> futures::future::BoxFuture<
-        'a,
-        Result<Option<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
-    > {
-        Box::pin(async move {
-            tokio::time::sleep(self.delay).await;
-            self.inner.refresh_kind(kind, name, token, ttl).await
-        })
-    }
-
-    fn release_kind<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-        token: &'a LeaseToken,
-    ) -> futures::future::BoxFuture<'a, Result<bool, LeaseStoreError>> {
-        self.inner.release_kind(kind, name, token)
-    }
-
-    fn holders<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-    ) -> futures::future::BoxFuture<
-        'a,
-        Result<Vec<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
-    > {
-        self.inner.holders(kind, name)
-    }
-}
-
 /// While a renewal waits on the store past the lease's deadline, nobody may change the station;
 /// the renewal, confirmed too late, does not extend the lease; the store agrees it ended.
 async fn a_late_renewal_never_opens_a_gap(url: &str) -> Result<()> {
@@ -441,7 +387,7 @@ async fn a_late_renewal_never_opens_a_gap(url: &str) -> Result<()> {
     );
     let (events, _) = tokio::sync::broadcast::channel(16);
     let lease = std::sync::Arc::new(ControlLease::new(
-        std::sync::Arc::new(SlowRefresh {
+        std::sync::Arc::new(common::backends::SlowRefresh {
             inner: inner.clone(),
             delay: Duration::from_millis(600),
         }),

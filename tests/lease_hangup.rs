@@ -13,10 +13,7 @@ use common::backends::Backend;
 use common::{config_for, start_gateway, within};
 use serde_json::{Value as Json, json};
 use station_gateway::GatewayHandle;
-use station_gateway::lease::{
-    Access, BackendUrl, ControlLease, LeaseError, LeaseKind, LeaseStore, LeaseStoreError,
-    LeaseToken, LeaseView,
-};
+use station_gateway::lease::{Access, BackendUrl, ControlLease, LeaseError, LeaseToken, LeaseView};
 use station_gateway::link::LinkStats;
 use station_protocol::Value;
 use station_simulator::SimulatorHandle;
@@ -297,60 +294,6 @@ on_every_backend!(an_admin_break_whose_client_hangs_up_still_ends_the_lease:
     an_admin_break_whose_client_hangs_up_still_ends_the_lease_on_redis => "redis",
 );
 
-/// A store whose refresh answers only after `delay` (a slow database), and says when it has.
-struct SlowRefresh {
-    inner: Arc<dyn LeaseStore>,
-    delay: Duration,
-}
-
-impl LeaseStore for SlowRefresh {
-    fn try_acquire_kind<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-        request: station_gateway::lease::AcquireRequest,
-    ) -> futures::future::BoxFuture<'a, Result<station_gateway::lease::Acquisition, LeaseStoreError>>
-    {
-        self.inner.try_acquire_kind(kind, name, request)
-    }
-
-    fn refresh_kind<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-        token: &'a LeaseToken,
-        ttl: Option<Duration>,
-    ) -> futures::future::BoxFuture<
-        'a,
-        Result<Option<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
-    > {
-        Box::pin(async move {
-            tokio::time::sleep(self.delay).await;
-            self.inner.refresh_kind(kind, name, token, ttl).await
-        })
-    }
-
-    fn release_kind<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-        token: &'a LeaseToken,
-    ) -> futures::future::BoxFuture<'a, Result<bool, LeaseStoreError>> {
-        self.inner.release_kind(kind, name, token)
-    }
-
-    fn holders<'a>(
-        &'a self,
-        kind: LeaseKind,
-        name: &'a str,
-    ) -> futures::future::BoxFuture<
-        'a,
-        Result<Vec<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
-    > {
-        self.inner.holders(kind, name)
-    }
-}
-
 /// A renewal the store confirms only after the deadline (the lease ran out) while the holder's
 /// change is at the station; the renewing request goes away while the lease is being ended.
 /// The end completes all the same: the change leaves the station, then the lease is free for
@@ -364,7 +307,7 @@ async fn a_late_renewal_whose_caller_goes_away_still_ends_the_lease(backend: &st
     let (events, mut receiver) = broadcast::channel(64);
     let lease = Arc::new(
         ControlLease::new(
-            Arc::new(SlowRefresh {
+            Arc::new(common::backends::SlowRefresh {
                 inner: inner.clone(),
                 delay: Duration::from_millis(600),
             }),

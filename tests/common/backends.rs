@@ -4,7 +4,10 @@
 //! database 15), never the user's. A shared backend that cannot be reached fails the test,
 //! naming it and the fix; nothing is skipped.
 
-use station_gateway::lease::{BackendUrl, LeaseKind, LeaseStoreError, LeaseToken};
+use std::sync::Arc;
+use std::time::Duration;
+
+use station_gateway::lease::{BackendUrl, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken};
 
 fn postgres_url() -> String {
     std::env::var("LEASE_TEST_POSTGRES_URL")
@@ -71,5 +74,59 @@ impl Drop for Backend {
         if let Some(file) = &self.file {
             let _ = std::fs::remove_file(file);
         }
+    }
+}
+
+/// A store whose refresh answers only after `delay`, as a slow database would.
+pub struct SlowRefresh {
+    pub inner: Arc<dyn LeaseStore>,
+    pub delay: Duration,
+}
+
+impl LeaseStore for SlowRefresh {
+    fn try_acquire_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        request: station_gateway::lease::AcquireRequest,
+    ) -> futures::future::BoxFuture<'a, Result<station_gateway::lease::Acquisition, LeaseStoreError>>
+    {
+        self.inner.try_acquire_kind(kind, name, request)
+    }
+
+    fn refresh_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+        ttl: Option<Duration>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
+    > {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.inner.refresh_kind(kind, name, token, ttl).await
+        })
+    }
+
+    fn release_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+    ) -> futures::future::BoxFuture<'a, Result<bool, LeaseStoreError>> {
+        self.inner.release_kind(kind, name, token)
+    }
+
+    fn holders<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Vec<station_gateway::lease::LeaseGrant>, LeaseStoreError>,
+    > {
+        self.inner.holders(kind, name)
     }
 }
