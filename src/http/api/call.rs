@@ -16,7 +16,7 @@ use crate::http::body::JsonBody;
 use crate::http::reply::{Body, json_response};
 use crate::lease::Admitted;
 use crate::link::ChannelTable;
-use crate::station::{Change, ChangeAnswer, ChangeOrigin, ChangeReport, ChangeWhat, FrontEnd};
+use crate::station::{Change, ChangeAnswer, ChangeOrigin, ChangeReport, ChangeWhat};
 
 /// Everything a handler may use of its request, admitted by access control and the lease.
 pub(crate) struct Call<'a> {
@@ -56,22 +56,21 @@ impl Call<'_> {
     pub(crate) async fn change(&self, what: ChangeWhat) -> Result<ChangeReport, ApiError> {
         let change = Change {
             what,
-            origin: self.change_origin(),
+            origin: self.change_origin()?,
             admitted: self.admitted.clone(),
         };
         Ok(self.gateway.station.change(change).await?)
     }
 
-    /// The origin of this request's change (every endpoint whose lease need is `Change` has
-    /// one from the request entry; any other names its endpoint).
-    pub(crate) fn change_origin(&self) -> ChangeOrigin {
-        self.origin.clone().unwrap_or_else(|| {
-            let front = FrontEnd::Http {
-                method: "POST".into(),
-                path: self.label.to_owned(),
-                status_of: |report| crate::error::change_status(report).as_u16(),
-            };
-            ChangeOrigin::new(front, self.peer, std::time::Instant::now())
+    /// The origin of this request's change, made by the request entry for every endpoint
+    /// whose lease need is `Change` (`audit_trail::Noted::origin`); any other endpoint asking
+    /// for one is a gateway bug, answered as such, never a change without its audit line.
+    pub(crate) fn change_origin(&self) -> Result<ChangeOrigin, ApiError> {
+        self.origin.clone().ok_or_else(|| {
+            ApiError::internal(format!(
+                "{} is not a change endpoint, yet asked to change the station (a gateway bug)",
+                self.label
+            ))
         })
     }
 }

@@ -30,7 +30,7 @@ pub(super) async fn load(call: Call<'_>) -> Answer {
         call.gateway.config_files.clone(),
         call.gateway.station.clone(),
     );
-    let (admitted, origin) = (call.admitted.clone(), call.change_origin());
+    let (admitted, origin) = (call.admitted.clone(), call.change_origin()?);
     // Its own task: a caller that hangs up does not stop the sequence halfway (nor, once its
     // steps are the station service's change, their audit line).
     let running = tokio::spawn(async move {

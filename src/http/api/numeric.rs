@@ -193,7 +193,12 @@ async fn run(
     };
     gateway
         .numeric
-        .acquire(&gateway.station, &call.admitted, call.change_origin(), plan)
+        .acquire(
+            &gateway.station,
+            &call.admitted,
+            call.change_origin()?,
+            plan,
+        )
         .await
 }
 
