@@ -652,7 +652,12 @@ async fn a_stream_whose_reader_stops_reading_does_not_delay_the_others() -> Resu
             bail!("the stuck stream ended");
         }
         buffer.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buffer);
+        // Only whole lines: a read can end inside "id: 18", which would read as id 1.
+        let whole = buffer
+            .iter()
+            .rposition(|&byte| byte == b'\n')
+            .map_or(0, |at| at + 1);
+        let text = String::from_utf8_lossy(&buffer[..whole]);
         ids.clear();
         ids.extend(
             text.lines()
