@@ -199,7 +199,8 @@ impl Station {
             .collect();
         for (slot, name) in decided.iter_mut().zip(names) {
             if slot.is_none() {
-                *slot = by_name.get(name.as_str()).map(|answer| (*answer).clone());
+                let name = info.channels.station_name(name);
+                *slot = by_name.get(name).map(|answer| (*answer).clone());
             }
         }
         Ok(decided
@@ -272,7 +273,7 @@ impl Station {
     /// CONFIGURE without settings: what a channel's configuration is; changes nothing.
     pub async fn channel_config(&self, name: &str) -> Result<ConfigureReply, LinkError> {
         let request = Configure {
-            name: name.to_owned(),
+            name: self.info().channels.station_name(name).to_owned(),
             settings: Vec::new(),
         };
         self.link.configure(request, None).await

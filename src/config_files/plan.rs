@@ -9,7 +9,8 @@ use station_protocol::{ChannelConfig, ChannelDescriptor, Value, ValueType};
 
 use super::format::{ChannelEntry, ConfigFile, FORMAT_VERSION};
 use super::settings::{
-    Wanted, detail_from_toml, detail_to_toml, parse_direction, parse_type, settings_for, type_names,
+    Wanted, check_aliases, detail_from_toml, detail_to_toml, parse_direction, parse_type,
+    settings_for, type_names,
 };
 use crate::link::ChannelTable;
 
@@ -61,6 +62,13 @@ pub fn plan_load(
 ) -> Result<Vec<Step>, String> {
     let mut configure = Vec::new();
     let (mut switch_off, mut settings, mut switch_on) = (Vec::new(), Vec::new(), Vec::new());
+    check_aliases(
+        table,
+        file.channels.iter().filter_map(|entry| {
+            let channel = table.get(&entry.name)?;
+            Some((channel.name.as_str(), entry.alias.as_deref()?))
+        }),
+    )?;
     for entry in &file.channels {
         let name = &entry.name;
         let channel = table

@@ -5,6 +5,44 @@
 use station_protocol::configure::DETAIL_PREFIX;
 use station_protocol::{ChannelConfig, ChannelDescriptor, Direction, Value, ValueType};
 
+use crate::link::ChannelTable;
+
+/// Refuses aliases that would make one name mean two channels (names resolve station name or
+/// net name first, then alias: such an alias would silently reach the other channel, or be
+/// unreachable): each `(channel, alias)` against the table and against the others given, the
+/// message naming both channels.
+pub fn check_aliases<'a>(
+    table: &ChannelTable,
+    renames: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), String> {
+    let mut given: Vec<(&str, &str)> = Vec::new();
+    for (channel, alias) in renames {
+        if let Some(other) = table.alias_clash(channel, alias) {
+            let what = if other.name == alias {
+                "the name"
+            } else if other.net_name == alias {
+                "the net name"
+            } else {
+                "the alias"
+            };
+            return Err(format!(
+                "alias {alias:?} for {channel} is already {what} of {}: a name must mean one channel",
+                other.name
+            ));
+        }
+        if let Some((first, _)) = given
+            .iter()
+            .find(|(other, same)| *other != channel && *same == alias && !alias.is_empty())
+        {
+            return Err(format!(
+                "alias {alias:?} is given to both {first} and {channel}: a name must mean one channel"
+            ));
+        }
+        given.push((channel, alias));
+    }
+    Ok(())
+}
+
 /// Names of the channel type flags, as the REST contract's `channelType` lists them.
 pub const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
     (1, "Analog"),

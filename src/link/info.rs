@@ -11,43 +11,79 @@ use station_protocol::{
 
 /// The station's channel list, indexed by name, with the configuration (CONFIGURE, SPEC.md
 /// §6.13) of the channels the station has told it this connection.
+///
+/// The one place names resolve for every front end ([`ChannelTable::get`]): a channel is
+/// found by its station name or net name first, then by its alias (the clients' "NetName and
+/// Alias are accepted interchangeably").
 #[derive(Debug, Default)]
 pub struct ChannelTable {
     pub channels: Vec<ChannelDescriptor>,
+    /// Station names and net names (the clients' NetName), each to its channel's position.
     by_name: HashMap<String, usize>,
+    /// Aliases, each to the first channel that has it; asked only after `by_name`.
+    by_alias: HashMap<String, usize>,
+    /// By station name.
     configs: HashMap<String, ChannelConfig>,
 }
 
 impl ChannelTable {
     pub fn new(channels: Vec<ChannelDescriptor>) -> ChannelTable {
-        let by_name = channels
-            .iter()
-            .enumerate()
-            .map(|(i, ch)| (ch.name.clone(), i))
-            .collect();
+        let mut by_name = HashMap::with_capacity(channels.len());
+        for (i, ch) in channels.iter().enumerate() {
+            by_name.entry(ch.name.clone()).or_insert(i);
+        }
+        for (i, ch) in channels.iter().enumerate() {
+            if !ch.net_name.is_empty() {
+                by_name.entry(ch.net_name.clone()).or_insert(i);
+            }
+        }
+        let mut by_alias = HashMap::new();
+        for (i, ch) in channels.iter().enumerate() {
+            if !ch.alias.is_empty() {
+                by_alias.entry(ch.alias.clone()).or_insert(i);
+            }
+        }
         ChannelTable {
             channels,
             by_name,
+            by_alias,
             configs: HashMap::new(),
         }
     }
 
-    /// A channel's configuration, once a CONFIGURE answer told it.
+    /// A channel's configuration (by any name [`get`](Self::get) resolves), once a CONFIGURE
+    /// answer told it.
     pub fn config(&self, name: &str) -> Option<&ChannelConfig> {
-        self.configs.get(name)
+        self.configs.get(self.station_name(name))
+    }
+
+    /// Whether the station has told this table every channel's configuration.
+    pub fn all_configured(&self) -> bool {
+        self.channels
+            .iter()
+            .all(|ch| self.configs.contains_key(&ch.name))
     }
 
     /// This table with the channel of a CONFIGURE answer replaced by what it says now.
     pub(super) fn configured(&self, reply: &ConfigureReply) -> ChannelTable {
+        self.configured_all(std::slice::from_ref(reply))
+    }
+
+    /// This table with the channel of every CONFIGURE answer replaced by what it says now.
+    pub(super) fn configured_all(&self, replies: &[ConfigureReply]) -> ChannelTable {
         let mut channels = self.channels.clone();
-        if let Some(position) = self.position(&reply.channel.name) {
-            channels[position] = reply.channel.clone();
+        for reply in replies {
+            if let Some(&position) = self.by_station_name(&reply.channel.name) {
+                channels[position] = reply.channel.clone();
+            }
         }
         let mut table = ChannelTable::new(channels);
         table.configs = self.configs.clone();
-        table
-            .configs
-            .insert(reply.channel.name.clone(), reply.config.clone());
+        for reply in replies {
+            table
+                .configs
+                .insert(reply.channel.name.clone(), reply.config.clone());
+        }
         table
     }
 
@@ -58,18 +94,52 @@ impl ChannelTable {
         table.configs = self
             .configs
             .iter()
-            .filter(|(name, _)| table.by_name.contains_key(*name))
+            .filter(|(name, _)| table.by_station_name(name).is_some())
             .map(|(name, config)| (name.clone(), config.clone()))
             .collect();
         table
     }
 
-    pub fn get(&self, name: &str) -> Option<&ChannelDescriptor> {
-        self.by_name.get(name).map(|&i| &self.channels[i])
+    fn by_station_name(&self, name: &str) -> Option<&usize> {
+        self.by_name
+            .get(name)
+            .filter(|&&i| self.channels[i].name == name)
     }
 
+    /// The channel a client means by `name`: its station name or net name first, then its
+    /// alias.
+    pub fn get(&self, name: &str) -> Option<&ChannelDescriptor> {
+        self.position(name).map(|i| &self.channels[i])
+    }
+
+    /// The position of the channel [`get`](Self::get) finds.
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).copied()
+        self.by_name
+            .get(name)
+            .or_else(|| self.by_alias.get(name))
+            .copied()
+    }
+
+    /// The station's own name of the channel a client means by `name` (what goes on the wire
+    /// and keys the value cache); `name` itself when no channel has it (the station answers
+    /// with its own error).
+    pub fn station_name<'a>(&'a self, name: &'a str) -> &'a str {
+        match self.get(name) {
+            Some(channel) => &channel.name,
+            None => name,
+        }
+    }
+
+    /// The other channel `alias` would make ambiguous as `channel`'s alias: one whose station
+    /// name, net name or alias it is.
+    pub fn alias_clash(&self, channel: &str, alias: &str) -> Option<&ChannelDescriptor> {
+        if alias.is_empty() {
+            return None;
+        }
+        self.channels.iter().find(|other| {
+            other.name != channel
+                && (other.name == alias || other.net_name == alias || other.alias == alias)
+        })
     }
 }
 
@@ -121,5 +191,79 @@ pub struct LinkStats {
 impl LinkStats {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use station_protocol::{Direction, ValueType};
+
+    use super::*;
+
+    fn channel(name: &str, net_name: &str, alias: &str) -> ChannelDescriptor {
+        ChannelDescriptor {
+            name: name.into(),
+            alias: alias.into(),
+            net_name: net_name.into(),
+            type_flags: 1,
+            direction: Direction::In,
+            unit: String::new(),
+            description: String::new(),
+            group: String::new(),
+            readable: true,
+            writable: false,
+            consuming: false,
+            value_type: ValueType::Float,
+            options: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn names_resolve_by_name_or_net_name_first_then_by_alias() {
+        let table = ChannelTable::new(vec![
+            channel("0.8.A", "NET_A", "B"),
+            channel("0.8.B", "", "Bee"),
+        ]);
+        assert_eq!(table.station_name("0.8.A"), "0.8.A");
+        assert_eq!(table.station_name("NET_A"), "0.8.A");
+        assert_eq!(table.station_name("Bee"), "0.8.B");
+        // "B" is only an alias: it names 0.8.A.
+        assert_eq!(table.station_name("B"), "0.8.A");
+        assert_eq!(table.station_name("nothing"), "nothing");
+        assert!(table.get("nothing").is_none());
+    }
+
+    #[test]
+    fn an_alias_that_is_another_channels_name_clashes() {
+        let table = ChannelTable::new(vec![
+            channel("0.8.A", "NET_A", "0.8.A"),
+            channel("0.8.B", "0.8.B", "Bee"),
+        ]);
+        assert_eq!(table.alias_clash("0.8.A", "0.8.B").unwrap().name, "0.8.B");
+        assert_eq!(table.alias_clash("0.8.A", "Bee").unwrap().name, "0.8.B");
+        assert_eq!(table.alias_clash("0.8.B", "NET_A").unwrap().name, "0.8.A");
+        // Its own name, or a new name, clashes with nothing.
+        assert!(table.alias_clash("0.8.A", "0.8.A").is_none());
+        assert!(table.alias_clash("0.8.A", "Fresh").is_none());
+    }
+
+    #[test]
+    fn configurations_are_found_by_any_name_and_kept_by_station_name() {
+        let table = ChannelTable::new(vec![channel("0.8.A", "NET_A", "Aye")]);
+        let reply = ConfigureReply {
+            channel: channel("0.8.A", "NET_A", "Renamed"),
+            config: ChannelConfig {
+                enabled: true,
+                capability: Direction::In,
+                type_capability: 1,
+                device: "0.8".into(),
+                limits: None,
+                details: Vec::new(),
+            },
+        };
+        let table = table.configured_all(&[reply]);
+        assert!(table.all_configured());
+        assert!(table.config("Renamed").is_some() && table.config("NET_A").is_some());
+        assert!(table.get("Aye").is_none(), "the old alias is gone");
     }
 }

@@ -112,47 +112,39 @@ pub fn samplers(table: &ChannelTable) -> Vec<&ChannelDescriptor> {
         .collect()
 }
 
-/// The NumericResult channel a client names: by its name, net name or alias; 404 otherwise.
+/// The NumericResult channel a client names: by any name the channel table resolves (its
+/// name or net name, then its alias); 404 otherwise.
 pub fn find_sampler<'t>(
     table: &'t ChannelTable,
     wanted: &str,
 ) -> Result<&'t ChannelDescriptor, ApiError> {
-    let all = samplers(table);
-    [
-        |ch: &ChannelDescriptor, w: &str| ch.name == w,
-        |ch: &ChannelDescriptor, w: &str| !ch.net_name.is_empty() && ch.net_name == w,
-        |ch: &ChannelDescriptor, w: &str| !ch.alias.is_empty() && ch.alias == w,
-    ]
-    .iter()
-    .find_map(|matches| all.iter().find(|ch| matches(ch, wanted)).copied())
-    .ok_or_else(|| {
-        let known: Vec<&str> = all.iter().map(|ch| ch.name.as_str()).collect();
-        ApiError::not_found(format!(
-            "not found: no NumericResult channel {wanted:?}; the station has {}",
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        ))
-    })
+    table
+        .get(wanted)
+        .filter(|ch| ch.type_flags & NUMERIC_RESULT_FLAG != 0)
+        .ok_or_else(|| {
+            let all = samplers(table);
+            let known: Vec<&str> = all.iter().map(|ch| ch.name.as_str()).collect();
+            ApiError::not_found(format!(
+                "not found: no NumericResult channel {wanted:?}; the station has {}",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ))
+        })
 }
 
-/// The target a client names, by name (or net name or alias of a channel in the sampler's
-/// list); 400 naming the sampler's targets otherwise.
+/// The target a client names, by any name the channel table resolves, as the station names
+/// it: one of the sampler's targets; 400 naming the sampler's targets otherwise.
 pub fn find_target(
     table: &ChannelTable,
     sampler: &ChannelDescriptor,
     wanted: &str,
 ) -> Result<String, ApiError> {
-    let by_other_name = table.channels.iter().find(|ch| {
-        (!ch.net_name.is_empty() && ch.net_name == wanted)
-            || (!ch.alias.is_empty() && ch.alias == wanted)
-    });
-    let candidates = [Some(wanted), by_other_name.map(|ch| ch.name.as_str())];
+    let candidates = [wanted, table.station_name(wanted)];
     candidates
         .into_iter()
-        .flatten()
         .find(|name| sampler.options.iter().any(|t| t == name))
         .map(str::to_owned)
         .ok_or_else(|| {

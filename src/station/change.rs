@@ -19,7 +19,7 @@ use tracing::error;
 use super::bus::BusLanes;
 use crate::audit::{AuditLog, ChangeFields, Outcome, RequestLine};
 use crate::lease::Admitted;
-use crate::link::{LinkError, LinkHandle};
+use crate::link::{ChannelTable, LinkError, LinkHandle};
 
 /// What a change asks of the station.
 #[derive(Debug, Clone)]
@@ -40,6 +40,61 @@ pub enum ChangeWhat {
     },
     /// Restart the station's application; `requester` goes to the station's log.
     Reset { requester: String },
+}
+
+impl ChangeWhat {
+    /// The same change with every channel as the station names it: a client's alias or net
+    /// name resolved by the channel table ([`ChannelTable::station_name`]), for every front
+    /// end alike; a name no channel has stays as given (the station answers with its error).
+    pub fn in_station_names(self, table: &ChannelTable) -> ChangeWhat {
+        let name = |asked: String| match table.station_name(&asked) {
+            station if station == asked => asked,
+            station => station.to_owned(),
+        };
+        match self {
+            ChangeWhat::Write(items) => ChangeWhat::Write(
+                items
+                    .into_iter()
+                    .map(|(asked, value)| (name(asked), value))
+                    .collect(),
+            ),
+            ChangeWhat::Transact { name: asked, value } => ChangeWhat::Transact {
+                name: name(asked),
+                value,
+            },
+            ChangeWhat::Steps(steps) => ChangeWhat::Steps(
+                steps
+                    .into_iter()
+                    .map(|Step { label, action }| Step {
+                        label,
+                        action: match action {
+                            StepAction::Configure(mut request) => {
+                                request.name = name(request.name);
+                                StepAction::Configure(request)
+                            }
+                            StepAction::Write { name: asked, value } => StepAction::Write {
+                                name: name(asked),
+                                value,
+                            },
+                        },
+                    })
+                    .collect(),
+            ),
+            ChangeWhat::Bus(mut request) => {
+                request.channel = name(request.channel);
+                ChangeWhat::Bus(request)
+            }
+            ChangeWhat::Sample {
+                mut request,
+                expected,
+            } => {
+                request.channel = name(request.channel);
+                request.target = name(request.target);
+                ChangeWhat::Sample { request, expected }
+            }
+            reset @ ChangeWhat::Reset { .. } => reset,
+        }
+    }
 }
 
 /// One step of a [`ChangeWhat::Steps`], with the words the audit trail and the answer use for
@@ -375,8 +430,9 @@ impl ChangeRunner {
     /// answered or failed, its audit line on disk — and reports what became of it. Waits for
     /// the report at most a bound of the change's size; past it the change goes on and the
     /// caller gets [`StillRunning`].
-    pub(super) async fn change(&self, change: Change) -> Result<ChangeReport, StillRunning> {
+    pub(super) async fn change(&self, mut change: Change) -> Result<ChangeReport, StillRunning> {
         change.origin.line_taken.store(true, Ordering::Release);
+        change.what = change.what.in_station_names(&self.link.info().channels);
         let limit = bound(&change.what, self.link.request_timeout());
         let (report_to, report) = tokio::sync::oneshot::channel();
         let runner = self.clone();

@@ -120,9 +120,10 @@ impl<'a> ReadPolicy<'a> {
 /// Where each asked name's answer comes from, decided before anything is sent.
 #[derive(Debug)]
 pub(super) struct ReadPlan {
-    /// One per asked name: decided now, or `None` for a name read from the hardware.
+    /// One per asked name: decided now, or `None` for a name read from the hardware (under
+    /// its station name, [`ChannelTable::station_name`]).
     pub(super) decided: Vec<Option<ItemReading>>,
-    /// The names to read from the hardware, in the order first asked.
+    /// The station names to read from the hardware, in the order first asked.
     pub(super) misses: Vec<String>,
     /// The names of channels whose read consumes data to read from the hardware under the
     /// policy's send guard, in the order first asked.
@@ -141,8 +142,11 @@ pub(super) fn plan_read(
     let mut decided: Vec<Option<ItemReading>> = Vec::with_capacity(names.len());
     let mut misses: Vec<String> = Vec::new();
     let mut guarded_misses: Vec<String> = Vec::new();
-    for name in names {
-        let channel = channels.get(name);
+    for asked in names {
+        // Every name as the station knows it (an alias or net name resolved once, here, for
+        // every front end): the cache and the READ use the station's name.
+        let channel = channels.get(asked);
+        let name: &str = channels.station_name(asked);
         if channel.is_none() && policy.unknown == UnknownRule::Refuse {
             decided.push(Some(Err(ItemError::UnknownChannel)));
             continue;
@@ -155,10 +159,10 @@ pub(super) fn plan_read(
         let max_age = match policy.freshness {
             Freshness::Hardware => None,
             Freshness::Within(max_age) => Some(max_age),
-            Freshness::PerChannel(max_age_of) => Some(max_age_of(name)),
+            Freshness::PerChannel(max_age_of) => Some(max_age_of(asked)),
             Freshness::CacheOnly => {
                 let cached = cache.get(name).ok_or_else(|| ReadError::NotCached {
-                    name: name.clone(),
+                    name: name.to_owned(),
                     consuming,
                 })?;
                 decided.push(Some(Ok(Reading {
@@ -179,7 +183,7 @@ pub(super) fn plan_read(
         }
         if consuming {
             if policy.consuming == ConsumingRule::NeedsControl {
-                return Err(ReadError::NeedsControl(name.clone()));
+                return Err(ReadError::NeedsControl(name.to_owned()));
             }
             if policy.guard.is_none() {
                 decided.push(Some(Err(ItemError::Consuming)));
@@ -192,8 +196,8 @@ pub(super) fn plan_read(
         } else {
             &mut misses
         };
-        if !to_read.contains(name) {
-            to_read.push(name.clone());
+        if !to_read.iter().any(|read| read == name) {
+            to_read.push(name.to_owned());
         }
     }
     Ok(ReadPlan {

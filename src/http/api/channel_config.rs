@@ -10,7 +10,7 @@ use super::call::{Answer, Call, answered, known_channels, ok};
 use super::channels::channel_json;
 use crate::config_files::configs_of;
 use crate::config_files::settings::{
-    GivenDetail, Wanted, parse_direction, parse_type, settings_for,
+    GivenDetail, Wanted, check_aliases, parse_direction, parse_type, settings_for,
 };
 use crate::error::ApiError;
 use crate::link::ChannelTable;
@@ -107,6 +107,14 @@ async fn configure(
         .iter()
         .map(|l| table.channels[l.position].name.clone())
         .collect();
+    check_aliases(
+        &table,
+        located
+            .iter()
+            .zip(&names)
+            .filter_map(|(l, name)| Some((name.as_str(), l.wanted.alias.as_deref()?))),
+    )
+    .map_err(ApiError::bad_request)?;
     let configs = configs_of(&call.gateway.station, &table, &names).await?;
     let mut requests = Vec::new();
     for (index, (entry, name)) in located.iter().zip(&names).enumerate() {

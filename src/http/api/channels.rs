@@ -21,27 +21,45 @@ pub(super) async fn list(call: Call<'_>) -> Answer {
     ))
 }
 
-/// `POST api/channels/channel {Alias | NetName}`.
+/// `POST api/channels/channel {NetName | Alias}`: NetName takes priority over Alias (the
+/// clients' `ChannelLookupRequest`); an alias is asked only when no NetName finds a channel.
 pub(super) async fn lookup(call: Call<'_>) -> Answer {
     let (channels, body) = (known_channels(call.gateway)?, &call.body);
-    let (field, wanted) = match (body.get("Alias"), body.get("NetName")) {
-        (Some(_), _) => ("alias", body.string("Alias")?),
-        (None, Some(_)) => ("net name", body.string("NetName")?),
-        (None, None) => return Err(ApiError::bad_request("give the field Alias or NetName")),
+    let net_name_asked = match body.get("NetName") {
+        None => None,
+        Some(_) => Some(body.string("NetName")?),
     };
-    let found = channels
-        .channels
-        .iter()
-        .enumerate()
-        .find(|(_, ch)| match field {
-            "alias" => alias(ch) == wanted,
-            _ => net_name(ch) == wanted,
-        });
+    let alias_asked = match body.get("Alias") {
+        None => None,
+        Some(_) => Some(body.string("Alias")?),
+    };
+    if net_name_asked.is_none() && alias_asked.is_none() {
+        return Err(ApiError::bad_request("give the field NetName or Alias"));
+    }
+    let by_net_name = net_name_asked.and_then(|wanted| {
+        channels
+            .channels
+            .iter()
+            .position(|ch| net_name(ch) == wanted || ch.name == wanted)
+    });
+    let found = by_net_name.or_else(|| {
+        alias_asked.and_then(|wanted| channels.channels.iter().position(|ch| alias(ch) == wanted))
+    });
     match found {
-        Some((position, ch)) => ok(channel_json(position, ch, channels.config(&ch.name))),
-        None => Err(ApiError::not_found(format!(
-            "not found: no channel with the {field} {wanted:?}"
-        ))),
+        Some(position) => {
+            let ch = &channels.channels[position];
+            ok(channel_json(position, ch, channels.config(&ch.name)))
+        }
+        None => {
+            let asked: Vec<String> = [("net name", net_name_asked), ("alias", alias_asked)]
+                .into_iter()
+                .filter_map(|(field, wanted)| Some(format!("the {field} {:?}", wanted?)))
+                .collect();
+            Err(ApiError::not_found(format!(
+                "not found: no channel with {}",
+                asked.join(" or ")
+            )))
+        }
     }
 }
 

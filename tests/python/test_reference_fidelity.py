@@ -1,0 +1,96 @@
+"""Answering like a real station's WebApi, second round (issue 28), through accordionq2 the way
+the reference clients document it: aliases accepted everywhere a name is, NetName before Alias in
+a lookup, channel details from the start, a cache fed by confirmed writes, the lease on
+configuration files, 404 for what a byte-protocol station cannot offer, `isConnected` on every
+event that has it, and NumericResult channels in a subscription's errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from accordionq2 import AccordionQ2ApiError, AccordionQ2Client
+from accordionq2.models import ChannelConfigRequest
+
+import station
+from gatewayproc import GatewayProcess
+from station import wait_for
+from test_events import Events
+
+ADC3 = station.ADC[2]
+BASE_NR = "0.1.ESH10000158.NumericResult"
+
+
+@pytest.fixture
+def own_gateway(gateway_factory) -> GatewayProcess:
+    """A gateway of the test's own: these tests rename channels and must not leak it."""
+    return gateway_factory()
+
+
+@pytest.fixture
+def own_client(own_gateway: GatewayProcess) -> Iterator[AccordionQ2Client]:
+    with AccordionQ2Client(own_gateway.url, timeout=15.0) as client:
+        yield client
+
+
+def refused(call, status: int) -> str:
+    with pytest.raises(AccordionQ2ApiError) as caught:
+        call()
+    assert caught.value.status_code == status, f"{caught.value!r}, expected {status}"
+    return str(caught.value)
+
+
+# 1. Aliases are accepted wherever a name is.
+
+def test_an_alias_reads_writes_and_transacts_like_the_net_name(own_client: AccordionQ2Client) -> None:
+    client = own_client
+    client.channels.configure(ChannelConfigRequest(net_name=ADC3, alias="MyADC3"))
+    client.channels.configure(ChannelConfigRequest(net_name=station.VSET3, alias="MyVset3"))
+    assert float(client.resources.get_value("MyADC3")) == pytest.approx(float(client.resources.get_value(ADC3)), abs=0.5)
+    client.resources.set_value("MyVset3", "12")
+    assert float(client.resources.get_value(station.VSET3)) == 12.0
+    client.resources.set_values({"MyVset3": "13"})
+    assert float(client.resources.get_value("MyVset3")) == 13.0
+    assert float(client.resources.transact("MyVset3", "14")) == 14.0
+    values = client.resources.get_values(["MyVset3", station.VSET3, "MyADC3"], max_age_ms=0)
+    assert float(values["MyVset3"]) == float(values[station.VSET3]) == 14.0, values
+    assert set(values) == {"MyVset3", station.VSET3, "MyADC3"}, values
+    cached, ages = client.resources.read_values(["MyVset3"], max_age_ms=60000)
+    assert float(cached["MyVset3"]) == 14.0 and "MyVset3" in ages, (cached, ages)
+    client.resources.set_value("MyVset3", "0")
+
+
+def test_a_subscription_by_alias_sends_values_under_the_alias(own_client: AccordionQ2Client) -> None:
+    client = own_client
+    client.channels.configure(ChannelConfigRequest(net_name=ADC3, alias="MyADC3"))
+    events = Events(client.events.open())
+    try:
+        sub = client.subscriptions.create(events.stream.stream_id, ["MyADC3"], 200)
+        data = events.named("values", 10.0, lambda d: d.get("subscription") == sub.id)
+        assert "MyADC3" in data["values"] and not data.get("errors"), data
+    finally:
+        events.close()
+
+
+def test_a_numeric_result_target_by_alias(own_client: AccordionQ2Client) -> None:
+    client = own_client
+    client.channels.configure(ChannelConfigRequest(net_name=station.MON_3V3, alias="Rail3V3"))
+    acquired = client.numeric_results.acquire(BASE_NR, "Rail3V3", samples=10)
+    assert acquired.target == station.MON_3V3 and len(acquired.samples) == 10, acquired
+
+
+def test_an_alias_that_is_another_channels_name_is_refused_naming_both(own_client: AccordionQ2Client) -> None:
+    why = refused(lambda: own_client.channels.configure(ChannelConfigRequest(net_name=ADC3, alias=station.ADC[3])), 400)
+    assert ADC3 in why and station.ADC[3] in why, why
+    own_client.channels.configure(ChannelConfigRequest(net_name=station.ADC[4], alias="Shared"))
+    why = refused(lambda: own_client.channels.configure(ChannelConfigRequest(net_name=ADC3, alias="Shared")), 400)
+    assert ADC3 in why and station.ADC[4] in why, why
+    assert own_client.channels.get_channel(net_name=ADC3).alias != "Shared"
+
+
+# 2. NetName takes priority over Alias.
+
+def test_a_lookup_by_net_name_and_alias_finds_the_net_name(client: AccordionQ2Client) -> None:
+    found = client.channels.get_channel(alias="whatever", net_name=station.ADC[7])
+    assert found.net_name == station.ADC[7], found
+    assert client.channels.get_channel(alias=station.ADC[7]).net_name == station.ADC[7]
