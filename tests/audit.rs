@@ -841,12 +841,20 @@ async fn configuration_file_uploads_and_deletes_are_changes_with_caller_lease_an
         .await
         .unwrap();
     assert_eq!(uploaded.status(), 200);
+    // A delete is a change too: without the lease id while the lease is held, 423.
+    let not_holder = with_key(rig.http.delete(rig.url("application/config/copy.cfg")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_holder.status(), 423);
     let deleted = with_key(rig.http.delete(rig.url("application/config/copy.cfg")))
+        .header("X-Lease-Id", &lease)
         .send()
         .await
         .unwrap();
     assert_eq!(deleted.status(), 204);
     let missing = with_key(rig.http.delete(rig.url("application/config/none.cfg")))
+        .header("X-Lease-Id", &lease)
         .send()
         .await
         .unwrap();
@@ -872,8 +880,15 @@ async fn configuration_file_uploads_and_deletes_are_changes_with_caller_lease_an
     );
     let delete = line_of("DELETE /api/application/config/copy.cfg 204 ").await;
     assert!(
-        delete.contains("caller=\"bench key\" owner=- fence=- outcome=applied asked=file=copy.cfg"),
+        delete.contains(
+            "caller=\"bench key\" owner=\"bench 3\" fence=1 outcome=applied asked=file=copy.cfg"
+        ),
         "{delete}"
+    );
+    let locked = line_of("DELETE /api/application/config/copy.cfg 423 ").await;
+    assert!(
+        locked.contains("owner=- fence=- outcome=refused asked=file=copy.cfg"),
+        "{locked}"
     );
     let refused = line_of("DELETE /api/application/config/none.cfg 404 ").await;
     assert!(

@@ -57,7 +57,14 @@ fn relay_link_event(events: &Events, event: &LinkEvent) {
             events.broadcast("connection", &data.to_string());
         }
         LinkEvent::Configuration { change, generation } => {
-            let data = json!({ "changeType": change.label(), "generation": generation });
+            // `StreamStateDto`: every state event says whether the station is connected (a
+            // configuration change comes on a live link: a relist, or a new connection).
+            let connected = events.station().info().connected;
+            let data = json!({
+                "isConnected": connected,
+                "changeType": change.label(),
+                "generation": generation,
+            });
             events.broadcast("configuration", &data.to_string());
         }
         LinkEvent::Notify(_) => {}

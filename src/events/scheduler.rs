@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Events;
 use super::sse::StreamSink;
+use crate::numeric::NUMERIC_RESULT_FLAG;
 use crate::station::{ConsumingRule, Freshness, ItemError, ReadPolicy, UnknownRule};
 
 /// A cached value this fraction of the channel's interval old (or younger) is reused. Less
@@ -144,12 +145,25 @@ async fn read_channels(
     shutdown: &CancellationToken,
 ) -> HashMap<String, Outcome> {
     let mut names: Vec<String> = Vec::new();
+    let mut outcomes: HashMap<String, Outcome> = HashMap::new();
+    let table = events.station().info().channels.clone();
     for subscription in due {
         for name in subscription.channels.iter() {
-            if !names.contains(name) {
-                names.push(name.clone());
+            if names.contains(name) || outcomes.contains_key(name) {
+                continue;
+            }
+            // A NumericResult channel's results come from an acquisition, never as a value:
+            // always in `errors`, as the clients document.
+            match table.get(name) {
+                Some(channel) if channel.type_flags & NUMERIC_RESULT_FLAG != 0 => {
+                    outcomes.insert(name.clone(), Outcome::Error(numeric_result_error(name)));
+                }
+                _ => names.push(name.clone()),
             }
         }
+    }
+    if names.is_empty() {
+        return outcomes;
     }
     let max_age = |name: &str| {
         let interval = shortest
@@ -171,9 +185,8 @@ async fn read_channels(
     let Ok(readings) = events.station().read(&names, policy).await else {
         // Only a cache-only read or one needing the control role is refused as a whole, and
         // this policy asks for neither.
-        return HashMap::new();
+        return outcomes;
     };
-    let mut outcomes: HashMap<String, Outcome> = HashMap::with_capacity(names.len());
     for (name, reading) in names.into_iter().zip(readings) {
         let outcome = match reading {
             Ok(reading) => Outcome::Value {
@@ -192,6 +205,13 @@ async fn read_channels(
         outcomes.insert(name, outcome);
     }
     outcomes
+}
+
+/// Why a subscription never serves a NumericResult channel.
+fn numeric_result_error(name: &str) -> String {
+    format!(
+        "{name} is a NumericResult channel: its results come from an acquisition (api/numeric-results), never as a value"
+    )
 }
 
 /// The `values` event's data for one subscription.

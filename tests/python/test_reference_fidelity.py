@@ -94,3 +94,53 @@ def test_a_lookup_by_net_name_and_alias_finds_the_net_name(client: AccordionQ2Cl
     found = client.channels.get_channel(alias="whatever", net_name=station.ADC[7])
     assert found.net_name == station.ADC[7], found
     assert client.channels.get_channel(alias=station.ADC[7]).net_name == station.ADC[7]
+
+
+# 5. Configuration files change only with the lease.
+
+def test_config_file_upload_and_delete_need_the_lease_and_are_audited(own_client: AccordionQ2Client,
+                                                                       own_gateway: GatewayProcess) -> None:
+    holder = own_client
+    with AccordionQ2Client(own_gateway.url, timeout=15.0) as other:
+        holder.application.save_config_file("kept.cfg")
+        data = holder.application.download_config_file("kept.cfg")
+        with holder.lease.hold("bench operator", ttl_ms=30_000):
+            for call in (lambda: other.application.upload_config_file("kept.cfg", data),
+                         lambda: other.application.upload_config_file("new.cfg", data),
+                         lambda: other.application.delete_config_file("kept.cfg")):
+                assert "bench operator" in refused(call, 423)
+            assert other.application.list_config_files() == ["kept.cfg"]
+            holder.application.upload_config_file("new.cfg", data)
+            holder.application.delete_config_file("new.cfg")
+        lines = holder.audit.get_audit_log(tail=0)
+        for method, path in (("POST", "api/application/config/upload"), ("DELETE", "api/application/config/")):
+            changes = [line for line in lines if f" {method} /{path}" in line]
+            assert any("outcome=refused" in line for line in changes), (method, changes)
+            assert any("bench operator" in line and "outcome=applied" in line for line in changes), (method, changes)
+
+
+# 7. Every state event says whether the station is connected.
+
+def test_the_configuration_event_carries_is_connected(own_client: AccordionQ2Client) -> None:
+    events = Events(own_client.events.open())
+    try:
+        own_client.channels.configure(ChannelConfigRequest(net_name=station.VSET2, description="set point 2"))
+        change = events.named("configuration", 10.0)
+        assert change["isConnected"] is True, change
+        assert {"generation", "changeType"} <= set(change), change
+    finally:
+        events.close()
+
+
+# 8. NumericResult channels are never served as values.
+
+def test_a_subscription_lists_a_numeric_result_channel_in_errors(client: AccordionQ2Client) -> None:
+    events = Events(client.events.open())
+    try:
+        sub = client.subscriptions.create(events.stream.stream_id, [BASE_NR, station.MON_3V3], 200)
+        data = events.named("values", 10.0, lambda d: d.get("subscription") == sub.id)
+        assert BASE_NR not in data["values"] and station.MON_3V3 in data["values"], data
+        assert "NumericResult" in (data.get("errors") or {}).get(BASE_NR, ""), data
+        client.subscriptions.delete(sub.id)
+    finally:
+        events.close()

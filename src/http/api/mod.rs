@@ -183,8 +183,9 @@ pub(crate) static ROUTES: &[Route] = &[
     endpoint!(POST "application/config/load", Control, Change, config_files::load),
     endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save),
     endpoint!(GET "application/config/download/{id}", Read, Open, config_files::download),
-    endpoint!(POST "application/config/upload", Control, Open, config_files::upload, body: Raw, audit: Change, asked: config_files::asked_upload),
-    endpoint!(DELETE "application/config/{id}", Control, Open, config_files::delete, audit: Change, asked: config_files::asked_delete),
+    // Replacing or deleting the file the holder is about to load is a change: the lease's.
+    endpoint!(POST "application/config/upload", Control, Change, config_files::upload, body: Raw, asked: config_files::asked_upload),
+    endpoint!(DELETE "application/config/{id}", Control, Change, config_files::delete, asked: config_files::asked_delete),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
     endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
@@ -487,13 +488,16 @@ mod tests {
             ]
         );
         for endpoint in endpoints() {
-            // A configuration file's upload and delete change the files a load applies.
+            // A configuration file's upload and delete change the files a load applies: they
+            // are changes, the lease's (issue 28).
+            if matches!(
+                endpoint.label,
+                "POST api/application/config/upload" | "DELETE api/application/config/{id}"
+            ) {
+                assert_eq!(endpoint.lease, LeaseNeed::Change, "{endpoint:?}");
+            }
             let was_change = endpoint.lease == LeaseNeed::Change
-                || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"))
-                || matches!(
-                    endpoint.label,
-                    "POST api/application/config/upload" | "DELETE api/application/config/{id}"
-                );
+                || (endpoint.method != Method::GET && endpoint.path.starts_with("lease"));
             assert_eq!(
                 endpoint.audit == AuditClass::Change,
                 was_change,
