@@ -44,6 +44,10 @@ pub enum ErrorKind {
     Internal,
     /// A documented endpoint this station does not offer; the message says why. 501.
     NotOffered,
+    /// A documented group or path a station reached over the byte protocol cannot offer
+    /// (files, firmware, system, media, calibration, ...); the message says why. 404, as a
+    /// WebApi without the group answers (the clients ask Capabilities first and catch 404).
+    AreaNotOffered,
     /// The station answered the request with an error of this code. Its status by the code:
     /// 404 no such channel or device, 400 a value or setting it refuses, 409 busy or locked,
     /// 502 its internal error or a frame it could not read, 504 a bus that timed out.
@@ -85,6 +89,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::LimitReached => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::NotOffered => StatusCode::NOT_IMPLEMENTED,
+        ErrorKind::AreaNotOffered => StatusCode::NOT_FOUND,
         ErrorKind::StationRefused(code) => match code {
             // Nothing acknowledged the address: no such device there.
             ErrorCode::UnknownChannel | ErrorCode::Nak => StatusCode::NOT_FOUND,
@@ -115,7 +120,9 @@ pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::StationRefused(code) => code,
         ErrorKind::BadRequest | ErrorKind::TooLarge => ErrorCode::BadValue,
         ErrorKind::NotFound => ErrorCode::UnknownChannel,
-        ErrorKind::MethodNotAllowed | ErrorKind::NotOffered => ErrorCode::Unsupported,
+        ErrorKind::MethodNotAllowed | ErrorKind::NotOffered | ErrorKind::AreaNotOffered => {
+            ErrorCode::Unsupported
+        }
         ErrorKind::BodyTimeout => ErrorCode::Malformed,
         ErrorKind::Unauthorized
         | ErrorKind::Forbidden
@@ -220,6 +227,12 @@ impl ApiError {
     /// 501: a documented WebApi endpoint this gateway does not serve; the message says why.
     pub fn not_implemented(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorKind::NotOffered, message)
+    }
+
+    /// 404: a documented group or path a byte-protocol station cannot offer; the message
+    /// says why.
+    pub fn area_not_offered(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::AreaNotOffered, message)
     }
 
     pub fn station_refused(code: ErrorCode, message: impl Into<String>) -> ApiError {
@@ -423,6 +436,7 @@ mod tests {
             LimitReached,
             Internal,
             NotOffered,
+            AreaNotOffered,
             StationFailed,
             OutcomeUnknown,
             StationTimeout,
@@ -454,6 +468,7 @@ mod tests {
                 | LimitReached
                 | Internal
                 | NotOffered
+                | AreaNotOffered
                 | StationRefused(_)
                 | StationFailed
                 | OutcomeUnknown
@@ -489,6 +504,7 @@ mod tests {
             (LimitReached, 429, C::Busy, Refused),
             (Internal, 500, C::Internal, Refused),
             (NotOffered, 501, C::Unsupported, Refused),
+            (AreaNotOffered, 404, C::Unsupported, Refused),
             (
                 StationRefused(C::UnknownChannel),
                 404,

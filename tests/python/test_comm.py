@@ -170,11 +170,11 @@ def test_keys_bind_in_any_case_and_hex_in_either_case(gateway_url: str) -> None:
     assert body["received"] == body["received"].upper() and len(body["received"]) == 2
 
 
-def test_socket_is_501(client: AccordionQ2Client) -> None:
+def test_socket_is_404_saying_why(client: AccordionQ2Client) -> None:
     message = refused(lambda: client.comm.socket("Any", action=BusActions.SEND_RECEIVE,
                                                  host_name="127.0.0.1", port=5025,
-                                                 data_to_send=b"*IDN?\n", number_of_bytes_to_receive=8), 501)
-    assert "socket" in message.lower(), message
+                                                 data_to_send=b"*IDN?\n", number_of_bytes_to_receive=8), 404)
+    assert "socket" in message.lower() and "byte protocol" in message, message
 
 
 def test_capabilities_list_comm(client: AccordionQ2Client, gateway_url: str) -> None:

@@ -78,8 +78,9 @@ macro_rules! endpoint {
     };
 }
 
-/// `unserved!(METHOD "path", WHY)`: a documented WebApi endpoint answered with 501 and the
-/// reason `WHY` (`unserved.rs`), open to every reader since it changes nothing; its body (a
+/// `unserved!(METHOD "path", WHY)`: a documented WebApi endpoint answered with 404 (what a
+/// byte-protocol station cannot offer) or 501 (not yet served) and the reason `WHY`
+/// (`unserved.rs`), open to every reader since it changes nothing; its body (a
 /// file upload, a multipart form) is read, not judged.
 macro_rules! unserved {
     ($method:ident $path:literal, $why:expr) => {
@@ -134,7 +135,7 @@ macro_rules! operation {
 }
 
 /// Every route: the operations, named leases, then every REST endpoint of the documented WebApi
-/// (the reference clients' `docs/api/*.md`), served or answered with 501 and why. A row's
+/// (the reference clients' `docs/api/*.md`), served or answered with 404 and why. A row's
 /// position is its metrics slot after `unmatched` ([`slot`]).
 pub(crate) static ROUTES: &[Route] = &[
     operation!("GET /healthz", Healthz, ["/healthz"], None),
@@ -456,6 +457,40 @@ mod tests {
         documented.sort();
         table.sort();
         assert_eq!(table, documented);
+        // What is not served is documented with the status it answers, and no other.
+        for endpoint in endpoints() {
+            let Some(unserved) = endpoint.unserved else {
+                continue;
+            };
+            let status = crate::error::http_status(unserved.error(endpoint.label).kind);
+            let (method, path) = endpoint.label.split_once(' ').unwrap();
+            let operation = doc["paths"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .find(|(documented, _)| {
+                    let template: Vec<&str> = documented
+                        .trim_start_matches('/')
+                        .split('/')
+                        .map(|s| if s.starts_with('{') { "{id}" } else { s })
+                        .collect();
+                    template.join("/") == path
+                })
+                .map(|(_, operations)| &operations[method.to_lowercase()])
+                .unwrap();
+            let responses = operation["responses"].as_object().unwrap();
+            assert!(
+                responses.contains_key(status.as_str()),
+                "{}: documents {:?}, answers {status}",
+                endpoint.label,
+                responses.keys().collect::<Vec<_>>()
+            );
+            assert!(
+                !responses.contains_key("501") || status.as_u16() == 501,
+                "{}",
+                endpoint.label
+            );
+        }
     }
 
     #[test]

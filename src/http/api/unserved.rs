@@ -1,11 +1,12 @@
-//! The documented WebApi paths this gateway answers with 501 on purpose: those a station behind
-//! the byte protocol cannot offer, and those other work will serve. A client gets a message
-//! saying which and why, never a 404 it would read as "no such file" or "no result yet".
+//! The documented WebApi paths this gateway does not serve, on purpose: those a station behind
+//! the byte protocol cannot offer answer 404 as a WebApi without the group does (the clients
+//! ask `capabilities.features` first and catch 404), with the reason in the body, so it never
+//! reads as "no such file" or "no result yet"; those other work will serve answer 501.
 
 use super::call::{Answer, Call};
 use crate::error::ApiError;
 
-/// Why an endpoint of the documented WebApi answers 501.
+/// Why an endpoint of the documented WebApi is not served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unserved {
     /// A station behind the byte protocol has nothing of the kind (what it lacks).
@@ -30,21 +31,22 @@ pub(crate) const INSTRUMENTS: Unserved =
     Unserved::ByteProtocol("instrument types or function maps in its channel descriptors");
 
 impl Unserved {
-    /// The 501 for `label` (`POST api/comm/i2c`).
+    /// The answer for `label` (`GET api/files`): 404 with why for what the station cannot
+    /// offer, 501 for what is not served yet.
     pub(crate) fn error(self, label: &str) -> ApiError {
-        ApiError::not_implemented(match self {
-            Unserved::ByteProtocol(what) => format!(
-                "{label} is not offered: the gateway in front of a byte-protocol station does \
-                 not offer it (the station has no {what})"
-            ),
-            Unserved::NotYet(what, issue) => {
-                format!("{label} is not yet served by this gateway ({what}: issue {issue})")
-            }
-        })
+        match self {
+            Unserved::ByteProtocol(what) => ApiError::area_not_offered(format!(
+                "{label} is not offered by a station reached over the byte protocol (it has no \
+                 {what}); GET api/capabilities lists what is"
+            )),
+            Unserved::NotYet(what, issue) => ApiError::not_implemented(format!(
+                "{label} is not yet served by this gateway ({what}: issue {issue})"
+            )),
+        }
     }
 }
 
-/// The handler of every unserved endpoint: its 501.
+/// The handler of every unserved endpoint: its 404 (or 501) saying why.
 pub(super) async fn answer(call: Call<'_>) -> Answer {
     let unserved = call
         .unserved
@@ -59,11 +61,12 @@ mod tests {
     #[test]
     fn messages_say_why() {
         let error = FILES.error("GET api/files");
-        assert_eq!(error.kind, crate::error::ErrorKind::NotOffered);
+        assert_eq!(error.kind, crate::error::ErrorKind::AreaNotOffered);
+        assert_eq!(crate::error::http_status(error.kind).as_u16(), 404);
         assert!(
             error
                 .message
-                .contains("the gateway in front of a byte-protocol station does not offer it"),
+                .contains("is not offered by a station reached over the byte protocol"),
             "{}",
             error.message
         );
