@@ -269,3 +269,57 @@ async fn a_load_goes_on_to_its_end_when_its_caller_hangs_up() {
     .await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 28: every channel's configuration is known from the start (the link asks CONFIGURE's
+/// inquiry after LIST), and again after a configuration NOTIFY: a channel the station adds
+/// comes with its details by the time the `configuration` event says so.
+#[tokio::test]
+async fn details_are_known_from_the_start_and_after_a_channel_is_added() -> Result<()> {
+    const ADC08: &str = "0.8.ESH10000590.ADC08";
+    let rig = rig(|_| {}).await;
+    let (status, channels) = rig.get("channels").await;
+    assert_eq!(status, 200, "{channels}");
+    let configured = |channels: &Json| {
+        channels
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| !c["details"].is_null())
+            .count()
+    };
+    let at_start = configured(&channels);
+    assert!(
+        at_start >= 48,
+        "{at_start} channels with details: {channels}"
+    );
+    assert_eq!(
+        channel(&channels, ADC08)["details"]["gain"],
+        1.0,
+        "{channels}"
+    );
+    let spec = rig
+        .sim
+        .profile()
+        .channels
+        .iter()
+        .find(|c| c.descriptor.name == ADC08)
+        .cloned()
+        .expect("no ADC08 in the default profile");
+    let (mut sse, _) = Sse::open_hello(&rig).await?;
+    assert!(rig.sim.remove_channel(ADC08));
+    sse.next_named("configuration", Duration::from_secs(5))
+        .await?;
+    assert!(rig.sim.add_channel(spec));
+    let added = sse
+        .next_named("configuration", Duration::from_secs(5))
+        .await?;
+    assert_eq!(added.data["changeType"], "Added", "{}", added.data);
+    let (_, channels) = rig.get("channels").await;
+    assert_eq!(
+        channel(&channels, ADC08)["details"]["gain"],
+        1.0,
+        "{channels}"
+    );
+    assert_eq!(configured(&channels), at_start, "{channels}");
+    Ok(())
+}

@@ -62,15 +62,19 @@ impl Shared {
 }
 
 impl Shared {
-    fn publish_channels(
+    /// A LIST refresh's channels with the configurations its inquiries brought, then the
+    /// `configuration` event: a client reloading on it finds every channel's details.
+    fn publish_relisted(
         &self,
         channels: Vec<ChannelDescriptor>,
+        configs: &[ConfigureReply],
         change: ChangeType,
         generation: u64,
     ) {
         let previous = self.info.borrow().clone();
         info!(
             channels = channels.len(),
+            configured = configs.len(),
             "station channel list changed ({})",
             change.label()
         );
@@ -80,7 +84,7 @@ impl Shared {
             last_error: previous.last_error.clone(),
             hello: previous.hello.clone(),
             modules: previous.modules.clone(),
-            channels: Arc::new(previous.channels.relisted(channels)),
+            channels: Arc::new(previous.channels.relisted(channels).configured_all(configs)),
         }));
         let _ = self
             .events
@@ -121,6 +125,16 @@ enum Queued {
     },
 }
 
+/// The second half of a LIST refresh: CONFIGURE's inquiry of every listed channel, a few at
+/// a time in the room the callers' requests leave, before the new table is published.
+struct ConfigRefresh {
+    change: ChangeType,
+    channels: Vec<ChannelDescriptor>,
+    to_ask: VecDeque<String>,
+    in_flight: usize,
+    configs: Vec<ConfigureReply>,
+}
+
 /// The state of one connection, from handshake to loss.
 pub struct Connection {
     pub framed: Framing,
@@ -136,6 +150,8 @@ pub struct Connection {
     /// A configuration NOTIFY came while a LIST refresh was running: its pages may be older
     /// than the change, so it starts over instead of publishing (SPEC.md §6.3).
     list_refresh_stale: bool,
+    /// The configuration inquiries of a LIST refresh (still `list_refresh_running`).
+    config_refresh: Option<ConfigRefresh>,
     reads_turn: bool,
     codec_errors_seen: u64,
 }
@@ -161,6 +177,7 @@ impl Connection {
             settling: Vec::new(),
             list_refresh_running: false,
             list_refresh_stale: false,
+            config_refresh: None,
             reads_turn: true,
             codec_errors_seen: 0,
         }
@@ -339,12 +356,101 @@ impl Connection {
             }
             sent_any = true;
         }
+        // A LIST refresh's configuration inquiries take the room the callers leave.
+        sent_any |= self.send_config_inquiries(Instant::now())?;
         // Frames queued outside dispatch (the LIST a configuration NOTIFY starts) go out too.
         if sent_any || !self.framed.write_buffer().is_empty() {
             // Checked again at the last moment before the bytes leave.
             shared.may_send()?;
             self.flush().await?;
         }
+        Ok(())
+    }
+
+    /// Starts the inquiries of a LIST refresh whose pages are all in.
+    fn start_config_refresh(&mut self, change: ChangeType, channels: Vec<ChannelDescriptor>) {
+        let to_ask = channels.iter().map(|ch| ch.name.clone()).collect();
+        self.config_refresh = Some(ConfigRefresh {
+            change,
+            channels,
+            to_ask,
+            in_flight: 0,
+            configs: Vec::new(),
+        });
+    }
+
+    /// Sends a LIST refresh's next inquiries (at most [`handshake::INQUIRIES_AT_ONCE`] in
+    /// flight) while the window has room; none once a NOTIFY made the refresh stale.
+    fn send_config_inquiries(&mut self, now: Instant) -> Result<bool, LinkDown> {
+        let mut sent = false;
+        loop {
+            let Some(refresh) = self.config_refresh.as_mut() else {
+                return Ok(sent);
+            };
+            if self.list_refresh_stale
+                || refresh.in_flight >= super::handshake::INQUIRIES_AT_ONCE
+                || !self.session.has_room()
+            {
+                return Ok(sent);
+            }
+            let Some(name) = refresh.to_ask.pop_front() else {
+                return Ok(sent);
+            };
+            refresh.in_flight += 1;
+            let request = super::handshake::config_inquiry(&name);
+            self.send(request, InFlightKind::ConfigInquiry, now)?;
+            sent = true;
+        }
+    }
+
+    /// One inquiry of the LIST refresh answered (`Some`) or lost (`None`); once all are in,
+    /// the table is published, or the refresh starts over when a NOTIFY came meanwhile.
+    fn config_inquiry_answered(
+        &mut self,
+        shared: &Shared,
+        answer: Option<super::handshake::InquiryAnswer>,
+        now: Instant,
+    ) -> Result<(), LinkDown> {
+        use super::handshake::InquiryAnswer;
+        let Some(refresh) = self.config_refresh.as_mut() else {
+            return Ok(());
+        };
+        refresh.in_flight = refresh.in_flight.saturating_sub(1);
+        match answer {
+            Some(InquiryAnswer::Configured(reply)) => refresh.configs.push(*reply),
+            Some(InquiryAnswer::Unsupported) => refresh.to_ask.clear(),
+            Some(InquiryAnswer::NotConfigurable) | None => {}
+        }
+        self.config_refresh_idle(shared, now)
+    }
+
+    /// Ends a LIST refresh's inquiries once none is in flight and none is left to ask (or a
+    /// NOTIFY made them stale): the table published, or the refresh started over.
+    fn config_refresh_idle(&mut self, shared: &Shared, now: Instant) -> Result<(), LinkDown> {
+        let done = self.config_refresh.as_ref().is_some_and(|refresh| {
+            refresh.in_flight == 0 && (refresh.to_ask.is_empty() || self.list_refresh_stale)
+        });
+        if !done {
+            return Ok(());
+        }
+        let Some(refresh) = self.config_refresh.take() else {
+            return Ok(());
+        };
+        if self.list_refresh_stale {
+            self.list_refresh_stale = false;
+            let kind = InFlightKind::ListPage {
+                change: refresh.change,
+                channels: Vec::new(),
+            };
+            return self.send(super::handshake::list_page(0), kind, now);
+        }
+        self.list_refresh_running = false;
+        shared.publish_relisted(
+            refresh.channels,
+            &refresh.configs,
+            refresh.change,
+            self.generation,
+        );
         Ok(())
     }
 

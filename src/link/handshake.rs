@@ -1,10 +1,11 @@
-//! The handshake at connection time (HELLO, SYSTEM, every page of LIST), and the paging of the
-//! LIST refresh a configuration NOTIFY starts later.
+//! The handshake at connection time (HELLO, SYSTEM, every page of LIST, then CONFIGURE's
+//! inquiry for every channel, a few at a time), and the paging of the LIST refresh a
+//! configuration NOTIFY starts later.
 
 use futures::{SinkExt, StreamExt};
 use station_protocol::{
-    ChannelDescriptor, Hello, HelloReply, ModuleInfo, Opcode, PROTOCOL_VERSION, Request, Response,
-    StationCodec,
+    ChannelDescriptor, Configure, ConfigureReply, ErrorCode, Hello, HelloReply, ModuleInfo, Opcode,
+    PROTOCOL_VERSION, Request, Response, StationCodec,
 };
 use tokio_util::codec::Framed;
 
@@ -26,6 +27,43 @@ pub fn station_identity(hello: &HelloReply) -> String {
 /// Names per LIST page asked of the station.
 pub const LIST_PAGE: u16 = 128;
 
+/// CONFIGURE inquiries asked at once (within the station's window), as configure lists and
+/// saves ask them.
+pub const INQUIRIES_AT_ONCE: usize = 8;
+
+/// CONFIGURE without settings: how `name` is configured; changes nothing (SPEC.md §6.13).
+pub fn config_inquiry(name: &str) -> Request {
+    Request::Configure(Configure {
+        name: name.to_owned(),
+        settings: Vec::new(),
+    })
+}
+
+/// What a station's answer to a configuration inquiry gives the channel table.
+#[derive(Debug, PartialEq)]
+pub enum InquiryAnswer {
+    /// The channel's descriptor and configuration now.
+    Configured(Box<ConfigureReply>),
+    /// The station keeps no configuration of this channel (it refused the inquiry): the
+    /// channel is listed without one.
+    NotConfigurable,
+    /// The station has no CONFIGURE at all (older firmware): ask no more.
+    Unsupported,
+}
+
+/// How an answer to a configuration inquiry is taken; `Err` with what it answered when it is
+/// no answer to CONFIGURE.
+pub fn inquiry_answer(response: Response) -> Result<InquiryAnswer, Response> {
+    match response {
+        Response::Configure(reply) => Ok(InquiryAnswer::Configured(reply)),
+        Response::Error(error) if error.code == ErrorCode::Unsupported => {
+            Ok(InquiryAnswer::Unsupported)
+        }
+        Response::Error(_) => Ok(InquiryAnswer::NotConfigurable),
+        other => Err(other),
+    }
+}
+
 /// The framed byte stream to the station.
 pub type Framing = Framed<Box<dyn StationStream>, StationCodec>;
 
@@ -35,6 +73,8 @@ pub struct Connected {
     pub hello: HelloReply,
     pub modules: Vec<ModuleInfo>,
     pub channels: Vec<ChannelDescriptor>,
+    /// The configuration of every channel the station keeps one of (CONFIGURE's inquiry).
+    pub configs: Vec<ConfigureReply>,
 }
 
 /// The LIST request for the page starting at `offset`.
@@ -68,31 +108,51 @@ pub async fn connect(
         .map_err(|error| LinkDown::Open(Arc::new(error)))?;
     let mut framed = Framed::new(stream, StationCodec::new());
     let mut next_id = 1u32;
-    let mut exchange = async |request: Request| -> Result<Response, LinkDown> {
-        let id = next_id;
-        next_id += 1;
-        let opcode = request.opcode();
-        let frame = request.to_frame(id).map_err(|source| LinkDown::Encode {
-            opcode,
-            source: Arc::new(source),
-        })?;
-        framed
-            .send(frame)
+    // Sends every request, then waits (a request timeout for all of them) until each has its
+    // answer, matched by id: several inquiries share the station's window.
+    let mut exchange_all = async |requests: Vec<Request>| -> Result<Vec<Response>, LinkDown> {
+        let first_id = next_id;
+        let opcode = requests.first().map_or(Opcode::Ping, Request::opcode);
+        for request in &requests {
+            let id = next_id;
+            next_id += 1;
+            let frame = request.to_frame(id).map_err(|source| LinkDown::Encode {
+                opcode: request.opcode(),
+                source: Arc::new(source),
+            })?;
+            framed
+                .feed(frame)
+                .await
+                .map_err(|error| LinkDown::Write(Arc::new(error)))?;
+        }
+        SinkExt::<station_protocol::RawFrame>::flush(&mut framed)
             .await
             .map_err(|error| LinkDown::Write(Arc::new(error)))?;
+        let mut answers: Vec<Option<Response>> = (0..requests.len()).map(|_| None).collect();
         let wait = async {
-            loop {
+            while answers.iter().any(Option::is_none) {
                 match framed.next().await {
-                    Some(Ok(frame)) if frame.request_id == id => {
-                        return Response::from_frame(&frame).map_err(|source| {
-                            LinkDown::Handshake(HandshakeError::Unreadable { opcode, source })
-                        });
+                    Some(Ok(frame)) => {
+                        let Some(slot) = frame
+                            .request_id
+                            .checked_sub(first_id)
+                            .and_then(|at| answers.get_mut(at as usize))
+                        else {
+                            continue;
+                        };
+                        let asked = requests[(frame.request_id - first_id) as usize].opcode();
+                        *slot = Some(Response::from_frame(&frame).map_err(|source| {
+                            LinkDown::Handshake(HandshakeError::Unreadable {
+                                opcode: asked,
+                                source,
+                            })
+                        })?);
                     }
-                    Some(Ok(_)) => continue,
                     Some(Err(error)) => return Err(LinkDown::Read(Arc::new(error))),
                     None => return Err(LinkDown::Handshake(HandshakeError::Closed)),
                 }
             }
+            Ok(())
         };
         tokio::time::timeout(settings.request_timeout, wait)
             .await
@@ -101,7 +161,14 @@ pub async fn connect(
                     opcode,
                     timeout: settings.request_timeout,
                 })
-            })?
+            })??;
+        Ok(answers.into_iter().flatten().collect())
+    };
+    let mut exchange = async |request: Request| -> Result<Response, LinkDown> {
+        let mut answers = exchange_all(vec![request]).await?;
+        answers
+            .pop()
+            .ok_or(LinkDown::Handshake(HandshakeError::Closed))
     };
     let refused = |opcode, response: Response| {
         LinkDown::Handshake(match response {
@@ -153,11 +220,26 @@ pub async fn connect(
             other => return Err(refused(Opcode::List, other)),
         }
     }
+    // Every channel's configuration from the start, as a station's own WebApi has it.
+    let at_once = usize::from(hello.window).clamp(1, INQUIRIES_AT_ONCE);
+    let mut configs = Vec::new();
+    'inquiries: for batch in channels.chunks(at_once) {
+        let asked = batch.iter().map(|ch| config_inquiry(&ch.name)).collect();
+        for response in exchange_all(asked).await? {
+            match inquiry_answer(response) {
+                Ok(InquiryAnswer::Configured(reply)) => configs.push(*reply),
+                Ok(InquiryAnswer::NotConfigurable) => {}
+                Ok(InquiryAnswer::Unsupported) => break 'inquiries,
+                Err(other) => return Err(refused(Opcode::Configure, other)),
+            }
+        }
+    }
     Ok(Connected {
         framed,
         hello,
         modules,
         channels,
+        configs,
     })
 }
 

@@ -51,6 +51,8 @@ pub enum InFlightKind {
         change: ChangeType,
         channels: Vec<ChannelDescriptor>,
     },
+    /// CONFIGURE's inquiry of one channel, in a LIST refresh (the refresh keeps the rest).
+    ConfigInquiry,
 }
 
 /// A request on the wire.

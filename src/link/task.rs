@@ -189,6 +189,7 @@ impl LinkTask {
             hello,
             modules,
             channels,
+            configs,
         } = connected;
         let previous = self.shared.info.borrow().channels.clone();
         let restarted = self.shared.restarted.swap(false, Ordering::SeqCst);
@@ -204,7 +205,7 @@ impl LinkTask {
             last_error: None,
             hello: Some(hello),
             modules,
-            channels: Arc::new(ChannelTable::new(channels)),
+            channels: Arc::new(ChannelTable::new(channels).configured_all(&configs)),
         }));
         let _ = self.shared.events.send(LinkEvent::Connection {
             connected: true,

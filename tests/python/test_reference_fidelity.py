@@ -144,3 +144,33 @@ def test_a_subscription_lists_a_numeric_result_channel_in_errors(client: Accordi
         client.subscriptions.delete(sub.id)
     finally:
         events.close()
+
+
+# 3. Channel details from the start, and after every change.
+
+def _details(client: AccordionQ2Client) -> dict[str, dict]:
+    return {ch.net_name: dict(ch.details) for ch in client.channels.get_all() if ch.details}
+
+
+def test_details_are_there_from_the_start_and_after_a_configure_and_a_reset(own_client: AccordionQ2Client,
+                                                                            own_gateway: GatewayProcess) -> None:
+    client = own_client
+    total = len(client.channels.get_all())
+    first = _details(client)
+    assert len(first) >= 48 and total == 55, (len(first), total)
+    assert first[station.MON_3V3].get("gain") == 1.0, first[station.MON_3V3]
+    numeric = first[BASE_NR]
+    assert numeric["possibleTargetNames"] == [station.MON_3V3, station.MON_1V8], numeric
+    assert numeric["targetNetName"] == station.MON_3V3 and numeric["sampleRate"] == 10_000, numeric
+    client.channels.configure(ChannelConfigRequest(net_name=station.VSET2, description="set point 2"))
+    wait_for(lambda: len(_details(client)) == len(first), 10.0, "details of every channel after a configure")
+    assert _details(client)[station.MON_3V3] == first[station.MON_3V3]
+    events = Events(client.events.open())
+    try:
+        client.application.reset()
+        events.named("configuration", 15.0)
+    finally:
+        events.close()
+    wait_for(lambda: client.connection.get_status().is_connected, 10.0, "the link back after the reset")
+    after = _details(client)
+    assert set(after) == set(first), set(first) ^ set(after)

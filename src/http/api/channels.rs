@@ -7,18 +7,47 @@ use station_protocol::{ChannelConfig, ChannelDescriptor};
 use super::call::{Answer, Call, known_channels, ok};
 use super::channel_config::detail_json;
 use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::numeric::NUMERIC_RESULT_FLAG;
 
 /// `GET api/channels`.
 pub(super) async fn list(call: Call<'_>) -> Answer {
     let channels = known_channels(call.gateway)?;
-    ok(Json::Array(
-        channels
-            .channels
-            .iter()
-            .enumerate()
-            .map(|(i, ch)| channel_json(i, ch, channels.config(&ch.name)))
-            .collect(),
-    ))
+    let mut list = Vec::with_capacity(channels.channels.len());
+    for (i, ch) in channels.channels.iter().enumerate() {
+        let mut json = channel_json(i, ch, channels.config(&ch.name));
+        add_numeric_result_details(call.gateway, ch, &mut json).await;
+        list.push(json);
+    }
+    ok(Json::Array(list))
+}
+
+/// A NumericResult channel's documented details (`ChannelDetailsDto`): its targets, the one
+/// it samples (the last measured, else its first), its rate and default sample count (asked of
+/// the station once per connection, `numeric::NumericResults::info`). Nothing for another
+/// channel; the rate and count left out when the station cannot be asked now.
+async fn add_numeric_result_details(gateway: &Gateway, ch: &ChannelDescriptor, json: &mut Json) {
+    if ch.type_flags & NUMERIC_RESULT_FLAG == 0 {
+        return;
+    }
+    let mut details = match json["details"].take() {
+        Json::Object(details) => details,
+        _ => serde_json::Map::new(),
+    };
+    let target = gateway
+        .numeric
+        .kept(&ch.name)
+        .map(|measured| measured.target.clone())
+        .or_else(|| ch.options.first().cloned());
+    details.insert("targetNetName".into(), json!(target));
+    details.insert("possibleTargetNames".into(), json!(ch.options));
+    if let Ok(info) = gateway.numeric.info(&gateway.station, ch).await {
+        details.insert("sampleRate".into(), json!(info.rate.round() as u64));
+        if let Some(samples) = info.default_samples {
+            details.insert("numberOfSamples".into(), json!(samples));
+        }
+    }
+    json["details"] = Json::Object(details);
 }
 
 /// `POST api/channels/channel {NetName | Alias}`: NetName takes priority over Alias (the
@@ -48,7 +77,9 @@ pub(super) async fn lookup(call: Call<'_>) -> Answer {
     match found {
         Some(position) => {
             let ch = &channels.channels[position];
-            ok(channel_json(position, ch, channels.config(&ch.name)))
+            let mut json = channel_json(position, ch, channels.config(&ch.name));
+            add_numeric_result_details(call.gateway, ch, &mut json).await;
+            ok(json)
         }
         None => {
             let asked: Vec<String> = [("net name", net_name_asked), ("alias", alias_asked)]

@@ -21,7 +21,7 @@ impl Connection {
         let response = Response::from_frame(&frame);
         if frame.request_id == 0 {
             match response {
-                Ok(Response::Notify(notify)) => self.on_notify(shared, notify),
+                Ok(Response::Notify(notify)) => return self.on_notify(shared, notify),
                 Ok(other) => debug!("ignoring {:?} with request id 0", other.opcode()),
                 Err(error) => warn!("ignoring an unreadable notification: {error}"),
             }
@@ -126,6 +126,27 @@ impl Connection {
                 let _ = reply.send(Ok(response));
             }
             (InFlightKind::Ping, _) => {}
+            (InFlightKind::ConfigInquiry, answer) => {
+                let answer = match answer {
+                    Ok(response) => match handshake::inquiry_answer(response) {
+                        Ok(answer) => Some(answer),
+                        Err(other) => {
+                            warn!(
+                                "the station answered a configuration inquiry with {:?}",
+                                other.opcode()
+                            );
+                            None
+                        }
+                    },
+                    Err(error) => {
+                        warn!(
+                            "the station's answer to a configuration inquiry is unusable ({error})"
+                        );
+                        None
+                    }
+                };
+                self.config_inquiry_answered(shared, answer, now)?;
+            }
             (
                 InFlightKind::ListPage {
                     change,
@@ -147,9 +168,11 @@ impl Connection {
                         let request = handshake::list_page(channels.len());
                         self.send(request, InFlightKind::ListPage { change, channels }, now)?;
                     } else {
-                        self.list_refresh_running = false;
-                        self.list_refresh_stale = false;
-                        shared.publish_channels(channels, change, self.generation);
+                        // Every channel's configuration before the new table is published.
+                        self.start_config_refresh(change, channels);
+                        self.send_config_inquiries(now)?;
+                        // No channels, nothing to ask: it ends here (else as they are answered).
+                        self.config_refresh_idle(shared, now)?;
                     }
                 }
                 Ok(other) => {
@@ -172,12 +195,14 @@ impl Connection {
         Ok(())
     }
 
-    fn on_notify(&mut self, shared: &Shared, notify: Notify) {
+    fn on_notify(&mut self, shared: &Shared, notify: Notify) -> Result<(), LinkDown> {
         info!("station notification: {notify:?}");
         if let Notify::ConfigurationChanged { .. } = &notify
             && self.list_refresh_running
         {
             self.list_refresh_stale = true;
+            // Inquiries waiting for room with none in flight: it starts over now.
+            self.config_refresh_idle(shared, Instant::now())?;
         }
         if let Notify::ConfigurationChanged { change, .. } = &notify
             && !self.list_refresh_running
@@ -192,6 +217,7 @@ impl Connection {
                 .is_ok();
         }
         let _ = shared.events.send(LinkEvent::Notify(notify));
+        Ok(())
     }
 
     /// Answers requests whose time is up and checks, with a PING, that the station still
@@ -257,6 +283,10 @@ impl Connection {
                     self.list_refresh_running = false;
                     self.list_refresh_stale = false;
                     warn!("the station did not answer LIST in time; keeping the old channel list");
+                }
+                InFlightKind::ConfigInquiry => {
+                    warn!("the station did not answer a configuration inquiry in time");
+                    self.config_inquiry_answered(shared, None, now)?;
                 }
             }
         }

@@ -112,8 +112,8 @@ async fn an_unreadable_list_reply_ends_the_refresh_so_the_next_change_starts_ano
     }
 }
 
-fn list_reply(request_id: u32, names: &[&str]) -> RawFrame {
-    let channels: Vec<ChannelDescriptor> = names
+fn descriptors(names: &[&str]) -> Vec<ChannelDescriptor> {
+    names
         .iter()
         .map(|name| ChannelDescriptor {
             name: (*name).into(),
@@ -130,7 +130,11 @@ fn list_reply(request_id: u32, names: &[&str]) -> RawFrame {
             value_type: station_protocol::ValueType::Float,
             options: vec![],
         })
-        .collect();
+        .collect()
+}
+
+fn list_reply(request_id: u32, names: &[&str]) -> RawFrame {
+    let channels = descriptors(names);
     Response::List {
         total: channels.len() as u32,
         offset: 0,
@@ -184,6 +188,38 @@ async fn a_change_notified_during_a_refresh_starts_it_over_instead_of_publishing
     assert_eq!(second.kind(), Some(Opcode::List));
     c.on_frame(&shared, list_reply(second.request_id, &["new"]))
         .unwrap();
+    // Every listed channel's configuration is asked before the new table is published.
+    assert!(shared.info.borrow().channels.channels.is_empty());
+    c.dispatch(&shared).await.expect("flushed");
+    let inquiry = tokio::time::timeout(timeout, station.next())
+        .await
+        .expect("a configuration inquiry of the listed channel")
+        .unwrap()
+        .unwrap();
+    assert_eq!(inquiry.kind(), Some(Opcode::Configure));
+    let configured = Response::Configure(Box::new(ConfigureReply {
+        channel: descriptors(&["new"]).remove(0),
+        config: station_protocol::ChannelConfig {
+            enabled: true,
+            capability: station_protocol::Direction::In,
+            type_capability: 1,
+            device: "dev".into(),
+            limits: None,
+            details: vec![("Gain".into(), station_protocol::Value::Float(2.0))],
+        },
+    }))
+    .to_frame(inquiry.request_id)
+    .unwrap();
+    c.on_frame(&shared, configured).unwrap();
+    assert_eq!(
+        shared
+            .info
+            .borrow()
+            .channels
+            .config("new")
+            .map(|c| c.device.clone()),
+        Some("dev".to_owned())
+    );
     let names: Vec<String> = shared
         .info
         .borrow()
