@@ -1,5 +1,6 @@
 //! The value cache: the last value the hardware gave for each channel, when, and under which
-//! link generation. Every hardware read feeds it; every write invalidates its channel.
+//! link generation. Every hardware read feeds it; every write invalidates its channel when it
+//! is sent, and its read-back once confirmed (`station::change::confirmed_writes`) refills it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

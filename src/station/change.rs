@@ -389,8 +389,55 @@ pub struct ChangeReport {
 )]
 pub struct StillRunning(pub Duration);
 
+/// The longest a change's answer waits for the read-back of what it wrote (normally one round
+/// trip, the READ coalesced with others). Past it the change is answered all the same and the
+/// read-back goes on, feeding the cache when the station answers; a failed read-back changes
+/// nothing about the write's outcome.
+pub const READ_BACK_WAIT: Duration = Duration::from_millis(250);
+
+/// The channels a change's confirmed writes set, to read back into the value cache (SPEC.md:
+/// a station may clamp or refuse part of a write, so the cache takes the station's value,
+/// never the one asked for): every write item and write step the station confirmed, each
+/// once, but never a channel whose read consumes data, nor one the table does not know.
+pub fn confirmed_writes(
+    what: &ChangeWhat,
+    answer: &Result<ChangeAnswer, LinkError>,
+    table: &ChannelTable,
+) -> Vec<String> {
+    let confirmed: Vec<&str> = match (what, answer) {
+        (ChangeWhat::Write(items), Ok(ChangeAnswer::Written(results))) => items
+            .iter()
+            .zip(results)
+            .filter(|(_, result)| result.is_ok())
+            .map(|((name, _), _)| name.as_str())
+            .collect(),
+        (ChangeWhat::Steps(steps), Ok(ChangeAnswer::Stepped(done))) => {
+            let carried_out = done.stopped.as_ref().map_or(steps.len(), |(at, _)| *at);
+            steps[..carried_out.min(steps.len())]
+                .iter()
+                .filter_map(|step| match &step.action {
+                    StepAction::Write { name, .. } => Some(name.as_str()),
+                    StepAction::Configure(_) => None,
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let mut names: Vec<String> = Vec::new();
+    for name in confirmed {
+        let readable = table
+            .get(name)
+            .is_some_and(|channel| channel.readable && !channel.consuming);
+        if readable && !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    names
+}
+
 /// The most a caller waits for a change: every step its request timeout (twice: the link may
-/// wait for a slot), the acquisition's own time, and the audit trail's sync.
+/// wait for a slot), the acquisition's own time, the read-back's wait and the audit trail's
+/// sync.
 fn bound(what: &ChangeWhat, request_timeout: Duration) -> Duration {
     let (steps, extra) = match what {
         ChangeWhat::Steps(steps) => (steps.len().max(1), Duration::ZERO),
@@ -402,6 +449,7 @@ fn bound(what: &ChangeWhat, request_timeout: Duration) -> Duration {
         .saturating_mul(2)
         .saturating_mul(steps)
         .saturating_add(extra)
+        .saturating_add(READ_BACK_WAIT)
         .saturating_add(crate::audit::RECORD_LIMIT)
 }
 
@@ -462,11 +510,35 @@ impl ChangeRunner {
             admitted,
         } = change;
         let answer = self.carry_out(&what, &admitted).await;
+        let read_back =
+            self.read_back(confirmed_writes(&what, &answer, &self.link.info().channels));
         let outcome = ChangeOutcome::of(&what, &answer);
         let report = ChangeReport { answer, outcome };
         let line = origin.line(&report.outcome, origin.status(&report));
         self.record(line, &origin).await;
+        if let Some(read_back) = read_back {
+            // Mostly done by now (it ran beside the audit line's sync); never waited for long.
+            let _ = tokio::time::timeout(READ_BACK_WAIT, read_back).await;
+        }
         report
+    }
+
+    /// Reads `names` back from the station (one READ, merged with other reads) on a task of
+    /// its own: the link puts the station's values in the cache, aged from that READ. Its
+    /// failure is only logged: the write's outcome is the write's answer.
+    fn read_back(&self, names: Vec<String>) -> Option<tokio::task::JoinHandle<()>> {
+        if names.is_empty() {
+            return None;
+        }
+        let link = self.link.clone();
+        Some(tokio::spawn(async move {
+            if let Err(error) = link.read(names.clone()).await {
+                tracing::debug!(
+                    "reading back {} after a write failed ({error}); the cache has no value of them until the next read",
+                    names.join(", ")
+                );
+            }
+        }))
     }
 
     /// The audit line of a change refused before it was run (the lease, for a legacy client),

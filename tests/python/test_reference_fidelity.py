@@ -174,3 +174,19 @@ def test_details_are_there_from_the_start_and_after_a_configure_and_a_reset(own_
     wait_for(lambda: client.connection.get_status().is_connected, 10.0, "the link back after the reset")
     after = _details(client)
     assert set(after) == set(first), set(first) ^ set(after)
+
+
+# 4. A confirmed write feeds the cache through a read-back.
+
+def test_a_non_holder_reads_from_the_cache_what_the_holder_just_wrote(own_client: AccordionQ2Client,
+                                                                      own_gateway: GatewayProcess) -> None:
+    holder = own_client
+    with AccordionQ2Client(own_gateway.url, timeout=15.0) as dashboard:
+        with holder.lease.hold("sequence", ttl_ms=30_000):
+            holder.resources.set_value(station.VSET3, "21")
+            values, ages = dashboard.resources.read_values([station.VSET3], max_age_ms=60_000)
+            assert float(values[station.VSET3]) == 21.0 and ages[station.VSET3] < 5_000, (values, ages)
+            holder.resources.set_values({station.VSET3: "22", station.RAMP2: "40"})
+            values, _ = dashboard.resources.read_values([station.VSET3, station.RAMP2], max_age_ms=60_000)
+            assert (float(values[station.VSET3]), float(values[station.RAMP2])) == (22.0, 40.0), values
+            holder.resources.set_value(station.VSET3, "0")

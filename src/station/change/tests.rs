@@ -181,10 +181,11 @@ fn other_changes_the_station_answered_are_applied() {
 fn the_bound_grows_with_the_steps_and_the_acquisitions_own_time() {
     let timeout = Duration::from_secs(1);
     let one = bound(&write_of(&["A"]), timeout);
-    assert_eq!(one, Duration::from_secs(2) + crate::audit::RECORD_LIMIT);
+    let after = READ_BACK_WAIT + crate::audit::RECORD_LIMIT;
+    assert_eq!(one, Duration::from_secs(2) + after);
     assert_eq!(
         bound(&steps_of(&["a", "b", "c"]), timeout),
-        Duration::from_secs(6) + crate::audit::RECORD_LIMIT
+        Duration::from_secs(6) + after
     );
     assert_eq!(
         bound(&ChangeWhat::Steps(Vec::new()), timeout),
@@ -304,5 +305,61 @@ fn each_answer_gives_its_own_kind_and_none_of_another() {
         ChangeAnswer::Stepped(StepsDone::default())
             .stepped()
             .is_some()
+    );
+}
+
+fn table_of(channels: &[(&str, bool, bool)]) -> ChannelTable {
+    ChannelTable::new(
+        channels
+            .iter()
+            .map(
+                |(name, readable, consuming)| station_protocol::ChannelDescriptor {
+                    name: (*name).into(),
+                    alias: format!("alias of {name}"),
+                    net_name: String::new(),
+                    type_flags: 1,
+                    direction: station_protocol::Direction::Out,
+                    unit: String::new(),
+                    description: String::new(),
+                    group: String::new(),
+                    readable: *readable,
+                    writable: true,
+                    consuming: *consuming,
+                    value_type: station_protocol::ValueType::Float,
+                    options: Vec::new(),
+                },
+            )
+            .collect(),
+    )
+}
+
+#[test]
+fn only_confirmed_writes_of_readable_channels_that_consume_nothing_are_read_back() {
+    let table = table_of(&[
+        ("V", true, false),
+        ("W", true, false),
+        ("UART", true, true),
+        ("WO", false, false),
+    ]);
+    let what = write_of(&["V", "W", "UART", "WO", "V", "NOPE"]);
+    let answer = Ok(ChangeAnswer::Written(vec![
+        Ok(()),
+        Err(refused("out of range")),
+        Ok(()),
+        Ok(()),
+        Ok(()),
+        Ok(()),
+    ]));
+    assert_eq!(confirmed_writes(&what, &answer, &table), ["V"]);
+    // A write whose answer never came (or the link failed) reads nothing back.
+    let lost = Err(LinkError::Disconnected(LinkDown::Closed));
+    assert!(confirmed_writes(&what, &lost, &table).is_empty());
+    // Steps: the writes carried out before the step that stopped them.
+    let steps = steps_of(&["V", "W"]);
+    let stopped = stepped(1, Some((1, LinkError::Station(refused("no")))));
+    assert_eq!(confirmed_writes(&steps, &stopped, &table), ["V"]);
+    assert_eq!(
+        confirmed_writes(&steps, &stepped(2, None), &table),
+        ["V", "W"]
     );
 }
