@@ -1,7 +1,9 @@
 //! Every response's JSON types against the types the .NET reference client binds
 //! (`tests/data/dotnet_models.json`, written from its `WebApiClient/Models/*.cs`): a string where
 //! .NET binds an int, a number above 255 where it binds a byte, an enum name it does not know,
-//! all fail here, as they would throw in `JsonConvert.DeserializeObject`.
+//! all fail here, as they would throw in `JsonConvert.DeserializeObject`; a field the model has
+//! (not nullable) that the answer lacks fails too, as .NET would silently read its default
+//! (`IsConnected` false).
 
 mod common;
 
@@ -127,18 +129,52 @@ impl Table {
     }
 
     /// A model: each of its fields present in `value` (keys matched case-insensitively, as
-    /// Newtonsoft does) has its field's type; absent fields keep their defaults in .NET.
+    /// Newtonsoft does) has its field's type, and each that is not nullable is present (.NET
+    /// would read its default: a real station's answer has it).
     fn check_model(&self, ty: &str, model: &Json, value: &Json, at: &str, wrong: &mut Vec<String>) {
         let Some(object) = value.as_object() else {
             wrong.push(format!("{at}: .NET binds the object {ty}, got {value}"));
             return;
         };
         for (field, field_ty) in model["fields"].as_object().unwrap() {
+            let field_ty = field_ty.as_str().unwrap();
             let found = object.iter().find(|(k, _)| k.eq_ignore_ascii_case(field));
-            if let Some((key, v)) = found {
-                self.check_into(field_ty.as_str().unwrap(), v, &format!("{at}.{key}"), wrong);
+            match found {
+                Some((key, v)) => self.check_into(field_ty, v, &format!("{at}.{key}"), wrong),
+                None if !field_ty.ends_with('?') => wrong.push(format!(
+                    "{at}.{field}: missing; {ty} has it ({field_ty}) and .NET would read its default"
+                )),
+                None => {}
             }
         }
+    }
+
+    /// Like [`check`](Self::check), the types only: fields the value lacks are not counted
+    /// (the checker's own tests, on partial values).
+    fn check_types(&self, ty: &str, value: &Json, at: &str) -> Vec<String> {
+        self.check(ty, value, at)
+            .into_iter()
+            .filter(|wrong| !wrong.contains(": missing; "))
+            .collect()
+    }
+
+    /// An event's data against the model its name binds (`events` in the table): a field the
+    /// model gives to another event only (`onlyIn`) may be absent.
+    fn check_event(&self, event: &str, data: &Json) -> Vec<String> {
+        let ty = self.0["events"][event]
+            .as_str()
+            .unwrap_or_else(|| panic!("no event {event} in the table"));
+        let only_in = &self.0["models"][ty]["onlyIn"];
+        self.check(ty, data, event)
+            .into_iter()
+            .filter(|wrong| {
+                !only_in.as_object().is_some_and(|fields| {
+                    fields.iter().any(|(field, owner)| {
+                        owner != event && wrong.starts_with(&format!("{event}.{field}: missing"))
+                    })
+                })
+            })
+            .collect()
     }
 }
 
@@ -181,17 +217,17 @@ fn the_checker_refuses_what_dotnet_cannot_bind() {
     let table = Table::load();
     assert!(
         !table
-            .check("CapabilitiesDto", &json!({"apiVersion": "1.0"}), "$")
+            .check_types("CapabilitiesDto", &json!({"apiVersion": "1.0"}), "$")
             .is_empty()
     );
     assert!(
         !table
-            .check("CapabilitiesDto", &json!({"codecVersion": 1.5}), "$")
+            .check_types("CapabilitiesDto", &json!({"codecVersion": 1.5}), "$")
             .is_empty()
     );
     assert!(
         table
-            .check(
+            .check_types(
                 "CapabilitiesDto",
                 &json!({"apiVersion": 1, "features": []}),
                 "$"
@@ -201,39 +237,39 @@ fn the_checker_refuses_what_dotnet_cannot_bind() {
     let module = |revision: Json| json!({"modules": [{"revision": revision}]});
     assert!(
         !table
-            .check("PhysicalSystemDto", &module(json!(256)), "$")
+            .check_types("PhysicalSystemDto", &module(json!(256)), "$")
             .is_empty()
     );
     assert!(
         !table
-            .check("PhysicalSystemDto", &module(json!("1")), "$")
+            .check_types("PhysicalSystemDto", &module(json!("1")), "$")
             .is_empty()
     );
     assert!(
         table
-            .check("PhysicalSystemDto", &module(json!(255)), "$")
+            .check_types("PhysicalSystemDto", &module(json!(255)), "$")
             .is_empty()
     );
     // A flag name .NET lacks fails; the integer of any bits binds.
     assert!(
         !table
-            .check("ChannelDto", &json!({"channelType": "Analog, Bit9"}), "$")
+            .check_types("ChannelDto", &json!({"channelType": "Analog, Bit9"}), "$")
             .is_empty()
     );
     assert!(
         table
-            .check("ChannelDto", &json!({"channelType": 512 | 1}), "$")
+            .check_types("ChannelDto", &json!({"channelType": 512 | 1}), "$")
             .is_empty()
     );
     // `details` with a field of the wrong type (an audio device's Name is a string).
     assert!(
         !table
-            .check("ChannelDto", &json!({"details": {"name": 3}}), "$")
+            .check_types("ChannelDto", &json!({"details": {"name": 3}}), "$")
             .is_empty()
     );
     assert!(
         !table
-            .check(
+            .check_types(
                 "ChannelDto",
                 &json!({"details": {"destinationNets": "A"}}),
                 "$"
@@ -259,17 +295,17 @@ fn the_checker_refuses_what_dotnet_cannot_bind() {
     }
     assert!(
         !table
-            .check("NumericStatsDto", &json!({"count": 3, "mean": "1.0"}), "$")
+            .check_types("NumericStatsDto", &json!({"count": 3, "mean": "1.0"}), "$")
             .is_empty()
     );
     assert!(
         table
-            .check("NumericStatsDto", &json!({"count": 1, "stdev": null}), "$")
+            .check_types("NumericStatsDto", &json!({"count": 1, "stdev": null}), "$")
             .is_empty()
     );
     assert!(
         !table
-            .check(
+            .check_types(
                 "BusTransactionResponse",
                 &json!({"numberOfBytesReceived": "2"}),
                 "$"
@@ -278,7 +314,33 @@ fn the_checker_refuses_what_dotnet_cannot_bind() {
     );
     assert!(
         !table
-            .check("StreamStateDto", &json!({"generation": null}), "$")
+            .check_types("StreamStateDto", &json!({"generation": null}), "$")
+            .is_empty()
+    );
+    // A field the model has and the answer lacks: .NET would read its default.
+    let configuration = json!({"changeType": "Changed", "generation": 2});
+    assert_eq!(
+        table.check_event("configuration", &configuration),
+        [
+            "configuration.IsConnected: missing; StreamStateDto has it (bool) and .NET would read its default"
+        ]
+    );
+    let with_it = json!({"isConnected": true, "changeType": "Changed", "generation": 2});
+    assert!(table.check_event("configuration", &with_it).is_empty());
+    // ApiVersion is hello's: absent elsewhere, required there.
+    assert!(
+        !table
+            .check_event("hello", &json!({"isConnected": true, "generation": 1}))
+            .is_empty()
+    );
+    // A nullable field may be absent.
+    assert!(
+        table
+            .check(
+                "LeaseStateDto",
+                &json!({"held": false, "expiresInMs": 0.0}),
+                "$"
+            )
             .is_empty()
     );
 }
@@ -328,8 +390,7 @@ async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<Strin
     // The event stream's events, and subscriptions and the lease, which live beside it.
     let (mut sse, hello) = Sse::open_hello(rig).await?;
     record("GET api/events", 200, &json!({}));
-    let events = &table.0["events"];
-    let mut event_errors = table.check(events["hello"].as_str().unwrap(), &hello, "hello");
+    let mut event_errors = table.check_event("hello", &hello);
     let stream = hello["streamId"].as_str().context("no streamId")?;
     let (status, sub) = rig
         .post(
@@ -348,13 +409,13 @@ async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<Strin
         .await;
     record("PUT api/subscriptions/{id}", status, &renewed);
     let values = sse.next_named("values", Duration::from_secs(5)).await?;
-    event_errors.extend(table.check("ValuesEventDto", &values.data, "values"));
+    event_errors.extend(table.check_event("values", &values.data));
     let (status, lease) = rig
         .post("lease", json!({ "Owner": "json types", "TtlMs": 30000 }))
         .await;
     record("POST api/lease", status, &lease);
     let lease_event = sse.next_named("lease", Duration::from_secs(5)).await?;
-    event_errors.extend(table.check("LeaseStateDto", &lease_event.data, "lease event"));
+    event_errors.extend(table.check_event("lease", &lease_event.data));
     let (status, held) = rig.get("lease").await;
     record("GET api/lease", status, &held);
     let lease_id = lease["leaseId"].as_str().context("no lease id")?;
@@ -368,13 +429,33 @@ async fn exercise(rig: &Rig, table: &Table) -> Result<BTreeMap<String, Vec<Strin
     assert_eq!(status, 200, "{answer}");
     for name in ["connection", "configuration"] {
         let event = sse.next_named(name, Duration::from_secs(10)).await?;
-        let ty = events[name].as_str().unwrap();
-        event_errors.extend(table.check(ty, &event.data, name));
+        event_errors.extend(table.check_event(name, &event.data));
     }
     found.insert("events".into(), event_errors);
+    // The channels as a real station gives them after a reset: every field, details included.
+    rig.connected().await;
+    let (status, channels) = rig.get("channels").await;
+    record_in(
+        &mut found,
+        table,
+        "GET api/channels",
+        None,
+        status,
+        &channels,
+    );
     exercise_buses(rig, table, &mut found).await;
     exercise_numeric_results(rig, table, &mut found).await;
     exercise_configuration(rig, table, &mut found).await;
+    // And after a configure and a load.
+    let (status, channels) = rig.get("channels").await;
+    record_in(
+        &mut found,
+        table,
+        "GET api/channels",
+        None,
+        status,
+        &channels,
+    );
     let (status, log) = rig.get("audit/log?tail=20").await;
     record_in(&mut found, table, "GET api/audit/log", None, status, &log);
     Ok(found)
