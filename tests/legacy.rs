@@ -416,3 +416,41 @@ async fn a_legacy_reset_is_a_change_under_the_lease() {
     assert_eq!(rig.sim.resets(), 1);
     rig.reconnected_after(generation).await;
 }
+
+/// Issue 28: names resolve in one place for every front end, the legacy port too: a channel's
+/// alias reads, writes and transacts like its name.
+#[tokio::test]
+async fn a_legacy_client_reads_writes_and_transacts_by_alias() {
+    const VSET3: &str = "0.4.ESH10000662.VSET3";
+    let rig = legacy_rig(|_| {}).await;
+    let (status, body) = rig
+        .post(
+            "channels/channel/configure",
+            serde_json::json!({ "NetName": VSET3, "Alias": "Bench VSET3" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut client = StationClient::connect(rig.legacy()).await.unwrap();
+    client
+        .write_one("Bench VSET3", Value::Float(9.0))
+        .await
+        .unwrap();
+    assert!(
+        rig.sim
+            .write_log()
+            .iter()
+            .any(|w| w.channel == VSET3 && w.value == Value::Float(9.0))
+    );
+    assert_eq!(
+        client.read_one("Bench VSET3").await.unwrap(),
+        Value::Float(9.0)
+    );
+    assert_eq!(
+        client
+            .transact("Bench VSET3", Value::Float(10.0))
+            .await
+            .unwrap(),
+        Value::Float(10.0)
+    );
+    assert_eq!(client.read_one(VSET3).await.unwrap(), Value::Float(10.0));
+}
