@@ -26,7 +26,7 @@ pub(super) async fn capabilities(call: Call<'_>) -> Answer {
 }
 
 /// What this gateway serves, from the endpoint table: the area (first path segment) of every
-/// endpoint that does not answer 501, and `maxAge` (cached reads of `resources/values/get`).
+/// endpoint that is served (not an unserved row), and `maxAge` (cached reads of `resources/values/get`).
 fn features() -> Vec<&'static str> {
     let mut features: Vec<&'static str> = Vec::new();
     for endpoint in super::endpoints().filter(|e| e.unserved.is_none()) {

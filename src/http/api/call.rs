@@ -23,7 +23,7 @@ pub(crate) struct Call<'a> {
     pub(crate) gateway: &'a Gateway,
     /// The metric label of the endpoint the request was routed to (`GET api/files`).
     pub(crate) label: &'static str,
-    /// Why that endpoint answers 501, for an unserved one.
+    /// Why that endpoint is not served (404 or 501 saying so), for an unserved one.
     pub(crate) unserved: Option<super::unserved::Unserved>,
     /// The JSON body of a POST or PUT (empty for other methods), bound case-insensitively.
     pub(crate) body: JsonBody,

@@ -1,7 +1,7 @@
 //! `api/comm/i2c`, `api/comm/uart`, `api/comm/spi`: one bus transaction each, as the reference
 //! clients send them (PascalCase keys bound in any case, bytes as hex in either case, `Address`
 //! and `TerminationByte` as two hex digits), through the station service's bus queue; and
-//! `api/comm/socket`, which a station behind the byte protocol does not offer (501).
+//! `api/comm/socket`, which a station behind the byte protocol does not offer (404 saying why).
 
 use serde_json::{Value as Json, json};
 use station_protocol::bus::{

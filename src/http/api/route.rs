@@ -116,7 +116,7 @@ pub(crate) struct Endpoint {
     /// The label of its requests in metrics.
     pub(crate) label: &'static str,
     pub(crate) handler: Handler,
-    /// Why it answers 501, for a documented WebApi endpoint this gateway does not serve.
+    /// Why it is not served (404 or 501 saying so), for a documented WebApi endpoint this gateway does not serve.
     pub(crate) unserved: Option<Unserved>,
 }
 
