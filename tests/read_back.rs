@@ -24,6 +24,15 @@ async fn a_confirmed_write_is_read_back_once_and_serves_cached_reads() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
+    // Normally in before the answer (it is waited for, briefly); on a loaded machine a moment
+    // later.
+    let cache = rig.gateway.link().cache().clone();
+    until(
+        Duration::from_secs(5),
+        "both read back into the cache",
+        || cache.get(VSET3).is_some() && cache.get(RAMP3).is_some(),
+    )
+    .await;
     assert_eq!((rig.sim.reads_of(VSET3), rig.sim.reads_of(RAMP3)), (1, 1));
     // Served from the cache, the station's own value, with the read-back's age.
     let (status, body) = rig
