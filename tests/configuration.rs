@@ -323,3 +323,27 @@ async fn details_are_known_from_the_start_and_after_a_channel_is_added() -> Resu
     assert_eq!(configured(&channels), at_start, "{channels}");
     Ok(())
 }
+
+/// A station slow to answer CONFIGURE's inquiry does not keep the link down: the handshake
+/// stops asking, the link comes up with the configurations it has, and the late answer is
+/// dropped as late (its id is below the session's).
+#[tokio::test]
+async fn a_slow_configuration_inquiry_does_not_keep_the_link_down() -> Result<()> {
+    let sim = default_simulator().await;
+    sim.set_inquiry_delay(Duration::from_millis(1000));
+    let config = config_for(&sim, |c| c.station.request_timeout_ms = 300);
+    let rig = rig_on(sim, config, false).await;
+    let (status, channels) = rig.get("channels").await;
+    assert_eq!(status, 200, "{channels}");
+    assert!(channels.as_array().unwrap().len() > 50, "{channels}");
+    let stats = rig.gateway.link().stats().clone();
+    until(
+        Duration::from_secs(5),
+        "the late inquiry answer dropped",
+        || station_gateway::link::LinkStats::get(&stats.late_replies) >= 1,
+    )
+    .await;
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 200, "{body}");
+    Ok(())
+}

@@ -256,6 +256,12 @@ impl SimulatorHandle {
         *lock(&self.shared.faults.processing) = processing;
     }
 
+    /// Time every CONFIGURE inquiry (a CONFIGURE without settings) takes before it is
+    /// answered: a station slow to say how its channels are configured.
+    pub fn set_inquiry_delay(&self, delay: Duration) {
+        *lock(&self.shared.faults.inquiry_delay) = delay;
+    }
+
     /// Closes the listening socket (connection attempts are refused) or opens it again on the
     /// same address. Open connections are not touched; see [`SimulatorHandle::power_off`].
     pub async fn set_refuse_connections(&self, refuse: bool) -> io::Result<()> {

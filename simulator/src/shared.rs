@@ -69,6 +69,8 @@ pub(crate) struct Faults {
     pub processing: Mutex<Duration>,
     /// The most bytes a BUS reply carries, whatever the bus received (a short read).
     pub bus_read_limit: Mutex<Option<usize>>,
+    /// Time a CONFIGURE inquiry (no settings) takes before it is answered.
+    pub inquiry_delay: Mutex<Duration>,
 }
 
 impl Faults {
@@ -204,6 +206,7 @@ impl Shared {
             Request::Configure(configure) if !configure.settings.is_empty() => {
                 station.latency_of(&configure.name)
             }
+            Request::Configure(_) => *lock(&self.faults.inquiry_delay),
             _ => Duration::ZERO,
         }
     }

@@ -183,6 +183,11 @@ impl Connection {
         }
     }
 
+    /// Request ids from `next` on (the handshake used those below).
+    pub fn ids_from(&mut self, next: u32) {
+        self.session.ids_from(next);
+    }
+
     /// When the next request in flight times out.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.session.next_deadline()

@@ -75,6 +75,9 @@ pub struct Connected {
     pub channels: Vec<ChannelDescriptor>,
     /// The configuration of every channel the station keeps one of (CONFIGURE's inquiry).
     pub configs: Vec<ConfigureReply>,
+    /// The first request id the session may use: the handshake's were all below it, so a
+    /// late answer to one of them (an inquiry that timed out) is dropped as late.
+    pub next_id: u32,
 }
 
 /// The LIST request for the page starting at `offset`.
@@ -225,7 +228,22 @@ pub async fn connect(
     let mut configs = Vec::new();
     'inquiries: for batch in channels.chunks(at_once) {
         let asked = batch.iter().map(|ch| config_inquiry(&ch.name)).collect();
-        for response in exchange_all(asked).await? {
+        let answers = match exchange_all(asked).await {
+            Ok(answers) => answers,
+            // Slow inquiries do not keep the link down: the channels are listed, the rest of
+            // their configuration comes with the next refresh (or a configure).
+            Err(LinkDown::Handshake(HandshakeError::Timeout { timeout, .. })) => {
+                tracing::warn!(
+                    "the station did not answer CONFIGURE's inquiry within {} ms; {} of {} channels have their configuration",
+                    timeout.as_millis(),
+                    configs.len(),
+                    channels.len()
+                );
+                break 'inquiries;
+            }
+            Err(other) => return Err(other),
+        };
+        for response in answers {
             match inquiry_answer(response) {
                 Ok(InquiryAnswer::Configured(reply)) => configs.push(*reply),
                 Ok(InquiryAnswer::NotConfigurable) => {}
@@ -240,6 +258,7 @@ pub async fn connect(
         modules,
         channels,
         configs,
+        next_id,
     })
 }
 

@@ -128,6 +128,12 @@ impl Session {
         }
     }
 
+    /// Ids from `next` on: those below went out before this session (the handshake's), and a
+    /// late answer to one of them finds nothing in flight.
+    pub fn ids_from(&mut self, next: u32) {
+        self.next_id = next.max(1);
+    }
+
     /// The next request id: never 0 (that is a notification's), never one still in flight.
     pub fn take_id(&mut self) -> u32 {
         loop {

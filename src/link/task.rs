@@ -190,6 +190,7 @@ impl LinkTask {
             modules,
             channels,
             configs,
+            next_id,
         } = connected;
         let previous = self.shared.info.borrow().channels.clone();
         let restarted = self.shared.restarted.swap(false, Ordering::SeqCst);
@@ -226,6 +227,7 @@ impl LinkTask {
         };
         let timeouts = (settings.request_timeout, self.max_processing);
         let mut c = Connection::new(framed, generation, window, timeouts, policy);
+        c.ids_from(next_id);
         let end = self.session_loop(&mut c, shutdown).await;
         if let SessionEnd::Lost(LinkDown::ChangeInDoubt { .. }) = &end {
             // The reset: the connection is closed, and on TCP the station has closed its side
