@@ -260,6 +260,21 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                     Err(error) => link_error(error),
                 };
             }
+            // An alias that would make one name mean two channels is refused here as for REST.
+            let channel = info.channels.station_name(&configure.name).to_owned();
+            let aliases = configure
+                .settings
+                .iter()
+                .filter_map(|(key, value)| match value {
+                    Value::String(alias) if key == "alias" => {
+                        Some((channel.as_str(), alias.as_str()))
+                    }
+                    _ => None,
+                });
+            if let Err(why) = crate::config_files::settings::check_aliases(&info.channels, aliases)
+            {
+                return Response::Error(StationError::new(ErrorCode::BadSettings, why));
+            }
             let asked: Vec<(String, Value)> = configure
                 .settings
                 .iter()

@@ -453,4 +453,28 @@ async fn a_legacy_client_reads_writes_and_transacts_by_alias() {
         Value::Float(10.0)
     );
     assert_eq!(client.read_one(VSET3).await.unwrap(), Value::Float(10.0));
+    // An alias that is another channel's name is refused, naming both, and never sent.
+    let clash = station_protocol::Request::Configure(station_protocol::Configure {
+        name: "Bench VSET3".into(),
+        settings: vec![("alias".into(), Value::String(VSET1.into()))],
+    });
+    match client.request(clash).await {
+        Err(ClientError::Station(error)) => {
+            assert_eq!(error.code, ErrorCode::BadSettings, "{error:?}");
+            assert!(
+                error.message.contains(VSET3) && error.message.contains(VSET1),
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("a clashing alias was answered {other:?}"),
+    }
+    let (_, channels) = rig.get("channels").await;
+    let vset3 = channels
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["netName"] == VSET3)
+        .unwrap();
+    assert_eq!(vset3["alias"], "Bench VSET3");
 }
