@@ -271,15 +271,23 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                     }
                     _ => None,
                 });
-            if let Err(why) = crate::config_files::settings::check_aliases(&info.channels, aliases)
-            {
-                return Response::Error(StationError::new(ErrorCode::BadSettings, why));
-            }
+            let clash = crate::config_files::settings::check_aliases(&info.channels, aliases);
             let asked: Vec<(String, Value)> = configure
                 .settings
                 .iter()
                 .map(|(key, value)| (format!("{}.{key}", configure.name), value.clone()))
                 .collect();
+            if let Err(why) = clash {
+                // Refused before it is a change: in the audit trail as refused all the same.
+                let front = FrontEnd::Legacy {
+                    operation: "configure",
+                };
+                let mut origin = ChangeOrigin::new(front, peer, Instant::now());
+                origin.caller = Some("legacy".into());
+                origin.asked = Some(asked_text(&asked));
+                gateway.station.record_refused(origin, &why).await;
+                return Response::Error(StationError::new(ErrorCode::BadSettings, why));
+            }
             let step = Step {
                 label: format!("configure {}", configure.name),
                 action: StepAction::Configure(configure),
