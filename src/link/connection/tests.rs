@@ -1,6 +1,6 @@
 //! Tests of one connection's work through a duplex pipe, time paused: LIST refreshes, configuration changes, and changes in doubt at the end of a lease.
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use station_protocol::{Notify, Opcode, Response, StationCodec};
 use tokio_util::codec::Framed;
 
@@ -335,4 +335,93 @@ async fn a_change_in_doubt_nobody_waits_for_leaves_doubt_at_the_longest_processi
         reply: settle,
     });
     settled.await.expect("settled at once");
+}
+
+/// Issue 28: a LIST refresh asks every listed channel's configuration (at most
+/// `INQUIRIES_AT_ONCE` at a time) before it publishes; a NOTIFY meanwhile makes it start over
+/// once the inquiries in flight are answered, and a station without CONFIGURE is asked no more.
+#[tokio::test(start_paused = true)]
+async fn a_refresh_asks_every_channels_configuration_and_starts_over_on_a_notify_meanwhile() {
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let stream: Box<dyn StationStream> = Box::new(ours);
+    let mut station = Framed::new(theirs, StationCodec::new());
+    let policy = CoalescePolicy {
+        quiet: Duration::ZERO,
+        max: Duration::ZERO,
+        max_names: 10,
+    };
+    let timeout = Duration::from_secs(2);
+    let mut c = Connection::new(
+        Framed::new(stream, StationCodec::new()),
+        1,
+        16,
+        (timeout, 4 * timeout),
+        policy,
+    );
+    let shared = shared();
+    let names: Vec<String> = (0..10).map(|i| format!("CH{i}")).collect();
+    let listed: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut next = async |station: &mut Framed<_, StationCodec>| {
+        tokio::time::timeout(timeout, station.next())
+            .await
+            .expect("a frame from the gateway")
+            .unwrap()
+            .unwrap()
+    };
+    c.on_frame(&shared, configuration_changed()).unwrap();
+    c.dispatch(&shared).await.unwrap();
+    let list = next(&mut station).await;
+    c.on_frame(&shared, list_reply(list.request_id, &listed))
+        .unwrap();
+    c.dispatch(&shared).await.unwrap();
+    let mut inquiries = Vec::new();
+    for _ in 0..crate::link::handshake::INQUIRIES_AT_ONCE {
+        let frame = next(&mut station).await;
+        assert_eq!(frame.kind(), Some(Opcode::Configure));
+        inquiries.push(frame.request_id);
+    }
+    // No more than that at once, and nothing published yet.
+    assert!(station.next().now_or_never().is_none());
+    assert!(shared.info.borrow().channels.channels.is_empty());
+    // A change meanwhile: the ones in flight are answered, none more is asked, LIST again.
+    c.on_frame(&shared, configuration_changed()).unwrap();
+    let not_configurable = |id: u32| {
+        Response::Error(station_protocol::StationError::new(
+            station_protocol::ErrorCode::UnknownChannel,
+            "no configuration",
+        ))
+        .to_frame(id)
+        .unwrap()
+    };
+    for id in inquiries {
+        c.on_frame(&shared, not_configurable(id)).unwrap();
+    }
+    c.dispatch(&shared).await.unwrap();
+    let again = next(&mut station).await;
+    assert_eq!(again.kind(), Some(Opcode::List), "the refresh starts over");
+    c.on_frame(&shared, list_reply(again.request_id, &listed))
+        .unwrap();
+    c.dispatch(&shared).await.unwrap();
+    // A station without CONFIGURE: one `unsupported` and no more inquiries; then published.
+    let first = next(&mut station).await;
+    let unsupported = Response::Error(station_protocol::StationError::new(
+        station_protocol::ErrorCode::Unsupported,
+        "no CONFIGURE",
+    ))
+    .to_frame(first.request_id)
+    .unwrap();
+    c.on_frame(&shared, unsupported).unwrap();
+    let mut rest = Vec::new();
+    while let Some(Some(Ok(frame))) = station.next().now_or_never() {
+        rest.push(frame.request_id);
+    }
+    for id in rest {
+        c.on_frame(&shared, not_configurable(id)).unwrap();
+    }
+    c.dispatch(&shared).await.unwrap();
+    assert!(
+        station.next().now_or_never().is_none(),
+        "asked again after unsupported"
+    );
+    assert_eq!(shared.info.borrow().channels.channels.len(), 10);
 }
