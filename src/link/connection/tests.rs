@@ -361,7 +361,7 @@ async fn a_refresh_asks_every_channels_configuration_and_starts_over_on_a_notify
     let shared = shared();
     let names: Vec<String> = (0..10).map(|i| format!("CH{i}")).collect();
     let listed: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut next = async |station: &mut Framed<_, StationCodec>| {
+    let next = async |station: &mut Framed<_, StationCodec>| {
         tokio::time::timeout(timeout, station.next())
             .await
             .expect("a frame from the gateway")
