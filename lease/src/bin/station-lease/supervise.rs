@@ -10,7 +10,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
@@ -142,7 +142,9 @@ impl Run {
                     holding.on_time(Instant::now())
                 }
                 _ = interrupts.recv() => {
-                    forward(pid, Signal::SIGINT);
+                    if !typed_at_the_terminal() {
+                        forward(pid, Signal::SIGINT);
+                    }
                     Vec::new()
                 }
                 _ = terminations.recv() => {
@@ -190,6 +192,16 @@ fn child_end(status: ExitStatus) -> ChildEnd {
         (None, Some(signal)) => ChildEnd::Signalled(signal),
         (None, None) => ChildEnd::Exited(i32::from(EXIT_UNAVAILABLE)),
     }
+}
+
+/// Whether a SIGINT most likely is a Ctrl-C typed at the terminal: `station-lease` is in the
+/// terminal's foreground process group, and so is the command, which the terminal has sent it
+/// to already (a second one would interrupt its own clean-up). A SIGINT sent by `kill`, a CI
+/// runner or a supervisor, or with no terminal, is forwarded.
+fn typed_at_the_terminal() -> bool {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    tcgetpgrp(stdin.as_fd()).is_ok_and(|foreground| foreground == getpgrp())
 }
 
 /// Sends `signal` to the command (still running: it has not been waited for).
