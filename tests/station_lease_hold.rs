@@ -301,6 +301,80 @@ exit 3"#;
 }
 
 #[tokio::test]
+async fn a_safe_stop_while_the_command_runs_ends_it_with_exit_70() {
+    let rig = rig(|_| {}).await;
+    let markers = Markers::new();
+    let body = r#"trap 'echo term > "$M/term"; exit 0' TERM
+echo up > "$M/up"
+i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done
+exit 3"#;
+    let child = start(&markers, &strs(&hold_control(&rig, 1500)), body);
+    markers.appears("up").await;
+    let stopped = rig
+        .http
+        .post(format!("{}/v1/safe-stop", rig.gateway.base_url()))
+        .json(&json!({ "Reason": "smoke in rack 2" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status(), 200);
+    let stopped_at = Instant::now();
+    let (code, stderr) = ended(child).await;
+    let took = stopped_at.elapsed();
+    assert_eq!(code, EXIT_LOST, "{stderr}");
+    assert_eq!(markers.read("term").trim(), "term");
+    // Told by the next renewal (every 500 ms), not found out when the lease would run out.
+    assert!(stderr.contains("renewal refused (404"), "{stderr}");
+    assert!(
+        took < Duration::from_millis(500 + 400),
+        "ended {took:?} after the safe stop"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_that_runs_out_during_wait_ms_is_had_and_the_command_runs() {
+    let rig = rig(|_| {}).await;
+    // Another station takes it for a second and never renews it.
+    let (status, taken) = rig
+        .post(
+            "lease",
+            json!({ "Owner": "the other station", "TtlMs": 1000 }),
+        )
+        .await;
+    assert_eq!(status, 200, "{taken}");
+    let taken_at = Instant::now();
+    let markers = Markers::new();
+    let mut args = hold_control(&rig, 3000);
+    args.extend(["--wait-ms".to_owned(), "15000".to_owned()]);
+    let child = start(&markers, &strs(&args), r#"echo ran > "$M/ran""#);
+    let (code, stderr) = ended(child).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(markers.read("ran").trim(), "ran");
+    let waited = taken_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "had it after {waited:?}, before the other ran out"
+    );
+    assert_eq!(control_lease(&rig).await["held"], json!(false));
+}
+
+#[tokio::test]
+async fn a_ttl_the_gateway_refuses_is_bad_usage_with_its_reason() {
+    let rig = rig(|_| {}).await;
+    let markers = Markers::new();
+    let child = start(
+        &markers,
+        &strs(&hold_control(&rig, 500)),
+        r#"echo ran > "$M/ran""#,
+    );
+    let (code, stderr) = ended(child).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.starts_with("station-lease: "), "{stderr}");
+    assert!(stderr.contains("TtlMs must be 1000 to 600000"), "{stderr}");
+    assert!(!markers.path("ran").exists());
+}
+
+#[tokio::test]
 async fn a_held_lease_is_75_after_wait_ms_and_the_command_never_runs() {
     let rig = rig(|_| {}).await;
     let id = rig.take_lease("the other station").await;
@@ -538,4 +612,9 @@ async fn directly_on_sqlite() {
 #[tokio::test]
 async fn directly_on_postgres() {
     directly_on("postgres").await;
+}
+
+#[tokio::test]
+async fn directly_on_redis() {
+    directly_on("redis").await;
 }
