@@ -129,8 +129,12 @@ impl Drop for Markers {
 /// A shell script for the command: `$M` is the markers' directory. `wait_for_go` is a
 /// bounded poll for the file `go` (20 s), so that a test that fails never leaves it running.
 fn script(body: &str) -> String {
-    format!("M={{dir}}\n{body}")
+    format!("M={{dir}}\n{MARK}\n{body}")
 }
+
+/// `mark NAME TEXT...` writes a marker whole (to a temporary file, then renamed), so that the
+/// test never reads one half written.
+const MARK: &str = r#"mark() { name=$1; shift; printf '%s\n' "$*" > "$M/$name.tmp" && mv "$M/$name.tmp" "$M/$name"; }"#;
 
 const WAIT_FOR_GO: &str =
     "i=0; while [ ! -e \"$M/go\" ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done";
@@ -193,12 +197,12 @@ async fn the_command_sees_the_lease_and_its_changes_go_through_while_others_get_
     let args = hold_control(&rig, 3000);
     // The command writes through the gateway with its lease id, as a lab script would.
     let body = format!(
-        r#"env | grep '^STATION_' > "$M/env"
-command -v curl > /dev/null || {{ echo "no curl on PATH: the command needs it" > "$M/write"; exit 1; }}
+        r#"mark env "$(env | grep '^STATION_')"
+command -v curl > /dev/null || {{ mark write "no curl on PATH: the command needs it"; exit 1; }}
 code=$(curl -s -o /dev/null -w '%{{http_code}}' -X POST -H 'Content-Type: application/json' \
   -H "X-Lease-Id: $STATION_LEASE_ID" -d '{{"Name": "{VSET1}", "Value": "7"}}' \
   "$STATION_GATEWAY_URL/api/resources/value/set")
-echo "$code" > "$M/write"
+mark write "$code"
 {WAIT_FOR_GO}
 exit 0"#
     );
@@ -255,11 +259,12 @@ async fn an_admin_break_signals_the_command_within_one_renewal_interval_and_exit
     const ADMIN_TOKEN: &str = "break-it-0123456789";
     let rig = rig(|config| config.lease.admin_token = ADMIN_TOKEN.into()).await;
     let markers = Markers::new();
-    // TTL 1500 ms: renewed every 500 ms.
-    let interval = Duration::from_millis(500);
-    let args = hold_control(&rig, 1500);
-    let body = r#"trap 'echo term > "$M/term"; exit 0' TERM
-echo up > "$M/up"
+    // TTL 3000 ms: renewed every 1000 ms. Had the renewal's 404 been missed, the lease would
+    // be found lost only when it ran out, 2 to 3 s after the break.
+    let interval = Duration::from_millis(1000);
+    let args = hold_control(&rig, 3000);
+    let body = r#"trap 'mark term term; exit 0' TERM
+mark up up
 i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done
 exit 3"#;
     let child = start(&markers, &strs(&args), body);
@@ -292,7 +297,7 @@ exit 3"#;
     assert!(stderr.contains("SIGTERM"), "{stderr}");
     // Within one renewal interval (and the command's own moment to end on SIGTERM).
     assert!(
-        took < interval + Duration::from_millis(400),
+        took < interval + Duration::from_millis(600),
         "the command ended {took:?} after the break; the interval is {interval:?}"
     );
     eprintln!(
@@ -304,11 +309,11 @@ exit 3"#;
 async fn a_safe_stop_while_the_command_runs_ends_it_with_exit_70() {
     let rig = rig(|_| {}).await;
     let markers = Markers::new();
-    let body = r#"trap 'echo term > "$M/term"; exit 0' TERM
-echo up > "$M/up"
+    let body = r#"trap 'mark term term; exit 0' TERM
+mark up up
 i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done
 exit 3"#;
-    let child = start(&markers, &strs(&hold_control(&rig, 1500)), body);
+    let child = start(&markers, &strs(&hold_control(&rig, 3000)), body);
     markers.appears("up").await;
     let stopped = rig
         .http
@@ -323,10 +328,10 @@ exit 3"#;
     let took = stopped_at.elapsed();
     assert_eq!(code, EXIT_LOST, "{stderr}");
     assert_eq!(markers.read("term").trim(), "term");
-    // Told by the next renewal (every 500 ms), not found out when the lease would run out.
+    // Told by the next renewal (every 1000 ms), not found out when the lease ran out (2 to 3 s).
     assert!(stderr.contains("renewal refused (404"), "{stderr}");
     assert!(
-        took < Duration::from_millis(500 + 400),
+        took < Duration::from_millis(1000 + 600),
         "ended {took:?} after the safe stop"
     );
 }
@@ -334,7 +339,9 @@ exit 3"#;
 #[tokio::test]
 async fn a_lease_that_runs_out_during_wait_ms_is_had_and_the_command_runs() {
     let rig = rig(|_| {}).await;
-    // Another station takes it for a second and never renews it.
+    // Another station takes it for a second and never renews it: it ends no sooner than a
+    // second after it was asked for.
+    let asked_at = Instant::now();
     let (status, taken) = rig
         .post(
             "lease",
@@ -342,15 +349,14 @@ async fn a_lease_that_runs_out_during_wait_ms_is_had_and_the_command_runs() {
         )
         .await;
     assert_eq!(status, 200, "{taken}");
-    let taken_at = Instant::now();
     let markers = Markers::new();
     let mut args = hold_control(&rig, 3000);
     args.extend(["--wait-ms".to_owned(), "15000".to_owned()]);
-    let child = start(&markers, &strs(&args), r#"echo ran > "$M/ran""#);
+    let child = start(&markers, &strs(&args), r#"mark ran ran"#);
     let (code, stderr) = ended(child).await;
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(markers.read("ran").trim(), "ran");
-    let waited = taken_at.elapsed();
+    let waited = asked_at.elapsed();
     assert!(
         waited >= Duration::from_millis(1000),
         "had it after {waited:?}, before the other ran out"
@@ -362,11 +368,7 @@ async fn a_lease_that_runs_out_during_wait_ms_is_had_and_the_command_runs() {
 async fn a_ttl_the_gateway_refuses_is_bad_usage_with_its_reason() {
     let rig = rig(|_| {}).await;
     let markers = Markers::new();
-    let child = start(
-        &markers,
-        &strs(&hold_control(&rig, 500)),
-        r#"echo ran > "$M/ran""#,
-    );
+    let child = start(&markers, &strs(&hold_control(&rig, 500)), r#"mark ran ran"#);
     let (code, stderr) = ended(child).await;
     assert_eq!(code, 64, "{stderr}");
     assert!(stderr.starts_with("station-lease: "), "{stderr}");
@@ -382,7 +384,7 @@ async fn a_held_lease_is_75_after_wait_ms_and_the_command_never_runs() {
     let mut args = hold_control(&rig, 3000);
     args.extend(["--wait-ms".to_owned(), "300".to_owned()]);
     let started = Instant::now();
-    let child = start(&markers, &strs(&args), r#"echo ran > "$M/ran""#);
+    let child = start(&markers, &strs(&args), r#"mark ran ran"#);
     let (code, stderr) = ended(child).await;
     let took = started.elapsed();
     assert_eq!(code, EXIT_NOT_HAD, "{stderr}");
@@ -411,8 +413,8 @@ async fn the_commands_exit_status_passes_through_and_the_lease_is_released() {
 async fn sigint_reaches_the_command_and_the_lease_is_released() {
     let rig = rig(|_| {}).await;
     let markers = Markers::new();
-    let body = r#"trap 'echo int > "$M/int"; exit 5' INT
-echo up > "$M/up"
+    let body = r#"trap 'mark int int; exit 5' INT
+mark up up
 i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done
 exit 3"#;
     let child = start(&markers, &strs(&hold_control(&rig, 3000)), body);
@@ -446,7 +448,7 @@ async fn a_named_lease_through_the_gateway_is_held_for_the_command_and_refused_t
         "600",
     ];
     let body = format!(
-        r#"echo "$STATION_LEASE_ID $STATION_LEASE_FENCE" > "$M/env"
+        r#"mark env "$STATION_LEASE_ID $STATION_LEASE_FENCE"
 {WAIT_FOR_GO}"#
     );
     let child = start(&markers, &args, &body);
@@ -525,8 +527,8 @@ async fn directly_on(kind: &str) {
     };
     let markers = Markers::new();
     let body = format!(
-        r#"trap 'echo term > "$M/term"; exit 0' TERM
-echo "$STATION_LEASE_ID $STATION_LEASE_FENCE" > "$M/env"
+        r#"trap 'mark term term; exit 0' TERM
+mark env "$STATION_LEASE_ID $STATION_LEASE_FENCE"
 {WAIT_FOR_GO}
 exit 42"#
     );
@@ -561,7 +563,7 @@ exit 42"#
         .collect::<Vec<_>>();
     waiting.extend(["--wait-ms".to_owned(), "200".to_owned()]);
     let second = Markers::new();
-    let (code, stderr) = ended(start(&second, &strs(&waiting), r#"echo ran > "$M/ran""#)).await;
+    let (code, stderr) = ended(start(&second, &strs(&waiting), r#"mark ran ran"#)).await;
     assert_eq!(code, EXIT_NOT_HAD, "{kind}: {stderr}");
     assert!(stderr.contains("lab script"), "{stderr}");
     assert!(!second.path("ran").exists());
@@ -579,7 +581,9 @@ exit 42"#
 
     // Ended under the command (released with its token elsewhere): SIGTERM, then 70.
     let lost = Markers::new();
-    let child = start(&lost, &strs(&args("900")), &body);
+    // TTL 3000 ms, renewed every 1000 ms: had the renewal's answer been missed, the lease would
+    // be found lost only when it ran out, 2 to 3 s after the release.
+    let child = start(&lost, &strs(&args("3000")), &body);
     lost.appears("env").await;
     let env = lost.read("env");
     let (token, _) = env.trim().split_once(' ').unwrap();
@@ -594,7 +598,7 @@ exit 42"#
     assert_eq!(code, EXIT_LOST, "{kind}: {stderr}");
     assert_eq!(lost.read("term").trim(), "term");
     assert!(
-        ended_at.elapsed() < Duration::from_millis(300 + 400),
+        ended_at.elapsed() < Duration::from_millis(1000 + 600),
         "{:?}",
         ended_at.elapsed()
     );
