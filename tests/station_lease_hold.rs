@@ -184,6 +184,23 @@ fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
+/// `station-lease status ARGS`: what it printed (it must succeed).
+async fn station_lease_status(args: &[&str]) -> String {
+    let output = within(
+        LIMIT,
+        "station-lease status",
+        Command::new(station_lease_bin())
+            .arg("status")
+            .args(args)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
 async fn control_lease(rig: &Rig) -> Json {
     let (status, body) = rig.get("lease").await;
     assert_eq!(status, 200);
@@ -220,6 +237,11 @@ exit 0"#
     let fence: u64 = env["STATION_LEASE_FENCE"].parse().unwrap();
     let expires_ms: u64 = env["STATION_LEASE_EXPIRES_MS"].parse().unwrap();
     assert!((1..=3000).contains(&expires_ms), "{env:?}");
+    let status = station_lease_status(&["--gateway", &rig.gateway.base_url()]).await;
+    assert!(
+        status.starts_with("the control lease: held by lab script for another "),
+        "{status}"
+    );
     let lease = control_lease(&rig).await;
     assert_eq!(
         (lease["held"].clone(), lease["owner"].clone()),
@@ -477,6 +499,13 @@ async fn a_named_lease_through_the_gateway_is_held_for_the_command_and_refused_t
         .unwrap();
     assert_eq!(status["owner"], "importer");
     assert_eq!(status["fence"].to_string(), fence);
+    let said = station_lease_status(&["--gateway", &base, "--name", "dataset-42"]).await;
+    assert!(
+        said.starts_with(&format!(
+            "lease dataset-42: held by importer (fence {fence}) for another "
+        )),
+        "{said}"
+    );
     // The command's token is the lease's own: it renews it.
     let renewed = rig
         .http
@@ -556,6 +585,13 @@ exit 42"#
         .unwrap()
         .unwrap();
     assert_eq!(holders.token.as_str(), token);
+    let said = station_lease_status(&["--backend", &backend.url, "--name", &name]).await;
+    assert!(
+        said.starts_with(&format!(
+            "lease {name}: held by lab script (fence {fence}) for another "
+        )),
+        "{kind}: {said}"
+    );
     // While it is held, another hold waits out --wait-ms and exits 75.
     let mut waiting = strs(&args("900"))
         .into_iter()
