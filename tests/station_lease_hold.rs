@@ -359,6 +359,34 @@ exit 3"#;
 }
 
 #[tokio::test]
+async fn a_gateway_that_stops_answering_ends_the_command_when_the_lease_runs_out_not_before() {
+    let rig = rig(|_| {}).await;
+    let markers = Markers::new();
+    let body = r#"trap 'mark term term; exit 0' TERM
+mark up up
+i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done
+exit 3"#;
+    // TTL 1500 ms, renewed every 500 ms: when the gateway goes, the lease was confirmed at
+    // most 500 ms earlier, so it lasts another 1000 to 1500 ms as station-lease counts it.
+    let child = start(&markers, &strs(&hold_control(&rig, 1500)), body);
+    markers.appears("up").await;
+    let Rig { sim, gateway, .. } = rig;
+    within(LIMIT, "the gateway to stop", gateway.stop()).await;
+    let stopped_at = Instant::now();
+    let (code, stderr) = ended(child).await;
+    let took = stopped_at.elapsed();
+    assert_eq!(code, EXIT_LOST, "{stderr}");
+    assert_eq!(markers.read("term").trim(), "term");
+    assert!(stderr.contains("station-lease: renewal failed"), "{stderr}");
+    assert!(stderr.contains("ran out"), "{stderr}");
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(1500 + 600)).contains(&took),
+        "the command ended {took:?} after the gateway stopped: {stderr}"
+    );
+    drop(sim);
+}
+
+#[tokio::test]
 async fn a_lease_that_runs_out_during_wait_ms_is_had_and_the_command_runs() {
     let rig = rig(|_| {}).await;
     // Another station takes it for a second and never renews it: it ends no sooner than a

@@ -19,8 +19,9 @@ use crate::holding::{EXIT_DENIED, EXIT_NOT_HAD, EXIT_UNAVAILABLE, EXIT_USAGE, Re
 const MAX_WAIT_PER_REQUEST: Duration = Duration::from_millis(60_000);
 /// How long a request may take beyond the wait it asked for.
 const REQUEST_SLACK: Duration = Duration::from_secs(10);
-/// The pause before asking again when the gateway said "try again in a moment" (between
-/// leases, safe state pending) and the wait is not over.
+/// The pause before asking again when the wait is not over: after a 409 that the gateway's
+/// queue waited for (a wait longer than a minute), or a "try again in a moment" (between
+/// leases, safe state pending).
 const BUSY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Why something could not be done, with the exit status it means.
@@ -347,9 +348,9 @@ async fn acquire_over_http(
                 format!("{what} not had within the wait: {}", message_of(&answer)),
             ));
         }
-        if status != StatusCode::CONFLICT {
-            tokio::time::sleep(BUSY_PAUSE.min(left)).await;
-        }
+        // A refusal that came back before its wait (a semaphore asked with other slots, the
+        // safe state pending) is not asked again at once.
+        tokio::time::sleep(BUSY_PAUSE.min(left)).await;
     }
 }
 
