@@ -559,6 +559,114 @@ async fn a_named_lease_through_the_gateway_is_held_for_the_command_and_refused_t
     assert_eq!(status["held"], false);
 }
 
+#[tokio::test]
+async fn a_semaphore_through_the_gateway_lets_two_commands_run_and_the_third_waits_out_75() {
+    let rig = rig(|_| {}).await;
+    let base = rig.gateway.base_url();
+    let args = |owner: &'static str| {
+        vec![
+            "hold",
+            "--gateway",
+            &base,
+            "--name",
+            "ramp",
+            "--slots",
+            "2",
+            "--owner",
+            owner,
+            "--ttl-ms",
+            "3000",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    };
+    let body = format!("mark up \"$STATION_LEASE_FENCE\"\n{WAIT_FOR_GO}");
+    let (first, second) = (Markers::new(), Markers::new());
+    let one = start(&first, &strs(&args("rig-1")), &body);
+    let two = start(&second, &strs(&args("rig-2")), &body);
+    first.appears("up").await;
+    second.appears("up").await;
+    assert_ne!(
+        first.read("up"),
+        second.read("up"),
+        "each slot has a fence of its own"
+    );
+    let said = station_lease_status(&["--gateway", &base, "--name", "ramp", "--slots", "2"]).await;
+    assert!(
+        said.starts_with("semaphore ramp (2 slots): 2 holders"),
+        "{said}"
+    );
+    let third = Markers::new();
+    let mut waiting = args("rig-3");
+    waiting.extend(["--wait-ms".to_owned(), "100".to_owned()]);
+    let (code, stderr) = ended(start(&third, &strs(&waiting), "mark ran ran")).await;
+    assert_eq!(code, EXIT_NOT_HAD, "{stderr}");
+    assert!(!third.path("ran").exists());
+    for markers in [&first, &second] {
+        std::fs::write(markers.path("go"), "").unwrap();
+    }
+    for child in [one, two] {
+        let (code, stderr) = ended(child).await;
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let said = station_lease_status(&["--gateway", &base, "--name", "ramp", "--slots", "2"]).await;
+    assert!(
+        said.starts_with("semaphore ramp (2 slots): 0 holders"),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn a_command_that_ignores_the_on_lost_signal_is_killed_after_grace_ms() {
+    let backend = Backend::named("sqlite").await;
+    let name = format!("grace-{}", &LeaseToken::random().as_str()[..12]);
+    let store = BackendUrl::parse(&backend.url)
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    let markers = Markers::new();
+    let args = [
+        "hold",
+        "--backend",
+        &backend.url,
+        "--name",
+        &name,
+        "--owner",
+        "stubborn",
+        "--ttl-ms",
+        "1500",
+        "--grace-ms",
+        "300",
+    ];
+    let body = format!(
+        r#"trap '' TERM
+mark env "$STATION_LEASE_ID"
+{WAIT_FOR_GO}"#
+    );
+    let child = start(&markers, &args, &body);
+    markers.appears("env").await;
+    let token = LeaseToken::from_text(markers.read("env").trim());
+    assert!(
+        store
+            .release(&format!("lease:{name}"), &token)
+            .await
+            .unwrap()
+    );
+    let released_at = Instant::now();
+    let (code, stderr) = ended(child).await;
+    let took = released_at.elapsed();
+    assert_eq!(code, EXIT_LOST, "{stderr}");
+    assert!(stderr.contains("killing it (SIGKILL)"), "{stderr}");
+    assert!(stderr.contains("was ended by signal 9"), "{stderr}");
+    // The next renewal (within 500 ms) finds it gone; SIGKILL 300 ms after the SIGTERM.
+    assert!(
+        (Duration::from_millis(300)..Duration::from_millis(500 + 300 + 600)).contains(&took),
+        "killed {took:?} after the lease ended"
+    );
+}
+
 /// The same on a backend directly: the lease held for the command and refused to others, the
 /// command's exit status, 75 when held, and 70 when the lease is ended under the command.
 async fn directly_on(kind: &str) {
