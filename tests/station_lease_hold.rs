@@ -495,7 +495,7 @@ async fn a_named_lease_through_the_gateway_is_held_for_the_command_and_refused_t
         "--owner",
         "importer",
         "--ttl-ms",
-        "600",
+        "1500",
     ];
     let body = format!(
         r#"mark env "$STATION_LEASE_ID $STATION_LEASE_FENCE"
@@ -514,8 +514,8 @@ async fn a_named_lease_through_the_gateway_is_held_for_the_command_and_refused_t
         .await
         .unwrap();
     assert_eq!(other.status(), 409);
-    // Past the TTL it is still held: renewed every 200 ms.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // Past the TTL it is still held: renewed every 500 ms.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
     let status: Json = rig
         .http
         .get(&url)
@@ -697,7 +697,7 @@ mark env "$STATION_LEASE_ID $STATION_LEASE_FENCE"
 {WAIT_FOR_GO}
 exit 42"#
     );
-    let child = start(&markers, &strs(&args("900")), &body);
+    let child = start(&markers, &strs(&args("1500")), &body);
     markers.appears("env").await;
     let env = markers.read("env");
     let (token, fence) = env.trim().split_once(' ').unwrap();
@@ -713,8 +713,8 @@ exit 42"#
         }
         Ok(_) => panic!("{kind}: another client got the lease the command holds"),
     }
-    // Held past its TTL: renewed every 300 ms.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Held past its TTL: renewed every 500 ms.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
     let holders = store
         .current(&format!("lease:{name}"))
         .await
