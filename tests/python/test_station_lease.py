@@ -104,3 +104,39 @@ def test_a_lease_held_elsewhere_is_exit_75_and_the_step_never_runs(
     assert done.stderr.startswith("station-lease: "), done.stderr
     assert "TAT station 7" in done.stderr, done.stderr
     assert not marker.exists()
+
+
+def test_a_ctrl_c_typed_at_the_terminal_reaches_the_step_and_the_lease_is_released(
+    client: AccordionQ2Client, gateway_url: str, tmp_path: Path
+) -> None:
+    """In a terminal, Ctrl-C goes to the whole foreground process group, the step included, and
+    station-lease, which takes it for typed there, does not send it again: the step still gets
+    it (a second one often merges with the first, so that part is not asserted)."""
+    import pty
+
+    up, interrupts = tmp_path / "up", tmp_path / "interrupts"
+    step = (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGINT, lambda *_: open({str(interrupts)!r}, 'a').write('int\\n'))\n"
+        f"open({str(up)!r}, 'w').close()\n"
+        "end = time.monotonic() + 1.0\n"
+        "while time.monotonic() < end:\n"
+        "    time.sleep(0.01)\n"
+        "sys.exit(4)\n"
+    )
+    args = [
+        str(station_lease_bin()), "hold", "--gateway", gateway_url, "--owner", OWNER,
+        "--ttl-ms", "3000", "--", sys.executable, "-c", step,
+    ]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: station-lease, with the pty as its controlling terminal
+        os.execv(args[0], args)
+    try:
+        wait_for(up.exists, TIMEOUT_S, "the step to start")
+        os.write(terminal, b"\x03")  # Ctrl-C
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(terminal)
+    assert os.waitstatus_to_exitcode(status) == 4
+    assert interrupts.read_text().count("int") >= 1, "the step never got the Ctrl-C"
+    wait_for(lambda: not client.lease.get().held, 5, "the lease released")
