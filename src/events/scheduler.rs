@@ -10,7 +10,7 @@
 //! value read by anyone else in the meantime is reused.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value as Json, json};
@@ -18,8 +18,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Events;
-use super::sse::StreamSink;
+use super::filter::{Observed, SubscriptionFilter};
+use super::sse::{Push, StreamSink};
 use crate::station::{ConsumingRule, Freshness, ItemError, ReadPolicy, UnknownRule};
+use station_protocol::Value;
 
 /// A cached value this fraction of the channel's interval old (or younger) is reused. Less
 /// than 1 so that timer jitter cannot make a value read at the previous tick look fresh,
@@ -34,12 +36,33 @@ struct Due {
     id: Arc<str>,
     stream: Arc<StreamSink>,
     channels: Arc<[String]>,
+    /// The grid point it was due at: a filter's intervals are counted between these, so a
+    /// late tick does not move a heartbeat.
+    at: Instant,
+    filter: Option<Arc<Mutex<SubscriptionFilter>>>,
 }
 
 /// One channel's outcome in a tick.
 enum Outcome {
-    Value { text: String, age_ms: f64 },
+    Value {
+        value: Value,
+        text: String,
+        age_ms: f64,
+    },
     Error(String),
+}
+
+/// What a channel not read in a tick is said to be.
+const NOT_READ: &str = "not read: the gateway is shutting down";
+
+impl Outcome {
+    fn observed(outcome: Option<&Outcome>) -> Observed<'_> {
+        match outcome {
+            Some(Outcome::Value { value, .. }) => Observed::Value(value),
+            Some(Outcome::Error(why)) => Observed::Error(why),
+            None => Observed::Error(NOT_READ),
+        }
+    }
 }
 
 /// Runs until `shutdown`.
@@ -71,11 +94,19 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
         // the subscription id differs between their events.
         let mut bodies: HashMap<&[String], String> = HashMap::new();
         for subscription in &due {
-            let body = bodies
-                .entry(&subscription.channels[..])
-                .or_insert_with(|| values_body(&subscription.channels, &outcomes));
-            let data = values_event_with(&subscription.id, body);
-            let _ = subscription.stream.push("values", &data);
+            match &subscription.filter {
+                None => {
+                    let body = bodies
+                        .entry(&subscription.channels[..])
+                        .or_insert_with(|| values_body(subscription.channels.iter(), &outcomes));
+                    let data = values_event_with(&subscription.id, body);
+                    let _ = subscription.stream.push("values", &data);
+                }
+                Some(filter) => {
+                    let mut filter = filter.lock().unwrap_or_else(|poison| poison.into_inner());
+                    send_filtered(subscription, &mut filter, &outcomes);
+                }
+            }
         }
     }
     events
@@ -94,6 +125,7 @@ fn plan(events: &Events, now: Instant) -> (Vec<Due>, HashMap<String, Duration>) 
     let mut shortest: HashMap<String, Duration> = HashMap::new();
     for subscription in registry.subscriptions.values_mut() {
         if subscription.next_due <= now {
+            let at = subscription.next_due;
             let mut next = next_on_grid(events.epoch, subscription.interval, now);
             // After the first values (sent at once, off the grid) or a late tick, keep at
             // least half an interval between two events of one subscription.
@@ -105,6 +137,8 @@ fn plan(events: &Events, now: Instant) -> (Vec<Due>, HashMap<String, Duration>) 
                 id: subscription.id.clone(),
                 stream: subscription.stream.clone(),
                 channels: subscription.channels.clone(),
+                at,
+                filter: subscription.filter.clone(),
             });
         }
     }
@@ -179,6 +213,7 @@ async fn read_channels(
             Ok(reading) => Outcome::Value {
                 text: reading.value.render(),
                 age_ms: reading.age_ms(),
+                value: reading.value,
             },
             Err(ItemError::Station(error)) => Outcome::Error(error.message),
             Err(ItemError::Link(error)) => Outcome::Error(error.to_string()),
@@ -197,7 +232,40 @@ async fn read_channels(
 /// The `values` event's data for one subscription.
 #[cfg(test)]
 fn values_event(id: &str, channels: &[String], outcomes: &HashMap<String, Outcome>) -> String {
-    values_event_with(id, &values_body(channels, outcomes))
+    values_event_with(id, &values_body(channels.iter(), outcomes))
+}
+
+/// Queues a filtered subscription's `values` event with the channels that passed its filter,
+/// or nothing when none did. What went out is what the filter compares with next: a dropped
+/// event (the reader is behind) leaves it as it was, so its changes go out on a later tick.
+fn send_filtered(due: &Due, filter: &mut SubscriptionFilter, outcomes: &HashMap<String, Outcome>) {
+    let passed: Vec<usize> = due
+        .channels
+        .iter()
+        .enumerate()
+        .filter(|(index, name)| {
+            filter.passes(
+                *index,
+                Outcome::observed(outcomes.get(name.as_str())),
+                due.at,
+            )
+        })
+        .map(|(index, _)| index)
+        .collect();
+    if passed.is_empty() {
+        return;
+    }
+    let body = values_body(passed.iter().map(|&index| &due.channels[index]), outcomes);
+    if due
+        .stream
+        .push("values", &values_event_with(&due.id, &body))
+        == Push::Queued
+    {
+        for index in passed {
+            let observed = Outcome::observed(outcomes.get(due.channels[index].as_str()));
+            filter.sent(index, observed, due.at);
+        }
+    }
 }
 
 /// A `values` event's data from its subscription id and [`values_body`].
@@ -207,13 +275,16 @@ fn values_event_with(id: &str, body: &str) -> String {
 }
 
 /// Everything of a `values` event but the subscription id: `"values":…,"ageMs":…,"errors":…}`.
-fn values_body(channels: &[String], outcomes: &HashMap<String, Outcome>) -> String {
+fn values_body<'a>(
+    channels: impl Iterator<Item = &'a String>,
+    outcomes: &HashMap<String, Outcome>,
+) -> String {
     let mut values = Map::new();
     let mut ages = Map::new();
     let mut errors = Map::new();
     for name in channels {
         match outcomes.get(name) {
-            Some(Outcome::Value { text, age_ms }) => {
+            Some(Outcome::Value { text, age_ms, .. }) => {
                 values.insert(name.clone(), Json::String(text.clone()));
                 ages.insert(name.clone(), json!(age_ms));
             }
@@ -221,10 +292,7 @@ fn values_body(channels: &[String], outcomes: &HashMap<String, Outcome>) -> Stri
                 errors.insert(name.clone(), Json::String(why.clone()));
             }
             None => {
-                errors.insert(
-                    name.clone(),
-                    Json::String("not read: the gateway is shutting down".into()),
-                );
+                errors.insert(name.clone(), Json::String(NOT_READ.into()));
             }
         }
     }
@@ -271,6 +339,7 @@ mod tests {
         outcomes.insert(
             "A".to_owned(),
             Outcome::Value {
+                value: Value::Integer(5),
                 text: "5".into(),
                 age_ms: 1.5,
             },
@@ -286,5 +355,90 @@ mod tests {
         let data: Json =
             serde_json::from_str(&values_event("s1", &["A".into()], &outcomes)).unwrap();
         assert!(data["errors"].is_null());
+    }
+
+    fn float(x: f64) -> Outcome {
+        Outcome::Value {
+            value: Value::Float(x),
+            text: x.to_string(),
+            age_ms: 0.5,
+        }
+    }
+
+    fn filtered_due(stream: Arc<StreamSink>, band: f64, at: Instant) -> Due {
+        use crate::events::filter::ChannelFilter;
+        let filter = ChannelFilter {
+            deadband: Some(band),
+            ..ChannelFilter::default()
+        };
+        Due {
+            id: "s1".into(),
+            stream,
+            channels: vec!["A".to_owned(), "B".to_owned()].into(),
+            at,
+            filter: Some(Arc::new(Mutex::new(SubscriptionFilter::new(vec![
+                filter, filter,
+            ])))),
+        }
+    }
+
+    fn send(due: &Due, outcomes: &HashMap<String, Outcome>) {
+        let mut filter = due.filter.as_ref().unwrap().lock().unwrap();
+        send_filtered(due, &mut filter, outcomes);
+    }
+
+    /// The data of the next queued event, if any.
+    fn next_data(receiver: &mut tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Option<Json> {
+        let frame = receiver.try_recv().ok()?;
+        let text = String::from_utf8(frame.to_vec()).unwrap();
+        let data = text
+            .lines()
+            .find_map(|line| line.strip_prefix("data: "))
+            .unwrap();
+        Some(serde_json::from_str(data).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_filtered_event_carries_only_what_passed_and_none_when_nothing_did() {
+        let (sink, mut receiver) = StreamSink::new("stream".into(), 8);
+        let due = filtered_due(sink, 1.0, Instant::now());
+        let mut outcomes =
+            HashMap::from([("A".to_owned(), float(1.0)), ("B".to_owned(), float(5.0))]);
+        send(&due, &outcomes);
+        let first = next_data(&mut receiver).expect("the first values go out");
+        assert_eq!(first["values"], json!({ "A": "1", "B": "5" }));
+
+        outcomes.insert("A".to_owned(), float(1.5));
+        outcomes.insert("B".to_owned(), float(6.5));
+        send(&due, &outcomes);
+        let second = next_data(&mut receiver).expect("B moved by more than the band");
+        assert_eq!(second["values"], json!({ "B": "6.5" }));
+        assert_eq!(second["ageMs"], json!({ "B": 0.5 }));
+        assert!(second["errors"].is_null());
+
+        // A moved 0.5 from what was sent (1), B not at all: no event.
+        send(&due, &outcomes);
+        assert!(next_data(&mut receiver).is_none());
+
+        // A read error passes whatever the band; a channel not read counts as one.
+        outcomes.insert("A".to_owned(), Outcome::Error("timed out".into()));
+        outcomes.remove("B");
+        send(&due, &outcomes);
+        let third = next_data(&mut receiver).unwrap();
+        assert_eq!(third["values"], json!({}));
+        assert_eq!(third["errors"], json!({ "A": "timed out", "B": NOT_READ }));
+    }
+
+    #[tokio::test]
+    async fn an_event_dropped_for_a_slow_reader_is_not_counted_as_sent() {
+        let (sink, mut receiver) = StreamSink::new("stream".into(), 1);
+        let due = filtered_due(sink.clone(), 1.0, Instant::now());
+        let outcomes = HashMap::from([("A".to_owned(), float(1.0)), ("B".to_owned(), float(2.0))]);
+        assert_eq!(sink.push("filler", "{}"), Push::Queued);
+        send(&due, &outcomes); // dropped: the queue is full
+        assert!(next_data(&mut receiver).is_some(), "the filler");
+        send(&due, &outcomes);
+        let data = next_data(&mut receiver).expect("sent again: the drop did not count");
+        assert_eq!(data["values"], json!({ "A": "1", "B": "2" }));
     }
 }
