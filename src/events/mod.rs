@@ -112,6 +112,8 @@ pub(crate) struct Subscription {
     pub id: Arc<str>,
     pub stream: Arc<StreamSink>,
     pub channels: Arc<[String]>,
+    /// Each channel's number in [`ChannelIds`], in the same order.
+    pub ids: Arc<[u32]>,
     pub interval: Duration,
     pub expires_at: Instant,
     pub next_due: Instant,
@@ -129,10 +131,72 @@ struct StreamEntry {
 pub(crate) struct Registry {
     streams: HashMap<Arc<str>, StreamEntry>,
     pub subscriptions: HashMap<Arc<str>, Subscription>,
+    pub channel_ids: ChannelIds,
+    /// The shortest interval any live subscription asks of each channel, by channel number
+    /// (`Duration::MAX` for none); `None` after any change of the subscriptions' channels or
+    /// intervals, until the scheduler computes it again (so a tick does not walk every
+    /// subscription's channels).
+    shortest: Option<Arc<Vec<Duration>>>,
+}
+
+/// A number for every channel name any subscription has named, so that a tick finds a
+/// channel's outcome by index rather than by hashing its name for every subscription. It
+/// only grows, and only by names the channel list knew (others are refused first).
+#[derive(Debug, Default)]
+pub(crate) struct ChannelIds {
+    names: Vec<String>,
+    numbers: HashMap<String, u32>,
+}
+
+impl ChannelIds {
+    /// The numbers of `names`, giving new names the next ones.
+    fn numbers_of(&mut self, names: &[String]) -> Arc<[u32]> {
+        names
+            .iter()
+            .map(|name| match self.numbers.get(name) {
+                Some(&number) => number,
+                None => {
+                    let number = self.names.len() as u32;
+                    self.names.push(name.clone());
+                    self.numbers.insert(name.clone(), number);
+                    number
+                }
+            })
+            .collect()
+    }
+
+    /// The name numbered `number`.
+    pub(crate) fn name(&self, number: u32) -> &str {
+        self.names.get(number as usize).map_or("", String::as_str)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
 }
 
 impl Registry {
+    /// The shortest interval asked of each channel, by number, computed once per change.
+    pub(crate) fn shortest(&mut self) -> Arc<Vec<Duration>> {
+        let subscriptions = &self.subscriptions;
+        let count = self.channel_ids.len();
+        self.shortest
+            .get_or_insert_with(|| {
+                let mut shortest = vec![Duration::MAX; count];
+                for subscription in subscriptions.values() {
+                    for &number in subscription.ids.iter() {
+                        if let Some(interval) = shortest.get_mut(number as usize) {
+                            *interval = (*interval).min(subscription.interval);
+                        }
+                    }
+                }
+                Arc::new(shortest)
+            })
+            .clone()
+    }
+
     fn remove_subscription(&mut self, id: &str) -> Option<Subscription> {
+        self.shortest = None;
         let subscription = self.subscriptions.remove(id)?;
         if let Some(entry) = self.streams.get_mut(&*subscription.stream.id) {
             entry.subscriptions.remove(id);
@@ -238,6 +302,7 @@ impl Events {
         for subscription in &entry.subscriptions {
             registry.subscriptions.remove(subscription);
         }
+        registry.shortest = None;
         drop(registry);
         entry.sink.close();
         self.changed.notify_one();
@@ -363,10 +428,12 @@ impl Events {
         }
         let sink = entry.sink.clone();
         let id: Arc<str> = random_id().into();
+        let ids = registry.channel_ids.numbers_of(&channels);
         let subscription = Subscription {
             id: id.clone(),
             stream: sink,
             channels,
+            ids,
             interval: Duration::from_millis(request.interval_ms),
             expires_at: now + self.subscription_ttl,
             // The first values go out at once; later ones on the interval's grid.
@@ -374,6 +441,7 @@ impl Events {
             filter: filters.map(|filters| Arc::new(Mutex::new(SubscriptionFilter::new(filters)))),
         };
         registry.subscriptions.insert(id.clone(), subscription);
+        registry.shortest = None;
         if let Some(entry) = registry.streams.get_mut(stream_id) {
             entry.subscriptions.insert(id.clone());
         }
@@ -395,6 +463,8 @@ impl Events {
         let Checked { channels, filters } = self.check(request)?;
         let now = Instant::now();
         let mut registry = self.registry();
+        registry.shortest = None;
+        let ids = registry.channel_ids.numbers_of(&channels);
         let subscription = registry
             .subscriptions
             .get_mut(id)
@@ -417,6 +487,7 @@ impl Events {
                 filters.map(|filters| Arc::new(Mutex::new(SubscriptionFilter::new(filters))));
         }
         subscription.channels = channels;
+        subscription.ids = ids;
         subscription.interval = interval;
         subscription.expires_at = now + self.subscription_ttl;
         drop(registry);

@@ -36,10 +36,21 @@ struct Due {
     id: Arc<str>,
     stream: Arc<StreamSink>,
     channels: Arc<[String]>,
+    /// The channels' numbers (`ChannelIds`), in the same order: their outcomes' places.
+    ids: Arc<[u32]>,
     /// The grid point it was due at: a filter's intervals are counted between these, so a
     /// late tick does not move a heartbeat.
     at: Instant,
     filter: Option<Arc<Mutex<SubscriptionFilter>>>,
+}
+
+/// One channel a tick reads, once however many due subscriptions name it.
+struct Wanted {
+    id: u32,
+    name: String,
+    /// The oldest cached value that serves: a fraction of the shortest interval any
+    /// subscription asks of the channel.
+    max_age: Duration,
 }
 
 /// One channel's outcome in a tick.
@@ -52,10 +63,17 @@ enum Outcome {
     Error(String),
 }
 
+/// A tick's outcomes by channel number; `None` for a channel not read.
+type Outcomes = Vec<Option<Outcome>>;
+
 /// What a channel not read in a tick is said to be.
 const NOT_READ: &str = "not read: the gateway is shutting down";
 
 impl Outcome {
+    fn of(outcomes: &[Option<Outcome>], id: u32) -> Option<&Outcome> {
+        outcomes.get(id as usize).and_then(Option::as_ref)
+    }
+
     fn observed(outcome: Option<&Outcome>) -> Observed<'_> {
         match outcome {
             Some(Outcome::Value { value, .. }) => Observed::Value(value),
@@ -87,24 +105,31 @@ pub async fn run(events: Arc<Events>, shutdown: CancellationToken) {
 /// Serves every due subscription; returns when the next one is due.
 async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> {
     let now = Instant::now();
-    let (due, shortest) = plan(events, now);
+    let (due, wanted, count) = plan(events, now);
     if !due.is_empty() {
-        let outcomes = read_channels(events, &due, &shortest, shutdown).await;
+        let outcomes = read_channels(events, &wanted, count, shutdown).await;
         // Subscriptions to the same channels share one serialization of their values; only
         // the subscription id differs between their events.
-        let mut bodies: HashMap<&[String], String> = HashMap::new();
+        let mut bodies: HashMap<&[u32], String> = HashMap::new();
+        let mut scratch = Scratch::default();
         for subscription in &due {
             match &subscription.filter {
                 None => {
-                    let body = bodies
-                        .entry(&subscription.channels[..])
-                        .or_insert_with(|| values_body(subscription.channels.iter(), &outcomes));
+                    let body = bodies.entry(&subscription.ids[..]).or_insert_with(|| {
+                        values_body(
+                            subscription
+                                .channels
+                                .iter()
+                                .zip(subscription.ids.iter())
+                                .map(|(name, &id)| (name, Outcome::of(&outcomes, id))),
+                        )
+                    });
                     let data = values_event_with(&subscription.id, body);
                     let _ = subscription.stream.push("values", &data);
                 }
                 Some(filter) => {
                     let mut filter = filter.lock().unwrap_or_else(|poison| poison.into_inner());
-                    send_filtered(subscription, &mut filter, &outcomes);
+                    send_filtered(subscription, &mut filter, &outcomes, &mut scratch);
                 }
             }
         }
@@ -117,16 +142,26 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
         .min()
 }
 
-/// Picks the due subscriptions and moves each to its next grid point; also gives the
-/// shortest interval any live subscription asks of each channel they name.
-fn plan(events: &Events, now: Instant) -> (Vec<Due>, HashMap<String, Duration>) {
+/// Picks the due subscriptions and moves each to its next grid point; also gives every
+/// channel they name, once, with the cache age it accepts, and how many channel numbers
+/// there are.
+fn plan(events: &Events, now: Instant) -> (Vec<Due>, Vec<Wanted>, usize) {
     let mut registry = events.registry();
     let mut due = Vec::new();
-    let mut shortest: HashMap<String, Duration> = HashMap::new();
+    // The next grid point of each interval in use, worked out once per interval per tick.
+    let mut grid: Vec<(Duration, Instant)> = Vec::new();
     for subscription in registry.subscriptions.values_mut() {
         if subscription.next_due <= now {
             let at = subscription.next_due;
-            let mut next = next_on_grid(events.epoch, subscription.interval, now);
+            let interval = subscription.interval;
+            let mut next = match grid.iter().find(|(of, _)| *of == interval) {
+                Some((_, point)) => *point,
+                None => {
+                    let point = next_on_grid(events.epoch, interval, now);
+                    grid.push((interval, point));
+                    point
+                }
+            };
             // After the first values (sent at once, off the grid) or a late tick, keep at
             // least half an interval between two events of one subscription.
             if next.duration_since(now) < subscription.interval / 2 {
@@ -137,26 +172,40 @@ fn plan(events: &Events, now: Instant) -> (Vec<Due>, HashMap<String, Duration>) 
                 id: subscription.id.clone(),
                 stream: subscription.stream.clone(),
                 channels: subscription.channels.clone(),
+                ids: subscription.ids.clone(),
                 at,
                 filter: subscription.filter.clone(),
             });
         }
     }
     if due.is_empty() {
-        return (due, shortest);
+        return (due, Vec::new(), 0);
     }
-    for subscription in registry.subscriptions.values() {
-        for name in subscription.channels.iter() {
-            // Look up before inserting: most names are already there, and need no clone.
-            match shortest.get_mut(name.as_str()) {
-                Some(interval) => *interval = (*interval).min(subscription.interval),
-                None => {
-                    shortest.insert(name.clone(), subscription.interval);
-                }
+    let shortest = registry.shortest();
+    let count = registry.channel_ids.len();
+    let mut taken = vec![false; count];
+    let mut wanted = Vec::new();
+    for subscription in &due {
+        for &id in subscription.ids.iter() {
+            let Some(seen) = taken.get_mut(id as usize) else {
+                continue;
+            };
+            if !*seen {
+                *seen = true;
+                let interval = shortest
+                    .get(id as usize)
+                    .copied()
+                    .filter(|interval| *interval != Duration::MAX)
+                    .unwrap_or(Duration::from_millis(super::MIN_INTERVAL_MS));
+                wanted.push(Wanted {
+                    id,
+                    name: registry.channel_ids.name(id).to_owned(),
+                    max_age: interval * FRESH_FRACTION.0 / FRESH_FRACTION.1,
+                });
             }
         }
     }
-    (due, shortest)
+    (due, wanted, count)
 }
 
 /// The first point of `interval`'s grid from `epoch` strictly after `now`.
@@ -167,30 +216,26 @@ pub fn next_on_grid(epoch: Instant, interval: Duration, now: Instant) -> Instant
     epoch + Duration::from_nanos(u64::try_from(steps * step).unwrap_or(u64::MAX))
 }
 
-/// The outcome of every channel the due subscriptions name, through the station service: from
-/// the cache when fresh enough (a fraction of the shortest interval any subscription asks of
-/// the channel), else from one hardware read of all the misses. Channels whose read consumes
-/// data are never read, and names not in the channel list are not asked for.
+/// The outcome of every channel the due subscriptions name, by channel number, through the
+/// station service: from the cache when fresh enough (a fraction of the shortest interval
+/// any subscription asks of the channel), else from one hardware read of all the misses.
+/// Channels whose read consumes data are never read, and names not in the channel list are
+/// not asked for.
 async fn read_channels(
     events: &Events,
-    due: &[Due],
-    shortest: &HashMap<String, Duration>,
+    wanted: &[Wanted],
+    count: usize,
     shutdown: &CancellationToken,
-) -> HashMap<String, Outcome> {
-    let mut names: Vec<String> = Vec::new();
-    for subscription in due {
-        for name in subscription.channels.iter() {
-            if !names.contains(name) {
-                names.push(name.clone());
-            }
-        }
-    }
+) -> Outcomes {
+    let names: Vec<String> = wanted.iter().map(|channel| channel.name.clone()).collect();
+    let max_ages: HashMap<&str, Duration> = wanted
+        .iter()
+        .map(|channel| (channel.name.as_str(), channel.max_age))
+        .collect();
     let max_age = |name: &str| {
-        let interval = shortest
-            .get(name)
-            .copied()
-            .unwrap_or(Duration::from_millis(super::MIN_INTERVAL_MS));
-        interval * FRESH_FRACTION.0 / FRESH_FRACTION.1
+        max_ages.get(name).copied().unwrap_or(
+            Duration::from_millis(super::MIN_INTERVAL_MS) * FRESH_FRACTION.0 / FRESH_FRACTION.1,
+        )
     };
     let policy = ReadPolicy {
         freshness: Freshness::PerChannel(&max_age),
@@ -202,13 +247,14 @@ async fn read_channels(
         // the lease: nothing of theirs needs a lease check.
         guard: None,
     };
+    let mut outcomes: Outcomes = (0..count).map(|_| None).collect();
     let Ok(readings) = events.station().read(&names, policy).await else {
         // Only a cache-only read or one needing the control role is refused as a whole, and
         // this policy asks for neither.
-        return HashMap::new();
+        return outcomes;
     };
-    let mut outcomes: HashMap<String, Outcome> = HashMap::with_capacity(names.len());
-    for (name, reading) in names.into_iter().zip(readings) {
+    for (channel, reading) in wanted.iter().zip(readings) {
+        let name = &channel.name;
         let outcome = match reading {
             Ok(reading) => Outcome::Value {
                 text: reading.value.render(),
@@ -224,46 +270,59 @@ async fn read_channels(
             // Not read: the gateway is shutting down (the event says so).
             Err(ItemError::Cancelled) => continue,
         };
-        outcomes.insert(name, outcome);
+        if let Some(slot) = outcomes.get_mut(channel.id as usize) {
+            *slot = Some(outcome);
+        }
     }
     outcomes
 }
 
-/// The `values` event's data for one subscription.
+/// The `values` event's data for one subscription whose channels are numbered in order.
 #[cfg(test)]
-fn values_event(id: &str, channels: &[String], outcomes: &HashMap<String, Outcome>) -> String {
-    values_event_with(id, &values_body(channels.iter(), outcomes))
+fn values_event(id: &str, channels: &[String], outcomes: &[Option<Outcome>]) -> String {
+    let pairs = channels
+        .iter()
+        .enumerate()
+        .map(|(number, name)| (name, Outcome::of(outcomes, number as u32)));
+    values_event_with(id, &values_body(pairs))
+}
+
+/// The list one filtered subscription's decision needs, kept from one subscription to the
+/// next within a tick so that thousands of them do not each allocate their own.
+#[derive(Default)]
+struct Scratch {
+    passed: Vec<usize>,
 }
 
 /// Queues a filtered subscription's `values` event with the channels that passed its filter,
 /// or nothing when none did. What went out is what the filter compares with next: a dropped
 /// event (the reader is behind) leaves it as it was, so its changes go out on a later tick.
-fn send_filtered(due: &Due, filter: &mut SubscriptionFilter, outcomes: &HashMap<String, Outcome>) {
-    let passed: Vec<usize> = due
-        .channels
-        .iter()
-        .enumerate()
-        .filter(|(index, name)| {
-            filter.passes(
-                *index,
-                Outcome::observed(outcomes.get(name.as_str())),
-                due.at,
-            )
-        })
-        .map(|(index, _)| index)
-        .collect();
+fn send_filtered(
+    due: &Due,
+    filter: &mut SubscriptionFilter,
+    outcomes: &[Option<Outcome>],
+    scratch: &mut Scratch,
+) {
+    let observed = |index: usize| Outcome::observed(Outcome::of(outcomes, due.ids[index]));
+    let passed = &mut scratch.passed;
+    passed.clear();
+    passed
+        .extend((0..due.ids.len()).filter(|&index| filter.passes(index, observed(index), due.at)));
     if passed.is_empty() {
         return;
     }
-    let body = values_body(passed.iter().map(|&index| &due.channels[index]), outcomes);
+    let body = values_body(
+        passed
+            .iter()
+            .map(|&index| (&due.channels[index], Outcome::of(outcomes, due.ids[index]))),
+    );
     if due
         .stream
         .push("values", &values_event_with(&due.id, &body))
         == Push::Queued
     {
-        for index in passed {
-            let observed = Outcome::observed(outcomes.get(due.channels[index].as_str()));
-            filter.sent(index, observed, due.at);
+        for &index in passed.iter() {
+            filter.sent(index, observed(index), due.at);
         }
     }
 }
@@ -274,16 +333,14 @@ fn values_event_with(id: &str, body: &str) -> String {
     format!("{{\"subscription\":{id},{body}")
 }
 
-/// Everything of a `values` event but the subscription id: `"values":…,"ageMs":…,"errors":…}`.
-fn values_body<'a>(
-    channels: impl Iterator<Item = &'a String>,
-    outcomes: &HashMap<String, Outcome>,
-) -> String {
+/// Everything of a `values` event but the subscription id: `"values":…,"ageMs":…,"errors":…}`,
+/// from each channel's name and outcome (`None`: not read).
+fn values_body<'a>(channels: impl Iterator<Item = (&'a String, Option<&'a Outcome>)>) -> String {
     let mut values = Map::new();
     let mut ages = Map::new();
     let mut errors = Map::new();
-    for name in channels {
-        match outcomes.get(name) {
+    for (name, outcome) in channels {
+        match outcome {
             Some(Outcome::Value { text, age_ms, .. }) => {
                 values.insert(name.clone(), Json::String(text.clone()));
                 ages.insert(name.clone(), json!(age_ms));
@@ -335,16 +392,14 @@ mod tests {
 
     #[test]
     fn a_values_event_names_failures_and_says_null_without_them() {
-        let mut outcomes = HashMap::new();
-        outcomes.insert(
-            "A".to_owned(),
-            Outcome::Value {
+        let outcomes = vec![
+            Some(Outcome::Value {
                 value: Value::Integer(5),
                 text: "5".into(),
                 age_ms: 1.5,
-            },
-        );
-        outcomes.insert("B".to_owned(), Outcome::Error("timed out".into()));
+            }),
+            Some(Outcome::Error("timed out".into())),
+        ];
         let data: Json =
             serde_json::from_str(&values_event("s1", &["A".into(), "B".into()], &outcomes))
                 .unwrap();
@@ -375,6 +430,7 @@ mod tests {
             id: "s1".into(),
             stream,
             channels: vec!["A".to_owned(), "B".to_owned()].into(),
+            ids: vec![0, 1].into(),
             at,
             filter: Some(Arc::new(Mutex::new(SubscriptionFilter::new(vec![
                 filter, filter,
@@ -382,9 +438,9 @@ mod tests {
         }
     }
 
-    fn send(due: &Due, outcomes: &HashMap<String, Outcome>) {
+    fn send(due: &Due, outcomes: &[Option<Outcome>]) {
         let mut filter = due.filter.as_ref().unwrap().lock().unwrap();
-        send_filtered(due, &mut filter, outcomes);
+        send_filtered(due, &mut filter, outcomes, &mut Scratch::default());
     }
 
     /// The data of the next queued event, if any.
@@ -402,14 +458,13 @@ mod tests {
     async fn a_filtered_event_carries_only_what_passed_and_none_when_nothing_did() {
         let (sink, mut receiver) = StreamSink::new("stream".into(), 8);
         let due = filtered_due(sink, 1.0, Instant::now());
-        let mut outcomes =
-            HashMap::from([("A".to_owned(), float(1.0)), ("B".to_owned(), float(5.0))]);
+        let mut outcomes = vec![Some(float(1.0)), Some(float(5.0))];
         send(&due, &outcomes);
         let first = next_data(&mut receiver).expect("the first values go out");
         assert_eq!(first["values"], json!({ "A": "1", "B": "5" }));
 
-        outcomes.insert("A".to_owned(), float(1.5));
-        outcomes.insert("B".to_owned(), float(6.5));
+        outcomes[0] = Some(float(1.5));
+        outcomes[1] = Some(float(6.5));
         send(&due, &outcomes);
         let second = next_data(&mut receiver).expect("B moved by more than the band");
         assert_eq!(second["values"], json!({ "B": "6.5" }));
@@ -421,8 +476,8 @@ mod tests {
         assert!(next_data(&mut receiver).is_none());
 
         // A read error passes whatever the band; a channel not read counts as one.
-        outcomes.insert("A".to_owned(), Outcome::Error("timed out".into()));
-        outcomes.remove("B");
+        outcomes[0] = Some(Outcome::Error("timed out".into()));
+        outcomes[1] = None;
         send(&due, &outcomes);
         let third = next_data(&mut receiver).unwrap();
         assert_eq!(third["values"], json!({}));
@@ -433,7 +488,7 @@ mod tests {
     async fn an_event_dropped_for_a_slow_reader_is_not_counted_as_sent() {
         let (sink, mut receiver) = StreamSink::new("stream".into(), 1);
         let due = filtered_due(sink.clone(), 1.0, Instant::now());
-        let outcomes = HashMap::from([("A".to_owned(), float(1.0)), ("B".to_owned(), float(2.0))]);
+        let outcomes = vec![Some(float(1.0)), Some(float(2.0))];
         assert_eq!(sink.push("filler", "{}"), Push::Queued);
         send(&due, &outcomes); // dropped: the queue is full
         assert!(next_data(&mut receiver).is_some(), "the filler");
