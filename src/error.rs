@@ -319,7 +319,9 @@ impl From<EventsError> for ApiError {
             EventsError::IntervalOutOfRange(_)
             | EventsError::NoChannels
             | EventsError::TooManyChannels { .. }
-            | EventsError::UnknownChannel(_) => ErrorKind::BadRequest,
+            | EventsError::UnknownChannel(_)
+            | EventsError::BadFilter(_)
+            | EventsError::NoRange(_) => ErrorKind::BadRequest,
             EventsError::StationNotReached(_) => ErrorKind::StationNotReached,
             EventsError::ShuttingDown => ErrorKind::ShuttingDown,
         };

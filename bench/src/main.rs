@@ -6,6 +6,7 @@
 
 mod bus;
 mod child;
+mod deadband;
 mod http;
 mod load;
 mod report;
@@ -28,7 +29,7 @@ use crate::report::Row;
 use crate::scenarios::Bench;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 13] = [
+const SCENARIOS: [&str; 14] = [
     "idle",
     "cached",
     "forced",
@@ -39,6 +40,7 @@ const SCENARIOS: [&str; 13] = [
     "coalescing",
     "legacy",
     "fanout",
+    "deadband",
     "serial",
     "sampling",
     "bus",
@@ -51,7 +53,8 @@ struct Args {
     #[arg(long)]
     all: bool,
     /// Run one scenario (repeatable): idle, cached, forced, slow-station, batch, set, sets,
-    /// coalescing, legacy, fanout, serial, sampling, bus (I2C through api/comm over TCP and serial).
+    /// coalescing, legacy, fanout, deadband, serial, sampling, bus (I2C through api/comm over
+    /// TCP and serial).
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// Measuring time of each throughput run (a warm-up of a fifth of it comes first).
@@ -267,6 +270,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         if wants("fanout") {
             step(&mut rows, "fanout", async { Ok(bench.fanout().await) }).await;
+        }
+        if wants("deadband") {
+            step(&mut rows, "deadband", async {
+                Ok(deadband::deadband(&bench).await)
+            })
+            .await;
         }
         if wants("bus") {
             step(&mut rows, "bus", async { Ok(bus::bus(&bench).await) }).await;

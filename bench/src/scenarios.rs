@@ -53,14 +53,14 @@ fn ratio(numerator: f64, denominator: f64) -> f64 {
 }
 
 /// Gateway CPU used over a span, as a percentage of one core.
-struct CpuSpan {
+pub(crate) struct CpuSpan {
     pid: u32,
     cpu: Duration,
     at: Instant,
 }
 
 impl CpuSpan {
-    fn start(gateway: &GatewayProcess) -> CpuSpan {
+    pub(crate) fn start(gateway: &GatewayProcess) -> CpuSpan {
         CpuSpan::of(gateway.pid)
     }
 
@@ -78,7 +78,7 @@ impl CpuSpan {
         cpu.saturating_sub(self.cpu).as_secs_f64() * 1e6 / requests.max(1) as f64
     }
 
-    fn percent(&self) -> f64 {
+    pub(crate) fn percent(&self) -> f64 {
         let cpu = crate::child::cpu_time_of(self.pid).unwrap_or_default();
         let wall = self.at.elapsed().as_secs_f64();
         100.0 * (cpu.saturating_sub(self.cpu)).as_secs_f64() / wall.max(1e-9)
@@ -657,7 +657,7 @@ impl Bench {
         let stop = CancellationToken::new();
         let open_limit = Arc::new(tokio::sync::Semaphore::new(32));
         let rss_before = self.gateway.rss_bytes().unwrap_or(0);
-        let mut tasks = tokio::task::JoinSet::new();
+        let mut tasks: tokio::task::JoinSet<anyhow::Result<()>> = tokio::task::JoinSet::new();
         for _ in 0..streams {
             let addr = self.gateway.http_addr;
             let channels = channels.clone();
@@ -670,29 +670,8 @@ impl Bench {
             );
             tasks.spawn(async move {
                 let permit = open_limit.acquire_owned().await?;
-                let mut stream = EventStream::open(addr).await?;
-                let hello = tokio::time::timeout(Duration::from_secs(5), stream.next_event())
-                    .await
-                    .context("no hello event within 5 s")??;
-                let (kind, data) = hello;
-                if kind != "hello" {
-                    bail!("the first event is {kind:?}, not hello");
-                }
-                let data: serde_json::Value = serde_json::from_str(&data)?;
-                let stream_id = data
-                    .get("streamId")
-                    .and_then(|v| {
-                        v.as_str()
-                            .map(str::to_owned)
-                            .or_else(|| Some(v.to_string()))
-                    })
-                    .context("hello has no streamId")?;
-                let mut control = HttpConnection::open(addr).await?;
-                let request = body(json!({
-                    "StreamId": stream_id, "Channels": channels, "IntervalMs": 100
-                }));
-                control.post("/api/subscriptions", &request).await?;
-                drop(control);
+                let subscription = json!({ "Channels": channels, "IntervalMs": 100 });
+                let (mut stream, _) = EventStream::subscribed(addr, &[subscription]).await?;
                 drop(permit);
                 subscribed.fetch_add(1, Ordering::Relaxed);
                 loop {
@@ -869,13 +848,49 @@ fn error_notes(row: &mut Row, measured: &Measured, baseline: &Measured) {
 }
 
 /// One `text/event-stream` response, read event by event.
-struct EventStream {
+pub(crate) struct EventStream {
     body: hyper::body::Incoming,
     buffer: BytesMut,
     _connection: HttpConnection,
 }
 
 impl EventStream {
+    /// A stream past its `hello`, with one subscription per body (its `StreamId` filled
+    /// in); the stream and the subscriptions' ids.
+    pub(crate) async fn subscribed(
+        addr: std::net::SocketAddr,
+        subscriptions: &[serde_json::Value],
+    ) -> anyhow::Result<(EventStream, Vec<String>)> {
+        let mut stream = EventStream::open(addr).await?;
+        let (kind, data) = tokio::time::timeout(Duration::from_secs(5), stream.next_event())
+            .await
+            .context("no hello event within 5 s")??;
+        if kind != "hello" {
+            bail!("the first event is {kind:?}, not hello");
+        }
+        let data: serde_json::Value = serde_json::from_str(&data)?;
+        let stream_id = data
+            .get("streamId")
+            .and_then(serde_json::Value::as_str)
+            .context("hello has no streamId")?
+            .to_owned();
+        let mut control = HttpConnection::open(addr).await?;
+        let mut ids = Vec::with_capacity(subscriptions.len());
+        for subscription in subscriptions {
+            let mut request = subscription.clone();
+            request["StreamId"] = json!(stream_id);
+            let answer = control.post("/api/subscriptions", &body(request)).await?;
+            let answer: serde_json::Value =
+                serde_json::from_slice(&answer).context("the subscription's answer is not JSON")?;
+            let id = answer
+                .get("id")
+                .and_then(serde_json::Value::as_str)
+                .with_context(|| format!("a subscription was not granted: {answer}"))?;
+            ids.push(id.to_owned());
+        }
+        Ok((stream, ids))
+    }
+
     async fn open(addr: std::net::SocketAddr) -> anyhow::Result<EventStream> {
         let mut connection = HttpConnection::open(addr).await?;
         let response = connection.send(Method::GET, "/api/events", None).await?;
@@ -895,7 +910,7 @@ impl EventStream {
     }
 
     /// The next event's name and data; comments (pings) are skipped.
-    async fn next_event(&mut self) -> anyhow::Result<(String, String)> {
+    pub(crate) async fn next_event(&mut self) -> anyhow::Result<(String, String)> {
         loop {
             if let Some(end) = find(&self.buffer, b"\n\n") {
                 let block = self.buffer.split_to(end + 2);

@@ -262,6 +262,8 @@ pub struct EventsConfig {
     pub stream_queue: usize,
     /// A subscription not renewed (PUT) within this long ends; the contract says 60 s.
     pub subscription_ttl_ms: u64,
+    /// Channels' ranges `[low, high]` by name or glob pattern, for percent deadbands.
+    pub ranges: std::collections::BTreeMap<String, [f64; 2]>,
 }
 
 impl Default for StationConfig {
@@ -335,6 +337,7 @@ impl Default for EventsConfig {
             max_channels_per_subscription: 256,
             stream_queue: 64,
             subscription_ttl_ms: 60_000,
+            ranges: Default::default(),
         }
     }
 }

@@ -121,3 +121,25 @@ fn the_longest_processing_is_four_request_timeouts_unless_set_and_never_below_on
         "{error}"
     );
 }
+
+#[test]
+fn event_ranges_take_names_and_globs_and_refuse_a_bad_pattern_or_range() {
+    let config = Config::from_toml(
+        "[events.ranges]\n\"0.4.ESH10000662.VMON*\" = [0, 3000]\n\"A.B\" = [-1.5, 1.5]\n",
+        "x.toml",
+    )
+    .unwrap();
+    assert_eq!(config.events.ranges["A.B"], [-1.5, 1.5]);
+    for (text, named) in [
+        ("\"A[\" = [0, 1]", "\"A[\" is not a name or glob pattern"),
+        ("\"A\" = [1, 1]", "two different numbers"),
+        ("\"A\" = [0, inf]", "two different numbers"),
+    ] {
+        let error = Config::from_toml(&format!("[events.ranges]\n{text}\n"), "x.toml").unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("events.ranges") && message.contains(named),
+            "{text}: {message}"
+        );
+    }
+}

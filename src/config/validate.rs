@@ -176,6 +176,22 @@ impl Config {
                 "must be 100 to 3600000",
             ));
         }
+        for (pattern, [low, high]) in &self.events.ranges {
+            if let Err(error) = globset::Glob::new(pattern) {
+                return Err(invalid(
+                    "events.ranges",
+                    format!("{pattern:?} is not a name or glob pattern: {error}"),
+                ));
+            }
+            if !(low.is_finite() && high.is_finite() && low != high) {
+                return Err(invalid(
+                    "events.ranges",
+                    format!(
+                        "the range of {pattern:?} must be two different numbers [low, high]; got [{low}, {high}]"
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! Every event reaches a stream through its bounded queue ([`sse::StreamSink`]), filled with
 //! `try_send` only: no producer ever waits for a reader. See `docs/events.md`.
 
+pub mod filter;
 pub mod relay;
 pub mod scheduler;
 pub mod sse;
@@ -20,11 +21,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::EventsConfig;
 use crate::station::Station;
+use filter::{ChannelFilter, Deadband, FilterOptions, ResolveError, SubscriptionFilter};
 use sse::StreamSink;
 
 /// The shortest and longest `IntervalMs` a subscription may ask for.
 pub const MIN_INTERVAL_MS: u64 = 100;
 pub const MAX_INTERVAL_MS: u64 = 60_000;
+
+/// The longest `MinIntervalMs` or `MaxIntervalMs` a subscription may ask for.
+pub const MAX_FILTER_INTERVAL_MS: u64 = 3_600_000;
 
 /// A stream whose queue stays full this long is closed (its reader is stuck).
 pub const STUCK_LIMIT: Duration = Duration::from_secs(30);
@@ -60,15 +65,32 @@ pub enum EventsError {
     UnknownChannel(String),
     #[error("station disconnected: {0}; the channel list is not known yet")]
     StationNotReached(String),
+    /// A filter option out of its bounds; the message names the field.
+    #[error("{0}")]
+    BadFilter(String),
+    #[error(
+        "Deadband.Percent needs the range of {0}, and none is known: give it in [events] ranges of the gateway's config, or use Deadband.Absolute"
+    )]
+    NoRange(String),
     #[error("the gateway is shutting down")]
     ShuttingDown,
 }
 
 /// What a subscription is created or renewed with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct SubscriptionRequest {
     pub channels: Vec<String>,
     pub interval_ms: u64,
+    /// `Deadband`, `MinIntervalMs`, `MaxIntervalMs` for every channel; none by default.
+    pub options: FilterOptions,
+    /// `ChannelOptions`: a channel's own, replacing `options` field by field.
+    pub channel_options: Vec<(String, FilterOptions)>,
+}
+
+/// A checked request: its channels, and their filters unless none is asked.
+struct Checked {
+    channels: Arc<[String]>,
+    filters: Option<Vec<ChannelFilter>>,
 }
 
 /// A live subscription as its owner sees it: `{id, expiresInMs}`.
@@ -90,9 +112,13 @@ pub(crate) struct Subscription {
     pub id: Arc<str>,
     pub stream: Arc<StreamSink>,
     pub channels: Arc<[String]>,
+    /// Each channel's number in [`ChannelIds`], in the same order.
+    pub ids: Arc<[u32]>,
     pub interval: Duration,
     pub expires_at: Instant,
     pub next_due: Instant,
+    /// What the subscription lets through, and what it last sent; `None`: everything.
+    pub filter: Option<Arc<Mutex<SubscriptionFilter>>>,
 }
 
 #[derive(Debug)]
@@ -105,10 +131,72 @@ struct StreamEntry {
 pub(crate) struct Registry {
     streams: HashMap<Arc<str>, StreamEntry>,
     pub subscriptions: HashMap<Arc<str>, Subscription>,
+    pub channel_ids: ChannelIds,
+    /// The shortest interval any live subscription asks of each channel, by channel number
+    /// (`Duration::MAX` for none); `None` after any change of the subscriptions' channels or
+    /// intervals, until the scheduler computes it again (so a tick does not walk every
+    /// subscription's channels).
+    shortest: Option<Arc<Vec<Duration>>>,
+}
+
+/// A number for every channel name any subscription has named, so that a tick finds a
+/// channel's outcome by index rather than by hashing its name for every subscription. It
+/// only grows, and only by names the channel list knew (others are refused first).
+#[derive(Debug, Default)]
+pub(crate) struct ChannelIds {
+    names: Vec<String>,
+    numbers: HashMap<String, u32>,
+}
+
+impl ChannelIds {
+    /// The numbers of `names`, giving new names the next ones.
+    fn numbers_of(&mut self, names: &[String]) -> Arc<[u32]> {
+        names
+            .iter()
+            .map(|name| match self.numbers.get(name) {
+                Some(&number) => number,
+                None => {
+                    let number = self.names.len() as u32;
+                    self.names.push(name.clone());
+                    self.numbers.insert(name.clone(), number);
+                    number
+                }
+            })
+            .collect()
+    }
+
+    /// The name numbered `number`.
+    pub(crate) fn name(&self, number: u32) -> &str {
+        self.names.get(number as usize).map_or("", String::as_str)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
 }
 
 impl Registry {
+    /// The shortest interval asked of each channel, by number, computed once per change.
+    pub(crate) fn shortest(&mut self) -> Arc<Vec<Duration>> {
+        let subscriptions = &self.subscriptions;
+        let count = self.channel_ids.len();
+        self.shortest
+            .get_or_insert_with(|| {
+                let mut shortest = vec![Duration::MAX; count];
+                for subscription in subscriptions.values() {
+                    for &number in subscription.ids.iter() {
+                        if let Some(interval) = shortest.get_mut(number as usize) {
+                            *interval = (*interval).min(subscription.interval);
+                        }
+                    }
+                }
+                Arc::new(shortest)
+            })
+            .clone()
+    }
+
     fn remove_subscription(&mut self, id: &str) -> Option<Subscription> {
+        self.shortest = None;
         let subscription = self.subscriptions.remove(id)?;
         if let Some(entry) = self.streams.get_mut(&*subscription.stream.id) {
             entry.subscriptions.remove(id);
@@ -120,6 +208,8 @@ impl Registry {
 /// The open event streams and their subscriptions.
 pub struct Events {
     limits: EventsConfig,
+    /// `[events] ranges`, for percent deadbands.
+    ranges: filter::Ranges,
     subscription_ttl: Duration,
     station: Station,
     shutdown: CancellationToken,
@@ -134,8 +224,10 @@ pub struct Events {
 impl Events {
     pub fn new(limits: EventsConfig, station: Station, shutdown: CancellationToken) -> Arc<Events> {
         let subscription_ttl = Duration::from_millis(limits.subscription_ttl_ms);
+        let ranges = filter::Ranges::new(&limits.ranges);
         Arc::new(Events {
             limits,
+            ranges,
             subscription_ttl,
             station,
             shutdown,
@@ -210,6 +302,7 @@ impl Events {
         for subscription in &entry.subscriptions {
             registry.subscriptions.remove(subscription);
         }
+        registry.shortest = None;
         drop(registry);
         entry.sink.close();
         self.changed.notify_one();
@@ -232,7 +325,7 @@ impl Events {
     }
 
     /// Checks a create or update request against the limits and the channel list.
-    fn check(&self, request: &SubscriptionRequest) -> Result<Arc<[String]>, EventsError> {
+    fn check(&self, request: &SubscriptionRequest) -> Result<Checked, EventsError> {
         if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&request.interval_ms) {
             return Err(EventsError::IntervalOutOfRange(request.interval_ms));
         }
@@ -261,7 +354,57 @@ impl Events {
         {
             return Err(EventsError::UnknownChannel(unknown.clone()));
         }
-        Ok(channels.into())
+        let filters = self.filters(request, &channels)?;
+        Ok(Checked {
+            channels: channels.into(),
+            filters,
+        })
+    }
+
+    /// Each channel's filter, or `None` when the request asks for none.
+    fn filters(
+        &self,
+        request: &SubscriptionRequest,
+        channels: &[String],
+    ) -> Result<Option<Vec<ChannelFilter>>, EventsError> {
+        check_options(&request.options, request.interval_ms, "")?;
+        for (name, options) in &request.channel_options {
+            if !channels.contains(name) {
+                return Err(EventsError::BadFilter(format!(
+                    "ChannelOptions names {name}, which is not among Channels"
+                )));
+            }
+            check_options(
+                options,
+                request.interval_ms,
+                &format!("ChannelOptions.{name}."),
+            )?;
+        }
+        let asked = !request.options.is_empty()
+            || request
+                .channel_options
+                .iter()
+                .any(|(_, options)| !options.is_empty());
+        if !asked {
+            return Ok(None);
+        }
+        let filters = channels
+            .iter()
+            .map(|name| {
+                let own = request
+                    .channel_options
+                    .iter()
+                    .rev()
+                    .find(|(named, _)| named == name)
+                    .map(|(_, options)| *options)
+                    .unwrap_or_default();
+                let options = request.options.overlaid_by(&own);
+                check_options(&options, request.interval_ms, &format!("{name}: "))?;
+                ChannelFilter::resolve(&options, self.ranges.of(name))
+                    .map_err(|ResolveError::NoRange| EventsError::NoRange(name.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(filters))
     }
 
     /// `POST api/subscriptions`.
@@ -270,7 +413,7 @@ impl Events {
         stream_id: &str,
         request: &SubscriptionRequest,
     ) -> Result<SubscriptionGrant, EventsError> {
-        let channels = self.check(request)?;
+        let Checked { channels, filters } = self.check(request)?;
         let now = Instant::now();
         let mut registry = self.registry();
         let entry = registry
@@ -285,16 +428,20 @@ impl Events {
         }
         let sink = entry.sink.clone();
         let id: Arc<str> = random_id().into();
+        let ids = registry.channel_ids.numbers_of(&channels);
         let subscription = Subscription {
             id: id.clone(),
             stream: sink,
             channels,
+            ids,
             interval: Duration::from_millis(request.interval_ms),
             expires_at: now + self.subscription_ttl,
             // The first values go out at once; later ones on the interval's grid.
             next_due: now,
+            filter: filters.map(|filters| Arc::new(Mutex::new(SubscriptionFilter::new(filters)))),
         };
         registry.subscriptions.insert(id.clone(), subscription);
+        registry.shortest = None;
         if let Some(entry) = registry.streams.get_mut(stream_id) {
             entry.subscriptions.insert(id.clone());
         }
@@ -306,25 +453,41 @@ impl Events {
         })
     }
 
-    /// `PUT api/subscriptions/{id}`: replaces channels and interval, and renews.
+    /// `PUT api/subscriptions/{id}`: replaces channels, interval and filter, and renews. A
+    /// change of any of them starts the subscription afresh: values at once, all of them.
     pub fn update(
         &self,
         id: &str,
         request: &SubscriptionRequest,
     ) -> Result<SubscriptionGrant, EventsError> {
-        let channels = self.check(request)?;
+        let Checked { channels, filters } = self.check(request)?;
         let now = Instant::now();
         let mut registry = self.registry();
+        registry.shortest = None;
+        let ids = registry.channel_ids.numbers_of(&channels);
         let subscription = registry
             .subscriptions
             .get_mut(id)
             .filter(|subscription| subscription.expires_at > now)
             .ok_or_else(|| EventsError::NoSuchSubscription(id.to_owned()))?;
         let interval = Duration::from_millis(request.interval_ms);
-        if interval != subscription.interval || channels != subscription.channels {
+        let old_filters = subscription.filter.as_ref().map(|filter| {
+            filter
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .filters()
+                .to_vec()
+        });
+        if interval != subscription.interval
+            || channels != subscription.channels
+            || old_filters != filters
+        {
             subscription.next_due = now;
+            subscription.filter =
+                filters.map(|filters| Arc::new(Mutex::new(SubscriptionFilter::new(filters))));
         }
         subscription.channels = channels;
+        subscription.ids = ids;
         subscription.interval = interval;
         subscription.expires_at = now + self.subscription_ttl;
         drop(registry);
@@ -391,6 +554,49 @@ impl Events {
             .get(id)
             .map(|s| (s.channels.to_vec(), s.interval))
     }
+}
+
+/// Checks one set of filter options; `field` prefixes the names in the message.
+fn check_options(
+    options: &FilterOptions,
+    interval_ms: u64,
+    field: &str,
+) -> Result<(), EventsError> {
+    let bad = |message: String| Err(EventsError::BadFilter(format!("{field}{message}")));
+    match options.deadband {
+        Some(Deadband::Absolute(band)) if !(band.is_finite() && band >= 0.0) => {
+            return bad(format!(
+                "Deadband.Absolute must be a number of 0 or more; got {band}"
+            ));
+        }
+        Some(Deadband::Percent(percent)) if !(0.0..=100.0).contains(&percent) => {
+            return bad(format!("Deadband.Percent must be 0 to 100; got {percent}"));
+        }
+        _ => {}
+    }
+    let ms = |duration: Duration| duration.as_millis() as u64;
+    if let Some(least) = options.min_interval.map(ms)
+        && least > MAX_FILTER_INTERVAL_MS
+    {
+        return bad(format!(
+            "MinIntervalMs must be 0 to {MAX_FILTER_INTERVAL_MS}; got {least}"
+        ));
+    }
+    if let Some(heartbeat) = options.max_interval.map(ms) {
+        if !(interval_ms..=MAX_FILTER_INTERVAL_MS).contains(&heartbeat) {
+            return bad(format!(
+                "MaxIntervalMs must be from IntervalMs ({interval_ms}) to {MAX_FILTER_INTERVAL_MS}; got {heartbeat}"
+            ));
+        }
+        if let Some(least) = options.min_interval.map(ms)
+            && least > heartbeat
+        {
+            return bad(format!(
+                "MinIntervalMs ({least}) must not be above MaxIntervalMs ({heartbeat})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A random 128-bit id in hex: stream and subscription ids cannot be guessed.
@@ -471,6 +677,7 @@ mod tests {
         let request = SubscriptionRequest {
             channels: vec!["A".into()],
             interval_ms: 100,
+            ..SubscriptionRequest::default()
         };
         assert!(matches!(
             events.subscribe("nope", &request),
@@ -479,6 +686,7 @@ mod tests {
         let request = SubscriptionRequest {
             channels: vec!["A".into()],
             interval_ms: 99,
+            ..SubscriptionRequest::default()
         };
         assert_eq!(
             events.subscribe("nope", &request),
@@ -487,6 +695,7 @@ mod tests {
         let request = SubscriptionRequest {
             channels: vec![],
             interval_ms: 100,
+            ..SubscriptionRequest::default()
         };
         assert_eq!(
             events.subscribe("nope", &request),

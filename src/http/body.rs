@@ -170,6 +170,11 @@ impl JsonBody {
         }
     }
 
+    /// A JSON object nested in a body, with the same case-insensitive access.
+    pub fn from_object(object: Map<String, Json>) -> JsonBody {
+        JsonBody(object)
+    }
+
     /// The field called `name`, in any letter case.
     pub fn get(&self, name: &str) -> Option<&Json> {
         self.0
