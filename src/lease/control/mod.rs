@@ -23,6 +23,7 @@ mod expiry;
 mod machine;
 #[cfg(test)]
 mod machine_tests;
+mod read_back;
 mod shell;
 mod state;
 #[cfg(test)]
@@ -108,10 +109,35 @@ struct WaitLine {
     waiting: VecDeque<Waiter>,
 }
 
-/// Writes applied through the link when a lease runs out.
+/// Writes applied through the link when a lease runs out, and how close a number read back
+/// must be to what was written.
 struct SafeState {
     link: LinkHandle,
     writes: Vec<SafeWrite>,
+    tolerance: f64,
+}
+
+/// How the end of a lease is timed and checked beyond the lease's own settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseEndTiming {
+    /// How long after the first read back of the safe state the second is due
+    /// (`station.max_processing_ms`).
+    pub read_back_after: Duration,
+    /// How close a number read back must be to the safe state's (`lease.safe_state_tolerance`).
+    pub tolerance: f64,
+    /// How long a new lease waits after one that ran out unreleased, was broken or
+    /// safe-stopped, or ended with changes in doubt (`lease.lock_delay_ms`).
+    pub lock_delay: Duration,
+}
+
+impl Default for LeaseEndTiming {
+    fn default() -> Self {
+        LeaseEndTiming {
+            read_back_after: Duration::ZERO,
+            tolerance: 0.0,
+            lock_delay: Duration::ZERO,
+        }
+    }
 }
 
 /// The gateway's control lease. Shared as `Arc<ControlLease>`.
@@ -133,6 +159,7 @@ pub struct ControlLease {
     pub counters: crate::metrics::LeaseCounters,
     /// Told of every change of hands and safe state (the audit trail).
     notices: Option<LeaseNoticeHook>,
+    timing: LeaseEndTiming,
 }
 
 impl ControlLease {
@@ -154,7 +181,22 @@ impl ControlLease {
             link: None,
             counters: Default::default(),
             notices: None,
+            timing: LeaseEndTiming::default(),
         }
+    }
+
+    /// Times and checks the end of a lease with `timing` (before `with_safe_state`).
+    pub fn with_end_timing(mut self, timing: LeaseEndTiming) -> Self {
+        self.timing = timing;
+        self.reset_machine();
+        self
+    }
+
+    fn reset_machine(&mut self) {
+        let machine = LeaseMachine::new(self.has_safe_state(), Instant::now())
+            .with_read_back_after(self.timing.read_back_after)
+            .with_lock_delay(self.timing.lock_delay);
+        *lock(&self.machine) = machine;
     }
 
     /// Tells `hook` of every acquisition, release, expiry, break and safe state.
@@ -184,9 +226,13 @@ impl ControlLease {
     /// Orders the ends of leases with the changes on `link`.
     pub fn with_safe_state(mut self, link: LinkHandle, writes: Vec<SafeWrite>) -> Self {
         self.link = Some(link.clone());
-        let has_safe_state = !writes.is_empty();
-        self.safe_state = Some(SafeState { link, writes });
-        *lock(&self.machine) = LeaseMachine::new(has_safe_state, Instant::now());
+        let tolerance = self.timing.tolerance;
+        self.safe_state = Some(SafeState {
+            link,
+            writes,
+            tolerance,
+        });
+        self.reset_machine();
         self
     }
 
