@@ -49,6 +49,10 @@ pub struct LeaseView {
     /// On the event of a lease that a safe stop ended: "safe-stopped by CALLER: REASON".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
+    /// While free but within the lock-delay after a lease that did not end cleanly: how long
+    /// a new lease still waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
 }
 
 impl LeaseView {
@@ -60,6 +64,7 @@ impl LeaseView {
             since: None,
             safe_state: None,
             ended: None,
+            lock_delay_ms: None,
         }
     }
 }

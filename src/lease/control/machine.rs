@@ -616,11 +616,22 @@ impl LeaseMachine {
         if self.has_safe_state {
             actions.push(Action::ForgetOwed);
         }
-        actions.push(Action::Publish(LeaseView::nobody()));
+        actions.push(Action::Publish(self.free_view(now)));
         if self.locked.is_none() {
             actions.push(Action::HandOver);
         }
         actions
+    }
+
+    /// Nobody holds it, as anyone may see it: with the lock-delay still to wait, if any.
+    pub(super) fn free_view(&self, now: Instant) -> LeaseView {
+        LeaseView {
+            lock_delay_ms: self
+                .lock_delay_at(now)
+                .and(self.locked.as_ref())
+                .map(|locked| super::super::millis(locked.until.saturating_duration_since(now))),
+            ..LeaseView::nobody()
+        }
     }
 
     /// The lock-delay a new lease waits for at `now`, if any.

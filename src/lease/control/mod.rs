@@ -250,10 +250,11 @@ impl ControlLease {
     /// Who holds it, as anyone may see it.
     pub fn view(&self) -> LeaseView {
         let now = Instant::now();
-        match lock(&self.machine).state() {
+        let machine = lock(&self.machine);
+        match machine.state() {
             LeaseState::Held(live) if live.is_live(now) => live.view(now),
             LeaseState::Ending(ending) => ending.view(),
-            _ => LeaseView::nobody(),
+            _ => machine.free_view(now),
         }
     }
 

@@ -49,6 +49,7 @@ impl LiveLease {
             since: Some(rfc3339(self.since)),
             safe_state: None,
             ended: None,
+            lock_delay_ms: None,
         }
     }
 

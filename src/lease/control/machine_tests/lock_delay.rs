@@ -25,8 +25,8 @@ fn ran_out(machine: &mut LeaseMachine, now: Instant) -> Instant {
     machine.on(Event::Deadline, lapsed);
     let actions = machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
     assert!(
-        matches!(&actions[..], [Action::Publish(view)] if *view == LeaseView::nobody()),
-        "free, but nobody is handed the lease: {actions:?}"
+        matches!(&actions[..], [Action::Publish(view)] if !view.held && view.lock_delay_ms == Some(3000)),
+        "free with the lock-delay, nobody handed the lease: {actions:?}"
     );
     lapsed
 }
@@ -56,6 +56,8 @@ fn after_a_lease_that_ran_out_an_acquire_is_refused_for_the_lock_delay_with_how_
         machine.held_by_other(asked),
         LeaseError::LockDelay { .. }
     ));
+    assert_eq!(machine.free_view(asked).lock_delay_ms, Some(1800));
+    assert_eq!(machine.free_view(lapsed + LOCK_DELAY).lock_delay_ms, None);
     // Over at its instant: an acquire then is taken.
     let over = lapsed + LOCK_DELAY;
     let actions = machine.on(acquire("B", false, true), over);
