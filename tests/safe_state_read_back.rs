@@ -155,3 +155,58 @@ async fn a_late_change_of_an_ended_lease_that_overrides_the_safe_state_is_read_b
     );
     rig.gateway.stop().await;
 }
+
+/// With nothing in doubt the safe state is read back right at once (the `lease` event says it
+/// waits for its second read back) and again `max_processing_ms` later; only then is the lease
+/// free. Measured: from the lease's deadline to each step.
+#[tokio::test]
+async fn a_safe_state_read_back_right_twice_frees_the_lease_the_longest_processing_after_its_writes()
+ {
+    let sim = common::default_simulator().await;
+    let config = config_for(&sim, |config| {
+        config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
+        config.station.max_processing_ms = Some(MAX_PROCESSING_MS);
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    });
+    let rig = rig_on(sim, config, false).await;
+    let lease = rig.gateway.gateway.lease.clone();
+    let mut events = rig.gateway.gateway.lease_events.subscribe();
+    let ttl = Duration::from_millis(1000);
+    let asked = Instant::now();
+    lease
+        .acquire("TAT station 3".into(), ttl, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let deadline = asked + ttl;
+    let seen = lease_events_until(&mut events, "free after the safe state", free).await;
+    let freed = Instant::now();
+    let read_back_once = seen
+        .iter()
+        .filter_map(|view| view.safe_state.as_ref())
+        .find(|safe| safe.step == station_gateway::lease::SafeStateStepView::SecondReadBack)
+        .unwrap_or_else(|| panic!("no event of the first read back: {seen:?}"));
+    assert_eq!(read_back_once.overridden, 0);
+    let writes: Vec<_> = rig
+        .sim
+        .write_log()
+        .into_iter()
+        .filter(|w| w.channel == ON1)
+        .collect();
+    assert_eq!(writes.len(), 1, "written once: {writes:?}");
+    let written = writes[0].at.into_std();
+    assert!(
+        freed >= written + Duration::from_millis(MAX_PROCESSING_MS),
+        "free {:?} after the safe state's write: the second read back did not wait",
+        freed - written
+    );
+    eprintln!(
+        "measured: safe state written {} ms after the lease's deadline; free (read back right twice) {} ms after it ({} ms after the write; max_processing_ms {MAX_PROCESSING_MS})",
+        (written.saturating_duration_since(deadline)).as_millis(),
+        (freed - deadline).as_millis(),
+        (freed - written).as_millis()
+    );
+    rig.gateway.stop().await;
+}
