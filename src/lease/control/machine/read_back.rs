@@ -59,7 +59,7 @@ impl LeaseMachine {
         ending.step = SafeStateStep::Write;
         ending.overridden += 1;
         ending.last_error = Some(why.clone());
-        let view = ending.view();
+        let (view, tries) = (ending.view(), ending.tries);
         let retry_in = match round {
             ReadBackRound::Second => {
                 self.retry_now(now);
@@ -78,17 +78,9 @@ impl LeaseMachine {
             Action::Publish(view),
         ];
         if round == ReadBackRound::First {
-            let tries = self.ending_tries();
             actions.extend(self.answer_stop(SafeStopState::NotConfirmed { tries, why }));
         }
         actions.extend(self.try_safe_state(now));
         actions
-    }
-
-    fn ending_tries(&self) -> u32 {
-        match &self.state {
-            LeaseState::Ending(ending) => ending.tries,
-            _ => 0,
-        }
     }
 }

@@ -215,14 +215,26 @@ fn a_safe_stop_whose_safe_state_is_found_otherwise_right_after_its_writes_is_ans
         now,
     );
     machine.on(Event::ChangesSettled { had_doubts: false }, now);
-    machine.on(Event::SafeStateAnswered(Ok(())), now);
-    let actions = machine.on(overridden(), now);
+    let failure = SafeStateError::NoChannel("ON1".into());
+    machine.on(Event::SafeStateAnswered(Err(failure)), now);
+    // The retry is written and confirmed, then found otherwise right away.
+    let retry_at = now + SAFE_STATE_FIRST_BACKOFF;
+    machine.on(Event::Deadline, retry_at);
+    machine.on(
+        Event::SafeStop {
+            by: "bench 3".into(),
+            reason: "smoke, again".into(),
+        },
+        retry_at,
+    );
+    machine.on(Event::SafeStateAnswered(Ok(())), retry_at);
+    let actions = machine.on(overridden(), retry_at);
     let answered = actions.iter().find_map(|action| match action {
         Action::Answer(Answer::SafeStopped(outcome)) => Some(outcome.safe_state.clone()),
         _ => None,
     });
     match answered {
-        Some(SafeStopState::NotConfirmed { tries: 0, why }) => {
+        Some(SafeStopState::NotConfirmed { tries: 1, why }) => {
             assert!(
                 why.starts_with("a late change overrode the safe state"),
                 "{why}"
