@@ -5,8 +5,11 @@
 //! runtime: unit-tested with plain `#[test]`s (`machine_tests.rs`).
 //!
 //! An action that asks something of the store, the link or the station (`Take`, `Refresh`,
-//! `Release`, `Settle`, `SendSafeState`) is always the last of its batch; its answer comes back
-//! as the next event. A lease ends in one place: [`LeaseMachine::end`].
+//! `Release`, `Settle`, `SendSafeState`, `ReadBackSafeState`) is always the last of its batch;
+//! its answer comes back as the next event. A lease ends in one place: [`LeaseMachine::end`].
+//! The safe state's read back is decided in `machine/read_back.rs`, the safe stop in
+//! `machine/safe_stop.rs`; the lock-delay after a lease that did not end cleanly here
+//! ([`LeaseMachine::finish`]).
 
 use std::time::Duration;
 

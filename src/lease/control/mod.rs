@@ -12,11 +12,16 @@
 //! - `expiry.rs`: the lease's own task (deadlines, safe-state retries, the link coming back),
 //!   resuming at start, and the safe state's writes.
 //!
+//! - `read_back.rs`: the safe state read back, compared (pure).
+//!
 //! How a lease ends (expiry, release, break, a safe stop, a renewal confirmed too late) is
 //! `LeaseMachine::end` and what follows it: ending (refused from that instant), its changes
 //! still at the station settle, the safe state when it ran out unreleased or was safe-stopped (retried with
 //! back-off until the station confirms it, kept across a restart in the store as
-//! `<name>:safe-state-owed`), then free, the `lease` event, the next in line.
+//! `<name>:safe-state-owed`) and read back right twice (at once and `max_processing_ms` later;
+//! a late change found over it is written over again), then free, the `lease` event, the next
+//! in line — after the lock-delay when it did not end cleanly (ran out, broken, safe-stopped,
+//! or a change of it left doubt unanswered).
 
 mod events;
 mod expiry;
@@ -185,9 +190,12 @@ impl ControlLease {
         }
     }
 
-    /// Times and checks the end of a lease with `timing` (before `with_safe_state`).
+    /// Times and checks the end of a lease with `timing`.
     pub fn with_end_timing(mut self, timing: LeaseEndTiming) -> Self {
         self.timing = timing;
+        if let Some(safe) = &mut self.safe_state {
+            safe.tolerance = timing.tolerance;
+        }
         self.reset_machine();
         self
     }
