@@ -1,7 +1,8 @@
 //! The lock-delay (issue 26, item 4): after a lease that lapsed unreleased, a new lease waits
 //! `lease.lock_delay_ms` — refused 423 with `Retry-After` and how long, or queued when it asked
-//! to wait — while after a clean release the next acquire is served at once. On memory,
-//! SQLite, PostgreSQL and Redis.
+//! to wait — while after a clean release the next acquire is served at once; after a release
+//! whose change was left in doubt it waits too. On memory, SQLite, PostgreSQL and Redis (the
+//! change in doubt on memory and SQLite).
 
 mod common;
 
@@ -163,4 +164,67 @@ on_every_backend!(an_acquire_right_after_a_clean_release_is_served_at_once:
     an_acquire_right_after_a_clean_release_is_served_at_once_on_sqlite => "sqlite",
     an_acquire_right_after_a_clean_release_is_served_at_once_on_postgres => "postgres",
     an_acquire_right_after_a_clean_release_is_served_at_once_on_redis => "redis",
+);
+
+/// A release whose change is still in doubt past `station.max_processing_ms`: the end waits,
+/// resets the link, and the next holder waits the lock-delay (a station that ignored SPEC.md
+/// §4 could still carry the change out). Without the change in doubt the same release has no
+/// delay (`an_acquire_right_after_a_clean_release_is_served_at_once_…`).
+async fn a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait(
+    backend: &str,
+) -> Result<()> {
+    let vset1 = "0.4.ESH10000662.VSET1";
+    let sim = common::station_with_slow_channels(
+        |name| name == vset1,
+        Duration::from_millis(3500),
+        |_| {},
+    )
+    .await;
+    let gateway = start_gateway(config_for(&sim, |config| {
+        config.lease.backend = backend.to_owned();
+        config.lease.lock_delay_ms = Some(LOCK_DELAY_MS);
+        config.station.request_timeout_ms = 1000;
+        config.station.max_processing_ms = Some(2000);
+    }))
+    .await;
+    let lease = gateway.gateway.lease.clone();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_secs(30),
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+    let guard = lease
+        .admit(station_gateway::lease::Access::Change, Some(&held.lease_id))?
+        .guard;
+    let in_doubt = gateway
+        .link()
+        .write(
+            vec![(vset1.into(), station_protocol::Value::Float(100.0))],
+            guard,
+        )
+        .await;
+    ensure!(
+        in_doubt.is_err(),
+        "the station takes 3.5 s, the timeout is 1 s"
+    );
+    // The release waits for the change in doubt, until max_processing_ms and the reset.
+    lease.release(&held.lease_id).await?;
+    let (status, retry_after, body) = acquire(&gateway, "", "TAT station 4", 30_000).await?;
+    ensure!(status == 423, "not refused the lock-delay: {status} {body}");
+    ensure!(retry_after.is_some(), "no Retry-After");
+    let message = body["error"].as_str().unwrap_or_default();
+    ensure!(
+        message.contains("TAT station 3's lease ended with changes in doubt"),
+        "{message}"
+    );
+    gateway.stop().await;
+    Ok(())
+}
+
+on_every_backend!(a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait:
+    a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_memory => "memory",
+    a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_sqlite => "sqlite",
 );
