@@ -161,6 +161,9 @@ pub fn audit_outcome(kind: ErrorKind) -> Outcome {
 pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
+    /// How long the client should wait before it tries again, when the gateway knows
+    /// (`Retry-After`: [`ApiError::retry_after_seconds`]).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ApiError {
@@ -168,12 +171,20 @@ impl ApiError {
         ApiError {
             kind,
             message: message.into(),
+            retry_after: None,
         }
     }
 
     /// Its HTTP status, by its kind.
     pub fn status(&self) -> StatusCode {
         http_status(self.kind)
+    }
+
+    /// The `Retry-After` header's value, in whole seconds rounded up (at least 1), when the
+    /// wait is known.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        self.retry_after
+            .map(|wait| wait.as_millis().div_ceil(1000).max(1) as u64)
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -337,7 +348,8 @@ impl From<LeaseError> for ApiError {
             LeaseError::LockedBy { .. }
             | LeaseError::LeaseEnded { .. }
             | LeaseError::NotCached { .. }
-            | LeaseError::Ending { .. } => ErrorKind::Locked,
+            | LeaseError::Ending { .. }
+            | LeaseError::LockDelay { .. } => ErrorKind::Locked,
             LeaseError::SafeStatePending { .. } => ErrorKind::SafeStatePending,
             LeaseError::NoSuchLease | LeaseError::NobodyHolds | LeaseError::AdminBreakOff => {
                 ErrorKind::NotFound
@@ -345,7 +357,10 @@ impl From<LeaseError> for ApiError {
             LeaseError::AdminTokenWrong => ErrorKind::Forbidden,
             LeaseError::Store(_) => ErrorKind::LeaseStoreUnavailable,
         };
-        ApiError::new(kind, error.to_string())
+        ApiError {
+            retry_after: error.retry_after(),
+            ..ApiError::new(kind, error.to_string())
+        }
     }
 }
 
@@ -544,6 +559,34 @@ mod tests {
             assert_eq!(audit_outcome(kind), outcome, "{kind:?}");
             assert_eq!(ApiError::new(kind, "x").status().as_u16(), status);
         }
+    }
+
+    /// The lock-delay is 423 with how long to wait: `Retry-After` in whole seconds, rounded up
+    /// (never 0); other lease refusals carry none.
+    #[test]
+    fn a_lock_delay_is_locked_with_its_wait_rounded_up_to_seconds() {
+        let refused = |wait| {
+            ApiError::from(LeaseError::LockDelay {
+                after: "A".into(),
+                why: "ran out unreleased",
+                wait,
+            })
+        };
+        let error = refused(Duration::from_millis(2001));
+        assert_eq!(error.status().as_u16(), 423);
+        assert_eq!(error.retry_after_seconds(), Some(3));
+        assert!(error.message.contains("2001 ms"), "{}", error.message);
+        assert_eq!(
+            refused(Duration::from_millis(3000)).retry_after_seconds(),
+            Some(3)
+        );
+        assert_eq!(
+            refused(Duration::from_millis(1)).retry_after_seconds(),
+            Some(1)
+        );
+        assert_eq!(refused(Duration::ZERO).retry_after_seconds(), Some(1));
+        let held = ApiError::from(LeaseError::Ending { owner: "A".into() });
+        assert_eq!(held.retry_after_seconds(), None);
     }
 
     /// An HTTP request's own audit line (a lease request, a change refused before it ran) takes

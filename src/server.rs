@@ -16,6 +16,7 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::lease::control::LeaseEndTiming;
 use crate::lease::link_owner::{LinkOwnerError, LinkOwnerTiming, LinkOwnership};
 use crate::lease::owner_state::OwnerState;
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
@@ -248,6 +249,11 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         config.control_lease_name(),
         lease_events.clone(),
     )
+    .with_end_timing(LeaseEndTiming {
+        read_back_after: config.max_processing(),
+        tolerance: config.lease.safe_state_tolerance,
+        lock_delay: config.lock_delay(),
+    })
     .with_safe_state(link.clone(), config.lease.safe_state.clone())
     .with_notices(crate::audit::lease_lines::lease_hook(audit.clone()));
     // With a backend that outlives the process, the lease held before a restart is still held:

@@ -367,6 +367,8 @@ async fn lease_breaks_expiries_and_safe_states_are_in_the_trail() {
             channel: VSET1.into(),
             value: "0".into(),
         }];
+        // The next lease right after the break (the lock-delay has its own test).
+        c.lease.lock_delay_ms = Some(0);
     })
     .await;
     let broken_lease = rig.take_lease("to be broken").await;

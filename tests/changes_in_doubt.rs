@@ -253,9 +253,20 @@ async fn a_change_still_in_doubt_past_the_longest_processing_is_cut_off_by_a_lin
         [Value::Bool(false)],
         "the ended lease's change in doubt landed"
     );
+    let safe_state_at = sim
+        .write_log()
+        .into_iter()
+        .find(|w| w.channel == ON1)
+        .map(|w| w.at.into_std() - sent)
+        .expect("the safe state");
     assert!(
-        freed >= Duration::from_millis(max_processing_ms) && freed < SLOW_WRITE,
-        "the lease's end took {freed:?}: it should wait the longest processing, not the station"
+        safe_state_at >= Duration::from_millis(max_processing_ms) && safe_state_at < SLOW_WRITE,
+        "the safe state came {safe_state_at:?} after the write: it should wait the longest processing, not the station"
+    );
+    // Done once read back right twice, the second time the longest processing later.
+    assert!(
+        freed >= safe_state_at + Duration::from_millis(max_processing_ms),
+        "free {freed:?} after the write, the safe state at {safe_state_at:?}: the second read back did not wait"
     );
     gateway.stop().await;
 }

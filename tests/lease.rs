@@ -354,7 +354,20 @@ async fn a_lease_not_renewed_ends_within_its_ttl_and_its_id_then_says_lease_ende
         events.recv(),
     )
     .await?;
-    assert_eq!(ran_out, LeaseView::nobody());
+    // Free, with the lock-delay after a lapse (station.max_processing_ms: 8 s by default).
+    assert!(
+        ran_out
+            .lock_delay_ms
+            .is_some_and(|ms| ms > 7000 && ms <= 8000),
+        "{ran_out:?}"
+    );
+    assert_eq!(
+        ran_out,
+        LeaseView {
+            lock_delay_ms: ran_out.lock_delay_ms,
+            ..LeaseView::nobody()
+        }
+    );
     let ended = Instant::now();
     assert!(
         ended.duration_since(asked) >= Duration::from_millis(1000),
@@ -434,6 +447,9 @@ async fn a_stale_holders_write_never_reaches_the_station_after_the_next_one_took
     let rig = rig(|config| {
         config.station.max_names_per_read = 1;
         config.station.request_timeout_ms = 5000;
+        // The send guard alone keeps the stale write out (the lock-delay, which would too,
+        // has its own test: tests/lock_delay.rs).
+        config.lease.lock_delay_ms = Some(0);
     })
     .await;
     let (mut a, mut b) = (Client::new(&rig), Client::new(&rig));
@@ -532,6 +548,8 @@ async fn safe_state_is_applied_when_a_lease_runs_out_and_never_on_release() -> R
             channel: ON1.into(),
             value: "False".into(),
         }];
+        // Read back again, and the lock-delay, after 2 s.
+        config.station.max_processing_ms = Some(2000);
     })
     .await;
     let safe_writes = |rig: &Rig| {
@@ -551,9 +569,10 @@ async fn safe_state_is_applied_when_a_lease_runs_out_and_never_on_release() -> R
 
     a.acquire(HOLDER, 1000).await?.expect(200)?;
     a.set_value(ON1, "True").await?.expect(200)?;
-    // B waits in line; it gets the lease only once the safe state is on the station.
+    // B waits in line; it gets the lease only once the safe state is on the station and read
+    // back right twice.
     let taken = b
-        .acquire_at("lease?waitMs=3000", "TAT station 4", 30_000)
+        .acquire_at("lease?waitMs=10000", "TAT station 4", 30_000)
         .await?
         .expect(200)?;
     assert_eq!(taken.json["owner"], "TAT station 4");

@@ -56,6 +56,9 @@ async fn slow_station_and_gateway(backend: &str) -> (SimulatorHandle, GatewayHan
         config.lease.backend = backend.to_owned();
         config.lease.admin_token = ADMIN_TOKEN.into();
         config.station.request_timeout_ms = 5_000;
+        // The next acquire right after a break (the lock-delay has its own test,
+        // tests/lock_delay.rs).
+        config.lease.lock_delay_ms = Some(0);
     }))
     .await;
     (sim, gateway)

@@ -2,7 +2,10 @@
 //! TTLs while writing; some release, some let it run out, some keep writing with a lease that
 //! has ended. Afterwards the simulator's write log must show: never two holders (the fences of
 //! applied writes never go back), fences strictly increasing, no write from a non-holder, and
-//! every write answered 200 applied.
+//! every write answered 200 applied. A lease that lapsed (or whose change was in doubt) makes
+//! the next acquire wait its lock-delay (423), kept short here so that the clients contend.
+//! The second test adds one write that takes longer than two request timeouts: in doubt at
+//! its lease's end, which waits for it, so it still lands before that end and its safe state.
 
 mod common;
 
@@ -27,10 +30,18 @@ struct Attempt {
 
 /// The X-Lease-Id of a write sent without any lease: allowed only while nobody holds it.
 const NO_LEASE: &str = "";
+/// Short, so that a lapse does not stall the contention for long.
+const LOCK_DELAY_MS: u64 = 100;
+/// The second test's request timeout, and the one write that takes longer than two of them.
+const REQUEST_TIMEOUT_MS: u64 = 500;
+const SLOW_WRITE: Duration = Duration::from_millis(1100);
+/// The longest the station may take (above the slow write, so the lease's end waits for it),
+/// and so the time between the safe state's two read backs.
+const MAX_PROCESSING_MS: u64 = 1300;
 
 #[tokio::test]
 async fn contending_clients_never_hold_at_once_and_only_holders_write() {
-    let rig = Arc::new(rig(|_| {}).await);
+    let rig = Arc::new(rig(|config| config.lease.lock_delay_ms = Some(LOCK_DELAY_MS)).await);
     let attempts: Arc<Mutex<HashMap<u64, Attempt>>> = Arc::default();
     let fences: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
     let next_value = Arc::new(std::sync::atomic::AtomicU64::new(1));
@@ -78,7 +89,9 @@ async fn contending_clients_never_hold_at_once_and_only_holders_write() {
                         .await
                         .unwrap();
                     if response.status() != 200 {
-                        assert_eq!(response.status(), 409);
+                        // Held (409), or the lock-delay after a lapse (423).
+                        let status = response.status().as_u16();
+                        assert!(status == 409 || status == 423, "acquire: {status}");
                         tokio::time::sleep(Duration::from_millis(rng.gen_range(5..40))).await;
                         continue;
                     }
@@ -232,7 +245,9 @@ async fn station_with_slow_vset1() -> station_simulator::SimulatorHandle {
 /// writes go to a slow channel, and the station's processing time changes under them; a lease
 /// that lapses leaves a safe state. The write log must then be in fence order: every applied
 /// change carries the newest fence granted when it was applied, and none of a lease appears
-/// after that lease's end (its `lease` event, published once its changes have left the station).
+/// after that lease's end (its `lease` event, published once its changes have left the station)
+/// or after a safe state that followed it. One write, midway, takes longer than two request
+/// timeouts: answered 504, in doubt, and still applied before its lease's end.
 #[tokio::test]
 async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in_fence_order() {
     let sim = station_with_slow_vset1().await;
@@ -241,6 +256,9 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
             channel: ON1.into(),
             value: "False".into(),
         }];
+        config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
+        config.station.max_processing_ms = Some(MAX_PROCESSING_MS);
+        config.lease.lock_delay_ms = Some(LOCK_DELAY_MS);
     });
     let rig = Arc::new(rig_on(sim, config, false).await);
     // Every lease event, with when the test saw it (after the gateway published it).
@@ -265,14 +283,20 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
             }
         }
     });
-    let run_for = Duration::from_secs(8);
+    let run_for = Duration::from_secs(14);
     let started = Instant::now();
-    // Processing-time faults: the station's time per request changes every 150 ms.
+    // Processing-time faults: the station's time per request changes every 150 ms; 3 s in,
+    // the next write takes longer than two request timeouts.
     let faults = tokio::spawn({
         let rig = rig.clone();
         async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+            let mut slow_write_armed = false;
             while started.elapsed() < run_for {
+                if !slow_write_armed && started.elapsed() >= Duration::from_secs(3) {
+                    rig.sim.delay_next_write_to(VSET1, SLOW_WRITE);
+                    slow_write_armed = true;
+                }
                 let processing = [0, 0, 5, 30, 90][rng.gen_range(0..5)];
                 rig.sim
                     .set_processing_time(Duration::from_millis(processing));
@@ -332,9 +356,13 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
                         .await
                         .unwrap();
                     if response.status() != 200 {
-                        // Held (409), or a safe state still pending (503).
+                        // Held (409), a lease still ending or its lock-delay (423), or a safe
+                        // state still pending (503).
                         let status = response.status().as_u16();
-                        assert!(status == 409 || status == 503, "acquire: {status}");
+                        assert!(
+                            status == 409 || status == 423 || status == 503,
+                            "acquire: {status}"
+                        );
                         tokio::time::sleep(Duration::from_millis(rng.gen_range(5..40))).await;
                         continue;
                     }
@@ -470,8 +498,17 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
             ref other => panic!("{other:?}"),
         })
         .collect();
+    // Every safe state applied (only the safe state writes ON1 here).
+    let safe_states_at: Vec<tokio::time::Instant> = rig
+        .sim
+        .write_log()
+        .iter()
+        .filter(|w| w.channel == ON1 && w.value == Value::Bool(false))
+        .map(|w| w.at)
+        .collect();
     let mut last_fence = 0;
     let mut checked = 0;
+    let mut in_doubt_applied = 0;
     for (value, applied_at) in &log {
         let attempt = attempts
             .get(value)
@@ -514,6 +551,23 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
             attempt.fence,
             *applied_at - ended
         );
+        // A safe state is applied only between leases: none between this lease's grant and
+        // its change (the change came before its own lease's safe state).
+        let granted_at = grants
+            .iter()
+            .find(|grant| grant.fence == attempt.fence)
+            .map(|grant| grant.answered_at)
+            .expect("a grant of every fence that wrote");
+        assert!(
+            !safe_states_at
+                .iter()
+                .any(|safe| granted_at < *safe && safe < applied_at),
+            "a change of fence {} was applied after a safe state that followed its lease: {attempt:?}",
+            attempt.fence
+        );
+        if attempt.status == 504 {
+            in_doubt_applied += 1;
+        }
         checked += 1;
     }
     let ok: Vec<_> = attempts.iter().filter(|(_, a)| a.status == 200).collect();
@@ -536,16 +590,18 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
         renewed + ended_in_renewal >= 4,
         "too few renewals to mean anything: {renewed} extended, {ended_in_renewal} too late"
     );
-    let safe_states = rig
-        .sim
-        .write_log()
-        .iter()
-        .filter(|w| w.channel == ON1 && w.value == Value::Bool(false))
-        .count();
+    // The slow write: answered 504 (in doubt), and the station applied it anyway.
+    let in_doubt = attempts.values().filter(|a| a.status == 504).count();
+    assert!(
+        in_doubt >= 1,
+        "no write outlived two request timeouts: the slow-write fault did not bite"
+    );
     eprintln!(
         "lease order: {} grants, {checked} fenced writes applied in order, {renewed} renewals in time, \
-         {ended_in_renewal} too late, {} lease ends seen, {safe_states} safe states",
+         {ended_in_renewal} too late, {} lease ends seen, {} safe states, {in_doubt} writes in doubt \
+         ({in_doubt_applied} of them applied, each before its lease's end)",
         grants.len(),
-        ended_at.len()
+        ended_at.len(),
+        safe_states_at.len()
     );
 }

@@ -777,8 +777,16 @@ async fn metrics_count_timeouts_crc_errors_reconnects_and_every_lease_transition
             break;
         }
     }
+    // After a lapse the next lease waits the lock-delay (station.max_processing_ms, 1.2 s).
     let (status, _) = rig
         .post("lease", json!({ "Owner": "c", "TtlMs": 30_000 }))
+        .await;
+    assert_eq!(status, 423);
+    let (status, _) = rig
+        .post(
+            "lease?waitMs=5000",
+            json!({ "Owner": "c", "TtlMs": 30_000 }),
+        )
         .await;
     assert_eq!(status, 200);
     let broken = rig

@@ -165,7 +165,11 @@ async fn a_safe_stop_in_the_middle_of_a_holders_writes_ends_the_lease_and_applie
 
 #[tokio::test]
 async fn a_safe_stop_with_nobody_holding_still_applies_the_safe_state_and_a_reason_is_required() {
-    let rig = rig(|config| config.lease.safe_state = safe_state()).await;
+    let rig = rig(|config| {
+        config.lease.safe_state = safe_state();
+        config.station.max_processing_ms = Some(config.station.request_timeout_ms);
+    })
+    .await;
     let url = format!("{}/v1/safe-stop", rig.gateway.base_url());
     for body in [json!({}), json!({"Reason": "  "})] {
         let (status, answer) = post(&rig.http, url.clone(), &[], body).await;
@@ -182,7 +186,12 @@ async fn a_safe_stop_with_nobody_holding_still_applies_the_safe_state_and_a_reas
             .iter()
             .any(|w| w.channel == ON1 && w.value == Value::Bool(false))
     );
-    // Free again: a change goes ahead.
+    // Free again once read back right the second time: a change goes ahead.
+    let lease = rig.gateway.gateway.lease.clone();
+    common::until(Duration::from_secs(10), "the second read back", || {
+        lease.safe_state_pending().is_none()
+    })
+    .await;
     let (status, body) = rig.write(VSET1, "2").await;
     assert_eq!(status, 200, "{body}");
 }

@@ -134,7 +134,16 @@ impl DevTools {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() {
     let chromium = chromium();
-    let rig = rig(|c| c.status_page.interval_ms = 200).await;
+    let rig = rig(|c| {
+        c.status_page.interval_ms = 200;
+        // For the safe stop at the end: its second read back waits this long.
+        c.lease.safe_state = vec![station_gateway::config::SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+        c.station.max_processing_ms = Some(30_000);
+    })
+    .await;
     let profile = std::env::temp_dir().join(format!("sg-cdp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
     let mut browser = tokio::process::Command::new(chromium)
@@ -253,6 +262,37 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
     let png = base64::engine::general_purpose::STANDARD
         .decode(shot["data"].as_str().unwrap())
         .unwrap();
+    // A safe stop: the safe state is written and read back right once; the page shows the
+    // lease ending with its safe state waiting for the second read back.
+    let stopped = rig
+        .http
+        .post(format!("{}/v1/safe-stop", rig.gateway.base_url()))
+        .json(&json!({ "Reason": "status page test" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status(), 200);
+    let shown = "document.getElementById('lease-state').textContent + ' | ' + \
+                 document.getElementById('lease-safe-state').textContent";
+    within(
+        Duration::from_secs(10),
+        "the safe state's read back on the status page",
+        async {
+            loop {
+                let text = devtools.evaluate(&session, shown).await;
+                let text = text.as_str().unwrap_or_default();
+                if text.contains("read back right") {
+                    assert!(
+                        text.starts_with("safe state | after bench 3 ramp test's lease"),
+                        "{text}"
+                    );
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        },
+    )
+    .await;
     let _ = devtools.call(None, "Browser.close", json!({})).await;
     let _ = within(Duration::from_secs(10), "Chromium to exit", browser.wait()).await;
     let _ = std::fs::remove_dir_all(&profile);
@@ -300,5 +340,5 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
     assert!(changes.contains("class=\"badge refused\""), "{changes}");
     assert!(changes.contains("lease taken"), "{changes}");
     assert!(!dom.contains(&lease), "the lease id is on the page");
-    rig.release_lease(&lease).await;
+    // The safe stop ended the lease: nothing left to release.
 }

@@ -121,7 +121,11 @@ where
             // A malformed request is answered at once; SAMPLE's channel latency is its rate's.
             let work = match &parsed {
                 Ok(Request::Sample(_)) => shared.faults.processing(),
-                Ok(request) => shared.faults.processing() + shared.latency_of(request),
+                Ok(request) => {
+                    shared.faults.processing()
+                        + shared.latency_of(request)
+                        + shared.faults.take_next_write_extra(request)
+                }
                 Err(_) => Duration::ZERO,
             };
             let sample = match parsed {
@@ -137,13 +141,22 @@ where
                     tokio::time::sleep(work).await;
                 }
             };
+            tokio::pin!(work);
             tokio::select! {
                 biased;
                 _ = closed.cancelled() => {
-                    shared.stats.abandoned.fetch_add(1, Ordering::SeqCst);
+                    if !shared.faults.ignores_close.load(Ordering::SeqCst) || sample.is_some() {
+                        shared.stats.abandoned.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    // A station that ignores SPEC.md §4: the closing connection does not wait,
+                    // and the request is carried out behind its back, never answered.
+                    drop(permit);
+                    work.await;
+                    let _ = answer(&shared, &frame, id, &options).await;
                     return;
                 }
-                _ = work => {}
+                _ = &mut work => {}
             }
             if let Some(request) = sample {
                 crate::sampling::acquire_owned(shared, frame.request_id, request, stream, permit)

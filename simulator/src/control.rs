@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use crate::server::SimulatorHandle;
 
 const HELP: &str = "commands: drop | stall on|off | corrupt | delay MS | processing MS | \
+                    slowwrite CHANNEL MS | ignoreclose on|off | \
                     remove CHANNEL | restart | refuse on|off | shortread N|off | writes | \
                     reads CHANNEL | status | help";
 
@@ -86,6 +87,26 @@ pub async fn execute(simulator: &SimulatorHandle, line: &str) -> String {
                 format!("ok: processing takes {} ms", time.as_millis())
             }
             None => "error: processing MS".to_owned(),
+        },
+        "slowwrite" => match (argument, millis(words.next())) {
+            (Some(channel), Some(extra)) => {
+                simulator.delay_next_write_to(channel, extra);
+                format!(
+                    "ok: the next write to {channel} takes {} ms more",
+                    extra.as_millis()
+                )
+            }
+            _ => "error: slowwrite CHANNEL MS".to_owned(),
+        },
+        "ignoreclose" => match on_off(argument) {
+            Some(ignores) => {
+                simulator.set_ignores_close(ignores);
+                match ignores {
+                    true => "ok: a closed connection's requests are carried out anyway (SPEC.md §4 broken)".to_owned(),
+                    false => "ok: a closed connection's requests are abandoned (SPEC.md §4)".to_owned(),
+                }
+            }
+            None => "error: ignoreclose on|off".to_owned(),
         },
         "remove" => match argument {
             Some(name) if simulator.remove_channel(name) => format!("ok: removed {name}"),
@@ -187,6 +208,23 @@ mod tests {
             "ok: reads 1"
         );
         assert_eq!(execute(&simulator, "reads").await, "error: reads CHANNEL");
+        assert_eq!(
+            execute(&simulator, &format!("slowwrite {name} 250")).await,
+            format!("ok: the next write to {name} takes 250 ms more")
+        );
+        assert_eq!(
+            execute(&simulator, "slowwrite ON1").await,
+            "error: slowwrite CHANNEL MS"
+        );
+        assert!(
+            execute(&simulator, "ignoreclose on")
+                .await
+                .starts_with("ok: a closed connection's requests are carried out anyway")
+        );
+        assert_eq!(
+            execute(&simulator, "ignoreclose").await,
+            "error: ignoreclose on|off"
+        );
         assert!(
             execute(&simulator, "status")
                 .await

@@ -262,6 +262,24 @@ impl SimulatorHandle {
         *lock(&self.shared.faults.inquiry_delay) = delay;
     }
 
+    /// The next WRITE (on any connection) that touches `channel` takes `extra` longer than it
+    /// would; later ones do not. One slow request among many, e.g. longer than two of the
+    /// gateway's timeouts.
+    pub fn delay_next_write_to(&self, channel: &str, extra: Duration) {
+        *lock(&self.shared.faults.next_write_extra) = Some((channel.to_owned(), extra));
+    }
+
+    /// While `true`, the station ignores SPEC.md §4: a request still being worked on when its
+    /// connection closes is carried out anyway (a write applied late, its answer never sent),
+    /// and the closing connection does not wait for it. A faulty station, for tests of what
+    /// the gateway does when a change lands after it reset the link.
+    pub fn set_ignores_close(&self, ignores: bool) {
+        self.shared
+            .faults
+            .ignores_close
+            .store(ignores, Ordering::SeqCst);
+    }
+
     /// Closes the listening socket (connection attempts are refused) or opens it again on the
     /// same address. Open connections are not touched; see [`SimulatorHandle::power_off`].
     pub async fn set_refuse_connections(&self, refuse: bool) -> io::Result<()> {

@@ -67,6 +67,12 @@ pub(crate) struct Faults {
     pub corrupt_next: AtomicBool,
     pub reply_delay: Mutex<Duration>,
     pub processing: Mutex<Duration>,
+    /// A station that ignores SPEC.md §4: a closed connection's requests are carried out
+    /// anyway (their writes applied, never answered) instead of abandoned.
+    pub ignores_close: AtomicBool,
+    /// Extra time the next WRITE to a channel takes (one request only: the first WRITE
+    /// touching that channel takes it).
+    pub next_write_extra: Mutex<Option<(String, Duration)>>,
     /// The most bytes a BUS reply carries, whatever the bus received (a short read).
     pub bus_read_limit: Mutex<Option<usize>>,
     /// Time a CONFIGURE inquiry (no settings) takes before it is answered.
@@ -80,6 +86,23 @@ impl Faults {
 
     pub(crate) fn processing(&self) -> Duration {
         *lock(&self.processing)
+    }
+
+    /// The extra time of the next WRITE to its channel, taken by the first `request` that
+    /// writes that channel (so only one request gets it).
+    pub(crate) fn take_next_write_extra(&self, request: &Request) -> Duration {
+        let Request::Write { items } = request else {
+            return Duration::ZERO;
+        };
+        let mut armed = lock(&self.next_write_extra);
+        match armed.as_ref() {
+            Some((channel, extra)) if items.iter().any(|(name, _)| name == channel) => {
+                let extra = *extra;
+                *armed = None;
+                extra
+            }
+            _ => Duration::ZERO,
+        }
     }
 
     pub(crate) fn bus_read_limit(&self) -> Option<usize> {

@@ -442,3 +442,50 @@ async fn a_request_still_in_progress_when_its_connection_closes_is_abandoned() {
     );
     assert_eq!(sim.requests_abandoned(), 1);
 }
+
+/// The faults `set_ignores_close` and `delay_next_write_to`: a station that breaks SPEC.md
+/// §4 carries out a closed connection's request anyway, never answering it; the one write
+/// made slow lands after the next connection's write, which takes its usual time.
+#[tokio::test]
+async fn a_station_that_ignores_the_close_carries_out_a_closed_connections_request_late() {
+    let sim = start_default().await;
+    sim.set_ignores_close(true);
+    sim.delay_next_write_to(ON1, Duration::from_millis(600));
+    let mut first = raw_link(&sim).await;
+    let on = Request::Write {
+        items: vec![(ON1.into(), Value::Bool(true))],
+    };
+    send(&mut first, 1, &on).await;
+    drop(first);
+    let mut second = raw_link(&sim).await;
+    let off = Request::Write {
+        items: vec![(ON1.into(), Value::Bool(false))],
+    };
+    send(&mut second, 1, &off).await;
+    assert_eq!(
+        next_reply(&mut second).await,
+        (1, Response::Write(vec![Ok(())]))
+    );
+    let on1 = || -> Vec<Value> {
+        sim.write_log()
+            .into_iter()
+            .filter(|w| w.channel == ON1)
+            .map(|w| w.value)
+            .collect()
+    };
+    assert_eq!(
+        on1(),
+        [Value::Bool(false)],
+        "only one write took 600 ms more"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while on1().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        on1(),
+        [Value::Bool(false), Value::Bool(true)],
+        "the closed connection's write was not carried out late"
+    );
+    assert_eq!(sim.requests_abandoned(), 0);
+}

@@ -108,6 +108,14 @@ impl Config {
             None => MAX_PROCESSING_PER_TIMEOUT * self.request_timeout(),
         }
     }
+
+    /// `lease.lock_delay_ms`, or `station.max_processing_ms` when not set.
+    pub fn lock_delay(&self) -> Duration {
+        match self.lease.lock_delay_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None => self.max_processing(),
+        }
+    }
 }
 
 /// The dotted key (`http.max_body_bytes`) of the `key = value` line holding byte `at`, with

@@ -233,8 +233,17 @@ pub struct LeaseConfig {
     pub name: String,
     /// A bearer token that may break anyone's lease with `DELETE api/lease`; off when empty.
     pub admin_token: String,
-    /// Channel writes applied when a lease runs out without being released.
+    /// Channel writes applied when a lease runs out without being released (or is
+    /// safe-stopped). Done only once confirmed and read back right twice: right after its
+    /// writes and again `station.max_processing_ms` later.
     pub safe_state: Vec<SafeWrite>,
+    /// How far a number read back may be from the safe state's value and still count as
+    /// right (absolute; booleans, enums and strings must match exactly).
+    pub safe_state_tolerance: f64,
+    /// How long a new lease waits after one that ran out unreleased, was broken or
+    /// safe-stopped, or ended with changes in doubt (a lock-delay); `None`:
+    /// `station.max_processing_ms`. 0 turns it off.
+    pub lock_delay_ms: Option<u64>,
     /// With a shared backend: how long this gateway's link-owner lease lives without renewal.
     /// It is renewed every third of it (each renewal given a third), and the link sends
     /// nothing later than four fifths of it after the last confirmed renewal was sent.
@@ -323,6 +332,8 @@ impl Default for LeaseConfig {
             name: String::new(),
             admin_token: String::new(),
             safe_state: Vec::new(),
+            safe_state_tolerance: 0.001,
+            lock_delay_ms: None,
             link_owner_ttl_ms: 10_000,
             link_owner_state: String::new(),
         }

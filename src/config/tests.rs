@@ -143,3 +143,31 @@ fn event_ranges_take_names_and_globs_and_refuse_a_bad_pattern_or_range() {
         );
     }
 }
+
+#[test]
+fn the_lock_delay_is_the_longest_processing_unless_set_and_at_most_an_hour() {
+    let config = Config::from_toml("[station]\nrequest_timeout_ms = 1000\n", "x.toml").unwrap();
+    assert_eq!(config.lock_delay(), Duration::from_millis(4000));
+    let config = Config::from_toml("[lease]\nlock_delay_ms = 0\n", "x.toml").unwrap();
+    assert_eq!(config.lock_delay(), Duration::ZERO);
+    let config = Config::from_toml("[lease]\nlock_delay_ms = 1500\n", "x.toml").unwrap();
+    assert_eq!(config.lock_delay(), Duration::from_millis(1500));
+    let error = Config::from_toml("[lease]\nlock_delay_ms = 3600001\n", "x.toml").unwrap_err();
+    assert!(error.to_string().contains("lease.lock_delay_ms"), "{error}");
+}
+
+#[test]
+fn the_safe_state_tolerance_is_a_number_at_least_zero() {
+    let config = Config::from_toml("", "x.toml").unwrap();
+    assert_eq!(config.lease.safe_state_tolerance, 0.001);
+    let config = Config::from_toml("[lease]\nsafe_state_tolerance = 0.5\n", "x.toml").unwrap();
+    assert_eq!(config.lease.safe_state_tolerance, 0.5);
+    for bad in ["-0.1", "nan", "inf"] {
+        let text = format!("[lease]\nsafe_state_tolerance = {bad}\n");
+        let error = Config::from_toml(&text, "x.toml").unwrap_err();
+        assert!(
+            error.to_string().contains("lease.safe_state_tolerance"),
+            "{bad}: {error}"
+        );
+    }
+}

@@ -108,6 +108,19 @@ impl Config {
         if !self.legacy.listen.is_empty() {
             parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;
         }
+        if !(self.lease.safe_state_tolerance.is_finite() && self.lease.safe_state_tolerance >= 0.0)
+        {
+            return Err(invalid(
+                "lease.safe_state_tolerance",
+                "must be a number at least 0 (how far a number read back may be from the safe state's)",
+            ));
+        }
+        if self.lease.lock_delay_ms.is_some_and(|ms| ms > 3_600_000) {
+            return Err(invalid(
+                "lease.lock_delay_ms",
+                "must be at most 3600000 (1 h); 0 turns the lock-delay off",
+            ));
+        }
         station_lease::BackendUrl::parse(&self.lease.backend)
             .map_err(|error| invalid("lease.backend", error.to_string()))?;
         let ttl = std::time::Duration::from_millis(self.lease.link_owner_ttl_ms);

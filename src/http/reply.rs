@@ -5,7 +5,7 @@ use std::convert::Infallible;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 
 use crate::error::{ApiError, ErrorKind};
@@ -38,6 +38,11 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
         status,
         &serde_json::json!({ "error": error.message, "status": status.as_u16() }),
     );
+    if let Some(seconds) = error.retry_after_seconds() {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(seconds));
+    }
     response.extensions_mut().insert(error.kind);
     response
 }

@@ -49,6 +49,10 @@ pub struct LeaseView {
     /// On the event of a lease that a safe stop ended: "safe-stopped by CALLER: REASON".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
+    /// While free but within the lock-delay after a lease that did not end cleanly: how long
+    /// a new lease still waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
 }
 
 impl LeaseView {
@@ -60,11 +64,13 @@ impl LeaseView {
             since: None,
             safe_state: None,
             ended: None,
+            lock_delay_ms: None,
         }
     }
 }
 
-/// A safe state still owed: after whose lease, how many tries so far and why the last failed.
+/// A safe state still owed: after whose lease, how many tries so far and why the last failed,
+/// where it is (written, read back), and how often a late change overrode it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SafeStateView {
@@ -72,6 +78,19 @@ pub struct SafeStateView {
     pub after: String,
     pub tries: u32,
     pub last_error: Option<String>,
+    pub step: SafeStateStepView,
+    /// Times a read back found a late change over the safe state (applied again each time).
+    pub overridden: u32,
+}
+
+/// Where a safe state owed is: being written, being read back (right after its writes), or
+/// read back right once and waiting `station.max_processing_ms` for its second read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SafeStateStepView {
+    Writing,
+    ReadingBack,
+    SecondReadBack,
 }
 
 /// What a request needs of the lease; decided per route, enforced in one place.
@@ -149,8 +168,29 @@ pub enum LeaseError {
         tries: u32,
         last_error: String,
     },
+    /// An acquisition within the lock-delay after a lease that did not end cleanly: a change
+    /// of it may still land (a station that ignores SPEC.md §4), so the next holder waits.
+    #[error(
+        "{after}'s lease {why}: a new lease waits the lock-delay (lease.lock_delay_ms), another {} ({} ms), so that none of its late changes can land in the next one; try again then or wait with ?waitMs=N", seconds_left(*.wait), .wait.as_millis()
+    )]
+    LockDelay {
+        after: String,
+        why: &'static str,
+        wait: Duration,
+    },
     #[error("{0}")]
     Store(#[from] LeaseStoreError),
+}
+
+impl LeaseError {
+    /// How long a client refused this should wait before it tries again, when that is known
+    /// (for `Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LeaseError::LockDelay { wait, .. } => Some(*wait),
+            _ => None,
+        }
+    }
 }
 
 /// "12 s", rounded up so a lease with time left never says 0.

@@ -35,8 +35,17 @@ pub(crate) enum Command {
     /// Answered once no change admitted under `fence` may still be at the station.
     Settle {
         fence: u64,
-        reply: oneshot::Sender<()>,
+        reply: oneshot::Sender<Settled>,
     },
+}
+
+/// The answer to a settle: nothing of the fence may still be at the station, and whether a
+/// change of it left doubt unanswered on the way (it outlived `station.max_processing_ms`, or
+/// the connection ended while it was at the station): a station that ignores SPEC.md §4 may
+/// still carry it out, so the next holder waits the lock-delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Settled {
+    pub had_doubts: bool,
 }
 
 /// A client connection, by its peer address: who asked for a read.

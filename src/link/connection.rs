@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tracing::info;
 
-use super::command::{Command, PartSink};
+use super::command::{Command, PartSink, Settled};
 use super::error::{LinkDown, LinkError, OutcomeCause};
 use super::guard::SendGuard;
 use super::handshake::Framing;
@@ -145,7 +145,7 @@ pub struct Connection {
     reads: ReadQueue,
     changes: VecDeque<Queued>,
     /// Who waits until the changes of a fence have left the station.
-    settling: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
+    settling: Vec<(u64, tokio::sync::oneshot::Sender<Settled>)>,
     list_refresh_running: bool,
     /// A configuration NOTIFY came while a LIST refresh was running: its pages may be older
     /// than the change, so it starts over instead of publishing (SPEC.md §6.3).
@@ -238,8 +238,9 @@ impl Connection {
             .into_iter()
             .partition(|(fence, _)| !session.changes_in_flight_under(*fence));
         self.settling = waiting;
-        for (_, reply) in settled {
-            let _ = reply.send(());
+        for (fence, reply) in settled {
+            let had_doubts = self.session.take_lapsed(fence);
+            let _ = reply.send(Settled { had_doubts });
         }
     }
 
@@ -295,9 +296,12 @@ impl Connection {
     /// Answers everything in flight and queued when the session ends: a change already sent
     /// has an unknown outcome; everything else was not done.
     pub fn fail_everything(&mut self, why: &LinkDown) {
-        // The link is reset: nothing of this session is at the station any more.
-        for (_, settled) in self.settling.drain(..) {
-            let _ = settled.send(());
+        // The link is reset: nothing of this session is at the station any more, unless the
+        // station ignores SPEC.md §4 (a change of the fence that lapsed, or still unanswered).
+        for (fence, settled) in std::mem::take(&mut self.settling) {
+            let had_doubts =
+                self.session.take_lapsed(fence) || self.session.changes_in_flight_under(fence);
+            let _ = settled.send(Settled { had_doubts });
         }
         let not_done = LinkError::Disconnected(why.clone());
         for in_flight in self.session.drain() {

@@ -28,8 +28,8 @@ use station_protocol::sample::{SampleAssembler, SampleEnd, SampleRequest};
 use station_protocol::{Configure, ConfigureReply, ItemResult, Opcode, Request, Response, Value};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-pub use command::Caller;
 use command::Command;
+pub use command::{Caller, Settled};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use guard::{GuardRefusal, Guarded, SendGuard};
 pub use info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
@@ -227,17 +227,14 @@ impl LinkHandle {
     /// closed connection's requests before it takes the next one's (SPEC.md §4), so nothing of
     /// that fence lands after. Changes of that fence still queued are not waited for: their
     /// send guard refuses them once the lease has ended, which the caller makes sure of first.
-    /// Never fails: with no link, nothing is at the station.
-    pub async fn settle(&self, fence: Option<u64>) {
+    /// Never fails: with no link, nothing is at the station. Says whether a change of the
+    /// fence left doubt unanswered ([`Settled::had_doubts`]).
+    pub async fn settle(&self, fence: Option<u64>) -> Settled {
         let (reply, settled) = oneshot::channel();
         let fence = fence.unwrap_or(session::FREE_FENCE);
-        if self
-            .commands
-            .send(Command::Settle { fence, reply })
-            .await
-            .is_ok()
-        {
-            let _ = settled.await;
+        match self.commands.send(Command::Settle { fence, reply }).await {
+            Ok(()) => settled.await.unwrap_or_default(),
+            Err(_) => Settled::default(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! when, the changes in doubt, the PING that checks the station still answers, and the one
 //! check that a reply answers its request. Unit-tested below with `Instant`s passed in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use station_protocol::{ChangeType, ChannelDescriptor, Opcode, PayloadError, Response};
@@ -104,6 +104,9 @@ pub struct Session {
     /// carry them out, so they count as at the station (under their fence) until their late
     /// reply comes, the session ends (the link is reset), or `max_processing` has passed.
     in_doubt: HashMap<u32, InDoubt>,
+    /// Fences with a change that left doubt unanswered (it outlived `max_processing`), until
+    /// a settle of the fence takes them ([`Session::take_lapsed`]).
+    lapsed: HashSet<u64>,
     /// The longest the station may take over a request (`station.max_processing_ms`).
     max_processing: Duration,
     ping_outstanding: bool,
@@ -123,6 +126,7 @@ impl Session {
             busy: 0,
             fences: HashMap::new(),
             in_doubt: HashMap::new(),
+            lapsed: HashSet::new(),
             ping_outstanding: false,
             late_replies: 0,
         }
@@ -305,10 +309,18 @@ impl Session {
             .into_iter()
             .filter_map(|id| self.in_doubt.remove(&id).map(|d| d.fence))
             .collect();
+        self.lapsed.extend(fences.iter().copied());
         match fences.iter().find(|&&fence| waited_for(fence)) {
             Some(&fence) => Lapse::Reset { fence },
             None => Lapse::Forgotten(fences),
         }
+    }
+
+    /// Whether a change of `fence` left doubt unanswered since the last time this was asked
+    /// of it (it outlived `max_processing`): the settle of a lease's end asks, for its
+    /// lock-delay.
+    pub fn take_lapsed(&mut self, fence: u64) -> bool {
+        self.lapsed.remove(&fence)
     }
 
     /// Takes out everything in flight, when the session ends. Nothing is in doubt any more:

@@ -184,6 +184,26 @@ fn changes_admitted_under_a_fence_are_known_to_be_in_flight_until_answered() {
         "unanswered for the longest the station may take: it was carried out or never will be"
     );
     assert_eq!(session.next_deadline(), None);
+    // The lease's end learns of it once, for its lock-delay.
+    assert!(!session.take_lapsed(7));
+    assert!(session.take_lapsed(8));
+    assert!(!session.take_lapsed(8));
+}
+
+#[test]
+fn a_change_in_doubt_answered_late_leaves_nothing_lapsed() {
+    let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
+    let now = Instant::now();
+    change(&mut session, Some(8), now);
+    session.expired(now + TIMEOUT);
+    assert!(session.in_doubt_under(8));
+    session.verify_reply(1, Ok(Response::Write(vec![Ok(())])));
+    assert!(!session.changes_in_flight_under(8));
+    assert_eq!(
+        session.lapse_doubts(now + MAX_PROCESSING, |_| true),
+        Lapse::Forgotten(vec![])
+    );
+    assert!(!session.take_lapsed(8));
 }
 
 #[test]

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::LinkHandle;
-use super::command::Command;
+use super::command::{Command, Settled};
 use super::connection::{Connection, Shared};
 use super::error::{LinkDown, LinkError};
 use super::handshake::{self, Connected};
@@ -332,7 +332,7 @@ impl Command {
             }
             // No session: nothing of any lease is at the station.
             Command::Settle { reply, .. } => {
-                let _ = reply.send(());
+                let _ = reply.send(Settled::default());
             }
         }
     }

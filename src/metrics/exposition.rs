@@ -253,9 +253,16 @@ impl Snapshot<'_> {
         );
         single(
             &mut out,
+            "lease_safe_state_overridden_total",
+            "counter",
+            "Read backs of the safe state that found a channel otherwise than the safe state wants (a late change overrode it; it is applied again).",
+            self.lease.safe_state_overridden.get(),
+        );
+        single(
+            &mut out,
             "lease_safe_state_pending",
             "gauge",
-            "1 while a safe state is owed and not yet confirmed by the station (no change and no new lease meanwhile).",
+            "1 while a safe state is owed and not yet done: written, confirmed by the station and read back right twice (no change and no new lease meanwhile).",
             u8::from(self.safe_state_pending),
         );
         header(

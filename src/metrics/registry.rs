@@ -114,6 +114,8 @@ pub struct LeaseCounters {
     /// Tries of the safe state after a lease ran out: confirmed by the station, or not.
     pub safe_state_applied: Counter,
     pub safe_state_failed: Counter,
+    /// Read backs of the safe state that found a late change over it (applied again).
+    pub safe_state_overridden: Counter,
 }
 
 /// HTTP requests and connections cut by a timeout, by the stage they were in.

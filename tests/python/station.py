@@ -92,6 +92,13 @@ def raw_request(base_url: str, method: str, path: str, body: bytes | str | None 
         conn.close()
 
 
+def lease_takeable(base_url: str) -> bool:
+    """Nobody holds the lease and no lock-delay is left (`lockDelayMs` in `GET api/lease`,
+    which the client's LeaseDto does not carry): an acquire now is served."""
+    seen = json.loads(raw_request(base_url, "GET", "api/lease").body)
+    return not seen["held"] and "lockDelayMs" not in seen
+
+
 def raw_exchange(base_url: str, request: bytes, timeout: float = 10.0) -> bytes:
     """Writes `request` bytes to the server and returns everything it answers until it closes
     (or goes quiet). A server that answers early and closes while we still send is fine: we

@@ -22,6 +22,7 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ \S+ \S+ (\d{3}|-)
 def no_lease_before_or_after(gateway_url: str) -> Iterator[None]:
     with AccordionQ2Client(gateway_url, timeout=10) as watcher:
         wait_for(lambda: not watcher.lease.get().held, 35, "the lease free before the test")
+        wait_for(lambda: station.lease_takeable(gateway_url), 35, "the lock-delay over before the test")
         yield
         wait_for(lambda: not watcher.lease.get().held, 10, "the lease free after the test")
 

@@ -10,7 +10,7 @@ from accordionq2 import AccordionQ2ApiError, AccordionQ2Client
 
 import station
 from simproc import SimProcess
-from station import raw_request, wait_for
+from station import lease_takeable, raw_request, wait_for
 
 OWNER = "TAT station 3"
 OTHER = "TAT station 7"
@@ -28,6 +28,8 @@ def no_lease_before_or_after(gateway_url: str) -> Iterator[None]:
     (a lease left behind would turn the rest of the suite's writes into 423s)."""
     with AccordionQ2Client(gateway_url, timeout=10) as watcher:
         wait_for(lambda: lease_free(watcher), 35, "the lease free before the test")
+        # A lease an earlier test let lapse makes the next wait its lock-delay.
+        wait_for(lambda: lease_takeable(gateway_url), 35, "the lock-delay over before the test")
         yield
         wait_for(lambda: lease_free(watcher), 10, "the lease free after the test")
 
@@ -142,7 +144,7 @@ def test_after_expiry_renew_is_404_and_the_next_write_423_lease_ended(two) -> No
     a.resources.set_value(station.VSET1, "0")
 
 
-def test_a_lease_not_renewed_ends_within_its_ttl(two) -> None:
+def test_a_lease_not_renewed_ends_within_its_ttl(two, gateway_url) -> None:
     a, b = two
     started = time.monotonic()
     taken = a.lease.acquire(OWNER, ttl_ms=1000)
@@ -151,6 +153,12 @@ def test_a_lease_not_renewed_ends_within_its_ttl(two) -> None:
     took = time.monotonic() - started
     # It ran out, rather than being released early: it lasted most of its TTL.
     assert took >= 0.8, f"a 1 s lease ended after {took:.2f} s"
+    # Unreleased: the next lease waits the lock-delay (station.max_processing_ms by default).
+    with pytest.raises(AccordionQ2ApiError) as caught:
+        b.lease.acquire(OTHER, ttl_ms=5000)
+    assert caught.value.status_code == 423, repr(caught.value)
+    assert "lock-delay" in str(caught.value), str(caught.value)
+    wait_for(lambda: lease_takeable(gateway_url), 10 + SLACK_S, "the lock-delay over")
     b.lease.acquire(OTHER, ttl_ms=5000)
     b.lease.release()
 

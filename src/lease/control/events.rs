@@ -10,6 +10,9 @@ use tokio::time::Instant;
 use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
 use super::super::{LeaseError, LeaseStoreError, LeaseView};
 use super::LeaseAnswer;
+use super::read_back::Differs;
+use super::state::LockDelayWhy;
+pub(super) use super::state::ReadBackRound;
 use crate::link::LinkError;
 
 /// Who a new lease is for.
@@ -51,6 +54,17 @@ impl EndCause {
     /// Whether a lease that ended so leaves the safe state to apply (when one is configured).
     pub(super) fn owes_safe_state(&self) -> bool {
         matches!(self, EndCause::RanOut | EndCause::SafeStopped { .. })
+    }
+
+    /// Why the next holder waits the lock-delay after a lease that ended so; `None` for a clean
+    /// end (released, or never claimed).
+    pub(super) fn lock_delay_why(&self) -> Option<LockDelayWhy> {
+        match self {
+            EndCause::RanOut => Some(LockDelayWhy::RanOut),
+            EndCause::Broken { .. } => Some(LockDelayWhy::Broken),
+            EndCause::SafeStopped { .. } => Some(LockDelayWhy::SafeStopped),
+            EndCause::Released | EndCause::Unclaimed => None,
+        }
     }
 }
 
@@ -103,10 +117,14 @@ pub(super) enum Event {
         releasing: Releasing,
         answer: Result<bool, LeaseStoreError>,
     },
-    /// The changes of the fence `Settle` named have left the station.
-    ChangesSettled,
+    /// The changes of the fence `Settle` named have left the station; `had_doubts`: one of them
+    /// left doubt unanswered (outlived `station.max_processing_ms`, or the link went down).
+    ChangesSettled { had_doubts: bool },
     /// The station's answer to the safe state: `Err` says why it is not confirmed.
     SafeStateAnswered(Result<(), SafeStateError>),
+    /// The safe state's channels read back from the hardware: those that differ from it
+    /// (none: it holds), or why they could not be read.
+    SafeStateReadBack(Result<Vec<Differs>, SafeStateError>),
     /// The new lease with `fence` could not be delivered: its client had gone away.
     Unclaimed { fence: u64 },
     /// The station link is up (`connected`) or down, in its `generation`.
@@ -145,7 +163,7 @@ pub struct SafeStopOutcome {
 pub enum SafeStopState {
     /// `[lease] safe_state` is empty: nothing to apply.
     NotConfigured,
-    /// The station confirmed every write.
+    /// The station confirmed every write, and the channels read back right.
     Confirmed,
     /// Not confirmed yet (`why`, after `tries`): the lease task retries it with back-off, and
     /// nobody changes the station or takes the lease until it is.
@@ -153,7 +171,7 @@ pub enum SafeStopState {
 }
 
 /// Something to record: a log line, a counter and, where one exists, the audit notice.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Record {
     Taken {
         owner: String,
@@ -186,6 +204,21 @@ pub(super) enum Record {
         why: String,
         retry_in: Duration,
     },
+    /// The safe state read back otherwise than written: a late change overrode it (`round`:
+    /// found by the read back right after the writes or by the one after the longest
+    /// processing); it is applied again (`retry_in` from now).
+    SafeStateOverridden {
+        owner: String,
+        fence: u64,
+        round: ReadBackRound,
+        differs: Vec<Differs>,
+        retry_in: Duration,
+    },
+    /// The safe state read back right the second time: it is done.
+    SafeStateReadBack {
+        owner: String,
+        fence: u64,
+    },
 }
 
 /// What the shell must do, in order.
@@ -215,12 +248,15 @@ pub(super) enum Action {
     /// Clears the store's mark that a safe state is owed.
     ForgetOwed,
     /// Waits until no change admitted under `fence` (`None`: while nobody held it) may still
-    /// be at the station; then [`Event::ChangesSettled`].
+    /// be at the station; then [`Event::ChangesSettled { had_doubts: false }`].
     Settle(Option<u64>),
     /// Writes the safe state owed after `after`'s lease; then [`Event::SafeStateAnswered`].
     SendSafeState {
         after: String,
     },
+    /// Reads the safe state's channels from the hardware and compares them with it; then
+    /// [`Event::SafeStateReadBack`].
+    ReadBackSafeState,
     /// Sends the lease as anyone may see it on the `lease` event.
     Publish(LeaseView),
     Record(Record),
@@ -255,6 +291,17 @@ pub(super) enum SafeStateError {
     /// The station refused these channels (name, the station's message).
     #[error("{}", refused_text(.0))]
     Refused(Vec<(String, String)>),
+    /// The station would not read these channels back (name, why).
+    #[error("{}", unread_text(.0))]
+    ReadBack(Vec<(String, String)>),
+}
+
+fn unread_text(unread: &[(String, String)]) -> String {
+    let unread: Vec<String> = unread
+        .iter()
+        .map(|(name, why)| format!("the safe state could not be read back from {name}: {why}"))
+        .collect();
+    unread.join("; ")
 }
 
 fn refused_text(refused: &[(String, String)]) -> String {

@@ -12,8 +12,9 @@ use tracing::{info, warn};
 use super::super::store::AcquireRequest;
 use super::super::{LeaseError, LeaseStoreError};
 use super::events::{Event, SafeStateError};
-use super::state::LeaseState;
-use super::{ControlLease, lock};
+use super::read_back::{self, Differs};
+use super::state::{LeaseState, SafeStateStep};
+use super::{ControlLease, SafeState, lock};
 
 /// How long the store remembers that a safe state is owed (a gateway down longer than this
 /// forgets it).
@@ -64,8 +65,14 @@ impl ControlLease {
     pub fn safe_state_pending(&self) -> Option<String> {
         match lock(&self.machine).state() {
             LeaseState::Ending(ending) if ending.safe_state_owed => Some(format!(
-                "the safe state after {}'s lease is not yet confirmed by the station ({} tries{})",
+                "the safe state after {}'s lease is not yet done ({}; {} failed tries{})",
                 ending.owner,
+                match ending.step {
+                    SafeStateStep::Write => "being written",
+                    SafeStateStep::ReadBack(_) => "being read back",
+                    SafeStateStep::SecondReadBackAt(_) =>
+                        "read back right, to be read back again after the longest processing",
+                },
                 ending.tries,
                 ending
                     .last_error
@@ -168,12 +175,9 @@ impl ControlLease {
         }
     }
 
-    /// Writes the safe state through the link; `Ok` only when the station confirmed every
-    /// write.
-    pub(super) async fn apply_safe_state(&self, after: &str) -> Result<(), SafeStateError> {
-        let Some(safe) = &self.safe_state else {
-            return Ok(());
-        };
+    /// The safe state's writes as values of their channels' types (the station's channel
+    /// table says which).
+    fn safe_state_items(safe: &SafeState) -> Result<Vec<(String, Value)>, SafeStateError> {
         let channels = safe.link.info().channels.clone();
         let mut items = Vec::with_capacity(safe.writes.len());
         for write in &safe.writes {
@@ -191,6 +195,28 @@ impl ControlLease {
                 }
             }
         }
+        Ok(items)
+    }
+
+    /// Reads the safe state's channels back from the hardware (never the cache) and compares
+    /// them with it: the channels that differ.
+    pub(super) async fn read_back_safe_state(&self) -> Result<Vec<Differs>, SafeStateError> {
+        let Some(safe) = &self.safe_state else {
+            return Ok(Vec::new());
+        };
+        let wanted = Self::safe_state_items(safe)?;
+        let names = wanted.iter().map(|(name, _)| name.clone()).collect();
+        let read = safe.link.read(names).await.map_err(SafeStateError::Link)?;
+        read_back::compare(&wanted, read, safe.tolerance).map_err(SafeStateError::ReadBack)
+    }
+
+    /// Writes the safe state through the link; `Ok` only when the station confirmed every
+    /// write.
+    pub(super) async fn apply_safe_state(&self, after: &str) -> Result<(), SafeStateError> {
+        let Some(safe) = &self.safe_state else {
+            return Ok(());
+        };
+        let items = Self::safe_state_items(safe)?;
         let names: Vec<String> = items.iter().map(|(name, _)| name.clone()).collect();
         let results = safe
             .link

@@ -5,8 +5,11 @@
 //! runtime: unit-tested with plain `#[test]`s (`machine_tests.rs`).
 //!
 //! An action that asks something of the store, the link or the station (`Take`, `Refresh`,
-//! `Release`, `Settle`, `SendSafeState`) is always the last of its batch; its answer comes back
-//! as the next event. A lease ends in one place: [`LeaseMachine::end`].
+//! `Release`, `Settle`, `SendSafeState`, `ReadBackSafeState`) is always the last of its batch;
+//! its answer comes back as the next event. A lease ends in one place: [`LeaseMachine::end`].
+//! The safe state's read back is decided in `machine/read_back.rs`, the safe stop in
+//! `machine/safe_stop.rs`; the lock-delay after a lease that did not end cleanly here
+//! ([`LeaseMachine::finish`]).
 
 use std::time::Duration;
 
@@ -15,10 +18,12 @@ use tokio::time::Instant;
 use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
 use super::super::{LeaseError, LeaseStoreError, LeaseView};
 use super::events::{
-    Action, Answer, EndCause, Event, Grantee, Record, Releasing, SafeStateError, SafeStopState,
+    Action, Answer, EndCause, Event, Grantee, ReadBackRound, Record, Releasing, SafeStateError,
+    SafeStopState,
 };
-use super::state::{EndingLease, LeaseState, LiveLease};
+use super::state::{EndingLease, LeaseState, LiveLease, LockDelay, LockDelayWhy, SafeStateStep};
 
+mod read_back;
 mod safe_stop;
 
 /// The first wait between tries of the safe state, and the longest.
@@ -45,6 +50,13 @@ pub(super) struct LeaseMachine {
     generation: Option<u64>,
     /// A safe stop waiting for its answer, and the lease it ended (owner, fence), if any.
     stopping: Option<Option<(String, u64)>>,
+    /// How long after the first read back of the safe state the second is due
+    /// (`station.max_processing_ms`: any change still at the station has landed by then).
+    read_back_after: Duration,
+    /// How long a new lease waits after one that did not end cleanly (`lease.lock_delay_ms`).
+    lock_delay: Duration,
+    /// The lock-delay of the lease that ended last, while free.
+    locked: Option<LockDelay>,
 }
 
 impl LeaseMachine {
@@ -59,7 +71,23 @@ impl LeaseMachine {
             granting: None,
             generation: None,
             stopping: None,
+            read_back_after: Duration::ZERO,
+            lock_delay: Duration::ZERO,
+            locked: None,
         }
+    }
+
+    /// The machine, with a new lease waiting `lock_delay` after one that did not end cleanly.
+    pub(super) fn with_lock_delay(mut self, lock_delay: Duration) -> LeaseMachine {
+        self.lock_delay = lock_delay;
+        self
+    }
+
+    /// The machine, with the second read back of a safe state due `read_back_after` after the
+    /// first.
+    pub(super) fn with_read_back_after(mut self, read_back_after: Duration) -> LeaseMachine {
+        self.read_back_after = read_back_after;
+        self
     }
 
     pub(super) fn state(&self) -> &LeaseState {
@@ -71,7 +99,11 @@ impl LeaseMachine {
     pub(super) fn next_wake(&self) -> Option<Instant> {
         match &self.state {
             LeaseState::Held(live) => Some(live.expires_at),
-            LeaseState::Ending(ending) if ending.safe_state_owed => Some(self.retry.next_try),
+            LeaseState::Ending(ending) if ending.safe_state_owed => match ending.step {
+                SafeStateStep::SecondReadBackAt(at) => Some(at),
+                _ => Some(self.retry.next_try),
+            },
+            LeaseState::Free => self.locked.as_ref().map(|locked| locked.until),
             _ => None,
         }
     }
@@ -87,6 +119,7 @@ impl LeaseMachine {
             None => self
                 .state
                 .between_leases(now)
+                .or(self.lock_delay_at(now))
                 .unwrap_or(LeaseError::HeldByOther {
                     owner: "a client that waited for it".into(),
                     expires_in: Duration::ZERO,
@@ -104,6 +137,9 @@ impl LeaseMachine {
                 wait,
                 line_empty,
             } => self.acquire(owner, ttl, presented.as_deref(), wait, line_empty, now),
+            Event::NextInLine { ticket, .. } if self.lock_delay_at(now).is_some() => {
+                vec![Action::BackInLine(ticket)]
+            }
             Event::NextInLine { ticket, owner, ttl } => self.take(
                 Grantee::Waiter(ticket),
                 AcquireRequest::new(owner, ttl),
@@ -153,7 +189,7 @@ impl LeaseMachine {
                 Ok(Some(grant)) => self.install_renewal(&token, grant, asked_at, now),
                 Ok(None) => {
                     // The store says it ended before our clock did: it ran out.
-                    let mut actions = self.end_held(&token, EndCause::RanOut);
+                    let mut actions = self.end_held(&token, EndCause::RanOut, now);
                     actions.push(Action::Answer(Answer::Refused(LeaseError::NoSuchLease)));
                     actions
                 }
@@ -162,14 +198,15 @@ impl LeaseMachine {
                 token,
                 releasing,
                 answer,
-            } => self.released(&token, releasing, answer),
-            Event::ChangesSettled => self.changes_settled(now),
+            } => self.released(&token, releasing, answer, now),
+            Event::ChangesSettled { had_doubts } => self.changes_settled(had_doubts, now),
             Event::SafeStateAnswered(result) => self.safe_state_answered(result, now),
+            Event::SafeStateReadBack(result) => self.safe_state_read_back(result, now),
             Event::Unclaimed { fence } => match &self.state {
                 LeaseState::Held(live) if live.fence == fence => {
                     let token = live.token.clone();
                     let mut actions = vec![Action::Forget(token.clone())];
-                    actions.extend(self.end_held(&token, EndCause::Unclaimed));
+                    actions.extend(self.end_held(&token, EndCause::Unclaimed, now));
                     actions
                 }
                 _ => Vec::new(),
@@ -199,13 +236,7 @@ impl LeaseMachine {
                 if let Some(grant) = held {
                     self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
                 } else if let Some(owner) = owed_after.filter(|_| self.has_safe_state) {
-                    self.state = LeaseState::Ending(EndingLease {
-                        owner,
-                        fence: 0,
-                        safe_state_owed: true,
-                        tries: 0,
-                        last_error: None,
-                    });
+                    self.state = LeaseState::Ending(EndingLease::new(owner, 0, true));
                     self.retry_now(now);
                 }
                 Vec::new()
@@ -230,7 +261,7 @@ impl LeaseMachine {
                 remember_owed: false,
             }];
         }
-        let refusal = match self.state.between_leases(now) {
+        let refusal = match self.state.between_leases(now).or(self.lock_delay_at(now)) {
             Some(refusal) => refusal,
             None if line_empty => {
                 return self.take(
@@ -317,7 +348,7 @@ impl LeaseMachine {
                 // The store had ended the lease being renewed and made a new one: the old one
                 // ran out (safe state first); the new one is nobody's.
                 let mut actions = vec![Action::Forget(grant.token)];
-                actions.extend(self.end_held(&held, EndCause::RanOut));
+                actions.extend(self.end_held(&held, EndCause::RanOut, now));
                 actions.push(Action::Answer(Answer::Refused(LeaseError::NoSuchLease)));
                 actions
             }
@@ -355,7 +386,7 @@ impl LeaseMachine {
             }),
             Action::Forget(token.clone()),
         ];
-        actions.extend(self.end_held(token, EndCause::RanOut));
+        actions.extend(self.end_held(token, EndCause::RanOut, now));
         actions.push(Action::Answer(Answer::Refused(LeaseError::NoSuchLease)));
         actions
     }
@@ -366,6 +397,7 @@ impl LeaseMachine {
         token: &LeaseToken,
         releasing: Releasing,
         answer: Result<bool, LeaseStoreError>,
+        now: Instant,
     ) -> Vec<Action> {
         let released = match answer {
             Ok(released) => released,
@@ -378,7 +410,7 @@ impl LeaseMachine {
                 (EndCause::Broken { peer }, Answer::Broken(broken))
             }
         };
-        let mut actions = self.end_held(token, cause);
+        let mut actions = self.end_held(token, cause, now);
         actions.push(Action::Answer(answer));
         actions
     }
@@ -390,20 +422,29 @@ impl LeaseMachine {
                 // End it in the store too, should the store's clock be a hair behind ours.
                 let token = live.token.clone();
                 let mut actions = vec![Action::Forget(token.clone())];
-                actions.extend(self.end_held(&token, EndCause::RanOut));
+                actions.extend(self.end_held(&token, EndCause::RanOut, now));
                 actions
             }
-            LeaseState::Ending(ending) if !ending.safe_state_owed => self.finish(),
+            LeaseState::Ending(ending) if !ending.safe_state_owed => self.finish(now),
+            LeaseState::Free => match self.locked.take() {
+                Some(locked) if locked.until > now => {
+                    self.locked = Some(locked);
+                    Vec::new()
+                }
+                // The lock-delay is over: the first one waiting in line may take it.
+                Some(_) => vec![Action::HandOver],
+                None => Vec::new(),
+            },
             _ => self.try_safe_state(now),
         }
     }
 
     /// Ends the held lease `token`, if it is still the state's.
-    fn end_held(&mut self, token: &LeaseToken, cause: EndCause) -> Vec<Action> {
+    fn end_held(&mut self, token: &LeaseToken, cause: EndCause, now: Instant) -> Vec<Action> {
         match &self.state {
             LeaseState::Held(live) if live.token == *token => {
                 let live = live.clone();
-                self.end(live, cause)
+                self.end(live, cause, now)
             }
             _ => Vec::new(),
         }
@@ -413,10 +454,18 @@ impl LeaseMachine {
     /// and the link's guard refuses every change admitted under it not yet sent; then its
     /// changes still at the station settle, then the safe state when it ran out (or was
     /// safe-stopped) and one is configured, then it is free and goes to the next in line
-    /// ([`Self::finish`]).
-    fn end(&mut self, live: LiveLease, cause: EndCause) -> Vec<Action> {
+    /// ([`Self::finish`]); after a lease that did not end cleanly, only once its lock-delay
+    /// is over.
+    fn end(&mut self, live: LiveLease, cause: EndCause, now: Instant) -> Vec<Action> {
         let owed = cause.owes_safe_state() && self.has_safe_state;
-        let ending = live.ending(owed);
+        let mut ending = live.ending(owed);
+        if let Some(why) = cause.lock_delay_why() {
+            ending.lock_delay = Some(LockDelay {
+                until: now + self.lock_delay,
+                after: live.owner.clone(),
+                why,
+            });
+        }
         let mut actions = Vec::with_capacity(3);
         if let EndCause::SafeStopped { by, reason } = &cause {
             // Its holder learns at once why its changes are refused.
@@ -437,7 +486,16 @@ impl LeaseMachine {
 
     /// Changes of the fence asked have left the station: a new lease goes to its grantee; an
     /// ended one gets its safe state, or is finished.
-    fn changes_settled(&mut self, now: Instant) -> Vec<Action> {
+    fn changes_settled(&mut self, had_doubts: bool, now: Instant) -> Vec<Action> {
+        if let (LeaseState::Ending(ending), true) = (&mut self.state, had_doubts) {
+            // A change of it left doubt unanswered: a station that ignores SPEC.md §4 may still
+            // carry it out, so the next holder waits, counted from now.
+            ending.lock_delay = Some(LockDelay {
+                until: now + self.lock_delay,
+                after: ending.owner.clone(),
+                why: LockDelayWhy::ChangesInDoubt,
+            });
+        }
         match (&self.state, self.granting.take()) {
             (LeaseState::Held(live), Some(grantee)) => vec![
                 Action::Publish(live.view(now)),
@@ -452,7 +510,7 @@ impl LeaseMachine {
             }
             (LeaseState::Ending(_), _) => {
                 let mut actions = self.answer_stop(SafeStopState::NotConfigured);
-                actions.extend(self.finish());
+                actions.extend(self.finish(now));
                 actions
             }
             _ => Vec::new(),
@@ -466,13 +524,22 @@ impl LeaseMachine {
         };
     }
 
-    /// The safe state, when one is owed and its try is due.
-    fn try_safe_state(&self, now: Instant) -> Vec<Action> {
-        match &self.state {
-            LeaseState::Ending(ending) if ending.safe_state_owed && self.retry.next_try <= now => {
-                vec![Action::SendSafeState {
-                    after: ending.owner.clone(),
-                }]
+    /// The safe state's next step, when one is owed and it is due: its writes or a read back
+    /// (tried again with back-off), or the second read back at its instant.
+    fn try_safe_state(&mut self, now: Instant) -> Vec<Action> {
+        let LeaseState::Ending(ending) = &mut self.state else {
+            return Vec::new();
+        };
+        let retry_due = self.retry.next_try <= now;
+        match ending.step {
+            _ if !ending.safe_state_owed => Vec::new(),
+            SafeStateStep::Write if retry_due => vec![Action::SendSafeState {
+                after: ending.owner.clone(),
+            }],
+            SafeStateStep::ReadBack(_) if retry_due => vec![Action::ReadBackSafeState],
+            SafeStateStep::SecondReadBackAt(at) if at <= now => {
+                ending.step = SafeStateStep::ReadBack(ReadBackRound::Second);
+                vec![Action::ReadBackSafeState]
             }
             _ => Vec::new(),
         }
@@ -489,46 +556,93 @@ impl LeaseMachine {
         let (owner, fence) = (ending.owner.clone(), ending.fence);
         match result {
             Ok(()) => {
-                let mut actions = vec![Action::Record(Record::SafeStateApplied { owner, fence })];
-                actions.extend(self.answer_stop(SafeStopState::Confirmed));
-                actions.extend(self.finish());
-                actions
+                // Confirmed; done once read back right, now and after the longest processing.
+                ending.step = SafeStateStep::ReadBack(ReadBackRound::First);
+                vec![
+                    Action::Record(Record::SafeStateApplied { owner, fence }),
+                    Action::ReadBackSafeState,
+                ]
             }
-            Err(failure) => {
-                let why = failure.to_string();
-                ending.tries += 1;
-                ending.last_error = Some(why.clone());
-                let (tries, view) = (ending.tries, ending.view());
-                let retry_in = self.retry.backoff;
-                self.retry = SafeStateRetry {
-                    next_try: now + retry_in,
-                    backoff: (retry_in * 2).min(SAFE_STATE_MAX_BACKOFF),
-                };
-                let mut actions = vec![
-                    Action::Record(Record::SafeStateFailed {
-                        owner,
-                        fence,
-                        tries,
-                        why: why.clone(),
-                        retry_in,
-                    }),
-                    Action::Publish(view),
-                ];
-                actions.extend(self.answer_stop(SafeStopState::NotConfirmed { tries, why }));
-                actions
-            }
+            Err(failure) => self.safe_state_failed(failure.to_string(), now),
         }
     }
 
-    /// The end of a lease is finished: free, the event, then the next in line.
-    fn finish(&mut self) -> Vec<Action> {
-        self.state = LeaseState::Free;
+    /// A try of the safe state (its writes or a read back) failed for `why`: counted, shown,
+    /// and the same step tried again after the back-off.
+    fn safe_state_failed(&mut self, why: String, now: Instant) -> Vec<Action> {
+        let LeaseState::Ending(ending) = &mut self.state else {
+            return Vec::new();
+        };
+        ending.tries += 1;
+        ending.last_error = Some(why.clone());
+        let (owner, fence, tries, view) = (
+            ending.owner.clone(),
+            ending.fence,
+            ending.tries,
+            ending.view(),
+        );
+        let retry_in = self.back_off(now);
+        let mut actions = vec![
+            Action::Record(Record::SafeStateFailed {
+                owner,
+                fence,
+                tries,
+                why: why.clone(),
+                retry_in,
+            }),
+            Action::Publish(view),
+        ];
+        actions.extend(self.answer_stop(SafeStopState::NotConfirmed { tries, why }));
+        actions
+    }
+
+    /// Schedules the next try of the safe state after the current back-off (which doubles, up
+    /// to its longest); returns the wait.
+    fn back_off(&mut self, now: Instant) -> Duration {
+        let retry_in = self.retry.backoff;
+        self.retry = SafeStateRetry {
+            next_try: now + retry_in,
+            backoff: (retry_in * 2).min(SAFE_STATE_MAX_BACKOFF),
+        };
+        retry_in
+    }
+
+    /// The end of a lease is finished: free, the event, then the next in line (after the
+    /// lock-delay, when the lease did not end cleanly and it is not over yet).
+    pub(super) fn finish(&mut self, now: Instant) -> Vec<Action> {
+        let ended = std::mem::replace(&mut self.state, LeaseState::Free);
+        self.locked = match ended {
+            LeaseState::Ending(ending) => ending.lock_delay.filter(|locked| locked.until > now),
+            _ => None,
+        };
         let mut actions = Vec::with_capacity(3);
         if self.has_safe_state {
             actions.push(Action::ForgetOwed);
         }
-        actions.extend([Action::Publish(LeaseView::nobody()), Action::HandOver]);
+        actions.push(Action::Publish(self.free_view(now)));
+        if self.locked.is_none() {
+            actions.push(Action::HandOver);
+        }
         actions
+    }
+
+    /// Nobody holds it, as anyone may see it: with the lock-delay still to wait, if any.
+    pub(super) fn free_view(&self, now: Instant) -> LeaseView {
+        LeaseView {
+            lock_delay_ms: self
+                .lock_delay_at(now)
+                .and(self.locked.as_ref())
+                .map(|locked| super::super::millis(locked.until.saturating_duration_since(now))),
+            ..LeaseView::nobody()
+        }
+    }
+
+    /// The lock-delay a new lease waits for at `now`, if any.
+    fn lock_delay_at(&self, now: Instant) -> Option<LeaseError> {
+        match (&self.state, &self.locked) {
+            (LeaseState::Free, Some(locked)) if locked.until > now => Some(locked.refusal(now)),
+            _ => None,
+        }
     }
 
     /// The live lease when `presented` is its id.

@@ -12,17 +12,23 @@
 //! - `expiry.rs`: the lease's own task (deadlines, safe-state retries, the link coming back),
 //!   resuming at start, and the safe state's writes.
 //!
+//! - `read_back.rs`: the safe state read back, compared (pure).
+//!
 //! How a lease ends (expiry, release, break, a safe stop, a renewal confirmed too late) is
 //! `LeaseMachine::end` and what follows it: ending (refused from that instant), its changes
 //! still at the station settle, the safe state when it ran out unreleased or was safe-stopped (retried with
 //! back-off until the station confirms it, kept across a restart in the store as
-//! `<name>:safe-state-owed`), then free, the `lease` event, the next in line.
+//! `<name>:safe-state-owed`) and read back right twice (at once and `max_processing_ms` later;
+//! a late change found over it is written over again), then free, the `lease` event, the next
+//! in line — after the lock-delay when it did not end cleanly (ran out, broken, safe-stopped,
+//! or a change of it left doubt unanswered).
 
 mod events;
 mod expiry;
 mod machine;
 #[cfg(test)]
 mod machine_tests;
+mod read_back;
 mod shell;
 mod state;
 #[cfg(test)]
@@ -108,10 +114,35 @@ struct WaitLine {
     waiting: VecDeque<Waiter>,
 }
 
-/// Writes applied through the link when a lease runs out.
+/// Writes applied through the link when a lease runs out, and how close a number read back
+/// must be to what was written.
 struct SafeState {
     link: LinkHandle,
     writes: Vec<SafeWrite>,
+    tolerance: f64,
+}
+
+/// How the end of a lease is timed and checked beyond the lease's own settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseEndTiming {
+    /// How long after the first read back of the safe state the second is due
+    /// (`station.max_processing_ms`).
+    pub read_back_after: Duration,
+    /// How close a number read back must be to the safe state's (`lease.safe_state_tolerance`).
+    pub tolerance: f64,
+    /// How long a new lease waits after one that ran out unreleased, was broken or
+    /// safe-stopped, or ended with changes in doubt (`lease.lock_delay_ms`).
+    pub lock_delay: Duration,
+}
+
+impl Default for LeaseEndTiming {
+    fn default() -> Self {
+        LeaseEndTiming {
+            read_back_after: Duration::ZERO,
+            tolerance: 0.0,
+            lock_delay: Duration::ZERO,
+        }
+    }
 }
 
 /// The gateway's control lease. Shared as `Arc<ControlLease>`.
@@ -133,6 +164,7 @@ pub struct ControlLease {
     pub counters: crate::metrics::LeaseCounters,
     /// Told of every change of hands and safe state (the audit trail).
     notices: Option<LeaseNoticeHook>,
+    timing: LeaseEndTiming,
 }
 
 impl ControlLease {
@@ -154,7 +186,25 @@ impl ControlLease {
             link: None,
             counters: Default::default(),
             notices: None,
+            timing: LeaseEndTiming::default(),
         }
+    }
+
+    /// Times and checks the end of a lease with `timing`.
+    pub fn with_end_timing(mut self, timing: LeaseEndTiming) -> Self {
+        self.timing = timing;
+        if let Some(safe) = &mut self.safe_state {
+            safe.tolerance = timing.tolerance;
+        }
+        self.reset_machine();
+        self
+    }
+
+    fn reset_machine(&mut self) {
+        let machine = LeaseMachine::new(self.has_safe_state(), Instant::now())
+            .with_read_back_after(self.timing.read_back_after)
+            .with_lock_delay(self.timing.lock_delay);
+        *lock(&self.machine) = machine;
     }
 
     /// Tells `hook` of every acquisition, release, expiry, break and safe state.
@@ -184,9 +234,13 @@ impl ControlLease {
     /// Orders the ends of leases with the changes on `link`.
     pub fn with_safe_state(mut self, link: LinkHandle, writes: Vec<SafeWrite>) -> Self {
         self.link = Some(link.clone());
-        let has_safe_state = !writes.is_empty();
-        self.safe_state = Some(SafeState { link, writes });
-        *lock(&self.machine) = LeaseMachine::new(has_safe_state, Instant::now());
+        let tolerance = self.timing.tolerance;
+        self.safe_state = Some(SafeState {
+            link,
+            writes,
+            tolerance,
+        });
+        self.reset_machine();
         self
     }
 
@@ -204,10 +258,11 @@ impl ControlLease {
     /// Who holds it, as anyone may see it.
     pub fn view(&self) -> LeaseView {
         let now = Instant::now();
-        match lock(&self.machine).state() {
+        let machine = lock(&self.machine);
+        match machine.state() {
             LeaseState::Held(live) if live.is_live(now) => live.view(now),
             LeaseState::Ending(ending) => ending.view(),
-            _ => LeaseView::nobody(),
+            _ => machine.free_view(now),
         }
     }
 

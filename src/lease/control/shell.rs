@@ -19,7 +19,9 @@ use tracing::{error, info, warn};
 
 use super::super::notice::LeaseNotice;
 use super::super::{LeaseError, LeaseView, rfc3339};
-use super::events::{Action, Answer, EndCause, Event, Grantee, Record, SafeStopOutcome};
+use super::events::{
+    Action, Answer, EndCause, Event, Grantee, ReadBackRound, Record, SafeStopOutcome,
+};
 use super::{ControlLease, LeaseAnswer, Waiter, lock};
 
 /// How long a request waits for the transition it asked for; the transition goes on past it.
@@ -299,14 +301,19 @@ impl Turn {
             }
             Action::ForgetOwed => lease.forget_safe_state_owed().await,
             Action::Settle(fence) => {
-                if let Some(link) = &lease.link {
-                    link.settle(fence).await;
-                }
-                return Some(Event::ChangesSettled);
+                let had_doubts = match &lease.link {
+                    Some(link) => link.settle(fence).await.had_doubts,
+                    None => false,
+                };
+                return Some(Event::ChangesSettled { had_doubts });
             }
             Action::SendSafeState { after } => {
                 let result = lease.apply_safe_state(&after).await;
                 return Some(Event::SafeStateAnswered(result));
+            }
+            Action::ReadBackSafeState => {
+                let result = lease.read_back_safe_state().await;
+                return Some(Event::SafeStateReadBack(result));
             }
             Action::Publish(view) => lease.publish(view),
             Action::Record(record) => lease.record(record),
@@ -431,6 +438,40 @@ impl ControlLease {
                     retry_in.as_millis()
                 );
             }
+            Record::SafeStateOverridden {
+                owner,
+                fence,
+                round,
+                differs,
+                retry_in,
+            } => {
+                self.counters.safe_state_overridden.inc();
+                let listed: Vec<String> = differs.iter().map(ToString::to_string).collect();
+                let why = format!(
+                    "a late change overrode the safe state: {}",
+                    listed.join("; ")
+                );
+                self.notify(LeaseNotice::SafeState {
+                    owner: &owner,
+                    fence,
+                    result: Err(&why),
+                });
+                let when = match round {
+                    ReadBackRound::First => "right after its writes",
+                    ReadBackRound::Second => "after the longest processing",
+                };
+                error!(
+                    owner = %owner,
+                    fence,
+                    "{why} (read back {when}, after {owner}'s lease); applying it again in {} ms",
+                    retry_in.as_millis()
+                );
+            }
+            Record::SafeStateReadBack { owner, fence } => info!(
+                owner = %owner,
+                fence,
+                "the safe state after {owner}'s lease read back right twice: done"
+            ),
         }
     }
 

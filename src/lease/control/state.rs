@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::super::store::{LeaseGrant, LeaseToken};
-use super::super::{LeaseError, LeaseView, SafeStateView, millis, rfc3339};
+use super::super::{LeaseError, LeaseView, SafeStateStepView, SafeStateView, millis, rfc3339};
 use super::{LeaseAnswer, OtherHolder};
 use crate::link::{GuardRefusal, Guarded};
 
@@ -49,6 +49,7 @@ impl LiveLease {
             since: Some(rfc3339(self.since)),
             safe_state: None,
             ended: None,
+            lock_delay_ms: None,
         }
     }
 
@@ -71,13 +72,7 @@ impl LiveLease {
     }
 
     pub(super) fn ending(&self, safe_state_owed: bool) -> EndingLease {
-        EndingLease {
-            owner: self.owner.clone(),
-            fence: self.fence,
-            safe_state_owed,
-            tries: 0,
-            last_error: None,
-        }
+        EndingLease::new(self.owner.clone(), self.fence, safe_state_owed)
     }
 }
 
@@ -92,9 +87,90 @@ pub(super) struct EndingLease {
     /// Tries of the safe state so far, and why the last one failed.
     pub(super) tries: u32,
     pub(super) last_error: Option<String>,
+    /// Where the safe state owed is: written, read back, or waiting for its second read back.
+    pub(super) step: SafeStateStep,
+    /// Times a late change overrode the safe state during this end (found by a read back).
+    pub(super) overridden: u32,
+    /// The lock-delay the next holder waits once this end is finished, when it did not end
+    /// cleanly.
+    pub(super) lock_delay: Option<LockDelay>,
+}
+
+/// A new lease waits until `until` after `after`'s lease, which did not end cleanly (`why`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LockDelay {
+    pub(super) until: Instant,
+    pub(super) after: String,
+    pub(super) why: LockDelayWhy,
+}
+
+impl LockDelay {
+    pub(super) fn refusal(&self, now: Instant) -> LeaseError {
+        LeaseError::LockDelay {
+            after: self.after.clone(),
+            why: self.why.text(),
+            wait: self.until.saturating_duration_since(now),
+        }
+    }
+}
+
+/// Why a lease did not end cleanly, so that the next holder waits the lock-delay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LockDelayWhy {
+    /// It ran out unreleased (or the store ended it, or a renewal came too late).
+    RanOut,
+    Broken,
+    SafeStopped,
+    /// A change of it left doubt unanswered (it outlived `station.max_processing_ms`, or the
+    /// link went down while it was at the station).
+    ChangesInDoubt,
+}
+
+impl LockDelayWhy {
+    pub(super) fn text(self) -> &'static str {
+        match self {
+            LockDelayWhy::RanOut => "ran out unreleased",
+            LockDelayWhy::Broken => "was broken",
+            LockDelayWhy::SafeStopped => "was safe-stopped",
+            LockDelayWhy::ChangesInDoubt => "ended with changes in doubt",
+        }
+    }
+}
+
+/// Which read back of the safe state: right after the station confirmed its writes, or
+/// `station.max_processing_ms` later (when any change still at the station has landed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadBackRound {
+    First,
+    Second,
+}
+
+/// Where a safe state owed is: it is done only once written and read back right twice, right
+/// after the writes and again `station.max_processing_ms` later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SafeStateStep {
+    /// Its writes are to be sent (again).
+    Write,
+    /// Its channels are to be read back (again).
+    ReadBack(ReadBackRound),
+    /// Read back right once; the second read back is due at this instant.
+    SecondReadBackAt(Instant),
 }
 
 impl EndingLease {
+    pub(super) fn new(owner: String, fence: u64, safe_state_owed: bool) -> EndingLease {
+        EndingLease {
+            owner,
+            fence,
+            safe_state_owed,
+            tries: 0,
+            last_error: None,
+            step: SafeStateStep::Write,
+            overridden: 0,
+            lock_delay: None,
+        }
+    }
+
     pub(super) fn refusal(&self) -> LeaseError {
         if self.safe_state_owed && self.tries > 0 {
             LeaseError::SafeStatePending {
@@ -116,6 +192,12 @@ impl EndingLease {
                 after: self.owner.clone(),
                 tries: self.tries,
                 last_error: self.last_error.clone(),
+                step: match self.step {
+                    SafeStateStep::Write => SafeStateStepView::Writing,
+                    SafeStateStep::ReadBack(_) => SafeStateStepView::ReadingBack,
+                    SafeStateStep::SecondReadBackAt(_) => SafeStateStepView::SecondReadBack,
+                },
+                overridden: self.overridden,
             }),
             ..LeaseView::nobody()
         }

@@ -315,7 +315,11 @@ async fn a_settle_still_waiting_when_a_change_in_doubt_outlives_the_longest_proc
         "{reset}"
     );
     c.fail_everything(&reset);
-    settled.await.expect("settled by the reset");
+    let settled = settled.await.expect("settled by the reset");
+    assert!(
+        settled.had_doubts,
+        "the change in doubt was cut off, not answered"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -334,7 +338,15 @@ async fn a_change_in_doubt_nobody_waits_for_leaves_doubt_at_the_longest_processi
         fence: 7,
         reply: settle,
     });
-    settled.await.expect("settled at once");
+    let settled = settled.await.expect("settled at once");
+    assert!(settled.had_doubts, "it left doubt unanswered");
+    // Told once: the next settle of the fence has nothing left in doubt.
+    let (settle, settled) = tokio::sync::oneshot::channel();
+    c.enqueue(Command::Settle {
+        fence: 7,
+        reply: settle,
+    });
+    assert!(!settled.await.unwrap().had_doubts);
 }
 
 /// Issue 28: a LIST refresh asks every listed channel's configuration (at most

@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use super::super::events::{Action, Answer, EndCause, Record, SafeStopOutcome, SafeStopState};
-use super::super::state::{EndingLease, LeaseState};
+use super::super::state::{EndingLease, LeaseState, LockDelay, LockDelayWhy, SafeStateStep};
 use super::LeaseMachine;
 
 /// The owner an [`EndingLease`] names while the safe state of a safe stop pressed with
@@ -32,26 +32,40 @@ impl LeaseMachine {
             LeaseState::Held(live) => {
                 let live = live.clone();
                 actions.push(Action::Forget(live.token.clone()));
-                actions.extend(self.end(live, EndCause::SafeStopped { by, reason }));
+                actions.extend(self.end(live, EndCause::SafeStopped { by, reason }, now));
             }
             _ if !self.has_safe_state => {
+                if let LeaseState::Free = self.state {
+                    self.locked = Some(LockDelay {
+                        until: now + self.lock_delay,
+                        after: NOBODY.into(),
+                        why: LockDelayWhy::SafeStopped,
+                    });
+                }
                 actions.extend(self.answer_stop(SafeStopState::NotConfigured));
             }
             LeaseState::Ending(ending) => {
+                // Written again, whatever step it was at.
                 ending.safe_state_owed = true;
+                ending.step = SafeStateStep::Write;
+                ending.lock_delay = Some(LockDelay {
+                    until: now + self.lock_delay,
+                    after: ending.owner.clone(),
+                    why: LockDelayWhy::SafeStopped,
+                });
                 self.retry_now(now);
                 actions.extend(self.try_safe_state(now));
             }
             LeaseState::Free => {
                 // Nobody's change may race the safe state, and those admitted while nobody
                 // held it go first.
-                self.state = LeaseState::Ending(EndingLease {
-                    owner: NOBODY.into(),
-                    fence: 0,
-                    safe_state_owed: true,
-                    tries: 0,
-                    last_error: None,
+                let mut ending = EndingLease::new(NOBODY.into(), 0, true);
+                ending.lock_delay = Some(LockDelay {
+                    until: now + self.lock_delay,
+                    after: NOBODY.into(),
+                    why: LockDelayWhy::SafeStopped,
                 });
+                self.state = LeaseState::Ending(ending);
                 actions.push(Action::Settle(None));
             }
         }

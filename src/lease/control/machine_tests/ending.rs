@@ -44,7 +44,7 @@ fn a_release_ends_the_lease_without_the_safe_state_then_frees_it_for_the_next_in
     );
     assert_eq!(ending_of(&machine), ("A".into(), false, 0));
     assert_eq!(machine.next_wake(), None);
-    let actions = machine.on(Event::ChangesSettled, now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
     assert!(is_finish(&actions, true), "{actions:?}");
     assert!(is_free(&machine));
 }
@@ -169,14 +169,27 @@ fn a_lease_past_its_deadline_runs_out_its_changes_settle_then_the_safe_state_the
     );
     assert_eq!(ending_of(&machine), ("A".into(), true, 0));
     let settled = past + Duration::from_secs(3);
-    let actions = machine.on(Event::ChangesSettled, settled);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, settled);
     assert!(
         matches!(&actions[..], [Action::SendSafeState { after }] if after == "A"),
         "{actions:?}"
     );
     let actions = machine.on(Event::SafeStateAnswered(Ok(())), settled);
     assert!(
-        matches!(&actions[..], [Action::Record(Record::SafeStateApplied { fence: 6, .. }), rest @ ..] if is_finish(rest, true)),
+        matches!(
+            &actions[..],
+            [
+                Action::Record(Record::SafeStateApplied { fence: 6, .. }),
+                Action::ReadBackSafeState
+            ]
+        ),
+        "{actions:?}"
+    );
+    // Not free until read back right twice.
+    assert_eq!(ending_of(&machine), ("A".into(), true, 0));
+    let actions = read_back_right_twice(&mut machine, settled);
+    assert!(
+        matches!(&actions[..], [Action::Record(Record::SafeStateReadBack { fence: 6, .. }), rest @ ..] if is_finish(rest, true)),
         "{actions:?}"
     );
     assert!(is_free(&machine));
@@ -189,7 +202,7 @@ fn a_safe_state_not_confirmed_is_retried_with_a_doubling_back_off_and_shown_mean
     held_by(&mut machine, "A", 6, now);
     let mut at = now + TTL;
     machine.on(Event::Deadline, at);
-    machine.on(Event::ChangesSettled, at);
+    machine.on(Event::ChangesSettled { had_doubts: false }, at);
     let mut waits = Vec::new();
     for tries in 1..=8 {
         let failure = SafeStateError::NoChannel("ON1".into());
@@ -252,7 +265,7 @@ fn a_station_that_comes_back_gets_the_safe_state_at_once() {
     held_by(&mut machine, "A", 6, now);
     let at = now + TTL;
     machine.on(Event::Deadline, at);
-    machine.on(Event::ChangesSettled, at);
+    machine.on(Event::ChangesSettled { had_doubts: false }, at);
     for _ in 0..3 {
         machine.on(
             Event::SafeStateAnswered(Err(SafeStateError::Refused(vec![(
@@ -312,7 +325,7 @@ fn the_free_lease_goes_to_the_first_in_line_once_the_free_changes_settle() {
         },
         now,
     );
-    let actions = machine.on(Event::ChangesSettled, now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
     assert!(
         matches!(&actions[..], [Action::Publish(_), Action::Grant { grantee: Grantee::Waiter(9), answer }] if answer.owner == "B"),
         "{actions:?}"
@@ -358,7 +371,10 @@ fn a_lease_nobody_claimed_is_ended_at_once_and_goes_to_the_next_in_line() {
     );
     // Nobody used it: no safe state is owed for it.
     assert_eq!(ending_of(&machine), ("B".into(), false, 0));
-    assert!(is_finish(&machine.on(Event::ChangesSettled, now), true));
+    assert!(is_finish(
+        &machine.on(Event::ChangesSettled { had_doubts: false }, now),
+        true
+    ));
 }
 
 #[test]
@@ -378,7 +394,11 @@ fn a_lease_being_ended_that_the_expiry_task_finds_unfinished_is_finished() {
     assert!(is_free(&machine));
     assert!(machine.on(Event::Deadline, now).is_empty());
     assert!(machine.on(Event::SafeStateAnswered(Ok(())), now).is_empty());
-    assert!(machine.on(Event::ChangesSettled, now).is_empty());
+    assert!(
+        machine
+            .on(Event::ChangesSettled { had_doubts: false }, now)
+            .is_empty()
+    );
 }
 
 #[test]

@@ -13,9 +13,13 @@ use super::machine::{LeaseMachine, SAFE_STATE_FIRST_BACKOFF, SAFE_STATE_MAX_BACK
 use super::state::LeaseState;
 
 mod ending;
+mod lock_delay;
+mod read_back;
 mod safe_stop;
 
 const TTL: Duration = Duration::from_secs(10);
+/// The second read back of a safe state, this long after the first (`max_processing_ms`).
+const READ_BACK_AFTER: Duration = Duration::from_secs(4);
 const REQUESTER: Grantee = Grantee::Requester { wait: false };
 
 fn grant(owner: &str, fence: u64) -> LeaseGrant {
@@ -68,7 +72,7 @@ fn held_by(machine: &mut LeaseMachine, owner: &str, fence: u64, now: Instant) ->
         },
         now,
     );
-    machine.on(Event::ChangesSettled, now);
+    machine.on(Event::ChangesSettled { had_doubts: false }, now);
     token
 }
 
@@ -95,6 +99,24 @@ fn fence_held(machine: &LeaseMachine) -> Option<u64> {
         LeaseState::Held(live) => Some(live.fence),
         _ => None,
     }
+}
+
+/// The safe state's channels read back right at `at` (the first or the second read back).
+fn read_back_right(machine: &mut LeaseMachine, at: Instant) -> Vec<Action> {
+    machine.on(Event::SafeStateReadBack(Ok(Vec::new())), at)
+}
+
+/// Once the station confirmed the safe state's writes at `at`: read back right at once and,
+/// when the second read back is due, again; the second's actions (the end finished).
+fn read_back_right_twice(machine: &mut LeaseMachine, at: Instant) -> Vec<Action> {
+    read_back_right(machine, at);
+    let second_at = machine.next_wake().expect("the second read back is due");
+    let actions = machine.on(Event::Deadline, second_at);
+    assert!(
+        matches!(&actions[..], [Action::ReadBackSafeState]),
+        "{actions:?}"
+    );
+    read_back_right(machine, second_at)
 }
 
 /// What finishing an end looks like: (the mark cleared,) free, the event, the next in line.
@@ -138,7 +160,7 @@ fn a_free_lease_is_taken_from_the_store_and_granted_once_the_free_changes_have_s
     // Held from now on: the link refuses changes admitted while it was free.
     assert_eq!(fence_held(&machine), Some(7));
     let later = now + Duration::from_secs(1);
-    let actions = machine.on(Event::ChangesSettled, later);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, later);
     match &actions[..] {
         [Action::Publish(view), Action::Grant { grantee, answer }] => {
             assert!(view.held && view.owner.as_deref() == Some("A"));
@@ -149,7 +171,11 @@ fn a_free_lease_is_taken_from_the_store_and_granted_once_the_free_changes_have_s
     }
     assert_eq!(machine.next_wake(), Some(now + TTL));
     // Settled once: a second answer grants nothing.
-    assert!(machine.on(Event::ChangesSettled, later).is_empty());
+    assert!(
+        machine
+            .on(Event::ChangesSettled { had_doubts: false }, later)
+            .is_empty()
+    );
 }
 
 #[test]
@@ -546,7 +572,7 @@ fn a_store_answer_about_a_lease_no_longer_held_changes_nothing() {
         },
         now,
     );
-    machine.on(Event::ChangesSettled, now);
+    machine.on(Event::ChangesSettled { had_doubts: false }, now);
     held_by(&mut machine, "B", 2, now);
     let renewed = LeaseGrant {
         token: stale.clone(),

@@ -61,12 +61,14 @@ fn a_safe_stop_ends_the_held_lease_tells_its_holder_and_answers_once_the_safe_st
     }
     // Refused from this instant, the safe state owed although the holder did nothing wrong.
     assert_eq!(ending_of(&machine), ("A".into(), true, 0));
-    let actions = machine.on(Event::ChangesSettled, now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
     assert!(
         matches!(&actions[..], [Action::SendSafeState { after }] if after == "A"),
         "{actions:?}"
     );
-    let actions = machine.on(Event::SafeStateAnswered(Ok(())), now);
+    machine.on(Event::SafeStateAnswered(Ok(())), now);
+    // Answered once read back right; free after the second read back.
+    let actions = read_back_right(&mut machine, now);
     assert_eq!(
         *stop_answer(&actions),
         SafeStopOutcome {
@@ -74,6 +76,10 @@ fn a_safe_stop_ends_the_held_lease_tells_its_holder_and_answers_once_the_safe_st
             safe_state: SafeStopState::Confirmed,
         }
     );
+    assert_eq!(ending_of(&machine), ("A".into(), true, 0));
+    let second_at = machine.next_wake().unwrap();
+    machine.on(Event::Deadline, second_at);
+    read_back_right(&mut machine, second_at);
     assert!(is_free(&machine));
 }
 
@@ -89,14 +95,18 @@ fn a_safe_stop_with_nobody_holding_applies_the_safe_state_after_the_changes_admi
     // Nobody's change races it meanwhile.
     let (_, owed, _) = ending_of(&machine);
     assert!(owed);
-    let actions = machine.on(Event::ChangesSettled, now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
     assert!(
         matches!(&actions[..], [Action::SendSafeState { .. }]),
         "{actions:?}"
     );
-    let actions = machine.on(Event::SafeStateAnswered(Ok(())), now);
+    machine.on(Event::SafeStateAnswered(Ok(())), now);
+    let actions = read_back_right(&mut machine, now);
     assert_eq!(stop_answer(&actions).ended, None);
     assert_eq!(stop_answer(&actions).safe_state, SafeStopState::Confirmed);
+    let second_at = machine.next_wake().unwrap();
+    machine.on(Event::Deadline, second_at);
+    read_back_right(&mut machine, second_at);
     assert!(is_free(&machine));
 }
 
@@ -118,7 +128,7 @@ fn without_a_safe_state_a_safe_stop_still_ends_the_lease_and_says_none_is_config
     let actions = machine.on(safe_stop(), now);
     assert!(matches!(actions.last(), Some(Action::Settle(Some(2)))));
     assert_eq!(ending_of(&machine), ("B".into(), false, 0));
-    let actions = machine.on(Event::ChangesSettled, now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
     assert_eq!(
         *stop_answer(&actions),
         SafeStopOutcome {
@@ -135,7 +145,7 @@ fn a_safe_state_that_fails_is_answered_not_confirmed_and_stays_owed() {
     let mut machine = LeaseMachine::new(true, now);
     held_by(&mut machine, "A", 3, now);
     machine.on(safe_stop(), now);
-    machine.on(Event::ChangesSettled, now);
+    machine.on(Event::ChangesSettled { had_doubts: false }, now);
     let failure = SafeStateError::NoChannel("ON1".into());
     let actions = machine.on(Event::SafeStateAnswered(Err(failure)), now);
     match &stop_answer(&actions).safe_state {
@@ -154,7 +164,7 @@ fn a_safe_stop_while_a_safe_state_is_pending_tries_it_at_once() {
     held_by(&mut machine, "A", 4, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    machine.on(Event::ChangesSettled, lapsed);
+    machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
     let failure = SafeStateError::NoChannel("ON1".into());
     machine.on(Event::SafeStateAnswered(Err(failure.clone())), lapsed);
     machine.on(Event::SafeStateAnswered(Err(failure)), lapsed);
@@ -164,7 +174,28 @@ fn a_safe_stop_while_a_safe_state_is_pending_tries_it_at_once() {
         matches!(&actions[..], [Action::Record(r), Action::SendSafeState { after }] if *r == stopped_record(None) && after == "A"),
         "{actions:?}"
     );
-    let actions = machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
+    machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
+    let actions = read_back_right(&mut machine, lapsed);
     assert_eq!(stop_answer(&actions).safe_state, SafeStopState::Confirmed);
-    assert!(is_free(&machine));
+}
+
+#[test]
+fn a_safe_stop_while_the_second_read_back_is_awaited_writes_the_safe_state_again() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now).with_read_back_after(READ_BACK_AFTER);
+    held_by(&mut machine, "A", 4, now);
+    let lapsed = now + TTL;
+    machine.on(Event::Deadline, lapsed);
+    machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
+    read_back_right(&mut machine, lapsed);
+    assert_eq!(machine.next_wake(), Some(lapsed + READ_BACK_AFTER));
+    let actions = machine.on(safe_stop(), lapsed);
+    assert!(
+        matches!(&actions[..], [Action::Record(_), Action::SendSafeState { after }] if after == "A"),
+        "{actions:?}"
+    );
+    machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
+    let actions = read_back_right(&mut machine, lapsed);
+    assert_eq!(stop_answer(&actions).safe_state, SafeStopState::Confirmed);
 }

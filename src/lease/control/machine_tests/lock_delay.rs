@@ -1,0 +1,314 @@
+//! The lock-delay: after a lease that ran out unreleased, was broken or safe-stopped, or
+//! ended with a change that left doubt unanswered, a new lease waits `LOCK_DELAY` (counted
+//! from the end, or from the settle for changes in doubt); a clean release has none.
+
+use super::*;
+
+const LOCK_DELAY: Duration = Duration::from_secs(3);
+
+fn machine(has_safe_state: bool, now: Instant) -> LeaseMachine {
+    LeaseMachine::new(has_safe_state, now).with_lock_delay(LOCK_DELAY)
+}
+
+fn lock_delay_of(actions: &[Action]) -> (String, &'static str, Duration) {
+    match refusal(actions) {
+        LeaseError::LockDelay { after, why, wait } => (after.clone(), *why, *wait),
+        other => panic!("not a lock-delay: {other:?}"),
+    }
+}
+
+/// `A`'s lease (fence 5, taken at `now`) runs out at `now + TTL` and its changes settle at
+/// once; the instant it ran out.
+fn ran_out(machine: &mut LeaseMachine, now: Instant) -> Instant {
+    held_by(machine, "A", 5, now);
+    let lapsed = now + TTL;
+    machine.on(Event::Deadline, lapsed);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    assert!(
+        matches!(&actions[..], [Action::Publish(view)] if !view.held && view.lock_delay_ms == Some(3000)),
+        "free with the lock-delay, nobody handed the lease: {actions:?}"
+    );
+    lapsed
+}
+
+#[test]
+fn after_a_lease_that_ran_out_an_acquire_is_refused_for_the_lock_delay_with_how_long() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let lapsed = ran_out(&mut machine, now);
+    assert!(is_free(&machine));
+    let asked = lapsed + Duration::from_millis(1200);
+    let actions = machine.on(acquire("B", false, true), asked);
+    assert_eq!(
+        lock_delay_of(&actions),
+        (
+            "A".into(),
+            "ran out unreleased",
+            Duration::from_millis(1800)
+        )
+    );
+    let message = refusal(&actions).to_string();
+    assert!(
+        message.contains("A's lease ran out unreleased") && message.contains("1800 ms"),
+        "{message}"
+    );
+    assert!(matches!(
+        machine.held_by_other(asked),
+        LeaseError::LockDelay { .. }
+    ));
+    assert_eq!(machine.free_view(asked).lock_delay_ms, Some(1800));
+    assert_eq!(machine.free_view(lapsed + LOCK_DELAY).lock_delay_ms, None);
+    // Over at its instant: an acquire then is taken.
+    let over = lapsed + LOCK_DELAY;
+    let actions = machine.on(acquire("B", false, true), over);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+}
+
+#[test]
+fn one_who_asked_to_wait_is_queued_and_handed_the_lease_when_the_lock_delay_is_over() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let lapsed = ran_out(&mut machine, now);
+    let actions = machine.on(acquire("B", true, true), lapsed);
+    assert!(
+        matches!(&actions[..], [Action::Answer(Answer::Queued)]),
+        "{actions:?}"
+    );
+    let over = lapsed + LOCK_DELAY;
+    assert_eq!(machine.next_wake(), Some(over));
+    assert!(
+        machine
+            .on(Event::Deadline, over - Duration::from_millis(1))
+            .is_empty()
+    );
+    // One handed over early (another path) goes back to the front of the line.
+    let early = machine.on(
+        Event::NextInLine {
+            ticket: 4,
+            owner: "B".into(),
+            ttl: TTL,
+        },
+        over - Duration::from_millis(1),
+    );
+    assert!(matches!(&early[..], [Action::BackInLine(4)]), "{early:?}");
+    let actions = machine.on(Event::Deadline, over);
+    assert!(matches!(&actions[..], [Action::HandOver]), "{actions:?}");
+    assert_eq!(machine.next_wake(), None);
+    assert!(machine.on(Event::Deadline, over).is_empty());
+    let actions = machine.on(
+        Event::NextInLine {
+            ticket: 4,
+            owner: "B".into(),
+            ttl: TTL,
+        },
+        over,
+    );
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Take {
+                grantee: Some(Grantee::Waiter(4)),
+                ..
+            }]
+        ),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_clean_release_has_no_lock_delay() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let token = held_by(&mut machine, "A", 5, now);
+    machine.on(
+        Event::Released {
+            token,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    assert!(is_finish(&actions, false), "{actions:?}");
+    let actions = machine.on(acquire("B", false, true), now);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+    assert_eq!(machine.next_wake(), None);
+}
+
+#[test]
+fn a_release_whose_change_left_doubt_unanswered_waits_the_lock_delay_from_the_settle() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let token = held_by(&mut machine, "A", 5, now);
+    machine.on(
+        Event::Released {
+            token,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    let settled = now + Duration::from_secs(8);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, settled);
+    assert!(matches!(&actions[..], [Action::Publish(_)]), "{actions:?}");
+    let actions = machine.on(acquire("B", false, true), settled);
+    assert_eq!(
+        lock_delay_of(&actions),
+        ("A".into(), "ended with changes in doubt", LOCK_DELAY)
+    );
+}
+
+#[test]
+fn a_broken_lease_waits_the_lock_delay() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let token = held_by(&mut machine, "A", 5, now);
+    let broken = machine.on(Event::Break { peer: peer() }, now);
+    let Some(Action::Release { releasing, .. }) = broken.into_iter().next() else {
+        panic!("no release");
+    };
+    machine.on(
+        Event::Released {
+            token,
+            releasing,
+            answer: Ok(true),
+        },
+        now,
+    );
+    machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(acquire("B", false, true), now);
+    assert_eq!(lock_delay_of(&actions).1, "was broken");
+}
+
+#[test]
+fn a_safe_stop_waits_the_lock_delay_with_a_lease_or_without_and_with_a_safe_state_or_without() {
+    let now = Instant::now();
+    let stop = || Event::SafeStop {
+        by: "bench 3".into(),
+        reason: "smoke".into(),
+    };
+    // No safe state, nobody holding it.
+    let mut machine = machine(false, now);
+    machine.on(stop(), now);
+    let actions = machine.on(acquire("B", false, true), now);
+    assert_eq!(
+        lock_delay_of(&actions),
+        ("nobody".into(), "was safe-stopped", LOCK_DELAY)
+    );
+    // A safe state, a lease held.
+    let mut machine = machine_with_safe_state(now);
+    held_by(&mut machine, "A", 5, now);
+    machine.on(stop(), now);
+    finish_safe_state(&mut machine, now);
+    let actions = machine.on(acquire("B", false, true), now);
+    assert_eq!(lock_delay_of(&actions).0, "A");
+    // A safe state, nobody holding it.
+    let mut machine = machine_with_safe_state(now);
+    machine.on(stop(), now);
+    finish_safe_state(&mut machine, now);
+    let actions = machine.on(acquire("B", false, true), now);
+    assert_eq!(
+        lock_delay_of(&actions),
+        ("nobody".into(), "was safe-stopped", LOCK_DELAY)
+    );
+}
+
+fn machine_with_safe_state(now: Instant) -> LeaseMachine {
+    machine(true, now)
+}
+
+/// Settles, writes and reads back the safe state owed, all at `at`.
+fn finish_safe_state(machine: &mut LeaseMachine, at: Instant) {
+    machine.on(Event::ChangesSettled { had_doubts: false }, at);
+    machine.on(Event::SafeStateAnswered(Ok(())), at);
+    let actions = read_back_right_twice(machine, at);
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Record(_), Action::ForgetOwed, Action::Publish(_)]
+        ),
+        "free, nobody handed the lease: {actions:?}"
+    );
+}
+
+#[test]
+fn a_safe_stop_while_a_lease_is_ending_waits_the_lock_delay_from_the_stop() {
+    let now = Instant::now();
+    let mut machine = machine_with_safe_state(now);
+    let token = held_by(&mut machine, "A", 5, now);
+    machine.on(
+        Event::Released {
+            token,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    let stopped = now + Duration::from_secs(1);
+    machine.on(
+        Event::SafeStop {
+            by: "bench 3".into(),
+            reason: "smoke".into(),
+        },
+        stopped,
+    );
+    finish_safe_state(&mut machine, stopped);
+    let actions = machine.on(acquire("B", false, true), stopped);
+    assert_eq!(
+        lock_delay_of(&actions),
+        ("A".into(), "was safe-stopped", LOCK_DELAY)
+    );
+}
+
+#[test]
+fn the_lock_delay_counts_from_the_end_so_a_long_safe_state_leaves_none_to_wait() {
+    let now = Instant::now();
+    let mut machine = machine_with_safe_state(now);
+    held_by(&mut machine, "A", 5, now);
+    let lapsed = now + TTL;
+    machine.on(Event::Deadline, lapsed);
+    let done = lapsed + LOCK_DELAY;
+    machine.on(Event::ChangesSettled { had_doubts: false }, done);
+    machine.on(Event::SafeStateAnswered(Ok(())), done);
+    let actions = read_back_right_twice(&mut machine, done);
+    assert!(
+        matches!(actions.last(), Some(Action::HandOver)),
+        "{actions:?}"
+    );
+    let actions = machine.on(acquire("B", false, true), done);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+}
+
+#[test]
+fn a_lock_delay_of_zero_is_none() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    held_by(&mut machine, "A", 5, now);
+    let lapsed = now + TTL;
+    machine.on(Event::Deadline, lapsed);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
+    assert!(is_finish(&actions, false), "{actions:?}");
+    let actions = machine.on(acquire("B", false, true), lapsed);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+}
+
+#[test]
+fn a_new_lease_taken_while_free_ignores_doubts_of_the_changes_admitted_meanwhile() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    machine.on(acquire("A", false, true), now);
+    machine.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: now,
+            answer: Ok(Acquisition::Taken(grant("A", 5))),
+        },
+        now,
+    );
+    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, now);
+    assert!(
+        matches!(&actions[..], [Action::Publish(_), Action::Grant { .. }]),
+        "{actions:?}"
+    );
+    assert_eq!(fence_held(&machine), Some(5));
+}
