@@ -237,6 +237,15 @@ pub fn renewal_interval(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(10))
 }
 
+/// Whether a lease just had must be renewed before the command runs. Its time left counts
+/// from no earlier than when the acquisition was asked, since the grant came at some moment
+/// before the answer; an acquisition that waited (in the gateway's queue, or through its
+/// lock-delay) may have been asked longer ago than the lease lasts. A renewal's time left
+/// counts from when the renewal was asked: a bound worth having.
+pub fn needs_confirming(ttl: Duration, asked_at: Instant, answered_at: Instant) -> bool {
+    answered_at.saturating_duration_since(asked_at) > renewal_interval(ttl) / 2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +259,25 @@ mod tests {
 
     fn held(start: Instant) -> Holding {
         Holding::new(TTL, TTL, start, GRACE)
+    }
+
+    #[test]
+    fn a_lease_had_after_a_wait_is_confirmed_by_a_renewal_first() {
+        let ttl = Duration::from_millis(3000);
+        let asked = Instant::now();
+        // The renewal interval is 1 s: an answer within half of it is fresh enough.
+        assert!(!needs_confirming(ttl, asked, asked));
+        assert!(!needs_confirming(
+            ttl,
+            asked,
+            asked + Duration::from_millis(500)
+        ));
+        assert!(needs_confirming(
+            ttl,
+            asked,
+            asked + Duration::from_millis(501)
+        ));
+        assert!(needs_confirming(ttl, asked, asked + Duration::from_secs(9)));
     }
 
     #[test]

@@ -17,7 +17,8 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::cli::{HoldArgs, Target};
 use crate::holding::{
-    Action, ChildEnd, EXIT_CANNOT_RUN, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, Holding, renewal_interval,
+    Action, ChildEnd, EXIT_CANNOT_RUN, EXIT_NOT_FOUND, EXIT_NOT_HAD, EXIT_UNAVAILABLE, Holding,
+    RenewalAnswer, needs_confirming, renewal_interval,
 };
 use crate::say;
 use crate::source::{self, Had, HeldLease};
@@ -62,9 +63,31 @@ pub async fn hold(args: HoldArgs, target: Target) -> u8 {
         held,
         id,
         fence,
-        expires_in,
-        asked_at,
+        mut expires_in,
+        mut asked_at,
     } = had;
+    if needs_confirming(ttl, asked_at, Instant::now()) {
+        let renewed_at = Instant::now();
+        match held.renew(ttl, renewal_interval(ttl)).await {
+            RenewalAnswer::Renewed { expires_in: left } => {
+                expires_in = left;
+                asked_at = renewed_at;
+            }
+            RenewalAnswer::Gone { why } => {
+                say(&format!(
+                    "the lease was had after a wait but was gone by its first renewal ({why}); the command did not run"
+                ));
+                return EXIT_NOT_HAD;
+            }
+            RenewalAnswer::Unanswered { why } => {
+                say(&format!(
+                    "the lease was had after a wait, but its first renewal was not answered ({why}); the command did not run"
+                ));
+                release(held).await;
+                return EXIT_UNAVAILABLE;
+            }
+        }
+    }
     let mut command = Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
