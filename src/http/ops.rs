@@ -110,6 +110,8 @@ pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
         event_streams: gateway.events.stream_count(),
         subscriptions: gateway.events.subscription_count(),
         uptime: gateway.started.elapsed(),
+        access_rules_version: gateway.station.access_rules().version(),
+        access_rule_refusals: gateway.station.access_rules().refusals(),
     }
 }
 

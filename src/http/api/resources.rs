@@ -155,6 +155,9 @@ fn read_refused(call: &Call<'_>, error: ReadError) -> ApiError {
             );
             api
         }
+        ReadError::AccessDenied(refusal) => ApiError::from(crate::link::LinkError::Refused(
+            crate::link::GuardRefusal::Access(Box::new(refusal)),
+        )),
     }
 }
 
@@ -210,6 +213,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
     } else {
         Freshness::Hardware
     };
+    let who = call.who();
     let policy = ReadPolicy {
         freshness,
         consuming: consuming_rule(call.granted),
@@ -217,6 +221,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
         caller: Some(peer),
         cancel: None,
         guard: admitted.guard.as_ref(),
+        who: Some(&who),
     };
     let readings = gateway
         .station
