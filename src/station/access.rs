@@ -195,3 +195,53 @@ pub(crate) fn decide_read<'a>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn door_needed() -> Vec<Needed> {
+        vec![Needed {
+            interlock: Interlock {
+                rule: Arc::from("door"),
+                channel: Arc::from("Interlock.DOOR_CLOSED"),
+                value: Arc::from("True"),
+            },
+            action: Action::Write,
+            channel: "0.4.ESH10000662.ON1".into(),
+        }]
+    }
+
+    #[test]
+    fn an_interlock_holds_only_on_a_recent_equal_value_of_this_generation() {
+        let needed = door_needed();
+        let cache = ValueCache::new();
+        let max_age = Duration::from_millis(500);
+        let read_at = Instant::now();
+        let later = read_at + Duration::from_millis(100);
+        let refused = interlocks_hold(&needed, &cache, 1, later, max_age).unwrap_err();
+        assert_eq!(
+            refused.interlock,
+            Some(Box::new(("Interlock.DOOR_CLOSED".into(), None)))
+        );
+        cache.insert("Interlock.DOOR_CLOSED", Value::Bool(true), read_at, 1);
+        assert!(interlocks_hold(&needed, &cache, 1, later, max_age).is_ok());
+        // The door opened, and a read since says so: what the send guard sees.
+        cache.insert("Interlock.DOOR_CLOSED", Value::Bool(false), later, 1);
+        let refused = interlocks_hold(&needed, &cache, 1, later, max_age).unwrap_err();
+        assert_eq!(refused.rule.as_ref(), "door");
+        assert!(
+            refused.message.contains("reads False"),
+            "{}",
+            refused.message
+        );
+        assert!(refused.message.contains("0.4.ESH10000662.ON1"));
+        cache.insert("Interlock.DOOR_CLOSED", Value::Bool(true), later, 1);
+        // Too old to trust, or of an earlier connection: refused.
+        let too_late = later + max_age + Duration::from_millis(1);
+        assert!(interlocks_hold(&needed, &cache, 1, too_late, max_age).is_err());
+        assert!(interlocks_hold(&needed, &cache, 2, later, max_age).is_err());
+    }
+}

@@ -427,7 +427,8 @@ impl ChangeRunner {
     }
 
     /// The access rules' admission: every channel of the change decided before anything is
-    /// sent; its interlocks read from the hardware now and checked again by the send guard.
+    /// sent; its interlocks checked on a value read within half `interlock_max_age_ms` (read
+    /// now when there is none), and again by the send guard right before sending.
     async fn admit(
         &self,
         what: &ChangeWhat,
@@ -444,23 +445,41 @@ impl ChangeRunner {
         if needed.is_empty() {
             return Ok(admitted);
         }
-        let mut channels: Vec<String> = needed
+        let max_age = rules.interlock_max_age();
+        // A value the watcher read within half the trusted age serves; else it is read now,
+        // from the hardware (the answer lands in the cache the checks read).
+        let cache = self.link.cache();
+        let generation = self.link.info().generation;
+        let now = Instant::now();
+        let mut stale: Vec<String> = needed
             .iter()
             .map(|n| n.interlock.channel.to_string())
+            .filter(|channel| {
+                !cache
+                    .get(channel)
+                    .is_some_and(|c| c.generation == generation && c.age(now) <= max_age / 2)
+            })
             .collect();
-        channels.dedup();
-        // Read now, from the hardware: the answer lands in the cache the checks read.
-        let _ = self.link.read(channels).await;
-        let max_age = rules.interlock_max_age();
+        stale.dedup();
+        let read_now = !stale.is_empty();
+        if read_now {
+            let _ = self.link.read(stale).await;
+        }
         let generation = self.link.info().generation;
-        access::interlocks_hold(
-            &needed,
-            self.link.cache(),
-            generation,
-            Instant::now(),
-            max_age,
-        )
-        .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))?;
+        let held = access::interlocks_hold(&needed, cache, generation, Instant::now(), max_age);
+        if held.is_err() && !read_now {
+            // A cached value that says no is read again from the hardware before refusing:
+            // a door closed since the last poll lets the change through.
+            let mut channels: Vec<String> = needed
+                .iter()
+                .map(|n| n.interlock.channel.to_string())
+                .collect();
+            channels.dedup();
+            let _ = self.link.read(channels).await;
+        }
+        let generation = self.link.info().generation;
+        access::interlocks_hold(&needed, cache, generation, Instant::now(), max_age)
+            .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))?;
         let guard =
             access::interlocked_guard(admitted.guard.clone(), needed, self.link.clone(), max_age);
         let counted = self.access.clone();

@@ -112,8 +112,10 @@ async fn read_one(call: &Call<'_>) -> Result<Json, ApiError> {
     let channels = known_channels(gateway)?;
     check_names(&channels, std::slice::from_ref(&name))?;
     let names = vec![name];
+    let who = call.who();
     let mut policy = ReadPolicy::hardware(Some(call.peer), call.admitted.guard.as_ref());
     policy.consuming = consuming_rule(call.granted);
+    policy.who = Some(&who);
     let readings = gateway
         .station
         .read(&names, policy)
