@@ -119,6 +119,29 @@ impl Station {
         &self.access
     }
 
+    /// Whether `who` may take the control lease (the rules' `lease` action, over the station).
+    pub fn may_take_lease(
+        &self,
+        who: &crate::access_rules::Who,
+    ) -> Result<(), crate::rules::Refusal> {
+        let Some(rules) = self.access.current() else {
+            return Ok(());
+        };
+        let principal = rules.principal(&who.subject());
+        let action = crate::rules::Action::Lease;
+        let decision = rules.decide(
+            &principal,
+            &crate::rules::ChannelFacts::named(""),
+            action,
+            None,
+        );
+        if decision.allowed {
+            return Ok(());
+        }
+        self.access.count_refusal(&decision.rule);
+        Err(crate::rules::Refusal::of(&decision, action, "the station"))
+    }
+
     /// Whether `who` may read `names` (from the cache, as a subscription's values are served):
     /// the first channel refused, with the rule, counted like every refusal.
     pub fn may_read(

@@ -121,6 +121,20 @@ async fn students_set_leds_and_are_refused_hv_over_rest_and_legacy() {
     );
     let (status, body) = set(&rig, STUDENT, ON1, "True", None).await;
     assert_eq!(status, 403, "{body}");
+    // Nor do students take the control lease: no rule gives it to them.
+    let (status, body) = keyed(
+        &rig,
+        STUDENT,
+        "lease",
+        json!({ "Owner": "student", "TtlMs": 10000 }),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        error_of(&body).contains("no access rule allows lease"),
+        "{body}"
+    );
 
     let mut client = StationClient::connect(rig.legacy()).await.unwrap();
     client.hello("student tool").await.unwrap();
@@ -548,4 +562,18 @@ async fn subscriptions_to_channels_a_key_may_not_read_are_refused_naming_them() 
     )
     .await;
     assert_eq!(status, 404, "{body}");
+}
+
+#[test]
+fn the_example_config_parses_and_its_rules_compile() {
+    let text = include_str!("../config/access-example.toml");
+    let config = Config::from_toml(text, "config/access-example.toml").unwrap();
+    assert_eq!(config.access.rules, "config/access-example-rules.toml");
+    assert_eq!(config.legacy.access_group, "students");
+    let names: Vec<&str> = config.access.keys.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["student", "operator", "admin"]);
+    let keys: Vec<&str> = config.access.keys.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(keys, [STUDENT, OPERATOR, ADMIN]);
+    let rules = station_gateway::rules::Rules::compile(EXAMPLE_RULES, 1).unwrap();
+    assert_eq!(rules.interlock_channels(), [DOOR]);
 }
