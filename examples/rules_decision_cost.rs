@@ -34,15 +34,16 @@ fn rules_file() -> String {
         "configure",
     ];
     for rule in 0..RULES {
-        let verb = if rule % 7 == 0 { "deny" } else { "allow" };
+        let verb = if rule % 23 == 0 { "deny" } else { "allow" };
         text.push_str(&format!(
-            "[[rule]]\nname = \"r{rule}\"\nchannels = [\"c{}\", \"c{}\"]\nusers = [\"g{}\"]\n{}\n{verb} = [\"{}\", \"{}\"]\n",
+            "[[rule]]\nname = \"r{rule}\"\nchannels = [\"c{}\", \"c{}\"]\nusers = [\"g{}\"]\n{}\n{verb} = [\"{}\", \"{}\", \"{}\"]\n",
             rule % 100,
             (rule * 7) % 100,
             rule % 20,
             if rule % 3 == 0 { "hosts = [\"lab\"]" } else { "" },
             actions[rule % actions.len()],
-            actions[(rule + 2) % actions.len()],
+            actions[(rule + 1) % actions.len()],
+            actions[(rule + 3) % actions.len()],
         ));
     }
     text
@@ -65,7 +66,9 @@ fn main() {
     let names: Vec<String> = (0..CHANNELS)
         .map(|i| format!("0.{}.MOD{}.ITEM{}{}", i % 10, i % 10, (i / 10) % 10, i))
         .collect();
-    let users: Vec<String> = (0..20).map(|g| format!("user{g}")).collect();
+    // Twenty users of one group each, and `all`, in every group (every rule names it).
+    let mut users: Vec<String> = (0..20).map(|g| format!("user{g}")).collect();
+    users.push("all".into());
     let value = Value::Float(1.0);
     let mut first = Vec::with_capacity(CHANNELS);
     for name in &names {

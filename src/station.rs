@@ -149,17 +149,23 @@ impl Station {
         who: &crate::access_rules::Who,
         names: &[String],
     ) -> Result<(), crate::rules::Refusal> {
+        self.may(who, names, crate::rules::Action::ReadCache)
+    }
+
+    /// Whether `who` may do `action` to every channel of `names` (a configuration save's
+    /// `save_config`): the first channel refused, with the rule, counted.
+    pub fn may(
+        &self,
+        who: &crate::access_rules::Who,
+        names: &[String],
+        action: crate::rules::Action,
+    ) -> Result<(), crate::rules::Refusal> {
         let Some(rules) = self.access.current() else {
             return Ok(());
         };
         let info = self.link.info();
-        access::decide_read(
-            &rules,
-            who,
-            names.iter().map(|n| (n.as_str(), true)),
-            &info.channels,
-        )
-        .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))
+        access::decide_all(&rules, who, names, action, &info.channels)
+            .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))
     }
 
     /// Runs `change` to its end on a task of its own — sent under its admission's send guard,

@@ -515,6 +515,18 @@ async fn a_configuration_file_with_one_forbidden_channel_applies_nothing() {
     let (status, body) = load("leds.cfg").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(written_to(&rig, LED), [format!("{LED}=Blue")]);
+    // Saving asks save_config of every channel: no rule gives it to students.
+    let (status, body) = keyed(
+        &rig,
+        STUDENT,
+        "application/config/save",
+        json!({ "FileName": "mine.cfg" }),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(error_of(&body).contains("save_config"), "{body}");
+    assert!(!dir.join("mine.cfg").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -174,6 +174,24 @@ pub(crate) fn interlocked_guard(
     })
 }
 
+/// The first of `names` the rules refuse `action`.
+pub(crate) fn decide_all(
+    rules: &Rules,
+    who: &Who,
+    names: &[String],
+    action: Action,
+    table: &ChannelTable,
+) -> Result<(), Refusal> {
+    let principal = rules.principal(&who.subject());
+    for name in names {
+        let decision = rules.decide(&principal, &facts(table, name), action, None);
+        if !decision.allowed {
+            return Err(Refusal::of(&decision, action, name));
+        }
+    }
+    Ok(())
+}
+
 /// The first channel of a read the rules refuse: `from_cache` says where each value comes from.
 pub(crate) fn decide_read<'a>(
     rules: &Rules,
