@@ -165,6 +165,35 @@ async fn students_set_leds_and_are_refused_hv_over_rest_and_legacy() {
     }
 
     assert_eq!(written_to(&rig, "0.4.ESH10000662."), Vec::<String>::new());
+    // The audit trail's line of each refused change names the rule.
+    let audit: Json = rig
+        .http
+        .get(rig.url("audit/log?tail=0"))
+        .header("X-Api-Key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let refused: Vec<&str> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .filter(|line| line.contains("outcome=refused") && !line.contains("/api/lease"))
+        .collect();
+    assert_eq!(
+        refused.len(),
+        3,
+        "REST VSET1, REST ON1, legacy VSET1: {refused:#?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|line| line.contains("students-never-touch-hv")),
+        "{refused:#?}"
+    );
     assert_eq!(
         written_to(&rig, LED),
         [format!("{LED}=Red"), format!("{LED}=Green")]
