@@ -471,6 +471,21 @@ async fn explain_names_the_rule_that_decided() {
         body["interlocks"][0]["rule"],
         "hv-on-only-with-the-door-closed"
     );
+    // The status page shows the viewer's own rights over its channels.
+    let status: Json = rig
+        .http
+        .get(format!("{}/status.json", rig.gateway.base_url()))
+        .header("X-Api-Key", STUDENT)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let access = &status["access"];
+    assert_eq!(access["viewer"], "student", "{access}");
+    assert_eq!(access["rights"][VMON1], json!(["read_cache"]), "{access}");
+    assert_eq!(access["lease"]["allowed"], false, "{access}");
     // One's own rights without naming oneself; another's need the admin role.
     let (_, body) = explain(STUDENT, json!({ "Channel": LED, "Action": "write" })).await;
     assert_eq!(
