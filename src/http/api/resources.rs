@@ -112,10 +112,10 @@ async fn read_one(call: &Call<'_>) -> Result<Json, ApiError> {
     let channels = known_channels(gateway)?;
     check_names(&channels, std::slice::from_ref(&name))?;
     let names = vec![name];
-    let who = call.who();
+    let who = call.who_if_rules();
     let mut policy = ReadPolicy::hardware(Some(call.peer), call.admitted.guard.as_ref());
     policy.consuming = consuming_rule(call.granted);
-    policy.who = Some(&who);
+    policy.who = who.as_ref();
     let readings = gateway
         .station
         .read(&names, policy)
@@ -215,7 +215,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
     } else {
         Freshness::Hardware
     };
-    let who = call.who();
+    let who = call.who_if_rules();
     let policy = ReadPolicy {
         freshness,
         consuming: consuming_rule(call.granted),
@@ -223,7 +223,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
         caller: Some(peer),
         cancel: None,
         guard: admitted.guard.as_ref(),
-        who: Some(&who),
+        who: who.as_ref(),
     };
     let readings = gateway
         .station
