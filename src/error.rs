@@ -25,6 +25,9 @@ pub enum ErrorKind {
     Unauthorized,
     /// A role too low for the request, or a wrong admin token. 403.
     Forbidden,
+    /// The access rules refuse this caller this action on a channel (the message names the
+    /// channel and the rule, and the interlock's channel and value when that is why). 403.
+    AccessDenied,
     /// No such endpoint, resource, lease, file or subscription. 404.
     NotFound,
     /// The path exists, with other methods. 405.
@@ -79,7 +82,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::Forbidden | ErrorKind::AccessDenied => StatusCode::FORBIDDEN,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -126,6 +129,7 @@ pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::BodyTimeout => ErrorCode::Malformed,
         ErrorKind::Unauthorized
         | ErrorKind::Forbidden
+        | ErrorKind::AccessDenied
         | ErrorKind::Locked
         | ErrorKind::SafeStatePending
         | ErrorKind::LeaseEnding => ErrorCode::Locked,
@@ -304,6 +308,7 @@ pub fn link_kind(error: &LinkError) -> ErrorKind {
         LinkError::Timeout(_) | LinkError::WriteTimeout { .. } => ErrorKind::StationTimeout,
         LinkError::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
         LinkError::Protocol(_) => ErrorKind::StationFailed,
+        LinkError::Refused(crate::link::GuardRefusal::Access(_)) => ErrorKind::AccessDenied,
         LinkError::Refused(_) => ErrorKind::Locked,
         LinkError::TooLarge(_) => ErrorKind::BadRequest,
     }
@@ -444,6 +449,7 @@ mod tests {
             BadRequest,
             Unauthorized,
             Forbidden,
+            AccessDenied,
             NotFound,
             MethodNotAllowed,
             BodyTimeout,
@@ -476,6 +482,7 @@ mod tests {
                 BadRequest
                 | Unauthorized
                 | Forbidden
+                | AccessDenied
                 | NotFound
                 | MethodNotAllowed
                 | BodyTimeout
@@ -512,6 +519,7 @@ mod tests {
             (BadRequest, 400, C::BadValue, Refused),
             (Unauthorized, 401, C::Locked, Refused),
             (Forbidden, 403, C::Locked, Refused),
+            (AccessDenied, 403, C::Locked, Refused),
             (NotFound, 404, C::UnknownChannel, Refused),
             (MethodNotAllowed, 405, C::Unsupported, Refused),
             (BodyTimeout, 408, C::Malformed, Refused),

@@ -398,13 +398,35 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
                 caller: Some(peer),
                 cancel: None,
                 guard: None,
+                who: None,
             };
             (policy, Some(message.as_str()))
         }
     };
-    // This policy never refuses a read as a whole (only a cache-only one does).
-    let Ok(readings) = gateway.station.read(&names, policy).await else {
-        return internal("the read was refused");
+    let who = crate::access_rules::Who {
+        name: None,
+        address: Some(peer.ip()),
+        group: gateway
+            .station
+            .access_rules()
+            .legacy_group()
+            .map(str::to_owned),
+        holds_lease: false,
+    };
+    let policy = ReadPolicy {
+        who: Some(&who),
+        ..policy
+    };
+    // This policy never refuses a read as a whole (only a cache-only one does), but for the
+    // access rules.
+    let readings = match gateway.station.read(&names, policy).await {
+        Ok(readings) => readings,
+        Err(crate::station::ReadError::AccessDenied(refusal)) => {
+            return link_error(LinkError::Refused(crate::link::GuardRefusal::Access(
+                Box::new(refusal),
+            )));
+        }
+        Err(_) => return internal("the read was refused"),
     };
     let mut results: Vec<ItemResult<Value>> = Vec::with_capacity(readings.len());
     for (name, reading) in names.iter().zip(readings) {

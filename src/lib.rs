@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unused_qualifications)]
 
+pub mod access_rules;
 mod api;
 pub mod audit;
 mod cache;
@@ -51,6 +52,7 @@ pub mod logs;
 pub mod metrics;
 mod netinfo;
 pub mod numeric;
+pub mod rules;
 mod server;
 pub mod station;
 

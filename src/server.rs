@@ -142,6 +142,8 @@ pub enum StartError {
     Audit(std::io::Error),
     #[error("{0}")]
     LinkOwner(#[from] LinkOwnerError),
+    #[error("access.rules: {0}")]
+    AccessRules(#[from] crate::access_rules::LoadError),
     #[error(
         "the gateway stopped by itself: it could no longer prove it owns the station's link (see the log)"
     )]
@@ -260,7 +262,14 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     // never start believing nobody holds it when the backend cannot say.
     lease.resume().await.map_err(StartError::LeaseResume)?;
     let lease = Arc::new(lease);
-    let station = crate::station::Station::new(link.clone(), audit.clone());
+    let access_rules = if config.access.rules.is_empty() {
+        crate::access_rules::AccessRules::off()
+    } else {
+        crate::access_rules::AccessRules::load(std::path::Path::new(&config.access.rules))?
+    }
+    .with_legacy_group(Some(&config.legacy.access_group));
+    let station = crate::station::Station::new(link.clone(), audit.clone())
+        .with_access_rules(access_rules.clone());
     let events =
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
@@ -292,6 +301,11 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
     }
     tasks.spawn(link_task.run(shutdown.clone()));
+    access_rules.spawn_reloader(shutdown.clone());
+    tasks.spawn(crate::station::watch_interlocks(
+        gateway.station.clone(),
+        shutdown.clone(),
+    ));
     tasks.spawn(gateway.lease.clone().run_expiry(shutdown.clone()));
     tasks.spawn(crate::events::scheduler::run(
         gateway.events.clone(),

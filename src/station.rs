@@ -5,6 +5,7 @@
 //! the link with the send guard its lease admission gave, bus transactions one bus at a time in
 //! arrival order (`station/bus.rs`). Front ends only translate their wire format to and from it.
 
+mod access;
 mod bus;
 mod change;
 mod policy;
@@ -17,6 +18,7 @@ use station_protocol::sample::{SampleEnd, SampleRequest};
 use station_protocol::{Configure, ConfigureReply, ItemResult, Value};
 use tokio::sync::broadcast;
 
+use crate::access_rules::AccessRules;
 use crate::link::{LinkError, LinkEvent, LinkHandle, StationInfo};
 pub use change::{
     Change, ChangeAnswer, ChangeOrigin, ChangeOutcome, ChangeReport, ChangeWhat, FrontEnd, Step,
@@ -27,6 +29,14 @@ pub use policy::{
 };
 use policy::{ReadPlan, plan_read};
 
+/// The access rules' view of a channel from the channel table (`station/access.rs`).
+pub fn channel_facts<'a>(
+    table: &'a crate::link::ChannelTable,
+    name: &'a str,
+) -> crate::rules::ChannelFacts<'a> {
+    access::facts(table, name)
+}
+
 /// The station as every front end sees it. Cheap to clone.
 #[derive(Clone)]
 pub struct Station {
@@ -36,6 +46,8 @@ pub struct Station {
     /// Runs each change to its end on a task of its own, its audit line included
     /// (`station/change.rs`).
     changes: change::ChangeRunner,
+    /// The access rules every change and read is admitted by (`station/access.rs`).
+    access: AccessRules,
 }
 
 impl std::fmt::Debug for Station {
@@ -91,7 +103,69 @@ impl Station {
             changes: change::ChangeRunner::new(link.clone(), buses.clone(), audit),
             link,
             buses,
+            access: AccessRules::off(),
         }
+    }
+
+    /// The same station with every change and read admitted by `access`.
+    pub fn with_access_rules(mut self, access: AccessRules) -> Station {
+        self.changes.access = access.clone();
+        self.access = access;
+        self
+    }
+
+    /// The access rules in force.
+    pub fn access_rules(&self) -> &AccessRules {
+        &self.access
+    }
+
+    /// Whether `who` may take the control lease (the rules' `lease` action, over the station).
+    pub fn may_take_lease(
+        &self,
+        who: &crate::access_rules::Who,
+    ) -> Result<(), crate::rules::Refusal> {
+        let Some(rules) = self.access.current() else {
+            return Ok(());
+        };
+        let principal = rules.principal(&who.subject());
+        let action = crate::rules::Action::Lease;
+        let decision = rules.decide(
+            &principal,
+            &crate::rules::ChannelFacts::named(""),
+            action,
+            None,
+        );
+        if decision.allowed {
+            return Ok(());
+        }
+        self.access.count_refusal(&decision.rule);
+        Err(crate::rules::Refusal::of(&decision, action, "the station"))
+    }
+
+    /// Whether `who` may read `names` (from the cache, as a subscription's values are served):
+    /// the first channel refused, with the rule, counted like every refusal.
+    pub fn may_read(
+        &self,
+        who: &crate::access_rules::Who,
+        names: &[String],
+    ) -> Result<(), crate::rules::Refusal> {
+        self.may(who, names, crate::rules::Action::ReadCache)
+    }
+
+    /// Whether `who` may do `action` to every channel of `names` (a configuration save's
+    /// `save_config`): the first channel refused, with the rule, counted.
+    pub fn may(
+        &self,
+        who: &crate::access_rules::Who,
+        names: &[String],
+        action: crate::rules::Action,
+    ) -> Result<(), crate::rules::Refusal> {
+        let Some(rules) = self.access.current() else {
+            return Ok(());
+        };
+        let info = self.link.info();
+        access::decide_all(&rules, who, names, action, &info.channels)
+            .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))
     }
 
     /// Runs `change` to its end on a task of its own — sent under its admission's send guard,
@@ -165,6 +239,24 @@ impl Station {
             misses,
             guarded_misses,
         } = plan;
+        if let (Some(who), Some(rules)) = (policy.who, self.access.current()) {
+            // Every channel by where its value comes from, before anything is read.
+            let from_cache = decided
+                .iter()
+                .zip(names)
+                .filter(|(slot, _)| matches!(slot, Some(Ok(_))))
+                .map(|(_, name)| (name.as_str(), true));
+            let from_hardware = misses
+                .iter()
+                .chain(&guarded_misses)
+                .map(|n| (n.as_str(), false));
+            if let Err(refusal) =
+                access::decide_read(&rules, who, from_cache.chain(from_hardware), &info.channels)
+            {
+                self.access.count_refusal(&refusal.rule);
+                return Err(ReadError::AccessDenied(refusal));
+            }
+        }
         if misses.is_empty() && guarded_misses.is_empty() {
             return Ok(decided.into_iter().flatten().collect());
         }
@@ -307,6 +399,32 @@ impl Station {
     }
 }
 
+/// Keeps the interlock channels the access rules name fresh in the cache, reading them from
+/// the hardware every `interlock_poll_ms` while the link is up, so that the send guard of an
+/// interlocked change sees a door opened after its admission. Runs until `shutdown`.
+pub async fn watch_interlocks(station: Station, shutdown: tokio_util::sync::CancellationToken) {
+    loop {
+        let rules = station.access.current();
+        let poll = rules
+            .as_ref()
+            .map_or(Duration::from_secs(1), |rules| rules.interlock_poll());
+        let channels = rules
+            .map(|rules| rules.interlock_channels())
+            .unwrap_or_default();
+        if !channels.is_empty() && station.link.info().connected {
+            let read = station.link.read(channels);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = read => {}
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +443,7 @@ mod tests {
             caller: None,
             cancel: None,
             guard: None,
+            who: None,
         }
     }
 

@@ -81,6 +81,10 @@ struct Args {
     /// first when run through cargo).
     #[arg(long)]
     gateway: Option<PathBuf>,
+    /// An access rules file (`[access] rules`) the gateway child decides every request by,
+    /// to measure the cost of the rules (the cached read with rules on).
+    #[arg(long)]
+    gateway_rules: Option<PathBuf>,
     /// Where to write the results (with --all, or when given).
     #[arg(long)]
     write: Option<PathBuf>,
@@ -218,7 +222,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // connection limit, not the one-address share (a quarter) real clients get.
         let config =
             std::env::temp_dir().join(format!("station-bench-gateway-{}.toml", std::process::id()));
-        std::fs::write(&config, "[http]\nmax_connections_per_ip = 4096\n")?;
+        let mut text = String::from("[http]\nmax_connections_per_ip = 4096\n");
+        if let Some(rules) = &args.gateway_rules {
+            let rules = std::fs::canonicalize(rules)?;
+            text.push_str(&format!(
+                "[access]\nrules = {:?}\n",
+                rules.display().to_string()
+            ));
+        }
+        std::fs::write(&config, text)?;
         let config_arg = config.to_string_lossy().into_owned();
         let gateway =
             GatewayProcess::spawn_with(&binary, &url, &gateway_env, &["--config", &config_arg])

@@ -1,7 +1,8 @@
 //! A tiny line-based control interface for demos: one command a line, one line of answer.
 //!
 //! Commands: `drop`, `stall on|off`, `corrupt`, `delay MS`, `processing MS`, `remove CHANNEL`,
-//! `restart`, `refuse on|off`, `shortread N|off`, `writes`, `reads CHANNEL`, `status`, `help`.
+//! `restart`, `refuse on|off`, `shortread N|off`, `door open|closed`, `writes`, `reads CHANNEL`,
+//! `status`, `help`.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use crate::server::SimulatorHandle;
 
 const HELP: &str = "commands: drop | stall on|off | corrupt | delay MS | processing MS | \
                     slowwrite CHANNEL MS | ignoreclose on|off | \
-                    remove CHANNEL | restart | refuse on|off | shortread N|off | writes | \
+                    remove CHANNEL | restart | refuse on|off | shortread N|off | door open|closed | writes | \
                     reads CHANNEL | status | help";
 
 /// Serves control connections on `listener` until the simulator's task is dropped.
@@ -127,6 +128,23 @@ pub async fn execute(simulator: &SimulatorHandle, line: &str) -> String {
             },
             None => "error: shortread N|off".to_owned(),
         },
+        "door" => {
+            let closed = match argument {
+                Some("open") => false,
+                Some("closed" | "close") => true,
+                _ => return "error: door open|closed".to_owned(),
+            };
+            let name = SimulatorHandle::DOOR_CLOSED;
+            if simulator.set_input(name, station_protocol::Value::Bool(closed)) {
+                format!(
+                    "ok: door {} ({name} = {})",
+                    if closed { "closed" } else { "open" },
+                    if closed { "True" } else { "False" }
+                )
+            } else {
+                format!("error: this station has no {name}")
+            }
+        }
         "restart" => {
             simulator.restart();
             "ok: restarted".to_owned()

@@ -989,10 +989,12 @@ mod tests {
             "0.11.ESH10000355.F1",
             "0.ESH10000023.I2C09",
             "0.ESH10000023.UART01",
+            "Interlock.DOOR_CLOSED",
         ] {
             assert!(names.contains(&expected), "{expected} missing");
         }
-        assert_eq!(names.len(), 2 + 1 + 2 + 28 + 2 + 8 + 6 + 3 + 3);
+        // Engine, CPU temperature, base rails, HV, ..., NumericResults, the door interlock.
+        assert_eq!(names.len(), 2 + 1 + 2 + 28 + 2 + 8 + 6 + 3 + 3 + 1);
         assert_eq!(profile.buses.len(), 3);
         let uart = profile
             .channels

@@ -348,6 +348,15 @@ impl SimulatorHandle {
         removed
     }
 
+    /// Sets an input channel's value, as the hardware would (the door interlock); false when
+    /// there is no such stored channel.
+    pub fn set_input(&self, name: &str, value: station_protocol::Value) -> bool {
+        self.shared.lock_station().set_input(name, value)
+    }
+
+    /// The door interlock's channel on the default station.
+    pub const DOOR_CLOSED: &'static str = "Interlock.DOOR_CLOSED";
+
     /// Adds a channel at the end of the list and tells every connection (NOTIFY
     /// ConfigurationChanged, Added). False when the name is taken.
     pub fn add_channel(&self, spec: ChannelSpec) -> bool {

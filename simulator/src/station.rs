@@ -278,6 +278,20 @@ impl Station {
         true
     }
 
+    /// Sets a stored channel's value as its hardware would (an input like the door
+    /// interlock), whatever its access; false when there is no stored channel of that name.
+    pub(crate) fn set_input(&mut self, name: &str, value: Value) -> bool {
+        let Some(&index) = self.by_name.get(name) else {
+            return false;
+        };
+        let channel = &mut self.channels[index];
+        if !matches!(channel.spec.model, ChannelModel::Setting { .. }) {
+            return false;
+        }
+        channel.state = ChannelState::Stored(value);
+        true
+    }
+
     pub(crate) fn channel_count(&self) -> usize {
         self.channels.len()
     }

@@ -380,3 +380,24 @@ async fn another_profile_file_changes_the_station_and_a_bad_one_is_refused() {
     assert!(missing.to_string().contains("missing.toml"), "{missing}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The door interlock: a read-only input, closed at start, opened and closed by the control
+/// port's `door open` / `door closed`.
+#[tokio::test]
+async fn the_control_port_opens_and_closes_the_door_interlock() {
+    const DOOR: &str = "Interlock.DOOR_CLOSED";
+    let sim = start_default().await;
+    let mut client = client(&sim).await;
+    client.hello("test").await.unwrap();
+    assert_eq!(client.read_one(DOOR).await.unwrap(), Value::Bool(true));
+    let refused = station_error(client.write_one(DOOR, Value::Bool(false)).await);
+    assert_eq!(refused.code, ErrorCode::ReadOnly);
+    let answer = station_simulator::control::execute(&sim, "door open").await;
+    assert!(answer.starts_with("ok: door open"), "{answer}");
+    assert_eq!(client.read_one(DOOR).await.unwrap(), Value::Bool(false));
+    let answer = station_simulator::control::execute(&sim, "door closed").await;
+    assert!(answer.starts_with("ok: door closed"), "{answer}");
+    assert_eq!(client.read_one(DOOR).await.unwrap(), Value::Bool(true));
+    let answer = station_simulator::control::execute(&sim, "door ajar").await;
+    assert!(answer.starts_with("error: door open|closed"), "{answer}");
+}

@@ -120,6 +120,9 @@ pub struct AccessConfig {
     pub keys: Vec<ApiKey>,
     /// Users for HTTP Basic authentication (`Authorization: Basic ...`).
     pub users: Vec<User>,
+    /// A per-channel access rules file (README, "Access rules"); empty: none, every key's and
+    /// user's role alone decides. Reloaded on SIGHUP and when the file changes.
+    pub rules: String,
 }
 
 #[derive(Clone, Deserialize, PartialEq)]
@@ -220,6 +223,9 @@ pub struct LegacyConfig {
     pub window: u16,
     /// Reply frames queued for a client that is slow to read; past that it is dropped.
     pub output_frames: usize,
+    /// The user group of the access rules (`[access] rules`) legacy clients are in: they
+    /// carry no identity, so this group and their address's host groups decide for them.
+    pub access_group: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -321,6 +327,7 @@ impl Default for LegacyConfig {
             allow: Vec::new(),
             window: 8,
             output_frames: 256,
+            access_group: String::new(),
         }
     }
 }

@@ -179,6 +179,9 @@ pub async fn load(
             },
         })
         .collect();
+    let mut origin = origin;
+    // The access rules ask `load_config` of every channel of the file, all before any is sent.
+    origin.loads_file = Some(name.to_owned());
     let change = Change {
         what: ChangeWhat::Steps(change_steps),
         origin,

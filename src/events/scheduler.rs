@@ -264,6 +264,8 @@ async fn read_channels(
         // Subscriptions never read channels whose read consumes data (`Refuse`), whoever holds
         // the lease: nothing of theirs needs a lease check.
         guard: None,
+        // The access rules were checked when each subscription was made.
+        who: None,
     };
     let Ok(readings) = events.station().read(&names, policy).await else {
         // Only a cache-only read or one needing the control role is refused as a whole, and

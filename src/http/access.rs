@@ -206,6 +206,7 @@ mod tests {
                 password: "s3cret:with colon".into(),
                 role: Role::Admin,
             }],
+            ..AccessConfig::default()
         })
     }
 
@@ -275,6 +276,7 @@ mod tests {
                 name: "bench 3".into(),
             }],
             users: Vec::new(),
+            ..AccessConfig::default()
         });
         let bench = headers(API_KEY_HEADER, "bench-3-key-0123456789");
         assert_eq!(named.caller(&bench).as_deref(), Some("bench 3"));
@@ -322,6 +324,7 @@ mod tests {
                 password: "hunter22".into(),
                 role: Role::Admin,
             }],
+            ..AccessConfig::default()
         };
         let printed = format!("{config:?}");
         assert!(!printed.contains("control-key"), "{printed}");

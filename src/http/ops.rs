@@ -35,6 +35,7 @@ pub fn answer(
     gateway: &Gateway,
     operation: Operation,
     method: &Method,
+    viewer: &crate::access_rules::Who,
 ) -> Result<Response<Body>, ApiError> {
     if *method != Method::GET && *method != Method::HEAD {
         return Err(ApiError::method_not_allowed(format!(
@@ -67,7 +68,7 @@ pub fn answer(
             snapshot(gateway).render(),
         ),
         Operation::StatusPage => text_response("text/html; charset=utf-8", STATUS_PAGE.to_owned()),
-        Operation::StatusJson => json_response(&status_json(gateway)),
+        Operation::StatusJson => json_response(&status_json(gateway, viewer)),
     })
 }
 
@@ -110,6 +111,8 @@ pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
         event_streams: gateway.events.stream_count(),
         subscriptions: gateway.events.subscription_count(),
         uptime: gateway.started.elapsed(),
+        access_rules_version: gateway.station.access_rules().version(),
+        access_rule_refusals: gateway.station.access_rules().refusals(),
     }
 }
 
@@ -183,7 +186,43 @@ fn set_point_of(monitor: &str) -> Option<String> {
 }
 
 /// `status.json`: what the status page shows besides the live values.
-fn status_json(gateway: &Gateway) -> Json {
+/// The viewer's own rights by the access rules over the status page's channels (and the lease);
+/// `rights: null` without a rules file (the role alone decides).
+fn access_json(gateway: &Gateway, viewer: &crate::access_rules::Who, channels: &[String]) -> Json {
+    use crate::rules::{Action, ChannelFacts};
+    let Some(rules) = gateway.station.access_rules().current() else {
+        return json!({ "rulesVersion": 0, "viewer": viewer.name, "rights": Json::Null });
+    };
+    let info = gateway.link.info();
+    let principal = rules.principal(&viewer.subject());
+    let shown = [
+        Action::ReadCache,
+        Action::ReadHardware,
+        Action::Write,
+        Action::Configure,
+    ];
+    let rights: serde_json::Map<String, Json> = channels
+        .iter()
+        .map(|name| {
+            let facts = crate::station::channel_facts(&info.channels, name);
+            let allowed: Vec<&str> = shown
+                .iter()
+                .filter(|action| rules.decide(&principal, &facts, **action, None).allowed)
+                .map(|action| action.word())
+                .collect();
+            (name.clone(), json!(allowed))
+        })
+        .collect();
+    let lease = rules.decide(&principal, &ChannelFacts::named(""), Action::Lease, None);
+    json!({
+        "rulesVersion": rules.version(),
+        "viewer": viewer.name,
+        "rights": rights,
+        "lease": { "allowed": lease.allowed, "rule": &*lease.rule },
+    })
+}
+
+fn status_json(gateway: &Gateway, viewer: &crate::access_rules::Who) -> Json {
     let info = gateway.link.info();
     let stats: &LinkStats = gateway.link.stats();
     let hello = info.hello.as_ref();
@@ -210,6 +249,7 @@ fn status_json(gateway: &Gateway) -> Json {
             "channelCount": info.channels.channels.len(),
         },
         "lease": gateway.lease.view(),
+        "access": access_json(gateway, viewer, &channels),
         "lastConfiguration": gateway.config_files.last_loaded_json(),
         "link": {
             "requests": LinkStats::get(&stats.frames_sent),

@@ -157,7 +157,13 @@ async fn route_and_answer(
     }
     let endpoint = match route {
         Route::Operation { operation, .. } => {
-            return ops::answer(gateway, *operation, &parts.method);
+            let viewer = crate::access_rules::Who {
+                name: gateway.access.caller(&parts.headers),
+                address: Some(peer.ip()),
+                group: None,
+                holds_lease: false,
+            };
+            return ops::answer(gateway, *operation, &parts.method, &viewer);
         }
         Route::NamedLeases { .. } => {
             let request = Request::from_parts(parts, body);

@@ -77,6 +77,10 @@ pub enum GuardRefusal {
         tries: u32,
         last_error: String,
     },
+    /// The access rules refuse it: an interlock that no longer holds at send time (or a rule,
+    /// at admission).
+    #[error("{0}")]
+    Access(Box<crate::rules::Refusal>),
     /// A read of channels whose read consumes data, asked without a guard at all.
     #[error("reading these channels consumes data, and this read carries no lease check")]
     NoLeaseCheck,

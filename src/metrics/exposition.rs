@@ -36,6 +36,10 @@ pub struct Snapshot<'a> {
     pub event_streams: usize,
     pub subscriptions: usize,
     pub uptime: Duration,
+    /// The access rules' version in force (0: no rules file).
+    pub access_rules_version: u64,
+    /// Refusals by the access rules, per rule name.
+    pub access_rule_refusals: Vec<(String, u64)>,
 }
 
 impl Snapshot<'_> {
@@ -69,6 +73,26 @@ impl Snapshot<'_> {
             m.access_unauthenticated.get(),
             m.access_forbidden.get()
         );
+        single(
+            &mut out,
+            "access_rules_version",
+            "gauge",
+            "The version of the access rules in force (0: no rules file); each reload adds one.",
+            self.access_rules_version as f64,
+        );
+        header(
+            &mut out,
+            "access_rule_refusals_total",
+            "counter",
+            "Requests and changes refused by the access rules, by the rule that refused them.",
+        );
+        for (rule, count) in &self.access_rule_refusals {
+            let rule = rule.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "{PREFIX}access_rule_refusals_total{{rule=\"{rule}\"}} {count}"
+            );
+        }
         header(
             &mut out,
             "http_timeouts_total",

@@ -16,10 +16,13 @@ use station_protocol::sample::{SampleEnd, SampleRequest};
 use station_protocol::{BusRequest, Configure, ConfigureReply, ItemResult, Value};
 use tracing::error;
 
+use super::access;
 use super::bus::BusLanes;
+use crate::access_rules::AccessRules;
 use crate::audit::{AuditLog, ChangeFields, Outcome, RequestLine};
 use crate::lease::Admitted;
-use crate::link::{ChannelTable, LinkError, LinkHandle};
+use crate::link::{ChannelTable, GuardRefusal, LinkError, LinkHandle, SendGuard};
+use crate::rules::Refusal;
 
 /// What a change asks of the station.
 #[derive(Debug, Clone)]
@@ -291,6 +294,9 @@ pub struct ChangeOrigin {
     pub asked: Option<String>,
     /// When the request came in (the line's duration counts from here).
     pub started: Instant,
+    /// The configuration file this change loads, if it is a load: the access rules then ask
+    /// `load_config` of every channel of the file.
+    pub loads_file: Option<String>,
     /// Set once a change took this origin: its line is the change's to write, and the front
     /// end writes none.
     line_taken: Arc<AtomicBool>,
@@ -305,6 +311,7 @@ impl ChangeOrigin {
             lease: None,
             asked: None,
             started,
+            loads_file: None,
             line_taken: Arc::default(),
         }
     }
@@ -462,6 +469,8 @@ pub(super) struct ChangeRunner {
     pub(super) audit: AuditLog,
     /// The changes still running, each on a task of its own; shutdown waits for them.
     pub(super) changes: tokio_util::task::TaskTracker,
+    /// The access rules each change is admitted by, before anything of it is sent.
+    pub(super) access: AccessRules,
 }
 
 impl ChangeRunner {
@@ -471,6 +480,7 @@ impl ChangeRunner {
             buses,
             audit,
             changes: tokio_util::task::TaskTracker::new(),
+            access: AccessRules::off(),
         }
     }
 
@@ -509,7 +519,10 @@ impl ChangeRunner {
             origin,
             admitted,
         } = change;
-        let answer = self.carry_out(&what, &admitted).await;
+        let answer = match self.admit(&what, &origin, admitted).await {
+            Ok(admitted) => self.carry_out(&what, &admitted).await,
+            Err(refusal) => Err(LinkError::Refused(GuardRefusal::Access(Box::new(refusal)))),
+        };
         let read_back =
             self.read_back(confirmed_writes(&what, &answer, &self.link.info().channels));
         let outcome = ChangeOutcome::of(&what, &answer);
@@ -539,6 +552,76 @@ impl ChangeRunner {
                 );
             }
         }))
+    }
+
+    /// The access rules' admission: every channel of the change decided before anything is
+    /// sent; its interlocks checked on a value read within half `interlock_max_age_ms` (read
+    /// now when there is none), and again by the send guard right before sending.
+    async fn admit(
+        &self,
+        what: &ChangeWhat,
+        origin: &ChangeOrigin,
+        admitted: Admitted,
+    ) -> Result<Admitted, Refusal> {
+        let Some(rules) = self.access.current() else {
+            return Ok(admitted);
+        };
+        let who = access::who_of(origin, &admitted, &self.access);
+        let table = self.link.info().channels.clone();
+        let needed = access::decide_change(&rules, &who, what, origin.loads_file.is_some(), &table)
+            .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))?;
+        if needed.is_empty() {
+            return Ok(admitted);
+        }
+        let max_age = rules.interlock_max_age();
+        // A value the watcher read within half the trusted age serves; else it is read now,
+        // from the hardware (the answer lands in the cache the checks read).
+        let cache = self.link.cache();
+        let generation = self.link.info().generation;
+        let now = Instant::now();
+        let mut stale: Vec<String> = needed
+            .iter()
+            .map(|n| n.interlock.channel.to_string())
+            .filter(|channel| {
+                !cache
+                    .get(channel)
+                    .is_some_and(|c| c.generation == generation && c.age(now) <= max_age / 2)
+            })
+            .collect();
+        stale.dedup();
+        let read_now = !stale.is_empty();
+        if read_now {
+            let _ = self.link.read(stale).await;
+        }
+        let generation = self.link.info().generation;
+        let held = access::interlocks_hold(&needed, cache, generation, Instant::now(), max_age);
+        if held.is_err() && !read_now {
+            // A cached value that says no is read again from the hardware before refusing:
+            // a door closed since the last poll lets the change through.
+            let mut channels: Vec<String> = needed
+                .iter()
+                .map(|n| n.interlock.channel.to_string())
+                .collect();
+            channels.dedup();
+            let _ = self.link.read(channels).await;
+        }
+        let generation = self.link.info().generation;
+        access::interlocks_hold(&needed, cache, generation, Instant::now(), max_age)
+            .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))?;
+        let guard =
+            access::interlocked_guard(admitted.guard.clone(), needed, self.link.clone(), max_age);
+        let counted = self.access.clone();
+        let guard = SendGuard::new(guard.fence(), move || {
+            guard.check().inspect_err(|refusal| {
+                if let GuardRefusal::Access(refusal) = refusal {
+                    counted.count_refusal(&refusal.rule);
+                }
+            })
+        });
+        Ok(Admitted {
+            guard: Some(guard),
+            ..admitted
+        })
     }
 
     /// The audit line of a change refused before it was run (the lease, for a legacy client),

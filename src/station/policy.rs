@@ -45,6 +45,9 @@ pub enum ReadError {
     /// been read from the hardware.
     #[error("reading {0} from the hardware consumes its data")]
     NeedsControl(String),
+    /// The access rules refuse the caller a channel's read (from the cache or the hardware).
+    #[error("{0}")]
+    AccessDenied(crate::rules::Refusal),
 }
 
 /// Where values may come from.
@@ -100,6 +103,8 @@ pub struct ReadPolicy<'a> {
     /// The lease admission's send guard, carried by hardware reads of channels whose read
     /// consumes data (checked by the link at send time, like a change's).
     pub guard: Option<&'a SendGuard>,
+    /// Who reads, for the access rules; `None`: the gateway's own reads, never checked.
+    pub who: Option<&'a crate::access_rules::Who>,
 }
 
 impl<'a> ReadPolicy<'a> {
@@ -113,6 +118,7 @@ impl<'a> ReadPolicy<'a> {
             caller,
             cancel: None,
             guard,
+            who: None,
         }
     }
 }
@@ -246,6 +252,7 @@ mod tests {
             caller: None,
             cancel: None,
             guard: None,
+            who: None,
         }
     }
 

@@ -50,6 +50,20 @@ pub(super) async fn load(call: Call<'_>) -> Answer {
 pub(super) async fn save(call: Call<'_>) -> Answer {
     let name = call.body.string("FileName")?;
     let gateway = call.gateway;
+    // The access rules' `save_config` over every channel the snapshot would hold.
+    let every: Vec<String> = super::call::known_channels(gateway)?
+        .channels
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    gateway
+        .station
+        .may(&call.who(), &every, crate::rules::Action::SaveConfig)
+        .map_err(|refusal| {
+            ApiError::from(crate::link::LinkError::Refused(
+                crate::link::GuardRefusal::Access(Box::new(refusal)),
+            ))
+        })?;
     let channels =
         config_files::save(&gateway.config_files, &gateway.station, name, call.peer).await?;
     ok(json!({ "fileName": name, "channels": channels }))

@@ -101,11 +101,25 @@ fn deadband_of(deadband: &Json, field: &str) -> Result<Deadband, ApiError> {
     }
 }
 
+/// The access rules' read rights over every channel of a subscription, decided by the station
+/// service; a refusal (403) names the channel and the rule.
+fn may_read(call: &Call<'_>, request: &SubscriptionRequest) -> Result<(), ApiError> {
+    call.gateway
+        .station
+        .may_read(&call.who(), &request.channels)
+        .map_err(|refusal| {
+            ApiError::from(crate::link::LinkError::Refused(
+                crate::link::GuardRefusal::Access(Box::new(refusal)),
+            ))
+        })
+}
+
 /// `POST api/subscriptions {StreamId, Channels, IntervalMs, Deadband?, MinIntervalMs?,
 /// MaxIntervalMs?, ChannelOptions?}` → `{id, expiresInMs}`.
 pub(super) async fn subscribe(call: Call<'_>) -> Answer {
     let stream_id = call.body.string("StreamId")?;
     let request = subscription_request(&call.body)?;
+    may_read(&call, &request)?;
     ok(call
         .gateway
         .events
@@ -116,6 +130,7 @@ pub(super) async fn subscribe(call: Call<'_>) -> Answer {
 /// `PUT api/subscriptions/{id} {Channels, IntervalMs, …the same options}` → `{id, expiresInMs}`.
 pub(super) async fn update(call: Call<'_>) -> Answer {
     let request = subscription_request(&call.body)?;
+    may_read(&call, &request)?;
     ok(call.gateway.events.update(call.id, &request)?.to_json())
 }
 

@@ -14,6 +14,15 @@ pub(super) async fn status(call: Call<'_>) -> Answer {
 
 /// `POST api/lease[?waitMs=N]`: take (or re-take) it.
 pub(super) async fn acquire(call: Call<'_>) -> Answer {
+    // The access rules' `lease` right, decided by the station service like every other.
+    call.gateway
+        .station
+        .may_take_lease(&call.who())
+        .map_err(|refusal| {
+            crate::error::ApiError::from(crate::link::LinkError::Refused(
+                crate::link::GuardRefusal::Access(Box::new(refusal)),
+            ))
+        })?;
     handlers::acquire(call.gateway, &call.body, call.query, call.presented).await
 }
 

@@ -6,6 +6,7 @@
 //! against `docs/openapi.json` are all derived. Handlers live one module per area. Adding an
 //! endpoint is one row here and one handler.
 
+mod access_explain;
 mod application;
 mod audit;
 mod call;
@@ -157,6 +158,7 @@ pub(crate) static ROUTES: &[Route] = &[
         label: "v1/leases and v1/semaphores",
     },
     v1!(POST "/v1/safe-stop", Control, Open, safe_stop::press, audit: Change),
+    v1!(POST "/v1/access/explain", Read, Open, access_explain::explain, audit: Request),
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
     endpoint!(GET "resources/names", Read, Open, resources::names),
@@ -560,11 +562,17 @@ mod tests {
                     assert_eq!(route.needed_role(&Method::GET), Some(endpoint.role))
                 }
                 // The safe stop: anyone with control, audited as a change, beside `api/`.
-                Route::V1(endpoint) => {
+                Route::V1(endpoint) if endpoint.label == "POST /v1/safe-stop" => {
                     assert_eq!(route.needed_role(&Method::POST), Some(Role::Control));
                     assert_eq!(route.audit(), AuditClass::Change);
                     assert_eq!(route.authority(), Authority::Credentials);
-                    assert_eq!(endpoint.label, "POST /v1/safe-stop");
+                }
+                // The access rules' explanation: anyone who may read, audited as a request.
+                Route::V1(endpoint) => {
+                    assert_eq!(endpoint.label, "POST /v1/access/explain");
+                    assert_eq!(route.needed_role(&Method::POST), Some(Role::Read));
+                    assert_eq!(route.audit(), AuditClass::Request);
+                    assert_eq!(route.authority(), Authority::Credentials);
                 }
             }
         }

@@ -112,8 +112,10 @@ async fn read_one(call: &Call<'_>) -> Result<Json, ApiError> {
     let channels = known_channels(gateway)?;
     check_names(&channels, std::slice::from_ref(&name))?;
     let names = vec![name];
+    let who = call.who_if_rules();
     let mut policy = ReadPolicy::hardware(Some(call.peer), call.admitted.guard.as_ref());
     policy.consuming = consuming_rule(call.granted);
+    policy.who = who.as_ref();
     let readings = gateway
         .station
         .read(&names, policy)
@@ -155,6 +157,9 @@ fn read_refused(call: &Call<'_>, error: ReadError) -> ApiError {
             );
             api
         }
+        ReadError::AccessDenied(refusal) => ApiError::from(crate::link::LinkError::Refused(
+            crate::link::GuardRefusal::Access(Box::new(refusal)),
+        )),
     }
 }
 
@@ -210,6 +215,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
     } else {
         Freshness::Hardware
     };
+    let who = call.who_if_rules();
     let policy = ReadPolicy {
         freshness,
         consuming: consuming_rule(call.granted),
@@ -217,6 +223,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
         caller: Some(peer),
         cancel: None,
         guard: admitted.guard.as_ref(),
+        who: who.as_ref(),
     };
     let readings = gateway
         .station

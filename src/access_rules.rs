@@ -1,0 +1,299 @@
+//! The access rules in force (`[access] rules`), the shell around the pure `rules` core: the
+//! file read and compiled whole, swapped atomically on reload (SIGHUP, or the file's mtime
+//! changing, polled every second), a bad file refused with its line and key while the rules in
+//! force stay; the refusals counted per rule for `/metrics`. Off (no checks at all) without a
+//! rules file.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::rules::{Rules, RulesError, Subject};
+
+/// Why a rules file could not be put in force.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("access rules {}: cannot be read: {error}", .path.display())]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{} ({})", .error, .path.display())]
+    Invalid { path: PathBuf, error: RulesError },
+}
+
+struct Live {
+    path: PathBuf,
+    current: RwLock<Arc<Rules>>,
+    next_version: AtomicU64,
+    /// Refusals per rule name, since start.
+    refusals: Mutex<BTreeMap<String, u64>>,
+    /// The file's mtime when it was last read.
+    read_mtime: Mutex<Option<SystemTime>>,
+}
+
+/// Who asks, as a front end knows it: owned, so it travels with a change or a read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Who {
+    /// The API key's name or the Basic user.
+    pub name: Option<String>,
+    pub address: Option<IpAddr>,
+    /// The group a front end puts everyone in (the legacy listener's `access_group`).
+    pub group: Option<String>,
+    pub holds_lease: bool,
+}
+
+impl Who {
+    pub fn subject(&self) -> Subject<'_> {
+        Subject {
+            name: self.name.as_deref(),
+            address: self.address,
+            group: self.group.as_deref(),
+            holds_lease: self.holds_lease,
+        }
+    }
+}
+
+/// The rules in force; cheap to clone. [`AccessRules::off`] checks nothing.
+#[derive(Clone, Default)]
+pub struct AccessRules {
+    live: Option<Arc<Live>>,
+    /// The user group the legacy listener's clients (no identity) are in.
+    legacy_group: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for AccessRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessRules")
+            .field("on", &self.live.is_some())
+            .finish()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn read_and_compile(path: &Path, version: u64) -> Result<Rules, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|error| LoadError::Io {
+        path: path.to_owned(),
+        error,
+    })?;
+    Rules::compile(&text, version).map_err(|error| LoadError::Invalid {
+        path: path.to_owned(),
+        error,
+    })
+}
+
+impl AccessRules {
+    /// No rules: every front end's access is its role's, as without a rules file.
+    pub fn off() -> AccessRules {
+        AccessRules::default()
+    }
+
+    /// The rules of `path`, compiled; the gateway does not start with a bad file.
+    pub fn load(path: &Path) -> Result<AccessRules, LoadError> {
+        let read_mtime = mtime(path);
+        let rules = read_and_compile(path, 1)?;
+        info!(
+            "access rules {}: {} rules in force (version 1)",
+            path.display(),
+            rules.rule_count()
+        );
+        Ok(AccessRules {
+            live: Some(Arc::new(Live {
+                path: path.to_owned(),
+                current: RwLock::new(Arc::new(rules)),
+                next_version: AtomicU64::new(2),
+                refusals: Mutex::default(),
+                read_mtime: Mutex::new(read_mtime),
+            })),
+            legacy_group: None,
+        })
+    }
+
+    /// Rules from text (tests): as [`AccessRules::load`] without the file.
+    pub fn from_rules(rules: Rules) -> AccessRules {
+        let version = rules.version();
+        AccessRules {
+            live: Some(Arc::new(Live {
+                path: PathBuf::new(),
+                current: RwLock::new(Arc::new(rules)),
+                next_version: AtomicU64::new(version + 1),
+                refusals: Mutex::default(),
+                read_mtime: Mutex::new(None),
+            })),
+            legacy_group: None,
+        }
+    }
+
+    /// The same rules with the legacy listener's clients in `group`.
+    pub fn with_legacy_group(mut self, group: Option<&str>) -> AccessRules {
+        self.legacy_group = group.filter(|g| !g.is_empty()).map(Into::into);
+        self
+    }
+
+    pub fn legacy_group(&self) -> Option<&str> {
+        self.legacy_group.as_deref()
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// The rules in force now (`None`: off). One read lock, held only to clone the `Arc`:
+    /// a decision uses one whole version, never half of a reload.
+    pub fn current(&self) -> Option<Arc<Rules>> {
+        let live = self.live.as_ref()?;
+        Some(
+            live.current
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone(),
+        )
+    }
+
+    /// Reads the file again and puts it in force whole; a bad file is refused (its line and
+    /// key in the error) and the rules in force stay. Returns the new version.
+    pub fn reload(&self) -> Result<u64, LoadError> {
+        let Some(live) = &self.live else {
+            return Ok(0);
+        };
+        let seen = mtime(&live.path);
+        *lock(&live.read_mtime) = seen;
+        let version = live.next_version.fetch_add(1, Ordering::Relaxed);
+        let rules = read_and_compile(&live.path, version)?;
+        let count = rules.rule_count();
+        *live
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(rules);
+        info!(
+            "access rules {}: reloaded, {count} rules in force (version {version})",
+            live.path.display()
+        );
+        Ok(version)
+    }
+
+    /// Swaps in rules compiled elsewhere (tests), as a reload does.
+    pub fn replace(&self, rules: Rules) {
+        if let Some(live) = &self.live {
+            *live
+                .current
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(rules);
+        }
+    }
+
+    /// Counts one refusal by `rule`.
+    pub fn count_refusal(&self, rule: &str) {
+        if let Some(live) = &self.live {
+            *lock(&live.refusals).entry(rule.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Refusals per rule since start, for `/metrics`.
+    pub fn refusals(&self) -> Vec<(String, u64)> {
+        match &self.live {
+            Some(live) => lock(&live.refusals)
+                .iter()
+                .map(|(rule, count)| (rule.clone(), *count))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The version in force (0: off).
+    pub fn version(&self) -> u64 {
+        self.current().map_or(0, |rules| rules.version())
+    }
+
+    /// Whether the file changed since it was last read.
+    fn file_changed(&self) -> bool {
+        let Some(live) = &self.live else {
+            return false;
+        };
+        let now = mtime(&live.path);
+        now.is_some() && now != *lock(&live.read_mtime)
+    }
+
+    /// Reloads on SIGHUP and when the file's mtime changes (polled every second), until
+    /// `shutdown`. A refused file is logged with its line and key; the rules in force stay.
+    pub fn spawn_reloader(&self, shutdown: CancellationToken) {
+        if self.live.is_none() {
+            return;
+        }
+        let rules = self.clone();
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            let mut hangups =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            let mut poll = tokio::time::interval(Duration::from_secs(1));
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                #[cfg(unix)]
+                let hangup = async {
+                    match hangups.as_mut() {
+                        Some(signal) => {
+                            signal.recv().await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                #[cfg(not(unix))]
+                let hangup = std::future::pending::<()>();
+                let asked = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = hangup => true,
+                    _ = poll.tick() => false,
+                };
+                if (asked || rules.file_changed())
+                    && let Err(error) = rules.reload()
+                {
+                    warn!("{error}; the access rules in force stay");
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "[channels.all]\nnames = [\"*\"]\n[[rule]]\nname = \"r1\"\nchannels = [\"all\"]\nallow = [\"write\"]\n";
+
+    #[test]
+    fn a_bad_file_is_refused_and_the_rules_in_force_stay() {
+        let dir = std::env::temp_dir().join(format!("access-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rules.toml");
+        std::fs::write(&path, GOOD).unwrap();
+        let rules = AccessRules::load(&path).unwrap();
+        assert_eq!(rules.version(), 1);
+        std::fs::write(&path, GOOD.replace("write", "wirte")).unwrap();
+        let refused = rules.reload().unwrap_err().to_string();
+        assert!(
+            refused.contains("line 6") && refused.contains("wirte"),
+            "{refused}"
+        );
+        assert_eq!(rules.version(), 1, "the rules in force stay");
+        std::fs::write(&path, GOOD.replace("r1", "r2")).unwrap();
+        let version = rules.reload().unwrap();
+        assert_eq!(rules.version(), version);
+        assert!(version > 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

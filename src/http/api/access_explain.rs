@@ -1,0 +1,138 @@
+//! `POST /v1/access/explain {"Key" or "User", "Address", "Channel", "Action"}`: what the access
+//! rules in force decide for that caller, address, channel and action, and the rule that
+//! decided (with the interlocks an allowed change still needs). Explaining another identity
+//! than one's own takes the admin role.
+
+use std::net::IpAddr;
+
+use hyper::header::{HeaderMap, HeaderValue};
+use serde_json::{Value as Json, json};
+use station_protocol::Value;
+
+use super::call::{Answer, Call, known_channels, ok};
+use crate::config::Role;
+use crate::error::ApiError;
+use crate::http::access::API_KEY_HEADER;
+use crate::rules::{Action, Reason};
+
+fn optional_string<'a>(call: &'a Call<'_>, field: &str) -> Result<Option<&'a str>, ApiError> {
+    match call.body.get(field) {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(text)) => Ok(Some(text.as_str())),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "the field {field} must be a string"
+        ))),
+    }
+}
+
+/// Who the body names: the key's name (never the key), or the user.
+fn named(call: &Call<'_>) -> Result<Option<String>, ApiError> {
+    match (
+        optional_string(call, "Key")?,
+        optional_string(call, "User")?,
+    ) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request("give Key or User, not both")),
+        (Some(key), None) => {
+            let mut headers = HeaderMap::new();
+            let value = HeaderValue::from_str(key)
+                .map_err(|_| ApiError::bad_request("the field Key is not a valid API key"))?;
+            headers.insert(API_KEY_HEADER, value);
+            call.gateway
+                .access
+                .caller(&headers)
+                .map(Some)
+                .ok_or_else(|| ApiError::bad_request("the field Key names no configured API key"))
+        }
+        (None, Some(user)) => Ok(Some(user.to_owned())),
+        (None, None) => Ok(call.gateway.access.caller(call.headers)),
+    }
+}
+
+/// `POST /v1/access/explain`.
+pub(super) async fn explain(call: Call<'_>) -> Answer {
+    let asked = call.body.string("Action")?;
+    let action = Action::from_word(asked).ok_or_else(|| {
+        let known: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+        ApiError::bad_request(format!(
+            "the field Action: \"{asked}\" is not an action; the actions: {}",
+            known.join(", ")
+        ))
+    })?;
+    let name = named(&call)?;
+    let own = call.gateway.access.caller(call.headers);
+    if call.gateway.access.enabled() && name != own && call.granted < Some(Role::Admin) {
+        return Err(ApiError::forbidden(
+            "explaining another key's or user's rights takes the admin role; leave Key and User out to explain your own",
+        ));
+    }
+    let address: IpAddr = match optional_string(&call, "Address")? {
+        None => call.peer.ip(),
+        Some(text) => text.trim().parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "the field Address: \"{text}\" is not an IP address"
+            ))
+        })?,
+    };
+    let written = optional_string(&call, "Value")?.map(|text| Value::String(text.to_owned()));
+    let channel_asked = if action.station_wide() {
+        optional_string(&call, "Channel")?.unwrap_or("").to_owned()
+    } else {
+        call.body.string("Channel")?.to_owned()
+    };
+    let Some(rules) = call.gateway.station.access_rules().current() else {
+        return ok(json!({
+            "allowed": true,
+            "rule": Json::Null,
+            "rulesVersion": 0,
+            "message": "no access rules file is configured ([access] rules): the key's or user's role alone decides",
+        }));
+    };
+    let table = known_channels(call.gateway)?;
+    // A channel by its full name, or by its alias.
+    let channel = table
+        .get(&channel_asked)
+        .or_else(|| {
+            table
+                .channels
+                .iter()
+                .find(|c| !c.alias.is_empty() && c.alias == channel_asked)
+        })
+        .map(|c| c.name.clone())
+        .unwrap_or(channel_asked);
+    let facts = crate::station::channel_facts(&table, &channel);
+    let who = crate::access_rules::Who {
+        name,
+        address: Some(address),
+        group: None,
+        holds_lease: call
+            .body
+            .get("HoldsLease")
+            .and_then(Json::as_bool)
+            .unwrap_or(true),
+    };
+    let principal = rules.principal(&who.subject());
+    let decision = rules.decide(&principal, &facts, action, written.as_ref());
+    let reason = match &decision.reason {
+        Reason::Allowed => "allowed",
+        Reason::Denied => "denied",
+        Reason::Default { .. } => "default",
+        Reason::LeaseNeeded => "lease needed",
+    };
+    let interlocks: Vec<Json> = decision
+        .interlocks
+        .iter()
+        .map(|i| json!({"rule": &*i.rule, "channel": &*i.channel, "value": &*i.value}))
+        .collect();
+    ok(json!({
+        "allowed": decision.allowed,
+        "rule": &*decision.rule,
+        "reason": reason,
+        "channel": channel,
+        "action": action.word(),
+        "user": who.name,
+        "address": address.to_string(),
+        "interlocks": interlocks,
+        "rulesVersion": rules.version(),
+        "message": decision.refusal(action, &channel),
+    }))
+}

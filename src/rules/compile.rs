@@ -1,0 +1,638 @@
+//! The compiled rules: groups resolved to indices, globs to one `GlobSet` per channel group,
+//! CIDRs to `IpNet`s; per channel (by full name and alias), which rules apply to each action,
+//! worked out once and cached for the life of this [`Rules`] value (a reload is a new value,
+//! so the cache is per rules version).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use ipnet::IpNet;
+use station_protocol::Value;
+use toml::Spanned;
+
+use super::file::{RawRules, RulesError, line_of, parse};
+use super::{Action, ChannelFacts, DEFAULT_RULE, Decision, Interlock, Reason, Subject};
+
+/// A set of group indices, one bit each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct GroupSet(Vec<u64>);
+
+impl GroupSet {
+    fn insert(&mut self, index: usize) {
+        let word = index / 64;
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        self.0[word] |= 1 << (index % 64);
+    }
+
+    fn intersects(&self, other: &GroupSet) -> bool {
+        self.0.iter().zip(&other.0).any(|(a, b)| a & b != 0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|word| *word == 0)
+    }
+}
+
+struct ChannelGroup {
+    /// Matches the full name or the alias; `None`: any name.
+    names: Option<GlobSet>,
+    modules: Vec<String>,
+    directions: Vec<String>,
+}
+
+impl ChannelGroup {
+    fn contains(&self, channel: &ChannelFacts<'_>) -> bool {
+        if let Some(names) = &self.names
+            && !names.is_match(channel.name)
+            && (channel.alias.is_empty() || !names.is_match(channel.alias))
+        {
+            return false;
+        }
+        if !self.modules.is_empty()
+            && !channel
+                .module_serial()
+                .is_some_and(|serial| self.modules.iter().any(|m| m == serial))
+        {
+            return false;
+        }
+        if !self.directions.is_empty()
+            && !channel.direction.is_some_and(|d| {
+                self.directions
+                    .iter()
+                    .any(|want| want.eq_ignore_ascii_case(d))
+            })
+        {
+            return false;
+        }
+        true
+    }
+}
+
+struct Rule {
+    name: Arc<str>,
+    /// Channel group indices.
+    channels: Vec<usize>,
+    /// Empty: any user.
+    users: GroupSet,
+    /// Empty: any address.
+    hosts: GroupSet,
+    /// One bit per [`Action`].
+    actions: u32,
+    deny: bool,
+    lease: bool,
+    value: Option<String>,
+    interlock: Option<Interlock>,
+}
+
+impl Rule {
+    fn applies_to(&self, who: &Principal) -> bool {
+        (self.users.is_empty() || self.users.intersects(&who.users))
+            && (self.hosts.is_empty() || self.hosts.intersects(&who.hosts))
+    }
+
+    fn applies_to_value(&self, written: Option<&Value>) -> bool {
+        match (&self.value, written) {
+            (None, _) => true,
+            (Some(wanted), Some(value)) => value.render().eq_ignore_ascii_case(wanted),
+            // A value rule says nothing of an action without a value.
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// The caller as the rules see it: its user and host groups, resolved once per request.
+#[derive(Debug, Clone, Default)]
+pub struct Principal {
+    users: GroupSet,
+    hosts: GroupSet,
+    holds_lease: bool,
+}
+
+/// Which rules (indices, in file order) apply to one channel, per action.
+type ChannelRules = [Vec<u32>; Action::ALL.len()];
+
+/// A channel's alias and direction when its rules were worked out, and those rules.
+type WorkedOut = (Box<str>, Option<Box<str>>, Arc<ChannelRules>);
+
+/// A rules file, compiled. Immutable; a reload builds a new one.
+pub struct Rules {
+    version: u64,
+    default_allows: bool,
+    interlock_max_age: Duration,
+    interlock_poll: Duration,
+    user_groups: HashMap<String, GroupSet>,
+    /// Host group index → its networks.
+    host_groups: Vec<Vec<IpNet>>,
+    group_names: HashMap<String, usize>,
+    channel_groups: Vec<ChannelGroup>,
+    rules: Vec<Rule>,
+    /// The rules of station-wide actions (lease, reset), whatever their channels.
+    station_rules: ChannelRules,
+    /// Per channel (by full name, with the alias and direction it had): which rules apply.
+    per_channel: DashMap<Box<str>, WorkedOut>,
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("version", &self.version)
+            .field("rules", &self.rules.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn error(text: &str, at: &Spanned<impl Sized>, key: impl Into<String>, why: String) -> RulesError {
+    RulesError {
+        line: line_of(text, at.span().start),
+        key: key.into(),
+        why,
+    }
+}
+
+impl Rules {
+    /// Parses and compiles `text` as rules version `version`; the first mistake names its line
+    /// and key, and nothing is half-built.
+    pub fn compile(text: &str, version: u64) -> Result<Rules, RulesError> {
+        let raw = parse(text)?;
+        build(text, raw, version)
+    }
+
+    /// No rules: everything allowed (access rules off).
+    pub fn allow_all(version: u64) -> Rules {
+        Rules::compile("default = \"allow\"", version).expect("the allow-all rules compile")
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// How old an interlock channel's value may be for the send guard to trust it.
+    pub fn interlock_max_age(&self) -> Duration {
+        self.interlock_max_age
+    }
+
+    /// How often the interlock channels are read.
+    pub fn interlock_poll(&self) -> Duration {
+        self.interlock_poll
+    }
+
+    /// Every channel an interlock names, once each.
+    pub fn interlock_channels(&self) -> Vec<String> {
+        let mut channels: Vec<String> = self
+            .rules
+            .iter()
+            .filter_map(|rule| rule.interlock.as_ref().map(|i| i.channel.to_string()))
+            .collect();
+        channels.sort();
+        channels.dedup();
+        channels
+    }
+
+    /// The caller's groups, resolved once for all its decisions.
+    pub fn principal(&self, subject: &Subject<'_>) -> Principal {
+        let mut users = GroupSet::default();
+        if let Some(name) = subject.name
+            && let Some(groups) = self.user_groups.get(name)
+        {
+            users = groups.clone();
+        }
+        if let Some(group) = subject.group
+            && let Some(&index) = self.group_names.get(group)
+        {
+            users.insert(index);
+        }
+        let mut hosts = GroupSet::default();
+        if let Some(address) = subject.address {
+            let address = canonical(address);
+            for (index, nets) in self.host_groups.iter().enumerate() {
+                if nets.iter().any(|net| net.contains(&address)) {
+                    hosts.insert(index);
+                }
+            }
+        }
+        Principal {
+            users,
+            hosts,
+            holds_lease: subject.holds_lease,
+        }
+    }
+
+    /// Whether `who` may do `action` to `channel` (writing `written`, for a write or transact).
+    pub fn decide(
+        &self,
+        who: &Principal,
+        channel: &ChannelFacts<'_>,
+        action: Action,
+        written: Option<&Value>,
+    ) -> Decision {
+        if action.station_wide() {
+            return self.decide_over(&self.station_rules[action.index()], who, written);
+        }
+        let applying = self.channel_rules(channel);
+        self.decide_over(&applying[action.index()], who, written)
+    }
+
+    fn decide_over(
+        &self,
+        candidates: &[u32],
+        who: &Principal,
+        written: Option<&Value>,
+    ) -> Decision {
+        let mut allowed_by: Option<&Rule> = None;
+        let mut needs_lease: Option<&Rule> = None;
+        let mut interlocks = Vec::new();
+        for &index in candidates {
+            let rule = &self.rules[index as usize];
+            if !rule.applies_to(who) || !rule.applies_to_value(written) {
+                continue;
+            }
+            if rule.deny {
+                return Decision {
+                    allowed: false,
+                    rule: rule.name.clone(),
+                    reason: Reason::Denied,
+                    interlocks: Vec::new(),
+                };
+            }
+            // Conditions add up: every allow rule that applies adds its own.
+            if rule.lease && !who.holds_lease {
+                needs_lease.get_or_insert(rule);
+            }
+            if let Some(interlock) = &rule.interlock {
+                interlocks.push(interlock.clone());
+            }
+            allowed_by.get_or_insert(rule);
+        }
+        if let Some(rule) = needs_lease {
+            return Decision {
+                allowed: false,
+                rule: rule.name.clone(),
+                reason: Reason::LeaseNeeded,
+                interlocks: Vec::new(),
+            };
+        }
+        match allowed_by {
+            Some(rule) => Decision {
+                allowed: true,
+                rule: rule.name.clone(),
+                reason: Reason::Allowed,
+                interlocks,
+            },
+            None => Decision {
+                allowed: self.default_allows,
+                rule: DEFAULT_RULE.into(),
+                reason: Reason::Default {
+                    allowed: self.default_allows,
+                },
+                interlocks: Vec::new(),
+            },
+        }
+    }
+
+    /// Which rules apply to `channel`, per action: worked out once per channel.
+    fn channel_rules(&self, channel: &ChannelFacts<'_>) -> Arc<ChannelRules> {
+        // Looked up without allocating: the key is built only on a miss.
+        if let Some(found) = self.lookup(channel) {
+            return found;
+        }
+        let mut applying: ChannelRules = Default::default();
+        let groups: Vec<bool> = self
+            .channel_groups
+            .iter()
+            .map(|group| group.contains(channel))
+            .collect();
+        for (index, rule) in self.rules.iter().enumerate() {
+            if !rule.channels.iter().any(|&group| groups[group]) {
+                continue;
+            }
+            for action in Action::ALL {
+                if rule.actions & (1 << action.index()) != 0 {
+                    applying[action.index()].push(index as u32);
+                }
+            }
+        }
+        let applying = Arc::new(applying);
+        self.per_channel.insert(
+            channel.name.into(),
+            (
+                channel.alias.into(),
+                channel.direction.map(Into::into),
+                applying.clone(),
+            ),
+        );
+        applying
+    }
+
+    fn lookup(&self, channel: &ChannelFacts<'_>) -> Option<Arc<ChannelRules>> {
+        let entry = self.per_channel.get(channel.name)?;
+        let (alias, direction, applying) = entry.value();
+        // A channel whose alias or direction changed since is worked out again.
+        (**alias == *channel.alias && direction.as_deref() == channel.direction)
+            .then(|| applying.clone())
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(address),
+        v4 => v4,
+    }
+}
+
+fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
+    let default_allows = match &raw.default {
+        None => false,
+        Some(word) => match word.get_ref().as_str() {
+            "allow" => true,
+            "deny" => false,
+            other => {
+                return Err(error(
+                    text,
+                    word,
+                    "default",
+                    format!("\"{other}\" is neither \"allow\" nor \"deny\""),
+                ));
+            }
+        },
+    };
+    // User and host groups share one namespace of group names, so a rule's `users` and
+    // `hosts` cannot mix them up silently.
+    let mut group_names: HashMap<String, usize> = HashMap::new();
+    let mut user_groups: HashMap<String, GroupSet> = HashMap::new();
+    for (index, (group, members)) in raw.users.iter().enumerate() {
+        group_names.insert(group.get_ref().clone(), index);
+        for member in members {
+            if member.get_ref().is_empty() {
+                return Err(error(
+                    text,
+                    member,
+                    format!("users.{}", group.get_ref()),
+                    "an empty user name".into(),
+                ));
+            }
+            user_groups
+                .entry(member.get_ref().clone())
+                .or_default()
+                .insert(index);
+        }
+    }
+    let mut host_names: HashMap<String, usize> = HashMap::new();
+    let mut host_groups = Vec::new();
+    for (index, (group, members)) in raw.hosts.iter().enumerate() {
+        if group_names.contains_key(group.get_ref()) {
+            return Err(error(
+                text,
+                group,
+                format!("hosts.{}", group.get_ref()),
+                "a user group has this name too; give the host group another".into(),
+            ));
+        }
+        host_names.insert(group.get_ref().clone(), index);
+        let mut nets = Vec::new();
+        for member in members {
+            let written = member.get_ref().trim();
+            let net = written
+                .parse::<IpNet>()
+                .or_else(|_| written.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    error(
+                        text,
+                        member,
+                        format!("hosts.{}", group.get_ref()),
+                        format!("\"{written}\" is not a CIDR (10.0.0.0/8) or an address"),
+                    )
+                })?;
+            nets.push(net);
+        }
+        host_groups.push(nets);
+    }
+    let mut channel_names: HashMap<String, usize> = HashMap::new();
+    let mut channel_groups = Vec::new();
+    for (group, criteria) in &raw.channels {
+        let key = format!("channels.{}", group.get_ref());
+        if criteria.names.is_empty()
+            && criteria.modules.is_empty()
+            && criteria.directions.is_empty()
+        {
+            return Err(error(
+                text,
+                group,
+                key,
+                "the group names no channel: give names, modules or directions (names = [\"*\"] for every channel)".into(),
+            ));
+        }
+        let names = if criteria.names.is_empty() {
+            None
+        } else {
+            let mut set = GlobSetBuilder::new();
+            for glob in &criteria.names {
+                let compiled = GlobBuilder::new(glob.get_ref())
+                    .literal_separator(false)
+                    .build()
+                    .map_err(|why| error(text, glob, format!("{key}.names"), why.to_string()))?;
+                set.add(compiled);
+            }
+            Some(
+                set.build()
+                    .map_err(|why| error(text, group, format!("{key}.names"), why.to_string()))?,
+            )
+        };
+        for direction in &criteria.directions {
+            if !["in", "out", "inout"].contains(&direction.get_ref().to_ascii_lowercase().as_str())
+            {
+                return Err(error(
+                    text,
+                    direction,
+                    format!("{key}.directions"),
+                    format!("\"{}\" is not in, out or inout", direction.get_ref()),
+                ));
+            }
+        }
+        channel_names.insert(group.get_ref().clone(), channel_groups.len());
+        channel_groups.push(ChannelGroup {
+            names,
+            modules: criteria
+                .modules
+                .iter()
+                .map(|m| m.get_ref().clone())
+                .collect(),
+            directions: criteria
+                .directions
+                .iter()
+                .map(|d| d.get_ref().to_ascii_lowercase())
+                .collect(),
+        });
+    }
+    let mut rules = Vec::new();
+    let mut seen_names: HashMap<String, ()> = HashMap::new();
+    for raw_rule in &raw.rule {
+        let name = raw_rule.name.get_ref().trim();
+        let key = format!("rule \"{name}\"");
+        if name.is_empty() || name == DEFAULT_RULE {
+            return Err(error(
+                text,
+                &raw_rule.name,
+                "rule.name",
+                format!("a rule needs a name of its own (not empty, not \"{DEFAULT_RULE}\")"),
+            ));
+        }
+        if seen_names.insert(name.to_owned(), ()).is_some() {
+            return Err(error(
+                text,
+                &raw_rule.name,
+                "rule.name",
+                format!("two rules are named \"{name}\""),
+            ));
+        }
+        let (words, deny) = match (raw_rule.allow.is_empty(), raw_rule.deny.is_empty()) {
+            (false, true) => (&raw_rule.allow, false),
+            (true, false) => (&raw_rule.deny, true),
+            _ => {
+                return Err(error(
+                    text,
+                    &raw_rule.name,
+                    format!("{key}.allow"),
+                    "a rule has either allow = [...] or deny = [...] (one of them, not empty)"
+                        .into(),
+                ));
+            }
+        };
+        let mut actions = 0u32;
+        let mut station_wide_only = true;
+        for word in words {
+            let action = Action::from_word(word.get_ref()).ok_or_else(|| {
+                let known: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+                error(
+                    text,
+                    word,
+                    format!("{key}.{}", if deny { "deny" } else { "allow" }),
+                    format!(
+                        "\"{}\" is not an action; the actions: {}",
+                        word.get_ref(),
+                        known.join(", ")
+                    ),
+                )
+            })?;
+            station_wide_only &= action.station_wide();
+            actions |= 1 << action.index();
+        }
+        let mut channels = Vec::new();
+        for group in &raw_rule.channels {
+            let index = channel_names.get(group.get_ref()).ok_or_else(|| {
+                error(
+                    text,
+                    group,
+                    format!("{key}.channels"),
+                    format!("no channel group \"{}\" in [channels]", group.get_ref()),
+                )
+            })?;
+            channels.push(*index);
+        }
+        if channels.is_empty() && !station_wide_only {
+            return Err(error(
+                text,
+                &raw_rule.name,
+                format!("{key}.channels"),
+                "the rule names no channel group".into(),
+            ));
+        }
+        let mut users = GroupSet::default();
+        for group in &raw_rule.users {
+            let index = group_names.get(group.get_ref()).ok_or_else(|| {
+                error(
+                    text,
+                    group,
+                    format!("{key}.users"),
+                    format!("no user group \"{}\" in [users]", group.get_ref()),
+                )
+            })?;
+            users.insert(*index);
+        }
+        let mut hosts = GroupSet::default();
+        for group in &raw_rule.hosts {
+            let index = host_names.get(group.get_ref()).ok_or_else(|| {
+                error(
+                    text,
+                    group,
+                    format!("{key}.hosts"),
+                    format!("no host group \"{}\" in [hosts]", group.get_ref()),
+                )
+            })?;
+            hosts.insert(*index);
+        }
+        let interlock = match &raw_rule.interlock {
+            None => None,
+            Some(spanned) => {
+                let raw = spanned.get_ref();
+                if deny {
+                    return Err(error(
+                        text,
+                        spanned,
+                        format!("{key}.interlock"),
+                        "an interlock is a condition of an allow rule (a deny rule needs none)"
+                            .into(),
+                    ));
+                }
+                if raw.channel.trim().is_empty() || raw.value.trim().is_empty() {
+                    return Err(error(
+                        text,
+                        spanned,
+                        format!("{key}.interlock"),
+                        "an interlock needs a channel and a value".into(),
+                    ));
+                }
+                Some(Interlock {
+                    rule: name.into(),
+                    channel: raw.channel.trim().into(),
+                    value: raw.value.trim().into(),
+                })
+            }
+        };
+        rules.push(Rule {
+            name: name.into(),
+            channels,
+            users,
+            hosts,
+            actions,
+            deny,
+            lease: raw_rule.lease,
+            value: raw_rule
+                .value
+                .as_ref()
+                .map(|v| v.get_ref().trim().to_owned()),
+            interlock,
+        });
+    }
+    let mut station_rules: ChannelRules = Default::default();
+    for (index, rule) in rules.iter().enumerate() {
+        for action in Action::ALL.into_iter().filter(|a| a.station_wide()) {
+            if rule.actions & (1 << action.index()) != 0 {
+                station_rules[action.index()].push(index as u32);
+            }
+        }
+    }
+    Ok(Rules {
+        version,
+        default_allows,
+        interlock_max_age: Duration::from_millis(raw.interlock_max_age_ms.unwrap_or(1000)),
+        interlock_poll: Duration::from_millis(raw.interlock_poll_ms.unwrap_or(100).max(10)),
+        user_groups,
+        host_groups,
+        group_names,
+        channel_groups,
+        rules,
+        station_rules,
+        per_channel: DashMap::new(),
+    })
+}

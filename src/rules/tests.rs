@@ -1,0 +1,449 @@
+//! The rules core's decisions and its errors, without I/O.
+
+use std::net::IpAddr;
+
+use station_protocol::Value;
+
+use super::*;
+
+const LAB: &str = r#"
+default = "deny"
+
+[users]
+students = ["student"]
+operators = ["operator", "ops-user"]
+admins = ["admin"]
+
+[hosts]
+lab = ["10.1.0.0/16", "127.0.0.1"]
+
+[channels.everything]
+names = ["*"]
+
+[channels.leds]
+names = ["0.11.ESH10000355.*"]
+
+[channels.hv]
+modules = ["ESH10000662"]
+
+[channels.hv_on]
+names = ["0.4.ESH10000662.ON*"]
+
+[channels.hv_outputs]
+modules = ["ESH10000662"]
+directions = ["out", "inout"]
+
+[channels.door]
+names = ["DOOR"]
+
+[[rule]]
+name = "everyone-reads-the-cache"
+channels = ["everything"]
+allow = ["read_cache"]
+
+[[rule]]
+name = "students-set-leds"
+channels = ["leds"]
+users = ["students"]
+allow = ["write", "transact", "read_hardware"]
+
+[[rule]]
+name = "students-never-hv"
+channels = ["hv"]
+users = ["students"]
+deny = ["read_cache", "read_hardware", "write", "transact", "configure", "load_config"]
+
+[[rule]]
+name = "operators-change-under-lease"
+channels = ["everything"]
+users = ["operators", "admins"]
+allow = ["read_hardware", "write", "transact", "configure", "load_config", "save_config"]
+lease = true
+
+[[rule]]
+name = "hv-on-only-with-the-door-closed"
+channels = ["hv_on"]
+users = ["operators"]
+allow = ["write", "transact"]
+value = "True"
+interlock = { channel = "Interlock.DOOR_CLOSED", value = "True" }
+
+[[rule]]
+name = "operators-lease"
+users = ["operators"]
+hosts = ["lab"]
+allow = ["lease"]
+"#;
+
+fn rules() -> Rules {
+    Rules::compile(LAB, 7).unwrap()
+}
+
+fn subject(name: &str) -> Subject<'_> {
+    Subject {
+        name: Some(name),
+        address: Some("10.1.2.3".parse().unwrap()),
+        group: None,
+        holds_lease: false,
+    }
+}
+
+fn channel(name: &str) -> ChannelFacts<'_> {
+    ChannelFacts {
+        name,
+        alias: "",
+        direction: Some("out"),
+    }
+}
+
+const LED: &str = "0.11.ESH10000355.F1";
+const ON1: &str = "0.4.ESH10000662.ON1";
+const VSET1: &str = "0.4.ESH10000662.VSET1";
+
+#[test]
+fn students_set_leds_and_never_touch_hv() {
+    let rules = rules();
+    let student = rules.principal(&subject("student"));
+    let led = rules.decide(
+        &student,
+        &channel(LED),
+        Action::Write,
+        Some(&Value::Bool(true)),
+    );
+    assert!(led.allowed, "{led:?}");
+    assert_eq!(&*led.rule, "students-set-leds");
+    for action in [Action::Write, Action::ReadCache, Action::Configure] {
+        let hv = rules.decide(&student, &channel(VSET1), action, Some(&Value::Float(5.0)));
+        assert!(!hv.allowed, "{action}: {hv:?}");
+        assert_eq!(
+            &*hv.rule, "students-never-hv",
+            "deny wins over the cache read allowed to all"
+        );
+        assert_eq!(hv.reason, Reason::Denied);
+        assert!(hv.refusal(action, VSET1).contains("students-never-hv"));
+    }
+    // Nothing names sampling: the default decides, and says so.
+    let sample = rules.decide(&student, &channel(LED), Action::Sample, None);
+    assert!(!sample.allowed);
+    assert_eq!(&*sample.rule, DEFAULT_RULE);
+    assert_eq!(sample.reason, Reason::Default { allowed: false });
+}
+
+#[test]
+fn operators_need_the_lease_and_the_door_for_hv_on() {
+    let rules = rules();
+    let without = rules.principal(&subject("operator"));
+    let refused = rules.decide(
+        &without,
+        &channel(VSET1),
+        Action::Write,
+        Some(&Value::Float(1.0)),
+    );
+    assert!(!refused.allowed);
+    assert_eq!(refused.reason, Reason::LeaseNeeded);
+    assert_eq!(&*refused.rule, "operators-change-under-lease");
+    let holder = rules.principal(&Subject {
+        holds_lease: true,
+        ..subject("operator")
+    });
+    let vset = rules.decide(
+        &holder,
+        &channel(VSET1),
+        Action::Write,
+        Some(&Value::Float(1.0)),
+    );
+    assert!(vset.allowed && vset.interlocks.is_empty(), "{vset:?}");
+    let on = rules.decide(
+        &holder,
+        &channel(ON1),
+        Action::Write,
+        Some(&Value::Bool(true)),
+    );
+    assert!(on.allowed, "{on:?}");
+    assert_eq!(on.interlocks.len(), 1);
+    let interlock = &on.interlocks[0];
+    assert_eq!(&*interlock.rule, "hv-on-only-with-the-door-closed");
+    assert_eq!(&*interlock.channel, "Interlock.DOOR_CLOSED");
+    assert!(interlock.holds(&Value::Bool(true)));
+    assert!(!interlock.holds(&Value::Bool(false)));
+    // Switching off needs no door.
+    let off = rules.decide(
+        &holder,
+        &channel(ON1),
+        Action::Write,
+        Some(&Value::Bool(false)),
+    );
+    assert!(off.allowed && off.interlocks.is_empty(), "{off:?}");
+    assert_eq!(
+        rules.interlock_channels(),
+        vec!["Interlock.DOOR_CLOSED".to_owned()]
+    );
+}
+
+#[test]
+fn host_groups_by_cidr_and_a_front_ends_group() {
+    let rules = rules();
+    let lab_operator = rules.principal(&subject("operator"));
+    let station = ChannelFacts::named("");
+    assert!(
+        rules
+            .decide(&lab_operator, &station, Action::Lease, None)
+            .allowed
+    );
+    let elsewhere = rules.principal(&Subject {
+        address: Some("192.168.0.9".parse().unwrap()),
+        ..subject("operator")
+    });
+    let refused = rules.decide(&elsewhere, &station, Action::Lease, None);
+    assert!(!refused.allowed);
+    assert_eq!(&*refused.rule, DEFAULT_RULE);
+    // An IPv4-mapped IPv6 address is its IPv4 address.
+    let mapped: IpAddr = "::ffff:10.1.0.1".parse().unwrap();
+    let mapped = rules.principal(&Subject {
+        address: Some(mapped),
+        ..subject("operator")
+    });
+    assert!(rules.decide(&mapped, &station, Action::Lease, None).allowed);
+    // A legacy client: no name, the listener's group.
+    let legacy = rules.principal(&Subject {
+        name: None,
+        address: Some("127.0.0.1".parse().unwrap()),
+        group: Some("students"),
+        holds_lease: false,
+    });
+    assert!(
+        rules
+            .decide(
+                &legacy,
+                &channel(LED),
+                Action::Write,
+                Some(&Value::Bool(true))
+            )
+            .allowed
+    );
+    assert!(
+        !rules
+            .decide(
+                &legacy,
+                &channel(ON1),
+                Action::Write,
+                Some(&Value::Bool(false))
+            )
+            .allowed
+    );
+    // Nobody: only what everyone may.
+    let nobody = rules.principal(&Subject {
+        name: Some("stranger"),
+        address: None,
+        group: None,
+        holds_lease: true,
+    });
+    assert!(
+        rules
+            .decide(&nobody, &channel(LED), Action::ReadCache, None)
+            .allowed
+    );
+    assert!(
+        !rules
+            .decide(&nobody, &channel(LED), Action::Write, None)
+            .allowed
+    );
+}
+
+#[test]
+fn channel_groups_by_alias_module_and_direction() {
+    let rules = Rules::compile(
+        r#"
+[users]
+u = ["u"]
+[channels.door]
+names = ["DOOR*"]
+[channels.hv_out]
+modules = ["ESH10000662"]
+directions = ["out"]
+[[rule]]
+name = "door-by-alias"
+channels = ["door"]
+users = ["u"]
+allow = ["write"]
+[[rule]]
+name = "hv-outputs"
+channels = ["hv_out"]
+users = ["u"]
+allow = ["configure"]
+"#,
+        1,
+    )
+    .unwrap();
+    let u = rules.principal(&subject("u"));
+    let aliased = ChannelFacts {
+        name: "Interlock.DOOR_CLOSED",
+        alias: "DOOR_A",
+        direction: Some("in"),
+    };
+    assert_eq!(
+        &*rules.decide(&u, &aliased, Action::Write, None).rule,
+        "door-by-alias"
+    );
+    // The same name with another alias is worked out again, not served from the cache.
+    let renamed = ChannelFacts {
+        alias: "GATE",
+        ..aliased
+    };
+    assert!(!rules.decide(&u, &renamed, Action::Write, None).allowed);
+    let output = ChannelFacts {
+        name: VSET1,
+        alias: "",
+        direction: Some("out"),
+    };
+    assert!(rules.decide(&u, &output, Action::Configure, None).allowed);
+    let input = ChannelFacts {
+        direction: Some("in"),
+        ..output
+    };
+    assert!(!rules.decide(&u, &input, Action::Configure, None).allowed);
+    let other_module = ChannelFacts {
+        name: LED,
+        ..output
+    };
+    assert!(
+        !rules
+            .decide(&u, &other_module, Action::Configure, None)
+            .allowed
+    );
+}
+
+#[test]
+fn a_later_deny_wins_over_an_earlier_allow_and_the_default_can_allow() {
+    let rules = Rules::compile(
+        r#"
+default = "allow"
+[channels.all]
+names = ["*"]
+[[rule]]
+name = "allow-all"
+channels = ["all"]
+allow = ["write"]
+[[rule]]
+name = "but-not-this"
+channels = ["all"]
+deny = ["write"]
+value = "9"
+"#,
+        1,
+    )
+    .unwrap();
+    let anyone = rules.principal(&subject("x"));
+    assert!(
+        rules
+            .decide(
+                &anyone,
+                &channel(LED),
+                Action::Write,
+                Some(&Value::Integer(1))
+            )
+            .allowed
+    );
+    let nine = rules.decide(
+        &anyone,
+        &channel(LED),
+        Action::Write,
+        Some(&Value::Integer(9)),
+    );
+    assert_eq!((nine.allowed, &*nine.rule), (false, "but-not-this"));
+    let other = rules.decide(&anyone, &channel(LED), Action::Bus, None);
+    assert_eq!((other.allowed, &*other.rule), (true, DEFAULT_RULE));
+    assert_eq!(rules.version(), 1);
+    assert!(
+        Rules::allow_all(3)
+            .decide(&anyone, &channel(LED), Action::Write, None)
+            .allowed
+    );
+}
+
+fn error_of(text: &str) -> RulesError {
+    Rules::compile(text, 1).expect_err("the file is refused")
+}
+
+#[test]
+fn mistakes_name_their_line_and_key() {
+    let unknown_key = error_of("[channels.a]\nnames = [\"*\"]\nnmaes = [\"x\"]\n");
+    assert_eq!(unknown_key.line, 3, "{unknown_key}");
+    assert!(unknown_key.to_string().contains("nmaes"), "{unknown_key}");
+
+    let syntax = error_of("[users]\nstudents = [\"a\" \"b\"]\n");
+    assert_eq!(syntax.line, 2, "{syntax}");
+
+    let cidr = error_of("[hosts]\nlab = [\"10.0.0.0/33\"]\n");
+    assert_eq!((cidr.line, cidr.key.as_str()), (2, "hosts.lab"), "{cidr}");
+    assert!(cidr.why.contains("10.0.0.0/33"));
+
+    let glob = error_of("[channels.bad]\nnames = [\"a[\"]\n");
+    assert_eq!(
+        (glob.line, glob.key.as_str()),
+        (2, "channels.bad.names"),
+        "{glob}"
+    );
+
+    let group = error_of(
+        "[channels.all]\nnames = [\"*\"]\n\n[[rule]]\nname = \"r\"\nchannels = [\"al\"]\nallow = [\"write\"]\n",
+    );
+    assert_eq!(
+        (group.line, group.key.as_str()),
+        (6, "rule \"r\".channels"),
+        "{group}"
+    );
+    assert!(group.why.contains("\"al\""));
+
+    let action = error_of(
+        "[channels.all]\nnames = [\"*\"]\n[[rule]]\nname = \"r\"\nchannels = [\"all\"]\nallow = [\"wirte\"]\n",
+    );
+    assert_eq!(
+        (action.line, action.key.as_str()),
+        (6, "rule \"r\".allow"),
+        "{action}"
+    );
+    assert!(action.why.contains("wirte") && action.why.contains("read_cache"));
+
+    let both = error_of(
+        "[channels.all]\nnames = [\"*\"]\n[[rule]]\nname = \"r\"\nchannels = [\"all\"]\nallow = [\"write\"]\ndeny = [\"bus\"]\n",
+    );
+    assert_eq!(both.line, 4, "{both}");
+
+    let twice = error_of(
+        "[channels.all]\nnames = [\"*\"]\n[[rule]]\nname = \"r\"\nchannels = [\"all\"]\nallow = [\"write\"]\n[[rule]]\nname = \"r\"\nchannels = [\"all\"]\ndeny = [\"bus\"]\n",
+    );
+    assert_eq!(
+        (twice.line, twice.key.as_str()),
+        (8, "rule.name"),
+        "{twice}"
+    );
+
+    let user = error_of(
+        "[channels.all]\nnames = [\"*\"]\n[[rule]]\nname = \"r\"\nchannels = [\"all\"]\nusers = [\"nobody\"]\nallow = [\"write\"]\n",
+    );
+    assert_eq!(user.line, 6, "{user}");
+
+    let default = error_of("default = \"maybe\"\n");
+    assert_eq!(
+        (default.line, default.key.as_str()),
+        (1, "default"),
+        "{default}"
+    );
+
+    let empty_group = error_of("[channels.none]\n");
+    assert_eq!(empty_group.key, "channels.none", "{empty_group}");
+}
+
+#[test]
+fn decisions_are_cached_per_channel_and_stay_the_same() {
+    let rules = rules();
+    let student = rules.principal(&subject("student"));
+    let first = rules.decide(&student, &channel(LED), Action::Write, None);
+    for _ in 0..3 {
+        assert_eq!(
+            rules.decide(&student, &channel(LED), Action::Write, None),
+            first
+        );
+    }
+}
