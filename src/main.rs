@@ -53,6 +53,11 @@ struct Args {
     /// May be given more than once. [default: none; access control off]
     #[arg(long = "api-key", value_name = "KEY")]
     api_keys: Vec<String>,
+    /// Stand by for another gateway of the same station (ha.mode = "standby"): serve health,
+    /// readiness and metrics, point API clients at the owner, and take the station over once
+    /// the owner's link-owner lease lapses. Needs a shared --lease-backend. [default: owner]
+    #[arg(long)]
+    standby: bool,
     /// Log format: human or json. RUST_LOG sets the level (default info).
     #[arg(long, default_value = "human")]
     log_format: String,
@@ -127,6 +132,9 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
         config.lease.backend = backend;
     }
     add_api_keys(&mut config, args.api_keys);
+    if args.standby {
+        config.ha.mode = station_gateway::config::HaMode::Standby;
+    }
 
     let _simulator = if args.simulator {
         let configured = &config.station.url;
@@ -261,6 +269,9 @@ mod tests {
         .unwrap();
         let mut config = Config::default();
         add_api_keys(&mut config, args.api_keys);
+        if args.standby {
+            config.ha.mode = station_gateway::config::HaMode::Standby;
+        }
         let keys: Vec<_> = config
             .access
             .keys

@@ -245,6 +245,29 @@ pub struct LeaseConfig {
     pub link_owner_state: String,
 }
 
+/// Two gateways for one station (`[ha]`): which of them this one is.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HaConfig {
+    /// `owner`: take the station at start (refused while another gateway owns it).
+    /// `standby`: serve health, readiness and metrics, point API clients at the owner, and
+    /// take the station over once the owner's link-owner lease lapses. Needs a shared
+    /// `lease.backend`. `--standby` sets it.
+    pub mode: HaMode,
+    /// The HTTP address this gateway publishes with its link-owner lease, for a standby to
+    /// point clients at (`http://gw1.lab:5000`); empty: the address it listens on.
+    pub advertise_url: String,
+}
+
+/// Owner or standby (`ha.mode`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HaMode {
+    #[default]
+    Owner,
+    Standby,
+}
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SafeWrite {

@@ -108,8 +108,22 @@ impl Config {
         if !self.legacy.listen.is_empty() {
             parse_listen(&self.legacy.listen).map_err(|m| invalid("legacy.listen", m))?;
         }
-        station_lease::BackendUrl::parse(&self.lease.backend)
+        let backend = station_lease::BackendUrl::parse(&self.lease.backend)
             .map_err(|error| invalid("lease.backend", error.to_string()))?;
+        if self.ha.mode == super::HaMode::Standby && !backend.is_shared() {
+            return Err(invalid(
+                "ha.mode",
+                "a standby needs a lease.backend the owner shares (sqlite:PATH on one host, postgres://... or redis://...), not memory",
+            ));
+        }
+        let advertised = &self.ha.advertise_url;
+        let is_http = advertised.starts_with("http://") || advertised.starts_with("https://");
+        if !advertised.is_empty() && !is_http {
+            return Err(invalid(
+                "ha.advertise_url",
+                "must be empty or an http:// or https:// address such as http://gw1.lab:5000",
+            ));
+        }
         let ttl = std::time::Duration::from_millis(self.lease.link_owner_ttl_ms);
         if !(1_000..=600_000).contains(&self.lease.link_owner_ttl_ms)
             || !crate::lease::link_owner::LinkOwnerTiming::for_ttl(ttl).holds()

@@ -14,13 +14,18 @@ use tracing::{error, info, warn};
 
 use super::owner_state::{OwnerState, OwnerStateError};
 use super::seconds_left;
-use super::store::{AcquireRequest, Acquisition, LeaseStore, LeaseStoreError, LeaseToken};
+use super::store::{
+    AcquireRequest, Acquisition, LeaseHolder, LeaseStore, LeaseStoreError, LeaseToken,
+};
 use crate::link::OwnerGate;
 
 /// How long the link-owner lease lives without renewal, by default.
 pub const LINK_OWNER_TTL: Duration = Duration::from_secs(10);
 /// The pause before trying again after a renewal failed while the lease is still ours.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+/// How long after another's lease should have lapsed in the store it is asked for again (the
+/// store's clock may lag this host's a little).
+pub(crate) const RETRY_AFTER_LAPSE: Duration = Duration::from_millis(20);
 
 /// The link-owner lease's timing, all from its TTL, in the manner of Patroni's
 /// `loop_wait + 2 × retry_timeout ≤ ttl`: renewals every TTL/3, each given at most TTL/3 by
@@ -95,6 +100,9 @@ pub struct LinkOwnership {
     /// The station's own link-owner lease (`link-owner:station:<identity>`), once the link
     /// met the station: its identity and token.
     station: Option<(String, LeaseToken)>,
+    /// When the station's lease was refused: how long its holder still has it (the next try
+    /// comes then, not a whole renewal interval later).
+    station_retry_in: Option<Duration>,
 }
 
 impl LinkOwnership {
@@ -113,16 +121,36 @@ impl LinkOwnership {
         timing: LinkOwnerTiming,
         mut state: Option<OwnerState>,
     ) -> Result<LinkOwnership, LinkOwnerError> {
+        let gate = Arc::new(OwnerGate::new(Instant::now()));
         let name = Self::name_for(control_name);
+        match Self::try_claim(store, &name, owner, timing, &mut state, gate).await? {
+            Ok(ownership) => Ok(ownership),
+            Err(holder) => Err(LinkOwnerError::OwnedByOther {
+                name,
+                owner: holder.owner,
+                expires_in: holder.expires_in,
+            }),
+        }
+    }
+
+    /// One try at the link-owner lease `name` for `owner`: `Ok(Ok(_))` owns it and has opened
+    /// `gate` (taking `state` along); `Ok(Err(holder))` says who holds it, and for how long.
+    pub async fn try_claim(
+        store: Arc<dyn LeaseStore>,
+        name: &str,
+        owner: String,
+        timing: LinkOwnerTiming,
+        state: &mut Option<OwnerState>,
+        gate: Arc<OwnerGate>,
+    ) -> Result<Result<LinkOwnership, LeaseHolder>, LinkOwnerError> {
         let mut request = AcquireRequest::new(owner.clone(), timing.ttl);
         if let Some(kept) = state.as_mut().and_then(OwnerState::token) {
             request = request.with_retry_token(kept);
         }
         let asked_at = Instant::now();
-        let acquired =
-            tokio::time::timeout(timing.store_timeout, store.try_acquire(&name, request))
-                .await
-                .map_err(|_| LinkOwnerError::Timeout(timing.store_timeout))??;
+        let acquired = tokio::time::timeout(timing.store_timeout, store.try_acquire(name, request))
+            .await
+            .map_err(|_| LinkOwnerError::Timeout(timing.store_timeout))??;
         let taken_back = matches!(acquired, Acquisition::Renewed(_));
         match acquired {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
@@ -135,24 +163,20 @@ impl LinkOwnership {
                 if let Some(state) = state.as_mut() {
                     state.remember(&grant.token, None)?;
                 }
-                let gate = Arc::new(OwnerGate::new(asked_at));
                 gate.renewed(asked_at, timing.ttl, timing.margin);
-                Ok(LinkOwnership {
+                Ok(Ok(LinkOwnership {
                     store,
-                    name,
+                    name: name.to_owned(),
                     token: grant.token,
                     timing,
                     gate,
-                    state,
+                    state: state.take(),
                     owner,
                     station: None,
-                })
+                    station_retry_in: None,
+                }))
             }
-            Acquisition::HeldByOther(holder) => Err(LinkOwnerError::OwnedByOther {
-                name,
-                owner: holder.owner,
-                expires_in: holder.expires_in,
-            }),
+            Acquisition::HeldByOther(holder) => Ok(Err(holder)),
         }
     }
 
@@ -211,11 +235,14 @@ impl LinkOwnership {
                 self.station = Some((identity.to_owned(), grant.token));
                 Ok(())
             }
-            Acquisition::HeldByOther(holder) => Err(format!(
-                "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
-                holder.owner,
-                seconds_left(holder.expires_in)
-            )),
+            Acquisition::HeldByOther(holder) => {
+                self.station_retry_in = Some(holder.expires_in);
+                Err(format!(
+                    "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
+                    holder.owner,
+                    seconds_left(holder.expires_in)
+                ))
+            }
         }
     }
 
@@ -243,6 +270,18 @@ impl LinkOwnership {
         Ok(true)
     }
 
+    /// How long until the next renewal: a renewal interval, or less while the link stands by
+    /// for a station whose other owner's lease lapses sooner (a failover takes it then).
+    fn next_pause(&mut self) -> Duration {
+        let every = self.timing.renew_every;
+        match self.station_retry_in.take() {
+            Some(left) if self.gate.refused_identity().is_some() => {
+                every.min(left + RETRY_AFTER_LAPSE)
+            }
+            _ => every,
+        }
+    }
+
     /// Renews the leases until `shutdown`, then releases them. Each confirmed renewal opens
     /// the link's gate until TTL − margin after it was sent; a renewal that fails is tried
     /// again while the gate is open. When the gate closes (lost to another gateway, or the
@@ -267,6 +306,7 @@ impl LinkOwnership {
                             warn!("{why}");
                         }
                         self.gate.decide_identity(identity, verdict);
+                        pause = self.next_pause();
                     }
                     continue;
                 }
@@ -285,7 +325,7 @@ impl LinkOwnership {
             match self.renew().await {
                 Ok(true) => {
                     self.gate.renewed(asked_at, timing.ttl, timing.margin);
-                    pause = timing.renew_every;
+                    pause = self.next_pause();
                 }
                 Ok(false) => {
                     self.gate.revoke();
