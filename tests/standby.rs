@@ -287,3 +287,247 @@ impl Rig {
         Ok(body["leaseId"].as_str().context("a lease id")?.to_owned())
     }
 }
+
+/// The owner as a process of its own (so that it can be paused), its HTTP address read from
+/// its log; killed when dropped.
+struct OwnerProcess {
+    child: std::process::Child,
+    base_url: String,
+    dir: std::path::PathBuf,
+}
+
+impl OwnerProcess {
+    fn start(config: &station_gateway::Config) -> Result<OwnerProcess> {
+        use std::io::{BufRead, BufReader};
+        let dir = std::env::temp_dir().join(format!(
+            "sg-standby-owner-{}",
+            &LeaseToken::random().as_str()[..12]
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join("gateway.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[station]\nurl = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[lease]\nbackend = {:?}\nname = {:?}\nlink_owner_ttl_ms = {}\n[audit]\ndir = {:?}\n",
+                config.station.url,
+                config.lease.backend,
+                config.lease.name,
+                config.lease.link_owner_ttl_ms,
+                dir.join("audit").display().to_string(),
+            ),
+        )?;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_station-gateway"))
+            .arg("--config")
+            .arg(&file)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let stderr = child.stderr.take().context("its log")?;
+        let (found, address) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut found = Some(found);
+            // Read to the end, so that the process never blocks on a full pipe.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("HTTP listening on ")
+                    && let Some(found) = found.take()
+                {
+                    let rest = &line[at + "HTTP listening on ".len()..];
+                    let url = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let _ = found.send(url);
+                }
+            }
+        });
+        let base_url = address
+            .recv_timeout(Duration::from_secs(30))
+            .context("the owner process logs where it listens")?;
+        Ok(OwnerProcess {
+            child,
+            base_url,
+            dir,
+        })
+    }
+
+    fn signal(&self, signal: &str) -> Result<()> {
+        let sent = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()?;
+        ensure!(sent.success(), "kill {signal}");
+        Ok(())
+    }
+
+    /// Waits (at most `limit`) for the process to end by itself.
+    async fn ended_within(&mut self, limit: Duration) -> Result<()> {
+        let since = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            ensure!(
+                since.elapsed() < limit,
+                "the old owner did not stop by itself within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for OwnerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A write of VSET1 to the gateway at `base_url` under `lease_id`: its status (0 when the
+/// request failed as such).
+async fn write_at(http: reqwest::Client, base_url: String, lease_id: String, value: u32) -> u16 {
+    let sent = http
+        .post(format!("{base_url}/api/resources/value/set"))
+        .header("X-Lease-Id", lease_id)
+        .json(&json!({ "Name": VSET1, "Value": value.to_string() }))
+        .send()
+        .await;
+    sent.map(|response| response.status().as_u16()).unwrap_or(0)
+}
+
+/// The owner is paused (SIGSTOP, as a VM pause or a long GC would) while its lease's holder
+/// writes every 100 ms, to the owner and to the standby; the standby takes over within
+/// TTL + 2 s; the writes that queued up at the paused owner are refused when it wakes (it
+/// checks, before its first send, that it still owns the link), and it stops by itself. The
+/// station's log shows nothing from the old owner's connection after the standby's first write.
+async fn a_paused_owner_writes_nothing_once_the_standby_took_over(backend: &str) -> Result<()> {
+    let sim = default_simulator().await;
+    let name = format!("control:standby-{}", &LeaseToken::random().as_str()[..12]);
+    let config = config_for(&sim, |c| {
+        c.lease.backend = backend.to_owned();
+        c.lease.name = name.clone();
+        c.lease.link_owner_ttl_ms = u64::try_from(TTL.as_millis()).unwrap();
+    });
+    let mut owner = OwnerProcess::start(&config)?;
+    let http = reqwest::Client::new();
+    let since = Instant::now();
+    while get(&http, format!("{}/readyz", owner.base_url)).await?.0 != 200 {
+        ensure!(
+            since.elapsed() < Duration::from_secs(10),
+            "the owner process is not ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut standby_config = config.clone();
+    standby_config.ha.mode = HaMode::Standby;
+    let standby = station_gateway::start(
+        station_gateway::Listeners {
+            http: tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            legacy: None,
+        },
+        standby_config,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let response = http
+        .post(format!("{}/api/lease", owner.base_url))
+        .json(&json!({ "Owner": "TAT station 3", "TtlMs": 30000 }))
+        .send()
+        .await?;
+    ensure!(response.status() == 200, "the lease is taken on the owner");
+    let lease_id = response.json::<Json>().await?["leaseId"]
+        .as_str()
+        .context("a lease id")?
+        .to_owned();
+    ensure!(write_at(http.clone(), owner.base_url.clone(), lease_id.clone(), 1).await == 200);
+    let old_connection = sim
+        .write_log()
+        .last()
+        .context("the owner's write")?
+        .connection;
+
+    // The holder writes every 100 ms to both; the owner's answers are awaited at the end.
+    owner.signal("-STOP")?;
+    let paused = Instant::now();
+    let mut at_owner = tokio::task::JoinSet::new();
+    let mut served = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut value = 10;
+    while served.len() < 5 {
+        tick.tick().await;
+        value += 1;
+        at_owner.spawn(write_at(
+            http.clone(),
+            owner.base_url.clone(),
+            lease_id.clone(),
+            value,
+        ));
+        value += 1;
+        let status = write_at(http.clone(), standby.base_url(), lease_id.clone(), value).await;
+        match status {
+            200 => served.push(paused.elapsed()),
+            503 => {}
+            other => bail!("the standby answered {other}"),
+        }
+        ensure!(
+            paused.elapsed() < TTL + FAILOVER_SLACK + Duration::from_secs(3),
+            "the standby did not serve within {:?}",
+            paused.elapsed()
+        );
+    }
+    eprintln!(
+        "failover (pause): the standby served {:?} after the owner was paused",
+        served[0]
+    );
+    ensure!(
+        served[0] <= TTL + FAILOVER_SLACK,
+        "the standby served {:?} after the owner was paused: more than TTL + 2 s",
+        served[0]
+    );
+
+    // The owner wakes: everything queued there is refused, and it stops by itself.
+    owner.signal("-CONT")?;
+    let answers = within(
+        Duration::from_secs(20),
+        "the paused owner's answers",
+        async {
+            let mut answers = Vec::new();
+            while let Some(answer) = at_owner.join_next().await {
+                answers.push(answer.unwrap());
+            }
+            answers
+        },
+    )
+    .await;
+    ensure!(
+        answers.iter().all(|&status| status != 200),
+        "a write queued at the paused owner was applied after it woke: {answers:?}"
+    );
+    owner.ended_within(Duration::from_secs(10)).await?;
+    let log = sim.write_log();
+    let first_new = log
+        .iter()
+        .position(|w| w.connection != old_connection)
+        .context("the new owner's writes are in the log")?;
+    let stray: Vec<_> = log[first_new..]
+        .iter()
+        .filter(|w| w.connection == old_connection)
+        .collect();
+    ensure!(
+        stray.is_empty(),
+        "writes of the old owner after the new owner's first: {stray:?}"
+    );
+    ensure!(
+        write_at(http.clone(), standby.base_url(), lease_id.clone(), 999).await == 200,
+        "the holder goes on through the new owner"
+    );
+    standby.stop().await;
+    Ok(())
+}
+
+on_backends!(a_paused_owner_writes_nothing_once_the_standby_took_over:
+    a_paused_owner_writes_nothing_once_the_standby_took_over_on_sqlite => "sqlite",
+    a_paused_owner_writes_nothing_once_the_standby_took_over_on_postgres => "postgres",
+    a_paused_owner_writes_nothing_once_the_standby_took_over_on_redis => "redis",
+);
