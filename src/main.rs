@@ -154,7 +154,7 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
         // simulator takes a new port each start, and a lease in a lasting backend must still be
         // found after a restart. Its serial (what HELLO will say) is known from the profile now,
         // before the link-owner lease is claimed and the lease resumed.
-        if config.lease.name.trim().is_empty() {
+        if config.lease.name.trim().is_empty() && config.station_id().is_none() {
             config.lease.name = simulator_lease_name(&profile.station.serial);
             tracing::info!(
                 "--simulator: the control lease (one client at a time may change the station: \

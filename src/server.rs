@@ -250,12 +250,13 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
                 state,
                 gate: Arc::new(crate::link::OwnerGate::new(tokio::time::Instant::now())),
                 role: Arc::new(HaRole::standby()),
+                station_id: config.station_id(),
             };
             (None, Some(watch))
         } else {
             let claimed =
                 LinkOwnership::claim(leases.default_store(), &name, me, timing, state).await?;
-            (Some(claimed), None)
+            (Some(claimed.with_station_id(config.station_id())), None)
         }
     } else {
         (None, None)

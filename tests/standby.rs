@@ -531,3 +531,77 @@ on_backends!(a_paused_owner_writes_nothing_once_the_standby_took_over:
     a_paused_owner_writes_nothing_once_the_standby_took_over_on_postgres => "postgres",
     a_paused_owner_writes_nothing_once_the_standby_took_over_on_redis => "redis",
 );
+
+/// The owner reaches the station as `127.0.0.1`, the standby as `localhost`; both name it by
+/// `station.id` (no `lease.name`): the standby watches the owner's lease and, once it lapses,
+/// takes over the control lease the holder took on the owner.
+async fn a_standby_reaching_the_station_by_another_address_takes_over_the_same_control_lease(
+    backend: &str,
+) -> Result<()> {
+    let sim = default_simulator().await;
+    let id = format!("HV bench {}", &LeaseToken::random().as_str()[..8]);
+    let owner_config = config_for(&sim, |c| {
+        c.station.id = id.clone();
+        c.lease.backend = backend.to_owned();
+        c.lease.link_owner_ttl_ms = u64::try_from(TTL.as_millis()).unwrap();
+    });
+    let mut standby_config = owner_config.clone();
+    standby_config.station.url = format!("tcp://localhost:{}", sim.local_addr().port());
+    standby_config.ha.mode = HaMode::Standby;
+    assert_eq!(
+        owner_config.control_lease_name(),
+        format!("control:station:{id}")
+    );
+    let owner = start_gateway(owner_config).await;
+    let standby = station_gateway::start(
+        station_gateway::Listeners {
+            http: tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            legacy: None,
+        },
+        standby_config,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let http = reqwest::Client::new();
+    let lease_id = Rig::lease_on(&http, &owner, "TAT station 3").await?;
+    ensure!(write_under(&http, &owner, &lease_id, 1).await?.0 == 200);
+    let (status, body) = get(&http, format!("{}/readyz", standby.base_url())).await?;
+    ensure!(status == 503, "the standby stands by: {status} {body}");
+    drop(owner);
+    let died = Instant::now();
+    loop {
+        let (status, body) = write_under(&http, &standby, &lease_id, 2).await?;
+        if status == 200 {
+            break;
+        }
+        ensure!(
+            died.elapsed() < TTL + FAILOVER_SLACK + Duration::from_secs(3),
+            "the standby did not take the holder's lease over: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    standby.stop().await;
+    Ok(())
+}
+
+on_backends!(a_standby_reaching_the_station_by_another_address_takes_over_the_same_control_lease:
+    a_standby_reaching_the_station_by_another_address_takes_over_the_same_control_lease_on_postgres => "postgres",
+);
+
+#[tokio::test]
+async fn a_standby_without_a_shared_name_for_the_station_is_refused_naming_the_keys() {
+    let sim = default_simulator().await;
+    let config = config_for(&sim, |c| {
+        c.ha.mode = HaMode::Standby;
+        c.lease.backend = "redis://127.0.0.1:6379/15".into();
+    });
+    let why = config
+        .validate()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        why.contains("ha.mode") && why.contains("station.id") && why.contains("lease.name"),
+        "{why}"
+    );
+}

@@ -10,6 +10,12 @@ use serde::Deserialize;
 pub struct StationConfig {
     /// `tcp://HOST:PORT` or `serial:///dev/ttyUSB0?baud=115200&parity=none&stop_bits=1`.
     pub url: String,
+    /// The station's identity, instead of the model and serial its HELLO gives (for a station
+    /// whose HELLO cannot be trusted: a serial left at its factory value, two stations alike).
+    /// It names the station's link-owner lease and, unless `lease.name` is set, the control
+    /// lease (`control:station:<id>`): set it alike on two gateways of one station. Empty: the
+    /// HELLO's identity for the link-owner lease, `control:<url>` for the control lease.
+    pub id: String,
     /// How long one request may wait for the station's answer.
     pub request_timeout_ms: u64,
     /// The longest the station may take over a request: a change it did not answer within
@@ -291,6 +297,7 @@ impl Default for StationConfig {
     fn default() -> Self {
         StationConfig {
             url: "tcp://127.0.0.1:4000".into(),
+            id: String::new(),
             request_timeout_ms: 2000,
             max_processing_ms: None,
             connect_timeout_ms: 2000,

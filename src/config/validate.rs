@@ -31,6 +31,12 @@ impl Config {
         if !(1..=1000).contains(&self.audit.change_files) {
             return Err(invalid("audit.change_files", "must be 1 to 1000"));
         }
+        if self.station.id.chars().count() > 200 || self.station.id.chars().any(char::is_control) {
+            return Err(invalid(
+                "station.id",
+                "must be at most 200 characters, without control characters",
+            ));
+        }
         if !(1..=600_000).contains(&self.station.request_timeout_ms) {
             return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
         }
@@ -114,6 +120,15 @@ impl Config {
             return Err(invalid(
                 "ha.mode",
                 "a standby needs a lease.backend the owner shares (sqlite:PATH on one host, postgres://... or redis://...), not memory",
+            ));
+        }
+        if self.ha.mode == super::HaMode::Standby
+            && self.station_id().is_none()
+            && self.lease.name.trim().is_empty()
+        {
+            return Err(invalid(
+                "ha.mode",
+                "a standby must name the station's leases as its owner does, whatever address each reaches it by: set station.id (the station's identity) or lease.name alike on both gateways",
             ));
         }
         let advertised = &self.ha.advertise_url;

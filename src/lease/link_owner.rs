@@ -103,6 +103,8 @@ pub struct LinkOwnership {
     /// When the station's lease was refused: how long its holder still has it (the next try
     /// comes then, not a whole renewal interval later).
     station_retry_in: Option<Duration>,
+    /// `station.id`: the station's identity as configured, used instead of its HELLO's.
+    station_id: Option<String>,
 }
 
 impl LinkOwnership {
@@ -174,10 +176,18 @@ impl LinkOwnership {
                     owner,
                     station: None,
                     station_retry_in: None,
+                    station_id: None,
                 }))
             }
             Acquisition::HeldByOther(holder) => Ok(Err(holder)),
         }
+    }
+
+    /// Names the station's own link-owner lease after `station_id` (`station.id`) instead of
+    /// the identity its HELLO gives, for a station whose HELLO cannot be trusted.
+    pub fn with_station_id(mut self, station_id: Option<String>) -> LinkOwnership {
+        self.station_id = station_id;
+        self
     }
 
     /// The gate the link checks before every frame (`LinkTask::with_owner_gate`).
@@ -192,7 +202,10 @@ impl LinkOwnership {
 
     /// Claims the station's own link-owner lease for the link, which met the station that
     /// says `identity`: `Err` names the gateway that owns it (through another address).
-    async fn claim_station(&mut self, identity: &str) -> Result<(), String> {
+    async fn claim_station(&mut self, said: &str) -> Result<(), String> {
+        // `station.id`, where configured, stands for whatever the HELLO said.
+        let configured = self.station_id.clone();
+        let identity = configured.as_deref().unwrap_or(said);
         if self
             .station
             .as_ref()

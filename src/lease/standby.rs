@@ -112,6 +112,8 @@ pub struct Standby {
     /// The link's gate, closed until this gateway takes the lease.
     pub gate: Arc<OwnerGate>,
     pub role: Arc<HaRole>,
+    /// `station.id`, for the station's own lease once it owns the link.
+    pub station_id: Option<String>,
 }
 
 /// A standby that took the station: its ownership, and who owned it before.
@@ -143,7 +145,7 @@ impl Standby {
                         "the owner's link-owner lease lapsed: this standby takes the station over"
                     );
                     return Some(TakenOver {
-                        ownership,
+                        ownership: ownership.with_station_id(self.station_id.clone()),
                         previous_owner,
                     });
                 }

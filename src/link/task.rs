@@ -204,7 +204,8 @@ impl LinkTask {
         let restarted = self.shared.restarted.swap(false, Ordering::SeqCst);
         let changed = restarted || (!previous.channels.is_empty() && previous.channels != channels);
         info!(
-            station = %self.settings.url, name = %hello.station, firmware = %hello.firmware,
+            station = %self.settings.url, identity = %handshake::station_identity(&hello),
+            firmware = %hello.firmware,
             window = hello.window, channels = channels.len(), generation, "station link up"
         );
         let window = usize::from(hello.window).clamp(1, MAX_WINDOW);
