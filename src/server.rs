@@ -16,7 +16,7 @@ use tracing::info;
 
 use crate::config::{Config, HaMode};
 use crate::gateway::Gateway;
-use crate::lease::link_owner::{LinkOwnerError, LinkOwnerTiming, LinkOwnership};
+use crate::lease::link_owner::{LinkOwnerError, LinkOwnership};
 use crate::lease::owner_state::OwnerState;
 use crate::lease::standby::{HaRole, Standby, owner_label};
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
@@ -234,8 +234,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
             url => url.trim_end_matches('/').to_owned(),
         };
         let me = owner_label(std::process::id(), &published);
-        let timing =
-            LinkOwnerTiming::for_ttl(Duration::from_millis(config.lease.link_owner_ttl_ms));
+        let timing = config.link_owner_timing();
         let name = config.control_lease_name();
         let state = match config.lease.link_owner_state_path() {
             Some(path) => Some(OwnerState::open(&path).map_err(LinkOwnerError::from)?),
@@ -378,6 +377,7 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
         return;
     };
     // Renewals (and the station identity's verdict the link waits for) go on meanwhile.
+    let gate = taken.ownership.gate();
     let keep = taken.ownership.keep(shutdown.clone(), shutdown.clone());
     tokio::pin!(keep);
     let resumed = async {
@@ -386,6 +386,14 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
                 "taking over: cannot resume the control lease from lease.backend ({why}); trying again"
             );
             tokio::time::sleep(retry).await;
+        }
+        // After a lapse, the lock-delay: until it is over, requests are still answered as by
+        // a standby.
+        let mut reopenings = gate.reopenings();
+        while !gate.owned_at(tokio::time::Instant::now()) {
+            if reopenings.changed().await.is_err() {
+                break;
+            }
         }
     };
     tokio::select! {
@@ -404,6 +412,7 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
     gateway.ha.took_over();
     info!(
         previous = taken.previous_owner.as_deref().unwrap_or("unknown"),
+        lapsed = taken.lapsed,
         "failover: this gateway owns the station now"
     );
     keep.await;

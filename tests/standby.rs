@@ -21,6 +21,21 @@ use station_simulator::SimulatorHandle;
 const TTL: Duration = Duration::from_millis(2_000);
 /// What the failover may take beyond the TTL and the lock-delay (issue 25: 2 s).
 const FAILOVER_SLACK: Duration = Duration::from_secs(2);
+/// The lock-delay in these tests: longer than the TTL, so that a takeover without it shows.
+const LOCK_DELAY: Duration = Duration::from_millis(2_500);
+/// The longest a failover after a lapse may take.
+const FAILOVER_BOUND: Duration = TTL
+    .saturating_add(LOCK_DELAY)
+    .saturating_add(FAILOVER_SLACK);
+
+/// The link-owner lease's timing of these tests, and a station that takes at most 1 s over a
+/// request (so that the lock-delay's rule, margin + lock-delay ≥ max processing, holds).
+fn short_timing(c: &mut station_gateway::Config) {
+    c.lease.link_owner_ttl_ms = u64::try_from(TTL.as_millis()).unwrap();
+    c.lease.link_owner_lock_delay_ms = Some(u64::try_from(LOCK_DELAY.as_millis()).unwrap());
+    c.station.request_timeout_ms = 1_000;
+    c.station.max_processing_ms = Some(1_000);
+}
 
 macro_rules! on_backends {
     ($scenario:ident: $($test:ident => $kind:literal),+ $(,)?) => {
@@ -45,7 +60,7 @@ async fn owner_and_standby(
     let config = config_for(sim, |c| {
         c.lease.backend = backend.to_owned();
         c.lease.name = name.clone();
-        c.lease.link_owner_ttl_ms = u64::try_from(TTL.as_millis()).unwrap();
+        short_timing(c);
         tweak(c);
     });
     let owner = start_gateway(config.clone()).await;
@@ -153,7 +168,7 @@ async fn a_standby_takes_over_when_the_owner_dies(backend: &str) -> Result<()> {
             status == 503,
             "before the takeover the standby refuses with 503: {status} {body}"
         );
-        if died.elapsed() > TTL + FAILOVER_SLACK + Duration::from_secs(3) {
+        if died.elapsed() > FAILOVER_BOUND + Duration::from_secs(3) {
             bail!(
                 "the standby did not serve within {:?}: {body}",
                 died.elapsed()
@@ -163,8 +178,12 @@ async fn a_standby_takes_over_when_the_owner_dies(backend: &str) -> Result<()> {
     };
     eprintln!("failover: the standby served {served_after:?} after the owner died");
     ensure!(
-        served_after <= TTL + FAILOVER_SLACK,
-        "the standby served {served_after:?} after the owner died: more than TTL + 2 s"
+        served_after <= FAILOVER_BOUND,
+        "the standby served {served_after:?} after the owner died: more than TTL + lock-delay + 2 s"
+    );
+    ensure!(
+        served_after >= LOCK_DELAY,
+        "the standby served {served_after:?} after the owner died: it did not wait the lock-delay ({LOCK_DELAY:?}) after the lease lapsed"
     );
     // More writes under the same lease, through the new owner.
     for more in 1..=3 {
@@ -215,6 +234,43 @@ on_backends!(a_standby_takes_over_when_the_owner_dies:
     a_standby_takes_over_when_the_owner_dies_on_redis => "redis",
 );
 
+/// The owner stops cleanly (it releases its link-owner lease): the standby takes over at once,
+/// without the lock-delay a lapse imposes, and the holder's lease goes on through it.
+async fn a_standby_takes_over_at_once_from_an_owner_that_stopped_cleanly(
+    backend: &str,
+) -> Result<()> {
+    let sim = default_simulator().await;
+    let (owner, standby, _) = owner_and_standby(&sim, backend, |_| {}).await;
+    let http = reqwest::Client::new();
+    let lease_id = Rig::lease_on(&http, &owner, "TAT station 3").await?;
+    ensure!(write_under(&http, &owner, &lease_id, 1).await?.0 == 200);
+    owner.stop().await;
+    let stopped = Instant::now();
+    let served_after = loop {
+        let (status, body) = write_under(&http, &standby, &lease_id, 2).await?;
+        if status == 200 {
+            break stopped.elapsed();
+        }
+        ensure!(
+            stopped.elapsed() < FAILOVER_BOUND,
+            "the standby did not serve: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("failover (clean stop): the standby served {served_after:?} after the owner stopped");
+    ensure!(
+        served_after < LOCK_DELAY,
+        "the standby served {served_after:?} after a clean stop: it waited a lock-delay ({LOCK_DELAY:?}) for a lease that was released, not lapsed"
+    );
+    standby.stop().await;
+    Ok(())
+}
+
+on_backends!(a_standby_takes_over_at_once_from_an_owner_that_stopped_cleanly:
+    a_standby_takes_over_at_once_from_an_owner_that_stopped_cleanly_on_sqlite => "sqlite",
+    a_standby_takes_over_at_once_from_an_owner_that_stopped_cleanly_on_redis => "redis",
+);
+
 /// The holder's lease lapses while nobody owns the station: the standby applies its safe
 /// state (owed in the store) once it has taken over, before anyone else's change.
 async fn a_standby_applies_the_safe_state_owed_by_a_dead_owner(backend: &str) -> Result<()> {
@@ -236,7 +292,7 @@ async fn a_standby_applies_the_safe_state_owed_by_a_dead_owner(backend: &str) ->
     drop(owner);
     sim.clear_write_log();
     until(
-        TTL + FAILOVER_SLACK + Duration::from_secs(3),
+        FAILOVER_BOUND + Duration::from_secs(3),
         "the standby to apply the safe state owed",
         || sim.write_log().iter().any(|w| w.channel == ON1),
     )
@@ -407,7 +463,7 @@ async fn a_paused_owner_writes_nothing_once_the_standby_took_over(backend: &str)
     let config = config_for(&sim, |c| {
         c.lease.backend = backend.to_owned();
         c.lease.name = name.clone();
-        c.lease.link_owner_ttl_ms = u64::try_from(TTL.as_millis()).unwrap();
+        short_timing(c);
     });
     let mut owner = OwnerProcess::start(&config)?;
     let http = reqwest::Client::new();
@@ -471,7 +527,7 @@ async fn a_paused_owner_writes_nothing_once_the_standby_took_over(backend: &str)
             other => bail!("the standby answered {other}"),
         }
         ensure!(
-            paused.elapsed() < TTL + FAILOVER_SLACK + Duration::from_secs(3),
+            paused.elapsed() < FAILOVER_BOUND + Duration::from_secs(3),
             "the standby did not serve within {:?}",
             paused.elapsed()
         );
@@ -481,8 +537,8 @@ async fn a_paused_owner_writes_nothing_once_the_standby_took_over(backend: &str)
         served[0]
     );
     ensure!(
-        served[0] <= TTL + FAILOVER_SLACK,
-        "the standby served {:?} after the owner was paused: more than TTL + 2 s",
+        served[0] <= FAILOVER_BOUND,
+        "the standby served {:?} after the owner was paused: more than TTL + lock-delay + 2 s",
         served[0]
     );
 
@@ -543,7 +599,7 @@ async fn a_standby_reaching_the_station_by_another_address_takes_over_the_same_c
     let owner_config = config_for(&sim, |c| {
         c.station.id = id.clone();
         c.lease.backend = backend.to_owned();
-        c.lease.link_owner_ttl_ms = u64::try_from(TTL.as_millis()).unwrap();
+        short_timing(c);
     });
     let mut standby_config = owner_config.clone();
     standby_config.station.url = format!("tcp://localhost:{}", sim.local_addr().port());
@@ -575,7 +631,7 @@ async fn a_standby_reaching_the_station_by_another_address_takes_over_the_same_c
             break;
         }
         ensure!(
-            died.elapsed() < TTL + FAILOVER_SLACK + Duration::from_secs(3),
+            died.elapsed() < FAILOVER_BOUND + Duration::from_secs(3),
             "the standby did not take the holder's lease over: {status} {body}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -245,6 +245,18 @@ pub struct LeaseConfig {
     /// It is renewed every third of it (each renewal given a third), and the link sends
     /// nothing later than four fifths of it after the last confirmed renewal was sent.
     pub link_owner_ttl_ms: u64,
+    /// The link-owner lease's renewal interval; `None`: a third of its TTL.
+    pub link_owner_renew_ms: Option<u64>,
+    /// How long one renewal may take at the store before it counts as failed; `None`: a third
+    /// of the TTL.
+    pub link_owner_store_timeout_ms: Option<u64>,
+    /// How long before the lease would lapse in the store the link stops sending; `None`: a
+    /// fifth of the TTL.
+    pub link_owner_margin_ms: Option<u64>,
+    /// How long a gateway that takes over a lapsed link-owner lease waits before it sends
+    /// anything; `None`: the least that keeps margin + lock-delay ≥ `station.max_processing_ms`,
+    /// and at least margin + store timeout.
+    pub link_owner_lock_delay_ms: Option<u64>,
     /// With a shared backend: a state file (locked while the gateway runs) keeping the
     /// link-owner lease's token, so that a gateway restarted after a crash takes its own lease
     /// back at once; empty: `$STATE_DIRECTORY/link-owner.state` under systemd, else none.
@@ -352,6 +364,10 @@ impl Default for LeaseConfig {
             admin_token: String::new(),
             safe_state: Vec::new(),
             link_owner_ttl_ms: 10_000,
+            link_owner_renew_ms: None,
+            link_owner_store_timeout_ms: None,
+            link_owner_margin_ms: None,
+            link_owner_lock_delay_ms: None,
             link_owner_state: String::new(),
         }
     }

@@ -3,6 +3,19 @@
 use super::{Config, ConfigError, parse_listen};
 
 impl Config {
+    /// The link-owner lease's timing from `[lease]` (the rules: `LinkOwnerTiming::check`).
+    pub fn link_owner_timing(&self) -> crate::lease::link_owner::LinkOwnerTiming {
+        let lease = &self.lease;
+        let keys = crate::lease::link_owner::TimingKeys {
+            ttl_ms: lease.link_owner_ttl_ms,
+            renew_ms: lease.link_owner_renew_ms,
+            store_timeout_ms: lease.link_owner_store_timeout_ms,
+            margin_ms: lease.link_owner_margin_ms,
+            lock_delay_ms: lease.link_owner_lock_delay_ms,
+        };
+        crate::lease::link_owner::LinkOwnerTiming::configured(keys, self.max_processing())
+    }
+
     /// Checks what serde cannot: ranges, addresses, URLs.
     pub fn validate(&self) -> Result<(), ConfigError> {
         fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
@@ -139,15 +152,40 @@ impl Config {
                 "must be empty or an http:// or https:// address such as http://gw1.lab:5000",
             ));
         }
-        let ttl = std::time::Duration::from_millis(self.lease.link_owner_ttl_ms);
-        if !(1_000..=600_000).contains(&self.lease.link_owner_ttl_ms)
-            || !crate::lease::link_owner::LinkOwnerTiming::for_ttl(ttl).holds()
-        {
+        if !(1_000..=600_000).contains(&self.lease.link_owner_ttl_ms) {
             return Err(invalid(
                 "lease.link_owner_ttl_ms",
                 "must be 1000 to 600000 (renewals every third of it, each given a third, and a fifth kept in hand)",
             ));
         }
+        for (key, value) in [
+            ("lease.link_owner_renew_ms", self.lease.link_owner_renew_ms),
+            (
+                "lease.link_owner_store_timeout_ms",
+                self.lease.link_owner_store_timeout_ms,
+            ),
+            (
+                "lease.link_owner_margin_ms",
+                self.lease.link_owner_margin_ms,
+            ),
+        ] {
+            if value.is_some_and(|ms| !(100..=600_000).contains(&ms)) {
+                return Err(invalid(key, "must be 100 to 600000 (ms), or left out"));
+            }
+        }
+        if self
+            .lease
+            .link_owner_lock_delay_ms
+            .is_some_and(|ms| ms > 600_000)
+        {
+            return Err(invalid(
+                "lease.link_owner_lock_delay_ms",
+                "must be 0 to 600000 (ms), or left out",
+            ));
+        }
+        self.link_owner_timing()
+            .check(self.max_processing())
+            .map_err(|broken| invalid(broken.key, broken.message))?;
         if self.http.tls.enabled() {
             if self.http.tls.cert.is_empty() {
                 return Err(invalid(

@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -120,6 +121,18 @@ pub struct Standby {
 pub struct TakenOver {
     pub ownership: LinkOwnership,
     pub previous_owner: Option<String>,
+    /// Whether the owner's lease lapsed (found free at or after the deadline it was last seen
+    /// with), rather than released: then the link waits the lock-delay.
+    pub lapsed: bool,
+}
+
+/// Whether a lease found free at `found_free` had lapsed rather than been released: its owner
+/// was last seen holding it until `last_seen_until`. A lease found free only after that might
+/// have lapsed (or been renewed and released since: the lock-delay is then waited for
+/// nothing); one found free before it was released. A lease never seen held (this standby
+/// started after it ended) counts as lapsed.
+pub fn lapsed(last_seen_until: Option<Instant>, found_free: Instant) -> bool {
+    last_seen_until.is_none_or(|until| found_free + RETRY_AFTER_LAPSE >= until)
 }
 
 impl Standby {
@@ -127,7 +140,9 @@ impl Standby {
     /// on `shutdown`.
     pub async fn until_lapsed(mut self, shutdown: &CancellationToken) -> Option<TakenOver> {
         let mut previous_owner = None;
+        let mut last_seen_until = None;
         loop {
+            let asked_at = Instant::now();
             let claimed = LinkOwnership::try_claim(
                 self.store.clone(),
                 &self.name,
@@ -139,18 +154,30 @@ impl Standby {
             .await;
             let look = match claimed {
                 Ok(Ok(ownership)) => {
+                    let lapsed = lapsed(last_seen_until, asked_at);
+                    let delay = if lapsed {
+                        self.timing.lock_delay
+                    } else {
+                        Duration::ZERO
+                    };
                     info!(
                         name = %self.name,
                         previous = previous_owner.as_deref().unwrap_or("nobody"),
-                        "the owner's link-owner lease lapsed: this standby takes the station over"
+                        lock_delay_ms = delay.as_millis(),
+                        "the owner's link-owner lease {}: this standby takes the station over",
+                        if lapsed { "lapsed (its owner may be paused, not gone: the link waits the lock-delay first)" } else { "was released" }
                     );
                     return Some(TakenOver {
-                        ownership: ownership.with_station_id(self.station_id.clone()),
+                        ownership: ownership
+                            .with_station_id(self.station_id.clone())
+                            .hold_back(delay),
                         previous_owner,
+                        lapsed,
                     });
                 }
                 Ok(Err(holder)) => {
                     let left = holder.expires_in;
+                    last_seen_until = Some(asked_at + left);
                     if previous_owner.as_deref() != Some(holder.owner.as_str()) {
                         info!(name = %self.name, owner = %holder.owner, "standing by: another gateway owns the station");
                     }
@@ -208,6 +235,19 @@ mod tests {
         role.took_over();
         assert_eq!(role.standing_by(), None);
         assert_eq!(HaRole::owner().standing_by(), None);
+    }
+
+    #[test]
+    fn a_lease_found_free_before_its_last_seen_deadline_was_released_and_after_it_lapsed() {
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(2);
+        assert!(
+            !lapsed(Some(until), t0 + Duration::from_secs(1)),
+            "released"
+        );
+        assert!(lapsed(Some(until), until), "found free at its deadline");
+        assert!(lapsed(Some(until), until + Duration::from_secs(1)));
+        assert!(lapsed(None, t0), "never seen held: it may have lapsed");
     }
 
     #[test]
