@@ -344,102 +344,6 @@ impl Rig {
     }
 }
 
-/// The owner as a process of its own (so that it can be paused), its HTTP address read from
-/// its log; killed when dropped.
-struct OwnerProcess {
-    child: std::process::Child,
-    base_url: String,
-    dir: std::path::PathBuf,
-}
-
-impl OwnerProcess {
-    fn start(config: &station_gateway::Config) -> Result<OwnerProcess> {
-        use std::io::{BufRead, BufReader};
-        let dir = std::env::temp_dir().join(format!(
-            "sg-standby-owner-{}",
-            &LeaseToken::random().as_str()[..12]
-        ));
-        std::fs::create_dir_all(&dir)?;
-        let file = dir.join("gateway.toml");
-        std::fs::write(
-            &file,
-            format!(
-                "[station]\nurl = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[lease]\nbackend = {:?}\nname = {:?}\nlink_owner_ttl_ms = {}\n[audit]\ndir = {:?}\n",
-                config.station.url,
-                config.lease.backend,
-                config.lease.name,
-                config.lease.link_owner_ttl_ms,
-                dir.join("audit").display().to_string(),
-            ),
-        )?;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_station-gateway"))
-            .arg("--config")
-            .arg(&file)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()?;
-        let stderr = child.stderr.take().context("its log")?;
-        let (found, address) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut found = Some(found);
-            // Read to the end, so that the process never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("HTTP listening on ")
-                    && let Some(found) = found.take()
-                {
-                    let rest = &line[at + "HTTP listening on ".len()..];
-                    let url = rest
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned();
-                    let _ = found.send(url);
-                }
-            }
-        });
-        let base_url = address
-            .recv_timeout(Duration::from_secs(30))
-            .context("the owner process logs where it listens")?;
-        Ok(OwnerProcess {
-            child,
-            base_url,
-            dir,
-        })
-    }
-
-    fn signal(&self, signal: &str) -> Result<()> {
-        let sent = std::process::Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()?;
-        ensure!(sent.success(), "kill {signal}");
-        Ok(())
-    }
-
-    /// Waits (at most `limit`) for the process to end by itself.
-    async fn ended_within(&mut self, limit: Duration) -> Result<()> {
-        let since = Instant::now();
-        while self.child.try_wait()?.is_none() {
-            ensure!(
-                since.elapsed() < limit,
-                "the old owner did not stop by itself within {limit:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for OwnerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// A write of VSET1 to the gateway at `base_url` under `lease_id`: its status (0 when the
 /// request failed as such).
 async fn write_at(http: reqwest::Client, base_url: String, lease_id: String, value: u32) -> u16 {
@@ -465,7 +369,7 @@ async fn a_paused_owner_writes_nothing_once_the_standby_took_over(backend: &str)
         c.lease.name = name.clone();
         short_timing(c);
     });
-    let mut owner = OwnerProcess::start(&config)?;
+    let mut owner = common::process::GatewayProcess::start(&config)?;
     let http = reqwest::Client::new();
     let since = Instant::now();
     while get(&http, format!("{}/readyz", owner.base_url)).await?.0 != 200 {
