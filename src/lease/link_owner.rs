@@ -26,6 +26,9 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
 /// How long after another's lease should have lapsed in the store it is asked for again (the
 /// store's clock may lag this host's a little).
 pub(crate) const RETRY_AFTER_LAPSE: Duration = Duration::from_millis(20);
+/// How long the note of a clean release is kept: a gateway started later than that after a
+/// clean stop waits the lock-delay (harmless after so long).
+const RELEASE_NOTE_TTL: Duration = Duration::from_secs(3600);
 
 /// The link-owner lease's timing, in the manner of Patroni's `loop_wait + 2 × retry_timeout
 /// ≤ ttl`. By default all from its TTL: renewals every TTL/3, each given at most TTL/3 by the
@@ -201,6 +204,10 @@ pub struct LinkOwnership {
     station_retry_in: Option<Duration>,
     /// `station.id`: the station's identity as configured, used instead of its HELLO's.
     station_id: Option<String>,
+    /// The fence this gateway took the lease with.
+    fence: u64,
+    /// Whether it was its own lease from before a restart (taken back with the state file).
+    taken_back: bool,
     /// When the last confirmed renewal (or the claim) was sent.
     confirmed_sent_at: Instant,
     /// The lock-delay after taking over a lapsed lease: the gate stays closed until then,
@@ -227,7 +234,17 @@ impl LinkOwnership {
         let gate = Arc::new(OwnerGate::new(Instant::now()));
         let name = Self::name_for(control_name);
         match Self::try_claim(store, &name, owner, timing, &mut state, gate).await? {
-            Ok(ownership) => Ok(ownership),
+            Ok(ownership) => {
+                if !ownership.lapsed_before().await {
+                    return Ok(ownership);
+                }
+                warn!(
+                    %name,
+                    lock_delay_ms = timing.lock_delay.as_millis(),
+                    "the link-owner lease was found free, but its last owner did not release it (it lapsed: that gateway may be paused, not gone): the link waits the lock-delay before it touches the station"
+                );
+                Ok(ownership.hold_back(timing.lock_delay))
+            }
             Err(holder) => Err(LinkOwnerError::OwnedByOther {
                 name,
                 owner: holder.owner,
@@ -268,6 +285,8 @@ impl LinkOwnership {
                 }
                 gate.renewed(asked_at, timing.ttl, timing.margin);
                 Ok(Ok(LinkOwnership {
+                    fence: grant.fence,
+                    taken_back,
                     confirmed_sent_at: asked_at,
                     held_back_until: None,
                     store,
@@ -284,6 +303,44 @@ impl LinkOwnership {
             }
             Acquisition::HeldByOther(holder) => Ok(Err(holder)),
         }
+    }
+
+    /// The name of the note a clean stop leaves beside the link-owner lease `name`.
+    fn release_note_name(name: &str) -> String {
+        format!("{name}:released")
+    }
+
+    /// What the note says: the fence of the lease released cleanly.
+    fn release_note(fence: u64) -> String {
+        format!("released cleanly at fence {fence}")
+    }
+
+    /// Whether the lease this gateway just took had lapsed rather than been released by its
+    /// last owner: `false` for its own lease taken back, for a name never held before (fence
+    /// 1), and when the note of a clean stop names the fence just before this one. A store
+    /// that cannot say counts as a lapse (the lock-delay is the safe side).
+    pub async fn lapsed_before(&self) -> bool {
+        if self.taken_back || self.fence <= 1 {
+            return false;
+        }
+        let note_name = Self::release_note_name(&self.name);
+        let note = self.store.current(&note_name);
+        match tokio::time::timeout(self.timing.store_timeout, note).await {
+            Ok(Ok(Some(note))) => note.owner != Self::release_note(self.fence - 1),
+            _ => true,
+        }
+    }
+
+    /// Leaves the note that this gateway released its lease cleanly (before releasing it, so
+    /// that whoever finds the lease free finds the note too).
+    async fn note_clean_release(&self) -> Result<(), LeaseStoreError> {
+        let name = Self::release_note_name(&self.name);
+        if let Some(old) = self.store.current(&name).await? {
+            self.store.release(&name, &old.token).await?;
+        }
+        let note = AcquireRequest::new(Self::release_note(self.fence), RELEASE_NOTE_TTL);
+        self.store.try_acquire(&name, note).await?;
+        Ok(())
     }
 
     /// Names the station's own link-owner lease after `station_id` (`station.id`) instead of
@@ -501,6 +558,16 @@ impl LinkOwnership {
                 .await;
         }
         // (The state file's lock goes with this task: a restart may take it at once.)
+        let noted = self.note_clean_release();
+        match tokio::time::timeout(timing.store_timeout, noted).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                warn!(name = %self.name, "could not note the clean release ({why}): the next owner waits the lock-delay")
+            }
+            Err(_) => {
+                warn!(name = %self.name, "could not note the clean release in time: the next owner waits the lock-delay")
+            }
+        }
         if let Err(why) = self.store.release(&self.name, &self.token).await {
             warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", timing.ttl.as_secs());
         }

@@ -154,7 +154,8 @@ impl Standby {
             .await;
             let look = match claimed {
                 Ok(Ok(ownership)) => {
-                    let lapsed = lapsed(last_seen_until, asked_at);
+                    let lapsed =
+                        lapsed(last_seen_until, asked_at) && ownership.lapsed_before().await;
                     let delay = if lapsed {
                         self.timing.lock_delay
                     } else {
