@@ -155,8 +155,19 @@ async fn a_standby_takes_over_when_the_owner_dies(backend: &str) -> Result<()> {
         .connection;
 
     // The owner dies: every task gone at once, nothing released (as after kill -9).
+    let accepted = sim.connections_accepted();
     drop(owner);
     let died = Instant::now();
+    // When the standby first touches the station (polled every 2 ms).
+    let first_touch = tokio::spawn({
+        let counts = sim.clone();
+        async move {
+            while counts.connections_accepted() == accepted {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            died.elapsed()
+        }
+    });
     let mut value = 100;
     let served_after = loop {
         value += 1;
@@ -184,6 +195,13 @@ async fn a_standby_takes_over_when_the_owner_dies(backend: &str) -> Result<()> {
     ensure!(
         served_after >= LOCK_DELAY,
         "the standby served {served_after:?} after the owner died: it did not wait the lock-delay ({LOCK_DELAY:?}) after the lease lapsed"
+    );
+    let touched_after = within(Duration::from_secs(1), "the first touch", first_touch)
+        .await
+        .unwrap();
+    ensure!(
+        touched_after >= LOCK_DELAY,
+        "the standby connected to the station {touched_after:?} after the owner died: within the lock-delay ({LOCK_DELAY:?})"
     );
     // More writes under the same lease, through the new owner.
     for more in 1..=3 {

@@ -236,7 +236,7 @@ impl LinkOwnership {
         match Self::try_claim(store, &name, owner, timing, &mut state, gate).await? {
             Ok(ownership) => {
                 if !ownership.lapsed_before().await {
-                    return Ok(ownership);
+                    return Ok(ownership.hold_back(Duration::ZERO));
                 }
                 warn!(
                     %name,
@@ -253,8 +253,8 @@ impl LinkOwnership {
         }
     }
 
-    /// One try at the link-owner lease `name` for `owner`: `Ok(Ok(_))` owns it and has opened
-    /// `gate` (taking `state` along); `Ok(Err(holder))` says who holds it, and for how long.
+    /// One try at the link-owner lease `name` for `owner`: `Ok(Ok(_))` owns it, its gate still
+    /// closed until [`LinkOwnership::hold_back`] (taking `state` along); `Ok(Err(holder))` says who holds it, and for how long.
     pub async fn try_claim(
         store: Arc<dyn LeaseStore>,
         name: &str,
@@ -283,7 +283,8 @@ impl LinkOwnership {
                 if let Some(state) = state.as_mut() {
                     state.remember(&grant.token, None)?;
                 }
-                gate.renewed(asked_at, timing.ttl, timing.margin);
+                // (The gate stays closed until the caller has decided on the lock-delay:
+                // `hold_back`.)
                 Ok(Ok(LinkOwnership {
                     fence: grant.fence,
                     taken_back,
@@ -350,13 +351,14 @@ impl LinkOwnership {
         self
     }
 
-    /// The lock-delay: this gateway took over a lease that lapsed (its owner may have been
-    /// paused, not dead), so its link sends nothing for `delay` more, while the lease is kept.
+    /// Opens the gate, after the lock-delay `delay` when this gateway took over a lease that
+    /// lapsed (its owner may have been paused, not dead): till then its link sends nothing
+    /// (not even a HELLO), while the lease is kept. A claim leaves the gate closed until this.
     pub fn hold_back(mut self, delay: Duration) -> LinkOwnership {
         if !delay.is_zero() {
-            self.gate.revoke();
             self.held_back_until = Some(Instant::now() + delay);
         }
+        self.open_gate(Instant::now());
         self
     }
 
