@@ -42,6 +42,9 @@ struct Watching {
     owner: Option<String>,
     /// Why the store could not say, when it could not.
     store_error: Option<String>,
+    /// The lease is this gateway's now; it waits out the lock-delay and resumes the control
+    /// lease before it serves.
+    taking_over: bool,
 }
 
 impl HaRole {
@@ -65,6 +68,11 @@ impl HaRole {
     /// HTTP address where it serves.
     pub fn standing_by(&self) -> Option<String> {
         let watching = self.watching().clone()?;
+        if watching.taking_over {
+            return Some(
+                "this gateway is taking the station over from a gateway whose link-owner lease lapsed (the lock-delay, then the control lease): try again in a moment".to_owned(),
+            );
+        }
         let owner = match &watching.owner {
             Some(owner) => match http_url_of(owner) {
                 Some(url) => format!("{owner}; its API is at {url}"),
@@ -84,6 +92,13 @@ impl HaRole {
     fn saw(&self, watching: Watching) {
         if let Some(seen) = self.watching().as_mut() {
             *seen = watching;
+        }
+    }
+
+    /// The standby holds the link-owner lease now, and is not yet serving.
+    pub fn taking_over(&self) {
+        if let Some(seen) = self.watching().as_mut() {
+            seen.taking_over = true;
         }
     }
 
@@ -168,6 +183,7 @@ impl Standby {
                         "the owner's link-owner lease {}: this standby takes the station over",
                         if lapsed { "lapsed (its owner may be paused, not gone: the link waits the lock-delay first)" } else { "was released" }
                     );
+                    self.role.taking_over();
                     return Some(TakenOver {
                         ownership: ownership
                             .with_station_id(self.station_id.clone())
@@ -184,7 +200,7 @@ impl Standby {
                     }
                     self.role.saw(Watching {
                         owner: Some(holder.owner.clone()),
-                        store_error: None,
+                        ..Watching::default()
                     });
                     previous_owner = Some(holder.owner);
                     next_look(Some(left), &self.timing)
@@ -194,6 +210,7 @@ impl Standby {
                     self.role.saw(Watching {
                         owner: previous_owner.clone(),
                         store_error: Some(why.to_string()),
+                        ..Watching::default()
                     });
                     next_look(None, &self.timing)
                 }
@@ -228,11 +245,17 @@ mod tests {
         assert!(role.standing_by().unwrap().contains("not yet known"));
         role.saw(Watching {
             owner: Some(owner_label(7, "http://127.0.0.1:5000")),
-            store_error: None,
+            ..Watching::default()
         });
         let why = role.standing_by().unwrap();
         assert!(why.contains("standby"), "{why}");
         assert!(why.contains("its API is at http://127.0.0.1:5000"), "{why}");
+        role.taking_over();
+        assert!(
+            role.standing_by()
+                .unwrap()
+                .contains("taking the station over")
+        );
         role.took_over();
         assert_eq!(role.standing_by(), None);
         assert_eq!(HaRole::owner().standing_by(), None);
