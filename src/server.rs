@@ -366,8 +366,8 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     })
 }
 
-/// A standby's life: watch the owner's link-owner lease until it lapses, take it, resume the
-/// control lease from the store (its holder keeps its id and fence; a safe state owed is
+/// A standby's life: watch the owner's link-owner lease until it lapses, take it, wait the
+/// lock-delay (after a lapse), resume the control lease from the store (its holder keeps its id and fence; a safe state owed is
 /// applied by the lease task once the link is up), and only then serve, announcing the
 /// failover in the audit trail. From then on it owns the station like any owner.
 async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
@@ -381,19 +381,20 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
     let keep = taken.ownership.keep(shutdown.clone(), shutdown.clone());
     tokio::pin!(keep);
     let resumed = async {
-        while let Err(why) = gateway.lease.resume().await {
-            tracing::warn!(
-                "taking over: cannot resume the control lease from lease.backend ({why}); trying again"
-            );
-            tokio::time::sleep(retry).await;
-        }
-        // After a lapse, the lock-delay: until it is over, requests are still answered as by
-        // a standby.
+        // After a lapse, the lock-delay first: a holder's request still queued at a paused old
+        // owner may yet change the control lease in the store; it is read after that. Until
+        // then requests are answered as by a standby.
         let mut reopenings = gate.reopenings();
         while !gate.owned_at(tokio::time::Instant::now()) {
             if reopenings.changed().await.is_err() {
                 break;
             }
+        }
+        while let Err(why) = gateway.lease.resume().await {
+            tracing::warn!(
+                "taking over: cannot resume the control lease from lease.backend ({why}); trying again"
+            );
+            tokio::time::sleep(retry).await;
         }
     };
     tokio::select! {

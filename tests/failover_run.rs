@@ -224,7 +224,11 @@ async fn failover_run(backend: &str, rounds: usize) -> Result<()> {
                 break at - struck;
             }
             if struck.elapsed() > BOUND + Duration::from_secs(3) {
-                bail!("round {round} ({fault:?}): the standby did not serve within {BOUND:?}");
+                bail!(
+                    "round {round} ({fault:?}): the standby did not serve within {BOUND:?}\n--- the struck owner's log:\n{}\n--- the standby's log:\n{}",
+                    gateways[owner].log_tail(),
+                    gateways[other].log_tail()
+                );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };

@@ -495,6 +495,9 @@ impl LinkOwnership {
         let timing = self.timing;
         let mut pause = timing.renew_every;
         let mut identities = self.gate.identities_asked();
+        // An identity the link asked for before this task first ran (a standby's link wakes
+        // the moment the gate opens) is decided at once, not left to its 5 s limit.
+        identities.mark_changed();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -675,5 +678,38 @@ mod timing_rule_tests {
             timing.check(MAX_PROCESSING).unwrap_err().key,
             "lease.link_owner_margin_ms"
         );
+    }
+}
+
+#[cfg(test)]
+mod keep_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_identity_asked_before_the_owner_task_first_ran_is_decided_at_once() {
+        let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
+        let timing = LinkOwnerTiming::for_ttl(Duration::from_secs(3));
+        let ownership = LinkOwnership::claim(store, "control:test", "me".into(), timing, None)
+            .await
+            .unwrap();
+        let gate = ownership.gate();
+        // The link meets the station and asks, before the owner task has run at all.
+        let asking = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                gate.verify_identity("HVS-3 ESH1", Duration::from_secs(2))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let shutdown = CancellationToken::new();
+        let keeping = tokio::spawn(ownership.keep(shutdown.clone(), CancellationToken::new()));
+        let verdict = tokio::time::timeout(Duration::from_secs(1), asking)
+            .await
+            .expect("decided within a second, not at the ask's limit")
+            .unwrap();
+        assert_eq!(verdict, Ok(()));
+        shutdown.cancel();
+        keeping.await.unwrap();
     }
 }

@@ -15,7 +15,12 @@ pub struct GatewayProcess {
     child: Child,
     pub base_url: String,
     dir: std::path::PathBuf,
+    /// Its last log lines, for a failure's report.
+    log: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// How many of a process's last log lines are kept.
+const LOG_LINES: usize = 40;
 
 /// `Some(x)` as a TOML line `key = x`, nothing for `None`.
 fn optional(key: &str, value: Option<u64>) -> String {
@@ -66,10 +71,19 @@ impl GatewayProcess {
             .spawn()?;
         let stderr = child.stderr.take().context("its log")?;
         let (found, address) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             let mut found = Some(found);
             // Read to the end, so that the process never blocks on a full pipe.
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                {
+                    let mut kept = kept.lock().unwrap();
+                    if kept.len() == LOG_LINES {
+                        kept.pop_front();
+                    }
+                    kept.push_back(line.clone());
+                }
                 if let Some(at) = line.find("HTTP listening on ")
                     && let Some(found) = found.take()
                 {
@@ -86,7 +100,14 @@ impl GatewayProcess {
             child,
             base_url,
             dir,
+            log,
         })
+    }
+
+    /// Its last log lines, one string.
+    pub fn log_tail(&self) -> String {
+        let kept = self.log.lock().unwrap();
+        kept.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 
     /// Sends `signal` (`-STOP`, `-CONT`, `-TERM`, `-KILL`).
