@@ -27,8 +27,11 @@ const TTL_MS: u64 = 1_600;
 const LOCK_DELAY_MS: u64 = 900;
 /// A failover after a lapse may take TTL + lock-delay + 2 s.
 const BOUND: Duration = Duration::from_millis(TTL_MS + LOCK_DELAY_MS + 2_000);
-/// The lease-less writer's values: above every holder's.
-const LEASELESS: u32 = 1_000_000;
+/// The lease-less writer's channel (the holder writes VSET1): any write of it in the station's
+/// log is a lease-less write applied while the lease was held.
+const LEASELESS_CHANNEL: &str = "0.4.ESH10000662.VSET2";
+/// Set points stay within the channels' range (0 to 3000 V).
+const RANGE: u32 = 3_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -68,15 +71,22 @@ struct Served {
     writes: Vec<(Instant, String)>,
 }
 
+/// A write through the gateway at `base_url`: the holder's of VSET1 under `lease_id`, or a
+/// lease-less one of [`LEASELESS_CHANNEL`].
 async fn post_write(
     http: &reqwest::Client,
     base_url: &str,
     lease_id: Option<&str>,
     value: u32,
 ) -> u16 {
+    let channel = if lease_id.is_some() {
+        VSET1
+    } else {
+        LEASELESS_CHANNEL
+    };
     let mut request = http
         .post(format!("{base_url}/api/resources/value/set"))
-        .json(&json!({ "Name": VSET1, "Value": value.to_string() }))
+        .json(&json!({ "Name": channel, "Value": (value % RANGE).to_string() }))
         .timeout(Duration::from_millis(300));
     if let Some(id) = lease_id {
         request = request.header("X-Lease-Id", id);
@@ -180,7 +190,7 @@ async fn failover_run(backend: &str, rounds: usize) -> Result<()> {
                             .push((Instant::now(), url.clone()));
                     }
                     value += 1;
-                    let status = post_write(&http, &url, None, LEASELESS + value).await;
+                    let status = post_write(&http, &url, None, value).await;
                     if status == 200 {
                         leaseless.lock().unwrap().push((url.clone(), value));
                     }
@@ -276,6 +286,7 @@ async fn failover_run(backend: &str, rounds: usize) -> Result<()> {
                 write.connection
             ),
             Some(c) if write.connection == c => {}
+            // (Each owner's first write is the holder's, or a lease-less one, caught below.)
             _ => {
                 newest = Some(write.connection);
                 owners += 1;
@@ -289,9 +300,7 @@ async fn failover_run(backend: &str, rounds: usize) -> Result<()> {
     );
     let in_log = log
         .iter()
-        .filter(
-            |w| matches!(&w.value, station_protocol::Value::Float(v) if *v >= f64::from(LEASELESS)),
-        )
+        .filter(|w| w.channel == LEASELESS_CHANNEL)
         .count();
     ensure!(in_log == 0, "{in_log} lease-less writes applied");
     let mut all: Vec<Duration> = times.iter().map(|(_, t)| *t).collect();
