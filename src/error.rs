@@ -75,6 +75,9 @@ pub enum ErrorKind {
     LeaseStoreUnavailable,
     /// The gateway is shutting down. 503.
     ShuttingDown,
+    /// This gateway is a standby: another gateway owns the station (the message says where it
+    /// serves). 503.
+    StandingBy,
 }
 
 /// The HTTP status of a kind.
@@ -111,7 +114,8 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         | ErrorKind::SafeStatePending
         | ErrorKind::LeaseEnding
         | ErrorKind::LeaseStoreUnavailable
-        | ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        | ErrorKind::ShuttingDown
+        | ErrorKind::StandingBy => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
@@ -140,7 +144,8 @@ pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
         | ErrorKind::StationTimeout
         | ErrorKind::StationNotReached
         | ErrorKind::LeaseStoreUnavailable
-        | ErrorKind::ShuttingDown => ErrorCode::Internal,
+        | ErrorKind::ShuttingDown
+        | ErrorKind::StandingBy => ErrorCode::Internal,
     }
 }
 
@@ -284,6 +289,10 @@ impl ApiError {
 
     pub fn lease_store_unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorKind::LeaseStoreUnavailable, message)
+    }
+
+    pub fn standing_by(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::StandingBy, message)
     }
 
     pub fn shutting_down(message: impl Into<String>) -> ApiError {
@@ -469,6 +478,7 @@ mod tests {
             LeaseEnding,
             LeaseStoreUnavailable,
             ShuttingDown,
+            StandingBy,
         ];
         kinds.extend(
             (0..=u8::MAX)
@@ -502,7 +512,8 @@ mod tests {
                 | SafeStatePending
                 | LeaseEnding
                 | LeaseStoreUnavailable
-                | ShuttingDown => {}
+                | ShuttingDown
+                | StandingBy => {}
             }
         }
         kinds
@@ -555,6 +566,7 @@ mod tests {
             (LeaseEnding, 503, C::Locked, Refused),
             (LeaseStoreUnavailable, 503, C::Internal, Refused),
             (ShuttingDown, 503, C::Internal, Refused),
+            (StandingBy, 503, C::Internal, Refused),
         ];
         let mut pinned: Vec<ErrorKind> = table.iter().map(|row| row.0).collect();
         let mut every = all_kinds();

@@ -53,6 +53,11 @@ struct Args {
     /// May be given more than once. [default: none; access control off]
     #[arg(long = "api-key", value_name = "KEY")]
     api_keys: Vec<String>,
+    /// Stand by for another gateway of the same station (ha.mode = "standby"): serve health,
+    /// readiness and metrics, point API clients at the owner, and take the station over once
+    /// the owner's link-owner lease lapses. Needs a shared --lease-backend. [default: owner]
+    #[arg(long)]
+    standby: bool,
     /// Log format: human or json. RUST_LOG sets the level (default info).
     #[arg(long, default_value = "human")]
     log_format: String,
@@ -127,6 +132,9 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
         config.lease.backend = backend;
     }
     add_api_keys(&mut config, args.api_keys);
+    if args.standby {
+        config.ha.mode = station_gateway::config::HaMode::Standby;
+    }
 
     let _simulator = if args.simulator {
         let configured = &config.station.url;
@@ -146,7 +154,7 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
         // simulator takes a new port each start, and a lease in a lasting backend must still be
         // found after a restart. Its serial (what HELLO will say) is known from the profile now,
         // before the link-owner lease is claimed and the lease resumed.
-        if config.lease.name.trim().is_empty() {
+        if config.lease.name.trim().is_empty() && config.station_id().is_none() {
             config.lease.name = simulator_lease_name(&profile.station.serial);
             tracing::info!(
                 "--simulator: the control lease (one client at a time may change the station: \
@@ -261,6 +269,9 @@ mod tests {
         .unwrap();
         let mut config = Config::default();
         add_api_keys(&mut config, args.api_keys);
+        if args.standby {
+            config.ha.mode = station_gateway::config::HaMode::Standby;
+        }
         let keys: Vec<_> = config
             .access
             .keys

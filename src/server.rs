@@ -14,11 +14,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::config::Config;
+use crate::config::{Config, HaMode};
 use crate::gateway::Gateway;
 use crate::lease::control::LeaseEndTiming;
-use crate::lease::link_owner::{LinkOwnerError, LinkOwnerTiming, LinkOwnership};
+use crate::lease::link_owner::{LinkOwnerError, LinkOwnership};
 use crate::lease::owner_state::OwnerState;
+use crate::lease::standby::{HaRole, Standby, owner_label};
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
@@ -224,25 +225,47 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
             .map_err(StartError::LeaseBackend)?,
     );
     // One gateway per station: with a backend others can reach, take the link-owner lease
-    // before the link touches the station.
-    let ownership = if BackendUrl::parse(leases.default_url())
+    // before the link touches the station (or, a standby, watch it until it lapses).
+    let standby = config.ha.mode == HaMode::Standby;
+    let (ownership, standing_by) = if BackendUrl::parse(leases.default_url())
         .map_err(StartError::LeaseBackend)?
         .is_shared()
     {
-        let me = format!(
-            "station-gateway pid {} (HTTP {http_addr})",
-            std::process::id()
-        );
-        let timing =
-            LinkOwnerTiming::for_ttl(Duration::from_millis(config.lease.link_owner_ttl_ms));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let published = match config.ha.advertise_url.as_str() {
+            "" => format!("{scheme}://{http_addr}"),
+            url => url.trim_end_matches('/').to_owned(),
+        };
+        let me = owner_label(std::process::id(), &published);
+        let timing = config.link_owner_timing();
         let name = config.control_lease_name();
         let state = match config.lease.link_owner_state_path() {
             Some(path) => Some(OwnerState::open(&path).map_err(LinkOwnerError::from)?),
             None => None,
         };
-        Some(LinkOwnership::claim(leases.default_store(), &name, me, timing, state).await?)
+        if standby {
+            let watch = Standby {
+                store: leases.default_store(),
+                name: LinkOwnership::name_for(&name),
+                me,
+                timing,
+                state,
+                gate: Arc::new(crate::link::OwnerGate::new(tokio::time::Instant::now())),
+                role: Arc::new(HaRole::standby()),
+                station_id: config.station_id(),
+            };
+            (None, Some(watch))
+        } else {
+            let claimed =
+                LinkOwnership::claim(leases.default_store(), &name, me, timing, state).await?;
+            (Some(claimed.with_station_id(config.station_id())), None)
+        }
     } else {
-        None
+        (None, None)
+    };
+    let ha = match &standing_by {
+        Some(watch) => watch.role.clone(),
+        None => Arc::new(HaRole::owner()),
     };
     let audit = crate::audit::AuditLog::open(&config.audit).map_err(StartError::Audit)?;
     let (lease_events, _) = broadcast::channel(64);
@@ -259,8 +282,11 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     .with_safe_state(link.clone(), config.lease.safe_state.clone())
     .with_notices(crate::audit::lease_lines::lease_hook(audit.clone()));
     // With a backend that outlives the process, the lease held before a restart is still held:
-    // never start believing nobody holds it when the backend cannot say.
-    lease.resume().await.map_err(StartError::LeaseResume)?;
+    // never start believing nobody holds it when the backend cannot say. (A standby resumes
+    // it when it takes over.)
+    if standing_by.is_none() {
+        lease.resume().await.map_err(StartError::LeaseResume)?;
+    }
     let lease = Arc::new(lease);
     let access_rules = if config.access.rules.is_empty() {
         crate::access_rules::AccessRules::off()
@@ -289,16 +315,21 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         audit,
         config_files: crate::config_files::ConfigFiles::new(&config_files_config),
         numeric: Default::default(),
+        ha,
         tls,
     });
     let mut tasks = JoinSet::new();
     // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
-    let link_task = match &ownership {
-        Some(ownership) => link_task.with_owner_gate(ownership.gate()),
-        None => link_task,
+    let link_task = match (&ownership, &standing_by) {
+        (Some(ownership), _) => link_task.with_owner_gate(ownership.gate()),
+        (None, Some(watch)) => link_task.with_owner_gate(watch.gate.clone()),
+        (None, None) => link_task,
     };
     if let Some(ownership) = ownership {
         tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
+    }
+    if let Some(watch) = standing_by {
+        tasks.spawn(stand_by(watch, gateway.clone()));
     }
     tasks.spawn(link_task.run(shutdown.clone()));
     access_rules.spawn_reloader(shutdown.clone());
@@ -353,6 +384,59 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         legacy_addr,
         tasks,
     })
+}
+
+/// A standby's life: watch the owner's link-owner lease until it lapses, take it, wait the
+/// lock-delay (after a lapse), resume the control lease from the store (its holder keeps its id and fence; a safe state owed is
+/// applied by the lease task once the link is up), and only then serve, announcing the
+/// failover in the audit trail. From then on it owns the station like any owner.
+async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
+    let shutdown = gateway.shutdown.clone();
+    let (me, retry) = (watch.me.clone(), watch.timing.renew_every);
+    let Some(taken) = watch.until_lapsed(&shutdown).await else {
+        return;
+    };
+    // Renewals (and the station identity's verdict the link waits for) go on meanwhile.
+    let gate = taken.ownership.gate();
+    let keep = taken.ownership.keep(shutdown.clone(), shutdown.clone());
+    tokio::pin!(keep);
+    let resumed = async {
+        // After a lapse, the lock-delay first: a holder's request still queued at a paused old
+        // owner may yet change the control lease in the store; it is read after that. Until
+        // then requests are answered as by a standby.
+        let mut reopenings = gate.reopenings();
+        while !gate.owned_at(tokio::time::Instant::now()) {
+            if reopenings.changed().await.is_err() {
+                break;
+            }
+        }
+        while let Err(why) = gateway.lease.resume().await {
+            tracing::warn!(
+                "taking over: cannot resume the control lease from lease.backend ({why}); trying again"
+            );
+            tokio::time::sleep(retry).await;
+        }
+    };
+    tokio::select! {
+        () = &mut keep => return,
+        () = resumed => {}
+    }
+    let lease = gateway.lease.view();
+    gateway
+        .audit
+        .note_change(crate::audit::lease_lines::failover_line(
+            &me,
+            taken.previous_owner.as_deref(),
+            lease.owner.as_deref(),
+            std::time::SystemTime::now(),
+        ));
+    gateway.ha.took_over();
+    info!(
+        previous = taken.previous_owner.as_deref().unwrap_or("unknown"),
+        lapsed = taken.lapsed,
+        "failover: this gateway owns the station now"
+    );
+    keep.await;
 }
 
 /// Runs the gateway until `shutdown` completes, then stops it gracefully.

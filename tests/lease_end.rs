@@ -321,7 +321,7 @@ async fn a_second_gateway_on_the_same_station_and_backend_refuses_to_start() {
     let message = refused.to_string();
     assert!(
         message.contains("another gateway owns this station")
-            && message.contains(&format!("HTTP {}", first.http_addr)),
+            && message.contains(&format!("at {}", first.base_url())),
         "{message}"
     );
     assert_eq!(

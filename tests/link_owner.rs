@@ -262,3 +262,66 @@ async fn rig_write_refused(
     assert_eq!(response.status().as_u16(), 503);
     assert!(sim.write_log().is_empty(), "{:?}", sim.write_log());
 }
+
+/// A gateway on `db` with a short link-owner lease and a lock-delay longer than it.
+fn lock_delay_config(
+    sim: &station_simulator::SimulatorHandle,
+    db: &std::path::Path,
+) -> station_gateway::Config {
+    let mut config = shared_config(sim, db, None);
+    config.lease.link_owner_ttl_ms = 2_000;
+    config.lease.link_owner_lock_delay_ms = Some(2_500);
+    config.station.request_timeout_ms = 1_000;
+    config.station.max_processing_ms = Some(1_000);
+    config
+}
+
+#[tokio::test]
+async fn a_gateway_that_starts_on_a_link_owner_lease_that_lapsed_waits_the_lock_delay_and_one_after_a_clean_stop_does_not()
+ {
+    let dir = std::env::temp_dir().join(format!("sg-link-owner-delay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("lease.db");
+    let sim = default_simulator().await;
+    let lock_delay = Duration::from_millis(2_500);
+
+    // After a clean stop (the lease released, with its note), the next gateway connects at once.
+    let first = try_start(lock_delay_config(&sim, &db)).await.unwrap();
+    within(BOUND, "the first gateway to connect", first.connected()).await;
+    first.stop().await;
+    let started = Instant::now();
+    let after_stop = try_start(lock_delay_config(&sim, &db)).await.unwrap();
+    within(BOUND, "the next gateway to connect", after_stop.connected()).await;
+    assert!(
+        started.elapsed() < lock_delay,
+        "after a clean stop the next owner waited {:?}: a lock-delay for a lease that was released",
+        started.elapsed()
+    );
+
+    // After a crash (nothing released), the one that takes the lapsed lease waits the
+    // lock-delay before it touches the station.
+    drop(after_stop);
+    let taken = loop {
+        match try_start(lock_delay_config(&sim, &db)).await {
+            Ok(gateway) => break gateway,
+            Err(why) => assert!(why.contains("another gateway owns this station"), "{why}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let started = Instant::now();
+    let accepted = sim.connections_accepted();
+    within(BOUND, "the taker to connect", taken.connected()).await;
+    assert!(
+        started.elapsed() >= lock_delay - Duration::from_millis(100),
+        "the taker of a lapsed lease connected {:?} after it took it: before the lock-delay ({lock_delay:?})",
+        started.elapsed()
+    );
+    assert_eq!(
+        sim.connections_accepted(),
+        accepted + 1,
+        "one connection, after the lock-delay"
+    );
+    taken.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

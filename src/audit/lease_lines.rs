@@ -61,6 +61,38 @@ pub fn lease_line(notice: &LeaseNotice<'_>, at: SystemTime) -> String {
     }))
 }
 
+/// The line of a failover: this gateway (`me`) took the station over from `previous` (the
+/// owner text of the link-owner lease that lapsed), `holder` the control lease's holder it
+/// resumed.
+pub fn failover_line(
+    me: &str,
+    previous: Option<&str>,
+    holder: Option<&str>,
+    at: SystemTime,
+) -> String {
+    let line = RequestLine {
+        at,
+        ip: None,
+        method: "GATEWAY",
+        path: "failover",
+        status: None,
+        duration: None,
+    };
+    line.render(Some(&ChangeFields {
+        caller: Some(me.to_owned()),
+        outcome: Some(Outcome::Applied),
+        why: Some(format!(
+            "took the station over from {}, whose link-owner lease lapsed; the control lease {}",
+            previous.unwrap_or("a gateway that was gone before this one looked"),
+            match holder {
+                Some(holder) => format!("of {holder} goes on through this gateway"),
+                None => "was free".to_owned(),
+            }
+        )),
+        ..ChangeFields::default()
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
@@ -88,5 +120,26 @@ mod tests {
             lease: None,
         };
         assert!(lease_line(&nobody, at).contains("owner=- fence=-"));
+    }
+
+    #[test]
+    fn a_failover_line_names_this_gateway_the_previous_owner_and_the_lease_resumed() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let line = failover_line(
+            "station-gateway pid 2 at http://gw2:5000",
+            Some("station-gateway pid 1 at http://gw1:5000"),
+            Some("TAT station 3"),
+            at,
+        );
+        assert!(line.contains("GATEWAY failover"), "{line}");
+        assert!(
+            line.contains("caller=\"station-gateway pid 2 at http://gw2:5000\""),
+            "{line}"
+        );
+        assert!(line.contains("of TAT station 3 goes on"), "{line}");
+        assert!(
+            line.contains("from station-gateway pid 1 at http://gw1:5000"),
+            "{line}"
+        );
     }
 }

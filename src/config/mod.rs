@@ -12,8 +12,8 @@ mod validate;
 
 pub use crate::audit::settings::AuditConfig;
 pub use sections::{
-    AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HttpConfig, LeaseConfig, LegacyConfig,
-    Role, SafeWrite, StationConfig, StatusPageConfig, TlsConfig, User,
+    AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HaConfig, HaMode, HttpConfig,
+    LeaseConfig, LegacyConfig, Role, SafeWrite, StationConfig, StatusPageConfig, TlsConfig, User,
 };
 
 /// `station.max_processing_ms` when not set: this many request timeouts.
@@ -34,6 +34,7 @@ pub struct Config {
     pub status_page: StatusPageConfig,
     pub audit: AuditConfig,
     pub config_files: ConfigFilesConfig,
+    pub ha: HaConfig,
 }
 
 /// A config that cannot be used, with the key (and file and line where known) at fault.
@@ -89,11 +90,21 @@ impl Config {
         Ok(config)
     }
 
-    /// The control lease's name: `lease.name`, or `control:<station.url>`.
+    /// The control lease's name: `lease.name`, or after the station's identity
+    /// `control:station:<station.id>`, or `control:<station.url>`.
     pub fn control_lease_name(&self) -> String {
-        match self.lease.name.trim() {
-            "" => format!("control:{}", self.station.url),
-            name => name.to_owned(),
+        match (self.lease.name.trim(), self.station_id()) {
+            ("", Some(id)) => format!("control:station:{id}"),
+            ("", None) => format!("control:{}", self.station.url),
+            (name, _) => name.to_owned(),
+        }
+    }
+
+    /// `station.id`, when set: the station's identity, instead of its HELLO's.
+    pub fn station_id(&self) -> Option<String> {
+        match self.station.id.trim() {
+            "" => None,
+            id => Some(id.to_owned()),
         }
     }
 

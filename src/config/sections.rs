@@ -10,6 +10,12 @@ use serde::Deserialize;
 pub struct StationConfig {
     /// `tcp://HOST:PORT` or `serial:///dev/ttyUSB0?baud=115200&parity=none&stop_bits=1`.
     pub url: String,
+    /// The station's identity, instead of the model and serial its HELLO gives (for a station
+    /// whose HELLO cannot be trusted: a serial left at its factory value, two stations alike).
+    /// It names the station's link-owner lease and, unless `lease.name` is set, the control
+    /// lease (`control:station:<id>`): set it alike on two gateways of one station. Empty: the
+    /// HELLO's identity for the link-owner lease, `control:<url>` for the control lease.
+    pub id: String,
     /// How long one request may wait for the station's answer.
     pub request_timeout_ms: u64,
     /// The longest the station may take over a request: a change it did not answer within
@@ -254,10 +260,45 @@ pub struct LeaseConfig {
     /// It is renewed every third of it (each renewal given a third), and the link sends
     /// nothing later than four fifths of it after the last confirmed renewal was sent.
     pub link_owner_ttl_ms: u64,
+    /// The link-owner lease's renewal interval; `None`: a third of its TTL.
+    pub link_owner_renew_ms: Option<u64>,
+    /// How long one renewal may take at the store before it counts as failed; `None`: a third
+    /// of the TTL.
+    pub link_owner_store_timeout_ms: Option<u64>,
+    /// How long before the lease would lapse in the store the link stops sending; `None`: a
+    /// fifth of the TTL.
+    pub link_owner_margin_ms: Option<u64>,
+    /// How long a gateway that takes over a lapsed link-owner lease waits before it sends
+    /// anything; `None`: the least that keeps margin + lock-delay ≥ `station.max_processing_ms`,
+    /// and at least margin + store timeout.
+    pub link_owner_lock_delay_ms: Option<u64>,
     /// With a shared backend: a state file (locked while the gateway runs) keeping the
     /// link-owner lease's token, so that a gateway restarted after a crash takes its own lease
     /// back at once; empty: `$STATE_DIRECTORY/link-owner.state` under systemd, else none.
     pub link_owner_state: String,
+}
+
+/// Two gateways for one station (`[ha]`): which of them this one is.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HaConfig {
+    /// `owner`: take the station at start (refused while another gateway owns it).
+    /// `standby`: serve health, readiness and metrics, point API clients at the owner, and
+    /// take the station over once the owner's link-owner lease lapses. Needs a shared
+    /// `lease.backend`. `--standby` sets it.
+    pub mode: HaMode,
+    /// The HTTP address this gateway publishes with its link-owner lease, for a standby to
+    /// point clients at (`http://gw1.lab:5000`); empty: the address it listens on.
+    pub advertise_url: String,
+}
+
+/// Owner or standby (`ha.mode`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HaMode {
+    #[default]
+    Owner,
+    Standby,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -285,6 +326,7 @@ impl Default for StationConfig {
     fn default() -> Self {
         StationConfig {
             url: "tcp://127.0.0.1:4000".into(),
+            id: String::new(),
             request_timeout_ms: 2000,
             max_processing_ms: None,
             connect_timeout_ms: 2000,
@@ -342,6 +384,10 @@ impl Default for LeaseConfig {
             safe_state_tolerance: 0.001,
             lock_delay_ms: None,
             link_owner_ttl_ms: 10_000,
+            link_owner_renew_ms: None,
+            link_owner_store_timeout_ms: None,
+            link_owner_margin_ms: None,
+            link_owner_lock_delay_ms: None,
             link_owner_state: String::new(),
         }
     }

@@ -171,3 +171,33 @@ fn the_safe_state_tolerance_is_a_number_at_least_zero() {
         );
     }
 }
+
+#[test]
+fn a_link_owner_timing_that_breaks_a_rule_is_refused_naming_the_keys() {
+    let slow_store = "[lease]\nlink_owner_ttl_ms = 3000\nlink_owner_store_timeout_ms = 2000\n";
+    let why = Config::from_toml(slow_store, "test.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        why.contains("lease.link_owner_ttl_ms")
+            && why.contains("lease.link_owner_store_timeout_ms")
+            && why.contains("lease.link_owner_renew_ms"),
+        "{why}"
+    );
+    let short_delay = "[lease]\nlink_owner_lock_delay_ms = 100\n";
+    let why = Config::from_toml(short_delay, "test.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        why.contains("lease.link_owner_lock_delay_ms") && why.contains("station.max_processing_ms"),
+        "{why}"
+    );
+    let standby = "[ha]\nmode = \"standby\"\n[lease]\nbackend = \"sqlite:/tmp/x.db\"\n";
+    let why = Config::from_toml(standby, "test.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(why.contains("station.id"), "{why}");
+    let ok = "[ha]\nmode = \"standby\"\n[station]\nid = \"HVS-3 ESH1234\"\n[lease]\nbackend = \"sqlite:/tmp/x.db\"\n";
+    let config = Config::from_toml(ok, "test.toml").unwrap();
+    assert_eq!(config.control_lease_name(), "control:station:HVS-3 ESH1234");
+}

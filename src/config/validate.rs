@@ -3,6 +3,19 @@
 use super::{Config, ConfigError, parse_listen};
 
 impl Config {
+    /// The link-owner lease's timing from `[lease]` (the rules: `LinkOwnerTiming::check`).
+    pub fn link_owner_timing(&self) -> crate::lease::link_owner::LinkOwnerTiming {
+        let lease = &self.lease;
+        let keys = crate::lease::link_owner::TimingKeys {
+            ttl_ms: lease.link_owner_ttl_ms,
+            renew_ms: lease.link_owner_renew_ms,
+            store_timeout_ms: lease.link_owner_store_timeout_ms,
+            margin_ms: lease.link_owner_margin_ms,
+            lock_delay_ms: lease.link_owner_lock_delay_ms,
+        };
+        crate::lease::link_owner::LinkOwnerTiming::configured(keys, self.max_processing())
+    }
+
     /// Checks what serde cannot: ranges, addresses, URLs.
     pub fn validate(&self) -> Result<(), ConfigError> {
         fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
@@ -30,6 +43,12 @@ impl Config {
         }
         if !(1..=1000).contains(&self.audit.change_files) {
             return Err(invalid("audit.change_files", "must be 1 to 1000"));
+        }
+        if self.station.id.chars().count() > 200 || self.station.id.chars().any(char::is_control) {
+            return Err(invalid(
+                "station.id",
+                "must be at most 200 characters, without control characters",
+            ));
         }
         if !(1..=600_000).contains(&self.station.request_timeout_ms) {
             return Err(invalid("station.request_timeout_ms", "must be 1 to 600000"));
@@ -121,17 +140,65 @@ impl Config {
                 "must be at most 3600000 (1 h); 0 turns the lock-delay off",
             ));
         }
-        station_lease::BackendUrl::parse(&self.lease.backend)
+        let backend = station_lease::BackendUrl::parse(&self.lease.backend)
             .map_err(|error| invalid("lease.backend", error.to_string()))?;
-        let ttl = std::time::Duration::from_millis(self.lease.link_owner_ttl_ms);
-        if !(1_000..=600_000).contains(&self.lease.link_owner_ttl_ms)
-            || !crate::lease::link_owner::LinkOwnerTiming::for_ttl(ttl).holds()
+        if self.ha.mode == super::HaMode::Standby && !backend.is_shared() {
+            return Err(invalid(
+                "ha.mode",
+                "a standby needs a lease.backend the owner shares (sqlite:PATH on one host, postgres://... or redis://...), not memory",
+            ));
+        }
+        if self.ha.mode == super::HaMode::Standby
+            && self.station_id().is_none()
+            && self.lease.name.trim().is_empty()
         {
+            return Err(invalid(
+                "ha.mode",
+                "a standby must name the station's leases as its owner does, whatever address each reaches it by: set station.id (the station's identity) or lease.name alike on both gateways",
+            ));
+        }
+        let advertised = &self.ha.advertise_url;
+        let is_http = advertised.starts_with("http://") || advertised.starts_with("https://");
+        if !advertised.is_empty() && !is_http {
+            return Err(invalid(
+                "ha.advertise_url",
+                "must be empty or an http:// or https:// address such as http://gw1.lab:5000",
+            ));
+        }
+        if !(1_000..=600_000).contains(&self.lease.link_owner_ttl_ms) {
             return Err(invalid(
                 "lease.link_owner_ttl_ms",
                 "must be 1000 to 600000 (renewals every third of it, each given a third, and a fifth kept in hand)",
             ));
         }
+        for (key, value) in [
+            ("lease.link_owner_renew_ms", self.lease.link_owner_renew_ms),
+            (
+                "lease.link_owner_store_timeout_ms",
+                self.lease.link_owner_store_timeout_ms,
+            ),
+            (
+                "lease.link_owner_margin_ms",
+                self.lease.link_owner_margin_ms,
+            ),
+        ] {
+            if value.is_some_and(|ms| !(100..=600_000).contains(&ms)) {
+                return Err(invalid(key, "must be 100 to 600000 (ms), or left out"));
+            }
+        }
+        if self
+            .lease
+            .link_owner_lock_delay_ms
+            .is_some_and(|ms| ms > 600_000)
+        {
+            return Err(invalid(
+                "lease.link_owner_lock_delay_ms",
+                "must be 0 to 600000 (ms), or left out",
+            ));
+        }
+        self.link_owner_timing()
+            .check(self.max_processing())
+            .map_err(|broken| invalid(broken.key, broken.message))?;
         if self.http.tls.enabled() {
             if self.http.tls.cert.is_empty() {
                 return Err(invalid(

@@ -47,6 +47,9 @@ pub fn answer(
             &json!({ "status": "alive", "uptimeSeconds": gateway.started.elapsed().as_secs() }),
         ),
         Operation::Readyz => {
+            if let Some(standing_by) = gateway.ha.standing_by() {
+                return Err(ApiError::standing_by(format!("not ready: {standing_by}")));
+            }
             let info = gateway.link.info();
             if let Some(why) = gateway.lease.safe_state_pending() {
                 return Err(ApiError::safe_state_pending(format!("not ready: {why}")));
@@ -107,6 +110,7 @@ pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
         cache_entries: gateway.link.cache().len(),
         lease_held: gateway.lease.view().held,
         safe_state_pending: gateway.lease.safe_state_pending().is_some(),
+        standby: gateway.ha.standing_by().is_some(),
         lease: &gateway.lease.counters,
         event_streams: gateway.events.stream_count(),
         subscriptions: gateway.events.subscription_count(),

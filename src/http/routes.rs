@@ -178,6 +178,12 @@ async fn route_and_answer(
             )));
         }
     };
+    // A standby serves no request of the owner's: 503 naming the owner and its address.
+    if let Some(why) = gateway.ha.standing_by()
+        && !endpoint.served_on_standby()
+    {
+        return Err(ApiError::standing_by(why));
+    }
     let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
         let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
         // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is

@@ -14,20 +14,37 @@ use tracing::{error, info, warn};
 
 use super::owner_state::{OwnerState, OwnerStateError};
 use super::seconds_left;
-use super::store::{AcquireRequest, Acquisition, LeaseStore, LeaseStoreError, LeaseToken};
+use super::store::{
+    AcquireRequest, Acquisition, LeaseHolder, LeaseStore, LeaseStoreError, LeaseToken,
+};
 use crate::link::OwnerGate;
 
 /// How long the link-owner lease lives without renewal, by default.
 pub const LINK_OWNER_TTL: Duration = Duration::from_secs(10);
 /// The pause before trying again after a renewal failed while the lease is still ours.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+/// How long after another's lease should have lapsed in the store it is asked for again (the
+/// store's clock may lag this host's a little).
+pub(crate) const RETRY_AFTER_LAPSE: Duration = Duration::from_millis(20);
+/// How long the note of a clean release is kept: a gateway started later than that after a
+/// clean stop waits the lock-delay (harmless after so long).
+const RELEASE_NOTE_TTL: Duration = Duration::from_secs(3600);
 
-/// The link-owner lease's timing, all from its TTL, in the manner of Patroni's
-/// `loop_wait + 2 × retry_timeout ≤ ttl`: renewals every TTL/3, each given at most TTL/3 by
-/// the store, and the link may send only until TTL − TTL/5 after the last confirmed renewal
-/// was sent. So a gateway that cannot renew stops sending a fifth of the TTL before the store
-/// lets another take the station, and a renewal that failed at its timeout is tried once more
-/// before the link stops.
+/// The link-owner lease's timing, in the manner of Patroni's `loop_wait + 2 × retry_timeout
+/// ≤ ttl`. By default all from its TTL: renewals every TTL/3, each given at most TTL/3 by the
+/// store, and the link may send only until TTL − TTL/5 after the last confirmed renewal was
+/// sent. So a gateway that cannot renew stops sending a fifth of the TTL before the store lets
+/// another take the station, and a renewal that failed at its timeout is tried once more
+/// before the link stops. A gateway that takes over a lease that lapsed waits the lock-delay
+/// before it sends anything. The rules ([`LinkOwnerTiming::check`]), checked at start-up:
+///
+/// 1. `renew + store timeout + 200 ms < TTL − margin`: a renewal that fails at its timeout is
+///    tried again while the link may still send.
+/// 2. `margin ≥ 100 ms`: a frame that passed the gate has time to reach the station before
+///    the store may let another gateway take it.
+/// 3. `margin + lock-delay ≥ station.max_processing_ms`: a change the old owner sent just
+///    before it stopped has been carried out or abandoned by the station before the taker's
+///    first frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkOwnerTiming {
     pub ttl: Duration,
@@ -35,7 +52,29 @@ pub struct LinkOwnerTiming {
     pub store_timeout: Duration,
     /// How long before the lease lapses in the store the link stops sending.
     pub margin: Duration,
+    /// How long a gateway that took over a lapsed lease waits before it sends anything.
+    pub lock_delay: Duration,
 }
+
+/// The configured keys of the link-owner lease's timing (`[lease]`, milliseconds; `None`:
+/// derived from the TTL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimingKeys {
+    pub ttl_ms: u64,
+    pub renew_ms: Option<u64>,
+    pub store_timeout_ms: Option<u64>,
+    pub margin_ms: Option<u64>,
+    pub lock_delay_ms: Option<u64>,
+}
+
+/// A timing that breaks a rule: the key to blame first, and the rule with its numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimingRuleBroken {
+    pub key: &'static str,
+    pub message: String,
+}
+
+const MIN_MARGIN: Duration = Duration::from_millis(100);
 
 impl LinkOwnerTiming {
     pub fn for_ttl(ttl: Duration) -> LinkOwnerTiming {
@@ -44,15 +83,80 @@ impl LinkOwnerTiming {
             renew_every: ttl / 3,
             store_timeout: ttl / 3,
             margin: ttl / 5,
+            lock_delay: Duration::ZERO,
+        }
+    }
+
+    /// The timing the keys give; a lock-delay not configured is the least that keeps rule 3,
+    /// and at least the margin plus one store timeout.
+    pub fn configured(keys: TimingKeys, max_processing: Duration) -> LinkOwnerTiming {
+        let ms = Duration::from_millis;
+        let ttl = ms(keys.ttl_ms);
+        let derived = LinkOwnerTiming::for_ttl(ttl);
+        let renew_every = keys.renew_ms.map_or(derived.renew_every, ms);
+        let store_timeout = keys.store_timeout_ms.map_or(derived.store_timeout, ms);
+        let margin = keys.margin_ms.map_or(derived.margin, ms);
+        let lock_delay = keys.lock_delay_ms.map_or_else(
+            || (margin + store_timeout).max(max_processing.saturating_sub(margin)),
+            ms,
+        );
+        LinkOwnerTiming {
+            ttl,
+            renew_every,
+            store_timeout,
+            margin,
+            lock_delay,
         }
     }
 
     /// Whether a renewal that fails at its timeout leaves time for another before the link
-    /// must stop: `renew_every + store_timeout + retry pause < ttl − margin`, and a margin.
+    /// must stop (rule 1), and a margin.
     pub fn holds(&self) -> bool {
         !self.margin.is_zero()
             && self.renew_every + self.store_timeout + RETRY_AFTER_FAILURE
                 < self.ttl.saturating_sub(self.margin)
+    }
+
+    /// The rules above, each broken one named by its keys and numbers.
+    pub fn check(&self, max_processing: Duration) -> Result<(), TimingRuleBroken> {
+        let ms = |d: Duration| d.as_millis();
+        let broken = |key, message: String| Err(TimingRuleBroken { key, message });
+        if self.margin < MIN_MARGIN {
+            return broken(
+                "lease.link_owner_margin_ms",
+                format!(
+                    "must be at least {} ms (a frame that passed the gate must reach the station before another gateway may take it); it is {} ms",
+                    ms(MIN_MARGIN),
+                    ms(self.margin)
+                ),
+            );
+        }
+        if !self.holds() {
+            return broken(
+                "lease.link_owner_ttl_ms",
+                format!(
+                    "the rule lease.link_owner_renew_ms + lease.link_owner_store_timeout_ms + {} ms < lease.link_owner_ttl_ms − lease.link_owner_margin_ms is broken: {} + {} + {} ms is not below {} − {} ms (a renewal that fails at its timeout must be tried again while the link may still send: a longer TTL, or a shorter renewal interval, store timeout or margin)",
+                    ms(RETRY_AFTER_FAILURE),
+                    ms(self.renew_every),
+                    ms(self.store_timeout),
+                    ms(RETRY_AFTER_FAILURE),
+                    ms(self.ttl),
+                    ms(self.margin),
+                ),
+            );
+        }
+        if self.margin + self.lock_delay < max_processing {
+            return broken(
+                "lease.link_owner_lock_delay_ms",
+                format!(
+                    "the rule lease.link_owner_margin_ms + lease.link_owner_lock_delay_ms ≥ station.max_processing_ms is broken: {} + {} ms is below {} ms (a change the old owner sent just before it stopped must be carried out or abandoned by the station before the taker's first frame: a longer lock-delay, or a shorter station.max_processing_ms)",
+                    ms(self.margin),
+                    ms(self.lock_delay),
+                    ms(max_processing),
+                ),
+            );
+        }
+        Ok(())
     }
 }
 
@@ -95,6 +199,20 @@ pub struct LinkOwnership {
     /// The station's own link-owner lease (`link-owner:station:<identity>`), once the link
     /// met the station: its identity and token.
     station: Option<(String, LeaseToken)>,
+    /// When the station's lease was refused: how long its holder still has it (the next try
+    /// comes then, not a whole renewal interval later).
+    station_retry_in: Option<Duration>,
+    /// `station.id`: the station's identity as configured, used instead of its HELLO's.
+    station_id: Option<String>,
+    /// The fence this gateway took the lease with.
+    fence: u64,
+    /// Whether it was its own lease from before a restart (taken back with the state file).
+    taken_back: bool,
+    /// When the last confirmed renewal (or the claim) was sent.
+    confirmed_sent_at: Instant,
+    /// The lock-delay after taking over a lapsed lease: the gate stays closed until then,
+    /// while the lease is renewed.
+    held_back_until: Option<Instant>,
 }
 
 impl LinkOwnership {
@@ -113,16 +231,46 @@ impl LinkOwnership {
         timing: LinkOwnerTiming,
         mut state: Option<OwnerState>,
     ) -> Result<LinkOwnership, LinkOwnerError> {
+        let gate = Arc::new(OwnerGate::new(Instant::now()));
         let name = Self::name_for(control_name);
+        match Self::try_claim(store, &name, owner, timing, &mut state, gate).await? {
+            Ok(ownership) => {
+                if !ownership.lapsed_before().await {
+                    return Ok(ownership.hold_back(Duration::ZERO));
+                }
+                warn!(
+                    %name,
+                    lock_delay_ms = timing.lock_delay.as_millis(),
+                    "the link-owner lease was found free, but its last owner did not release it (it lapsed: that gateway may be paused, not gone): the link waits the lock-delay before it touches the station"
+                );
+                Ok(ownership.hold_back(timing.lock_delay))
+            }
+            Err(holder) => Err(LinkOwnerError::OwnedByOther {
+                name,
+                owner: holder.owner,
+                expires_in: holder.expires_in,
+            }),
+        }
+    }
+
+    /// One try at the link-owner lease `name` for `owner`: `Ok(Ok(_))` owns it, its gate still
+    /// closed until [`LinkOwnership::hold_back`] (taking `state` along); `Ok(Err(holder))` says who holds it, and for how long.
+    pub async fn try_claim(
+        store: Arc<dyn LeaseStore>,
+        name: &str,
+        owner: String,
+        timing: LinkOwnerTiming,
+        state: &mut Option<OwnerState>,
+        gate: Arc<OwnerGate>,
+    ) -> Result<Result<LinkOwnership, LeaseHolder>, LinkOwnerError> {
         let mut request = AcquireRequest::new(owner.clone(), timing.ttl);
         if let Some(kept) = state.as_mut().and_then(OwnerState::token) {
             request = request.with_retry_token(kept);
         }
         let asked_at = Instant::now();
-        let acquired =
-            tokio::time::timeout(timing.store_timeout, store.try_acquire(&name, request))
-                .await
-                .map_err(|_| LinkOwnerError::Timeout(timing.store_timeout))??;
+        let acquired = tokio::time::timeout(timing.store_timeout, store.try_acquire(name, request))
+            .await
+            .map_err(|_| LinkOwnerError::Timeout(timing.store_timeout))??;
         let taken_back = matches!(acquired, Acquisition::Renewed(_));
         match acquired {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
@@ -135,25 +283,101 @@ impl LinkOwnership {
                 if let Some(state) = state.as_mut() {
                     state.remember(&grant.token, None)?;
                 }
-                let gate = Arc::new(OwnerGate::new(asked_at));
-                gate.renewed(asked_at, timing.ttl, timing.margin);
-                Ok(LinkOwnership {
+                // (The gate stays closed until the caller has decided on the lock-delay:
+                // `hold_back`.)
+                Ok(Ok(LinkOwnership {
+                    fence: grant.fence,
+                    taken_back,
+                    confirmed_sent_at: asked_at,
+                    held_back_until: None,
                     store,
-                    name,
+                    name: name.to_owned(),
                     token: grant.token,
                     timing,
                     gate,
-                    state,
+                    state: state.take(),
                     owner,
                     station: None,
-                })
+                    station_retry_in: None,
+                    station_id: None,
+                }))
             }
-            Acquisition::HeldByOther(holder) => Err(LinkOwnerError::OwnedByOther {
-                name,
-                owner: holder.owner,
-                expires_in: holder.expires_in,
-            }),
+            Acquisition::HeldByOther(holder) => Ok(Err(holder)),
         }
+    }
+
+    /// The name of the note a clean stop leaves beside the link-owner lease `name`.
+    fn release_note_name(name: &str) -> String {
+        format!("{name}:released")
+    }
+
+    /// What the note says: the fence of the lease released cleanly.
+    fn release_note(fence: u64) -> String {
+        format!("released cleanly at fence {fence}")
+    }
+
+    /// Whether the lease this gateway just took had lapsed rather than been released by its
+    /// last owner: `false` for its own lease taken back, for a name never held before (fence
+    /// 1), and when the note of a clean stop names the fence just before this one. A store
+    /// that cannot say counts as a lapse (the lock-delay is the safe side).
+    pub async fn lapsed_before(&self) -> bool {
+        if self.taken_back || self.fence <= 1 {
+            return false;
+        }
+        let note_name = Self::release_note_name(&self.name);
+        let note = self.store.current(&note_name);
+        match tokio::time::timeout(self.timing.store_timeout, note).await {
+            Ok(Ok(Some(note))) => note.owner != Self::release_note(self.fence - 1),
+            _ => true,
+        }
+    }
+
+    /// Leaves the note that this gateway released its lease cleanly (before releasing it, so
+    /// that whoever finds the lease free finds the note too).
+    async fn note_clean_release(&self) -> Result<(), LeaseStoreError> {
+        let name = Self::release_note_name(&self.name);
+        if let Some(old) = self.store.current(&name).await? {
+            self.store.release(&name, &old.token).await?;
+        }
+        let note = AcquireRequest::new(Self::release_note(self.fence), RELEASE_NOTE_TTL);
+        self.store.try_acquire(&name, note).await?;
+        Ok(())
+    }
+
+    /// Names the station's own link-owner lease after `station_id` (`station.id`) instead of
+    /// the identity its HELLO gives, for a station whose HELLO cannot be trusted.
+    pub fn with_station_id(mut self, station_id: Option<String>) -> LinkOwnership {
+        self.station_id = station_id;
+        self
+    }
+
+    /// Opens the gate, after the lock-delay `delay` when this gateway took over a lease that
+    /// lapsed (its owner may have been paused, not dead): till then its link sends nothing
+    /// (not even a HELLO), while the lease is kept. A claim leaves the gate closed until this.
+    pub fn hold_back(mut self, delay: Duration) -> LinkOwnership {
+        if !delay.is_zero() {
+            self.held_back_until = Some(Instant::now() + delay);
+        }
+        self.open_gate(Instant::now());
+        self
+    }
+
+    /// Whether the last confirmed renewal still proves the lease is this gateway's at `now`
+    /// (what the gate says, lock-delay or not).
+    fn still_ours(&self, now: Instant) -> bool {
+        now < self.confirmed_sent_at + self.timing.ttl.saturating_sub(self.timing.margin)
+    }
+
+    /// Opens the gate for the last confirmed renewal, unless the lock-delay still runs.
+    fn open_gate(&mut self, now: Instant) {
+        if self.held_back_until.is_some_and(|until| now < until) {
+            return;
+        }
+        if self.held_back_until.take().is_some() {
+            info!(name = %self.name, "the lock-delay is over: the link may send");
+        }
+        self.gate
+            .renewed(self.confirmed_sent_at, self.timing.ttl, self.timing.margin);
     }
 
     /// The gate the link checks before every frame (`LinkTask::with_owner_gate`).
@@ -168,7 +392,10 @@ impl LinkOwnership {
 
     /// Claims the station's own link-owner lease for the link, which met the station that
     /// says `identity`: `Err` names the gateway that owns it (through another address).
-    async fn claim_station(&mut self, identity: &str) -> Result<(), String> {
+    async fn claim_station(&mut self, said: &str) -> Result<(), String> {
+        // `station.id`, where configured, stands for whatever the HELLO said.
+        let configured = self.station_id.clone();
+        let identity = configured.as_deref().unwrap_or(said);
         if self
             .station
             .as_ref()
@@ -211,11 +438,14 @@ impl LinkOwnership {
                 self.station = Some((identity.to_owned(), grant.token));
                 Ok(())
             }
-            Acquisition::HeldByOther(holder) => Err(format!(
-                "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
-                holder.owner,
-                seconds_left(holder.expires_in)
-            )),
+            Acquisition::HeldByOther(holder) => {
+                self.station_retry_in = Some(holder.expires_in);
+                Err(format!(
+                    "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
+                    holder.owner,
+                    seconds_left(holder.expires_in)
+                ))
+            }
         }
     }
 
@@ -243,6 +473,18 @@ impl LinkOwnership {
         Ok(true)
     }
 
+    /// How long until the next renewal: a renewal interval, or less while the link stands by
+    /// for a station whose other owner's lease lapses sooner (a failover takes it then).
+    fn next_pause(&mut self) -> Duration {
+        let every = self.timing.renew_every;
+        match self.station_retry_in.take() {
+            Some(left) if self.gate.refused_identity().is_some() => {
+                every.min(left + RETRY_AFTER_LAPSE)
+            }
+            _ => every,
+        }
+    }
+
     /// Renews the leases until `shutdown`, then releases them. Each confirmed renewal opens
     /// the link's gate until TTL − margin after it was sent; a renewal that fails is tried
     /// again while the gate is open. When the gate closes (lost to another gateway, or the
@@ -253,6 +495,9 @@ impl LinkOwnership {
         let timing = self.timing;
         let mut pause = timing.renew_every;
         let mut identities = self.gate.identities_asked();
+        // An identity the link asked for before this task first ran (a standby's link wakes
+        // the moment the gate opens) is decided at once, not left to its 5 s limit.
+        identities.mark_changed();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -267,7 +512,12 @@ impl LinkOwnership {
                             warn!("{why}");
                         }
                         self.gate.decide_identity(identity, verdict);
+                        pause = self.next_pause();
                     }
+                    continue;
+                }
+                () = sleep_until_opt(self.held_back_until) => {
+                    self.open_gate(Instant::now());
                     continue;
                 }
                 () = tokio::time::sleep(pause) => {}
@@ -284,8 +534,9 @@ impl LinkOwnership {
             let asked_at = Instant::now();
             match self.renew().await {
                 Ok(true) => {
-                    self.gate.renewed(asked_at, timing.ttl, timing.margin);
-                    pause = timing.renew_every;
+                    self.confirmed_sent_at = asked_at;
+                    self.open_gate(Instant::now());
+                    pause = self.next_pause();
                 }
                 Ok(false) => {
                     self.gate.revoke();
@@ -293,7 +544,7 @@ impl LinkOwnership {
                     stop_gateway.cancel();
                     return;
                 }
-                Err(why) if self.gate.owned_at(Instant::now()) => {
+                Err(why) if self.still_ours(Instant::now()) => {
                     warn!(name = %self.name, "could not renew the link-owner lease ({why}); trying again");
                     pause = RETRY_AFTER_FAILURE;
                 }
@@ -312,8 +563,153 @@ impl LinkOwnership {
                 .await;
         }
         // (The state file's lock goes with this task: a restart may take it at once.)
+        let noted = self.note_clean_release();
+        match tokio::time::timeout(timing.store_timeout, noted).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                warn!(name = %self.name, "could not note the clean release ({why}): the next owner waits the lock-delay")
+            }
+            Err(_) => {
+                warn!(name = %self.name, "could not note the clean release in time: the next owner waits the lock-delay")
+            }
+        }
         if let Err(why) = self.store.release(&self.name, &self.token).await {
             warn!(name = %self.name, "could not release the link-owner lease ({why}); it lapses in {} s", timing.ttl.as_secs());
         }
+    }
+}
+
+/// Completes at `until`; never without one.
+async fn sleep_until_opt(until: Option<Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod timing_rule_tests {
+    use super::*;
+
+    fn keys(ttl_ms: u64) -> TimingKeys {
+        TimingKeys {
+            ttl_ms,
+            renew_ms: None,
+            store_timeout_ms: None,
+            margin_ms: None,
+            lock_delay_ms: None,
+        }
+    }
+
+    const MAX_PROCESSING: Duration = Duration::from_secs(8);
+
+    #[test]
+    fn the_default_timing_is_all_from_the_ttl_and_keeps_every_rule() {
+        let timing = LinkOwnerTiming::configured(keys(10_000), MAX_PROCESSING);
+        assert_eq!(timing.renew_every, Duration::from_secs(10) / 3);
+        assert_eq!(timing.store_timeout, Duration::from_secs(10) / 3);
+        assert_eq!(timing.margin, Duration::from_secs(2));
+        assert_eq!(
+            timing.lock_delay,
+            Duration::from_secs(6),
+            "what keeps margin + lock-delay ≥ max processing"
+        );
+        assert_eq!(timing.check(MAX_PROCESSING), Ok(()));
+        let short = LinkOwnerTiming::configured(keys(2_000), Duration::from_millis(500));
+        assert_eq!(
+            short.lock_delay,
+            Duration::from_millis(400) + Duration::from_secs(2) / 3,
+            "at least the margin and one store timeout"
+        );
+        assert_eq!(short.check(Duration::from_millis(500)), Ok(()));
+    }
+
+    #[test]
+    fn a_renewal_that_could_not_be_tried_again_in_time_is_refused_naming_the_keys() {
+        let timing = LinkOwnerTiming::configured(
+            TimingKeys {
+                store_timeout_ms: Some(5_000),
+                ..keys(10_000)
+            },
+            MAX_PROCESSING,
+        );
+        let broken = timing.check(MAX_PROCESSING).unwrap_err();
+        assert_eq!(broken.key, "lease.link_owner_ttl_ms");
+        for key in [
+            "lease.link_owner_renew_ms",
+            "lease.link_owner_store_timeout_ms",
+            "lease.link_owner_margin_ms",
+            "3333 + 5000 + 200 ms is not below 10000 − 2000 ms",
+        ] {
+            assert!(broken.message.contains(key), "{key}: {}", broken.message);
+        }
+    }
+
+    #[test]
+    fn a_lock_delay_that_leaves_a_change_of_the_old_owner_at_the_station_is_refused() {
+        let timing = LinkOwnerTiming::configured(
+            TimingKeys {
+                lock_delay_ms: Some(1_000),
+                ..keys(10_000)
+            },
+            MAX_PROCESSING,
+        );
+        let broken = timing.check(MAX_PROCESSING).unwrap_err();
+        assert_eq!(broken.key, "lease.link_owner_lock_delay_ms");
+        assert!(
+            broken.message.contains("station.max_processing_ms")
+                && broken.message.contains("2000 + 1000 ms is below 8000 ms"),
+            "{}",
+            broken.message
+        );
+    }
+
+    #[test]
+    fn a_margin_too_small_to_cover_a_frame_on_its_way_is_refused() {
+        let timing = LinkOwnerTiming::configured(
+            TimingKeys {
+                margin_ms: Some(10),
+                lock_delay_ms: Some(10_000),
+                ..keys(10_000)
+            },
+            MAX_PROCESSING,
+        );
+        assert_eq!(
+            timing.check(MAX_PROCESSING).unwrap_err().key,
+            "lease.link_owner_margin_ms"
+        );
+    }
+}
+
+#[cfg(test)]
+mod keep_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_identity_asked_before_the_owner_task_first_ran_is_decided_at_once() {
+        let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
+        let timing = LinkOwnerTiming::for_ttl(Duration::from_secs(3));
+        let ownership = LinkOwnership::claim(store, "control:test", "me".into(), timing, None)
+            .await
+            .unwrap();
+        let gate = ownership.gate();
+        // The link meets the station and asks, before the owner task has run at all.
+        let asking = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                gate.verify_identity("HVS-3 ESH1", Duration::from_secs(2))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let shutdown = CancellationToken::new();
+        let keeping = tokio::spawn(ownership.keep(shutdown.clone(), CancellationToken::new()));
+        let verdict = tokio::time::timeout(Duration::from_secs(1), asking)
+            .await
+            .expect("decided within a second, not at the ask's limit")
+            .unwrap();
+        assert_eq!(verdict, Ok(()));
+        shutdown.cancel();
+        keeping.await.unwrap();
     }
 }

@@ -18,6 +18,7 @@ pub mod control;
 pub mod link_owner;
 pub mod notice;
 pub mod owner_state;
+pub mod standby;
 
 pub use station_lease::{
     AcquireRequest, Acquisition, BackendUrl, Lease, LeaseBackends, LeaseGrant, LeaseGuard,

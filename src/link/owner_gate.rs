@@ -30,6 +30,9 @@ pub struct OwnerGate {
     /// Why the link stands by: the station it met is another gateway's. It does not connect
     /// (not even for a HELLO) until the link-owner task has claimed that station's lease.
     standing_by: std::sync::Mutex<Option<String>>,
+    /// Bumped whenever the link may connect again (the gate opened from closed, a refused
+    /// station was accepted): a link waiting out its back-off tries at once (a failover).
+    reopened: watch::Sender<u64>,
 }
 
 impl OwnerGate {
@@ -41,6 +44,7 @@ impl OwnerGate {
             identity_asked: watch::channel(None).0,
             identity_verdict: watch::channel(None).0,
             standing_by: std::sync::Mutex::new(None),
+            reopened: watch::channel(0).0,
         }
     }
 
@@ -85,7 +89,11 @@ impl OwnerGate {
     /// The link-owner task's verdict on `identity`: a refusal makes the link stand by, an
     /// acceptance ends standing by.
     pub fn decide_identity(&self, identity: String, verdict: IdentityVerdict) {
-        *self.standing() = verdict.as_ref().err().cloned();
+        let was_standing_by =
+            std::mem::replace(&mut *self.standing(), verdict.as_ref().err().cloned());
+        if was_standing_by.is_some() && verdict.is_ok() {
+            self.reopened.send_modify(|n| *n += 1);
+        }
         self.identity_verdict
             .send_replace(Some((identity, verdict)));
     }
@@ -113,10 +121,19 @@ impl OwnerGate {
     /// A renewal sent at `sent_at` was confirmed for `ttl`: owned until `sent_at + ttl -
     /// margin`. Never moves the end back (an older renewal confirmed late changes nothing).
     pub fn renewed(&self, sent_at: Instant, ttl: Duration, margin: Duration) {
+        let was_open = self.owned_at(Instant::now());
         let until = (sent_at + ttl.saturating_sub(margin)).saturating_duration_since(self.base);
         // (An end at the base itself is 0, "closed": it opens nothing.)
         let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
         self.until_nanos.fetch_max(nanos, Ordering::AcqRel);
+        if !was_open && self.owned_at(Instant::now()) {
+            self.reopened.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Changes whenever the link may connect again after it could not (see `reopened`).
+    pub fn reopenings(&self) -> watch::Receiver<u64> {
+        self.reopened.subscribe()
     }
 
     /// The lease is lost (the store says another owns it, or the gateway stops): closed now.
@@ -238,6 +255,31 @@ mod tests {
             .verify_identity("station A", Duration::from_millis(500))
             .await;
         assert!(verdict.is_err_and(|why| why.contains("did not confirm within 500 ms")));
+    }
+
+    #[test]
+    fn a_link_waiting_to_connect_hears_when_the_gate_opens_or_its_station_is_accepted() {
+        let t0 = Instant::now();
+        let gate = OwnerGate::new(t0);
+        let mut reopenings = gate.reopenings();
+        gate.renewed(t0, TTL, MARGIN);
+        assert!(reopenings.has_changed().unwrap(), "opened from closed");
+        reopenings.borrow_and_update();
+        gate.renewed(t0, TTL, MARGIN);
+        assert!(
+            !reopenings.has_changed().unwrap(),
+            "an open gate renewed is no news"
+        );
+        gate.decide_identity("station A".into(), Err("owned by G1".into()));
+        assert!(
+            !reopenings.has_changed().unwrap(),
+            "a refusal is no reason to connect"
+        );
+        gate.decide_identity("station A".into(), Ok(()));
+        assert!(
+            reopenings.has_changed().unwrap(),
+            "the station is ours again"
+        );
     }
 
     #[test]

@@ -105,7 +105,13 @@ impl LinkTask {
         let mut backoff = self.settings.reconnect_min;
         let mut generation = 0u64;
         let mut down = LinkDown::Connecting;
+        // A gate that opens (a standby taking over, a station accepted again) ends the
+        // back-off at once.
+        let mut reopenings = self.shared.owner.as_ref().map(|gate| gate.reopenings());
         loop {
+            if let Some(reopenings) = reopenings.as_mut() {
+                reopenings.borrow_and_update();
+            }
             let attempt = match self.shared.may_connect() {
                 // Not even a HELLO without the link: another gateway may own the station.
                 Err(not_owner) => Err(not_owner),
@@ -147,6 +153,10 @@ impl LinkTask {
                     biased;
                     _ = shutdown.cancelled() => return,
                     _ = &mut pause => break,
+                    Ok(()) = reopened(&mut reopenings) => {
+                        backoff = self.settings.reconnect_min;
+                        break;
+                    }
                     Some(command) = self.commands.recv() => command.fail(LinkError::Disconnected(down.clone())),
                 }
             }
@@ -196,7 +206,8 @@ impl LinkTask {
         let restarted = self.shared.restarted.swap(false, Ordering::SeqCst);
         let changed = restarted || (!previous.channels.is_empty() && previous.channels != channels);
         info!(
-            station = %self.settings.url, name = %hello.station, firmware = %hello.firmware,
+            station = %self.settings.url, identity = %handshake::station_identity(&hello),
+            firmware = %hello.firmware,
             window = hello.window, channels = channels.len(), generation, "station link up"
         );
         let window = usize::from(hello.window).clamp(1, MAX_WINDOW);
@@ -341,6 +352,16 @@ impl Command {
 async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Completes when the owner gate reopened; never without a gate.
+async fn reopened(
+    reopenings: &mut Option<watch::Receiver<u64>>,
+) -> Result<(), watch::error::RecvError> {
+    match reopenings {
+        Some(reopenings) => reopenings.changed().await,
         None => std::future::pending().await,
     }
 }

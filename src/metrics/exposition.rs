@@ -32,6 +32,8 @@ pub struct Snapshot<'a> {
     pub cache_entries: usize,
     pub lease_held: bool,
     pub safe_state_pending: bool,
+    /// A standby: another gateway owns the station (`[ha] mode = "standby"`, not yet taken over).
+    pub standby: bool,
     pub lease: &'a LeaseCounters,
     pub event_streams: usize,
     pub subscriptions: usize,
@@ -288,6 +290,13 @@ impl Snapshot<'_> {
             "gauge",
             "1 while a safe state is owed and not yet done: written, confirmed by the station and read back right twice (no change and no new lease meanwhile).",
             u8::from(self.safe_state_pending),
+        );
+        single(
+            &mut out,
+            "standby",
+            "gauge",
+            "1 while this gateway stands by (another gateway owns the station; it takes over once that one's link-owner lease lapses).",
+            u8::from(self.standby),
         );
         header(
             &mut out,

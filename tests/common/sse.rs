@@ -27,9 +27,13 @@ pub struct Sse {
 
 impl Sse {
     pub async fn open(rig: &Rig) -> Result<Sse> {
-        let response = rig
-            .http
-            .get(rig.url("events"))
+        Sse::open_at(&rig.http, &rig.gateway.base_url()).await
+    }
+
+    /// Opens `GET api/events` of the gateway at `base_url` (`http://ADDR`).
+    pub async fn open_at(http: &reqwest::Client, base_url: &str) -> Result<Sse> {
+        let response = http
+            .get(format!("{base_url}/api/events"))
             .header("Accept", "text/event-stream")
             .send()
             .await?;

@@ -120,6 +120,15 @@ pub(crate) struct Endpoint {
     pub(crate) unserved: Option<Unserved>,
 }
 
+impl Endpoint {
+    /// Whether a standby serves it: only the event stream and its subscriptions (a stream
+    /// opened on a standby hears the `connection` event when it takes the station over; its
+    /// reads fail as with any link that is down). Everything else is the owner's.
+    pub(crate) fn served_on_standby(&self) -> bool {
+        self.path == "events" || self.path.starts_with("subscriptions")
+    }
+}
+
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.label)
