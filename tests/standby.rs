@@ -315,11 +315,20 @@ async fn a_standby_applies_the_safe_state_owed_by_a_dead_owner(backend: &str) ->
         || sim.write_log().iter().any(|w| w.channel == ON1),
     )
     .await;
-    let (status, body) = get(&http, format!("{}/readyz", standby.base_url())).await?;
-    ensure!(
-        status == 200,
-        "ready once the safe state is applied: {status} {body}"
-    );
+    // Ready once the safe state is read back right, at once and again after the longest
+    // processing (1 s here): the lease is ending until then.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body) = get(&http, format!("{}/readyz", standby.base_url())).await?;
+        if status == 200 {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "ready once the safe state is applied and read back: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     standby.stop().await;
     Ok(())
 }
