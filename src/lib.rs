@@ -53,6 +53,7 @@ mod netinfo;
 pub mod numeric;
 mod server;
 pub mod station;
+pub mod timestamp;
 
 pub use config::Config;
 pub use server::{BindError, GatewayHandle, Listener, Listeners, StartError, run, start};
