@@ -667,8 +667,10 @@ impl Bench {
         );
         row.baseline = "no coalescing: 1 hardware read/request".to_owned();
         row.ratio = format!("{per_request:.4}× the reads");
-        row.target = "≤ 0.02 hardware reads/request".to_owned();
-        row.verdict = Verdict::from_bool(per_request <= 0.02 && errors == 0);
+        // Issue 30's floor: two reads a round, with room for the one READ already on the wire
+        // when counting starts.
+        row.target = "≤ 0.0205 hardware reads/request".to_owned();
+        row.verdict = Verdict::from_bool(per_request <= 0.0205 && errors == 0);
         row.notes.push(format!(
             "per round: ≥ 1 read (the read on the wire when the round starts) + 1 for the requests that arrived while it was in flight; {} reads per round here",
             format_args!("{:.2}", reads as f64 / rounds.max(1) as f64)
