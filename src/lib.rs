@@ -55,6 +55,7 @@ pub mod numeric;
 pub mod rules;
 mod server;
 pub mod station;
+pub mod timestamp;
 
 pub use config::Config;
 pub use server::{BindError, GatewayHandle, Listener, Listeners, StartError, run, start};

@@ -9,15 +9,20 @@
 //! writer at once. A writer that cannot keep up (stderr blocked) drops lines past
 //! [`MAX_BUFFERED`] and says how many it dropped, rather than growing or stalling requests.
 //!
+//! Access lines themselves ([`AccessLine`]) are rendered straight into the writer's batch, in
+//! the format [`install`] set up, byte for byte what `tracing`'s formatter would write but
+//! without its formatting machinery (coloured output still goes through `tracing`).
+//!
 //! The last [`RECENT_LINES`] lines other than access lines are also kept in memory
 //! ([`recent_lines`]) for `GET api/application/log`.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::Write;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tracing::Metadata;
 use tracing::field::{Field, Visit};
@@ -242,6 +247,117 @@ impl<'a> MakeWriter<'a> for BatchingWriter {
     }
 }
 
+/// Where and how access lines are rendered without `tracing`, once [`install`] set it up.
+static ACCESS_LINES: OnceLock<AccessLines> = OnceLock::new();
+
+struct AccessLines {
+    shared: Arc<Shared>,
+    format: AccessFormat,
+}
+
+/// The installed log format, as access lines are rendered in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AccessFormat {
+    Human,
+    Json,
+}
+
+/// One request's access line (target [`ACCESS_TARGET`], message `request`).
+#[derive(Debug, Clone, Copy)]
+pub struct AccessLine<'a> {
+    pub method: &'a str,
+    /// The path as it may be logged (`redact::loggable_path`).
+    pub path: &'a str,
+    pub status: u16,
+    pub duration_ms: f64,
+    pub peer: SocketAddr,
+}
+
+impl AccessLine<'_> {
+    /// Renders the line straight into the log writer's batch. `false` when the logger was not
+    /// set up for that (coloured output, or not installed by [`install`]): the caller then
+    /// logs it through `tracing`.
+    pub fn write_direct(&self) -> bool {
+        let Some(sink) = ACCESS_LINES.get() else {
+            return false;
+        };
+        let now = SystemTime::now();
+        let mut pending = sink.shared.lock();
+        let start = pending.bytes.len();
+        self.render(sink.format, Some(now), &mut pending.bytes);
+        if pending.bytes.len() > MAX_BUFFERED {
+            pending.bytes.truncate(start);
+            pending.dropped += 1;
+            return true;
+        }
+        // As for any access line: wake the writer for the first line or a full buffer only.
+        let wake = start == 0 || (pending.bytes.len() >= WRITE_SOON && start < WRITE_SOON);
+        drop(pending);
+        if wake {
+            sink.shared.wake.notify_one();
+        }
+        true
+    }
+
+    /// Appends the line, with its newline, as `tracing_subscriber`'s `format` (the human one
+    /// with [`EscapedFields`]) writes it; `at` is its timestamp, `None` for none.
+    fn render(&self, format: AccessFormat, at: Option<SystemTime>, out: &mut Vec<u8>) {
+        match format {
+            AccessFormat::Human => {
+                if let Some(at) = at {
+                    crate::timestamp::push_rfc3339_micros(out, at);
+                    out.push(b' ');
+                }
+                out.extend_from_slice(b" INFO access: request method=");
+                push_escaped_field(out, self.method);
+                out.extend_from_slice(b" path=");
+                push_escaped_field(out, self.path);
+                let _ = writeln!(
+                    out,
+                    " status={} duration_ms={:?} peer={}",
+                    self.status, self.duration_ms, self.peer
+                );
+            }
+            AccessFormat::Json => {
+                out.push(b'{');
+                if let Some(at) = at {
+                    out.extend_from_slice(b"\"timestamp\":\"");
+                    crate::timestamp::push_rfc3339_micros(out, at);
+                    out.extend_from_slice(b"\",");
+                }
+                // The fields in the order the event declares them, as `tracing_subscriber`'s
+                // JSON writes them.
+                out.extend_from_slice(
+                    b"\"level\":\"INFO\",\"fields\":{\"message\":\"request\",\"method\":",
+                );
+                let _ = serde_json::to_writer(&mut *out, self.method);
+                out.extend_from_slice(b",\"path\":");
+                let _ = serde_json::to_writer(&mut *out, self.path);
+                let _ = write!(
+                    out,
+                    ",\"status\":{},\"duration_ms\":{},\"peer\":\"{}\"",
+                    self.status,
+                    serde_json::Value::from(self.duration_ms),
+                    self.peer
+                );
+                out.extend_from_slice(b"},\"target\":\"access\"}\n");
+            }
+        }
+    }
+}
+
+/// Appends a field's text as [`EscapedFields`] writes it: control characters escaped.
+fn push_escaped_field(out: &mut Vec<u8>, value: &str) {
+    if !value.contains(char::is_control) {
+        out.extend_from_slice(value.as_bytes());
+        return;
+    }
+    use fmt::Write as _;
+    let mut text = String::with_capacity(value.len() + 8);
+    let _ = Escaping(&mut text).write_str(value);
+    out.extend_from_slice(text.as_bytes());
+}
+
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum LogSetupError {
@@ -265,6 +381,12 @@ pub fn install<W: Write + Send + 'static>(
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (writer, guard) = batching_writer(out);
+    let access = match (format, ansi) {
+        ("json", _) => Some(AccessFormat::Json),
+        (_, false) => Some(AccessFormat::Human),
+        (_, true) => None,
+    };
+    let shared = writer.shared.clone();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
@@ -274,6 +396,9 @@ pub fn install<W: Write + Send + 'static>(
         _ => builder.fmt_fields(EscapedFields).try_init(),
     };
     installed.map_err(|error| LogSetupError::Install(error.to_string()))?;
+    if let Some(format) = access {
+        let _ = ACCESS_LINES.set(AccessLines { shared, format });
+    }
     Ok(guard)
 }
 
@@ -488,6 +613,89 @@ mod tests {
             text.ends_with("request path=\"/api/lease/{id}\" status=200\n"),
             "{text:?}"
         );
+    }
+
+    /// The line `tracing` writes for this access event, through the real formatter.
+    fn tracing_access_line(json: bool, line: &AccessLine<'_>) -> String {
+        let sink = Sink::default();
+        let (writer, guard) = batching_writer(sink.clone());
+        let record = || {
+            tracing::info!(
+                target: "access",
+                method = %line.method,
+                path = %line.path,
+                status = line.status,
+                duration_ms = line.duration_ms,
+                peer = %line.peer,
+                "request"
+            )
+        };
+        let builder = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_writer(writer);
+        if json {
+            tracing::subscriber::with_default(builder.json().finish(), record);
+        } else {
+            tracing::subscriber::with_default(builder.fmt_fields(EscapedFields).finish(), record);
+        }
+        drop(guard);
+        sink.text()
+    }
+
+    #[test]
+    fn access_lines_rendered_directly_are_what_tracing_would_write() {
+        let peer: SocketAddr = "127.0.0.1:40404".parse().unwrap();
+        let lines = [
+            AccessLine {
+                method: "POST",
+                path: "/api/resources/values/get",
+                status: 200,
+                duration_ms: 0.123,
+                peer,
+            },
+            AccessLine {
+                method: "GET",
+                path: "/api/a\"b\tc\\d\u{1b}",
+                status: 404,
+                duration_ms: 12.0,
+                peer: "[::1]:8".parse().unwrap(),
+            },
+        ];
+        for line in &lines {
+            for (json, format) in [(false, AccessFormat::Human), (true, AccessFormat::Json)] {
+                let mut direct = Vec::new();
+                line.render(format, None, &mut direct);
+                assert_eq!(
+                    String::from_utf8(direct).unwrap(),
+                    tracing_access_line(json, line)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_direct_access_line_starts_with_the_same_timestamp_as_tracings() {
+        let at = std::time::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        let line = AccessLine {
+            method: "GET",
+            path: "/",
+            status: 200,
+            duration_ms: 1.5,
+            peer: "127.0.0.1:1".parse().unwrap(),
+        };
+        let mut human = Vec::new();
+        line.render(AccessFormat::Human, Some(at), &mut human);
+        let human = String::from_utf8(human).unwrap();
+        assert!(
+            human.starts_with("2023-11-14T22:13:20.123456Z  INFO access: request "),
+            "{human}"
+        );
+        let mut json = Vec::new();
+        line.render(AccessFormat::Json, Some(at), &mut json);
+        let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(json["timestamp"], "2023-11-14T22:13:20.123456Z");
+        assert_eq!(json["fields"]["duration_ms"], 1.5);
     }
 
     #[test]

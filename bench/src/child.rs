@@ -55,32 +55,51 @@ impl GatewayProcess {
         let pid = child.id().context("the gateway exited at once")?;
         let stderr = child.stderr.take().context("no stderr")?;
         let (found_tx, found_rx) = oneshot::channel();
-        // Reads the log to its end so the child never blocks on a full pipe.
+        // Reads the log's start line by line for the addresses, then drains the rest in
+        // blocks without looking at it, as every baseline's output is drained, so the harness
+        // spends no more on the gateway's access lines than on a baseline's silence.
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            let mut found_tx = Some(found_tx);
+            let mut lines = BufReader::new(stderr);
             let mut legacy = None;
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut http = None;
+            let mut line = String::new();
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                line.clear();
+                match lines.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                if std::env::var_os("STATION_BENCH_GATEWAY_LOG").is_some() {
+                    eprint!("[gateway] {line}");
+                }
                 if let Some(addr) = addr_after(&line, "legacy byte-protocol listener on ") {
                     legacy = Some(addr);
                 }
-                if let Some(addr) = addr_after(&line, "HTTP listening on http://")
-                    && let Some(tx) = found_tx.take()
-                {
-                    // The legacy line follows the HTTP line; give it a moment.
-                    let legacy_line =
-                        tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await;
-                    if let Ok(Ok(Some(next))) = legacy_line
-                        && let Some(addr) = addr_after(&next, "legacy byte-protocol listener on ")
-                    {
-                        legacy = Some(addr);
+                if http.is_none() {
+                    http = addr_after(&line, "HTTP listening on http://");
+                    if http.is_some() {
+                        // The legacy line follows the HTTP line; give it a moment.
+                        line.clear();
+                        let next = tokio::time::timeout(
+                            Duration::from_millis(200),
+                            lines.read_line(&mut line),
+                        )
+                        .await;
+                        if let Ok(Ok(_)) = next
+                            && let Some(addr) =
+                                addr_after(&line, "legacy byte-protocol listener on ")
+                        {
+                            legacy = Some(addr);
+                        }
                     }
-                    let _ = tx.send((addr, legacy));
                 }
-                if std::env::var_os("STATION_BENCH_GATEWAY_LOG").is_some() {
-                    eprintln!("[gateway] {line}");
+                if let Some(addr) = http {
+                    let _ = found_tx.send((addr, legacy));
+                    break;
                 }
             }
+            drain(lines).await;
         });
         let (http_addr, legacy_addr) = tokio::time::timeout(Duration::from_secs(20), found_rx)
             .await
@@ -119,6 +138,7 @@ impl GatewayProcess {
 /// the cached read can also be compared with a server that pays the same cross-process hops.
 pub struct TrivialProcess {
     _child: Child,
+    pub pid: u32,
     pub addr: SocketAddr,
 }
 
@@ -132,8 +152,10 @@ impl TrivialProcess {
         let answer = String::from_utf8_lossy(answer);
         let (child, line) = spawn_helper(&["--serve-trivial", &answer], TRIVIAL_READY).await?;
         let addr = addr_after(&line, TRIVIAL_READY).context("no address on the ready line")?;
+        let pid = child.id().context("the trivial server exited at once")?;
         Ok(TrivialProcess {
             _child: child,
+            pid,
             addr,
         })
     }
@@ -229,8 +251,19 @@ async fn spawn_helper(args: &[&str], ready: &str) -> anyhow::Result<(Child, Stri
         .await
         .with_context(|| format!("{args:?} did not start within 10 s"))?
         .with_context(|| format!("{args:?} exited before it was ready"))?;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    tokio::spawn(drain(lines.into_inner()));
     Ok((child, line))
+}
+
+/// Reads a child's output to its end in blocks and drops it: the one cheap way every process
+/// the harness starts is drained (the child never blocks on a full pipe). With
+/// `STATION_BENCH_GATEWAY_LOG` set the blocks are copied to this process's stderr instead.
+async fn drain(mut output: impl tokio::io::AsyncRead + Unpin) {
+    if std::env::var_os("STATION_BENCH_GATEWAY_LOG").is_some() {
+        let _ = tokio::io::copy(&mut output, &mut tokio::io::stderr()).await;
+    } else {
+        let _ = tokio::io::copy(&mut output, &mut tokio::io::sink()).await;
+    }
 }
 
 /// The socket address that follows `marker` on a log line.

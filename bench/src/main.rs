@@ -29,10 +29,11 @@ use crate::report::Row;
 use crate::scenarios::Bench;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 14] = [
+const SCENARIOS: [&str; 15] = [
     "idle",
     "cached",
     "forced",
+    "forced-shared",
     "slow-station",
     "batch",
     "set",
@@ -52,7 +53,7 @@ struct Args {
     /// Run every scenario and write the results into BENCHMARKS.md.
     #[arg(long)]
     all: bool,
-    /// Run one scenario (repeatable): idle, cached, forced, slow-station, batch, set, sets,
+    /// Run one scenario (repeatable): idle, cached, forced, forced-shared, slow-station, batch, set, sets,
     /// coalescing, legacy, fanout, deadband, serial, sampling, bus (I2C through api/comm over
     /// TCP and serial).
     #[arg(long = "scenario", value_name = "NAME")]
@@ -67,6 +68,10 @@ struct Args {
     /// read, 8 for the others); e.g. 1 for a latency breakdown without queueing.
     #[arg(long)]
     conns: Option<usize>,
+    /// Interleaved (baseline, gateway) pairs of the side-by-side scenarios (cached,
+    /// forced-shared); their medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pairs: usize,
     /// Samples of each acquisition in the sampling scenario (over serial at 115 200 baud,
     /// 100 000 take about 71 s).
     #[arg(long, default_value_t = 100_000)]
@@ -110,7 +115,9 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Two load threads: one was a cap on the faster baselines.
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()?;
     if let Some(answer) = args.serve_trivial {
@@ -248,6 +255,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             fanout_streams: args.streams,
             fanout_window: Duration::from_secs(args.fanout_secs),
             conns: args.conns,
+            pairs: args.pairs,
         };
         let first_answer = bench.wait_until_serving(Duration::from_secs(20)).await?;
         if wants("idle") {
@@ -261,6 +269,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         if wants("forced") {
             step(&mut rows, "forced", bench.forced()).await;
+        }
+        if wants("forced-shared") {
+            step(&mut rows, "forced-shared", bench.forced_shared()).await;
         }
         if wants("slow-station") {
             step(&mut rows, "slow-station", bench.slow_station()).await;

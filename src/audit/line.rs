@@ -66,8 +66,8 @@ pub struct RequestLine<'a> {
 impl RequestLine<'_> {
     /// The line, without its newline.
     pub fn render(&self, change: Option<&ChangeFields>) -> String {
-        let mut line = String::with_capacity(128);
-        line.push_str(&timestamp(self.at));
+        let mut line = timestamp(self.at);
+        line.reserve(105);
         line.push(' ');
         match self.ip {
             Some(ip) => {
@@ -135,19 +135,24 @@ pub fn is_change_line(line: &str) -> bool {
 
 /// `2026-05-29 14:23:01.442`, UTC, as the clients document the timestamp.
 pub fn timestamp(at: SystemTime) -> String {
-    // `2026-05-29T14:23:01.442Z` → `2026-05-29 14:23:01.442`.
-    let rfc = crate::lease::rfc3339(at);
-    rfc.trim_end_matches('Z').replacen('T', " ", 1)
+    crate::timestamp::audit_millis(at)
 }
 
 /// Appends `value` as one field: as it is when it holds nothing but printable characters other
 /// than space, `"` and `\`; otherwise in double quotes, with `\"`, `\\` and `\xNN` / `\u{NNNN}`
 /// for control, whitespace and format characters ([`needs_escape`]). Empty: `""`.
 pub fn push_escaped(out: &mut String, value: &str) {
+    // ASCII (every path, method and address) has no format characters: a byte test will do.
     let plain = !value.is_empty()
-        && value
-            .chars()
-            .all(|c| !needs_escape(c) && c != '"' && c != '\\');
+        && if value.is_ascii() {
+            value
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        } else {
+            value
+                .chars()
+                .all(|c| !needs_escape(c) && c != '"' && c != '\\')
+        };
     if plain {
         out.push_str(value);
         return;

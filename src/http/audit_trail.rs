@@ -169,7 +169,8 @@ pub async fn write_line(
         asked: noted.asked,
         ..ChangeFields::default()
     };
-    if let Err(why) = gateway.audit.record(line.render(Some(&fields))).await {
+    // Boxed: only changes wait here, and inline this would make every request's future larger.
+    if let Err(why) = Box::pin(gateway.audit.record(line.render(Some(&fields)))).await {
         // The change happened (or not) as answered; only its record failed: say so loudly.
         error!("{why}; the change {method} {path} from {peer} is answered without its audit line");
     }

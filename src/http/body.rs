@@ -11,6 +11,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::time::Duration;
 
+use futures::FutureExt;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body as _, Incoming};
 use serde_json::{Map, Value as Json};
@@ -83,22 +84,24 @@ tokio::task_local! {
 
 /// Runs `request` (a handler) with `timeouts` for any body it reads, counted from now; also
 /// returns which body limit ran out, if one did.
-pub async fn with_body_limits<F: Future>(
+///
+/// A plain function returning the scoped future (not an `async fn` awaiting it): an `async fn`
+/// would hold `request` twice in its state, once as its argument and once inside the scope,
+/// and a request's whole future is moved (copied) as it is handed to hyper.
+pub fn with_body_limits<F: Future>(
     timeouts: BodyTimeouts,
     request: F,
-) -> (F::Output, Option<BodyTimeout>) {
+) -> impl Future<Output = (F::Output, Option<BodyTimeout>)> {
     let scope = BodyScope {
         timeouts,
         arrived: Instant::now(),
         timed_out: Cell::new(None),
     };
-    BODY_SCOPE
-        .scope(scope, async move {
-            let output = request.await;
-            let timed_out = BODY_SCOPE.with(|scope| scope.timed_out.get());
-            (output, timed_out)
-        })
-        .await
+    BODY_SCOPE.scope(scope, async move {
+        let output = request.await;
+        let timed_out = BODY_SCOPE.with(|scope| scope.timed_out.get());
+        (output, timed_out)
+    })
 }
 
 /// Reads the whole body, refusing one over `limit` bytes with 413 and one that does not come
@@ -116,8 +119,15 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
     let mut body = Limited::new(body, limit);
     let mut collected = bytes::BytesMut::new();
     loop {
-        let next_piece = (Instant::now() + timeouts.idle).min(deadline);
-        let frame = match tokio::time::timeout_at(next_piece, body.frame()).await {
+        // A piece already buffered (usually the whole of a small body) needs no timer.
+        let piece = match body.frame().now_or_never() {
+            Some(piece) => Ok(piece),
+            None => {
+                let next_piece = (Instant::now() + timeouts.idle).min(deadline);
+                tokio::time::timeout_at(next_piece, body.frame()).await
+            }
+        };
+        let frame = match piece {
             Ok(Some(Ok(frame))) => frame,
             Ok(None) => break,
             Ok(Some(Err(error))) if error.is::<http_body_util::LengthLimitError>() => {

@@ -12,8 +12,11 @@ pub const OPENAPI_JSON: &str = include_str!("../../docs/openapi.json");
 
 /// The answer for `GET {prefix}/openapi.json`; `None` for any other request.
 pub fn answer(prefix: &str, method: &Method, path: &str) -> Option<Response<Body>> {
+    if method != Method::GET && method != Method::HEAD {
+        return None;
+    }
     let rest = path.strip_prefix(prefix.trim_end_matches('/'))?;
-    if rest != "/openapi.json" || (method != Method::GET && method != Method::HEAD) {
+    if rest != "/openapi.json" {
         return None;
     }
     let mut response =

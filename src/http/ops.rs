@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
-use hyper::{Method, Response, StatusCode, Uri};
+use hyper::{Method, Response, StatusCode};
 use serde_json::{Value as Json, json};
 use tracing::info;
 
@@ -297,7 +297,7 @@ pub fn finish(
     gateway: &Gateway,
     slot: usize,
     method: &Method,
-    uri: Option<&Uri>,
+    access_path: Option<&str>,
     peer: SocketAddr,
     started: Instant,
     response: &mut Response<Body>,
@@ -322,8 +322,8 @@ pub fn finish(
         Some(ErrorKind::Forbidden) => metrics.access_forbidden.inc(),
         _ => {}
     }
-    if let Some(uri) = uri {
-        access_log(method, uri, peer, status, elapsed);
+    if let Some(path) = access_path {
+        access_log(method, path, peer, status, elapsed);
     }
 }
 
@@ -333,9 +333,27 @@ pub fn access_log_enabled() -> bool {
     tracing::enabled!(target: "access", tracing::Level::INFO)
 }
 
-fn access_log(method: &Method, uri: &Uri, peer: SocketAddr, status: StatusCode, elapsed: Duration) {
-    let path = super::redact::loggable_path(uri.path());
+/// One request's access line; `path` already redacted (`redact::loggable_path`). Rendered
+/// straight into the log writer's batch where the logger allows ([`AccessLine::write_direct`]),
+/// through `tracing` otherwise: the same line either way.
+fn access_log(
+    method: &Method,
+    path: &str,
+    peer: SocketAddr,
+    status: StatusCode,
+    elapsed: Duration,
+) {
     let duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1000.0;
+    let line = crate::logs::AccessLine {
+        method: method.as_str(),
+        path,
+        status: status.as_u16(),
+        duration_ms,
+        peer,
+    };
+    if line.write_direct() {
+        return;
+    }
     info!(
         target: "access",
         method = %method,

@@ -37,6 +37,10 @@ fn is_lease_segment(segment: &str) -> bool {
     if segment.is_empty() || segment.len() > 3 * "leases".len() {
         return false;
     }
+    // Without a `%` there is nothing to decode (and nothing to allocate).
+    if !segment.contains('%') {
+        return segment.eq_ignore_ascii_case("lease") || segment.eq_ignore_ascii_case("leases");
+    }
     let decoded = percent_decoded(segment);
     decoded.eq_ignore_ascii_case(b"lease") || decoded.eq_ignore_ascii_case(b"leases")
 }

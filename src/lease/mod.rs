@@ -30,7 +30,7 @@ pub use station_lease::{backends, engine, store};
 pub use control::{Admitted, ControlLease, LeaseAnswer};
 pub use notice::{LeaseNotice, LeaseNoticeHook};
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -216,36 +216,13 @@ pub fn millis(duration: Duration) -> u64 {
 
 /// A wall-clock time as RFC 3339 in UTC with milliseconds, e.g. `2024-05-01T12:00:00.123Z`.
 pub fn rfc3339(time: SystemTime) -> String {
-    let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = since_epoch.as_secs();
-    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60,
-        since_epoch.subsec_millis()
-    )
+    crate::timestamp::rfc3339_millis(time)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn rfc3339_formats_utc_dates() {

@@ -23,8 +23,10 @@ mod route;
 mod safe_stop;
 mod unserved;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::LazyLock;
 
 use hyper::Method;
 
@@ -281,19 +283,48 @@ pub(crate) fn endpoints() -> impl Iterator<Item = &'static Endpoint> {
 /// A route found for a request: its position in [`ROUTES`], the row, and the `{id}` of its path.
 pub(crate) type Found<'p> = (usize, &'static Route, &'p str);
 
+/// The route table indexed once, so a request is routed by a hash lookup rather than by
+/// comparing its path with every row.
+struct RouteIndex {
+    /// `below_prefix` paths of the operations and the endpoints beside `api/`: the first row.
+    operations: HashMap<&'static str, usize>,
+    /// REST paths without `{id}`: their rows, in table order.
+    exact: HashMap<&'static str, Vec<usize>>,
+    /// The rows of REST paths with `{id}`, in table order.
+    templated: Vec<usize>,
+}
+
+static INDEX: LazyLock<RouteIndex> = LazyLock::new(|| {
+    let mut index = RouteIndex {
+        operations: HashMap::new(),
+        exact: HashMap::new(),
+        templated: Vec::new(),
+    };
+    for (position, route) in ROUTES.iter().enumerate() {
+        match route {
+            Route::Operation { paths, .. } => {
+                for path in paths.iter() {
+                    index.operations.entry(path).or_insert(position);
+                }
+            }
+            Route::V1(endpoint) => {
+                index.operations.entry(endpoint.path).or_insert(position);
+            }
+            Route::Api(endpoint) if endpoint.path.split('/').any(|s| s == "{id}") => {
+                index.templated.push(position);
+            }
+            Route::Api(endpoint) => index.exact.entry(endpoint.path).or_default().push(position),
+            Route::NamedLeases { .. } => {}
+        }
+    }
+    index
+});
+
 /// The operations endpoint, or the endpoint beside `api/` (`/v1/safe-stop`), at `below_prefix`
 /// (the path after `http.path_prefix`), any method.
 pub(crate) fn find_operation(below_prefix: &str) -> Option<Found<'static>> {
-    ROUTES
-        .iter()
-        .enumerate()
-        .find_map(|(position, route)| match route {
-            Route::Operation { paths, .. } if paths.contains(&below_prefix) => {
-                Some((position, route, ""))
-            }
-            Route::V1(endpoint) if endpoint.path == below_prefix => Some((position, route, "")),
-            _ => None,
-        })
+    let position = *INDEX.operations.get(below_prefix)?;
+    Some((position, &ROUTES[position], ""))
 }
 
 /// The named leases' row.
@@ -331,25 +362,41 @@ fn matches<'p>(template: &str, path: &'p str) -> Option<&'p str> {
 }
 
 /// The REST endpoint's row (and its position) for a method and a path below `api/`, with the
-/// path's `{id}`.
+/// path's `{id}`: the first row in table order whose method and path match.
 pub(crate) fn find<'p>(method: &Method, path: &'p str) -> Result<Found<'p>, NotRouted> {
+    let index = &*INDEX;
     let mut path_known = false;
-    for (position, route) in ROUTES.iter().enumerate() {
-        let Route::Api(endpoint) = route else {
+    let mut best: Option<(usize, &'p str)> = None;
+    for &position in index.exact.get(path).into_iter().flatten() {
+        path_known = true;
+        if ROUTES[position]
+            .endpoint()
+            .is_some_and(|e| e.method == *method)
+        {
+            best = Some((position, ""));
+            break;
+        }
+    }
+    for &position in &index.templated {
+        if best.is_some_and(|(found, _)| found < position) {
+            break;
+        }
+        let Some(endpoint) = ROUTES[position].endpoint() else {
             continue;
         };
         if let Some(id) = matches(endpoint.path, path) {
-            if endpoint.method == *method {
-                return Ok((position, route, id));
-            }
             path_known = true;
+            if endpoint.method == *method {
+                best = Some((position, id));
+                break;
+            }
         }
     }
-    Err(if path_known {
-        NotRouted::WrongMethod
-    } else {
-        NotRouted::NoSuchPath
-    })
+    match best {
+        Some((position, id)) => Ok((position, &ROUTES[position], id)),
+        None if path_known => Err(NotRouted::WrongMethod),
+        None => Err(NotRouted::NoSuchPath),
+    }
 }
 
 #[cfg(test)]

@@ -6,10 +6,14 @@
 //! - Reads of a channel not yet sent are merged: every reader of it gets the one answer, and
 //!   one READ carries many channels (up to `max_names` and a payload budget).
 //! - A reader never joins a READ already on the wire (its value must be read after it asked):
-//!   it waits for the next one, which is held back to gather the rest of the burst.
+//!   it joins the next one, sent as soon as the wire is free.
+//! - The next READ is held back to gather the rest of a burst only while a burst is
+//!   measurably under way: a reader that is new to the channel (no answer of it within
+//!   `quiet`) arrives while it is on the wire, held, or answered to others within `quiet`.
+//! - A client reading in a loop, back within `quiet` after its own answer, is no burst: alone
+//!   or taking turns with other looping clients on the same channel, it is never held (it
+//!   still joins a hold a burst started).
 //! - A hold lasts until no new reader came for `quiet`, and at most `max` after it began.
-//! - A reader from another client connection just after an answer (within `quiet`) is part of
-//!   a burst and starts a hold too; a client reading in a loop, back after its own answer, is not.
 //! - A hold that has ended is released even when it ended between a dispatch and the wait.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -81,8 +85,16 @@ pub struct ReadQueue {
     waiting: HashMap<String, Vec<Waiter>>,
     on_wire: HashSet<String>,
     held: HashMap<String, Hold>,
-    /// Channels whose READ was answered less than `quiet` ago: when, and to whom.
-    answered: HashMap<String, (Instant, Vec<Caller>)>,
+    /// Channels whose READ was answered less than `quiet` ago.
+    answered: HashMap<String, RecentAnswers>,
+}
+
+/// A channel's answers of the last `quiet`: the latest one's time, and each client
+/// connection answered with the time of its answer.
+#[derive(Debug, Default)]
+struct RecentAnswers {
+    latest: Option<Instant>,
+    callers: Vec<(Caller, Instant)>,
 }
 
 impl ReadQueue {
@@ -136,22 +148,30 @@ impl ReadQueue {
         );
     }
 
-    /// A reader that finds its channel on the wire (or already held), or answered a moment ago
-    /// to other clients, is part of a burst. A client reading in a loop comes back just after
-    /// its own answer: that is no burst.
+    /// A reader new to the channel that finds it on the wire (or already held), or answered a
+    /// moment ago to other clients, is part of a burst. A client reading in a loop comes back
+    /// just after its own answer: that is no burst, even when other looping clients share the
+    /// channel and the READ on the wire is theirs.
     fn starts_or_extends_hold(&self, name: &str, caller: Option<Caller>, now: Instant) -> bool {
         if self.policy.max.is_zero() {
             return false;
         }
-        let just_answered_to_others = || {
-            caller.is_some_and(|caller| {
-                self.answered.get(name).is_some_and(|(at, callers)| {
-                    now.saturating_duration_since(*at) < self.policy.quiet
-                        && !callers.contains(&caller)
-                })
+        let quiet = self.policy.quiet;
+        let recent = |at: &Instant| now.saturating_duration_since(*at) < quiet;
+        let answers = self.answered.get(name);
+        if let Some(caller) = caller
+            && answers.is_some_and(|answers| {
+                answers
+                    .callers
+                    .iter()
+                    .any(|(answered, at)| *answered == caller && recent(at))
             })
-        };
-        self.on_wire.contains(name) || self.held.contains_key(name) || just_answered_to_others()
+        {
+            return false;
+        }
+        let just_answered_to_others = caller.is_some()
+            && answers.is_some_and(|answers| answers.latest.as_ref().is_some_and(recent));
+        self.on_wire.contains(name) || self.held.contains_key(name) || just_answered_to_others
     }
 
     /// The next READ to send at `now`: waiting names not on the wire and not held, in the order
@@ -280,14 +300,27 @@ impl ReadQueue {
         if quiet.is_zero() {
             return;
         }
-        self.answered
-            .retain(|_, (at, _)| now.saturating_duration_since(*at) < quiet);
+        let recent = |at: &Instant| now.saturating_duration_since(*at) < quiet;
+        self.answered.retain(|_, answers| {
+            answers.callers.retain(|(_, at)| recent(at));
+            answers.latest.as_ref().is_some_and(recent)
+        });
         for (name, group) in batch.names.iter().zip(&batch.waiters) {
-            let callers: Vec<Caller> = group
+            let answers = self.answered.entry(name.clone()).or_default();
+            answers.latest = Some(now);
+            for caller in group
                 .iter()
                 .filter_map(|(call, _)| self.calls.get(call).and_then(|c| c.caller))
-                .collect();
-            self.answered.insert(name.clone(), (now, callers));
+            {
+                match answers
+                    .callers
+                    .iter_mut()
+                    .find(|(known, _)| *known == caller)
+                {
+                    Some((_, at)) => *at = now,
+                    None => answers.callers.push((caller, now)),
+                }
+            }
         }
     }
 

@@ -169,6 +169,65 @@ fn a_clients_own_loop_is_never_held() {
 }
 
 #[test]
+fn clients_taking_turns_on_one_channel_are_never_held_once_each_was_answered() {
+    let mut q = queue();
+    let step = QUIET / 10;
+    let mut now = Instant::now();
+    // Both read together first: one READ, and each has been answered.
+    let mut one = read(&mut q, &["a"], client(1), now);
+    let mut two = read(&mut q, &["a"], client(2), now);
+    let batch = q
+        .next_batch(now)
+        .expect("nothing on the wire: sent at once");
+    let answer = values(&batch);
+    q.answered(batch, answer, now);
+    got(&mut one);
+    got(&mut two);
+    // Then each comes back a step after its own answer, while the other's READ is on the wire.
+    now += step;
+    let mut on_wire_answer = read(&mut q, &["a"], client(1), now);
+    let mut on_wire = q
+        .next_batch(now)
+        .expect("nothing on the wire: sent at once");
+    let mut back = 2;
+    for round in 0..20 {
+        now += step;
+        let waiting_answer = read(&mut q, &["a"], client(back), now);
+        assert!(
+            q.next_batch(now).is_none(),
+            "round {round}: a is on the wire"
+        );
+        assert_eq!(q.next_release(true), None, "round {round}: held");
+        now += step;
+        let values = values(&on_wire);
+        q.answered(on_wire, values, now);
+        got(&mut on_wire_answer);
+        on_wire = q
+            .next_batch(now)
+            .unwrap_or_else(|| panic!("round {round}: the next READ was held"));
+        on_wire_answer = waiting_answer;
+        back = 3 - back;
+    }
+}
+
+#[test]
+fn new_clients_arriving_while_their_channel_is_on_the_wire_are_held_as_a_burst() {
+    let mut q = queue();
+    let t = Instant::now();
+    let _first = read(&mut q, &["a"], client(1), t);
+    let on_wire = q.next_batch(t).expect("first READ");
+    let later = t + QUIET / 4;
+    let _second = read(&mut q, &["a"], client(2), later);
+    let _third = read(&mut q, &["a"], client(3), later);
+    let answer = values(&on_wire);
+    q.answered(on_wire, answer, later);
+    assert!(q.next_batch(later).is_none(), "the burst's READ is held");
+    assert_eq!(q.next_release(true), Some(later + QUIET));
+    let batch = q.next_batch(later + QUIET).expect("the gathered READ");
+    assert_eq!(batch.names, ["a"]);
+}
+
+#[test]
 fn readers_without_a_client_connection_are_not_held_after_an_answer() {
     let mut q = queue();
     let t = Instant::now();
