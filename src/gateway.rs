@@ -38,6 +38,8 @@ pub struct Gateway {
     pub config_files: crate::config_files::ConfigFiles,
     /// NumericResult acquisitions: one per channel at a time, and the last results.
     pub numeric: crate::numeric::NumericResults,
+    /// The value history (`[history]`), while enabled.
+    pub history: Option<Arc<crate::history::recorder::History>>,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

@@ -16,6 +16,7 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::history::recorder::{History, Limits, WallClock};
 use crate::lease::link_owner::{LinkOwnerError, LinkOwnerTiming, LinkOwnership};
 use crate::lease::owner_state::OwnerState;
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
@@ -255,6 +256,19 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     lease.resume().await.map_err(StartError::LeaseResume)?;
     let lease = Arc::new(lease);
     let station = crate::station::Station::new(link.clone(), audit.clone());
+    let history = config.history.enabled.then(|| {
+        let history = Arc::new(History::new(
+            Limits {
+                samples_per_channel: config.history.samples_per_channel,
+                max_channels: config.history.max_channels,
+                min_spacing_ms: config.history.interval_ms,
+            },
+            WallClock::now(),
+            None,
+        ));
+        link.cache().observe(history.clone());
+        history
+    });
     let events =
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
@@ -274,6 +288,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         audit,
         config_files: crate::config_files::ConfigFiles::new(&config_files_config),
         numeric: Default::default(),
+        history,
         tls,
     });
     let mut tasks = JoinSet::new();
@@ -291,6 +306,15 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         gateway.events.clone(),
         shutdown.clone(),
     ));
+    if let Some(history) = &gateway.history {
+        tasks.spawn(crate::history::task::run(
+            history.clone(),
+            gateway.station.clone(),
+            gateway.link.watch_info(),
+            gateway.config.history.clone(),
+            shutdown.clone(),
+        ));
+    }
     tasks.spawn(crate::events::relay::run(
         gateway.events.clone(),
         link_events,

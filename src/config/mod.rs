@@ -12,8 +12,8 @@ mod validate;
 
 pub use crate::audit::settings::AuditConfig;
 pub use sections::{
-    AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HttpConfig, LeaseConfig, LegacyConfig,
-    Role, SafeWrite, StationConfig, StatusPageConfig, TlsConfig, User,
+    AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HistoryConfig, HttpConfig, LeaseConfig,
+    LegacyConfig, Role, SafeWrite, StationConfig, StatusPageConfig, TlsConfig, User,
 };
 
 /// `station.max_processing_ms` when not set: this many request timeouts.
@@ -34,6 +34,7 @@ pub struct Config {
     pub status_page: StatusPageConfig,
     pub audit: AuditConfig,
     pub config_files: ConfigFilesConfig,
+    pub history: HistoryConfig,
 }
 
 /// A config that cannot be used, with the key (and file and line where known) at fault.
