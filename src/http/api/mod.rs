@@ -14,6 +14,7 @@ mod channels;
 mod comm;
 mod config_files;
 mod events;
+mod history;
 mod lease;
 mod modules;
 mod numeric;
@@ -157,6 +158,7 @@ pub(crate) static ROUTES: &[Route] = &[
         label: "v1/leases and v1/semaphores",
     },
     v1!(POST "/v1/safe-stop", Control, Open, safe_stop::press, audit: Change),
+    v1!(GET "/v1/history", Read, Open, history::query, audit: Request),
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
     endpoint!(GET "resources/names", Read, Open, resources::names),
@@ -559,12 +561,21 @@ mod tests {
                 Route::Api(endpoint) => {
                     assert_eq!(route.needed_role(&Method::GET), Some(endpoint.role))
                 }
-                // The safe stop: anyone with control, audited as a change, beside `api/`.
+                // Beside `api/`: the safe stop, anyone with control, audited as a change; the
+                // value history, anyone with read.
                 Route::V1(endpoint) => {
-                    assert_eq!(route.needed_role(&Method::POST), Some(Role::Control));
-                    assert_eq!(route.audit(), AuditClass::Change);
                     assert_eq!(route.authority(), Authority::Credentials);
-                    assert_eq!(endpoint.label, "POST /v1/safe-stop");
+                    match endpoint.label {
+                        "POST /v1/safe-stop" => {
+                            assert_eq!(route.needed_role(&Method::POST), Some(Role::Control));
+                            assert_eq!(route.audit(), AuditClass::Change);
+                        }
+                        "GET /v1/history" => {
+                            assert_eq!(route.needed_role(&Method::GET), Some(Role::Read));
+                            assert_eq!(route.audit(), AuditClass::Request);
+                        }
+                        other => panic!("an unexpected /v1/ row {other}"),
+                    }
                 }
             }
         }
