@@ -147,3 +147,25 @@ async fn csv_has_a_header_and_a_line_a_point() {
     assert_eq!(lines.next(), Some("t,value,min,max,count,gap"));
     assert!(lines.count() >= 1, "{text}");
 }
+
+#[tokio::test]
+async fn metrics_count_the_samples_recorded_and_none_dropped() {
+    let rig = rig(|_| {}).await;
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, text) = rig.get_text("/metrics").await;
+    assert_eq!(status, 200);
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("station_gateway_{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("history_samples_recorded_total") >= 1.0);
+    assert_eq!(value("history_samples_dropped_total"), 0.0);
+    assert!(value("history_channels") >= 1.0);
+    assert!(value("history_memory_bytes") > 0.0);
+    // No archive configured: no lag to show.
+    assert!(!text.contains("history_archive_lag_seconds"), "{text}");
+}

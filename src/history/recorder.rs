@@ -34,6 +34,8 @@ pub struct HistoryCounters {
     pub dropped: AtomicU64,
     /// Samples of channels past `max_channels`, not kept.
     pub over_limit: AtomicU64,
+    /// The time (ms since the epoch) of the newest sample handed to the archive; 0 before.
+    pub queued_up_to_ms: AtomicU64,
     /// The time (ms since the epoch) of the newest sample the archive confirmed; 0 before.
     pub archived_up_to_ms: AtomicU64,
 }
@@ -194,6 +196,25 @@ impl History {
 
     pub fn channel_count(&self) -> usize {
         self.channels.len()
+    }
+
+    /// The counters for `/metrics`.
+    pub fn counts(&self) -> crate::metrics::HistoryCounts {
+        let counters = &self.counters;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let lag_ms =
+            get(&counters.queued_up_to_ms).saturating_sub(get(&counters.archived_up_to_ms));
+        crate::metrics::HistoryCounts {
+            recorded: get(&counters.recorded),
+            archived: get(&counters.archived),
+            spooled: get(&counters.spooled),
+            dropped: get(&counters.dropped),
+            over_limit: get(&counters.over_limit),
+            channels: self.channels.len(),
+            memory_bytes: self.memory_bytes(),
+            archive: self.archive.is_some(),
+            archive_lag: std::time::Duration::from_millis(lag_ms),
+        }
     }
 }
 

@@ -109,6 +109,7 @@ pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
         lease: &gateway.lease.counters,
         event_streams: gateway.events.stream_count(),
         subscriptions: gateway.events.subscription_count(),
+        history: gateway.history.as_deref().map(|history| history.counts()),
         uptime: gateway.started.elapsed(),
     }
 }
