@@ -70,6 +70,8 @@ pub enum ErrorKind {
     LeaseEnding,
     /// The lease backend did not answer: the lease's state is unknown. 503.
     LeaseStoreUnavailable,
+    /// The value history's archive did not answer a query for times memory no longer holds. 503.
+    HistoryArchiveUnavailable,
     /// The gateway is shutting down. 503.
     ShuttingDown,
 }
@@ -108,6 +110,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         | ErrorKind::SafeStatePending
         | ErrorKind::LeaseEnding
         | ErrorKind::LeaseStoreUnavailable
+        | ErrorKind::HistoryArchiveUnavailable
         | ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
@@ -136,6 +139,7 @@ pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
         | ErrorKind::StationTimeout
         | ErrorKind::StationNotReached
         | ErrorKind::LeaseStoreUnavailable
+        | ErrorKind::HistoryArchiveUnavailable
         | ErrorKind::ShuttingDown => ErrorCode::Internal,
     }
 }
@@ -447,6 +451,7 @@ mod tests {
             SafeStatePending,
             LeaseEnding,
             LeaseStoreUnavailable,
+            HistoryArchiveUnavailable,
             ShuttingDown,
         ];
         kinds.extend(
@@ -480,6 +485,7 @@ mod tests {
                 | SafeStatePending
                 | LeaseEnding
                 | LeaseStoreUnavailable
+                | HistoryArchiveUnavailable
                 | ShuttingDown => {}
             }
         }
@@ -531,6 +537,7 @@ mod tests {
             (SafeStatePending, 503, C::Locked, Refused),
             (LeaseEnding, 503, C::Locked, Refused),
             (LeaseStoreUnavailable, 503, C::Internal, Refused),
+            (HistoryArchiveUnavailable, 503, C::Internal, Refused),
             (ShuttingDown, 503, C::Internal, Refused),
         ];
         let mut pinned: Vec<ErrorKind> = table.iter().map(|row| row.0).collect();

@@ -40,6 +40,8 @@ pub struct Gateway {
     pub numeric: crate::numeric::NumericResults,
     /// The value history (`[history]`), while enabled.
     pub history: Option<Arc<crate::history::recorder::History>>,
+    /// The value history's archive, for times memory no longer holds (`[history] archive`).
+    pub history_archive: Option<Arc<crate::history::archive::ArchiveReader>>,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

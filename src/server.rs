@@ -16,7 +16,9 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::history::recorder::{History, Limits, WallClock};
+use crate::history::archive::ArchiveReader;
+use crate::history::archive::writer::WriterSettings;
+use crate::history::recorder::{ArchivedSample, History, Limits, WallClock};
 use crate::lease::link_owner::{LinkOwnerError, LinkOwnerTiming, LinkOwnership};
 use crate::lease::owner_state::OwnerState;
 use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
@@ -256,19 +258,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     lease.resume().await.map_err(StartError::LeaseResume)?;
     let lease = Arc::new(lease);
     let station = crate::station::Station::new(link.clone(), audit.clone());
-    let history = config.history.enabled.then(|| {
-        let history = Arc::new(History::new(
-            Limits {
-                samples_per_channel: config.history.samples_per_channel,
-                max_channels: config.history.max_channels,
-                min_spacing_ms: config.history.interval_ms,
-            },
-            WallClock::now(),
-            None,
-        ));
-        link.cache().observe(history.clone());
-        history
-    });
+    let (history, archive) = start_history(&config.history, &link);
     let events =
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
@@ -289,6 +279,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         config_files: crate::config_files::ConfigFiles::new(&config_files_config),
         numeric: Default::default(),
         history,
+        history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
         tls,
     });
     let mut tasks = JoinSet::new();
@@ -306,6 +297,14 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         gateway.events.clone(),
         shutdown.clone(),
     ));
+    if let (Some(history), Some((_, queue, settings))) = (&gateway.history, archive) {
+        tasks.spawn(crate::history::archive::writer::run(
+            history.clone(),
+            queue,
+            settings,
+            shutdown.clone(),
+        ));
+    }
     if let Some(history) = &gateway.history {
         tasks.spawn(crate::history::task::run(
             history.clone(),
@@ -357,6 +356,53 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         legacy_addr,
         tasks,
     })
+}
+
+/// The samples the archive's queue holds while the writer is busy (a COPY, a stalled
+/// database until it times out): minutes at 1 000 samples/s.
+const ARCHIVE_QUEUE: usize = 200_000;
+
+/// The archive: its reader, the writer's queue and settings.
+type ArchiveParts = (
+    Arc<ArchiveReader>,
+    tokio::sync::mpsc::Receiver<ArchivedSample>,
+    WriterSettings,
+);
+
+/// The value history's recorder, fed by the value cache, and with `[history] archive` its
+/// archive's parts.
+fn start_history(
+    config: &crate::config::HistoryConfig,
+    link: &LinkHandle,
+) -> (Option<Arc<History>>, Option<ArchiveParts>) {
+    if !config.enabled {
+        return (None, None);
+    }
+    let (queue, archive) = match config.archive.as_str() {
+        "" => (None, None),
+        url => {
+            let (queue, receiver) = tokio::sync::mpsc::channel(ARCHIVE_QUEUE);
+            let reader = Arc::new(ArchiveReader::new(url.into(), config.archive_table.clone()));
+            let settings = WriterSettings {
+                url: url.into(),
+                table: config.archive_table.clone(),
+                spool: config.spool.clone(),
+                retention_days: config.retention_days,
+            };
+            (Some(queue), Some((reader, receiver, settings)))
+        }
+    };
+    let history = Arc::new(History::new(
+        Limits {
+            samples_per_channel: config.samples_per_channel,
+            max_channels: config.max_channels,
+            min_spacing_ms: config.interval_ms,
+        },
+        WallClock::now(),
+        queue,
+    ));
+    link.cache().observe(history.clone());
+    (Some(history), archive)
 }
 
 /// Runs the gateway until `shutdown` completes, then stops it gracefully.

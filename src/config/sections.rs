@@ -373,6 +373,8 @@ pub struct HistoryConfig {
     pub max_channels: usize,
     /// The archive: `postgres://…`; empty for memory only.
     pub archive: String,
+    /// The archive's table (a plain lower-case SQL name); its day partitions are named after it.
+    pub archive_table: String,
     /// Days the archive keeps (whole days' partitions older than this are dropped).
     pub retention_days: u32,
     /// Where samples wait while the archive is unreachable (a file, made when needed).
@@ -388,6 +390,7 @@ impl Default for HistoryConfig {
             samples_per_channel: 36_000,
             max_channels: 100,
             archive: String::new(),
+            archive_table: "history_samples".into(),
             retention_days: 30,
             spool: PathBuf::from("state/history-spool"),
         }

@@ -222,6 +222,12 @@ impl Config {
                 "must be empty (memory only) or a postgres:// URL",
             ));
         }
+        if !crate::history::archive::schema::valid_table_name(&history.archive_table) {
+            return Err(invalid(
+                "history.archive_table",
+                "must be a plain lower-case SQL name (a-z, 0-9, _; at most 40 characters)",
+            ));
+        }
         if !(1..=36_500).contains(&history.retention_days) {
             return Err(invalid("history.retention_days", "must be 1 to 36500"));
         }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod backends;
+pub mod proxy;
 pub mod sse;
 
 #[allow(unused_imports)]

@@ -5,7 +5,7 @@
 use serde_json::{Value as Json, json};
 
 use super::call::{Answer, Call, ok};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::history::bucket::{Point, PointValue, Reduce, Series, reduce};
 use crate::history::time_arg::{format_time, parse_time};
 use crate::http::reply::typed_response;
@@ -119,9 +119,15 @@ pub(super) async fn query(call: Call<'_>) -> Answer {
     let info = call.gateway.station.info();
     let name = info.channels.station_name(&asked.channel).to_owned();
     let unit = info.channels.get(&name).map(|channel| channel.unit.clone());
-    let samples = history
-        .range(&name, asked.from_ms, asked.to_ms)
-        .map(|(samples, _oldest)| samples);
+    let samples = crate::history::query::samples(
+        history,
+        call.gateway.history_archive.as_deref(),
+        &name,
+        asked.from_ms,
+        asked.to_ms,
+    )
+    .await
+    .map_err(|error| ApiError::new(ErrorKind::HistoryArchiveUnavailable, error.to_string()))?;
     if samples.is_none() && unit.is_none() {
         return Err(ApiError::not_found(format!(
             "no history of {}: no such channel, and nothing recorded under that name",
