@@ -240,3 +240,64 @@ async fn retention_drops_the_partitions_older_than_it() {
         .await
         .unwrap();
 }
+
+/// The archive figures, on this machine's PostgreSQL (run on its own:
+/// `cargo test --test history_archive --release -- --ignored --nocapture`): the COPY insert
+/// rate, and a 30-day query of one channel at 1 Hz reduced to 1 000 points.
+#[tokio::test]
+#[ignore = "a benchmark: 2.6 million rows; run on its own with --ignored"]
+async fn bench_archive_insert_rate_and_a_30_day_query() {
+    use station_gateway::history::archive::ArchiveReader;
+    use station_gateway::history::bucket::{Reduce, reduce};
+    let (url, client) = history_postgres().await;
+    let table = history_table("bench");
+    let writer_client = writer::connect(&url, &table).await.unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let start = now_ms - 30 * schema::DAY_MS;
+    let total = 30 * 86_400u64;
+    let channel: std::sync::Arc<str> = VMON1.into();
+    let mut made = Default::default();
+    let started = Instant::now();
+    for first in (0..total).step_by(writer::BATCH) {
+        let batch: Vec<ArchivedSample> = (first..(first + writer::BATCH as u64).min(total))
+            .map(|i| ArchivedSample {
+                channel: channel.clone(),
+                sample: Sample {
+                    t_ms: start + i * 1000,
+                    value: SampleValue::Number((i % 600) as f64),
+                },
+            })
+            .collect();
+        writer::copy_batch(&writer_client, &table, &batch, &mut made)
+            .await
+            .unwrap();
+    }
+    let took = started.elapsed();
+    let rate = total as f64 / took.as_secs_f64();
+    println!("archive insert: {total} samples in {took:?}: {rate:.0} samples/s");
+    client
+        .batch_execute(&format!("VACUUM ANALYZE {table}"))
+        .await
+        .unwrap();
+    let reader = ArchiveReader::new(url, table.clone());
+    // Warm the connection once, then time the query.
+    reader.range(VMON1, start, start + 1000).await.unwrap();
+    let started = Instant::now();
+    let samples = reader.range(VMON1, start, now_ms).await.unwrap();
+    let fetched = started.elapsed();
+    let series = reduce(&samples, start, now_ms, 1000, Reduce::Mean);
+    let took = started.elapsed();
+    println!(
+        "30-day query: {} samples fetched in {fetched:?}, reduced to {} points in {took:?}",
+        samples.len(),
+        series.points.len()
+    );
+    assert_eq!(samples.len() as u64, total);
+    client
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
+}
