@@ -83,6 +83,11 @@ async fn samples_are_archived_and_a_restart_reads_them_back() {
             .map(|p| p["t"].as_str().unwrap().to_owned())
             .collect()
     };
+    let gaps = after["gaps"].as_array().unwrap();
+    assert!(
+        gaps.iter().any(|gap| gap["why"] == "gateway stopped"),
+        "the stop is a gap: {after}"
+    );
     let (before, after) = (times(&before), times(&after));
     assert!(before.len() >= 20, "{before:?}");
     assert!(

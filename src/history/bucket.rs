@@ -145,7 +145,9 @@ fn point_value(value: &SampleValue) -> PointValue {
         SampleValue::Number(number) => PointValue::Number(*number),
         SampleValue::Text(text) => PointValue::Text(text.clone()),
         // Only samples with a value reach a point.
-        SampleValue::ReadError | SampleValue::NotReached => PointValue::Text(String::new()),
+        SampleValue::ReadError | SampleValue::NotReached | SampleValue::GatewayStopped => {
+            PointValue::Text(String::new())
+        }
     }
 }
 

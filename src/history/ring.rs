@@ -13,6 +13,8 @@ pub enum SampleValue {
     ReadError,
     /// The station could not be reached (the link was down).
     NotReached,
+    /// The gateway stopped: nothing was recorded until it ran again.
+    GatewayStopped,
 }
 
 impl SampleValue {
@@ -27,6 +29,7 @@ impl SampleValue {
             SampleValue::Number(_) | SampleValue::Text(_) => Status::Ok,
             SampleValue::ReadError => Status::ReadError,
             SampleValue::NotReached => Status::NotReached,
+            SampleValue::GatewayStopped => Status::GatewayStopped,
         }
     }
 }
@@ -37,6 +40,7 @@ pub enum Status {
     Ok,
     ReadError,
     NotReached,
+    GatewayStopped,
 }
 
 impl Status {
@@ -45,13 +49,19 @@ impl Status {
             Status::Ok => "ok",
             Status::ReadError => "read error",
             Status::NotReached => "station not reached",
+            Status::GatewayStopped => "gateway stopped",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Status> {
-        [Status::Ok, Status::ReadError, Status::NotReached]
-            .into_iter()
-            .find(|status| status.name() == name)
+        [
+            Status::Ok,
+            Status::ReadError,
+            Status::NotReached,
+            Status::GatewayStopped,
+        ]
+        .into_iter()
+        .find(|status| status.name() == name)
     }
 }
 
@@ -66,6 +76,7 @@ const NUMBER: u8 = 0;
 const TEXT: u8 = 1;
 const READ_ERROR: u8 = 2;
 const NOT_REACHED: u8 = 3;
+const GATEWAY_STOPPED: u8 = 4;
 
 /// The most distinct texts a channel's ring remembers; later new texts read back as
 /// [`OVERFLOW_TEXT`] (a text channel has a handful of enum options, not thousands).
@@ -173,6 +184,7 @@ impl ChannelRing {
             SampleValue::Text(text) => (TEXT, self.text_index(text) as f64),
             SampleValue::ReadError => (READ_ERROR, 0.0),
             SampleValue::NotReached => (NOT_REACHED, 0.0),
+            SampleValue::GatewayStopped => (GATEWAY_STOPPED, 0.0),
         };
         if self.offsets.len() < self.capacity {
             if self.offsets.len() == self.offsets.capacity() {
@@ -245,7 +257,8 @@ impl ChannelRing {
                     .to_owned(),
             ),
             READ_ERROR => SampleValue::ReadError,
-            _ => SampleValue::NotReached,
+            NOT_REACHED => SampleValue::NotReached,
+            _ => SampleValue::GatewayStopped,
         };
         Sample {
             t_ms: self.time_at(logical),
@@ -270,6 +283,7 @@ fn kind_of(value: &SampleValue) -> u8 {
         SampleValue::Text(_) => TEXT,
         SampleValue::ReadError => READ_ERROR,
         SampleValue::NotReached => NOT_REACHED,
+        SampleValue::GatewayStopped => GATEWAY_STOPPED,
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::{STATUS_NOT_REACHED, STATUS_OK, STATUS_READ_ERROR};
+use super::schema::{STATUS_GATEWAY_STOPPED, STATUS_NOT_REACHED, STATUS_OK, STATUS_READ_ERROR};
 use crate::history::recorder::ArchivedSample;
 use crate::history::ring::{Sample, SampleValue};
 use crate::history::time_arg::format_time;
@@ -46,6 +46,7 @@ pub fn copy_row(sample: &ArchivedSample, out: &mut String) {
         SampleValue::Text(text) => (STATUS_OK, "\\N".to_owned(), escaped(text)),
         SampleValue::ReadError => (STATUS_READ_ERROR, "\\N".to_owned(), "\\N".to_owned()),
         SampleValue::NotReached => (STATUS_NOT_REACHED, "\\N".to_owned(), "\\N".to_owned()),
+        SampleValue::GatewayStopped => (STATUS_GATEWAY_STOPPED, "\\N".to_owned(), "\\N".to_owned()),
     };
     out.push_str(&escaped(&sample.channel));
     out.push('\t');
@@ -64,6 +65,7 @@ pub fn sample_of(t_ms: i64, status: i16, value: Option<f64>, text: Option<String
     let value = match (status, value, text) {
         (STATUS_READ_ERROR, ..) => SampleValue::ReadError,
         (STATUS_NOT_REACHED, ..) => SampleValue::NotReached,
+        (STATUS_GATEWAY_STOPPED, ..) => SampleValue::GatewayStopped,
         (_, _, Some(text)) => SampleValue::Text(text),
         (_, Some(number), None) => SampleValue::Number(number),
         (_, None, None) => SampleValue::ReadError,
@@ -93,6 +95,7 @@ pub fn spool_line(sample: &ArchivedSample) -> String {
         SampleValue::Text(text) => ('x', None, Some(text.clone())),
         SampleValue::ReadError => ('e', None, None),
         SampleValue::NotReached => ('u', None, None),
+        SampleValue::GatewayStopped => ('s', None, None),
     };
     let line = SpoolLine {
         c: sample.channel.to_string(),
@@ -116,6 +119,7 @@ pub fn from_spool_line(line: &str) -> Option<ArchivedSample> {
         ('x', _, Some(text)) => SampleValue::Text(text),
         ('e', ..) => SampleValue::ReadError,
         ('u', ..) => SampleValue::NotReached,
+        ('s', ..) => SampleValue::GatewayStopped,
         _ => return None,
     };
     Some(ArchivedSample {
@@ -168,6 +172,7 @@ mod tests {
             SampleValue::Text("Red".into()),
             SampleValue::ReadError,
             SampleValue::NotReached,
+            SampleValue::GatewayStopped,
         ] {
             let sample = archived("V", 7, value);
             let line = spool_line(&sample);

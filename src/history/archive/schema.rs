@@ -17,6 +17,7 @@ pub const DAY_MS: u64 = 86_400_000;
 pub const STATUS_OK: i16 = 0;
 pub const STATUS_READ_ERROR: i16 = 1;
 pub const STATUS_NOT_REACHED: i16 = 2;
+pub const STATUS_GATEWAY_STOPPED: i16 = 3;
 
 /// Whether `name` may be the table's name: a plain lower-case SQL identifier (it is written
 /// into statements, never bound).

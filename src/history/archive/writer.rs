@@ -24,6 +24,7 @@ use super::schema::{
     copy_in, create_partition, create_table, day_of, list_partitions, partitions_to_drop,
 };
 use crate::history::recorder::{ArchivedSample, History};
+use crate::history::ring::SampleValue;
 
 /// The most samples in one COPY.
 pub const BATCH: usize = 10_000;
@@ -188,6 +189,9 @@ pub async fn run(
             () = tokio::time::sleep(RETRY), if writer.spooled > 0 => false,
         };
         if stopping {
+            // Until it runs again, every channel's history is a gap "gateway stopped".
+            let history = writer.history.clone();
+            history.record_everywhere(history.clock().now_ms(), SampleValue::GatewayStopped);
             while let Ok(sample) = queue.try_recv() {
                 batch.push(sample);
             }
