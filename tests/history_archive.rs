@@ -112,18 +112,15 @@ async fn a_database_outage_loses_no_sample_and_never_slows_a_read() {
             .unwrap_or(8),
     );
     let (url, client) = history_postgres().await;
-    assert!(
-        url.contains("127.0.0.1:5432"),
-        "the outage test puts a proxy in front of 127.0.0.1:5432; {url} is elsewhere"
-    );
-    let proxy = StallingProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let (database, proxied_url) = through_proxy(&url);
+    let proxy = StallingProxy::start(database).await;
     let table = history_table("outage");
     let spool = spool_path(&table);
     let sim = default_simulator().await;
     let config = config_for(&sim, |c| {
         c.history.channels = vec!["*".into()];
         c.history.interval_ms = 20;
-        c.history.archive = url.replace("127.0.0.1:5432", &proxy.addr.to_string());
+        c.history.archive = proxied_url(proxy.addr);
         c.history.archive_table = table.clone();
         c.history.spool = spool.clone();
     });
@@ -193,6 +190,36 @@ async fn a_database_outage_loses_no_sample_and_never_slows_a_read() {
         .batch_execute(&format!("DROP TABLE {table}"))
         .await
         .unwrap();
+}
+
+/// The database's TCP address in `url`, and `url` with that address replaced by another's.
+fn through_proxy(
+    url: &str,
+) -> (
+    std::net::SocketAddr,
+    impl Fn(std::net::SocketAddr) -> String,
+) {
+    use std::net::ToSocketAddrs;
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        _ => panic!("the outage test needs PostgreSQL over TCP; {url} is not"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let database = (host.as_str(), port)
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap();
+    let user = config.get_user().unwrap_or("postgres").to_owned();
+    let password = config
+        .get_password()
+        .map(|p| format!(":{}", String::from_utf8_lossy(p)))
+        .unwrap_or_default();
+    let dbname = config.get_dbname().unwrap_or("postgres").to_owned();
+    (database, move |proxy| {
+        format!("postgres://{user}{password}@{proxy}/{dbname}")
+    })
 }
 
 #[tokio::test]
