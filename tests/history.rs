@@ -169,3 +169,25 @@ async fn metrics_count_the_samples_recorded_and_none_dropped() {
     // No archive configured: no lag to show.
     assert!(!text.contains("history_archive_lag_seconds"), "{text}");
 }
+
+#[tokio::test]
+async fn a_subscribed_channel_is_recorded_at_the_subscriptions_pace() {
+    let rig = rig(|c| c.history.interval_ms = 10).await;
+    let (_sse, hello) = common::Sse::open_hello(&rig).await.unwrap();
+    let body = serde_json::json!({
+        "StreamId": hello["streamId"],
+        "Channels": [VMON1],
+        "IntervalMs": 100,
+    });
+    let (status, answer) = rig.post("subscriptions", body).await;
+    assert_eq!(status, 200, "{answer}");
+    let query = format!("channel={VMON1}&from=-1m&fn=raw");
+    let body = history_until(
+        &rig,
+        &query,
+        "five samples of the subscribed channel",
+        |body| points(body).len() >= 5,
+    )
+    .await;
+    assert!(body["gaps"].as_array().unwrap().is_empty(), "{body}");
+}

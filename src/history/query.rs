@@ -34,7 +34,7 @@ pub async fn samples(
     };
     match memory {
         // Memory holds the whole range (and the sample before it).
-        Some((samples, oldest)) if oldest < from_ms => Ok(Some(samples)),
+        Some((samples, oldest)) if oldest <= from_ms => Ok(Some(samples)),
         Some((samples, oldest)) => {
             let archived = archive.range(channel, from_ms, oldest.min(to_ms)).await?;
             Ok(Some(joined(archived, samples, oldest)))
