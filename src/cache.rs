@@ -3,6 +3,7 @@
 //! is sent, and its read-back once confirmed (`station::change::confirmed_writes`) refills it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -30,10 +31,18 @@ struct Slot {
     invalidated_at: Option<Instant>,
 }
 
+/// Told of every value the link reads and every read the station refused, as the link task
+/// learns of them: it must return at once (the value history's recorder, `history/`).
+pub trait ValueObserver: Send + Sync + std::fmt::Debug {
+    fn read(&self, name: &str, value: &Value, read_at: Instant);
+    fn read_failed(&self, name: &str, read_at: Instant);
+}
+
 /// name → last value. Shared by the link task (writer) and every reader.
 #[derive(Debug, Default)]
 pub struct ValueCache {
     slots: DashMap<String, Slot>,
+    observer: OnceLock<Arc<dyn ValueObserver>>,
     /// Answers of [`ValueCache::get_fresh`]: fresh enough, or not (for metrics).
     hits: AtomicU64,
     misses: AtomicU64,
@@ -44,9 +53,24 @@ impl ValueCache {
         ValueCache::default()
     }
 
+    /// From now on tells `observer` of every value read and every read refused (once).
+    pub fn observe(&self, observer: Arc<dyn ValueObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// The station refused to read `name` (a READ sent at `read_at`): only the observer cares.
+    pub fn read_failed(&self, name: &str, read_at: Instant) {
+        if let Some(observer) = self.observer.get() {
+            observer.read_failed(name, read_at);
+        }
+    }
+
     /// Records a value read by a READ sent at `read_at`, unless a write to the channel was
     /// sent after that READ.
     pub fn insert(&self, name: &str, value: Value, read_at: Instant, generation: u64) {
+        if let Some(observer) = self.observer.get() {
+            observer.read(name, &value, read_at);
+        }
         let fresh = CachedValue {
             value,
             read_at,

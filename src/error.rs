@@ -73,6 +73,8 @@ pub enum ErrorKind {
     LeaseEnding,
     /// The lease backend did not answer: the lease's state is unknown. 503.
     LeaseStoreUnavailable,
+    /// The value history's archive did not answer a query for times memory no longer holds. 503.
+    HistoryArchiveUnavailable,
     /// The gateway is shutting down. 503.
     ShuttingDown,
     /// This gateway is a standby: another gateway owns the station (the message says where it
@@ -114,6 +116,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         | ErrorKind::SafeStatePending
         | ErrorKind::LeaseEnding
         | ErrorKind::LeaseStoreUnavailable
+        | ErrorKind::HistoryArchiveUnavailable
         | ErrorKind::ShuttingDown
         | ErrorKind::StandingBy => StatusCode::SERVICE_UNAVAILABLE,
     }
@@ -144,6 +147,7 @@ pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
         | ErrorKind::StationTimeout
         | ErrorKind::StationNotReached
         | ErrorKind::LeaseStoreUnavailable
+        | ErrorKind::HistoryArchiveUnavailable
         | ErrorKind::ShuttingDown
         | ErrorKind::StandingBy => ErrorCode::Internal,
     }
@@ -477,6 +481,7 @@ mod tests {
             SafeStatePending,
             LeaseEnding,
             LeaseStoreUnavailable,
+            HistoryArchiveUnavailable,
             ShuttingDown,
             StandingBy,
         ];
@@ -512,6 +517,7 @@ mod tests {
                 | SafeStatePending
                 | LeaseEnding
                 | LeaseStoreUnavailable
+                | HistoryArchiveUnavailable
                 | ShuttingDown
                 | StandingBy => {}
             }
@@ -565,6 +571,7 @@ mod tests {
             (SafeStatePending, 503, C::Locked, Refused),
             (LeaseEnding, 503, C::Locked, Refused),
             (LeaseStoreUnavailable, 503, C::Internal, Refused),
+            (HistoryArchiveUnavailable, 503, C::Internal, Refused),
             (ShuttingDown, 503, C::Internal, Refused),
             (StandingBy, 503, C::Internal, Refused),
         ];

@@ -40,6 +40,10 @@ pub struct Gateway {
     pub numeric: crate::numeric::NumericResults,
     /// Owner of the station, or a standby (`[ha] mode`) until it takes over.
     pub ha: Arc<crate::lease::standby::HaRole>,
+    /// The value history (`[history]`), while enabled.
+    pub history: Option<Arc<crate::history::recorder::History>>,
+    /// The value history's archive, for times memory no longer holds (`[history] archive`).
+    pub history_archive: Option<Arc<crate::history::archive::ArchiveReader>>,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

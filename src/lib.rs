@@ -44,6 +44,7 @@ pub mod config_files;
 pub mod error;
 pub mod events;
 pub mod gateway;
+pub mod history;
 pub mod http;
 pub mod lease;
 mod legacy;

@@ -16,6 +16,9 @@ use tracing::info;
 
 use crate::config::{Config, HaMode};
 use crate::gateway::Gateway;
+use crate::history::archive::ArchiveReader;
+use crate::history::archive::writer::WriterSettings;
+use crate::history::recorder::{ArchivedSample, History, Limits, WallClock};
 use crate::lease::control::LeaseEndTiming;
 use crate::lease::link_owner::{LinkOwnerError, LinkOwnership};
 use crate::lease::owner_state::OwnerState;
@@ -296,6 +299,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     .with_legacy_group(Some(&config.legacy.access_group));
     let station = crate::station::Station::new(link.clone(), audit.clone())
         .with_access_rules(access_rules.clone());
+    let (history, archive) = start_history(&config.history, &link);
     let events =
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
@@ -316,6 +320,8 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         config_files: crate::config_files::ConfigFiles::new(&config_files_config),
         numeric: Default::default(),
         ha,
+        history,
+        history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
         tls,
     });
     let mut tasks = JoinSet::new();
@@ -342,6 +348,23 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         gateway.events.clone(),
         shutdown.clone(),
     ));
+    if let (Some(history), Some((_, queue, settings))) = (&gateway.history, archive) {
+        tasks.spawn(crate::history::archive::writer::run(
+            history.clone(),
+            queue,
+            settings,
+            shutdown.clone(),
+        ));
+    }
+    if let Some(history) = &gateway.history {
+        tasks.spawn(crate::history::task::run(
+            history.clone(),
+            gateway.station.clone(),
+            gateway.link.watch_info(),
+            gateway.config.history.clone(),
+            shutdown.clone(),
+        ));
+    }
     tasks.spawn(crate::events::relay::run(
         gateway.events.clone(),
         link_events,
@@ -437,6 +460,53 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
         "failover: this gateway owns the station now"
     );
     keep.await;
+}
+
+/// The samples the archive's queue holds while the writer is busy (a COPY, a stalled
+/// database until it times out): minutes at 1 000 samples/s.
+const ARCHIVE_QUEUE: usize = 200_000;
+
+/// The archive: its reader, the writer's queue and settings.
+type ArchiveParts = (
+    Arc<ArchiveReader>,
+    tokio::sync::mpsc::Receiver<ArchivedSample>,
+    WriterSettings,
+);
+
+/// The value history's recorder, fed by the value cache, and with `[history] archive` its
+/// archive's parts.
+fn start_history(
+    config: &crate::config::HistoryConfig,
+    link: &LinkHandle,
+) -> (Option<Arc<History>>, Option<ArchiveParts>) {
+    if !config.enabled {
+        return (None, None);
+    }
+    let (queue, archive) = match config.archive.as_str() {
+        "" => (None, None),
+        url => {
+            let (queue, receiver) = tokio::sync::mpsc::channel(ARCHIVE_QUEUE);
+            let reader = Arc::new(ArchiveReader::new(url.into(), config.archive_table.clone()));
+            let settings = WriterSettings {
+                url: url.into(),
+                table: config.archive_table.clone(),
+                spool: config.spool.clone(),
+                retention_days: config.retention_days,
+            };
+            (Some(queue), Some((reader, receiver, settings)))
+        }
+    };
+    let history = Arc::new(History::new(
+        Limits {
+            samples_per_channel: config.samples_per_channel,
+            max_channels: config.max_channels,
+            min_spacing_ms: config.interval_ms,
+        },
+        WallClock::now(),
+        queue,
+    ));
+    link.cache().observe(history.clone());
+    (Some(history), archive)
 }
 
 /// Runs the gateway until `shutdown` completes, then stops it gracefully.

@@ -142,6 +142,9 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
             value: "False".into(),
         }];
         c.station.max_processing_ms = Some(30_000);
+        // The value history records VMON1 before the page opens: its trend starts filled.
+        c.history.channels = vec![VMON1.into()];
+        c.history.interval_ms = 50;
     })
     .await;
     let profile = std::env::temp_dir().join(format!("sg-cdp-{}", std::process::id()));
@@ -221,6 +224,28 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
             json!({ "width": 1400, "height": 1100, "deviceScaleFactor": 1, "mobile": false }),
         )
         .await;
+    let recorded = format!(
+        "{}/v1/history?channel={VMON1}&from=-1m&fn=raw",
+        rig.gateway.base_url()
+    );
+    within(Duration::from_secs(10), "VMON1 in the history", async {
+        loop {
+            let answer: Json = rig
+                .http
+                .get(&recorded)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if answer["points"].as_array().is_some_and(|p| p.len() >= 3) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     devtools
         .call(
             Some(&session),
@@ -307,6 +332,19 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
         png.len()
     );
 
+    // The trend was filled from the history when the page opened.
+    let from_history = plot_attribute(&dom, VMON1, "data-from-history");
+    let state: String = dom
+        .split("id=\"trend-state\"")
+        .nth(1)
+        .unwrap_or("")
+        .chars()
+        .take(120)
+        .collect();
+    assert!(
+        from_history >= 1,
+        "VMON1's trend took {from_history} points from the history: {state}"
+    );
     // VMON1's plot carries VSET1 too, both with samples; VMON1 rose on the way to 400 V.
     let plot = dom
         .split("<div class=\"plot\"")
@@ -341,4 +379,16 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
     assert!(changes.contains("lease taken"), "{changes}");
     assert!(!dom.contains(&lease), "the lease id is on the page");
     // The safe stop ended the lease: nothing left to release.
+}
+
+/// A number attribute of the trend line of `channel` in the page's HTML.
+fn plot_attribute(dom: &str, channel: &str, attribute: &str) -> u64 {
+    dom.split("<polyline")
+        .skip(1)
+        .map(|line| line.split('>').next().unwrap_or(""))
+        .find(|line| line.contains(&format!("data-channel=\"{channel}\"")))
+        .and_then(|line| line.split(&format!("{attribute}=\"")).nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }

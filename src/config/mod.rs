@@ -12,8 +12,9 @@ mod validate;
 
 pub use crate::audit::settings::AuditConfig;
 pub use sections::{
-    AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HaConfig, HaMode, HttpConfig,
-    LeaseConfig, LegacyConfig, Role, SafeWrite, StationConfig, StatusPageConfig, TlsConfig, User,
+    AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HaConfig, HaMode, HistoryConfig,
+    HttpConfig, LeaseConfig, LegacyConfig, Role, SafeWrite, StationConfig, StatusPageConfig,
+    TlsConfig, User,
 };
 
 /// `station.max_processing_ms` when not set: this many request timeouts.
@@ -35,6 +36,7 @@ pub struct Config {
     pub audit: AuditConfig,
     pub config_files: ConfigFilesConfig,
     pub ha: HaConfig,
+    pub history: HistoryConfig,
 }
 
 /// A config that cannot be used, with the key (and file and line where known) at fault.

@@ -418,3 +418,45 @@ impl LeaseConfig {
         Some(std::path::Path::new(&first).join("link-owner.state"))
     }
 }
+
+/// The value history (`GET /v1/history`): recent samples in memory, older ones in an archive.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Whether values are recorded at all.
+    pub enabled: bool,
+    /// Channels the gateway reads by itself for their history (names or glob patterns, matched
+    /// against station names); every channel read anyway is recorded too.
+    pub channels: Vec<String>,
+    /// How often those are read (ms, cache first), and the closest two samples of a channel
+    /// with the same status are kept.
+    pub interval_ms: u64,
+    /// Samples kept in memory per channel (36 000: 1 h at 10 Hz, 13 bytes each).
+    pub samples_per_channel: usize,
+    /// The most channels kept in memory: with `samples_per_channel`, the memory's bound.
+    pub max_channels: usize,
+    /// The archive: `postgres://…`; empty for memory only.
+    pub archive: String,
+    /// The archive's table (a plain lower-case SQL name); its day partitions are named after it.
+    pub archive_table: String,
+    /// Days the archive keeps (whole days' partitions older than this are dropped).
+    pub retention_days: u32,
+    /// Where samples wait while the archive is unreachable (a file, made when needed).
+    pub spool: PathBuf,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            enabled: true,
+            channels: Vec::new(),
+            interval_ms: 100,
+            samples_per_channel: 36_000,
+            max_channels: 100,
+            archive: String::new(),
+            archive_table: "history_samples".into(),
+            retention_days: 30,
+            spool: PathBuf::from("state/history-spool"),
+        }
+    }
+}

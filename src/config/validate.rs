@@ -272,6 +272,51 @@ impl Config {
                 ));
             }
         }
+        let history = &self.history;
+        for pattern in &history.channels {
+            if let Err(error) = globset::Glob::new(pattern) {
+                return Err(invalid(
+                    "history.channels",
+                    format!("{pattern:?} is not a name or glob pattern: {error}"),
+                ));
+            }
+        }
+        if !(10..=3_600_000).contains(&history.interval_ms) {
+            return Err(invalid("history.interval_ms", "must be 10 to 3600000"));
+        }
+        if !(1..=10_000_000).contains(&history.samples_per_channel) {
+            return Err(invalid(
+                "history.samples_per_channel",
+                "must be 1 to 10000000",
+            ));
+        }
+        if !(1..=100_000).contains(&history.max_channels) {
+            return Err(invalid("history.max_channels", "must be 1 to 100000"));
+        }
+        if !(history.archive.is_empty()
+            || history.archive.starts_with("postgres://")
+            || history.archive.starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "history.archive",
+                "must be empty (memory only) or a postgres:// URL",
+            ));
+        }
+        if !crate::history::archive::schema::valid_table_name(&history.archive_table) {
+            return Err(invalid(
+                "history.archive_table",
+                "must be a plain lower-case SQL name (a-z, 0-9, _; at most 40 characters)",
+            ));
+        }
+        if !(1..=36_500).contains(&history.retention_days) {
+            return Err(invalid("history.retention_days", "must be 1 to 36500"));
+        }
+        if !history.archive.is_empty() && history.spool.as_os_str().is_empty() {
+            return Err(invalid(
+                "history.spool",
+                "must name a file while history.archive is set",
+            ));
+        }
         Ok(())
     }
 }

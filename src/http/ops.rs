@@ -114,6 +114,7 @@ pub fn snapshot(gateway: &Gateway) -> Snapshot<'_> {
         lease: &gateway.lease.counters,
         event_streams: gateway.events.stream_count(),
         subscriptions: gateway.events.subscription_count(),
+        history: gateway.history.as_deref().map(|history| history.counts()),
         uptime: gateway.started.elapsed(),
         access_rules_version: gateway.station.access_rules().version(),
         access_rule_refusals: gateway.station.access_rules().refusals(),

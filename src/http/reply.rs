@@ -23,6 +23,15 @@ pub fn json_bytes_response(bytes: Vec<u8>) -> Response<Body> {
     bytes_with_status(StatusCode::OK, bytes)
 }
 
+/// A 200 answer of another type than JSON (`text/csv; charset=utf-8`, ...).
+pub fn typed_response(content_type: &'static str, bytes: Vec<u8>) -> Response<Body> {
+    let mut response = bytes_with_status(StatusCode::OK, bytes);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
 /// 204: done, nothing to say.
 pub fn no_content() -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::new()).boxed());

@@ -21,6 +21,22 @@ pub struct LinkCounts<'a> {
     pub latency: &'a Histogram,
 }
 
+/// The value history's counters at scrape time (`[history]`; absent while it is off).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HistoryCounts {
+    pub recorded: u64,
+    pub archived: u64,
+    pub spooled: u64,
+    pub dropped: u64,
+    pub over_limit: u64,
+    pub channels: usize,
+    pub memory_bytes: usize,
+    /// Whether an archive is configured (the lag means nothing without one).
+    pub archive: bool,
+    /// How far the archive's confirmed writes are behind the newest sample handed to it.
+    pub archive_lag: Duration,
+}
+
 /// Everything a scrape shows, gathered from wherever it is kept.
 pub struct Snapshot<'a> {
     pub metrics: &'a Metrics,
@@ -37,6 +53,7 @@ pub struct Snapshot<'a> {
     pub lease: &'a LeaseCounters,
     pub event_streams: usize,
     pub subscriptions: usize,
+    pub history: Option<HistoryCounts>,
     pub uptime: Duration,
     /// The access rules' version in force (0: no rules file).
     pub access_rules_version: u64,
@@ -326,6 +343,10 @@ impl Snapshot<'_> {
             self.subscriptions,
         );
 
+        if let Some(history) = &self.history {
+            history.render(&mut out);
+        }
+
         single(
             &mut out,
             "legacy_clients",
@@ -348,5 +369,65 @@ impl Snapshot<'_> {
             m.legacy_refused.get(),
         );
         out
+    }
+}
+
+impl HistoryCounts {
+    fn render(&self, out: &mut String) {
+        for (name, kind, help, value) in [
+            (
+                "history_samples_recorded_total",
+                "counter",
+                "Samples the value history kept in memory.",
+                self.recorded as f64,
+            ),
+            (
+                "history_samples_archived_total",
+                "counter",
+                "Samples the archive confirmed written.",
+                self.archived as f64,
+            ),
+            (
+                "history_samples_spooled_total",
+                "counter",
+                "Samples written to the local spool while the archive was unreachable.",
+                self.spooled as f64,
+            ),
+            (
+                "history_samples_dropped_total",
+                "counter",
+                "Samples lost to the archive because its queue was full (should stay 0).",
+                self.dropped as f64,
+            ),
+            (
+                "history_samples_over_limit_total",
+                "counter",
+                "Samples of channels past history.max_channels, not kept.",
+                self.over_limit as f64,
+            ),
+            (
+                "history_channels",
+                "gauge",
+                "Channels with samples in memory.",
+                self.channels as f64,
+            ),
+            (
+                "history_memory_bytes",
+                "gauge",
+                "Bytes the value history's rings hold.",
+                self.memory_bytes as f64,
+            ),
+        ] {
+            single(out, name, kind, help, value);
+        }
+        if self.archive {
+            single(
+                out,
+                "history_archive_lag_seconds",
+                "gauge",
+                "How far the archive's confirmed writes are behind the newest sample handed to it.",
+                self.archive_lag.as_secs_f64(),
+            );
+        }
     }
 }

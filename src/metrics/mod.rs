@@ -11,6 +11,6 @@ mod instruments;
 mod registry;
 
 pub use comm::{BusKind, CommMetrics};
-pub use exposition::{LinkCounts, Snapshot};
+pub use exposition::{HistoryCounts, LinkCounts, Snapshot};
 pub use instruments::{Counter, Gauge, Histogram, LATENCY_BUCKETS, PREFIX, single};
 pub use registry::{HttpMetrics, HttpRefusals, HttpTimeouts, LeaseCounters, Metrics, STATUSES};

@@ -130,3 +130,30 @@ impl LeaseStore for SlowRefresh {
         self.inner.holders(kind, name)
     }
 }
+
+/// The PostgreSQL database for the value history's archive tests (`LEASE_TEST_POSTGRES_URL`,
+/// default `station_gateway_test`), with a connection to it; fails the test, naming the URL and
+/// the fix, when it cannot be reached. Nothing is skipped.
+pub async fn history_postgres() -> (String, tokio_postgres::Client) {
+    let url = postgres_url();
+    match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+        Ok((client, connection)) => {
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            (url, client)
+        }
+        Err(error) => panic!(
+            "the history archive tests need PostgreSQL at {url}: {error}. Set \
+             LEASE_TEST_POSTGRES_URL to a reachable one, or run `bash tests/run-all.sh`."
+        ),
+    }
+}
+
+/// A table name of the test's own, so tests running at once never share one.
+pub fn history_table(test: &str) -> String {
+    format!(
+        "history_test_{test}_{}",
+        &LeaseToken::random().as_str()[..8].to_lowercase()
+    )
+}

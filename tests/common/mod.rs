@@ -5,6 +5,7 @@
 
 pub mod backends;
 pub mod process;
+pub mod proxy;
 pub mod sse;
 
 #[allow(unused_imports)]

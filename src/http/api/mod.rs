@@ -15,6 +15,7 @@ mod channels;
 mod comm;
 mod config_files;
 mod events;
+mod history;
 mod lease;
 mod modules;
 mod numeric;
@@ -161,6 +162,7 @@ pub(crate) static ROUTES: &[Route] = &[
     },
     v1!(POST "/v1/safe-stop", Control, Open, safe_stop::press, audit: Change),
     v1!(POST "/v1/access/explain", Read, Open, access_explain::explain, audit: Request),
+    v1!(GET "/v1/history", Read, Open, history::query, audit: Request),
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
     endpoint!(GET "resources/names", Read, Open, resources::names),
@@ -608,18 +610,25 @@ mod tests {
                 Route::Api(endpoint) => {
                     assert_eq!(route.needed_role(&Method::GET), Some(endpoint.role))
                 }
-                // The safe stop: anyone with control, audited as a change, beside `api/`.
-                Route::V1(endpoint) if endpoint.label == "POST /v1/safe-stop" => {
-                    assert_eq!(route.needed_role(&Method::POST), Some(Role::Control));
-                    assert_eq!(route.audit(), AuditClass::Change);
-                    assert_eq!(route.authority(), Authority::Credentials);
-                }
-                // The access rules' explanation: anyone who may read, audited as a request.
+                // Beside `api/`: the safe stop, anyone with control, audited as a change; the
+                // value history and the access rules' explanation, anyone with read.
                 Route::V1(endpoint) => {
-                    assert_eq!(endpoint.label, "POST /v1/access/explain");
-                    assert_eq!(route.needed_role(&Method::POST), Some(Role::Read));
-                    assert_eq!(route.audit(), AuditClass::Request);
                     assert_eq!(route.authority(), Authority::Credentials);
+                    match endpoint.label {
+                        "POST /v1/safe-stop" => {
+                            assert_eq!(route.needed_role(&Method::POST), Some(Role::Control));
+                            assert_eq!(route.audit(), AuditClass::Change);
+                        }
+                        "GET /v1/history" => {
+                            assert_eq!(route.needed_role(&Method::GET), Some(Role::Read));
+                            assert_eq!(route.audit(), AuditClass::Request);
+                        }
+                        "POST /v1/access/explain" => {
+                            assert_eq!(route.needed_role(&Method::POST), Some(Role::Read));
+                            assert_eq!(route.audit(), AuditClass::Request);
+                        }
+                        other => panic!("an unexpected /v1/ row {other}"),
+                    }
                 }
             }
         }

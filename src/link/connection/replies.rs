@@ -58,10 +58,13 @@ impl Connection {
             }
             (InFlightKind::Read(batch), Ok(Response::Read(results))) => {
                 for (name, result) in batch.names.iter().zip(&results) {
-                    if let Ok(value) = result {
-                        shared
-                            .cache
-                            .insert(name, value.clone(), read_at, self.generation);
+                    match result {
+                        Ok(value) => {
+                            shared
+                                .cache
+                                .insert(name, value.clone(), read_at, self.generation)
+                        }
+                        Err(_) => shared.cache.read_failed(name, read_at),
                     }
                 }
                 self.reads.answered(batch, ReadAnswer::Values(results), now);
