@@ -575,7 +575,7 @@ async fn a_configuration_file_with_one_forbidden_channel_applies_nothing() {
 }
 
 #[tokio::test]
-async fn subscriptions_to_channels_a_key_may_not_read_are_refused_naming_them() {
+async fn subscriptions_and_histories_of_channels_a_key_may_not_read_are_refused_naming_them() {
     // Students may not read the HV module even from the cache here.
     let rules = EXAMPLE_RULES.replace(
         "deny = [\"read_hardware\", \"write\"",
@@ -618,6 +618,29 @@ async fn subscriptions_to_channels_a_key_may_not_read_are_refused_naming_them() 
     )
     .await;
     assert_eq!(status, 404, "{body}");
+    // A channel's history is read like its value: refused the same way, by the same rule.
+    let history = |key: &'static str, channel: &str| {
+        let url = format!(
+            "{}/v1/history?channel={channel}&from=-10m",
+            rig.gateway.base_url()
+        );
+        let request = rig.http.get(url).header("X-Api-Key", key);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Json>().await.unwrap_or(Json::Null))
+        }
+    };
+    let (status, body) = history(STUDENT, VSET1).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        error_of(&body).contains("students-never-touch-hv"),
+        "{body}"
+    );
+    let (status, body) = history(STUDENT, LED).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = history(OPERATOR, VSET1).await;
+    assert_eq!(status, 200, "{body}");
 }
 
 #[test]
