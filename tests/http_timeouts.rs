@@ -588,22 +588,10 @@ async fn idle_http2_connections_from_many_addresses_never_lock_the_holder_out() 
     )
     .await;
 
-    // The holder renews, reads its lease and checks health, again and again: every request
+    // The holder renews, checks health and reads its lease, again and again: every request
     // is answered at once.
+    holder_gets_through(&rig, &holder, &lease_id).await;
     for round in 0..5 {
-        let renewed = holder
-            .put(format!("{base}/api/lease/{lease_id}"))
-            .json(&json!({ "TtlMs": 30000 }))
-            .send()
-            .await
-            .unwrap_or_else(|error| panic!("renewal {round} not answered: {error}"));
-        assert_eq!(renewed.status(), 200, "renewal {round}");
-        let health = holder
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .unwrap_or_else(|error| panic!("/healthz {round} not answered: {error}"));
-        assert_eq!(health.status(), 200);
         let status = holder
             .get(format!("{base}/api/lease"))
             .send()
