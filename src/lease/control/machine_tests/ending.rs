@@ -304,6 +304,40 @@ fn a_station_that_comes_back_gets_the_safe_state_at_once() {
 }
 
 #[test]
+fn a_station_that_comes_back_while_a_released_lease_settles_gets_no_safe_state() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    let link = |connected, generation| Event::Link {
+        connected,
+        generation,
+    };
+    machine.on(link(true, 1), now);
+    let token = held_by(&mut machine, "A", 4, now);
+    machine.on(
+        Event::Release {
+            presented: token.as_str().into(),
+        },
+        now,
+    );
+    machine.on(
+        Event::Released {
+            token,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+    assert_eq!(ending_of(&machine), ("A".into(), false, 0));
+    // A released lease owes no safe state: a new connection before its changes settled
+    // must not send one.
+    machine.on(link(false, 1), now);
+    let actions = machine.on(link(true, 2), now);
+    assert!(actions.is_empty(), "{actions:?}");
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    assert!(is_finish(&actions, true), "{actions:?}");
+}
+
+#[test]
 fn the_free_lease_goes_to_the_first_in_line_once_the_free_changes_settle() {
     let now = Instant::now();
     let mut machine = LeaseMachine::new(false, now);

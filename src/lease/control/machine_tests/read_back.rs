@@ -274,6 +274,9 @@ fn a_read_back_that_fails_is_a_failed_try_and_the_same_read_back_is_tried_again(
     }
     let retry_at = second_at + SAFE_STATE_FIRST_BACKOFF;
     assert_eq!(machine.next_wake(), Some(retry_at));
+    // Not before its back-off.
+    let early = machine.on(Event::Deadline, second_at + SAFE_STATE_FIRST_BACKOFF / 2);
+    assert!(early.is_empty(), "{early:?}");
     let actions = machine.on(Event::Deadline, retry_at);
     assert!(
         matches!(&actions[..], [Action::ReadBackSafeState]),
