@@ -249,6 +249,60 @@ async fn operators_switch_hv_on_only_while_the_door_is_closed() {
     set(&rig, OPERATOR, ON1, "False", Some(&lease)).await;
 }
 
+/// Admission trusts an interlock's cached value only while it is younger than half
+/// `interlock_max_age_ms`: an older one is read again from the hardware before the change is
+/// admitted, a younger one is not (the watcher polls too rarely here to refresh it).
+#[tokio::test]
+async fn an_interlock_value_older_than_half_its_trusted_age_is_read_again_before_admission() {
+    let rules = EXAMPLE_RULES
+        .replace("interlock_max_age_ms = 1000", "interlock_max_age_ms = 2000")
+        .replace("interlock_poll_ms = 100", "interlock_poll_ms = 600000");
+    let path = rules_file("half-age", &rules);
+    let rig = rig(|c| with_rules(c, &path)).await;
+    let lease = operator_lease(&rig).await;
+    let cache = rig.gateway.gateway.link.cache().clone();
+    // The watcher polls every ten minutes: the door's value in the cache is this read's.
+    let (status, body) = keyed(
+        &rig,
+        OPERATOR,
+        "resources/value/get",
+        json!({ "Name": DOOR }),
+        Some(&lease),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // Wait until it is past half its trusted age (1 s) but well inside twice it (4 s).
+    until(
+        Duration::from_secs(5),
+        "the door's value to age past 1.1 s",
+        || {
+            cache
+                .get(DOOR)
+                .is_some_and(|c| c.age(std::time::Instant::now()) > Duration::from_millis(1100))
+        },
+    )
+    .await;
+    let reads = rig.sim.reads_of(DOOR);
+    let (status, body) = set(&rig, OPERATOR, ON1, "True", Some(&lease)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        rig.sim.reads_of(DOOR),
+        reads + 1,
+        "a door value older than half its trusted age is read again"
+    );
+    // Now fresh: the next interlocked change is admitted on it without a read.
+    let (status, body) = set(&rig, OPERATOR, ON1, "False", Some(&lease)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = set(&rig, OPERATOR, ON1, "True", Some(&lease)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        rig.sim.reads_of(DOOR),
+        reads + 1,
+        "a fresh door value serves"
+    );
+    set(&rig, OPERATOR, ON1, "False", Some(&lease)).await;
+}
+
 /// The door opens while the change waits behind a slow one (a window of one): admitted on the
 /// door's value read just before, it is refused by the send guard, which trusts an interlock's
 /// value only `interlock_max_age_ms`; the station never sees it.
