@@ -100,6 +100,33 @@ async fn a_channel_someone_reads_is_recorded_and_the_station_dropping_is_a_gap()
     assert!(gap["to"].as_str().unwrap() <= last, "{body}");
 }
 
+/// A READ the station refuses (the channel gone from it) is a sample of its own, a gap that
+/// says "read error", never a value carried over.
+#[tokio::test]
+async fn a_read_the_station_refuses_is_recorded_as_a_read_error_gap() {
+    let rig = rig(|_| {}).await;
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_eq!(status, 200, "{body}");
+    let query = format!("channel={MON_3V3}&from=-1m&fn=raw");
+    history_until(&rig, &query, "the read's sample", |body| {
+        !points(body).is_empty()
+    })
+    .await;
+    assert!(rig.sim.remove_channel(MON_3V3));
+    let (status, body) = rig.read(MON_3V3).await;
+    assert_ne!(status, 200, "a channel the station no longer has: {body}");
+    let body = history_until(&rig, &query, "the read error", |body| {
+        !body["gaps"].as_array().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(body["gaps"][0]["why"], "read error", "{body}");
+    assert_eq!(
+        points(&body).len(),
+        1,
+        "no value after the refused read: {body}"
+    );
+}
+
 #[tokio::test]
 async fn bad_parameters_are_400_naming_them_and_an_unknown_channel_404() {
     let rig = rig(|_| {}).await;
