@@ -1,5 +1,6 @@
 //! The archive's writer task: takes samples from the recorder's bounded queue (the recorder
-//! never waits for it), writes them in batches with COPY, and while the database cannot be
+//! never waits for it), writes them in batches with COPY and merges the batch's per-minute
+//! summaries into the minutes table in the same transaction, and while the database cannot be
 //! reached appends them to the spool file, which it writes out first once the database is
 //! back. It runs beside every other task, never in a request's future; a stalled database
 //! only makes it spool.
@@ -19,9 +20,11 @@ use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::rollup::{minute_rows, value_columns};
 use super::rows::{copy_row, from_spool_line, spool_line};
 use super::schema::{
-    copy_in, create_partition, create_table, day_of, list_partitions, partitions_to_drop,
+    copy_in, create_partition, create_table, day_of, list_partitions, minutes_table,
+    partitions_to_drop, upsert_minutes,
 };
 use crate::history::recorder::{ArchivedSample, History};
 use crate::history::ring::SampleValue;
@@ -93,9 +96,10 @@ async fn ensure_partitions(
     Ok(())
 }
 
-/// Writes `batch` with one COPY.
+/// Writes `batch` with one COPY and merges its per-minute summaries into the minutes table,
+/// in one transaction: the minutes always sum up exactly the samples in the table.
 pub async fn copy_batch(
-    client: &Client,
+    client: &mut Client,
     table: &str,
     batch: &[ArchivedSample],
     made: &mut HashSet<i64>,
@@ -105,31 +109,111 @@ pub async fn copy_batch(
     for sample in batch {
         copy_row(sample, &mut text);
     }
-    let statement = copy_in(table);
+    let minutes = MinuteColumns::of(batch);
+    let copy = copy_in(table);
+    let upsert = upsert_minutes(table);
     let write = async {
-        let sink = client.copy_in::<_, Bytes>(&statement).await?;
+        let transaction = client.transaction().await?;
+        let sink = transaction.copy_in::<_, Bytes>(&copy).await?;
         futures::pin_mut!(sink);
         sink.send(Bytes::from(text)).await?;
-        sink.finish().await
+        sink.finish().await?;
+        transaction
+            .execute(
+                &upsert,
+                &[
+                    &minutes.channel,
+                    &minutes.minute_ms,
+                    &minutes.count,
+                    &minutes.numbers,
+                    &minutes.sum,
+                    &minutes.min,
+                    &minutes.min_ms,
+                    &minutes.max,
+                    &minutes.max_ms,
+                    &minutes.first_ms,
+                    &minutes.first_value,
+                    &minutes.first_text,
+                    &minutes.last_ms,
+                    &minutes.last_value,
+                    &minutes.last_text,
+                    &minutes.irregular,
+                ],
+            )
+            .await?;
+        transaction.commit().await
     };
     bounded(write).await?;
     Ok(())
 }
 
-/// Drops the partitions older than `retention_days` (by `now_ms`'s day); returns their names.
+/// A batch's minute rows as the upsert's arrays, one a column.
+#[derive(Default)]
+struct MinuteColumns {
+    channel: Vec<String>,
+    minute_ms: Vec<i64>,
+    count: Vec<i32>,
+    numbers: Vec<i32>,
+    sum: Vec<f64>,
+    min: Vec<Option<f64>>,
+    min_ms: Vec<Option<i32>>,
+    max: Vec<Option<f64>>,
+    max_ms: Vec<Option<i32>>,
+    first_ms: Vec<Option<i32>>,
+    first_value: Vec<Option<f64>>,
+    first_text: Vec<Option<String>>,
+    last_ms: Vec<Option<i32>>,
+    last_value: Vec<Option<f64>>,
+    last_text: Vec<Option<String>>,
+    irregular: Vec<i32>,
+}
+
+impl MinuteColumns {
+    fn of(batch: &[ArchivedSample]) -> MinuteColumns {
+        let mut columns = MinuteColumns::default();
+        for row in minute_rows(batch) {
+            let (first_value, first_text) = value_columns(row.first.as_ref().map(|(_, v)| v));
+            let (last_value, last_text) = value_columns(row.last.as_ref().map(|(_, v)| v));
+            columns.channel.push(row.channel.to_string());
+            columns.minute_ms.push(row.minute_ms as i64);
+            columns.count.push(row.count);
+            columns.numbers.push(row.numbers);
+            columns.sum.push(row.sum);
+            columns.min.push(row.min.map(|(_, v)| v));
+            columns.min_ms.push(row.min.map(|(t, _)| t));
+            columns.max.push(row.max.map(|(_, v)| v));
+            columns.max_ms.push(row.max.map(|(t, _)| t));
+            columns.first_ms.push(row.first.as_ref().map(|(t, _)| *t));
+            columns.first_value.push(first_value);
+            columns.first_text.push(first_text);
+            columns.last_ms.push(row.last.as_ref().map(|(t, _)| *t));
+            columns.last_value.push(last_value);
+            columns.last_text.push(last_text);
+            columns.irregular.push(row.irregular);
+        }
+        columns
+    }
+}
+
+/// Drops the partitions, of the samples and of the minutes, older than `retention_days` (by
+/// `now_ms`'s day); returns their names.
 pub async fn drop_expired(
     client: &Client,
     table: &str,
     now_ms: u64,
     retention_days: u32,
 ) -> Result<Vec<String>, WriteError> {
-    let rows = bounded(client.query(list_partitions(), &[&table])).await?;
-    let names: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
-    let expired = partitions_to_drop(&names, table, day_of(now_ms), retention_days);
-    for name in &expired {
-        bounded(client.batch_execute(&format!("DROP TABLE IF EXISTS {name}"))).await?;
+    let mut dropped = Vec::new();
+    for parent in [table.to_owned(), minutes_table(table)] {
+        let rows = bounded(client.query(list_partitions(), &[&parent])).await?;
+        let names: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        let expired = partitions_to_drop(&names, &parent, day_of(now_ms), retention_days);
+        for name in expired {
+            bounded(client.batch_execute(&format!("DROP TABLE IF EXISTS {name}"))).await?;
+            dropped.push(name);
+        }
     }
-    Ok(expired)
+    Ok(dropped)
 }
 
 /// The writer's state between batches.
@@ -293,7 +377,7 @@ impl Writer {
     }
 
     async fn copy(&mut self, batch: &[ArchivedSample]) -> Result<(), WriteError> {
-        let Some(client) = &self.client else {
+        let Some(client) = &mut self.client else {
             return Err(WriteError::Timeout);
         };
         copy_batch(client, &self.settings.table, batch, &mut self.made).await
