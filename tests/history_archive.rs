@@ -96,7 +96,9 @@ async fn samples_are_archived_and_a_restart_reads_them_back() {
     );
     gateway.stop().await;
     client
-        .batch_execute(&format!("DROP TABLE {table}, {table}_minutes"))
+        .batch_execute(&format!(
+            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+        ))
         .await
         .unwrap();
 }
@@ -187,7 +189,9 @@ async fn a_database_outage_loses_no_sample_and_never_slows_a_read() {
         .get(0);
     assert_eq!(distinct, recorded as i64, "every recorded sample, once");
     client
-        .batch_execute(&format!("DROP TABLE {table}, {table}_minutes"))
+        .batch_execute(&format!(
+            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+        ))
         .await
         .unwrap();
 }
@@ -278,7 +282,9 @@ async fn retention_drops_the_partitions_older_than_it() {
         "the minutes go with their days"
     );
     client
-        .batch_execute(&format!("DROP TABLE {table}, {table}_minutes"))
+        .batch_execute(&format!(
+            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+        ))
         .await
         .unwrap();
 }
@@ -440,8 +446,88 @@ async fn minutes_answer_every_fn_as_the_samples_do_across_edges_gaps_and_the_mem
     assert_eq!(irregular, 7);
     client
         .batch_execute(&format!(
-            "DROP TABLE {table}, {}",
-            schema::minutes_table(&table)
+            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+        ))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_archive_written_before_the_minutes_is_answered_from_its_samples() {
+    use station_gateway::history::archive::ArchiveReader;
+    use station_gateway::history::bucket::{Buckets, Reduce, reduce_in};
+    let (url, client) = history_postgres().await;
+    let table = history_table("upgrade");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let minute = 60_000;
+    let base = now_ms - now_ms % minute - 86_400_000;
+    let samples = known_samples(base);
+    // The table as the gateway made it before the minutes: samples only.
+    let day = schema::day_of(base);
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (channel text NOT NULL, t timestamptz NOT NULL, \
+               status smallint NOT NULL, value double precision, text_value text) \
+             PARTITION BY RANGE (t); {}; {}",
+            schema::create_partition(&table, day)
+                .split(';')
+                .next()
+                .unwrap(),
+            schema::create_partition(&table, day + 1)
+                .split(';')
+                .next()
+                .unwrap(),
+        ))
+        .await
+        .unwrap();
+    let (mut times, mut statuses, mut values, mut texts) = (vec![], vec![], vec![], vec![]);
+    for sample in &samples {
+        let (status, value, text): (i16, Option<f64>, Option<String>) = match &sample.value {
+            SampleValue::Number(n) => (0, Some(*n), None),
+            SampleValue::Text(t) => (0, None, Some(t.clone())),
+            SampleValue::ReadError => (1, None, None),
+            SampleValue::NotReached => (2, None, None),
+            SampleValue::GatewayStopped => (3, None, None),
+        };
+        times.push(sample.t_ms as f64);
+        statuses.push(status);
+        values.push(value);
+        texts.push(text);
+    }
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {table} SELECT 'V', to_timestamp(t / 1000), s, v, x \
+                 FROM unnest($1::float8[], $2::int2[], $3::float8[], $4::text[]) AS u(t, s, v, x)"
+            ),
+            &[&times, &statuses, &values, &texts],
+        )
+        .await
+        .unwrap();
+    // This gateway adds the minutes; the samples before have none.
+    let reader = ArchiveReader::new(url, table.clone());
+    for how in [Reduce::Mean, Reduce::MinMax, Reduce::Last] {
+        let buckets = Buckets::new(base, base + 180 * minute, 30, how);
+        let expected = reduce_in(&buckets, &samples, &[], how);
+        let (found, minutes) = reader
+            .by_minute("V", buckets.from_ms, buckets.to_ms)
+            .await
+            .unwrap();
+        assert!(minutes.is_empty());
+        let answered = reduce_in(&buckets, &found, &minutes, how);
+        assert_eq!(
+            format!("{answered:?}"),
+            format!("{expected:?}"),
+            "{}",
+            how.name()
+        );
+    }
+    client
+        .batch_execute(&format!(
+            "DROP TABLE {table}, {table}_minutes, {table}_meta"
         ))
         .await
         .unwrap();
@@ -538,7 +624,9 @@ async fn bench_archive_insert_rate_and_a_30_day_query() {
         "the minutes answer as the samples do"
     );
     client
-        .batch_execute(&format!("DROP TABLE {table}, {table}_minutes"))
+        .batch_execute(&format!(
+            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+        ))
         .await
         .unwrap();
 }

@@ -16,7 +16,7 @@ use crate::history::bucket::{MINUTE_MS, MinuteSummary};
 use crate::history::ring::Sample;
 use rollup::{StoredMinute, sample_windows, summary_of};
 use rows::sample_of;
-use schema::{select_minutes, select_range, select_windows};
+use schema::{select_minutes, select_minutes_from, select_range, select_windows};
 
 /// How long a query waits for the archive before it answers 503.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,6 +32,8 @@ pub struct ArchiveReader {
     url: String,
     table: String,
     client: Mutex<Option<Client>>,
+    /// Where the minutes begin (`schema::meta_table`), once read.
+    minutes_from_ms: std::sync::OnceLock<u64>,
 }
 
 impl std::fmt::Debug for ArchiveReader {
@@ -48,6 +50,7 @@ impl ArchiveReader {
             url,
             table,
             client: Mutex::new(None),
+            minutes_from_ms: std::sync::OnceLock::new(),
         }
     }
 
@@ -97,7 +100,8 @@ impl ArchiveReader {
     /// `channel`'s `[from_ms, to_ms)` (`from_ms` a whole minute) by minute: the summaries of
     /// the whole minutes whose every sample has a value, and the samples of the rest (the
     /// minutes with a gap or a number not finite, the part of a minute at the end) with the
-    /// one before `from_ms`, in time order.
+    /// one before `from_ms`, in time order. A range reaching back before the minutes begin
+    /// (an archive made before them) is read as samples.
     pub async fn by_minute(
         &self,
         channel: &str,
@@ -111,6 +115,29 @@ impl ArchiveReader {
                 return Err(ArchiveUnavailable("no connection".into()));
             };
             let answered = async {
+                let minutes_from = match self.minutes_from_ms.get() {
+                    Some(at) => *at,
+                    None => {
+                        let row = connected
+                            .query_opt(&select_minutes_from(&self.table), &[])
+                            .await?;
+                        let at = row.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64);
+                        *self.minutes_from_ms.get_or_init(|| at)
+                    }
+                };
+                if from_ms < minutes_from {
+                    let rows = connected
+                        .query(
+                            &select_range(&self.table),
+                            &[&channel, &(from_ms as f64), &(to_ms as f64)],
+                        )
+                        .await?;
+                    let samples = rows
+                        .iter()
+                        .map(|row| sample_of(row.get(0), row.get(1), row.get(2), row.get(3)))
+                        .collect();
+                    return Ok((samples, Vec::new()));
+                }
                 let rows = connected
                     .query(
                         &select_minutes(&self.table),

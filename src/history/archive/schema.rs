@@ -37,6 +37,22 @@ pub fn minutes_table(table: &str) -> String {
     format!("{table}_minutes")
 }
 
+/// The table of settings beside `table`: `minutes_from` (ms since the epoch) is where the
+/// minutes begin to sum up every sample — 0 for an archive made with them, the time they were
+/// added to one made before them (its older samples have no minutes; a query reaching back
+/// before it reads samples).
+pub fn meta_table(table: &str) -> String {
+    format!("{table}_meta")
+}
+
+/// Where the minutes begin (see [`meta_table`]).
+pub fn select_minutes_from(table: &str) -> String {
+    format!(
+        "SELECT ms FROM {} WHERE key = 'minutes_from'",
+        meta_table(table)
+    )
+}
+
 /// The statements that make the tables and their indexes (idempotent).
 ///
 /// A row of `{table}_minutes` sums up one channel's samples of one minute (`minute`, its
@@ -48,6 +64,7 @@ pub fn minutes_table(table: &str) -> String {
 /// any is answered from its samples, so a gap is never summed over.
 pub fn create_table(table: &str) -> String {
     let minutes = minutes_table(table);
+    let meta = meta_table(table);
     format!(
         "CREATE TABLE IF NOT EXISTS {table} (\
            channel text NOT NULL, \
@@ -76,7 +93,12 @@ pub fn create_table(table: &str) -> String {
            last_text text, \
            n_irregular integer NOT NULL, \
            PRIMARY KEY (channel, minute)\
-         ) PARTITION BY RANGE (minute);"
+         ) PARTITION BY RANGE (minute); \
+         CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, ms int8 NOT NULL); \
+         INSERT INTO {meta} (key, ms) VALUES ('minutes_from', \
+           CASE WHEN EXISTS (SELECT 1 FROM {table}) \
+             THEN (extract(epoch FROM now()) * 1000)::int8 ELSE 0 END) \
+         ON CONFLICT (key) DO NOTHING;"
     )
 }
 
