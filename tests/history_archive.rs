@@ -97,7 +97,7 @@ async fn samples_are_archived_and_a_restart_reads_them_back() {
     gateway.stop().await;
     client
         .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
         ))
         .await
         .unwrap();
@@ -175,9 +175,9 @@ async fn a_database_outage_loses_no_sample_and_never_slows_a_read() {
     assert_eq!(recorder.counters.dropped.load(Ordering::Relaxed), 0);
     let archived = rows(&client, &table).await;
     println!("recorded {recorded}, in the archive {archived}");
-    assert!(
-        archived >= recorded as i64,
-        "{recorded} recorded, {archived} in the archive: samples were lost"
+    assert_eq!(
+        archived, recorded as i64,
+        "{recorded} recorded, {archived} in the archive: samples were lost or written twice"
     );
     let distinct: i64 = client
         .query_one(
@@ -190,7 +190,7 @@ async fn a_database_outage_loses_no_sample_and_never_slows_a_read() {
     assert_eq!(distinct, recorded as i64, "every recorded sample, once");
     client
         .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
         ))
         .await
         .unwrap();
@@ -248,9 +248,15 @@ async fn retention_drops_the_partitions_older_than_it() {
         .collect();
     let mut writer_client = writer_client;
     let mut made = Default::default();
-    writer::copy_batch(&mut writer_client, &table, &batch, &mut made)
-        .await
-        .unwrap();
+    writer::copy_batch(
+        &mut writer_client,
+        &table,
+        &batch,
+        &writer::new_batch_id(),
+        &mut made,
+    )
+    .await
+    .unwrap();
     assert_eq!(rows(&client, &table).await, 5);
     assert_eq!(rows(&client, &schema::minutes_table(&table)).await, 5);
     let dropped = writer::drop_expired(&writer_client, &table, now_ms, 30)
@@ -283,7 +289,7 @@ async fn retention_drops_the_partitions_older_than_it() {
     );
     client
         .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
         ))
         .await
         .unwrap();
@@ -365,9 +371,15 @@ async fn minutes_answer_every_fn_as_the_samples_do_across_edges_gaps_and_the_mem
     batches.swap(3, 4);
     let mut made = Default::default();
     for batch in &batches {
-        writer::copy_batch(&mut writer_client, &table, batch, &mut made)
-            .await
-            .unwrap();
+        writer::copy_batch(
+            &mut writer_client,
+            &table,
+            batch,
+            &writer::new_batch_id(),
+            &mut made,
+        )
+        .await
+        .unwrap();
     }
     let reader = ArchiveReader::new(url, table.clone());
     let limits = Limits {
@@ -446,7 +458,7 @@ async fn minutes_answer_every_fn_as_the_samples_do_across_edges_gaps_and_the_mem
     assert_eq!(irregular, 7);
     client
         .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
         ))
         .await
         .unwrap();
@@ -527,7 +539,107 @@ async fn an_archive_written_before_the_minutes_is_answered_from_its_samples() {
     }
     client
         .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
+        ))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_written_again_after_its_commit_is_archived_once() {
+    use station_gateway::history::archive::rows::{spool_header, spool_line};
+    use station_gateway::history::recorder::{History, Limits, WallClock};
+    use tokio_util::sync::CancellationToken;
+    let (url, client) = history_postgres().await;
+    let table = history_table("twice");
+    let mut writer_client = writer::connect(&url, &table).await.unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let batch = |first: u64| -> Vec<ArchivedSample> {
+        (first..first + 50)
+            .map(|i| ArchivedSample {
+                channel: "V".into(),
+                sample: Sample {
+                    t_ms: now_ms - 60_000 + i * 100,
+                    value: SampleValue::Number(i as f64),
+                },
+            })
+            .collect()
+    };
+    let (taken, lost) = (batch(0), batch(50));
+    let (taken_id, lost_id) = (writer::new_batch_id(), writer::new_batch_id());
+    let mut made = Default::default();
+    // The same batch twice: the second finds it taken.
+    let first = writer::copy_batch(&mut writer_client, &table, &taken, &taken_id, &mut made)
+        .await
+        .unwrap();
+    let again = writer::copy_batch(&mut writer_client, &table, &taken, &taken_id, &mut made)
+        .await
+        .unwrap();
+    assert_eq!(
+        (first, again),
+        (writer::Written::Now, writer::Written::Before)
+    );
+    assert_eq!(rows(&client, &table).await, 50);
+
+    // A spool holding that batch (committed, its answer lost) and one never written: caught up,
+    // each sample is in the archive once, and the minutes count each once.
+    let spool = spool_path(&table);
+    let text: String = [(&taken_id, &taken), (&lost_id, &lost)]
+        .iter()
+        .flat_map(|(id, samples)| {
+            std::iter::once(spool_header(id)).chain(samples.iter().map(spool_line))
+        })
+        .collect();
+    std::fs::write(&spool, text).unwrap();
+    let limits = Limits {
+        samples_per_channel: 1000,
+        max_channels: 10,
+        min_spacing_ms: 0,
+    };
+    let history = std::sync::Arc::new(History::new(limits, WallClock::now(), None));
+    let (_queue, receiver) = tokio::sync::mpsc::channel(16);
+    let shutdown = CancellationToken::new();
+    let settings = writer::WriterSettings {
+        url: url.clone(),
+        table: table.clone(),
+        spool: spool.clone(),
+        retention_days: 30,
+    };
+    let running = tokio::spawn(writer::run(
+        history.clone(),
+        receiver,
+        settings,
+        shutdown.clone(),
+    ));
+    within(
+        Duration::from_secs(30),
+        "the spool to be caught up",
+        async {
+            while std::fs::metadata(&spool).is_ok() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    running.await.unwrap();
+    assert_eq!(rows(&client, &table).await, 100, "each sample once");
+    let counted: i64 = client
+        .query_one(
+            &format!("SELECT sum(n)::int8 FROM {}", schema::minutes_table(&table)),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(counted, 100, "the minutes count each sample once");
+    assert_eq!(history.counters.archived.load(Ordering::Relaxed), 100);
+    client
+        .batch_execute(&format!(
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
         ))
         .await
         .unwrap();
@@ -563,9 +675,15 @@ async fn bench_archive_insert_rate_and_a_30_day_query() {
                 },
             })
             .collect();
-        writer::copy_batch(&mut writer_client, &table, &batch, &mut made)
-            .await
-            .unwrap();
+        writer::copy_batch(
+            &mut writer_client,
+            &table,
+            &batch,
+            &writer::new_batch_id(),
+            &mut made,
+        )
+        .await
+        .unwrap();
     }
     let took = started.elapsed();
     let rate = total as f64 / took.as_secs_f64();
@@ -625,7 +743,7 @@ async fn bench_archive_insert_rate_and_a_30_day_query() {
     );
     client
         .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta"
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
         ))
         .await
         .unwrap();

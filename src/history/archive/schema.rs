@@ -55,6 +55,9 @@ pub fn select_minutes_from(table: &str) -> String {
 
 /// The statements that make the tables and their indexes (idempotent).
 ///
+/// `{table}_batches` keeps the id of every batch written (and when), so that a batch written
+/// again — its commit's answer was lost, so the writer spooled it — is taken once.
+///
 /// A row of `{table}_minutes` sums up one channel's samples of one minute (`minute`, its
 /// start): `n` samples with a value (numbers and texts), `n_num` of them numbers, their `sum`,
 /// the smallest (`min`, at `min_ms` into the minute, the earliest of equals) and the largest
@@ -94,6 +97,7 @@ pub fn create_table(table: &str) -> String {
            n_irregular integer NOT NULL, \
            PRIMARY KEY (channel, minute)\
          ) PARTITION BY RANGE (minute); \
+         CREATE TABLE IF NOT EXISTS {table}_batches (id text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now()); \
          CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, ms int8 NOT NULL); \
          INSERT INTO {meta} (key, ms) VALUES ('minutes_from', \
            CASE WHEN EXISTS (SELECT 1 FROM {table}) \
@@ -269,6 +273,17 @@ pub fn upsert_minutes(table: &str) -> String {
             "r.last_ms IS NULL OR EXCLUDED.last_ms >= r.last_ms"
         ),
     )
+}
+
+/// Claims batch `$1` in the batch's transaction: no row when the archive took it before (its
+/// commit's answer was lost, and it came again from the spool).
+pub fn claim_batch(table: &str) -> String {
+    format!("INSERT INTO {table}_batches (id) VALUES ($1) ON CONFLICT (id) DO NOTHING")
+}
+
+/// Forgets the ids of batches taken more than `$1` days ago (with retention).
+pub fn forget_batches(table: &str) -> String {
+    format!("DELETE FROM {table}_batches WHERE at < now() - make_interval(days => $1)")
 }
 
 /// The COPY statement the writer streams its rows into.

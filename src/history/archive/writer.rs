@@ -2,7 +2,8 @@
 //! never waits for it), writes them in batches with COPY and merges the batch's per-minute
 //! summaries into the minutes table in the same transaction, and while the database cannot be
 //! reached appends them to the spool file, which it writes out first once the database is
-//! back. It runs beside every other task, never in a request's future; a stalled database
+//! back. Every batch has an id the archive keeps: a batch written again (its commit's answer
+//! was lost) is taken once. It runs beside every other task, never in a request's future; a stalled database
 //! only makes it spool.
 
 use std::collections::HashSet;
@@ -21,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::rollup::{minute_rows, value_columns};
-use super::rows::{copy_row, from_spool_line, spool_line};
+use super::rows::{copy_row, is_sample_line, spool_header, spool_line, spooled_batches};
 use super::schema::{
-    copy_in, create_partition, create_table, day_of, list_partitions, minutes_table,
-    partitions_to_drop, upsert_minutes,
+    claim_batch, copy_in, create_partition, create_table, day_of, forget_batches, list_partitions,
+    minutes_table, partitions_to_drop, upsert_minutes,
 };
 use crate::history::recorder::{ArchivedSample, History};
 use crate::history::ring::SampleValue;
@@ -96,14 +97,29 @@ async fn ensure_partitions(
     Ok(())
 }
 
-/// Writes `batch` with one COPY and merges its per-minute summaries into the minutes table,
-/// in one transaction: the minutes always sum up exactly the samples in the table.
+/// A new batch's id (random, 128 bits).
+pub fn new_batch_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// What became of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Now,
+    /// The archive had taken this batch before; nothing was written again.
+    Before,
+}
+
+/// Writes `batch` (with its id) with one COPY and merges its per-minute summaries into the
+/// minutes table, in one transaction: the minutes always sum up exactly the samples in the
+/// table, and a batch the archive took before is not written again.
 pub async fn copy_batch(
     client: &mut Client,
     table: &str,
     batch: &[ArchivedSample],
+    id: &str,
     made: &mut HashSet<i64>,
-) -> Result<(), WriteError> {
+) -> Result<Written, WriteError> {
     ensure_partitions(client, table, batch, made).await?;
     let mut text = String::with_capacity(batch.len() * 64);
     for sample in batch {
@@ -112,8 +128,13 @@ pub async fn copy_batch(
     let minutes = MinuteColumns::of(batch);
     let copy = copy_in(table);
     let upsert = upsert_minutes(table);
+    let claim = claim_batch(table);
     let write = async {
         let transaction = client.transaction().await?;
+        if transaction.execute(&claim, &[&id]).await? == 0 {
+            transaction.rollback().await?;
+            return Ok(Written::Before);
+        }
         let sink = transaction.copy_in::<_, Bytes>(&copy).await?;
         futures::pin_mut!(sink);
         sink.send(Bytes::from(text)).await?;
@@ -141,10 +162,10 @@ pub async fn copy_batch(
                 ],
             )
             .await?;
-        transaction.commit().await
+        transaction.commit().await?;
+        Ok(Written::Now)
     };
-    bounded(write).await?;
-    Ok(())
+    bounded(write).await
 }
 
 /// A batch's minute rows as the upsert's arrays, one a column.
@@ -213,6 +234,8 @@ pub async fn drop_expired(
             dropped.push(name);
         }
     }
+    let days = i32::try_from(retention_days).unwrap_or(i32::MAX);
+    bounded(client.execute(&forget_batches(table), &[&days])).await?;
     Ok(dropped)
 }
 
@@ -291,22 +314,23 @@ impl Writer {
     /// take it.
     async fn write(&mut self, batch: Vec<ArchivedSample>) {
         if self.connected().await {
+            let id = new_batch_id();
             if self.spooled > 0 && self.catch_up().await.is_err() {
-                self.spool(&batch).await;
+                self.spool(&batch, &id).await;
                 return;
             }
             if batch.is_empty() {
                 return;
             }
-            match self.copy(&batch).await {
-                Ok(()) => self.archived(&batch),
+            match self.copy(&batch, &id).await {
+                Ok(_) => self.archived(&batch),
                 Err(error) => {
                     self.lost_database(&error);
-                    self.spool(&batch).await;
+                    self.spool(&batch, &id).await;
                 }
             }
         } else {
-            self.spool(&batch).await;
+            self.spool(&batch, &new_batch_id()).await;
         }
     }
 
@@ -376,11 +400,11 @@ impl Writer {
         }
     }
 
-    async fn copy(&mut self, batch: &[ArchivedSample]) -> Result<(), WriteError> {
+    async fn copy(&mut self, batch: &[ArchivedSample], id: &str) -> Result<Written, WriteError> {
         let Some(client) = &mut self.client else {
             return Err(WriteError::Timeout);
         };
-        copy_batch(client, &self.settings.table, batch, &mut self.made).await
+        copy_batch(client, &self.settings.table, batch, id, &mut self.made).await
     }
 
     fn archived(&self, batch: &[ArchivedSample]) {
@@ -397,11 +421,12 @@ impl Writer {
 
     /// Appends `batch` to the spool file. A spool that cannot be written loses the batch,
     /// counted as dropped and logged.
-    async fn spool(&mut self, batch: &[ArchivedSample]) {
+    async fn spool(&mut self, batch: &[ArchivedSample], id: &str) {
         if batch.is_empty() {
             return;
         }
         let mut text = String::with_capacity(batch.len() * 64);
+        text.push_str(&spool_header(id));
         for sample in batch {
             text.push_str(&spool_line(sample));
         }
@@ -450,38 +475,55 @@ impl Writer {
                 return Ok(());
             }
         };
-        let samples: Vec<ArchivedSample> = text.lines().filter_map(from_spool_line).collect();
-        for (at, chunk) in samples.chunks(BATCH).enumerate() {
-            if let Err(error) = self.copy(chunk).await {
+        // Each batch as it was spooled, with its id (samples spooled by an older gateway, in
+        // batches of new ids).
+        let mut batches: Vec<(String, Vec<ArchivedSample>)> = Vec::new();
+        for spooled in spooled_batches(&text) {
+            match spooled.id {
+                Some(id) => batches.push((id, spooled.samples)),
+                None => batches.extend(
+                    spooled
+                        .samples
+                        .chunks(BATCH)
+                        .map(|chunk| (new_batch_id(), chunk.to_vec())),
+                ),
+            }
+        }
+        let total: usize = batches.iter().map(|(_, samples)| samples.len()).sum();
+        for at in 0..batches.len() {
+            let (id, samples) = &batches[at];
+            if let Err(error) = self.copy(samples, id).await {
                 self.lost_database(&error);
-                // The spool keeps what is not written yet (a chunk whose COPY's answer was
-                // lost may be archived twice, never lost).
-                let rest: String = samples[at * BATCH..].iter().map(spool_line).collect();
+                // The spool keeps what is not written yet, each batch with its id: one whose
+                // commit's answer was lost is taken once when it comes again.
+                let rest: String = batches[at..]
+                    .iter()
+                    .flat_map(|(id, samples)| {
+                        std::iter::once(spool_header(id)).chain(samples.iter().map(spool_line))
+                    })
+                    .collect();
                 if let Err(error) = tokio::fs::write(&self.settings.spool, rest).await {
                     warn!(%error, "history archive: cannot rewrite the spool; it is written out again whole");
                 } else {
-                    self.spooled = samples.len() - at * BATCH;
+                    self.spooled = batches[at..].iter().map(|(_, s)| s.len()).sum();
                 }
                 return Err(error);
             }
-            self.archived(chunk);
+            self.archived(samples);
         }
         if let Err(error) = tokio::fs::remove_file(&self.settings.spool).await
             && error.kind() != std::io::ErrorKind::NotFound
         {
             warn!(%error, "history archive: cannot empty the spool");
         }
-        info!(
-            samples = samples.len(),
-            "history archive: the spool is caught up"
-        );
+        info!(samples = total, "history archive: the spool is caught up");
         self.spooled = 0;
         Ok(())
     }
 }
 
 async fn count_spooled(path: &std::path::Path) -> usize {
-    tokio::fs::read_to_string(path)
-        .await
-        .map_or(0, |text| text.lines().count())
+    tokio::fs::read_to_string(path).await.map_or(0, |text| {
+        text.lines().filter(|line| is_sample_line(line)).count()
+    })
 }
