@@ -218,3 +218,38 @@ async fn a_subscribed_channel_is_recorded_at_the_subscriptions_pace() {
     .await;
     assert!(body["gaps"].as_array().unwrap().is_empty(), "{body}");
 }
+
+#[tokio::test]
+async fn buckets_of_a_minute_or_more_cover_whole_minutes_and_the_answer_says_so() {
+    let rig = rig(|_| {}).await;
+    let (status, body) = rig.read(VMON1).await;
+    assert_eq!(status, 200, "{body}");
+    // 2 h in 10 buckets: 12 min each, from and to on whole minutes.
+    let (status, body) = history(
+        &rig,
+        &format!("channel={VMON1}&from=2026-12-01T10:00:30.5Z&to=2026-12-01T12:00:10Z&points=10"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["from"], &body["to"]),
+        (
+            &Json::from("2026-12-01T10:00:00Z"),
+            &Json::from("2026-12-01T12:01:00Z")
+        )
+    );
+    // Under a minute a bucket, and raw: the range as asked.
+    for query in [
+        "from=2026-12-01T10:00:30.5Z&to=2026-12-01T10:05:00Z&points=10",
+        "from=2026-12-01T10:00:30.5Z&to=2026-12-01T12:00:10Z&points=10&fn=raw",
+    ] {
+        let (status, body) = history(&rig, &format!("channel={VMON1}&{query}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["from"], "2026-12-01T10:00:30.5Z", "{query}");
+    }
+    // The value just read is in its whole minute's bucket.
+    let (status, body) = history(&rig, &format!("channel={VMON1}&from=-1h&points=10")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(points(&body).len(), 1, "{body}");
+    assert!(body["from"].as_str().unwrap().ends_with(":00Z"), "{body}");
+}

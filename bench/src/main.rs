@@ -90,6 +90,10 @@ struct Args {
     /// to measure the cost of the rules (the cached read with rules on).
     #[arg(long)]
     gateway_rules: Option<PathBuf>,
+    /// A TOML file appended to the gateway child's config (e.g. a `[history]` section, to
+    /// measure the cached read with the value history on).
+    #[arg(long)]
+    gateway_config: Option<PathBuf>,
     /// Where to write the results (with --all, or when given).
     #[arg(long)]
     write: Option<PathBuf>,
@@ -236,6 +240,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 "[access]\nrules = {:?}\n",
                 rules.display().to_string()
             ));
+        }
+        if let Some(extra) = &args.gateway_config {
+            let extra = std::fs::read_to_string(extra)
+                .with_context(|| format!("cannot read --gateway-config {}", extra.display()))?;
+            text.push_str(&extra);
         }
         std::fs::write(&config, text)?;
         let config_arg = config.to_string_lossy().into_owned();

@@ -1,9 +1,59 @@
-//! A query's samples: the recent ones from memory, older ones from the archive, joined where
-//! memory starts so the answer does not show the seam.
+//! A query's samples: the recent ones from memory, older ones from the archive — by minute
+//! where the buckets are whole minutes — joined where memory starts so the answer does not
+//! show the seam.
 
 use super::archive::{ArchiveReader, ArchiveUnavailable};
+use super::bucket::{Buckets, MinuteSummary};
 use super::recorder::History;
 use super::ring::Sample;
+
+/// What a query found: samples (with the one before the range) and, from the archive, whole
+/// minutes summed up (none inside memory's part, no sample inside them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Found {
+    pub samples: Vec<Sample>,
+    pub minutes: Vec<MinuteSummary>,
+}
+
+/// `channel`'s data for `buckets`' range: memory's, and the archive's for what memory no
+/// longer holds (its per-minute summaries when `buckets.by_minute`); `None` when neither has
+/// any.
+pub async fn found(
+    history: &History,
+    archive: Option<&ArchiveReader>,
+    channel: &str,
+    buckets: &Buckets,
+) -> Result<Option<Found>, ArchiveUnavailable> {
+    if !buckets.by_minute {
+        let samples = samples(history, archive, channel, buckets.from_ms, buckets.to_ms).await?;
+        return Ok(samples.map(|samples| Found {
+            samples,
+            minutes: Vec::new(),
+        }));
+    }
+    let (from_ms, to_ms) = (buckets.from_ms, buckets.to_ms);
+    let memory = history.range(channel, from_ms, to_ms);
+    let Some(archive) = archive else {
+        return Ok(memory.map(|(samples, _)| Found {
+            samples,
+            minutes: Vec::new(),
+        }));
+    };
+    let (memory, memory_from_ms) = match memory {
+        Some((samples, oldest)) if oldest <= from_ms => {
+            return Ok(Some(Found {
+                samples,
+                minutes: Vec::new(),
+            }));
+        }
+        Some((samples, oldest)) => (Some(samples), oldest.min(to_ms)),
+        None => (None, to_ms),
+    };
+    let (archived, minutes) = archive.by_minute(channel, from_ms, memory_from_ms).await?;
+    let any = memory.is_some() || !archived.is_empty() || !minutes.is_empty();
+    let samples = joined(archived, memory.unwrap_or_default(), memory_from_ms);
+    Ok(any.then_some(Found { samples, minutes }))
+}
 
 /// The archive's samples before `memory_from_ms`, then memory's from it: one series in time
 /// order.

@@ -1,5 +1,6 @@
 //! A sample as the archive's row: COPY's text format going in (`copy_row`), the columns a
-//! query reads coming out (`sample_of`), and the spool's line (JSON, one sample a line).
+//! query reads coming out (`sample_of`), and the spool's lines (JSON, one sample a line, each
+//! batch after a line with its id).
 
 use std::sync::Arc;
 
@@ -109,6 +110,60 @@ pub fn spool_line(sample: &ArchivedSample) -> String {
     text
 }
 
+/// The spool's line that starts a batch: its id, which the archive keeps for every batch it
+/// took, so that a batch whose commit's answer was lost is not written twice.
+pub fn spool_header(batch_id: &str) -> String {
+    let mut text = serde_json::json!({ "batch": batch_id }).to_string();
+    text.push('\n');
+    text
+}
+
+fn header_of(line: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Header {
+        batch: String,
+    }
+    line.starts_with("{\"batch\"")
+        .then(|| serde_json::from_str::<Header>(line).ok())
+        .flatten()
+        .map(|header| header.batch)
+}
+
+/// Whether `line` is a sample's (not a batch's header).
+pub fn is_sample_line(line: &str) -> bool {
+    !line.starts_with("{\"batch\"")
+}
+
+/// A batch read back from the spool: its id (`None` for samples a gateway spooled before
+/// batches had ids) and its samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpooledBatch {
+    pub id: Option<String>,
+    pub samples: Vec<ArchivedSample>,
+}
+
+/// The spool's text as its batches, in order; lines cut short are skipped.
+pub fn spooled_batches(text: &str) -> Vec<SpooledBatch> {
+    let mut batches: Vec<SpooledBatch> = Vec::new();
+    for line in text.lines() {
+        if let Some(id) = header_of(line) {
+            batches.push(SpooledBatch {
+                id: Some(id),
+                samples: Vec::new(),
+            });
+        } else if let Some(sample) = from_spool_line(line) {
+            match batches.last_mut() {
+                Some(batch) => batch.samples.push(sample),
+                None => batches.push(SpooledBatch {
+                    id: None,
+                    samples: vec![sample],
+                }),
+            }
+        }
+    }
+    batches
+}
+
 /// A spool line back; `None` for a line cut short (the gateway stopped mid-write).
 pub fn from_spool_line(line: &str) -> Option<ArchivedSample> {
     let line: SpoolLine = serde_json::from_str(line).ok()?;
@@ -180,6 +235,44 @@ mod tests {
         }
         let line = spool_line(&archived("V", 7, SampleValue::Number(1.0)));
         assert_eq!(from_spool_line(&line[..line.len() / 2]), None);
+    }
+
+    #[test]
+    fn the_spool_keeps_each_batch_with_its_id() {
+        let (a, b, c) = (
+            archived("V", 1, SampleValue::Number(1.0)),
+            archived("V", 2, SampleValue::NotReached),
+            archived("W", 3, SampleValue::Text("x".into())),
+        );
+        // A spool from before batch ids, then two batches, the last cut short.
+        let text = [
+            spool_line(&a),
+            spool_header("b1"),
+            spool_line(&b),
+            spool_line(&c),
+            spool_header("b2"),
+            spool_line(&a),
+        ]
+        .concat();
+        let cut = &text[..text.len() - 5];
+        assert_eq!(
+            spooled_batches(cut),
+            [
+                SpooledBatch {
+                    id: None,
+                    samples: vec![a.clone()]
+                },
+                SpooledBatch {
+                    id: Some("b1".into()),
+                    samples: vec![b, c]
+                },
+                SpooledBatch {
+                    id: Some("b2".into()),
+                    samples: vec![]
+                },
+            ]
+        );
+        assert_eq!(text.lines().filter(|l| is_sample_line(l)).count(), 4);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The archive's writer task: takes samples from the recorder's bounded queue (the recorder
-//! never waits for it), writes them in batches with COPY, and while the database cannot be
+//! never waits for it), writes them in batches with COPY and merges the batch's per-minute
+//! summaries into the minutes table in the same transaction, and while the database cannot be
 //! reached appends them to the spool file, which it writes out first once the database is
-//! back. It runs beside every other task, never in a request's future; a stalled database
+//! back. Every batch has an id the archive keeps: a batch written again (its commit's answer
+//! was lost) is taken once. It runs beside every other task, never in a request's future; a stalled database
 //! only makes it spool.
 
 use std::collections::HashSet;
@@ -19,9 +21,11 @@ use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::rows::{copy_row, from_spool_line, spool_line};
+use super::rollup::{minute_rows, value_columns};
+use super::rows::{copy_row, is_sample_line, spool_header, spool_line, spooled_batches};
 use super::schema::{
-    copy_in, create_partition, create_table, day_of, list_partitions, partitions_to_drop,
+    claim_batch, copy_in, create_partition, create_table, day_of, forget_batches, list_partitions,
+    minutes_table, partitions_to_drop, upsert_minutes,
 };
 use crate::history::recorder::{ArchivedSample, History};
 use crate::history::ring::SampleValue;
@@ -93,43 +97,146 @@ async fn ensure_partitions(
     Ok(())
 }
 
-/// Writes `batch` with one COPY.
+/// A new batch's id (random, 128 bits).
+pub fn new_batch_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// What became of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Now,
+    /// The archive had taken this batch before; nothing was written again.
+    Before,
+}
+
+/// Writes `batch` (with its id) with one COPY and merges its per-minute summaries into the
+/// minutes table, in one transaction: the minutes always sum up exactly the samples in the
+/// table, and a batch the archive took before is not written again.
 pub async fn copy_batch(
-    client: &Client,
+    client: &mut Client,
     table: &str,
     batch: &[ArchivedSample],
+    id: &str,
     made: &mut HashSet<i64>,
-) -> Result<(), WriteError> {
+) -> Result<Written, WriteError> {
     ensure_partitions(client, table, batch, made).await?;
     let mut text = String::with_capacity(batch.len() * 64);
     for sample in batch {
         copy_row(sample, &mut text);
     }
-    let statement = copy_in(table);
+    let minutes = MinuteColumns::of(batch);
+    let copy = copy_in(table);
+    let upsert = upsert_minutes(table);
+    let claim = claim_batch(table);
     let write = async {
-        let sink = client.copy_in::<_, Bytes>(&statement).await?;
+        let transaction = client.transaction().await?;
+        if transaction.execute(&claim, &[&id]).await? == 0 {
+            transaction.rollback().await?;
+            return Ok(Written::Before);
+        }
+        let sink = transaction.copy_in::<_, Bytes>(&copy).await?;
         futures::pin_mut!(sink);
         sink.send(Bytes::from(text)).await?;
-        sink.finish().await
+        sink.finish().await?;
+        transaction
+            .execute(
+                &upsert,
+                &[
+                    &minutes.channel,
+                    &minutes.minute_ms,
+                    &minutes.count,
+                    &minutes.numbers,
+                    &minutes.sum,
+                    &minutes.min,
+                    &minutes.min_ms,
+                    &minutes.max,
+                    &minutes.max_ms,
+                    &minutes.first_ms,
+                    &minutes.first_value,
+                    &minutes.first_text,
+                    &minutes.last_ms,
+                    &minutes.last_value,
+                    &minutes.last_text,
+                    &minutes.irregular,
+                ],
+            )
+            .await?;
+        transaction.commit().await?;
+        Ok(Written::Now)
     };
-    bounded(write).await?;
-    Ok(())
+    bounded(write).await
 }
 
-/// Drops the partitions older than `retention_days` (by `now_ms`'s day); returns their names.
+/// A batch's minute rows as the upsert's arrays, one a column.
+#[derive(Default)]
+struct MinuteColumns {
+    channel: Vec<String>,
+    minute_ms: Vec<i64>,
+    count: Vec<i32>,
+    numbers: Vec<i32>,
+    sum: Vec<f64>,
+    min: Vec<Option<f64>>,
+    min_ms: Vec<Option<i32>>,
+    max: Vec<Option<f64>>,
+    max_ms: Vec<Option<i32>>,
+    first_ms: Vec<Option<i32>>,
+    first_value: Vec<Option<f64>>,
+    first_text: Vec<Option<String>>,
+    last_ms: Vec<Option<i32>>,
+    last_value: Vec<Option<f64>>,
+    last_text: Vec<Option<String>>,
+    irregular: Vec<i32>,
+}
+
+impl MinuteColumns {
+    fn of(batch: &[ArchivedSample]) -> MinuteColumns {
+        let mut columns = MinuteColumns::default();
+        for row in minute_rows(batch) {
+            let (first_value, first_text) = value_columns(row.first.as_ref().map(|(_, v)| v));
+            let (last_value, last_text) = value_columns(row.last.as_ref().map(|(_, v)| v));
+            columns.channel.push(row.channel.to_string());
+            columns.minute_ms.push(row.minute_ms as i64);
+            columns.count.push(row.count);
+            columns.numbers.push(row.numbers);
+            columns.sum.push(row.sum);
+            columns.min.push(row.min.map(|(_, v)| v));
+            columns.min_ms.push(row.min.map(|(t, _)| t));
+            columns.max.push(row.max.map(|(_, v)| v));
+            columns.max_ms.push(row.max.map(|(t, _)| t));
+            columns.first_ms.push(row.first.as_ref().map(|(t, _)| *t));
+            columns.first_value.push(first_value);
+            columns.first_text.push(first_text);
+            columns.last_ms.push(row.last.as_ref().map(|(t, _)| *t));
+            columns.last_value.push(last_value);
+            columns.last_text.push(last_text);
+            columns.irregular.push(row.irregular);
+        }
+        columns
+    }
+}
+
+/// Drops the partitions, of the samples and of the minutes, older than `retention_days` (by
+/// `now_ms`'s day); returns their names.
 pub async fn drop_expired(
     client: &Client,
     table: &str,
     now_ms: u64,
     retention_days: u32,
 ) -> Result<Vec<String>, WriteError> {
-    let rows = bounded(client.query(list_partitions(), &[&table])).await?;
-    let names: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
-    let expired = partitions_to_drop(&names, table, day_of(now_ms), retention_days);
-    for name in &expired {
-        bounded(client.batch_execute(&format!("DROP TABLE IF EXISTS {name}"))).await?;
+    let mut dropped = Vec::new();
+    for parent in [table.to_owned(), minutes_table(table)] {
+        let rows = bounded(client.query(list_partitions(), &[&parent])).await?;
+        let names: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        let expired = partitions_to_drop(&names, &parent, day_of(now_ms), retention_days);
+        for name in expired {
+            bounded(client.batch_execute(&format!("DROP TABLE IF EXISTS {name}"))).await?;
+            dropped.push(name);
+        }
     }
-    Ok(expired)
+    let days = i32::try_from(retention_days).unwrap_or(i32::MAX);
+    bounded(client.execute(&forget_batches(table), &[&days])).await?;
+    Ok(dropped)
 }
 
 /// The writer's state between batches.
@@ -207,22 +314,23 @@ impl Writer {
     /// take it.
     async fn write(&mut self, batch: Vec<ArchivedSample>) {
         if self.connected().await {
+            let id = new_batch_id();
             if self.spooled > 0 && self.catch_up().await.is_err() {
-                self.spool(&batch).await;
+                self.spool(&batch, &id).await;
                 return;
             }
             if batch.is_empty() {
                 return;
             }
-            match self.copy(&batch).await {
-                Ok(()) => self.archived(&batch),
+            match self.copy(&batch, &id).await {
+                Ok(_) => self.archived(&batch),
                 Err(error) => {
                     self.lost_database(&error);
-                    self.spool(&batch).await;
+                    self.spool(&batch, &id).await;
                 }
             }
         } else {
-            self.spool(&batch).await;
+            self.spool(&batch, &new_batch_id()).await;
         }
     }
 
@@ -292,11 +400,11 @@ impl Writer {
         }
     }
 
-    async fn copy(&mut self, batch: &[ArchivedSample]) -> Result<(), WriteError> {
-        let Some(client) = &self.client else {
+    async fn copy(&mut self, batch: &[ArchivedSample], id: &str) -> Result<Written, WriteError> {
+        let Some(client) = &mut self.client else {
             return Err(WriteError::Timeout);
         };
-        copy_batch(client, &self.settings.table, batch, &mut self.made).await
+        copy_batch(client, &self.settings.table, batch, id, &mut self.made).await
     }
 
     fn archived(&self, batch: &[ArchivedSample]) {
@@ -313,11 +421,12 @@ impl Writer {
 
     /// Appends `batch` to the spool file. A spool that cannot be written loses the batch,
     /// counted as dropped and logged.
-    async fn spool(&mut self, batch: &[ArchivedSample]) {
+    async fn spool(&mut self, batch: &[ArchivedSample], id: &str) {
         if batch.is_empty() {
             return;
         }
         let mut text = String::with_capacity(batch.len() * 64);
+        text.push_str(&spool_header(id));
         for sample in batch {
             text.push_str(&spool_line(sample));
         }
@@ -366,38 +475,55 @@ impl Writer {
                 return Ok(());
             }
         };
-        let samples: Vec<ArchivedSample> = text.lines().filter_map(from_spool_line).collect();
-        for (at, chunk) in samples.chunks(BATCH).enumerate() {
-            if let Err(error) = self.copy(chunk).await {
+        // Each batch as it was spooled, with its id (samples spooled by an older gateway, in
+        // batches of new ids).
+        let mut batches: Vec<(String, Vec<ArchivedSample>)> = Vec::new();
+        for spooled in spooled_batches(&text) {
+            match spooled.id {
+                Some(id) => batches.push((id, spooled.samples)),
+                None => batches.extend(
+                    spooled
+                        .samples
+                        .chunks(BATCH)
+                        .map(|chunk| (new_batch_id(), chunk.to_vec())),
+                ),
+            }
+        }
+        let total: usize = batches.iter().map(|(_, samples)| samples.len()).sum();
+        for at in 0..batches.len() {
+            let (id, samples) = &batches[at];
+            if let Err(error) = self.copy(samples, id).await {
                 self.lost_database(&error);
-                // The spool keeps what is not written yet (a chunk whose COPY's answer was
-                // lost may be archived twice, never lost).
-                let rest: String = samples[at * BATCH..].iter().map(spool_line).collect();
+                // The spool keeps what is not written yet, each batch with its id: one whose
+                // commit's answer was lost is taken once when it comes again.
+                let rest: String = batches[at..]
+                    .iter()
+                    .flat_map(|(id, samples)| {
+                        std::iter::once(spool_header(id)).chain(samples.iter().map(spool_line))
+                    })
+                    .collect();
                 if let Err(error) = tokio::fs::write(&self.settings.spool, rest).await {
                     warn!(%error, "history archive: cannot rewrite the spool; it is written out again whole");
                 } else {
-                    self.spooled = samples.len() - at * BATCH;
+                    self.spooled = batches[at..].iter().map(|(_, s)| s.len()).sum();
                 }
                 return Err(error);
             }
-            self.archived(chunk);
+            self.archived(samples);
         }
         if let Err(error) = tokio::fs::remove_file(&self.settings.spool).await
             && error.kind() != std::io::ErrorKind::NotFound
         {
             warn!(%error, "history archive: cannot empty the spool");
         }
-        info!(
-            samples = samples.len(),
-            "history archive: the spool is caught up"
-        );
+        info!(samples = total, "history archive: the spool is caught up");
         self.spooled = 0;
         Ok(())
     }
 }
 
 async fn count_spooled(path: &std::path::Path) -> usize {
-    tokio::fs::read_to_string(path)
-        .await
-        .map_or(0, |text| text.lines().count())
+    tokio::fs::read_to_string(path).await.map_or(0, |text| {
+        text.lines().filter(|line| is_sample_line(line)).count()
+    })
 }

@@ -6,7 +6,7 @@ use serde_json::{Value as Json, json};
 
 use super::call::{Answer, Call, ok};
 use crate::error::{ApiError, ErrorKind};
-use crate::history::bucket::{Point, PointValue, Reduce, Series, reduce};
+use crate::history::bucket::{Buckets, Point, PointValue, Reduce, Series, reduce_in};
 use crate::history::time_arg::{format_time, parse_time};
 use crate::http::reply::typed_response;
 
@@ -128,29 +128,24 @@ pub(super) async fn query(call: Call<'_>) -> Answer {
     let info = call.gateway.station.info();
     let name = info.channels.station_name(&asked.channel).to_owned();
     let unit = info.channels.get(&name).map(|channel| channel.unit.clone());
-    let samples = crate::history::query::samples(
+    // Buckets of a minute or more are whole minutes: the archive's minutes answer them.
+    let buckets = Buckets::new(asked.from_ms, asked.to_ms, asked.points, asked.how);
+    let found = crate::history::query::found(
         history,
         call.gateway.history_archive.as_deref(),
         &name,
-        asked.from_ms,
-        asked.to_ms,
+        &buckets,
     )
     .await
     .map_err(|error| ApiError::new(ErrorKind::HistoryArchiveUnavailable, error.to_string()))?;
-    if samples.is_none() && unit.is_none() {
+    if found.is_none() && unit.is_none() {
         return Err(ApiError::not_found(format!(
             "no history of {}: no such channel, and nothing recorded under that name",
             asked.channel
         )));
     }
-    let samples = samples.unwrap_or_default();
-    let series = reduce(
-        &samples,
-        asked.from_ms,
-        asked.to_ms,
-        asked.points,
-        asked.how,
-    );
+    let found = found.unwrap_or_default();
+    let series = reduce_in(&buckets, &found.samples, &found.minutes, asked.how);
     if asked.how == Reduce::Raw && series.points.len() > MAX_POINTS {
         return Err(ApiError::bad_request(format!(
             "the query parameter fn=raw would return {} samples, more than {MAX_POINTS}: narrow from and to, or reduce with another fn",
@@ -173,7 +168,8 @@ fn value_json(value: &PointValue) -> Json {
     }
 }
 
-/// The JSON answer.
+/// The JSON answer; its `from` and `to` are the range the buckets cover (whole minutes when
+/// a bucket is a minute or more).
 pub fn document(asked: &HistoryQuery, name: &str, unit: Option<&str>, series: &Series) -> Json {
     let points: Vec<Json> = series
         .points
@@ -202,8 +198,8 @@ pub fn document(asked: &HistoryQuery, name: &str, unit: Option<&str>, series: &S
     json!({
         "channel": name,
         "unit": unit,
-        "from": format_time(asked.from_ms),
-        "to": format_time(asked.to_ms),
+        "from": format_time(series.from_ms),
+        "to": format_time(series.to_ms),
         "fn": asked.how.name(),
         "points": points,
         "gaps": gaps,
@@ -303,6 +299,8 @@ mod tests {
         use crate::history::bucket::Gap;
         use crate::history::ring::Status;
         let series = Series {
+            from_ms: NOW,
+            to_ms: NOW + 2000,
             points: vec![Point {
                 t_ms: NOW + 1000,
                 value: PointValue::Number(2.5),
