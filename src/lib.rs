@@ -52,6 +52,7 @@ pub mod link;
 pub mod logs;
 pub mod metrics;
 mod netinfo;
+mod numtext;
 pub mod numeric;
 pub mod rules;
 mod server;

@@ -10,7 +10,7 @@ mod bus;
 mod change;
 mod policy;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! `api/resources/...`: channel names, reads (forced and cached) and writes, through the
 //! station service.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};

@@ -16,7 +16,9 @@
 //! - A hold lasts until no new reader came for `quiet`, and at most `max` after it began.
 //! - A hold that has ended is released even when it ended between a dispatch and the wait.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::time::Duration;
 
 use station_protocol::{ErrorCode, ItemResult, StationError, Value};
