@@ -30,7 +30,6 @@ use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::{FormatFields, Writer};
 
-
 use crate::numtext;
 
 /// How long the first access line of a batch may wait for others before it is written.

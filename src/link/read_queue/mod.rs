@@ -87,8 +87,10 @@ pub struct ReadQueue {
     waiting: HashMap<String, Vec<Waiter>>,
     on_wire: HashSet<String>,
     held: HashMap<String, Hold>,
-    /// Channels whose READ was answered less than `quiet` ago.
+    /// Channels whose READ was answered less than `quiet` ago (and some answered before).
     answered: HashMap<String, RecentAnswers>,
+    /// When `answered` was last rid of answers older than `quiet`.
+    pruned_at: Option<Instant>,
 }
 
 /// A channel's answers of the last `quiet`: the latest one's time, and each client
@@ -110,6 +112,7 @@ impl ReadQueue {
             on_wire: HashSet::new(),
             held: HashMap::new(),
             answered: HashMap::new(),
+            pruned_at: None,
         }
     }
 
@@ -127,23 +130,34 @@ impl ReadQueue {
         }
         let call = self.next_call;
         self.next_call += 1;
-        for (index, name) in names.iter().enumerate() {
-            if self.starts_or_extends_hold(name, caller, now) {
-                let first = self.held.get(name).map_or(now, |hold| hold.first);
-                let until = (now + self.policy.quiet).min(first + self.policy.max);
-                self.held.insert(name.clone(), Hold { first, until });
+        let count = names.len();
+        for (index, name) in names.into_iter().enumerate() {
+            if self.starts_or_extends_hold(&name, caller, now) {
+                let until = |first: Instant| (now + self.policy.quiet).min(first + self.policy.max);
+                match self.held.get_mut(&name) {
+                    Some(hold) => hold.until = until(hold.first),
+                    None => {
+                        let hold = Hold {
+                            first: now,
+                            until: until(now),
+                        };
+                        self.held.insert(name.clone(), hold);
+                    }
+                }
             }
-            let waiting = self.waiting.entry(name.clone()).or_default();
-            if waiting.is_empty() {
-                self.order.push_back(name.clone());
+            match self.waiting.get_mut(&name) {
+                Some(waiting) if !waiting.is_empty() => waiting.push((call, index)),
+                _ => {
+                    self.waiting.insert(name.clone(), vec![(call, index)]);
+                    self.order.push_back(name);
+                }
             }
-            waiting.push((call, index));
         }
         self.calls.insert(
             call,
             ReadCall {
-                results: vec![None; names.len()],
-                remaining: names.len(),
+                results: vec![None; count],
+                remaining: count,
                 caller,
                 reply,
             },
@@ -180,18 +194,20 @@ impl ReadQueue {
     /// first asked, within the name and payload limits. Marks them on the wire. Readers who gave
     /// up are dropped; a name too long for any frame is answered with an error.
     pub fn next_batch(&mut self, now: Instant) -> Option<ReadBatch> {
+        if self.order.is_empty() {
+            // Nothing waits: only holds that have ended are forgotten.
+            if !self.held.is_empty() {
+                self.held.retain(|_, hold| hold.until > now);
+            }
+            return None;
+        }
         let mut names = Vec::new();
         let mut waiters = Vec::new();
         let mut budget = READ_PAYLOAD_BUDGET;
         let mut kept = VecDeque::with_capacity(self.order.len());
         while let Some(name) = self.order.pop_front() {
-            let live: Vec<Waiter> = self
-                .waiting
-                .remove(&name)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(call, _)| self.calls.get(call).is_some_and(|c| !c.reply.is_closed()))
-                .collect();
+            let mut live: Vec<Waiter> = self.waiting.remove(&name).unwrap_or_default();
+            live.retain(|(call, _)| self.calls.get(call).is_some_and(|c| !c.reply.is_closed()));
             if live.is_empty() {
                 continue;
             }
@@ -287,6 +303,7 @@ impl ReadQueue {
         self.waiting.clear();
         self.held.clear();
         self.answered.clear();
+        self.pruned_at = None;
         self.on_wire.clear();
     }
 
@@ -303,12 +320,22 @@ impl ReadQueue {
             return;
         }
         let recent = |at: &Instant| now.saturating_duration_since(*at) < quiet;
-        self.answered.retain(|_, answers| {
-            answers.callers.retain(|(_, at)| recent(at));
-            answers.latest.as_ref().is_some_and(recent)
-        });
+        // Answers older than `quiet` count for nothing (every use checks the time); they are
+        // forgotten at most once per `quiet`, not at every answer.
+        if self.pruned_at.is_none_or(|at| !recent(&at)) {
+            self.pruned_at = Some(now);
+            self.answered.retain(|_, answers| {
+                answers.callers.retain(|(_, at)| recent(at));
+                answers.latest.as_ref().is_some_and(recent)
+            });
+        }
         for (name, group) in batch.names.iter().zip(&batch.waiters) {
-            let answers = self.answered.entry(name.clone()).or_default();
+            if !self.answered.contains_key(name) {
+                self.answered.insert(name.clone(), RecentAnswers::default());
+            }
+            let Some(answers) = self.answered.get_mut(name) else {
+                continue;
+            };
             answers.latest = Some(now);
             for caller in group
                 .iter()
@@ -328,12 +355,18 @@ impl ReadQueue {
 
     /// Gives one name's result to every call waiting for it; answers calls that are complete.
     fn deliver(&mut self, waiters: &[Waiter], result: ItemResult<Value>) {
-        for &(call_id, index) in waiters {
+        let mut result = Some(result);
+        for (i, &(call_id, index)) in waiters.iter().enumerate() {
             let Some(call) = self.calls.get_mut(&call_id) else {
                 continue;
             };
             if call.results[index].is_none() {
-                call.results[index] = Some(result.clone());
+                // The last waiter takes the result itself; the others a copy.
+                call.results[index] = if i + 1 == waiters.len() {
+                    result.take()
+                } else {
+                    result.clone()
+                };
                 call.remaining -= 1;
             }
             if call.remaining == 0

@@ -369,3 +369,56 @@ fn names_beyond_the_payload_budget_go_in_the_next_read() {
     assert_eq!(q.next_batch(t).expect("first READ").names, [a]);
     assert_eq!(q.next_batch(t).expect("second READ").names, [b]);
 }
+
+#[test]
+fn answers_older_than_quiet_count_for_nothing_though_forgotten_only_once_per_quiet() {
+    let mut q = queue();
+    let t = Instant::now();
+    let answer_at = |q: &mut ReadQueue, name: &str, caller, now| {
+        let mut reader = read(q, &[name], caller, now);
+        let batch = q.next_batch(now).expect("a READ");
+        let answer = values(&batch);
+        q.answered(batch, answer, now);
+        got(&mut reader);
+    };
+    // b answered at t (answers forgotten then), a answered at t + QUIET/2 (not again).
+    answer_at(&mut q, "b", client(1), t);
+    let a_at = t + QUIET / 2;
+    answer_at(&mut q, "a", client(1), a_at);
+    // Past quiet after b's answer, still kept: another client's reader of b goes at once.
+    let late = t + QUIET + QUIET / 4;
+    let _b = read(&mut q, &["b"], client(2), late);
+    let batch = q
+        .next_batch(late)
+        .expect("b's answer is older than quiet: not held");
+    assert_eq!(batch.names, ["b"]);
+    // a's answer is within quiet: another client's reader of a is held as a burst.
+    let _a = read(&mut q, &["a"], client(3), late);
+    assert!(
+        q.next_batch(late).is_none(),
+        "a was answered to another client just now"
+    );
+    assert_eq!(q.next_release(true), Some(late + QUIET));
+}
+
+#[test]
+fn with_nothing_waiting_no_read_is_due_and_ended_holds_are_forgotten() {
+    let mut q = queue();
+    let t = Instant::now();
+    let mut first = read(&mut q, &["a"], None, t);
+    let on_wire = q.next_batch(t).expect("first READ");
+    let mut gone = read(&mut q, &["a"], None, t);
+    assert!(
+        q.next_batch(t).is_none(),
+        "a is on the wire, the next is held"
+    );
+    drop(gone.try_recv());
+    drop(gone);
+    let answer = values(&on_wire);
+    q.answered(on_wire, answer, t);
+    got(&mut first);
+    // The held reader gave up: its hold ends and nothing is read for it.
+    assert!(q.next_batch(t + MAX).is_none());
+    assert!(q.next_batch(t + MAX).is_none(), "nothing waits");
+    assert_eq!(q.next_release(true), None, "no hold is left");
+}
