@@ -41,7 +41,7 @@ pub trait ValueObserver: Send + Sync + std::fmt::Debug {
 /// name → last value. Shared by the link task (writer) and every reader.
 #[derive(Debug, Default)]
 pub struct ValueCache {
-    slots: DashMap<String, Slot>,
+    slots: DashMap<String, Slot, foldhash::fast::RandomState>,
     observer: OnceLock<Arc<dyn ValueObserver>>,
     /// Answers of [`ValueCache::get_fresh`]: fresh enough, or not (for metrics).
     hits: AtomicU64,

@@ -53,6 +53,7 @@ pub mod logs;
 pub mod metrics;
 mod netinfo;
 pub mod numeric;
+mod numtext;
 pub mod rules;
 mod server;
 pub mod station;

@@ -30,6 +30,8 @@ use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::{FormatFields, Writer};
 
+use crate::numtext;
+
 /// How long the first access line of a batch may wait for others before it is written.
 pub const BATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// Buffered bytes past which the writer is woken before the interval ends.
@@ -312,11 +314,11 @@ impl AccessLine<'_> {
                 push_escaped_field(out, self.method);
                 out.extend_from_slice(b" path=");
                 push_escaped_field(out, self.path);
-                let _ = writeln!(
-                    out,
-                    " status={} duration_ms={:?} peer={}",
-                    self.status, self.duration_ms, self.peer
-                );
+                out.extend_from_slice(b" status=");
+                out.extend_from_slice(numtext::u64_text(u64::from(self.status)).as_bytes());
+                let _ = write!(out, " duration_ms={:?} peer=", self.duration_ms);
+                numtext::push_socket_addr(out, self.peer);
+                out.push(b'\n');
             }
             AccessFormat::Json => {
                 out.push(b'{');
@@ -333,13 +335,15 @@ impl AccessLine<'_> {
                 let _ = serde_json::to_writer(&mut *out, self.method);
                 out.extend_from_slice(b",\"path\":");
                 let _ = serde_json::to_writer(&mut *out, self.path);
+                out.extend_from_slice(b",\"status\":");
+                out.extend_from_slice(numtext::u64_text(u64::from(self.status)).as_bytes());
                 let _ = write!(
                     out,
-                    ",\"status\":{},\"duration_ms\":{},\"peer\":\"{}\"",
-                    self.status,
-                    serde_json::Value::from(self.duration_ms),
-                    self.peer
+                    ",\"duration_ms\":{},\"peer\":\"",
+                    serde_json::Value::from(self.duration_ms)
                 );
+                numtext::push_socket_addr(out, self.peer);
+                out.push(b'"');
                 out.extend_from_slice(b"},\"target\":\"access\"}\n");
             }
         }

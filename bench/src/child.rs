@@ -334,3 +334,89 @@ pub fn locate_binary(explicit: Option<PathBuf>, build: bool) -> anyhow::Result<P
     }
     Ok(path)
 }
+
+/// nginx with one worker answering every request with `return 200` and the same JSON bytes
+/// (the issue's outside reference for a cached read): `master_process off`, so the one process
+/// serving is the one whose CPU is read, its access log written to a file as nginx does by
+/// default. `None` when no `nginx` binary is installed.
+pub struct NginxProcess {
+    _child: Child,
+    pub pid: u32,
+    pub addr: SocketAddr,
+    _dir: TempDir,
+}
+
+/// A directory removed when dropped (nginx's prefix: configuration, logs, temp files).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where nginx is looked for.
+const NGINX: &str = "/usr/sbin/nginx";
+
+impl NginxProcess {
+    pub fn available() -> bool {
+        Path::new(NGINX).exists()
+    }
+
+    pub async fn spawn(answer: &[u8]) -> anyhow::Result<NginxProcess> {
+        let answer = std::str::from_utf8(answer).context("the answer is not UTF-8")?;
+        if answer.contains(['\'', '$', '\\']) {
+            bail!("the answer cannot be written as an nginx string: {answer}");
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "station-bench-nginx-{}-{}",
+            std::process::id(),
+            NEXT_NGINX.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(dir.join("logs"))?;
+        let dir = TempDir(dir);
+        // nginx cannot listen on port 0 and say which it got: a port the kernel just handed
+        // out, released and given to nginx (loopback; nothing else here binds ports).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let config = format!(
+            "worker_processes 1;\nmaster_process off;\ndaemon off;\nerror_log {dir}/logs/error.log;\n\
+             pid {dir}/nginx.pid;\nevents {{ worker_connections 1024; }}\nhttp {{\n  \
+             access_log {dir}/logs/access.log;\n  keepalive_requests 100000000;\n  \
+             server {{\n    listen {addr};\n    location / {{\n      \
+             default_type \"application/json; charset=utf-8\";\n      return 200 '{answer}';\n    }}\n  }}\n}}\n",
+            dir = dir.0.display()
+        );
+        let conf = dir.0.join("nginx.conf");
+        std::fs::write(&conf, config)?;
+        let child = Command::new(NGINX)
+            .arg("-p")
+            .arg(&dir.0)
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start nginx")?;
+        let pid = child.id().context("nginx exited at once")?;
+        let started = Instant::now();
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if started.elapsed() > Duration::from_secs(10) {
+                bail!("nginx did not listen on {addr} within 10 s");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(NginxProcess {
+            _child: child,
+            pid,
+            addr,
+            _dir: dir,
+        })
+    }
+}
+
+static NEXT_NGINX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -112,6 +112,10 @@ struct Args {
     /// process and nothing else (the harness runs the station itself this way).
     #[arg(long, hide = true)]
     serve_station: bool,
+    /// TOML appended to the gateway child's configuration file (repeatable), e.g.
+    /// `--gateway-toml '[station]' --gateway-toml 'coalesce_max_us = 0'` to measure a setting.
+    #[arg(long, value_name = "LINE")]
+    gateway_toml: Vec<String>,
     /// A note to put beside the results (e.g. what else was running).
     #[arg(long)]
     note: Vec<String>,
@@ -245,6 +249,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let extra = std::fs::read_to_string(extra)
                 .with_context(|| format!("cannot read --gateway-config {}", extra.display()))?;
             text.push_str(&extra);
+            text.push('\n');
+        }
+        for line in &args.gateway_toml {
+            text.push_str(line);
+            text.push('\n');
         }
         std::fs::write(&config, text)?;
         let config_arg = config.to_string_lossy().into_owned();

@@ -246,7 +246,23 @@ impl Bench {
         // machine's load falls on both alike; the medians are compared.
         let conns = self.conns_or(64);
         let mut pairs = Vec::with_capacity(self.pairs);
+        // nginx (one worker, `return 200` with the same bytes) in each round too, when installed:
+        // (req/s, CPU µs per request) per round.
+        let mut nginx_runs: Vec<(f64, f64)> = Vec::new();
         for _ in 0..self.pairs.max(1) {
+            if crate::child::NginxProcess::available() {
+                let nginx = crate::child::NginxProcess::spawn(&answer).await?;
+                let workers =
+                    rest_workers(nginx.addr, conns, VALUES_GET, |_| request.clone()).await?;
+                let nginx_cpu = CpuSpan::of(nginx.pid);
+                let run = drive(workers, self.bounds).await;
+                let us = nginx_cpu.per_request_us(run.requests * 6 / 5);
+                if run.errors > 0 {
+                    row.notes
+                        .push(format!("nginx: {} errors in a round", run.errors));
+                }
+                nginx_runs.push((run.throughput(), us));
+            }
             let trivial = crate::child::TrivialProcess::spawn(&answer).await?;
             let workers =
                 rest_workers(trivial.addr, conns, VALUES_GET, |_| request.clone()).await?;
@@ -289,7 +305,38 @@ impl Bench {
         );
         row.ratio = format!("{r:.2}× throughput; {cpu_ratio:.2}× CPU per request");
         row.target = "≥ 0.95× the child-process server; CPU ≤ 1.15×".to_owned();
-        row.verdict = Verdict::from_bool(r >= 0.95 && cpu_ratio <= 1.15 && row.notes.is_empty());
+        let mut nginx_met = true;
+        if !nginx_runs.is_empty() {
+            let median = |figure: fn(&(f64, f64)) -> f64| {
+                let mut values: Vec<f64> = nginx_runs.iter().map(figure).collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
+            };
+            let (nginx, nginx_us) = (median(|run| run.0), median(|run| run.1));
+            let to_nginx = ratio(pair.gateway, nginx);
+            nginx_met = to_nginx >= 0.8;
+            row.baseline.push_str(&format!(
+                "; nginx, 1 worker, `return 200`: {:.1} k req/s · {nginx_us:.2} µs CPU/request",
+                nginx / 1e3
+            ));
+            row.ratio
+                .push_str(&format!("; {to_nginx:.2}× nginx's throughput"));
+            row.target.push_str("; ≥ 0.8× nginx");
+            row.notes.push(format!(
+                "nginx in each round before the pair: {}",
+                nginx_runs
+                    .iter()
+                    .map(|run| format!("{:.1}k", run.0 / 1e3))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        row.verdict = Verdict::from_bool(
+            r >= 0.95
+                && cpu_ratio <= 1.15
+                && nginx_met
+                && !row.notes.iter().any(|n| n.contains("error")),
+        );
         row.notes.push(format!(
             "medians of {} interleaved pairs (trivial server, gateway), each {} s: {}; answer {} bytes; CPU per request includes the warm-up",
             pairs.len(),

@@ -70,9 +70,7 @@ impl RequestLine<'_> {
         line.reserve(105);
         line.push(' ');
         match self.ip {
-            Some(ip) => {
-                let _ = write!(line, "{ip}");
-            }
+            Some(ip) => crate::numtext::push_ip(&mut line, ip),
             None => line.push('-'),
         }
         line.push(' ');
@@ -81,13 +79,17 @@ impl RequestLine<'_> {
         push_escaped(&mut line, self.path);
         match self.status {
             Some(status) => {
-                let _ = write!(line, " {status}");
+                line.push(' ');
+                line.push_str(crate::numtext::u64_text(u64::from(status)).as_str());
             }
             None => line.push_str(" -"),
         }
         match self.duration {
             Some(duration) => {
-                let _ = write!(line, " {}ms", duration.as_millis());
+                let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+                line.push(' ');
+                line.push_str(crate::numtext::u64_text(millis).as_str());
+                line.push_str("ms");
             }
             None => line.push_str(" -"),
         }

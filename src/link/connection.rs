@@ -469,11 +469,29 @@ impl Connection {
         let Some(batch) = self.reads.next_batch(now) else {
             return Ok(false);
         };
+        let mut batch = batch;
         let count = batch.names.len() as u64;
+        // The names lent to the request for its encoding, and taken back: no copy per READ.
         let request = Request::Read {
-            names: batch.names.clone(),
+            names: std::mem::take(&mut batch.names),
         };
-        self.send(request, InFlightKind::Read(batch), now)?;
+        let id = self.session.take_id();
+        let encoded = request.to_frame(id);
+        if let Request::Read { names } = request {
+            batch.names = names;
+        }
+        let frame = encoded.map_err(|source| LinkDown::Encode {
+            opcode: station_protocol::Opcode::Read,
+            source: Arc::new(source),
+        })?;
+        self.start_send(frame)?;
+        self.session.track(
+            id,
+            station_protocol::Opcode::Read,
+            None,
+            InFlightKind::Read(batch),
+            now,
+        );
         shared.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
         shared.stats.read_frames.fetch_add(1, Ordering::Relaxed);
         shared.stats.names_read.fetch_add(count, Ordering::Relaxed);

@@ -1,7 +1,7 @@
 //! What the link publishes: the station's channel table, the [`StationInfo`] snapshot, the
 //! [`LinkEvent`]s broadcast on changes and the [`LinkStats`] counters.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

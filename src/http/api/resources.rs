@@ -1,7 +1,7 @@
 //! `api/resources/...`: channel names, reads (forced and cached) and writes, through the
 //! station service.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
@@ -34,7 +34,13 @@ pub(super) async fn names(call: Call<'_>) -> Answer {
 
 /// `POST api/resources/value/get {Name}`: a forced read.
 pub(super) async fn value_get(call: Call<'_>) -> Answer {
-    ok(read_one(&call).await?)
+    let value = read_one(&call).await?;
+    // `{"value":"..."}` written straight into bytes, as `values/get` is: the forced read's path.
+    let mut out = Vec::with_capacity(16 + value.len());
+    out.extend_from_slice(b"{\"value\":");
+    write_json(&mut out, value.as_str());
+    out.push(b'}');
+    Ok(json_bytes_response(out))
 }
 
 /// `POST api/resources/value/set {Name, Value}`.
@@ -106,7 +112,8 @@ fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<()
     Ok(())
 }
 
-async fn read_one(call: &Call<'_>) -> Result<Json, ApiError> {
+/// A forced read of the body's `Name`: its value as text.
+async fn read_one(call: &Call<'_>) -> Result<String, ApiError> {
     let gateway = call.gateway;
     let name = call.body.string("Name")?.to_owned();
     let channels = known_channels(gateway)?;
@@ -122,8 +129,7 @@ async fn read_one(call: &Call<'_>) -> Result<Json, ApiError> {
         .await
         .map_err(|error| read_refused(call, error))?;
     let reading = first_reading_error(&names, readings)?.into_iter().next();
-    let value = reading.map(|r| r.value.render()).unwrap_or_default();
-    Ok(json!({ "value": value }))
+    Ok(reading.map(|r| r.value.render()).unwrap_or_default())
 }
 
 /// Reads that consume data are changes: with access control on, they need the control role.

@@ -13,10 +13,15 @@
 //! - A client reading in a loop, back within `quiet` after its own answer, is no burst: alone
 //!   or taking turns with other looping clients on the same channel, it is never held (it
 //!   still joins a hold a burst started).
-//! - A hold lasts until no new reader came for `quiet`, and at most `max` after it began.
+//! - A hold lasts until no new reader came for `quiet`, and at most `max` after it began; it
+//!   ends at once when nobody is left to come: every reader waiting is a client connection
+//!   answered on the channel within `max`, and every such connection is back (waiting or on
+//!   the wire). Clients reading one channel in turn, slower than `quiet`, are then not held.
 //! - A hold that has ended is released even when it ended between a dispatch and the wait.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::time::Duration;
 
 use station_protocol::{ErrorCode, ItemResult, StationError, Value};
@@ -83,10 +88,13 @@ pub struct ReadQueue {
     /// Names waiting for a READ not yet sent, in the order first asked.
     order: VecDeque<String>,
     waiting: HashMap<String, Vec<Waiter>>,
-    on_wire: HashSet<String>,
+    /// Channels on the wire, each with the client connections its READ answers.
+    on_wire: HashMap<String, Vec<Caller>>,
     held: HashMap<String, Hold>,
-    /// Channels whose READ was answered less than `quiet` ago.
+    /// Channels whose READ was answered less than `quiet` ago (and some answered before).
     answered: HashMap<String, RecentAnswers>,
+    /// When `answered` was last rid of answers older than `quiet`.
+    pruned_at: Option<Instant>,
 }
 
 /// A channel's answers of the last `quiet`: the latest one's time, and each client
@@ -105,9 +113,10 @@ impl ReadQueue {
             calls: HashMap::new(),
             order: VecDeque::new(),
             waiting: HashMap::new(),
-            on_wire: HashSet::new(),
+            on_wire: HashMap::new(),
             held: HashMap::new(),
             answered: HashMap::new(),
+            pruned_at: None,
         }
     }
 
@@ -125,23 +134,34 @@ impl ReadQueue {
         }
         let call = self.next_call;
         self.next_call += 1;
-        for (index, name) in names.iter().enumerate() {
-            if self.starts_or_extends_hold(name, caller, now) {
-                let first = self.held.get(name).map_or(now, |hold| hold.first);
-                let until = (now + self.policy.quiet).min(first + self.policy.max);
-                self.held.insert(name.clone(), Hold { first, until });
+        let count = names.len();
+        for (index, name) in names.into_iter().enumerate() {
+            if self.starts_or_extends_hold(&name, caller, now) {
+                let until = |first: Instant| (now + self.policy.quiet).min(first + self.policy.max);
+                match self.held.get_mut(&name) {
+                    Some(hold) => hold.until = until(hold.first),
+                    None => {
+                        let hold = Hold {
+                            first: now,
+                            until: until(now),
+                        };
+                        self.held.insert(name.clone(), hold);
+                    }
+                }
             }
-            let waiting = self.waiting.entry(name.clone()).or_default();
-            if waiting.is_empty() {
-                self.order.push_back(name.clone());
+            match self.waiting.get_mut(&name) {
+                Some(waiting) if !waiting.is_empty() => waiting.push((call, index)),
+                _ => {
+                    self.waiting.insert(name.clone(), vec![(call, index)]);
+                    self.order.push_back(name);
+                }
             }
-            waiting.push((call, index));
         }
         self.calls.insert(
             call,
             ReadCall {
-                results: vec![None; names.len()],
-                remaining: names.len(),
+                results: vec![None; count],
+                remaining: count,
                 caller,
                 reply,
             },
@@ -171,25 +191,81 @@ impl ReadQueue {
         }
         let just_answered_to_others = caller.is_some()
             && answers.is_some_and(|answers| answers.latest.as_ref().is_some_and(recent));
-        self.on_wire.contains(name) || self.held.contains_key(name) || just_answered_to_others
+        self.on_wire.contains_key(name) || self.held.contains_key(name) || just_answered_to_others
+    }
+
+    /// How long a client connection answered on a channel is expected back (it reads in a
+    /// loop): the longest a hold may last, at least `quiet`.
+    fn memory(&self) -> Duration {
+        self.policy.max.max(self.policy.quiet)
+    }
+
+    /// The client connections of `waiters`, each once.
+    fn callers_of(&self, waiters: &[Waiter]) -> Vec<Caller> {
+        let mut callers: Vec<Caller> = Vec::with_capacity(waiters.len());
+        for caller in waiters
+            .iter()
+            .filter_map(|(call, _)| self.calls.get(call).and_then(|c| c.caller))
+        {
+            if !callers.contains(&caller) {
+                callers.push(caller);
+            }
+        }
+        callers
+    }
+
+    /// A hold gathers the readers still to come. When every reader waiting for `name` is a
+    /// client connection answered on it within [`memory`](Self::memory), and every such
+    /// connection is back (waiting, or in the READ on the wire), nobody is left to come: the
+    /// hold would only make them wait (8 dashboards reading one monitor in turn). A reader
+    /// unknown to the channel (a new client, a reader without a connection) keeps the hold.
+    fn everyone_expected_is_back(&self, name: &str, waiting: &[Waiter], now: Instant) -> bool {
+        let Some(answers) = self.answered.get(name) else {
+            return false;
+        };
+        let memory = self.memory();
+        let expected: HashSet<Caller> = answers
+            .callers
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(*at) < memory)
+            .map(|(caller, _)| *caller)
+            .collect();
+        if expected.is_empty() {
+            return false;
+        }
+        let mut back: HashSet<Caller> = HashSet::with_capacity(expected.len());
+        for (call, _) in waiting {
+            match self.calls.get(call).and_then(|c| c.caller) {
+                Some(caller) if expected.contains(&caller) => {
+                    back.insert(caller);
+                }
+                _ => return false,
+            }
+        }
+        if let Some(on_wire) = self.on_wire.get(name) {
+            back.extend(on_wire.iter().filter(|caller| expected.contains(*caller)));
+        }
+        back.len() == expected.len()
     }
 
     /// The next READ to send at `now`: waiting names not on the wire and not held, in the order
     /// first asked, within the name and payload limits. Marks them on the wire. Readers who gave
     /// up are dropped; a name too long for any frame is answered with an error.
     pub fn next_batch(&mut self, now: Instant) -> Option<ReadBatch> {
+        if self.order.is_empty() {
+            // Nothing waits: only holds that have ended are forgotten.
+            if !self.held.is_empty() {
+                self.held.retain(|_, hold| hold.until > now);
+            }
+            return None;
+        }
         let mut names = Vec::new();
         let mut waiters = Vec::new();
         let mut budget = READ_PAYLOAD_BUDGET;
         let mut kept = VecDeque::with_capacity(self.order.len());
         while let Some(name) = self.order.pop_front() {
-            let live: Vec<Waiter> = self
-                .waiting
-                .remove(&name)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(call, _)| self.calls.get(call).is_some_and(|c| !c.reply.is_closed()))
-                .collect();
+            let mut live: Vec<Waiter> = self.waiting.remove(&name).unwrap_or_default();
+            live.retain(|(call, _)| self.calls.get(call).is_some_and(|c| !c.reply.is_closed()));
             if live.is_empty() {
                 continue;
             }
@@ -205,8 +281,9 @@ impl ReadQueue {
                 self.deliver(&live, Err(error));
                 continue;
             }
-            let gathering = self.held.get(&name).is_some_and(|hold| hold.until > now);
-            if self.on_wire.contains(&name)
+            let gathering = self.held.get(&name).is_some_and(|hold| hold.until > now)
+                && !self.everyone_expected_is_back(&name, &live, now);
+            if self.on_wire.contains_key(&name)
                 || gathering
                 || names.len() >= self.policy.max_names
                 || cost > budget
@@ -227,7 +304,10 @@ impl ReadQueue {
         if names.is_empty() {
             return None;
         }
-        self.on_wire.extend(names.iter().cloned());
+        for (name, group) in names.iter().zip(&waiters) {
+            let callers = self.callers_of(group);
+            self.on_wire.insert(name.clone(), callers);
+        }
         Some(ReadBatch { names, waiters })
     }
 
@@ -240,7 +320,7 @@ impl ReadQueue {
         }
         self.held
             .iter()
-            .filter(|(name, _)| !self.on_wire.contains(*name))
+            .filter(|(name, _)| !self.on_wire.contains_key(*name))
             .map(|(_, hold)| hold.until)
             .min()
     }
@@ -285,6 +365,7 @@ impl ReadQueue {
         self.waiting.clear();
         self.held.clear();
         self.answered.clear();
+        self.pruned_at = None;
         self.on_wire.clear();
     }
 
@@ -301,12 +382,25 @@ impl ReadQueue {
             return;
         }
         let recent = |at: &Instant| now.saturating_duration_since(*at) < quiet;
-        self.answered.retain(|_, answers| {
-            answers.callers.retain(|(_, at)| recent(at));
-            answers.latest.as_ref().is_some_and(recent)
-        });
+        // Answers older than `quiet` count for nothing (every use checks the time); they are
+        // forgotten at most once per `quiet`, not at every answer.
+        // Callers are kept for `memory`: who is expected back (see `everyone_expected_is_back`).
+        let memory = self.memory();
+        let remembered = |at: &Instant| now.saturating_duration_since(*at) < memory;
+        if self.pruned_at.is_none_or(|at| !recent(&at)) {
+            self.pruned_at = Some(now);
+            self.answered.retain(|_, answers| {
+                answers.callers.retain(|(_, at)| remembered(at));
+                answers.latest.as_ref().is_some_and(remembered)
+            });
+        }
         for (name, group) in batch.names.iter().zip(&batch.waiters) {
-            let answers = self.answered.entry(name.clone()).or_default();
+            if !self.answered.contains_key(name) {
+                self.answered.insert(name.clone(), RecentAnswers::default());
+            }
+            let Some(answers) = self.answered.get_mut(name) else {
+                continue;
+            };
             answers.latest = Some(now);
             for caller in group
                 .iter()
@@ -326,12 +420,18 @@ impl ReadQueue {
 
     /// Gives one name's result to every call waiting for it; answers calls that are complete.
     fn deliver(&mut self, waiters: &[Waiter], result: ItemResult<Value>) {
-        for &(call_id, index) in waiters {
+        let mut result = Some(result);
+        for (i, &(call_id, index)) in waiters.iter().enumerate() {
             let Some(call) = self.calls.get_mut(&call_id) else {
                 continue;
             };
             if call.results[index].is_none() {
-                call.results[index] = Some(result.clone());
+                // The last waiter takes the result itself; the others a copy.
+                call.results[index] = if i + 1 == waiters.len() {
+                    result.take()
+                } else {
+                    result.clone()
+                };
                 call.remaining -= 1;
             }
             if call.remaining == 0

@@ -369,3 +369,145 @@ fn names_beyond_the_payload_budget_go_in_the_next_read() {
     assert_eq!(q.next_batch(t).expect("first READ").names, [a]);
     assert_eq!(q.next_batch(t).expect("second READ").names, [b]);
 }
+
+#[test]
+fn answers_older_than_quiet_count_for_nothing_though_forgotten_only_once_per_quiet() {
+    let mut q = queue();
+    let t = Instant::now();
+    let answer_at = |q: &mut ReadQueue, name: &str, caller, now| {
+        let mut reader = read(q, &[name], caller, now);
+        let batch = q.next_batch(now).expect("a READ");
+        let answer = values(&batch);
+        q.answered(batch, answer, now);
+        got(&mut reader);
+    };
+    // b answered at t (answers forgotten then), a answered at t + QUIET/2 (not again).
+    answer_at(&mut q, "b", client(1), t);
+    let a_at = t + QUIET / 2;
+    answer_at(&mut q, "a", client(1), a_at);
+    // Past quiet after b's answer, still kept: another client's reader of b goes at once.
+    let late = t + QUIET + QUIET / 4;
+    let _b = read(&mut q, &["b"], client(2), late);
+    let batch = q
+        .next_batch(late)
+        .expect("b's answer is older than quiet: not held");
+    assert_eq!(batch.names, ["b"]);
+    // a's answer is within quiet: another client's reader of a is held as a burst.
+    let _a = read(&mut q, &["a"], client(3), late);
+    assert!(
+        q.next_batch(late).is_none(),
+        "a was answered to another client just now"
+    );
+    assert_eq!(q.next_release(true), Some(late + QUIET));
+}
+
+#[test]
+fn with_nothing_waiting_no_read_is_due_and_ended_holds_are_forgotten() {
+    let mut q = queue();
+    let t = Instant::now();
+    let mut first = read(&mut q, &["a"], None, t);
+    let on_wire = q.next_batch(t).expect("first READ");
+    let mut gone = read(&mut q, &["a"], None, t);
+    assert!(
+        q.next_batch(t).is_none(),
+        "a is on the wire, the next is held"
+    );
+    drop(gone.try_recv());
+    drop(gone);
+    let answer = values(&on_wire);
+    q.answered(on_wire, answer, t);
+    got(&mut first);
+    // The held reader gave up: its hold ends and nothing is read for it.
+    assert!(q.next_batch(t + MAX).is_none());
+    assert!(q.next_batch(t + MAX).is_none(), "nothing waits");
+    assert_eq!(q.next_release(true), None, "no hold is left");
+}
+
+/// Answers every READ due at `now`, returning how many there were.
+fn answer_all(q: &mut ReadQueue, now: Instant) -> usize {
+    let mut sent = 0;
+    while let Some(batch) = q.next_batch(now) {
+        let answer = values(&batch);
+        q.answered(batch, answer, now);
+        sent += 1;
+    }
+    sent
+}
+
+#[test]
+fn clients_slower_than_quiet_taking_turns_are_not_held_once_all_are_back() {
+    let mut q = queue();
+    let t = Instant::now();
+    // Four clients answered together.
+    let mut first: Vec<Answer> = (1..=4)
+        .map(|c| read(&mut q, &["a"], client(c), t))
+        .collect();
+    assert_eq!(answer_all(&mut q, t), 1);
+    first.iter_mut().for_each(|a| drop(got(a)));
+    // They come back later than quiet after their answer: the first goes out at once and is
+    // answered; the next two (new by quiet, a answered to another client just now) are held.
+    let back = t + QUIET * 2;
+    let mut c1 = read(&mut q, &["a"], client(1), back);
+    assert_eq!(answer_all(&mut q, back), 1);
+    got(&mut c1);
+    let _c2 = read(&mut q, &["a"], client(2), back + QUIET / 10);
+    let _c3 = read(&mut q, &["a"], client(3), back + QUIET / 5);
+    assert!(
+        q.next_batch(back + QUIET / 5).is_none(),
+        "1 and 4 are still to come"
+    );
+    let _c1 = read(&mut q, &["a"], client(1), back + QUIET / 4);
+    assert!(
+        q.next_batch(back + QUIET / 4).is_none(),
+        "4 is still to come"
+    );
+    // The hold ends as the last of them is back, long before quiet.
+    let last = back + QUIET / 3;
+    let _c4 = read(&mut q, &["a"], client(4), last);
+    let next = q.next_batch(last).expect("everyone is back: not held");
+    assert_eq!(next.names, ["a"]);
+}
+
+#[test]
+fn a_new_client_among_the_returning_ones_keeps_the_hold() {
+    let mut q = queue();
+    let t = Instant::now();
+    let mut first: Vec<Answer> = (1..=2)
+        .map(|c| read(&mut q, &["a"], client(c), t))
+        .collect();
+    assert_eq!(answer_all(&mut q, t), 1);
+    first.iter_mut().for_each(|a| drop(got(a)));
+    let back = t + QUIET * 2;
+    let _c1 = read(&mut q, &["a"], client(1), back);
+    let _on_wire = q.next_batch(back).expect("at once");
+    let _new = read(&mut q, &["a"], client(9), back);
+    let _c2 = read(&mut q, &["a"], client(2), back);
+    assert!(
+        q.next_batch(back).is_none(),
+        "a new client: a burst may be under way"
+    );
+    assert!(q.next_batch(back + QUIET).is_none(), "a is on the wire");
+}
+
+#[test]
+fn a_known_client_not_yet_back_keeps_the_hold_until_quiet() {
+    let mut q = queue();
+    let t = Instant::now();
+    let mut first: Vec<Answer> = (1..=3)
+        .map(|c| read(&mut q, &["a"], client(c), t))
+        .collect();
+    assert_eq!(answer_all(&mut q, t), 1);
+    first.iter_mut().for_each(|a| drop(got(a)));
+    let back = t + QUIET * 2;
+    let _c1 = read(&mut q, &["a"], client(1), back);
+    let held = q.next_batch(back).expect("at once");
+    let _c2 = read(&mut q, &["a"], client(2), back);
+    let answer = values(&held);
+    q.answered(held, answer, back);
+    assert!(
+        q.next_batch(back).is_none(),
+        "client 3 has not come back: held"
+    );
+    assert_eq!(q.next_release(true), Some(back + QUIET));
+    assert!(q.next_batch(back + QUIET).is_some());
+}
