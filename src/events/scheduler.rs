@@ -144,6 +144,12 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
     if !plan.is_empty() {
         let outcomes = read_channels(events, &plan.wanted, plan.count, shutdown).await;
         send_plain(&plan.plain, &outcomes);
+        let filtered_due = !(plan.starting.is_empty() && plan.beats.is_empty());
+        if !plan.plain.is_empty() && filtered_due {
+            // Let the streams just woken write their events before the filtered ones are
+            // decided and serialized on this thread.
+            tokio::task::yield_now().await;
+        }
         let mut registry = events.registry();
         let mut positions = Vec::new();
         for starting in &plan.starting {
@@ -216,11 +222,46 @@ fn serve_beat(
     let observe = |id: u32| Outcome::observed(Outcome::of(outcomes, id));
     index.evaluate(at, observe, passed);
     let mut positions = Vec::new();
+    // Subscriptions through which the same channels passed share one serialization (a text
+    // that changed passes for every subscriber of it in the same tick).
+    let mut bodies: HashMap<Vec<u32>, String> = HashMap::new();
+    let mut key = Vec::new();
     for member in passed.chunk_by(|a, b| a.0 == b.0) {
         positions.clear();
         positions.extend(member.iter().map(|&(_, position)| position));
-        send_passed(index, member[0].0, &positions, outcomes, at);
+        let slot = member[0].0;
+        let Some(meta) = index.meta(slot) else {
+            continue;
+        };
+        key.clear();
+        key.extend(
+            positions
+                .iter()
+                .map(|&position| meta.ids[position as usize]),
+        );
+        if !bodies.contains_key(&key) {
+            bodies.insert(key.clone(), passed_body(meta, &positions, outcomes));
+        }
+        let body = &bodies[&key];
+        let pushed = meta
+            .stream
+            .push("values", &values_event_with(&meta.id, body));
+        if pushed == Push::Queued {
+            index.sent(slot, &positions, observe, at);
+        }
     }
+}
+
+/// Everything of a filtered subscription's `values` event but its id, for the channels at
+/// `positions`.
+fn passed_body(member: &Member, positions: &[u32], outcomes: &[Option<Outcome>]) -> String {
+    values_body(positions.iter().map(|&position| {
+        let position = position as usize;
+        (
+            &member.channels[position],
+            Outcome::of(outcomes, member.ids[position]),
+        )
+    }))
 }
 
 /// Queues a filtered subscription's `values` event with the channels at `positions`, or
@@ -239,13 +280,7 @@ fn send_passed(
     if positions.is_empty() {
         return;
     }
-    let body = values_body(positions.iter().map(|&position| {
-        let position = position as usize;
-        (
-            &member.channels[position],
-            Outcome::of(outcomes, member.ids[position]),
-        )
-    }));
+    let body = passed_body(member, positions, outcomes);
     let pushed = member
         .stream
         .push("values", &values_event_with(&member.id, &body));
