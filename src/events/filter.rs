@@ -296,14 +296,33 @@ pub fn band_edges(last: f64, band: f64) -> Option<BandEdges> {
 }
 
 /// The first key of `from..=to` where `leaves` holds, given that it holds for every key after
-/// one that it holds for; `None` when it does not hold at `to`. Tries `guess` (the sum the band
-/// suggests) before bisecting.
+/// one that it holds for; `None` when it does not hold at `to`. Walks a few keys from `guess`
+/// (the sum the band suggests) before bisecting.
 fn first_leaving(from: i64, to: i64, guess: i64, leaves: impl Fn(i64) -> bool) -> Option<i64> {
     if !leaves(to) {
         return None;
     }
-    if (from..=to).contains(&guess) && leaves(guess) && (guess == from || !leaves(guess - 1)) {
-        return Some(guess);
+    // The edge is almost always within a few bits of the sum: walk there first.
+    if (from..=to).contains(&guess) {
+        let mut key = guess;
+        if leaves(key) {
+            for _ in 0..4 {
+                if key == from || !leaves(key - 1) {
+                    return Some(key);
+                }
+                key -= 1;
+            }
+        } else {
+            for _ in 0..4 {
+                if key == to {
+                    break;
+                }
+                key += 1;
+                if leaves(key) {
+                    return Some(key);
+                }
+            }
+        }
     }
     let (mut low, mut high) = (from, to);
     while low < high {
