@@ -126,6 +126,16 @@ pub enum Observed<'a> {
     Error(&'a str),
 }
 
+impl Observed<'_> {
+    /// The number the deadband compares, if the observation is one (`NaN` included).
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Observed::Value(value) => number(value),
+            Observed::Error(_) => None,
+        }
+    }
+}
+
 /// What was last sent of one channel, and when.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sent {
@@ -153,6 +163,38 @@ impl Sent {
     }
 }
 
+/// What a [`Sent`] showed, for the index that files it (`filter_index`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shown<'a> {
+    Error(&'a str),
+    Number(f64),
+    Other(&'a Value),
+}
+
+impl Sent {
+    /// When it went out.
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+
+    pub fn shown(&self) -> Shown<'_> {
+        match &self.seen {
+            Seen::Number(x) => Shown::Number(*x),
+            Seen::Other(value) => Shown::Other(value),
+            Seen::Error(why) => Shown::Error(why),
+        }
+    }
+
+    /// Whether `other` showed the same to the rule (any NaN is the same NaN): every
+    /// observation moved as far from one as from the other.
+    pub fn same_shown(&self, other: &Sent) -> bool {
+        match (&self.seen, &other.seen) {
+            (Seen::Number(a), Seen::Number(b)) => a == b || (a.is_nan() && b.is_nan()),
+            (a, b) => a == b,
+        }
+    }
+}
+
 /// A number's value, for the deadband; `None` for values compared by equality.
 fn number(value: &Value) -> Option<f64> {
     match value {
@@ -172,20 +214,7 @@ pub fn passes(
     let Some(last) = last else {
         return true;
     };
-    // How far the value moved since it was last sent; `None` for a change of status.
-    let moved = match (&last.seen, observed) {
-        (Seen::Error(before), Observed::Error(now)) if before == now => Some(0.0),
-        (Seen::Error(_), _) | (_, Observed::Error(_)) => None,
-        (Seen::Number(before), Observed::Value(value)) => match number(value) {
-            Some(x) if x.is_nan() && before.is_nan() => Some(0.0),
-            Some(x) if !(x.is_nan() || before.is_nan()) => Some((x - before).abs()),
-            _ => Some(f64::INFINITY),
-        },
-        (Seen::Other(before), Observed::Value(value)) => {
-            Some(if before == value { 0.0 } else { f64::INFINITY })
-        }
-    };
-    let Some(moved) = moved else {
+    let Some(moved) = moved(last, observed) else {
         return true;
     };
     let since = now.saturating_duration_since(last.at);
@@ -199,6 +228,123 @@ pub fn passes(
         return false;
     }
     filter.deadband.is_none_or(|band| moved > band)
+}
+
+/// How far `observed` moved from what was last sent; `None` for a change of status (a read
+/// error, a different error, a value coming back). Equal values and an unchanged error move
+/// by 0, a value of another kind by infinity.
+pub fn moved(last: &Sent, observed: Observed<'_>) -> Option<f64> {
+    match (&last.seen, observed) {
+        (Seen::Error(before), Observed::Error(now)) if before == now => Some(0.0),
+        (Seen::Error(_), _) | (_, Observed::Error(_)) => None,
+        (Seen::Number(before), Observed::Value(value)) => match number(value) {
+            Some(x) => Some(number_moved(*before, x)),
+            None => Some(f64::INFINITY),
+        },
+        (Seen::Other(before), Observed::Value(value)) => {
+            Some(if before == value { 0.0 } else { f64::INFINITY })
+        }
+    }
+}
+
+/// How far number `x` is from `before`, the number last sent.
+fn number_moved(before: f64, x: f64) -> f64 {
+    if x.is_nan() && before.is_nan() {
+        0.0
+    } else if !(x.is_nan() || before.is_nan()) {
+        (x - before).abs()
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Where a deadband around a finite number last sent ends, worked out from the rule itself
+/// (`moved > band`), to the last bit: a number (not NaN) leaves the band exactly when it is at
+/// or below `below`, or at or above `above`. `None` on a side no number leaves it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BandEdges {
+    pub below: Option<f64>,
+    pub above: Option<f64>,
+}
+
+/// The edges of `band` around `last`; `None` for a `last` that is not finite.
+///
+/// `x - last` rounds monotonically in `x`, so how far `x` moved only grows away from `last`
+/// on either side: each side's edge is found by bisecting the floats in their total order.
+pub fn band_edges(last: f64, band: f64) -> Option<BandEdges> {
+    if !last.is_finite() {
+        return None;
+    }
+    let leaves = |x: f64| number_moved(last, x) > band;
+    let at_last = order_key(last);
+    let above = first_leaving(
+        at_last,
+        order_key(f64::INFINITY),
+        order_key(last + band),
+        |key| leaves(from_order_key(key)),
+    )
+    .map(from_order_key);
+    // Below, the same search on negated keys, so that the first found is the highest.
+    let below = first_leaving(
+        -at_last,
+        -order_key(f64::NEG_INFINITY),
+        -order_key(last - band),
+        |key| leaves(from_order_key(-key)),
+    )
+    .map(|key| from_order_key(-key));
+    Some(BandEdges { below, above })
+}
+
+/// The first key of `from..=to` where `leaves` holds, given that it holds for every key after
+/// one that it holds for; `None` when it does not hold at `to`. Walks a few keys from `guess`
+/// (the sum the band suggests) before bisecting.
+fn first_leaving(from: i64, to: i64, guess: i64, leaves: impl Fn(i64) -> bool) -> Option<i64> {
+    if !leaves(to) {
+        return None;
+    }
+    // The edge is almost always within a few bits of the sum: walk there first.
+    if (from..=to).contains(&guess) {
+        let mut key = guess;
+        if leaves(key) {
+            for _ in 0..4 {
+                if key == from || !leaves(key - 1) {
+                    return Some(key);
+                }
+                key -= 1;
+            }
+        } else {
+            for _ in 0..4 {
+                if key == to {
+                    break;
+                }
+                key += 1;
+                if leaves(key) {
+                    return Some(key);
+                }
+            }
+        }
+    }
+    let (mut low, mut high) = (from, to);
+    while low < high {
+        let middle = (i128::from(low) + i128::from(high)).div_euclid(2) as i64;
+        if leaves(middle) {
+            high = middle;
+        } else {
+            low = middle + 1;
+        }
+    }
+    Some(low)
+}
+
+/// A float's place in the total order of floats (`f64::total_cmp`) as an integer: -0 just
+/// below +0, NaNs outside the infinities.
+pub fn order_key(x: f64) -> i64 {
+    let bits = x.to_bits() as i64;
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
+fn from_order_key(key: i64) -> f64 {
+    f64::from_bits((key ^ (((key >> 63) as u64) >> 1) as i64) as u64)
 }
 
 /// A subscription's filters and what it last sent, one slot per channel in the
@@ -255,6 +401,100 @@ mod tests {
 
     fn float_passes(filter: &ChannelFilter, last: &Sent, x: f64, at: Instant) -> bool {
         passes(filter, Some(last), Observed::Value(&Value::Float(x)), at)
+    }
+
+    /// Whether number `x` leaves the band around `last` by the rule itself.
+    fn leaves(last: f64, band: f64, x: f64) -> bool {
+        let t0 = Instant::now();
+        float_passes(&absolute(band), &sent_float(last, t0), x, t0)
+    }
+
+    #[test]
+    fn band_edges_are_where_the_rule_starts_passing_to_the_last_bit() {
+        let cases = [
+            (0.1, 0.2),
+            (3.3, 0.5),
+            (-3.3, 0.02),
+            (0.0, 0.0),
+            (-0.0, 0.25),
+            (1e16, 0.5),
+            (5.0, 1e-320),
+            (1e308, 1e308),
+            (-1e308, 1e300),
+            (7.0, f64::INFINITY),
+            (2.0, -1.0),
+        ];
+        for (last, band) in cases {
+            let edges = band_edges(last, band).unwrap();
+            if let Some(above) = edges.above {
+                assert!(leaves(last, band, above), "{last} ± {band}: above {above}");
+                let inside = above.next_down();
+                assert!(
+                    inside < last || !leaves(last, band, inside),
+                    "{last} ± {band}: {inside} below the upper edge {above} passes"
+                );
+            } else {
+                assert!(!leaves(last, band, f64::INFINITY), "{last} ± {band}");
+            }
+            if let Some(below) = edges.below {
+                assert!(leaves(last, band, below), "{last} ± {band}: below {below}");
+                let inside = below.next_up();
+                assert!(
+                    inside > last || !leaves(last, band, inside),
+                    "{last} ± {band}: {inside} above the lower edge {below} passes"
+                );
+            } else {
+                assert!(!leaves(last, band, f64::NEG_INFINITY), "{last} ± {band}");
+            }
+            // Around each edge and the band's sums, bit by bit, and far off.
+            let mut probes = vec![
+                last,
+                last + band,
+                last - band,
+                f64::INFINITY,
+                -f64::INFINITY,
+            ];
+            probes.extend(edges.above);
+            probes.extend(edges.below);
+            let mut xs = Vec::new();
+            for probe in probes {
+                let (mut up, mut down) = (probe, probe);
+                for _ in 0..4 {
+                    xs.extend([up, down]);
+                    up = up.next_up();
+                    down = down.next_down();
+                }
+            }
+            for x in xs.into_iter().filter(|x| !x.is_nan()) {
+                let by_edges = edges.below.is_some_and(|below| x.total_cmp(&below).is_le())
+                    || edges.above.is_some_and(|above| x.total_cmp(&above).is_ge());
+                assert_eq!(by_edges, leaves(last, band, x), "{last} ± {band} at {x}");
+            }
+        }
+        assert_eq!(band_edges(f64::NAN, 1.0), None);
+        assert_eq!(band_edges(f64::INFINITY, 1.0), None);
+    }
+
+    #[test]
+    fn the_order_key_sorts_floats_as_total_cmp_does() {
+        let xs = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -1.0,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            5e-324,
+            1.0,
+            f64::MAX,
+            f64::INFINITY,
+        ];
+        for pair in xs.windows(2) {
+            assert!(order_key(pair[0]) < order_key(pair[1]), "{pair:?}");
+        }
+        for x in xs {
+            assert_eq!(from_order_key(order_key(x)).to_bits(), x.to_bits());
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `try_send` only: no producer ever waits for a reader. See `docs/events.md`.
 
 pub mod filter;
+pub mod filter_index;
 pub mod relay;
 pub mod scheduler;
 pub mod sse;
@@ -21,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::EventsConfig;
 use crate::station::Station;
-use filter::{ChannelFilter, Deadband, FilterOptions, ResolveError, SubscriptionFilter};
+use filter::{ChannelFilter, Deadband, FilterOptions, ResolveError};
+use filter_index::{FilterIndex, Slot};
 use sse::StreamSink;
 
 /// The shortest and longest `IntervalMs` a subscription may ask for.
@@ -116,9 +118,35 @@ pub(crate) struct Subscription {
     pub ids: Arc<[u32]>,
     pub interval: Duration,
     pub expires_at: Instant,
+    /// When it is next due, while it is scheduled on its own (`Registry::own_ticks`).
     pub next_due: Instant,
-    /// What the subscription lets through, and what it last sent; `None`: everything.
-    pub filter: Option<Arc<Mutex<SubscriptionFilter>>>,
+    /// Its filters and its place in its interval's [`Beat`]; `None`: everything passes.
+    pub filtered: Option<Filtered>,
+}
+
+/// A filtered subscription's filters (one per channel) and its slot in its beat's index.
+#[derive(Debug)]
+pub(crate) struct Filtered {
+    pub filters: Vec<ChannelFilter>,
+    pub slot: Slot,
+}
+
+/// The filtered subscriptions of one interval: when they are next due, and their index.
+#[derive(Debug, Default)]
+pub(crate) struct Beat {
+    /// The grid point its joined subscriptions are next due at; `None` before any joined.
+    pub next: Option<Instant>,
+    pub index: FilterIndex<Member>,
+}
+
+/// What a beat keeps of each filtered subscription to send its events.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub id: Arc<str>,
+    pub stream: Arc<StreamSink>,
+    pub channels: Arc<[String]>,
+    /// The channels' numbers (`ChannelIds`), in the same order: their outcomes' places.
+    pub ids: Arc<[u32]>,
 }
 
 #[derive(Debug)]
@@ -131,6 +159,11 @@ struct StreamEntry {
 pub(crate) struct Registry {
     streams: HashMap<Arc<str>, StreamEntry>,
     pub subscriptions: HashMap<Arc<str>, Subscription>,
+    /// The subscriptions the scheduler times one by one: every unfiltered one, and a filtered
+    /// one until its first values went out (then its beat times it).
+    pub own_ticks: HashSet<Arc<str>>,
+    /// The filtered subscriptions of each interval, indexed by channel.
+    pub beats: HashMap<Duration, Beat>,
     pub channel_ids: ChannelIds,
     /// The shortest interval any live subscription asks of each channel, by channel number
     /// (`Duration::MAX` for none); `None` after any change of the subscriptions' channels or
@@ -195,9 +228,36 @@ impl Registry {
             .clone()
     }
 
+    /// Files a filtered subscription in its interval's beat; it waits for its first values.
+    fn place(&mut self, subscription: &Subscription, filters: Vec<ChannelFilter>) -> Filtered {
+        let beat = self.beats.entry(subscription.interval).or_default();
+        let member = Member {
+            id: subscription.id.clone(),
+            stream: subscription.stream.clone(),
+            channels: subscription.channels.clone(),
+            ids: subscription.ids.clone(),
+        };
+        let slot = beat.index.add(member, &subscription.ids, &filters);
+        Filtered { filters, slot }
+    }
+
+    /// Takes a filtered subscription out of its beat (and the beat away when it was the last).
+    fn unplace(&mut self, interval: Duration, filtered: &Filtered) {
+        if let Some(beat) = self.beats.get_mut(&interval) {
+            beat.index.remove(filtered.slot);
+            if beat.index.is_empty() {
+                self.beats.remove(&interval);
+            }
+        }
+    }
+
     fn remove_subscription(&mut self, id: &str) -> Option<Subscription> {
         self.shortest = None;
         let subscription = self.subscriptions.remove(id)?;
+        self.own_ticks.remove(id);
+        if let Some(filtered) = &subscription.filtered {
+            self.unplace(subscription.interval, filtered);
+        }
         if let Some(entry) = self.streams.get_mut(&*subscription.stream.id) {
             entry.subscriptions.remove(id);
         }
@@ -300,9 +360,8 @@ impl Events {
             return;
         };
         for subscription in &entry.subscriptions {
-            registry.subscriptions.remove(subscription);
+            registry.remove_subscription(subscription);
         }
-        registry.shortest = None;
         drop(registry);
         entry.sink.close();
         self.changed.notify_one();
@@ -429,7 +488,7 @@ impl Events {
         let sink = entry.sink.clone();
         let id: Arc<str> = random_id().into();
         let ids = registry.channel_ids.numbers_of(&channels);
-        let subscription = Subscription {
+        let mut subscription = Subscription {
             id: id.clone(),
             stream: sink,
             channels,
@@ -438,9 +497,11 @@ impl Events {
             expires_at: now + self.subscription_ttl,
             // The first values go out at once; later ones on the interval's grid.
             next_due: now,
-            filter: filters.map(|filters| Arc::new(Mutex::new(SubscriptionFilter::new(filters)))),
+            filtered: None,
         };
+        subscription.filtered = filters.map(|filters| registry.place(&subscription, filters));
         registry.subscriptions.insert(id.clone(), subscription);
+        registry.own_ticks.insert(id.clone());
         registry.shortest = None;
         if let Some(entry) = registry.streams.get_mut(stream_id) {
             entry.subscriptions.insert(id.clone());
@@ -465,31 +526,39 @@ impl Events {
         let mut registry = self.registry();
         registry.shortest = None;
         let ids = registry.channel_ids.numbers_of(&channels);
-        let subscription = registry
-            .subscriptions
-            .get_mut(id)
-            .filter(|subscription| subscription.expires_at > now)
-            .ok_or_else(|| EventsError::NoSuchSubscription(id.to_owned()))?;
+        let mut subscription = match registry.subscriptions.remove(id) {
+            Some(live) if live.expires_at > now => live,
+            expired => {
+                // Not renewed in time: the sweep ends it where it is.
+                if let Some(expired) = expired {
+                    registry.subscriptions.insert(expired.id.clone(), expired);
+                }
+                return Err(EventsError::NoSuchSubscription(id.to_owned()));
+            }
+        };
         let interval = Duration::from_millis(request.interval_ms);
-        let old_filters = subscription.filter.as_ref().map(|filter| {
-            filter
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .filters()
-                .to_vec()
-        });
+        let old_filters = subscription
+            .filtered
+            .as_ref()
+            .map(|filtered| filtered.filters.clone());
         if interval != subscription.interval
             || channels != subscription.channels
             || old_filters != filters
         {
+            if let Some(filtered) = subscription.filtered.take() {
+                registry.unplace(subscription.interval, &filtered);
+            }
+            subscription.channels = channels;
+            subscription.ids = ids;
+            subscription.interval = interval;
             subscription.next_due = now;
-            subscription.filter =
-                filters.map(|filters| Arc::new(Mutex::new(SubscriptionFilter::new(filters))));
+            subscription.filtered = filters.map(|filters| registry.place(&subscription, filters));
+            registry.own_ticks.insert(subscription.id.clone());
         }
-        subscription.channels = channels;
-        subscription.ids = ids;
-        subscription.interval = interval;
         subscription.expires_at = now + self.subscription_ttl;
+        registry
+            .subscriptions
+            .insert(subscription.id.clone(), subscription);
         drop(registry);
         self.changed.notify_one();
         Ok(SubscriptionGrant {

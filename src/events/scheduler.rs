@@ -8,18 +8,24 @@
 //! [`FRESH_FRACTION`] of the shortest interval any subscription asks of it; so each channel
 //! is read at most about once per that interval, however many subscriptions name it, and a
 //! value read by anyone else in the meantime is reused.
+//!
+//! Unfiltered subscriptions are timed one by one and served first: their events need no
+//! decision. Filtered ones are timed by their interval's [`Beat`](super::Beat) once their first values went
+//! out; a beat's tick asks its [`FilterIndex`] which (subscription, channel) pairs pass, in
+//! time proportional to them, and queues an event for each subscription with any.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value as Json, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Events;
-use super::filter::{Observed, SubscriptionFilter};
+use super::filter::Observed;
+use super::filter_index::{FilterIndex, Slot};
 use super::sse::{Push, StreamSink};
+use super::{Events, Member};
 use crate::numeric::NUMERIC_RESULT_FLAG;
 use crate::station::{ConsumingRule, Freshness, ItemError, ReadPolicy, UnknownRule};
 use station_protocol::Value;
@@ -32,17 +38,40 @@ pub const FRESH_FRACTION: (u32, u32) = (3, 4);
 /// The scheduler wakes at least this often to end expired subscriptions and stuck streams.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// What one tick owes one subscription.
+/// What one tick owes one unfiltered subscription.
 struct Due {
     id: Arc<str>,
     stream: Arc<StreamSink>,
     channels: Arc<[String]>,
     /// The channels' numbers (`ChannelIds`), in the same order: their outcomes' places.
     ids: Arc<[u32]>,
-    /// The grid point it was due at: a filter's intervals are counted between these, so a
-    /// late tick does not move a heartbeat.
+}
+
+/// A filtered subscription's first values, decided off the grid at `at`.
+struct Starting {
+    interval: Duration,
+    slot: Slot,
+    id: Arc<str>,
     at: Instant,
-    filter: Option<Arc<Mutex<SubscriptionFilter>>>,
+}
+
+/// What one tick does.
+#[derive(Default)]
+struct Plan {
+    plain: Vec<Due>,
+    starting: Vec<Starting>,
+    /// The beats due, each with the grid point it is due at: a filter's intervals are counted
+    /// between these, so a late tick does not move a heartbeat.
+    beats: Vec<(Duration, Instant)>,
+    wanted: Vec<Wanted>,
+    /// How many channel numbers there are.
+    count: usize,
+}
+
+impl Plan {
+    fn is_empty(&self) -> bool {
+        self.plain.is_empty() && self.starting.is_empty() && self.beats.is_empty()
+    }
 }
 
 /// One channel a tick reads, once however many due subscriptions name it.
@@ -86,18 +115,23 @@ impl Outcome {
 
 /// Runs until `shutdown`.
 pub async fn run(events: Arc<Events>, shutdown: CancellationToken) {
+    // Ending expired subscriptions walks all of them: done when one may have expired, when
+    // the subscriptions changed, and every SWEEP_EVERY for stuck streams; not on every tick.
+    let mut sweep_at = Instant::now();
+    let mut changed = true;
     loop {
         let now = Instant::now();
-        let next_expiry = events.sweep(now);
-        let next_due = tick(&events, &shutdown).await;
-        let mut wake = Instant::now() + SWEEP_EVERY;
-        for at in [next_expiry, next_due].into_iter().flatten() {
-            wake = wake.min(at);
+        if changed || now >= sweep_at {
+            let next_expiry = events.sweep(now);
+            sweep_at = next_expiry.map_or(now + SWEEP_EVERY, |at| at.min(now + SWEEP_EVERY));
         }
+        let next_due = tick(&events, &shutdown).await;
+        let wake = next_due.map_or(sweep_at, |at| at.min(sweep_at));
+        changed = false;
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => return,
-            _ = events.changed.notified() => {}
+            _ = events.changed.notified() => changed = true,
             _ = tokio::time::sleep_until(wake) => {}
         }
     }
@@ -106,107 +140,259 @@ pub async fn run(events: Arc<Events>, shutdown: CancellationToken) {
 /// Serves every due subscription; returns when the next one is due.
 async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> {
     let now = Instant::now();
-    let (due, wanted, count) = plan(events, now);
-    if !due.is_empty() {
-        let outcomes = read_channels(events, &wanted, count, shutdown).await;
-        // Subscriptions to the same channels share one serialization of their values; only
-        // the subscription id differs between their events.
-        let mut bodies: HashMap<&[u32], String> = HashMap::new();
-        let mut scratch = Scratch::default();
-        for subscription in &due {
-            match &subscription.filter {
-                None => {
-                    let body = bodies.entry(&subscription.ids[..]).or_insert_with(|| {
-                        values_body(
-                            subscription
-                                .channels
-                                .iter()
-                                .zip(subscription.ids.iter())
-                                .map(|(name, &id)| (name, Outcome::of(&outcomes, id))),
-                        )
-                    });
-                    let data = values_event_with(&subscription.id, body);
-                    let _ = subscription.stream.push("values", &data);
-                }
-                Some(filter) => {
-                    let mut filter = filter.lock().unwrap_or_else(|poison| poison.into_inner());
-                    send_filtered(subscription, &mut filter, &outcomes, &mut scratch);
-                }
+    let plan = plan(events, now);
+    if !plan.is_empty() {
+        let outcomes = read_channels(events, &plan.wanted, plan.count, shutdown).await;
+        send_plain(&plan.plain, &outcomes);
+        let filtered_due = !(plan.starting.is_empty() && plan.beats.is_empty());
+        if !plan.plain.is_empty() && filtered_due {
+            // Let the streams just woken write their events before the filtered ones are
+            // decided and serialized on this thread.
+            tokio::task::yield_now().await;
+        }
+        let mut registry = events.registry();
+        let mut positions = Vec::new();
+        for starting in &plan.starting {
+            let Some(beat) = registry.beats.get_mut(&starting.interval) else {
+                continue;
+            };
+            // Ended or changed during the read: its slot may be another's now.
+            if beat
+                .index
+                .meta(starting.slot)
+                .is_none_or(|member| member.id != starting.id)
+            {
+                continue;
+            }
+            let observe = |id: u32| Outcome::observed(Outcome::of(&outcomes, id));
+            beat.index
+                .evaluate_member(starting.slot, starting.at, observe, &mut positions);
+            send_passed(
+                &mut beat.index,
+                starting.slot,
+                &positions,
+                &outcomes,
+                starting.at,
+            );
+        }
+        let mut passed = Vec::new();
+        for (interval, at) in &plan.beats {
+            if let Some(beat) = registry.beats.get_mut(interval) {
+                serve_beat(&mut beat.index, *at, &outcomes, &mut passed);
             }
         }
     }
-    events
-        .registry()
-        .subscriptions
-        .values()
-        .map(|subscription| subscription.next_due)
-        .min()
+    let registry = events.registry();
+    let own = registry
+        .own_ticks
+        .iter()
+        .filter_map(|id| registry.subscriptions.get(id))
+        .map(|subscription| subscription.next_due);
+    let beats = registry.beats.values().filter_map(|beat| beat.next);
+    own.chain(beats).min()
 }
 
-/// Picks the due subscriptions and moves each to its next grid point; also gives every
-/// channel they name, once, with the cache age it accepts, and how many channel numbers
-/// there are.
-fn plan(events: &Events, now: Instant) -> (Vec<Due>, Vec<Wanted>, usize) {
-    let mut registry = events.registry();
-    let mut due = Vec::new();
-    // The next grid point of each interval in use, worked out once per interval per tick.
-    let mut grid: Vec<(Duration, Instant)> = Vec::new();
-    for subscription in registry.subscriptions.values_mut() {
-        if subscription.next_due <= now {
-            let at = subscription.next_due;
-            let interval = subscription.interval;
-            let mut next = match grid.iter().find(|(of, _)| *of == interval) {
-                Some((_, point)) => *point,
-                None => {
-                    let point = next_on_grid(events.epoch, interval, now);
-                    grid.push((interval, point));
-                    point
-                }
-            };
-            // After the first values (sent at once, off the grid) or a late tick, keep at
-            // least half an interval between two events of one subscription.
-            if next.duration_since(now) < subscription.interval / 2 {
-                next += subscription.interval;
-            }
-            subscription.next_due = next;
-            due.push(Due {
-                id: subscription.id.clone(),
-                stream: subscription.stream.clone(),
-                channels: subscription.channels.clone(),
-                ids: subscription.ids.clone(),
-                at,
-                filter: subscription.filter.clone(),
-            });
+/// Queues every due unfiltered subscription's `values` event. Subscriptions to the same
+/// channels share one serialization of their values; only the subscription id differs.
+fn send_plain(due: &[Due], outcomes: &[Option<Outcome>]) {
+    let mut bodies: HashMap<&[u32], String> = HashMap::new();
+    for subscription in due {
+        let body = bodies.entry(&subscription.ids[..]).or_insert_with(|| {
+            values_body(
+                subscription
+                    .channels
+                    .iter()
+                    .zip(subscription.ids.iter())
+                    .map(|(name, &id)| (name, Outcome::of(outcomes, id))),
+            )
+        });
+        let data = values_event_with(&subscription.id, body);
+        let _ = subscription.stream.push("values", &data);
+    }
+}
+
+/// A beat's tick at grid point `at`: asks the index what passes and queues each
+/// subscription's event as soon as its channels are known.
+fn serve_beat(
+    index: &mut FilterIndex<Member>,
+    at: Instant,
+    outcomes: &[Option<Outcome>],
+    passed: &mut Vec<(Slot, u32)>,
+) {
+    let observe = |id: u32| Outcome::observed(Outcome::of(outcomes, id));
+    index.evaluate(at, observe, passed);
+    let mut positions = Vec::new();
+    // Subscriptions through which the same channels passed share one serialization (a text
+    // that changed passes for every subscriber of it in the same tick).
+    let mut bodies: HashMap<Vec<u32>, String> = HashMap::new();
+    let mut key = Vec::new();
+    for member in passed.chunk_by(|a, b| a.0 == b.0) {
+        positions.clear();
+        positions.extend(member.iter().map(|&(_, position)| position));
+        let slot = member[0].0;
+        let Some(meta) = index.meta(slot) else {
+            continue;
+        };
+        key.clear();
+        key.extend(
+            positions
+                .iter()
+                .map(|&position| meta.ids[position as usize]),
+        );
+        if !bodies.contains_key(&key) {
+            bodies.insert(key.clone(), passed_body(meta, &positions, outcomes));
+        }
+        let body = &bodies[&key];
+        let pushed = meta
+            .stream
+            .push("values", &values_event_with(&meta.id, body));
+        if pushed == Push::Queued {
+            index.sent(slot, &positions, observe, at);
         }
     }
-    if due.is_empty() {
-        return (due, Vec::new(), 0);
+}
+
+/// Everything of a filtered subscription's `values` event but its id, for the channels at
+/// `positions`.
+fn passed_body(member: &Member, positions: &[u32], outcomes: &[Option<Outcome>]) -> String {
+    values_body(positions.iter().map(|&position| {
+        let position = position as usize;
+        (
+            &member.channels[position],
+            Outcome::of(outcomes, member.ids[position]),
+        )
+    }))
+}
+
+/// Queues a filtered subscription's `values` event with the channels at `positions`, or
+/// nothing when there are none. What went out is what the filter compares with next: a dropped
+/// event (the reader is behind) leaves it as it was, so its changes go out on a later tick.
+fn send_passed(
+    index: &mut FilterIndex<Member>,
+    slot: Slot,
+    positions: &[u32],
+    outcomes: &[Option<Outcome>],
+    at: Instant,
+) {
+    let Some(member) = index.meta(slot) else {
+        return;
+    };
+    if positions.is_empty() {
+        return;
+    }
+    let body = passed_body(member, positions, outcomes);
+    let pushed = member
+        .stream
+        .push("values", &values_event_with(&member.id, &body));
+    if pushed == Push::Queued {
+        let observe = |id: u32| Outcome::observed(Outcome::of(outcomes, id));
+        index.sent(slot, positions, observe, at);
+    }
+}
+
+/// The next grid point of `interval` for a subscription served at `now`: after the first
+/// values (sent at once, off the grid) or a late tick, at least half an interval away.
+fn next_point(epoch: Instant, interval: Duration, now: Instant) -> Instant {
+    let mut next = next_on_grid(epoch, interval, now);
+    if next.duration_since(now) < interval / 2 {
+        next += interval;
+    }
+    next
+}
+
+/// Picks the due subscriptions and beats and moves each to its next grid point; a filtered
+/// subscription whose first values are due joins its beat from the point it would tick at
+/// next. Also gives every channel they name, once, with the cache age it accepts.
+fn plan(events: &Events, now: Instant) -> Plan {
+    let mut registry = events.registry();
+    let registry = &mut *registry;
+    let mut plan = Plan::default();
+    // The next grid point of each interval in use, worked out once per interval per tick.
+    let mut grid: Vec<(Duration, Instant)> = Vec::new();
+    let mut next_of = |interval: Duration| match grid.iter().find(|(of, _)| *of == interval) {
+        Some((_, point)) => *point,
+        None => {
+            let point = next_point(events.epoch, interval, now);
+            grid.push((interval, point));
+            point
+        }
+    };
+    let mut named: Vec<u32> = Vec::new();
+    let mut joined = Vec::new();
+    for id in &registry.own_ticks {
+        let Some(subscription) = registry.subscriptions.get_mut(id) else {
+            continue;
+        };
+        if subscription.next_due > now {
+            continue;
+        }
+        let at = subscription.next_due;
+        let next = next_of(subscription.interval);
+        named.extend(subscription.ids.iter());
+        match &subscription.filtered {
+            None => {
+                subscription.next_due = next;
+                plan.plain.push(Due {
+                    id: subscription.id.clone(),
+                    stream: subscription.stream.clone(),
+                    channels: subscription.channels.clone(),
+                    ids: subscription.ids.clone(),
+                });
+            }
+            Some(filtered) => {
+                plan.starting.push(Starting {
+                    interval: subscription.interval,
+                    slot: filtered.slot,
+                    id: subscription.id.clone(),
+                    at,
+                });
+                if let Some(beat) = registry.beats.get_mut(&subscription.interval) {
+                    beat.index.join(filtered.slot, next);
+                    beat.next = Some(beat.next.map_or(next, |point| point.min(next)));
+                }
+                joined.push(id.clone());
+            }
+        }
+    }
+    for id in &joined {
+        registry.own_ticks.remove(id);
+    }
+    let mut channels = Vec::new();
+    for (&interval, beat) in registry.beats.iter_mut() {
+        let Some(at) = beat.next.filter(|at| *at <= now) else {
+            continue;
+        };
+        beat.next = Some(next_of(interval));
+        beat.index.channels_due(at, &mut channels);
+        named.extend(&channels);
+        plan.beats.push((interval, at));
+    }
+    if plan.is_empty() {
+        return plan;
     }
     let shortest = registry.shortest();
     let count = registry.channel_ids.len();
     let mut taken = vec![false; count];
-    let mut wanted = Vec::new();
-    for subscription in &due {
-        for &id in subscription.ids.iter() {
-            let Some(seen) = taken.get_mut(id as usize) else {
-                continue;
-            };
-            if !*seen {
-                *seen = true;
-                let interval = shortest
-                    .get(id as usize)
-                    .copied()
-                    .filter(|interval| *interval != Duration::MAX)
-                    .unwrap_or(Duration::from_millis(super::MIN_INTERVAL_MS));
-                wanted.push(Wanted {
-                    id,
-                    name: registry.channel_ids.name(id).to_owned(),
-                    max_age: interval * FRESH_FRACTION.0 / FRESH_FRACTION.1,
-                });
-            }
+    for id in named {
+        let Some(seen) = taken.get_mut(id as usize) else {
+            continue;
+        };
+        if !*seen {
+            *seen = true;
+            let interval = shortest
+                .get(id as usize)
+                .copied()
+                .filter(|interval| *interval != Duration::MAX)
+                .unwrap_or(Duration::from_millis(super::MIN_INTERVAL_MS));
+            plan.wanted.push(Wanted {
+                id,
+                name: registry.channel_ids.name(id).to_owned(),
+                max_age: interval * FRESH_FRACTION.0 / FRESH_FRACTION.1,
+            });
         }
     }
-    (due, wanted, count)
+    plan.count = count;
+    plan
 }
 
 /// The first point of `interval`'s grid from `epoch` strictly after `now`.
@@ -313,46 +499,6 @@ fn values_event(id: &str, channels: &[String], outcomes: &[Option<Outcome>]) -> 
     values_event_with(id, &values_body(pairs))
 }
 
-/// The list one filtered subscription's decision needs, kept from one subscription to the
-/// next within a tick so that thousands of them do not each allocate their own.
-#[derive(Default)]
-struct Scratch {
-    passed: Vec<usize>,
-}
-
-/// Queues a filtered subscription's `values` event with the channels that passed its filter,
-/// or nothing when none did. What went out is what the filter compares with next: a dropped
-/// event (the reader is behind) leaves it as it was, so its changes go out on a later tick.
-fn send_filtered(
-    due: &Due,
-    filter: &mut SubscriptionFilter,
-    outcomes: &[Option<Outcome>],
-    scratch: &mut Scratch,
-) {
-    let observed = |index: usize| Outcome::observed(Outcome::of(outcomes, due.ids[index]));
-    let passed = &mut scratch.passed;
-    passed.clear();
-    passed
-        .extend((0..due.ids.len()).filter(|&index| filter.passes(index, observed(index), due.at)));
-    if passed.is_empty() {
-        return;
-    }
-    let body = values_body(
-        passed
-            .iter()
-            .map(|&index| (&due.channels[index], Outcome::of(outcomes, due.ids[index]))),
-    );
-    if due
-        .stream
-        .push("values", &values_event_with(&due.id, &body))
-        == Push::Queued
-    {
-        for &index in passed.iter() {
-            filter.sent(index, observed(index), due.at);
-        }
-    }
-}
-
 /// A `values` event's data from its subscription id and [`values_body`].
 fn values_event_with(id: &str, body: &str) -> String {
     let id = Json::String(id.to_owned());
@@ -446,27 +592,32 @@ mod tests {
         }
     }
 
-    fn filtered_due(stream: Arc<StreamSink>, band: f64, at: Instant) -> Due {
+    /// A beat with one filtered subscription over channels A and B (numbers 0 and 1), joined
+    /// from `at`.
+    fn filtered_beat(
+        stream: Arc<StreamSink>,
+        band: f64,
+        at: Instant,
+    ) -> (FilterIndex<Member>, Slot) {
         use crate::events::filter::ChannelFilter;
         let filter = ChannelFilter {
             deadband: Some(band),
             ..ChannelFilter::default()
         };
-        Due {
+        let mut index = FilterIndex::default();
+        let member = Member {
             id: "s1".into(),
             stream,
             channels: vec!["A".to_owned(), "B".to_owned()].into(),
             ids: vec![0, 1].into(),
-            at,
-            filter: Some(Arc::new(Mutex::new(SubscriptionFilter::new(vec![
-                filter, filter,
-            ])))),
-        }
+        };
+        let slot = index.add(member, &[0, 1], &[filter, filter]);
+        index.join(slot, at);
+        (index, slot)
     }
 
-    fn send(due: &Due, outcomes: &[Option<Outcome>]) {
-        let mut filter = due.filter.as_ref().unwrap().lock().unwrap();
-        send_filtered(due, &mut filter, outcomes, &mut Scratch::default());
+    fn send(index: &mut FilterIndex<Member>, at: Instant, outcomes: &[Option<Outcome>]) {
+        serve_beat(index, at, outcomes, &mut Vec::new());
     }
 
     /// The data of the next queued event, if any.
@@ -483,28 +634,30 @@ mod tests {
     #[tokio::test]
     async fn a_filtered_event_carries_only_what_passed_and_none_when_nothing_did() {
         let (sink, mut receiver) = StreamSink::new("stream".into(), 8);
-        let due = filtered_due(sink, 1.0, Instant::now());
+        let t0 = Instant::now();
+        let tick = |k: u32| t0 + Duration::from_millis(100) * k;
+        let (mut index, _) = filtered_beat(sink, 1.0, t0);
         let mut outcomes = vec![Some(float(1.0)), Some(float(5.0))];
-        send(&due, &outcomes);
+        send(&mut index, tick(0), &outcomes);
         let first = next_data(&mut receiver).expect("the first values go out");
         assert_eq!(first["values"], json!({ "A": "1", "B": "5" }));
 
         outcomes[0] = Some(float(1.5));
         outcomes[1] = Some(float(6.5));
-        send(&due, &outcomes);
+        send(&mut index, tick(1), &outcomes);
         let second = next_data(&mut receiver).expect("B moved by more than the band");
         assert_eq!(second["values"], json!({ "B": "6.5" }));
         assert_eq!(second["ageMs"], json!({ "B": 0.5 }));
         assert!(second["errors"].is_null());
 
         // A moved 0.5 from what was sent (1), B not at all: no event.
-        send(&due, &outcomes);
+        send(&mut index, tick(2), &outcomes);
         assert!(next_data(&mut receiver).is_none());
 
         // A read error passes whatever the band; a channel not read counts as one.
         outcomes[0] = Some(Outcome::Error("timed out".into()));
         outcomes[1] = None;
-        send(&due, &outcomes);
+        send(&mut index, tick(3), &outcomes);
         let third = next_data(&mut receiver).unwrap();
         assert_eq!(third["values"], json!({}));
         assert_eq!(third["errors"], json!({ "A": "timed out", "B": NOT_READ }));
@@ -513,13 +666,32 @@ mod tests {
     #[tokio::test]
     async fn an_event_dropped_for_a_slow_reader_is_not_counted_as_sent() {
         let (sink, mut receiver) = StreamSink::new("stream".into(), 1);
-        let due = filtered_due(sink.clone(), 1.0, Instant::now());
+        let t0 = Instant::now();
+        let (mut index, _) = filtered_beat(sink.clone(), 1.0, t0);
         let outcomes = vec![Some(float(1.0)), Some(float(2.0))];
         assert_eq!(sink.push("filler", "{}"), Push::Queued);
-        send(&due, &outcomes); // dropped: the queue is full
+        send(&mut index, t0, &outcomes); // dropped: the queue is full
         assert!(next_data(&mut receiver).is_some(), "the filler");
-        send(&due, &outcomes);
+        send(&mut index, t0 + Duration::from_millis(100), &outcomes);
         let data = next_data(&mut receiver).expect("sent again: the drop did not count");
         assert_eq!(data["values"], json!({ "A": "1", "B": "2" }));
+    }
+
+    #[tokio::test]
+    async fn a_subscription_is_not_served_by_its_beat_before_the_point_it_joined_from() {
+        let (sink, mut receiver) = StreamSink::new("stream".into(), 8);
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(200);
+        let (mut index, slot) = filtered_beat(sink, 1.0, later);
+        let outcomes = vec![Some(float(1.0)), Some(float(2.0))];
+        send(&mut index, t0 + Duration::from_millis(100), &outcomes);
+        assert!(next_data(&mut receiver).is_none(), "not due yet");
+        // Its first values, off the grid, decided one by one.
+        let mut positions = Vec::new();
+        let observe = |id: u32| Outcome::observed(Outcome::of(&outcomes, id));
+        index.evaluate_member(slot, t0, observe, &mut positions);
+        assert_eq!(positions, [0, 1]);
+        send(&mut index, later, &outcomes);
+        assert!(next_data(&mut receiver).is_some(), "due from its point on");
     }
 }
