@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::backends::{history_postgres, history_table};
+use common::backends::{drop_history_tables, history_postgres, history_table, unix_ms_now};
 use common::proxy::StallingProxy;
 use common::{VMON1, config_for, default_simulator, rig_on, start_gateway, until, within};
 use serde_json::Value as Json;
@@ -95,12 +95,7 @@ async fn samples_are_archived_and_a_restart_reads_them_back() {
         "every sample seen before the restart is there after it"
     );
     gateway.stop().await;
-    client
-        .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
-        ))
-        .await
-        .unwrap();
+    drop_history_tables(&client, &table).await;
 }
 
 #[tokio::test]
@@ -188,12 +183,7 @@ async fn a_database_outage_loses_no_sample_and_never_slows_a_read() {
         .unwrap()
         .get(0);
     assert_eq!(distinct, recorded as i64, "every recorded sample, once");
-    client
-        .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
-        ))
-        .await
-        .unwrap();
+    drop_history_tables(&client, &table).await;
 }
 
 /// The database's TCP address in `url`, and `url` with that address replaced by another's.
@@ -231,10 +221,7 @@ async fn retention_drops_the_partitions_older_than_it() {
     let (url, client) = history_postgres().await;
     let table = history_table("retention");
     let writer_client = writer::connect(&url, &table).await.unwrap();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = unix_ms_now();
     let day = schema::DAY_MS;
     let batch: Vec<ArchivedSample> = [40, 31, 30, 2, 0]
         .iter()
@@ -287,12 +274,7 @@ async fn retention_drops_the_partitions_older_than_it() {
         3,
         "the minutes go with their days"
     );
-    client
-        .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
-        ))
-        .await
-        .unwrap();
+    drop_history_tables(&client, &table).await;
 }
 
 /// A known channel over three hours: a number every 0.7 s or so (quarters, so every sum is
@@ -343,10 +325,7 @@ async fn minutes_answer_every_fn_as_the_samples_do_across_edges_gaps_and_the_mem
     let (url, client) = history_postgres().await;
     let table = history_table("minutes");
     let mut writer_client = writer::connect(&url, &table).await.unwrap();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = unix_ms_now();
     let minute = 60_000;
     let base = now_ms - now_ms % minute - 86_400_000;
     let samples = known_samples(base);
@@ -456,12 +435,7 @@ async fn minutes_answer_every_fn_as_the_samples_do_across_edges_gaps_and_the_mem
         .get(0);
     // 30:10 to 33:40 not reached, 50:05 a read error, 70:30 a NaN, 100:00 the gateway stopped.
     assert_eq!(irregular, 7);
-    client
-        .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
-        ))
-        .await
-        .unwrap();
+    drop_history_tables(&client, &table).await;
 }
 
 #[tokio::test]
@@ -470,10 +444,7 @@ async fn an_archive_written_before_the_minutes_is_answered_from_its_samples() {
     use station_gateway::history::bucket::{Buckets, Reduce, reduce_in};
     let (url, client) = history_postgres().await;
     let table = history_table("upgrade");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = unix_ms_now();
     let minute = 60_000;
     let base = now_ms - now_ms % minute - 86_400_000;
     let samples = known_samples(base);
@@ -537,12 +508,7 @@ async fn an_archive_written_before_the_minutes_is_answered_from_its_samples() {
             how.name()
         );
     }
-    client
-        .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
-        ))
-        .await
-        .unwrap();
+    drop_history_tables(&client, &table).await;
 }
 
 #[tokio::test]
@@ -553,10 +519,7 @@ async fn a_batch_written_again_after_its_commit_is_archived_once() {
     let (url, client) = history_postgres().await;
     let table = history_table("twice");
     let mut writer_client = writer::connect(&url, &table).await.unwrap();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = unix_ms_now();
     let batch = |first: u64| -> Vec<ArchivedSample> {
         (first..first + 50)
             .map(|i| ArchivedSample {
@@ -637,12 +600,7 @@ async fn a_batch_written_again_after_its_commit_is_archived_once() {
         .get(0);
     assert_eq!(counted, 100, "the minutes count each sample once");
     assert_eq!(history.counters.archived.load(Ordering::Relaxed), 100);
-    client
-        .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
-        ))
-        .await
-        .unwrap();
+    drop_history_tables(&client, &table).await;
 }
 
 /// The archive figures, on this machine's PostgreSQL (run on its own:
@@ -656,10 +614,7 @@ async fn bench_archive_insert_rate_and_a_30_day_query() {
     let (url, client) = history_postgres().await;
     let table = history_table("bench");
     let mut writer_client = writer::connect(&url, &table).await.unwrap();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = unix_ms_now();
     let start = now_ms - 30 * schema::DAY_MS;
     let total = 30 * 86_400u64;
     let channel: std::sync::Arc<str> = VMON1.into();
@@ -741,10 +696,5 @@ async fn bench_archive_insert_rate_and_a_30_day_query() {
         Some(series),
         "the minutes answer as the samples do"
     );
-    client
-        .batch_execute(&format!(
-            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
-        ))
-        .await
-        .unwrap();
+    drop_history_tables(&client, &table).await;
 }

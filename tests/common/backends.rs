@@ -150,6 +150,24 @@ pub async fn history_postgres() -> (String, tokio_postgres::Client) {
     }
 }
 
+/// Drops an archive test's table and the tables the archive keeps beside it.
+pub async fn drop_history_tables(client: &tokio_postgres::Client, table: &str) {
+    client
+        .batch_execute(&format!(
+            "DROP TABLE {table}, {table}_minutes, {table}_meta, {table}_batches"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Now, in milliseconds since the Unix epoch (the archive's time axis).
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 /// A table name of the test's own, so tests running at once never share one.
 pub fn history_table(test: &str) -> String {
     format!(
