@@ -313,20 +313,7 @@ fn a_station_that_comes_back_while_a_released_lease_settles_gets_no_safe_state()
     };
     machine.on(link(true, 1), now);
     let token = held_by(&mut machine, "A", 4, now);
-    machine.on(
-        Event::Release {
-            presented: token.as_str().into(),
-        },
-        now,
-    );
-    machine.on(
-        Event::Released {
-            token,
-            releasing: Releasing::Holder,
-            answer: Ok(true),
-        },
-        now,
-    );
+    released(&mut machine, token, now);
     assert_eq!(ending_of(&machine), ("A".into(), false, 0));
     // A released lease owes no safe state: a new connection before its changes settled
     // must not send one.

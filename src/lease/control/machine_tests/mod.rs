@@ -76,6 +76,24 @@ fn held_by(machine: &mut LeaseMachine, owner: &str, fence: u64, now: Instant) ->
     token
 }
 
+/// The holder releases `token` and the store confirms it: the lease is ending.
+fn released(machine: &mut LeaseMachine, token: LeaseToken, now: Instant) {
+    machine.on(
+        Event::Release {
+            presented: token.as_str().into(),
+        },
+        now,
+    );
+    machine.on(
+        Event::Released {
+            token,
+            releasing: Releasing::Holder,
+            answer: Ok(true),
+        },
+        now,
+    );
+}
+
 fn refusal(actions: &[Action]) -> &LeaseError {
     match actions {
         [.., Action::Answer(Answer::Refused(refusal))] => refusal,
@@ -279,20 +297,7 @@ fn between_leases_an_acquire_is_refused_or_waits() {
     let now = Instant::now();
     let mut machine = LeaseMachine::new(false, now);
     let token = held_by(&mut machine, "A", 1, now);
-    machine.on(
-        Event::Release {
-            presented: token.as_str().into(),
-        },
-        now,
-    );
-    machine.on(
-        Event::Released {
-            token,
-            releasing: Releasing::Holder,
-            answer: Ok(true),
-        },
-        now,
-    );
+    released(&mut machine, token, now);
     let actions = machine.on(acquire("B", false, true), now);
     assert!(matches!(refusal(&actions), LeaseError::Ending { owner } if owner == "A"));
     let actions = machine.on(acquire("B", true, true), now);
