@@ -274,7 +274,10 @@ impl Connection {
                     request.extensions_mut().insert(routes::LocalAddr(local));
                 }
                 async move {
-                    let response = answer(gateway, request, peer, kind, &usage).await;
+                    // Boxed: hyper keeps a box sized for this future for as long as the
+                    // connection lives, and `answer`'s future is about 5 KB, which every open
+                    // event stream would otherwise hold after its answer went out (issue 30).
+                    let response = Box::pin(answer(gateway, request, peer, kind, &usage)).await;
                     Ok::<_, Infallible>(response.map(|body| CountedBody::new(body, in_progress)))
                 }
             })
