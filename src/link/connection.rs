@@ -257,11 +257,19 @@ impl Connection {
         kind: InFlightKind,
         now: Instant,
     ) -> Result<(), LinkDown> {
-        let opcode = request.opcode();
-        let frame = request.to_frame(id).map_err(|source| LinkDown::Encode {
-            opcode,
-            source: Arc::new(source),
-        })?;
+        let frame = encode(id, &request)?;
+        self.send_frame(id, request.opcode(), frame, kind, now)
+    }
+
+    /// Starts sending an encoded frame and tracks its request until answered.
+    fn send_frame(
+        &mut self,
+        id: u32,
+        opcode: station_protocol::Opcode,
+        frame: RawFrame,
+        kind: InFlightKind,
+        now: Instant,
+    ) -> Result<(), LinkDown> {
         self.start_send(frame)?;
         self.session.track(id, opcode, None, kind, now);
         Ok(())
@@ -476,22 +484,17 @@ impl Connection {
             names: std::mem::take(&mut batch.names),
         };
         let id = self.session.take_id();
-        let encoded = request.to_frame(id);
+        let encoded = encode(id, &request);
         if let Request::Read { names } = request {
             batch.names = names;
         }
-        let frame = encoded.map_err(|source| LinkDown::Encode {
-            opcode: station_protocol::Opcode::Read,
-            source: Arc::new(source),
-        })?;
-        self.start_send(frame)?;
-        self.session.track(
+        self.send_frame(
             id,
             station_protocol::Opcode::Read,
-            None,
+            encoded?,
             InFlightKind::Read(batch),
             now,
-        );
+        )?;
         shared.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
         shared.stats.read_frames.fetch_add(1, Ordering::Relaxed);
         shared.stats.names_read.fetch_add(count, Ordering::Relaxed);
@@ -597,5 +600,12 @@ fn refused(shared: &Shared, guard: Option<&SendGuard>) -> Result<(), LinkError> 
     }
 }
 
+/// A request's frame with `id`; an encoding failure ends the connection, naming the opcode.
+fn encode(id: u32, request: &Request) -> Result<RawFrame, LinkDown> {
+    request.to_frame(id).map_err(|source| LinkDown::Encode {
+        opcode: request.opcode(),
+        source: Arc::new(source),
+    })
+}
 #[cfg(test)]
 mod tests;
