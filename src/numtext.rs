@@ -25,18 +25,8 @@ impl<const N: usize> ShortText<N> {
         self.len += 1;
     }
 
-    fn push_u64(&mut self, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        for &digit in &digits[at..] {
+    fn push_u64(&mut self, n: u64) {
+        for &digit in itoa::Buffer::new().format(n).as_bytes() {
             self.push(digit);
         }
     }
