@@ -196,6 +196,64 @@ async fn a_change_in_doubt_when_the_lease_is_released_lands_before_the_next_hold
     gateway.stop().await;
 }
 
+/// Scenario (c): a change made while nobody held the lease is in doubt when someone takes
+/// it. The grant waits for it (it is counted under no fence, and the new holder gets its id
+/// only once it has left the station), so it never lands under the new holder's lease.
+#[tokio::test]
+async fn a_lease_less_change_in_doubt_lands_before_the_next_lease_is_granted() {
+    let sim = station_slow_over_vset1().await;
+    let gateway = start_gateway(config_for(&sim, |config| {
+        config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
+    }))
+    .await;
+    let lease = gateway.gateway.lease.clone();
+    let guard = lease.admit(Access::Change, None).unwrap().guard;
+    let sent = Instant::now();
+    let error = gateway
+        .link()
+        .write(slow_on(), guard)
+        .await
+        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
+    assert_in_doubt(&error);
+    let b = lease
+        .acquire(
+            "TAT station 4".into(),
+            Duration::from_secs(30),
+            None,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let granted = sent.elapsed();
+    let applied = sim
+        .write_log()
+        .into_iter()
+        .find(|w| w.channel == ON1)
+        .map(|w| w.at.into_std() - sent)
+        .expect("the lease-less change was applied before the grant");
+    assert!(
+        applied <= granted,
+        "granted {granted:?} after the write, before the station applied it ({applied:?})"
+    );
+    let guard = lease
+        .admit(Access::Change, Some(&b.lease_id))
+        .unwrap()
+        .guard;
+    gateway
+        .link()
+        .write(vec![(ON1.into(), Value::Bool(false))], guard)
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(
+        on1_writes(&sim),
+        [Value::Bool(true), Value::Bool(false)],
+        "the lease-less change in doubt overrode the new holder's"
+    );
+    gateway.stop().await;
+}
+
 /// Past `station.max_processing_ms` the lease's end stops waiting: the link is reset, the
 /// station abandons the write of the closed connection (SPEC.md §4), and the safe state goes
 /// out on the next connection. The ended lease's `ON1=True` never lands.

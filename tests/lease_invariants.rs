@@ -197,8 +197,8 @@ async fn contending_clients_never_hold_at_once_and_only_holders_write() {
             attempt.status
         );
         if attempt.fence == 0 {
-            // Without a lease: applied only if answered 200 (nobody held it then).
-            assert_eq!(attempt.status, 200, "{attempt:?}");
+            // Without a lease: admitted while nobody held it (answered 200, or 502/504 when
+            // in doubt on a loaded machine); the check below holds it to "never while held".
             free_write_since = true;
             continue;
         }
@@ -260,8 +260,9 @@ async fn station_with_slow_vset1() -> station_simulator::SimulatorHandle {
 /// that lapses leaves a safe state. The write log must then be in fence order: every applied
 /// change carries the newest fence granted when it was applied, and none of a lease appears
 /// after that lease's end (its `lease` event, published once its changes have left the station)
-/// or after a safe state that followed it. One write, midway, takes longer than two request
-/// timeouts: answered 504, in doubt, and still applied before its lease's end.
+/// or after a safe state that followed it; a lease-less one is applied while nobody held it.
+/// One write, midway, takes longer than two request timeouts: answered 504, in doubt, and
+/// still applied before its lease's end (or, when it was lease-less, before the next grant).
 #[tokio::test]
 async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in_fence_order() {
     let sim = station_with_slow_vset1().await;
@@ -537,7 +538,17 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
             attempt.status
         );
         if attempt.fence == 0 {
-            assert_eq!(attempt.status, 200, "{attempt:?}");
+            // Lease-less, admitted while nobody held it (it may be the slow write, answered
+            // 504 and applied later): applied before the next lease was granted, never while
+            // one was held.
+            let under = grants.iter().find(|grant| {
+                let ended = ended_at.get(&grant.fence).copied().unwrap_or(end_seen);
+                grant.answered_at < *applied_at && *applied_at < ended
+            });
+            assert!(
+                under.is_none(),
+                "a lease-less write was applied while {under:?} held the lease: {attempt:?}"
+            );
             continue;
         }
         assert!(
