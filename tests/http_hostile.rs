@@ -75,6 +75,21 @@ async fn a_client_that_sends_half_a_header_and_stalls_is_disconnected() {
         took >= Duration::from_millis(250),
         "closed too early: {took:?}"
     );
+    // Counted as a header timeout (once the gateway's side has closed, just after ours saw it).
+    common::within(
+        Duration::from_secs(5),
+        "the header timeout counted",
+        async {
+            loop {
+                let (_, metrics) = rig.get_text("/metrics").await;
+                if metrics.contains("station_gateway_http_timeouts_total{stage=\"headers\"} 1") {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
     // A connection that sends nothing at all is let go the same way.
     let mut silent = TcpStream::connect(rig.gateway.http_addr).await.unwrap();
     closed_within(&mut silent, Duration::from_secs(3)).await;

@@ -26,6 +26,8 @@ pub struct ConnectionUse {
     in_progress: AtomicUsize,
     /// A request has begun on it (a connection closed idle before any was: a header timeout).
     used: AtomicBool,
+    /// A request on it was HTTP/2.
+    http2: AtomicBool,
     /// When the last request ended (or the connection was accepted); read only while
     /// `in_progress` is 0.
     idle_since_nanos: AtomicU64,
@@ -57,6 +59,7 @@ impl ConnectionUse {
             epoch,
             in_progress: AtomicUsize::new(0),
             used: AtomicBool::new(false),
+            http2: AtomicBool::new(false),
             idle_since_nanos: AtomicU64::new(nanos_since(epoch, Instant::now())),
             evicted: AtomicBool::new(false),
             close_when_idle: AtomicBool::new(false),
@@ -86,6 +89,16 @@ impl ConnectionUse {
     pub fn idle_since(&self) -> Option<Duration> {
         (self.in_progress.load(Ordering::SeqCst) == 0)
             .then(|| Duration::from_nanos(self.idle_since_nanos.load(Ordering::SeqCst)))
+    }
+
+    /// A request on the connection came over HTTP/2.
+    pub fn saw_http2(&self) {
+        self.http2.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a request on the connection came over HTTP/2.
+    pub fn http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
     }
 
     /// Whether any request has begun on the connection.

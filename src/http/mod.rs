@@ -68,7 +68,10 @@ pub async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(http.header_read_timeout_ms))
+        // The header timeout is the connection's idle deadline ([`idle`]: no request in
+        // progress for `http.header_read_timeout_ms`, a partial head included), one per
+        // connection; hyper's own would make a timer for every request (issue 30).
+        .header_read_timeout(None)
         .keep_alive(true);
     let connections = TaskTracker::new();
     let limits = ConnectionLimits::new(
@@ -174,9 +177,9 @@ impl Connection {
         let (io, activity) = TimedIo::new(stream, Duration::from_millis(http.write_timeout_ms));
         let ended = match self.gateway.tls.clone() {
             None => {
-                // The auto builder reads the first bytes to tell HTTP/1 from HTTP/2 without a
-                // timeout, and hyper's header timeout only starts after that: a client that
-                // connects and sends nothing would hold its connection forever.
+                // The first byte is awaited before hyper (whose auto builder reads it to tell
+                // HTTP/1 from HTTP/2): a client that connects and sends nothing is closed at
+                // the header timeout exactly, and counted as having sent nothing.
                 let mut first = [0u8; 1];
                 match self.before_hyper(io.get_ref().peek(&mut first)).await {
                     Ok(Ok(n)) if n > 0 => {}
@@ -195,8 +198,8 @@ impl Connection {
                     Err(None) => return,
                     Err(Some(_)) => return timed_out("no TLS handshake"),
                 };
-                // As for a plain connection's first byte: hyper's header timer only starts
-                // once the auto builder has read the HTTP/1-or-2 preface.
+                // As for a plain connection's first byte: nothing after the handshake is
+                // closed at the header timeout exactly, and counted as such.
                 let io = FirstByteDeadline::new(io, header_timeout, activity.clone());
                 self.serve_io(io, builder).await
             }
@@ -214,18 +217,21 @@ impl Connection {
             return timed_out("no request after the TLS handshake");
         }
         let (ended, closed_for) = ended;
-        if closed_for == Some(CloseWanted::IdleTooLong) && !self.slot.usage.used() {
-            return timed_out("no request sent");
-        }
-        let Err(error) = ended else { return };
-        let header_timeout_hit = error
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_timeout);
-        if header_timeout_hit && activity.request_started() {
-            timed_out("request headers not received");
-        } else if header_timeout_hit {
+        if closed_for == Some(CloseWanted::IdleTooLong) {
+            let usage = &self.slot.usage;
+            // Bytes came in after the last answer went out, and no request was handed over:
+            // an HTTP/1 head cut short (an HTTP/2 client's bytes between requests are frames
+            // such as a SETTINGS acknowledgement, not part of a request).
+            if activity.request_started() && !usage.http2() {
+                return timed_out("request headers not received");
+            }
+            if !usage.used() {
+                return timed_out("no request sent");
+            }
             debug!(%peer, "closed an idle keep-alive connection");
-        } else {
+            return;
+        }
+        if let Err(error) = ended {
             debug!(%peer, "connection ended: {error}");
         }
     }
@@ -269,6 +275,9 @@ impl Connection {
             let (local, usage) = (self.local, usage.clone());
             hyper::service::service_fn(move |mut request: Request<Incoming>| {
                 let in_progress = usage.begin();
+                if request.version() == hyper::Version::HTTP_2 {
+                    usage.saw_http2();
+                }
                 let (gateway, usage) = (gateway.clone(), usage.clone());
                 if let Some(local) = local {
                     request.extensions_mut().insert(routes::LocalAddr(local));
