@@ -275,7 +275,7 @@ impl Connection {
             let (local, usage) = (self.local, usage.clone());
             hyper::service::service_fn(move |mut request: Request<Incoming>| {
                 let in_progress = usage.begin();
-                if request.version() == hyper::Version::HTTP_2 {
+                if request.version() == Version::HTTP_2 {
                     usage.saw_http2();
                 }
                 let (gateway, usage) = (gateway.clone(), usage.clone());
