@@ -30,6 +30,7 @@ use hyper::body::Incoming;
 use hyper::header::{CONNECTION, HeaderValue};
 use hyper::{Request, Response, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -64,15 +65,7 @@ pub async fn serve(
     drain: Duration,
 ) {
     let http = &gateway.config.http;
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // The header timeout is the connection's idle deadline ([`idle`]: no request in
-        // progress for `http.header_read_timeout_ms`, a partial head included), one per
-        // connection; hyper's own would make a timer for every request (issue 30).
-        .header_read_timeout(None)
-        .keep_alive(true);
+    let builders = Builders::new();
     let connections = TaskTracker::new();
     let limits = ConnectionLimits::new(
         http.max_connections,
@@ -131,9 +124,9 @@ pub async fn serve(
         };
         // The first byte, the handshake and the rest run in the connection's task, so a slow
         // client never holds up accept.
-        let builder = builder.clone();
+        let builders = builders.clone();
         connections.spawn(async move {
-            connection.serve(stream, builder).await;
+            connection.serve(stream, builders).await;
             // The slot before the permit: the next accept finds the slot free.
             drop(permit);
         });
@@ -166,7 +159,7 @@ struct Connection {
 impl Connection {
     /// Serves the connection, plain or TLS, until it ends, counting and logging the timeout
     /// that ended it if one did.
-    async fn serve(self, stream: TcpStream, builder: AutoBuilder) {
+    async fn serve(self, stream: TcpStream, builders: Builders) {
         let http = &self.gateway.config.http;
         let header_timeout = Duration::from_millis(http.header_read_timeout_ms);
         let peer = self.peer;
@@ -177,16 +170,16 @@ impl Connection {
         let (io, activity) = TimedIo::new(stream, Duration::from_millis(http.write_timeout_ms));
         let ended = match self.gateway.tls.clone() {
             None => {
-                // The first byte is awaited before hyper (whose auto builder reads it to tell
-                // HTTP/1 from HTTP/2): a client that connects and sends nothing is closed at
-                // the header timeout exactly, and counted as having sent nothing.
-                let mut first = [0u8; 1];
-                match self.before_hyper(io.get_ref().peek(&mut first)).await {
-                    Ok(Ok(n)) if n > 0 => {}
+                // The first bytes are awaited before hyper: a client that connects and sends
+                // nothing is closed at the header timeout exactly, and counted as having
+                // sent nothing. They also tell HTTP/1 from HTTP/2.
+                let mut first = [0u8; HTTP2_PREFACE.len()];
+                let speaks = match self.before_hyper(io.get_ref().peek(&mut first)).await {
+                    Ok(Ok(n)) if n > 0 => Speaks::from_first_bytes(&first[..n]),
                     Ok(_) | Err(None) => return,
                     Err(Some(_)) => return timed_out("nothing sent"),
-                }
-                self.serve_io(io, builder).await
+                };
+                self.serve_io(io, speaks, builders).await
             }
             Some(tls) => {
                 let io = match self.before_hyper(tls.accept(io)).await {
@@ -201,7 +194,7 @@ impl Connection {
                 // As for a plain connection's first byte: nothing after the handshake is
                 // closed at the header timeout exactly, and counted as such.
                 let io = FirstByteDeadline::new(io, header_timeout, activity.clone());
-                self.serve_io(io, builder).await
+                self.serve_io(io, Speaks::Either, builders).await
             }
         };
         if activity.write_stalled() {
@@ -254,18 +247,8 @@ impl Connection {
         }
     }
 
-    /// Serves HTTP/1 or HTTP/2 on `io` until the connection ends: gracefully (HTTP/2: GOAWAY)
-    /// once it has had no request in progress for the header timeout, once a reserved one
-    /// has answered, or when the gateway shuts down; at once when evicted with nothing in
-    /// progress.
-    async fn serve_io<I>(
-        &self,
-        io: I,
-        builder: AutoBuilder,
-    ) -> (
-        Result<(), Box<dyn std::error::Error + Send + Sync>>,
-        Option<CloseWanted>,
-    )
+    /// Serves HTTP/1 or HTTP/2 on `io` until the connection ends.
+    async fn serve_io<I>(&self, io: I, speaks: Speaks, builders: Builders) -> ConnectionEnd
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -291,8 +274,29 @@ impl Connection {
                 }
             })
         };
+        let io = TokioIo::new(io);
+        match speaks {
+            Speaks::Http1 => {
+                self.drive(builders.http1.serve_connection(io, service))
+                    .await
+            }
+            Speaks::Either => {
+                self.drive(builders.either.serve_connection(io, service))
+                    .await
+            }
+        }
+    }
+
+    /// Runs a connection until it ends: gracefully (HTTP/2: GOAWAY) once it has had no
+    /// request in progress for the header timeout, once a reserved one has answered, or when
+    /// the gateway shuts down; at once when evicted with nothing in progress.
+    async fn drive<C>(&self, connection: C) -> ConnectionEnd
+    where
+        C: GracefulConnection,
+        C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let usage = &self.slot.usage;
         let header_timeout = Duration::from_millis(self.gateway.config.http.header_read_timeout_ms);
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
         // Once asked to close: how long the client gets to see the GOAWAY through (HTTP/2
         // waits for the answer to a PING) before the connection is dropped, as long as no
@@ -303,7 +307,7 @@ impl Connection {
         let mut closed_for = None;
         loop {
             tokio::select! {
-                ended = connection.as_mut() => return (ended, closed_for),
+                ended = connection.as_mut() => return (ended.map_err(Into::into), closed_for),
                 _ = self.shutdown.cancelled(), if !shutting_down && closing.is_none() => {
                     shutting_down = true;
                     connection.as_mut().graceful_shutdown();
@@ -334,7 +338,64 @@ impl Connection {
     }
 }
 
-type AutoBuilder = hyper_util::server::conn::auto::Builder<TokioExecutor>;
+/// How a connection ended: hyper's result, and why the gateway closed it if it did.
+type ConnectionEnd = (
+    Result<(), Box<dyn std::error::Error + Send + Sync>>,
+    Option<CloseWanted>,
+);
+
+/// What every HTTP/2 connection (prior knowledge) begins with.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Which protocol a connection may speak, from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Speaks {
+    /// Not the HTTP/2 preface: served by hyper's HTTP/1 connection alone, which starts with an
+    /// empty 8 KB read buffer. (The auto builder hands hyper the bytes it read to tell the
+    /// two apart, and hyper then doubles its buffer to 16 KB for the connection's life: the
+    /// largest item of an open event stream's memory, issue 30.)
+    Http1,
+    /// The HTTP/2 preface so far, or a TLS connection: the auto builder tells them apart.
+    Either,
+}
+
+impl Speaks {
+    /// From the first bytes a client sent (at least one), before any is consumed.
+    fn from_first_bytes(first: &[u8]) -> Speaks {
+        if HTTP2_PREFACE.starts_with(first) {
+            Speaks::Either
+        } else {
+            Speaks::Http1
+        }
+    }
+}
+
+/// The connection builders, made once and cloned into each connection's task.
+#[derive(Clone)]
+struct Builders {
+    http1: hyper::server::conn::http1::Builder,
+    either: hyper_util::server::conn::auto::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new() -> Builders {
+        // The header timeout is the connection's idle deadline ([`idle`]: no request in
+        // progress for `http.header_read_timeout_ms`, a partial head included), one per
+        // connection; hyper's own would make a timer for every request (issue 30).
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .keep_alive(true);
+        let mut either = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        either
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .keep_alive(true);
+        Builders { http1, either }
+    }
+}
 
 /// The longest an idle connection asked to close may take to finish closing.
 const CLOSING_GRACE: Duration = Duration::from_secs(1);
@@ -395,4 +456,25 @@ fn closing(mut response: Response<Body>, http1: bool, usage: &ConnectionUse) -> 
         usage.close_when_idle();
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HTTP2_PREFACE, Speaks};
+
+    #[test]
+    fn a_connection_is_http1_as_soon_as_its_first_bytes_leave_the_http2_preface() {
+        assert_eq!(
+            Speaks::from_first_bytes(b"GET /api/capabilities"),
+            Speaks::Http1
+        );
+        assert_eq!(Speaks::from_first_bytes(b"G"), Speaks::Http1);
+        // POST, PUT and PATCH begin like the preface: one byte is not enough to tell.
+        assert_eq!(Speaks::from_first_bytes(b"P"), Speaks::Either);
+        assert_eq!(Speaks::from_first_bytes(b"PUT /api"), Speaks::Http1);
+        assert_eq!(Speaks::from_first_bytes(b"POST /api"), Speaks::Http1);
+        assert_eq!(Speaks::from_first_bytes(b"PRI * HTTP/1.1"), Speaks::Http1);
+        assert_eq!(Speaks::from_first_bytes(b"PRI * HT"), Speaks::Either);
+        assert_eq!(Speaks::from_first_bytes(HTTP2_PREFACE), Speaks::Either);
+    }
 }
