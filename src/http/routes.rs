@@ -25,6 +25,17 @@ use crate::gateway::Gateway;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LocalAddr(pub(crate) SocketAddr);
 
+/// What `handle` learnt of a request before routing it, each looked up once.
+#[derive(Clone, Copy)]
+struct RequestFacts<'a> {
+    peer: SocketAddr,
+    /// Its `X-Lease-Id` ([`presented_lease_id`]).
+    presented: Option<&'a str>,
+    /// Its path as logged, lease ids hidden.
+    audit_path: &'a str,
+    started: Instant,
+}
+
 /// Answers one request; never fails: every error becomes a JSON error answer.
 pub async fn handle(
     gateway: Arc<Gateway>,
@@ -43,11 +54,22 @@ pub async fn handle(
     // access line shows the same path: redacted once for both.
     let audit_path = super::redact::loggable_path(request.uri().path()).into_owned();
     let mut noted = Noted::default();
-    let mut response =
-        match route_and_answer(&gateway, request, peer, &audit_path, started, &mut noted).await {
-            Ok(response) => response,
-            Err(error) => error_response(&error),
-        };
+    let mut response = match route_and_answer(
+        &gateway,
+        request,
+        RequestFacts {
+            peer,
+            presented: presented.as_deref(),
+            audit_path: &audit_path,
+            started,
+        },
+        &mut noted,
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(error) => error_response(&error),
+    };
     let slot = noted.slot.unwrap_or(api::UNMATCHED_SLOT);
     // The holder's responses carry the fence its requests are admitted under.
     if let Some(fence) = gateway.lease.fence_of(presented.as_deref())
@@ -88,11 +110,15 @@ pub async fn handle(
 async fn route_and_answer(
     gateway: &Gateway,
     request: Request<Incoming>,
-    peer: SocketAddr,
-    audit_path: &str,
-    started: Instant,
+    facts: RequestFacts<'_>,
     noted: &mut Noted,
 ) -> Result<Response<Body>, ApiError> {
+    let RequestFacts {
+        peer,
+        presented,
+        audit_path,
+        started,
+    } = facts;
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
     let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
@@ -206,7 +232,6 @@ async fn route_and_answer(
     }
     // The one place the control lease is enforced: 423 for a non-holder's changes and forced
     // reads, and for changes a send guard that fences them again at the link.
-    let presented = presented_lease_id(&parts.headers);
     let admitted = gateway
         .lease
         .admit(endpoint.lease.access(&json), presented)?;
