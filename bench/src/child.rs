@@ -134,8 +134,9 @@ impl GatewayProcess {
     }
 }
 
-/// The trivial hyper server in a process of its own (this binary with `--serve-trivial`), so
-/// the cached read can also be compared with a server that pays the same cross-process hops.
+/// The trivial hyper server (or the floor server) in a process of its own (this binary with
+/// `--serve-trivial` or `--serve-floor`), so the cached read is compared with a server that
+/// pays the same cross-process hops.
 pub struct TrivialProcess {
     _child: Child,
     pub pid: u32,
@@ -150,9 +151,19 @@ pub const STATION_CONTROL: &str = " control ";
 impl TrivialProcess {
     pub async fn spawn(answer: &[u8]) -> anyhow::Result<TrivialProcess> {
         let answer = String::from_utf8_lossy(answer);
-        let (child, line) = spawn_helper(&["--serve-trivial", &answer], TRIVIAL_READY).await?;
+        TrivialProcess::spawn_with(&["--serve-trivial", &answer]).await
+    }
+
+    /// The floor server (`floor.rs`) for `values/get` of `name`, answering `answer`.
+    pub async fn spawn_floor(name: &str, answer: &[u8]) -> anyhow::Result<TrivialProcess> {
+        let answer = String::from_utf8_lossy(answer);
+        TrivialProcess::spawn_with(&["--serve-floor", name, &answer]).await
+    }
+
+    async fn spawn_with(args: &[&str]) -> anyhow::Result<TrivialProcess> {
+        let (child, line) = spawn_helper(args, TRIVIAL_READY).await?;
         let addr = addr_after(&line, TRIVIAL_READY).context("no address on the ready line")?;
-        let pid = child.id().context("the trivial server exited at once")?;
+        let pid = child.id().context("the server exited at once")?;
         Ok(TrivialProcess {
             _child: child,
             pid,

@@ -7,6 +7,7 @@
 mod bus;
 mod child;
 mod deadband;
+mod floor;
 mod http;
 mod load;
 mod report;
@@ -108,6 +109,10 @@ struct Args {
     /// cross-process baseline of the cached read runs the harness itself this way).
     #[arg(long, value_name = "ANSWER", hide = true)]
     serve_trivial: Option<String>,
+    /// Internal: serve the floor server (the trivial one plus the JSON parse, the lookup and
+    /// the access line any gateway needs for a cached `values/get` of NAME) in this process.
+    #[arg(long, num_args = 2, value_names = ["NAME", "ANSWER"], hide = true)]
+    serve_floor: Option<Vec<String>>,
     /// Internal: serve the default station simulator and its control interface in this
     /// process and nothing else (the harness runs the station itself this way).
     #[arg(long, hide = true)]
@@ -131,6 +136,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(answer) = args.serve_trivial {
         return runtime.block_on(serve_trivial(answer));
     }
+    if let Some(floor) = args.serve_floor {
+        return runtime.block_on(serve_floor(floor));
+    }
     if args.serve_station {
         return runtime.block_on(serve_station());
     }
@@ -141,6 +149,16 @@ fn main() -> anyhow::Result<()> {
 async fn serve_trivial(answer: String) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let addr = http::start_trivial_server(answer.into(), stop).await?;
+    eprintln!("{}{addr}", child::TRIVIAL_READY);
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// The floor server as a process of its own; runs until killed.
+async fn serve_floor(args: Vec<String>) -> anyhow::Result<()> {
+    let [name, answer] = <[String; 2]>::try_from(args)
+        .map_err(|_| anyhow::anyhow!("--serve-floor takes NAME ANSWER"))?;
+    let addr = floor::start(name, answer.into()).await?;
     eprintln!("{}{addr}", child::TRIVIAL_READY);
     std::future::pending::<()>().await;
     Ok(())

@@ -249,7 +249,23 @@ impl Bench {
         // nginx (one worker, `return 200` with the same bytes) in each round too, when installed:
         // (req/s, CPU µs per request) per round.
         let mut nginx_runs: Vec<(f64, f64)> = Vec::new();
+        // The floor server (trivial + JSON parse, lookup, access line) in each round too:
+        // (req/s, CPU µs per request), a lower bound on the gateway's cost.
+        let mut floor_runs: Vec<(f64, f64)> = Vec::new();
         for _ in 0..self.pairs.max(1) {
+            let floor = crate::child::TrivialProcess::spawn_floor(&self.names[0], &answer).await?;
+            let workers = rest_workers(floor.addr, conns, VALUES_GET, |_| request.clone()).await?;
+            let floor_cpu = CpuSpan::of(floor.pid);
+            let run = drive(workers, self.bounds).await;
+            if run.errors > 0 {
+                row.notes
+                    .push(format!("floor server: {} errors in a round", run.errors));
+            }
+            floor_runs.push((
+                run.throughput(),
+                floor_cpu.per_request_us(run.requests * 6 / 5),
+            ));
+            drop(floor);
             if crate::child::NginxProcess::available() {
                 let nginx = crate::child::NginxProcess::spawn(&answer).await?;
                 let workers =
@@ -329,6 +345,20 @@ impl Bench {
                     .map(|run| format!("{:.1}k", run.0 / 1e3))
                     .collect::<Vec<_>>()
                     .join(", ")
+            ));
+        }
+        {
+            let median = |figure: fn(&(f64, f64)) -> f64| {
+                let mut values: Vec<f64> = floor_runs.iter().map(figure).collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
+            };
+            let (floor, floor_us) = (median(|run| run.0), median(|run| run.1));
+            row.notes.push(format!(
+                "floor server (the trivial one + the JSON body parsed, the name looked up, an access line; a lower bound on any gateway): {:.1} k req/s · {floor_us:.2} µs CPU/request, {:.2}× the trivial server's throughput, {:.2}× its CPU",
+                floor / 1e3,
+                ratio(floor, pair.baseline),
+                ratio(floor_us, pair.baseline_us)
             ));
         }
         row.verdict = Verdict::from_bool(
