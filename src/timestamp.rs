@@ -93,13 +93,24 @@ pub fn rfc3339_millis(at: SystemTime) -> String {
 
 /// `2026-05-29 14:23:01.442`, UTC: the audit line's timestamp, as the clients document it.
 pub fn audit_millis(at: SystemTime) -> String {
+    let mut out = String::with_capacity(23);
+    push_audit_millis(&mut out, at);
+    out
+}
+
+/// Appends [`audit_millis`]'s text to `out`.
+pub fn push_audit_millis(out: &mut String, at: SystemTime) {
     let (mut second, nanos) = second_of(at);
     second[10] = b' ';
-    let mut out = Vec::with_capacity(23);
-    out.extend_from_slice(&second);
-    out.push(b'.');
-    push_digits(&mut out, nanos / 1_000_000, 3);
-    String::from_utf8(out).unwrap_or_default()
+    let mut text = [0u8; 23];
+    text[..19].copy_from_slice(&second);
+    text[19] = b'.';
+    let millis = nanos / 1_000_000;
+    for (slot, divisor) in text[20..].iter_mut().zip([100, 10, 1]) {
+        *slot = b'0' + (millis / divisor % 10) as u8;
+    }
+    // Digits, '-', ':', ' ' and '.': ASCII throughout.
+    out.push_str(std::str::from_utf8(&text).unwrap_or_default());
 }
 
 #[cfg(test)]

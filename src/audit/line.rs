@@ -66,8 +66,9 @@ pub struct RequestLine<'a> {
 impl RequestLine<'_> {
     /// The line, without its newline.
     pub fn render(&self, change: Option<&ChangeFields>) -> String {
-        let mut line = timestamp(self.at);
-        line.reserve(105);
+        // One allocation, long enough for a read's line and most changes'.
+        let mut line = String::with_capacity(128);
+        crate::timestamp::push_audit_millis(&mut line, self.at);
         line.push(' ');
         match self.ip {
             Some(ip) => crate::numtext::push_ip(&mut line, ip),

@@ -256,20 +256,18 @@ impl Connection {
         let service = {
             let (gateway, peer, kind) = (self.gateway.clone(), self.peer, self.slot.kind);
             let (local, usage) = (self.local, usage.clone());
-            hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            hyper::service::service_fn(move |request: Request<Incoming>| {
                 let in_progress = usage.begin();
                 if request.version() == Version::HTTP_2 {
                     usage.saw_http2();
                 }
                 let (gateway, usage) = (gateway.clone(), usage.clone());
-                if let Some(local) = local {
-                    request.extensions_mut().insert(routes::LocalAddr(local));
-                }
                 async move {
                     // Boxed: hyper keeps a box sized for this future for as long as the
                     // connection lives, and `answer`'s future is about 5 KB, which every open
                     // event stream would otherwise hold after its answer went out (issue 30).
-                    let response = Box::pin(answer(gateway, request, peer, kind, &usage)).await;
+                    let peers = routes::Peers { remote: peer, local };
+                    let response = Box::pin(answer(gateway, request, peers, kind, &usage)).await;
                     Ok::<_, Infallible>(response.map(|body| CountedBody::new(body, in_progress)))
                 }
             })
@@ -406,7 +404,7 @@ const CLOSING_GRACE: Duration = Duration::from_secs(1);
 async fn answer(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
-    peer: SocketAddr,
+    peers: routes::Peers,
     kind: SlotKind,
     usage: &ConnectionUse,
 ) -> Response<Body> {
@@ -427,11 +425,11 @@ async fn answer(
     };
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let (response, timed_out) =
-        body::with_body_limits(timeouts, routes::handle(gateway.clone(), request, peer)).await;
+        body::with_body_limits(timeouts, routes::handle(gateway.clone(), request, peers)).await;
     if let Some(timed_out) = timed_out {
         gateway.metrics.http_timeouts.body.inc();
         info!(
-            %peer,
+            peer = %peers.remote,
             method = %method,
             path = %redact::loggable_path(uri.path()),
             "HTTP: answered 408 and closing the connection: {}",

@@ -21,14 +21,20 @@ use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 
-/// The local address of the connection a request came on, in the request's extensions.
+/// The two ends of the connection a request came on.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct LocalAddr(pub(crate) SocketAddr);
+pub struct Peers {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The gateway's address the client reached (`api/modules/physical-system` reports it).
+    pub local: Option<SocketAddr>,
+}
 
 /// What `handle` learnt of a request before routing it, each looked up once.
 #[derive(Clone, Copy)]
 struct RequestFacts<'a> {
     peer: SocketAddr,
+    local: Option<SocketAddr>,
     /// Its `X-Lease-Id` ([`presented_lease_id`]).
     presented: Option<&'a str>,
     /// Its path as logged, lease ids hidden.
@@ -40,8 +46,9 @@ struct RequestFacts<'a> {
 pub async fn handle(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
-    peer: SocketAddr,
+    peers: Peers,
 ) -> Response<Body> {
+    let peer = peers.remote;
     // The API's own description, public like the contract it describes.
     let prefix = &gateway.config.http.path_prefix;
     if let Some(doc) = super::openapi::answer(prefix, request.method(), request.uri().path()) {
@@ -59,6 +66,7 @@ pub async fn handle(
         request,
         RequestFacts {
             peer,
+            local: peers.local,
             presented: presented.as_deref(),
             audit_path: &audit_path,
             started,
@@ -115,6 +123,7 @@ async fn route_and_answer(
 ) -> Result<Response<Body>, ApiError> {
     let RequestFacts {
         peer,
+        local,
         presented,
         audit_path,
         started,
@@ -246,7 +255,7 @@ async fn route_and_answer(
         gateway,
         label: endpoint.label,
         unserved: endpoint.unserved,
-        local: parts.extensions.get::<LocalAddr>().map(|l| l.0),
+        local,
         body: json,
         raw,
         admitted,
