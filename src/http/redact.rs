@@ -15,6 +15,11 @@ pub fn loggable_path(path: &str) -> Cow<'_, str> {
         Some(at) => &path[..at],
         None => path,
     };
+    // Most paths (every read, every change but the lease's own) hold neither a `%` nor
+    // "lease" in any letter case: one pass over the bytes says so.
+    if !path.contains('%') && !contains_ignoring_case(path.as_bytes(), b"lease") {
+        return Cow::Borrowed(path);
+    }
     let mut offset = 0;
     for segment in path.split('/') {
         let end = offset + segment.len();
@@ -29,6 +34,13 @@ pub fn loggable_path(path: &str) -> Cow<'_, str> {
         offset = end + 1;
     }
     Cow::Borrowed(path)
+}
+
+/// Whether `needle` (lower case ASCII) is in `haystack` in any letter case.
+fn contains_ignoring_case(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window.eq_ignore_ascii_case(needle))
 }
 
 /// `lease` or `leases` in any letter case, percent-encoded bytes decoded.
