@@ -65,7 +65,7 @@ pub async fn serve(
     drain: Duration,
 ) {
     let http = &gateway.config.http;
-    let builders = Builders::new();
+    let builders = Arc::new(Builders::new());
     let connections = TaskTracker::new();
     let limits = ConnectionLimits::new(
         http.max_connections,
@@ -159,7 +159,7 @@ struct Connection {
 impl Connection {
     /// Serves the connection, plain or TLS, until it ends, counting and logging the timeout
     /// that ended it if one did.
-    async fn serve(self, stream: TcpStream, builders: Builders) {
+    async fn serve(self, stream: TcpStream, builders: Arc<Builders>) {
         let http = &self.gateway.config.http;
         let header_timeout = Duration::from_millis(http.header_read_timeout_ms);
         let peer = self.peer;
@@ -248,7 +248,7 @@ impl Connection {
     }
 
     /// Serves HTTP/1 or HTTP/2 on `io` until the connection ends.
-    async fn serve_io<I>(&self, io: I, speaks: Speaks, builders: Builders) -> ConnectionEnd
+    async fn serve_io<I>(&self, io: I, speaks: Speaks, builders: Arc<Builders>) -> ConnectionEnd
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -368,8 +368,7 @@ impl Speaks {
     }
 }
 
-/// The connection builders, made once and cloned into each connection's task.
-#[derive(Clone)]
+/// The connection builders, made once and shared by every connection's task.
 struct Builders {
     http1: hyper::server::conn::http1::Builder,
     either: hyper_util::server::conn::auto::Builder<TokioExecutor>,
