@@ -266,7 +266,10 @@ impl Connection {
                     // Boxed: hyper keeps a box sized for this future for as long as the
                     // connection lives, and `answer`'s future is about 5 KB, which every open
                     // event stream would otherwise hold after its answer went out (issue 30).
-                    let peers = routes::Peers { remote: peer, local };
+                    let peers = routes::Peers {
+                        remote: peer,
+                        local,
+                    };
                     let response = Box::pin(answer(gateway, request, peers, kind, &usage)).await;
                     Ok::<_, Infallible>(response.map(|body| CountedBody::new(body, in_progress)))
                 }
