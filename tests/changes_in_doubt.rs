@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{config_for, start_gateway, until};
+use station_gateway::GatewayHandle;
 use station_gateway::config::SafeWrite;
 use station_gateway::lease::{Access, LeaseView};
 use station_gateway::link::LinkError;
@@ -81,6 +82,56 @@ fn assert_in_doubt(error: &LinkError) {
     }
 }
 
+/// Takes the free lease for `owner` for `ttl`; its id.
+async fn take(gateway: &GatewayHandle, owner: &str, ttl: Duration) -> String {
+    gateway
+        .gateway
+        .lease
+        .acquire(owner.into(), ttl, None, Duration::ZERO)
+        .await
+        .unwrap()
+        .lease_id
+}
+
+/// Sends the slow write ([`slow_on`]), admitted under `lease_id` (`None`: nobody holds the
+/// lease): it ends in doubt. Its error, and when it was sent.
+async fn slow_write_in_doubt(
+    gateway: &GatewayHandle,
+    lease_id: Option<&str>,
+) -> (LinkError, Instant) {
+    let guard = gateway
+        .gateway
+        .lease
+        .admit(Access::Change, lease_id)
+        .unwrap()
+        .guard;
+    let sent = Instant::now();
+    let error = gateway
+        .link()
+        .write(slow_on(), guard)
+        .await
+        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
+    assert_in_doubt(&error);
+    (error, sent)
+}
+
+/// `ON1=False` through the link, admitted under `lease_id`: the station confirms it.
+async fn switch_on1_off(gateway: &GatewayHandle, lease_id: &str) {
+    let guard = gateway
+        .gateway
+        .lease
+        .admit(Access::Change, Some(lease_id))
+        .unwrap()
+        .guard;
+    gateway
+        .link()
+        .write(vec![(ON1.into(), Value::Bool(false))], guard)
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+}
+
 /// Scenario (a): the holder's `ON1=True` gets 504, the lease runs out, and the safe state
 /// `ON1=False` is the last write to ON1: the lease's end waited for the change in doubt.
 #[tokio::test]
@@ -94,28 +145,9 @@ async fn a_change_in_doubt_when_the_lease_runs_out_lands_before_the_safe_state()
         }];
     }))
     .await;
-    let lease = gateway.gateway.lease.clone();
     let mut events = gateway.gateway.lease_events.subscribe();
-    let held = lease
-        .acquire(
-            "TAT station 3".into(),
-            Duration::from_millis(1500),
-            None,
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
-    let guard = lease
-        .admit(Access::Change, Some(&held.lease_id))
-        .unwrap()
-        .guard;
-    let sent = Instant::now();
-    let error = gateway
-        .link()
-        .write(slow_on(), guard)
-        .await
-        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
-    assert_in_doubt(&error);
+    let held = take(&gateway, "TAT station 3", Duration::from_millis(1500)).await;
+    let (_, sent) = slow_write_in_doubt(&gateway, Some(&held)).await;
     lease_event(&mut events, "free after the lease ran out", free).await;
     let freed = sent.elapsed();
     until(BOUND, "both writes to ON1 applied", || {
@@ -143,47 +175,11 @@ async fn a_change_in_doubt_when_the_lease_is_released_lands_before_the_next_hold
         config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
     }))
     .await;
-    let lease = gateway.gateway.lease.clone();
-    let a = lease
-        .acquire(
-            "TAT station 3".into(),
-            Duration::from_secs(30),
-            None,
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
-    let guard = lease
-        .admit(Access::Change, Some(&a.lease_id))
-        .unwrap()
-        .guard;
-    let error = gateway
-        .link()
-        .write(slow_on(), guard)
-        .await
-        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
-    assert_in_doubt(&error);
-    lease.release(&a.lease_id).await.unwrap();
-    let b = lease
-        .acquire(
-            "TAT station 4".into(),
-            Duration::from_secs(30),
-            None,
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
-    let guard = lease
-        .admit(Access::Change, Some(&b.lease_id))
-        .unwrap()
-        .guard;
-    gateway
-        .link()
-        .write(vec![(ON1.into(), Value::Bool(false))], guard)
-        .await
-        .unwrap()
-        .remove(0)
-        .unwrap();
+    let a = take(&gateway, "TAT station 3", Duration::from_secs(30)).await;
+    slow_write_in_doubt(&gateway, Some(&a)).await;
+    gateway.gateway.lease.release(&a).await.unwrap();
+    let b = take(&gateway, "TAT station 4", Duration::from_secs(30)).await;
+    switch_on1_off(&gateway, &b).await;
     until(BOUND, "both writes to ON1 applied", || {
         on1_writes(&sim).len() == 2
     })
@@ -206,24 +202,8 @@ async fn a_lease_less_change_in_doubt_lands_before_the_next_lease_is_granted() {
         config.station.request_timeout_ms = REQUEST_TIMEOUT_MS;
     }))
     .await;
-    let lease = gateway.gateway.lease.clone();
-    let guard = lease.admit(Access::Change, None).unwrap().guard;
-    let sent = Instant::now();
-    let error = gateway
-        .link()
-        .write(slow_on(), guard)
-        .await
-        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
-    assert_in_doubt(&error);
-    let b = lease
-        .acquire(
-            "TAT station 4".into(),
-            Duration::from_secs(30),
-            None,
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+    let (_, sent) = slow_write_in_doubt(&gateway, None).await;
+    let b = take(&gateway, "TAT station 4", Duration::from_secs(30)).await;
     let granted = sent.elapsed();
     let applied = sim
         .write_log()
@@ -235,17 +215,7 @@ async fn a_lease_less_change_in_doubt_lands_before_the_next_lease_is_granted() {
         applied <= granted,
         "granted {granted:?} after the write, before the station applied it ({applied:?})"
     );
-    let guard = lease
-        .admit(Access::Change, Some(&b.lease_id))
-        .unwrap()
-        .guard;
-    gateway
-        .link()
-        .write(vec![(ON1.into(), Value::Bool(false))], guard)
-        .await
-        .unwrap()
-        .remove(0)
-        .unwrap();
+    switch_on1_off(&gateway, &b).await;
     assert_eq!(
         on1_writes(&sim),
         [Value::Bool(true), Value::Bool(false)],
@@ -271,28 +241,9 @@ async fn a_change_still_in_doubt_past_the_longest_processing_is_cut_off_by_a_lin
     }))
     .await;
     let generation = gateway.link().info().generation;
-    let lease = gateway.gateway.lease.clone();
     let mut events = gateway.gateway.lease_events.subscribe();
-    let held = lease
-        .acquire(
-            "TAT station 3".into(),
-            Duration::from_millis(1500),
-            None,
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
-    let guard = lease
-        .admit(Access::Change, Some(&held.lease_id))
-        .unwrap()
-        .guard;
-    let sent = Instant::now();
-    let error = gateway
-        .link()
-        .write(slow_on(), guard)
-        .await
-        .expect_err("the station takes 3.5 s, the request timeout is 1 s");
-    assert_in_doubt(&error);
+    let held = take(&gateway, "TAT station 3", Duration::from_millis(1500)).await;
+    let (error, sent) = slow_write_in_doubt(&gateway, Some(&held)).await;
     assert!(error.to_string().contains("at most 2000 ms"), "{error}");
     lease_event(&mut events, "free after the lease ran out", free).await;
     let freed = sent.elapsed();
