@@ -1,7 +1,7 @@
 //! `api/resources/...`: channel names, reads (forced and cached) and writes, through the
 //! station service.
 
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashSet, HashSetExt};
 
 use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
@@ -237,42 +237,52 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
         .await
         .map_err(|error| read_refused(call, error))?;
     let readings = first_reading_error(&names, readings)?;
-    let mut values: HashMap<&str, (String, f64)> = HashMap::with_capacity(names.len());
-    for (name, reading) in names.iter().zip(&readings) {
-        values
-            .entry(name.as_str())
-            .or_insert_with(|| (reading.value.render(), reading.age_ms()));
-    }
-    let mut order: Vec<&str> = Vec::with_capacity(values.len());
-    let mut listed: HashSet<&str> = HashSet::with_capacity(values.len());
-    for name in &names {
-        if values.contains_key(name.as_str()) && listed.insert(name) {
-            order.push(name);
-        }
-    }
-    let mut out = Vec::with_capacity(32 + order.len() * 64);
+    // Each name once, where it was first asked, with that first reading.
+    let listed = first_of_each(&names);
+    let mut out = Vec::with_capacity(32 + listed.len() * 64);
     out.extend_from_slice(b"{\"resources\":");
-    write_object(&mut out, &order, |name| &values[name].0);
+    write_object(&mut out, &names, &listed, |out, at| {
+        write_json(out, readings[at].value.render().as_str())
+    });
     out.extend_from_slice(b",\"ageMs\":");
-    write_object(&mut out, &order, |name| &values[name].1);
+    write_object(&mut out, &names, &listed, |out, at| {
+        write_json(out, &readings[at].age_ms())
+    });
     out.push(b'}');
     Ok(out)
 }
 
-/// Appends `{"name": value, ...}` for `names`, in that order.
-fn write_object<'v, T: serde::Serialize + ?Sized + 'v>(
+/// The positions in `names` of each name's first appearance, in order. Small lists (every
+/// client's) are searched as they are; long ones through a set.
+fn first_of_each(names: &[String]) -> Vec<usize> {
+    const SEARCHED_AS_IS: usize = 16;
+    if names.len() <= SEARCHED_AS_IS {
+        return (0..names.len())
+            .filter(|&at| !names[..at].contains(&names[at]))
+            .collect();
+    }
+    let mut seen: HashSet<&str> = HashSet::with_capacity(names.len());
+    (0..names.len())
+        .filter(|&at| seen.insert(names[at].as_str()))
+        .collect()
+}
+
+/// Appends `{"name": value, ...}` for the names at `listed`, in that order, each value
+/// written by `write_value` from its position.
+fn write_object(
     out: &mut Vec<u8>,
-    names: &[&str],
-    value_of: impl Fn(&str) -> &'v T,
+    names: &[String],
+    listed: &[usize],
+    write_value: impl Fn(&mut Vec<u8>, usize),
 ) {
     out.push(b'{');
-    for (i, name) in names.iter().enumerate() {
+    for (i, &at) in listed.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        write_json(out, *name);
+        write_json(out, names[at].as_str());
         out.push(b':');
-        write_json(out, value_of(name));
+        write_value(out, at);
     }
     out.push(b'}');
 }
@@ -345,4 +355,27 @@ async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
         kind,
         format!("not applied: {}; applied: {applied}", failed.join("; ")),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_of_each;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn each_name_is_listed_once_where_it_was_first_asked() {
+        assert_eq!(first_of_each(&names(&["b", "a", "b", "c", "a"])), [0, 1, 3]);
+        assert_eq!(first_of_each(&names(&[])), Vec::<usize>::new());
+        // A long list (through the set) the same way.
+        let long: Vec<String> = (0..40).map(|i| format!("n{}", i % 25)).collect();
+        assert_eq!(first_of_each(&long), (0..25).collect::<Vec<_>>());
+        let mut reversed = long.clone();
+        reversed.reverse();
+        // Reversed, the first appearances are of n14 down to n0 (positions 0..15), then n24
+        // down to n15 (positions 15..25).
+        assert_eq!(first_of_each(&reversed), (0..25).collect::<Vec<_>>());
+    }
 }
