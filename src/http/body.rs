@@ -160,18 +160,22 @@ fn too_large(limit: usize) -> ApiError {
 }
 
 /// A JSON object body with case-insensitive field access.
+///
+/// Its fields are kept as a list sorted by name, each name once (the last of a repeated one):
+/// what `serde_json`'s map holds, without a tree's allocations and walk for the few fields a
+/// body has.
 #[derive(Debug)]
-pub struct JsonBody(Map<String, Json>);
+pub struct JsonBody(Vec<(String, Json)>);
 
 impl JsonBody {
     /// Parses `bytes` as a JSON object; an empty body is an empty object.
     pub fn parse(bytes: &[u8]) -> Result<JsonBody, ApiError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(JsonBody(Map::new()));
+            return Ok(JsonBody(Vec::new()));
         }
-        match serde_json::from_slice::<Json>(bytes) {
-            Ok(Json::Object(map)) => Ok(JsonBody(map)),
-            Ok(_) => Err(ApiError::bad_request(
+        match serde_json::from_slice::<TopLevel>(bytes) {
+            Ok(TopLevel::Object(fields)) => Ok(JsonBody(fields)),
+            Ok(TopLevel::Other) => Err(ApiError::bad_request(
                 "the request body must be a JSON object",
             )),
             Err(error) => Err(ApiError::bad_request(format!(
@@ -182,7 +186,8 @@ impl JsonBody {
 
     /// A JSON object nested in a body, with the same case-insensitive access.
     pub fn from_object(object: Map<String, Json>) -> JsonBody {
-        JsonBody(object)
+        // A map's fields come sorted by name, each once.
+        JsonBody(object.into_iter().collect())
     }
 
     /// The field called `name`, in any letter case.
@@ -248,6 +253,75 @@ impl JsonBody {
     }
 }
 
+/// A body's top level: an object's fields (sorted by name, the last of a repeated name kept,
+/// as `serde_json::Map` keeps them), or any other JSON value.
+enum TopLevel {
+    Object(Vec<(String, Json)>),
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for TopLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TopLevel, D::Error> {
+        deserializer.deserialize_any(TopLevelVisitor)
+    }
+}
+
+struct TopLevelVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TopLevelVisitor {
+    type Value = TopLevel;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
+        let mut fields: Vec<(String, Json)> = Vec::with_capacity(map.size_hint().unwrap_or(4));
+        while let Some(field) = map.next_entry::<String, Json>()? {
+            fields.push(field);
+        }
+        // Stable: a repeated name's entries stay in the order sent, and the last one is kept.
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut unique: Vec<(String, Json)> = Vec::with_capacity(fields.len());
+        for field in fields {
+            match unique.last_mut() {
+                Some(last) if last.0 == field.0 => *last = field,
+                _ => unique.push(field),
+            }
+        }
+        Ok(TopLevel::Object(unique))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<TopLevel, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(TopLevel::Other)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+
+    fn visit_unit<E>(self) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+}
+
 /// A JSON value as station value text: strings as they are, numbers and booleans as text.
 pub fn value_text(value: &Json, field: &str) -> Result<String, ApiError> {
     match value {
@@ -264,6 +338,51 @@ pub fn value_text(value: &Json, field: &str) -> Result<String, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fields a body is read by are those `serde_json`'s map would give: sorted by name,
+    /// the last of a repeated name, the first of a name's spellings in that order.
+    #[test]
+    fn fields_are_the_ones_serde_jsons_map_would_hold() {
+        let bodies: [&[u8]; 7] = [
+            br#"{"Name": "A", "Name": "B"}"#,
+            br#"{"name": "low", "NAME": "up", "Name": "mixed"}"#,
+            br#"{"Name": null, "name": "A"}"#,
+            br#"{"b": 1, "a": 2, "B": 3, "b": 4, "c": {"x": 1}}"#,
+            br#"{}"#,
+            br#"{"Names": ["x", "y"], "MaxAgeMs": 600000}"#,
+            br#"{"z": 1, "y": 2, "x": 3, "w": 4, "v": 5, "u": 6, "t": 7, "s": 8, "z": 9}"#,
+        ];
+        for bytes in bodies {
+            let body = JsonBody::parse(bytes).unwrap();
+            let Json::Object(map) = serde_json::from_slice::<Json>(bytes).unwrap() else {
+                panic!("not an object")
+            };
+            let from_map = JsonBody::from_object(map);
+            assert_eq!(format!("{:?}", body.0), format!("{:?}", from_map.0));
+            for name in ["name", "NAME", "b", "B", "names", "z", "missing"] {
+                assert_eq!(body.get(name), from_map.get(name), "{name} in {bytes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_is_refused_naming_why() {
+        for bytes in [&b"[1, 2]"[..], b"5", b"\"text\"", b"true", b"null", b"-1.5"] {
+            let error = JsonBody::parse(bytes).unwrap_err();
+            assert_eq!(
+                error.message, "the request body must be a JSON object",
+                "{bytes:?}"
+            );
+        }
+        let error = JsonBody::parse(b"{\"a\": ").unwrap_err();
+        assert!(
+            error
+                .message
+                .starts_with("the request body is not valid JSON: "),
+            "{}",
+            error.message
+        );
+    }
 
     #[test]
     fn fields_bind_in_any_case() {

@@ -73,18 +73,11 @@ pub(super) async fn transact(call: Call<'_>) -> Answer {
 }
 
 /// Checks every name against the channel list; 404 names the first unknown one.
-fn check_names<'a>(
-    channels: &'a ChannelTable,
-    names: &[String],
-) -> Result<Vec<&'a ChannelDescriptor>, ApiError> {
-    names
-        .iter()
-        .map(|name| {
-            channels
-                .get(name)
-                .ok_or_else(|| ApiError::no_such_resource(name))
-        })
-        .collect()
+fn check_names(channels: &ChannelTable, names: &[String]) -> Result<(), ApiError> {
+    match names.iter().find(|name| channels.get(name).is_none()) {
+        Some(unknown) => Err(ApiError::no_such_resource(unknown)),
+        None => Ok(()),
+    }
 }
 
 /// A station value from request text, by the channel's type.
