@@ -280,16 +280,15 @@ impl<'de> serde::de::Visitor<'de> for TopLevelVisitor {
         while let Some(field) = map.next_entry::<String, Json>()? {
             fields.push(field);
         }
-        // Stable: a repeated name's entries stay in the order sent, and the last one is kept.
+        // Stable: a repeated name's entries stay in the order sent.
         fields.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut unique: Vec<(String, Json)> = Vec::with_capacity(fields.len());
-        for field in fields {
-            match unique.last_mut() {
-                Some(last) if last.0 == field.0 => *last = field,
-                _ => unique.push(field),
-            }
+        if fields.windows(2).any(|pair| pair[0].0 == pair[1].0) {
+            // Keep the last of each repeated name: reversed, it is the first of its run.
+            fields.reverse();
+            fields.dedup_by(|later, kept| later.0 == kept.0);
+            fields.reverse();
         }
-        Ok(TopLevel::Object(unique))
+        Ok(TopLevel::Object(fields))
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<TopLevel, A::Error> {
