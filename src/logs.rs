@@ -316,7 +316,9 @@ impl AccessLine<'_> {
                 push_escaped_field(out, self.path);
                 out.extend_from_slice(b" status=");
                 out.extend_from_slice(numtext::u64_text(u64::from(self.status)).as_bytes());
-                let _ = write!(out, " duration_ms={:?} peer=", self.duration_ms);
+                out.extend_from_slice(b" duration_ms=");
+                numtext::push_thousandths(out, self.duration_ms);
+                out.extend_from_slice(b" peer=");
                 numtext::push_socket_addr(out, self.peer);
                 out.push(b'\n');
             }

@@ -86,9 +86,70 @@ pub fn push_socket_addr(out: &mut Vec<u8>, addr: SocketAddr) {
     }
 }
 
+/// Appends `value` as `{:?}` writes it, quickly when it is a whole number of thousandths
+/// below 10⁹ (a duration in milliseconds rounded to the microsecond, as the access line has
+/// it: `12.0`, `0.084`, `1.5`); any other value through `{:?}` itself.
+pub fn push_thousandths(out: &mut Vec<u8>, value: f64) {
+    let thousandths = (value * 1000.0).round();
+    let exact = value.is_sign_positive()
+        && (0.0..1e12).contains(&thousandths)
+        && thousandths / 1000.0 == value;
+    if !exact {
+        let _ = std::io::Write::write_fmt(out, format_args!("{value:?}"));
+        return;
+    }
+    let thousandths = thousandths as u64;
+    out.extend_from_slice(itoa::Buffer::new().format(thousandths / 1000).as_bytes());
+    out.push(b'.');
+    let fraction = thousandths % 1000;
+    let digits = [
+        b'0' + (fraction / 100) as u8,
+        b'0' + (fraction / 10 % 10) as u8,
+        b'0' + (fraction % 10) as u8,
+    ];
+    // `{:?}` writes the shortest digits that read back as the same number: no trailing zeros,
+    // but at least one digit after the point.
+    let kept = match fraction {
+        0 => 1,
+        _ if fraction.is_multiple_of(100) => 1,
+        _ if fraction.is_multiple_of(10) => 2,
+        _ => 3,
+    };
+    out.extend_from_slice(&digits[..kept]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thousandths_read_as_debug_writes_them() {
+        let mut checked = 0;
+        let mut check = |value: f64| {
+            let mut out = Vec::new();
+            push_thousandths(&mut out, value);
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{value:?}"));
+            checked += 1;
+        };
+        for micros in (0..2_000_000u64).chain((0..1_000).map(|i| 999_999_000_000 + i * 997)) {
+            check(micros as f64 / 1000.0);
+        }
+        // Not whole thousandths, negative, huge or not finite: `{:?}` itself.
+        for value in [
+            0.0005,
+            1.0 / 3.0,
+            -0.0,
+            -1.5,
+            1e12,
+            1e16,
+            2.5e-7,
+            f64::NAN,
+            f64::INFINITY,
+        ] {
+            check(value);
+        }
+        assert_eq!(checked, 2_001_009);
+    }
 
     #[test]
     fn numbers_read_as_display_writes_them() {
