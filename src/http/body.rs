@@ -104,6 +104,15 @@ pub fn with_body_limits<F: Future>(
     })
 }
 
+/// Which body limit ran out for the request being answered, if one did (inside
+/// [`with_body_limits`]).
+pub fn timed_out() -> Option<BodyTimeout> {
+    BODY_SCOPE
+        .try_with(|scope| scope.timed_out.get())
+        .ok()
+        .flatten()
+}
+
 /// Reads the whole body, refusing one over `limit` bytes with 413 and one that does not come
 /// in time with 408 (the limits of [`with_body_limits`], or [`BodyTimeouts::DEFAULT`]).
 pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, ApiError> {

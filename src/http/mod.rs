@@ -425,18 +425,11 @@ async fn answer(
         total: Duration::from_millis(http.body_timeout_ms),
         idle: Duration::from_millis(http.body_idle_timeout_ms),
     };
-    let (method, uri) = (request.method().clone(), request.uri().clone());
+    // A body that timed out is logged by `handle`, which knows the request's redacted path.
     let (response, timed_out) =
         body::with_body_limits(timeouts, routes::handle(gateway.clone(), request, peers)).await;
-    if let Some(timed_out) = timed_out {
+    if timed_out.is_some() {
         gateway.metrics.http_timeouts.body.inc();
-        info!(
-            peer = %peers.remote,
-            method = %method,
-            path = %redact::loggable_path(uri.path()),
-            "HTTP: answered 408 and closing the connection: {}",
-            timed_out.message()
-        );
         return closing(response, http1, usage);
     }
     if reserved {

@@ -20,6 +20,7 @@ use crate::audit::Outcome;
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use tracing::info;
 
 /// The two ends of the connection a request came on.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +85,15 @@ pub async fn handle(
         && !response.headers().contains_key(LEASE_FENCE_HEADER)
     {
         set_fence_header(&mut response, fence);
+    }
+    if let Some(timed_out) = super::body::timed_out() {
+        info!(
+            %peer,
+            method = %method,
+            path = %audit_path,
+            "HTTP: answered 408 and closing the connection: {}",
+            timed_out.message()
+        );
     }
     ops::finish(
         &gateway,
