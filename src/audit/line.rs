@@ -136,11 +136,6 @@ pub fn is_change_line(line: &str) -> bool {
     line.contains(" outcome=") || line.split(' ').nth(3) == Some("LEASE")
 }
 
-/// `2026-05-29 14:23:01.442`, UTC, as the clients document the timestamp.
-pub fn timestamp(at: SystemTime) -> String {
-    crate::timestamp::audit_millis(at)
-}
-
 /// Appends `value` as one field: as it is when it holds nothing but printable characters other
 /// than space, `"` and `\`; otherwise in double quotes, with `\"`, `\\` and `\xNN` / `\u{NNNN}`
 /// for control, whitespace and format characters ([`needs_escape`]). Empty: `""`.
