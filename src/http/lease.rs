@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper::Response;
-use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use hyper::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value as Json, json};
 use subtle::ConstantTimeEq;
 use tracing::warn;
@@ -19,9 +19,9 @@ use crate::gateway::Gateway;
 use crate::lease::{DEFAULT_TTL, LeaseError, MAX_TTL, MAX_WAIT, MIN_TTL};
 
 /// The header a holder sends with every request.
-pub const LEASE_ID_HEADER: &str = "x-lease-id";
+pub const LEASE_ID_HEADER: HeaderName = HeaderName::from_static("x-lease-id");
 /// The header on the holder's responses: the fence its requests are admitted under.
-pub const LEASE_FENCE_HEADER: &str = "x-lease-fence";
+pub const LEASE_FENCE_HEADER: HeaderName = HeaderName::from_static("x-lease-fence");
 /// The longest owner name kept.
 const MAX_OWNER_CHARS: usize = 200;
 
