@@ -394,8 +394,10 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
                         owner,
                         answered_at,
                     });
-                    // The lease runs from (at the latest) when it was asked for.
+                    // The gateway counts a lease's time from when it took up the request: after
+                    // the client asked, before the client had the answer.
                     let mut extended_at = asked_at;
+                    let mut extension_answered_at = answered_at;
                     let mut alive = true;
                     for _ in 0..rng.gen_range(1..4) {
                         write(id.clone(), fence, false).await;
@@ -417,6 +419,7 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
                             200 => {
                                 renewals.lock().unwrap().0 += 1;
                                 extended_at = asked_at;
+                                extension_answered_at = tokio::time::Instant::now();
                             }
                             404 => {
                                 renewals.lock().unwrap().1 += 1;
@@ -431,7 +434,7 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
                             write(id.clone(), fence, false).await;
                         }
                     }
-                    if alive && rng.gen_bool(0.7) {
+                    let how_ended = if alive && rng.gen_bool(0.7) {
                         let released = http
                             .delete(rig.url(&format!("lease/{id}")))
                             .send()
@@ -439,12 +442,27 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
                             .unwrap()
                             .status();
                         assert!(released == 200 || released == 404, "{released}");
+                        format!("released, answered {released}")
                     } else if alive {
-                        // Let it run out unreleased: its safe state is applied.
-                        tokio::time::sleep_until(extended_at + Duration::from_millis(1050)).await;
-                    }
+                        // Let it run out unreleased: its safe state is applied. By the answer to
+                        // its last extension plus the TTL it has ended in the gateway's count
+                        // too, however long the request took to reach it on a loaded machine.
+                        tokio::time::sleep_until(
+                            extension_answered_at + Duration::from_millis(1050),
+                        )
+                        .await;
+                        format!(
+                            "ran out: last extension answered {:?} ago",
+                            extension_answered_at.elapsed()
+                        )
+                    } else {
+                        "renewal refused".to_owned()
+                    };
                     let status = write(id, fence, true).await;
-                    assert_ne!(status, 200, "a write with an ended lease went through");
+                    assert_ne!(
+                        status, 200,
+                        "a write with an ended lease went through ({how_ended}): client {client} grant {grant_number}"
+                    );
                     write(NO_LEASE.to_owned(), 0, false).await;
                 }
             })
