@@ -49,6 +49,19 @@ fn instant(time: &Json) -> time::OffsetDateTime {
         .unwrap_or_else(|e| panic!("{text:?} is not RFC 3339: {e}"))
 }
 
+/// Reads `channel` once and waits until history has the sample; the query of its raw
+/// samples over the last minute.
+async fn read_and_recorded(rig: &common::Rig, channel: &str) -> String {
+    let (status, body) = rig.read(channel).await;
+    assert_eq!(status, 200, "{body}");
+    let query = format!("channel={channel}&from=-1m&fn=raw");
+    history_until(rig, &query, "the read's sample", |body| {
+        !points(body).is_empty()
+    })
+    .await;
+    query
+}
+
 fn points(body: &Json) -> &Vec<Json> {
     body["points"].as_array().unwrap()
 }
@@ -85,13 +98,7 @@ async fn a_configured_channel_is_read_by_itself_and_recorded_with_its_unit() {
 #[tokio::test]
 async fn a_channel_someone_reads_is_recorded_and_the_station_dropping_is_a_gap() {
     let rig = rig(|_| {}).await;
-    let (status, body) = rig.read(MON_3V3).await;
-    assert_eq!(status, 200, "{body}");
-    let query = format!("channel={MON_3V3}&from=-1m&fn=raw");
-    history_until(&rig, &query, "the read's sample", |body| {
-        !points(body).is_empty()
-    })
-    .await;
+    let query = read_and_recorded(&rig, MON_3V3).await;
     let generation = rig.gateway.link().info().generation;
     rig.sim.drop_connections();
     rig.reconnected_after(generation).await;
@@ -113,13 +120,7 @@ async fn a_channel_someone_reads_is_recorded_and_the_station_dropping_is_a_gap()
 #[tokio::test]
 async fn a_read_the_station_refuses_is_recorded_as_a_read_error_gap() {
     let rig = rig(|_| {}).await;
-    let (status, body) = rig.read(MON_3V3).await;
-    assert_eq!(status, 200, "{body}");
-    let query = format!("channel={MON_3V3}&from=-1m&fn=raw");
-    history_until(&rig, &query, "the read's sample", |body| {
-        !points(body).is_empty()
-    })
-    .await;
+    let query = read_and_recorded(&rig, MON_3V3).await;
     assert!(rig.sim.remove_channel(MON_3V3));
     let (status, body) = rig.read(MON_3V3).await;
     assert_ne!(status, 200, "a channel the station no longer has: {body}");

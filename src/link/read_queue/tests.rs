@@ -434,16 +434,18 @@ fn answer_all(q: &mut ReadQueue, now: Instant) -> usize {
     sent
 }
 
+/// Clients `1..=count` read `a` together at `t` and are answered by one READ.
+fn answered_together(q: &mut ReadQueue, count: u16, t: Instant) {
+    let mut first: Vec<Answer> = (1..=count).map(|c| read(q, &["a"], client(c), t)).collect();
+    assert_eq!(answer_all(q, t), 1);
+    first.iter_mut().for_each(|a| drop(got(a)));
+}
+
 #[test]
 fn clients_slower_than_quiet_taking_turns_are_not_held_once_all_are_back() {
     let mut q = queue();
     let t = Instant::now();
-    // Four clients answered together.
-    let mut first: Vec<Answer> = (1..=4)
-        .map(|c| read(&mut q, &["a"], client(c), t))
-        .collect();
-    assert_eq!(answer_all(&mut q, t), 1);
-    first.iter_mut().for_each(|a| drop(got(a)));
+    answered_together(&mut q, 4, t);
     // They come back later than quiet after their answer: the first goes out at once and is
     // answered; the next two (new by quiet, a answered to another client just now) are held.
     let back = t + QUIET * 2;
@@ -472,11 +474,7 @@ fn clients_slower_than_quiet_taking_turns_are_not_held_once_all_are_back() {
 fn a_new_client_among_the_returning_ones_keeps_the_hold() {
     let mut q = queue();
     let t = Instant::now();
-    let mut first: Vec<Answer> = (1..=2)
-        .map(|c| read(&mut q, &["a"], client(c), t))
-        .collect();
-    assert_eq!(answer_all(&mut q, t), 1);
-    first.iter_mut().for_each(|a| drop(got(a)));
+    answered_together(&mut q, 2, t);
     let back = t + QUIET * 2;
     let _c1 = read(&mut q, &["a"], client(1), back);
     let _on_wire = q.next_batch(back).expect("at once");
@@ -493,11 +491,7 @@ fn a_new_client_among_the_returning_ones_keeps_the_hold() {
 fn a_known_client_not_yet_back_keeps_the_hold_until_quiet() {
     let mut q = queue();
     let t = Instant::now();
-    let mut first: Vec<Answer> = (1..=3)
-        .map(|c| read(&mut q, &["a"], client(c), t))
-        .collect();
-    assert_eq!(answer_all(&mut q, t), 1);
-    first.iter_mut().for_each(|a| drop(got(a)));
+    answered_together(&mut q, 3, t);
     let back = t + QUIET * 2;
     let _c1 = read(&mut q, &["a"], client(1), back);
     let held = q.next_batch(back).expect("at once");

@@ -403,14 +403,7 @@ fn a_lease_being_ended_that_the_expiry_task_finds_unfinished_is_finished() {
     let now = Instant::now();
     let mut machine = LeaseMachine::new(false, now);
     let token = held_by(&mut machine, "A", 1, now);
-    machine.on(
-        Event::Released {
-            token,
-            releasing: Releasing::Holder,
-            answer: Ok(true),
-        },
-        now,
-    );
+    released(&mut machine, token, now);
     assert!(is_finish(&machine.on(Event::Deadline, now), false));
     assert!(is_free(&machine));
     assert!(machine.on(Event::Deadline, now).is_empty());

@@ -120,14 +120,7 @@ fn a_clean_release_has_no_lock_delay() {
     let now = Instant::now();
     let mut machine = machine(false, now);
     let token = held_by(&mut machine, "A", 5, now);
-    machine.on(
-        Event::Released {
-            token,
-            releasing: Releasing::Holder,
-            answer: Ok(true),
-        },
-        now,
-    );
+    released(&mut machine, token, now);
     let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
     assert!(is_finish(&actions, false), "{actions:?}");
     let actions = machine.on(acquire("B", false, true), now);
@@ -140,14 +133,7 @@ fn a_release_whose_change_left_doubt_unanswered_waits_the_lock_delay_from_the_se
     let now = Instant::now();
     let mut machine = machine(false, now);
     let token = held_by(&mut machine, "A", 5, now);
-    machine.on(
-        Event::Released {
-            token,
-            releasing: Releasing::Holder,
-            answer: Ok(true),
-        },
-        now,
-    );
+    released(&mut machine, token, now);
     let settled = now + Duration::from_secs(8);
     let actions = machine.on(Event::ChangesSettled { had_doubts: true }, settled);
     assert!(matches!(&actions[..], [Action::Publish(_)]), "{actions:?}");
@@ -236,14 +222,7 @@ fn a_safe_stop_while_a_lease_is_ending_waits_the_lock_delay_from_the_stop() {
     let now = Instant::now();
     let mut machine = machine_with_safe_state(now);
     let token = held_by(&mut machine, "A", 5, now);
-    machine.on(
-        Event::Released {
-            token,
-            releasing: Releasing::Holder,
-            answer: Ok(true),
-        },
-        now,
-    );
+    released(&mut machine, token, now);
     let stopped = now + Duration::from_secs(1);
     machine.on(
         Event::SafeStop {
