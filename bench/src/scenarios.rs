@@ -57,11 +57,7 @@ struct Pair {
 impl Pair {
     /// Each figure's median over `pairs` (the upper median of an even count).
     fn medians(pairs: &[Pair]) -> Pair {
-        let median = |figure: fn(&Pair) -> f64| {
-            let mut values: Vec<f64> = pairs.iter().map(figure).collect();
-            values.sort_by(f64::total_cmp);
-            values.get(values.len() / 2).copied().unwrap_or(0.0)
-        };
+        let median = |figure: fn(&Pair) -> f64| median(pairs.iter().map(figure));
         Pair {
             gateway: median(|p| p.gateway),
             baseline: median(|p| p.baseline),
@@ -71,6 +67,33 @@ impl Pair {
             baseline_p50: median(|p| p.baseline_p50),
         }
     }
+}
+
+/// The median of `values` (the upper one of an even count; 0 for none).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// One reference server's round of the cached read: its throughput and its CPU per request
+/// (warm-up included); errors noted under `name`.
+async fn reference_round(
+    row: &mut Row,
+    name: &str,
+    (addr, pid): (std::net::SocketAddr, u32),
+    conns: usize,
+    request: &Bytes,
+    bounds: Bounds,
+) -> anyhow::Result<(f64, f64)> {
+    let workers = rest_workers(addr, conns, VALUES_GET, |_| request.clone()).await?;
+    let cpu = CpuSpan::of(pid);
+    let run = drive(workers, bounds).await;
+    if run.errors > 0 {
+        row.notes
+            .push(format!("{name}: {} errors in a round", run.errors));
+    }
+    Ok((run.throughput(), cpu.per_request_us(run.requests * 6 / 5)))
 }
 
 fn body(value: serde_json::Value) -> Bytes {
@@ -254,30 +277,26 @@ impl Bench {
         let mut floor_runs: Vec<(f64, f64)> = Vec::new();
         for _ in 0..self.pairs.max(1) {
             let floor = crate::child::TrivialProcess::spawn_floor(&self.names[0], &answer).await?;
-            let workers = rest_workers(floor.addr, conns, VALUES_GET, |_| request.clone()).await?;
-            let floor_cpu = CpuSpan::of(floor.pid);
-            let run = drive(workers, self.bounds).await;
-            if run.errors > 0 {
-                row.notes
-                    .push(format!("floor server: {} errors in a round", run.errors));
-            }
-            floor_runs.push((
-                run.throughput(),
-                floor_cpu.per_request_us(run.requests * 6 / 5),
-            ));
+            let server = (floor.addr, floor.pid);
+            floor_runs.push(
+                reference_round(
+                    &mut row,
+                    "floor server",
+                    server,
+                    conns,
+                    &request,
+                    self.bounds,
+                )
+                .await?,
+            );
             drop(floor);
             if crate::child::NginxProcess::available() {
                 let nginx = crate::child::NginxProcess::spawn(&answer).await?;
-                let workers =
-                    rest_workers(nginx.addr, conns, VALUES_GET, |_| request.clone()).await?;
-                let nginx_cpu = CpuSpan::of(nginx.pid);
-                let run = drive(workers, self.bounds).await;
-                let us = nginx_cpu.per_request_us(run.requests * 6 / 5);
-                if run.errors > 0 {
-                    row.notes
-                        .push(format!("nginx: {} errors in a round", run.errors));
-                }
-                nginx_runs.push((run.throughput(), us));
+                let server = (nginx.addr, nginx.pid);
+                nginx_runs.push(
+                    reference_round(&mut row, "nginx", server, conns, &request, self.bounds)
+                        .await?,
+                );
             }
             let trivial = crate::child::TrivialProcess::spawn(&answer).await?;
             let workers =
@@ -323,12 +342,8 @@ impl Bench {
         row.target = "≥ 0.95× the child-process server; CPU ≤ 1.15×".to_owned();
         let mut nginx_met = true;
         if !nginx_runs.is_empty() {
-            let median = |figure: fn(&(f64, f64)) -> f64| {
-                let mut values: Vec<f64> = nginx_runs.iter().map(figure).collect();
-                values.sort_by(f64::total_cmp);
-                values[values.len() / 2]
-            };
-            let (nginx, nginx_us) = (median(|run| run.0), median(|run| run.1));
+            let nginx = median(nginx_runs.iter().map(|run| run.0));
+            let nginx_us = median(nginx_runs.iter().map(|run| run.1));
             let to_nginx = ratio(pair.gateway, nginx);
             nginx_met = to_nginx >= 0.8;
             row.baseline.push_str(&format!(
@@ -348,12 +363,8 @@ impl Bench {
             ));
         }
         {
-            let median = |figure: fn(&(f64, f64)) -> f64| {
-                let mut values: Vec<f64> = floor_runs.iter().map(figure).collect();
-                values.sort_by(f64::total_cmp);
-                values[values.len() / 2]
-            };
-            let (floor, floor_us) = (median(|run| run.0), median(|run| run.1));
+            let floor = median(floor_runs.iter().map(|run| run.0));
+            let floor_us = median(floor_runs.iter().map(|run| run.1));
             row.notes.push(format!(
                 "floor server (the trivial one + the JSON body parsed, the name looked up, an access line; a lower bound on any gateway): {:.1} k req/s · {floor_us:.2} µs CPU/request, {:.2}× the trivial server's throughput, {:.2}× its CPU",
                 floor / 1e3,
