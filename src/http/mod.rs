@@ -353,8 +353,8 @@ const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 enum Speaks {
     /// Not the HTTP/2 preface: served by hyper's HTTP/1 connection alone, which starts with an
     /// empty 8 KB read buffer. (The auto builder hands hyper the bytes it read to tell the
-    /// two apart, and hyper then doubles its buffer to 16 KB for the connection's life: the
-    /// largest item of an open event stream's memory, issue 30.)
+    /// two apart, and hyper then reserves 16 KB for the connection's life; the second half is
+    /// never written, so this saves heap, not resident memory: BENCHMARKS.md, issue 30.)
     Http1,
     /// The HTTP/2 preface so far, or a TLS connection: the auto builder tells them apart.
     Either,

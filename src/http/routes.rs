@@ -34,8 +34,7 @@ pub struct Peers {
 /// What `handle` learnt of a request before routing it, each looked up once.
 #[derive(Clone, Copy)]
 struct RequestFacts<'a> {
-    peer: SocketAddr,
-    local: Option<SocketAddr>,
+    peers: Peers,
     /// Its `X-Lease-Id` ([`presented_lease_id`]).
     presented: Option<&'a str>,
     /// Its path as logged, lease ids hidden.
@@ -66,8 +65,7 @@ pub async fn handle(
         &gateway,
         request,
         RequestFacts {
-            peer,
-            local: peers.local,
+            peers,
             presented: presented.as_deref(),
             audit_path: &audit_path,
             started,
@@ -132,8 +130,10 @@ async fn route_and_answer(
     noted: &mut Noted,
 ) -> Result<Response<Body>, ApiError> {
     let RequestFacts {
-        peer,
-        local,
+        peers: Peers {
+            remote: peer,
+            local,
+        },
         presented,
         audit_path,
         started,
