@@ -155,9 +155,17 @@ impl TrivialProcess {
     }
 
     /// The floor server (`floor.rs`) for `values/get` of `name`, answering `answer`.
-    pub async fn spawn_floor(name: &str, answer: &[u8]) -> anyhow::Result<TrivialProcess> {
+    pub async fn spawn_floor(
+        name: &str,
+        answer: &[u8],
+        floor: crate::floor::Floor,
+    ) -> anyhow::Result<TrivialProcess> {
         let answer = String::from_utf8_lossy(answer);
-        TrivialProcess::spawn_with(&["--serve-floor", name, &answer]).await
+        let kind = match floor {
+            crate::floor::Floor::Plain => "plain",
+            crate::floor::Floor::Audited => "audited",
+        };
+        TrivialProcess::spawn_with(&["--serve-floor", name, &answer, kind]).await
     }
 
     async fn spawn_with(args: &[&str]) -> anyhow::Result<TrivialProcess> {

@@ -1,8 +1,14 @@
 //! The floor server: the trivial hyper server plus the least any gateway must do to answer a
 //! cached `values/get` with its access log on — parse the JSON body, look the names up, write
-//! an access line — and nothing else (no lease, no access rules, no audit, no metrics, no
-//! routing table, no time limits, the answer pre-rendered per name). What it costs above the
-//! trivial server is a lower bound on what the gateway's cached read costs above it.
+//! an access line — and nothing else (no lease, no access rules, no metrics, no routing table,
+//! no time limits, the answer pre-rendered per name). What it costs above the trivial server is
+//! a lower bound on what the gateway's cached read costs above it.
+//!
+//! Audited ([`Floor::Audited`]), it also writes the line the station's audit log has for every
+//! request (`timestamp ip method path status duration`, issue 20: the clients' `audit.md`), as
+//! the gateway must: rendered in the request, handed to a writer thread of its own, which
+//! writes its batches to `/dev/null` (the gateway keeps them in memory or in files; either
+//! costs more).
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -34,12 +40,33 @@ struct Cached {
     read_at: Instant,
 }
 
-/// Access lines waiting for the writer thread, which writes them in batches (as the gateway's
-/// log writer does).
+/// Lines waiting for a writer thread, which writes them in batches (as the gateway's log and
+/// audit writers do).
 type Pending = Arc<Mutex<Vec<u8>>>;
 
+/// What the floor server writes for each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Floor {
+    /// An access line.
+    Plain,
+    /// An access line and an audit line.
+    Audited,
+}
+
+impl std::str::FromStr for Floor {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<Floor> {
+        match text {
+            "plain" => Ok(Floor::Plain),
+            "audited" => Ok(Floor::Audited),
+            other => anyhow::bail!("a floor server is `plain` or `audited`, not {other:?}"),
+        }
+    }
+}
+
 /// Serves `answer` for `name` on 127.0.0.1 until the process ends; returns its address.
-pub async fn start(name: String, answer: Bytes) -> anyhow::Result<SocketAddr> {
+pub async fn start(name: String, answer: Bytes, floor: Floor) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let mut cache = HashMap::new();
@@ -54,16 +81,25 @@ pub async fn start(name: String, answer: Bytes) -> anyhow::Result<SocketAddr> {
     let pending: Pending = Arc::default();
     std::thread::spawn({
         let pending = pending.clone();
-        move || write_access_lines(&pending)
+        move || write_lines(&pending, std::io::stderr())
     });
+    let audit: Option<Pending> = (floor == Floor::Audited).then(Arc::default);
+    if let Some(audit) = &audit {
+        let audit = audit.clone();
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+        std::thread::spawn(move || write_lines(&audit, null));
+    }
     tokio::spawn(async move {
         while let Ok((stream, peer)) = listener.accept().await {
             let _ = stream.set_nodelay(true);
-            let (cache, pending) = (cache.clone(), pending.clone());
+            let (cache, pending, audit) = (cache.clone(), pending.clone(), audit.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let (cache, pending) = (cache.clone(), pending.clone());
-                    async move { Ok::<_, Infallible>(respond(&cache, &pending, peer, request).await) }
+                    let (cache, pending, audit) = (cache.clone(), pending.clone(), audit.clone());
+                    async move {
+                        let answer = respond(&cache, &pending, audit.as_ref(), peer, request);
+                        Ok::<_, Infallible>(answer.await)
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
@@ -78,6 +114,7 @@ pub async fn start(name: String, answer: Bytes) -> anyhow::Result<SocketAddr> {
 async fn respond(
     cache: &HashMap<String, Cached>,
     pending: &Pending,
+    audit: Option<&Pending>,
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
@@ -114,6 +151,16 @@ async fn respond(
         status,
         started,
     );
+    if let Some(audit) = audit {
+        audit_line(
+            audit,
+            peer,
+            parts.method.as_str(),
+            parts.uri.path(),
+            status,
+            started,
+        );
+    }
     response
 }
 
@@ -137,26 +184,7 @@ fn access_line(
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let mut line = Vec::with_capacity(128);
-    SECOND.with(|cached| {
-        let mut cached = cached.borrow_mut();
-        if cached.0 != since_epoch.as_secs() {
-            let at = time::OffsetDateTime::from_unix_timestamp(since_epoch.as_secs() as i64)
-                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-            *cached = (
-                since_epoch.as_secs(),
-                format!(
-                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-                    at.year(),
-                    at.month() as u8,
-                    at.day(),
-                    at.hour(),
-                    at.minute(),
-                    at.second()
-                ),
-            );
-        }
-        line.extend_from_slice(cached.1.as_bytes());
-    });
+    push_second(&mut line, since_epoch);
     let millis = since_epoch.subsec_millis();
     line.extend_from_slice(&[
         b'.',
@@ -186,6 +214,81 @@ fn access_line(
         .extend_from_slice(&line);
 }
 
+/// `2026-12-02 05:38:47.123 127.0.0.1 POST /api/resources/values/get 200 0ms`: the station's
+/// audit line for a request that changed nothing (the gateway's has the same fields).
+fn audit_line(
+    pending: &Pending,
+    peer: SocketAddr,
+    method: &str,
+    path: &str,
+    status: StatusCode,
+    started: Instant,
+) {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut line = Vec::with_capacity(128);
+    push_second(&mut line, since_epoch);
+    // `2026-12-02 05:38:47`, as the audit log has it.
+    line[10] = b' ';
+    let millis = since_epoch.subsec_millis();
+    line.extend_from_slice(&[
+        b'.',
+        b'0' + (millis / 100) as u8,
+        b'0' + (millis / 10 % 10) as u8,
+        b'0' + (millis % 10) as u8,
+        b' ',
+    ]);
+    let peer_start = line.len();
+    push_peer(&mut line, peer);
+    // The address without its port.
+    if let Some(colon) = line[peer_start..].iter().rposition(|b| *b == b':') {
+        line.truncate(peer_start + colon);
+    }
+    line.push(b' ');
+    line.extend_from_slice(method.as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(path.as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(itoa::Buffer::new().format(status.as_u16()).as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(
+        itoa::Buffer::new()
+            .format(started.elapsed().as_millis())
+            .as_bytes(),
+    );
+    line.extend_from_slice(b"ms\n");
+    pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend_from_slice(&line);
+}
+
+/// Appends the second of `since_epoch` as `2026-12-02T05:38:47`, formatted once a second per
+/// thread.
+fn push_second(line: &mut Vec<u8>, since_epoch: Duration) {
+    SECOND.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.0 != since_epoch.as_secs() {
+            let at = time::OffsetDateTime::from_unix_timestamp(since_epoch.as_secs() as i64)
+                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            *cached = (
+                since_epoch.as_secs(),
+                format!(
+                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+                    at.year(),
+                    at.month() as u8,
+                    at.day(),
+                    at.hour(),
+                    at.minute(),
+                    at.second()
+                ),
+            );
+        }
+        line.extend_from_slice(cached.1.as_bytes());
+    });
+}
+
 /// `127.0.0.1:40000` without `core::fmt` (as the gateway writes it).
 fn push_peer(line: &mut Vec<u8>, peer: SocketAddr) {
     match peer {
@@ -205,10 +308,9 @@ fn push_peer(line: &mut Vec<u8>, peer: SocketAddr) {
     line.extend_from_slice(itoa::Buffer::new().format(peer.port()).as_bytes());
 }
 
-/// Writes the pending access lines to stderr every millisecond, in one write a batch.
-fn write_access_lines(pending: &Pending) {
+/// Writes the pending lines to `out` every millisecond, in one write a batch.
+fn write_lines(pending: &Pending, mut out: impl Write) {
     let mut batch = Vec::new();
-    let mut stderr = std::io::stderr();
     loop {
         std::thread::sleep(Duration::from_millis(1));
         std::mem::swap(
@@ -216,8 +318,51 @@ fn write_access_lines(pending: &Pending) {
             &mut pending.lock().unwrap_or_else(|p| p.into_inner()),
         );
         if !batch.is_empty() {
-            let _ = stderr.write_all(&batch);
+            let _ = out.write_all(&batch);
             batch.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(pending: &Pending) -> String {
+        String::from_utf8(pending.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn the_access_and_audit_lines_have_the_gateways_fields() {
+        let (access, audit): (Pending, Pending) = Default::default();
+        let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let path = "/api/resources/values/get";
+        let started = Instant::now();
+        access_line(&access, peer, "POST", path, StatusCode::OK, started);
+        audit_line(&audit, peer, "POST", path, StatusCode::OK, started);
+        let access = written(&access);
+        let audit = written(&audit);
+        // 2026-12-02T05:38:47.123Z 127.0.0.1:40000 POST /api/resources/values/get 200 14us
+        let fields: Vec<&str> = access.trim_end().split(' ').collect();
+        assert_eq!(fields.len(), 6, "{access:?}");
+        assert!(
+            fields[0].len() == 24 && fields[0].as_bytes()[10] == b'T' && fields[0].ends_with('Z')
+        );
+        assert_eq!(fields[1..5], ["127.0.0.1:40000", "POST", path, "200"]);
+        assert!(fields[5].ends_with("us"), "{access:?}");
+        // 2026-12-02 05:38:47.123 127.0.0.1 POST /api/resources/values/get 200 0ms
+        let fields: Vec<&str> = audit.trim_end().split(' ').collect();
+        assert_eq!(fields.len(), 7, "{audit:?}");
+        assert_eq!((fields[0].len(), fields[1].len()), (10, 12), "{audit:?}");
+        assert_eq!(fields[2..6], ["127.0.0.1", "POST", path, "200"]);
+        assert_eq!(fields[6], "0ms");
+        assert!(audit.ends_with('\n') && access.ends_with('\n'));
+    }
+
+    #[test]
+    fn a_floor_is_named_plain_or_audited() {
+        assert_eq!("plain".parse::<Floor>().unwrap(), Floor::Plain);
+        assert_eq!("audited".parse::<Floor>().unwrap(), Floor::Audited);
+        assert!("both".parse::<Floor>().is_err());
     }
 }

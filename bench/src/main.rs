@@ -110,8 +110,9 @@ struct Args {
     #[arg(long, value_name = "ANSWER", hide = true)]
     serve_trivial: Option<String>,
     /// Internal: serve the floor server (the trivial one plus the JSON parse, the lookup and
-    /// the access line any gateway needs for a cached `values/get` of NAME) in this process.
-    #[arg(long, num_args = 2, value_names = ["NAME", "ANSWER"], hide = true)]
+    /// the access line any gateway needs for a cached `values/get` of NAME; `audited`: and the
+    /// audit line) in this process.
+    #[arg(long, num_args = 3, value_names = ["NAME", "ANSWER", "plain|audited"], hide = true)]
     serve_floor: Option<Vec<String>>,
     /// Internal: serve the default station simulator and its control interface in this
     /// process and nothing else (the harness runs the station itself this way).
@@ -156,9 +157,9 @@ async fn serve_trivial(answer: String) -> anyhow::Result<()> {
 
 /// The floor server as a process of its own; runs until killed.
 async fn serve_floor(args: Vec<String>) -> anyhow::Result<()> {
-    let [name, answer] = <[String; 2]>::try_from(args)
-        .map_err(|_| anyhow::anyhow!("--serve-floor takes NAME ANSWER"))?;
-    let addr = floor::start(name, answer.into()).await?;
+    let [name, answer, floor] = <[String; 3]>::try_from(args)
+        .map_err(|_| anyhow::anyhow!("--serve-floor takes NAME ANSWER plain|audited"))?;
+    let addr = floor::start(name, answer.into(), floor.parse()?).await?;
     eprintln!("{}{addr}", child::TRIVIAL_READY);
     std::future::pending::<()>().await;
     Ok(())

@@ -272,24 +272,32 @@ impl Bench {
         // nginx (one worker, `return 200` with the same bytes) in each round too, when installed:
         // (req/s, CPU µs per request) per round.
         let mut nginx_runs: Vec<(f64, f64)> = Vec::new();
-        // The floor server (trivial + JSON parse, lookup, access line) in each round too:
-        // (req/s, CPU µs per request), a lower bound on the gateway's cost.
-        let mut floor_runs: Vec<(f64, f64)> = Vec::new();
+        // The floor servers (trivial + JSON parse, lookup, access line; and the same with the
+        // audit line) in each round too: (req/s, CPU µs per request), lower bounds on the
+        // gateway's cost.
+        let floors = [crate::floor::Floor::Plain, crate::floor::Floor::Audited];
+        let mut floor_runs: [Vec<(f64, f64)>; 2] = Default::default();
         for _ in 0..self.pairs.max(1) {
-            let floor = crate::child::TrivialProcess::spawn_floor(&self.names[0], &answer).await?;
-            let server = (floor.addr, floor.pid);
-            floor_runs.push(
-                reference_round(
-                    &mut row,
-                    "floor server",
-                    server,
-                    conns,
-                    &request,
-                    self.bounds,
-                )
-                .await?,
-            );
-            drop(floor);
+            for (floor, runs) in floors.iter().zip(floor_runs.iter_mut()) {
+                let server =
+                    crate::child::TrivialProcess::spawn_floor(&self.names[0], &answer, *floor)
+                        .await?;
+                let label = match floor {
+                    crate::floor::Floor::Plain => "floor server",
+                    crate::floor::Floor::Audited => "audited floor server",
+                };
+                runs.push(
+                    reference_round(
+                        &mut row,
+                        label,
+                        (server.addr, server.pid),
+                        conns,
+                        &request,
+                        self.bounds,
+                    )
+                    .await?,
+                );
+            }
             if crate::child::NginxProcess::available() {
                 let nginx = crate::child::NginxProcess::spawn(&answer).await?;
                 let server = (nginx.addr, nginx.pid);
@@ -362,14 +370,21 @@ impl Bench {
                     .join(", ")
             ));
         }
-        {
-            let floor = median(floor_runs.iter().map(|run| run.0));
-            let floor_us = median(floor_runs.iter().map(|run| run.1));
+        for (runs, what) in floor_runs.iter().zip([
+            "floor server (the trivial one + the JSON body parsed, the name looked up, an access line; a lower bound on any gateway)",
+            "audited floor server (the floor server + the audit line every request has, rendered and handed to a writer thread; a lower bound on any gateway that keeps the station's audit log)",
+        ]) {
+            let floor = median(runs.iter().map(|run| run.0));
+            let floor_us = median(runs.iter().map(|run| run.1));
             row.notes.push(format!(
-                "floor server (the trivial one + the JSON body parsed, the name looked up, an access line; a lower bound on any gateway): {:.1} k req/s · {floor_us:.2} µs CPU/request, {:.2}× the trivial server's throughput, {:.2}× its CPU",
+                "{what}: {:.1} k req/s · {floor_us:.2} µs CPU/request, {:.2}× the trivial server's throughput, {:.2}× its CPU (rounds: {})",
                 floor / 1e3,
                 ratio(floor, pair.baseline),
-                ratio(floor_us, pair.baseline_us)
+                ratio(floor_us, pair.baseline_us),
+                runs.iter()
+                    .map(|run| format!("{:.1}k", run.0 / 1e3))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         row.verdict = Verdict::from_bool(
