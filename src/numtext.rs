@@ -25,6 +25,17 @@ impl<const N: usize> ShortText<N> {
         self.len += 1;
     }
 
+    /// `octet` in decimal, without a formatter's buffer (an address has four of them).
+    fn push_octet(&mut self, octet: u8) {
+        if octet >= 100 {
+            self.push(b'0' + octet / 100);
+        }
+        if octet >= 10 {
+            self.push(b'0' + octet / 10 % 10);
+        }
+        self.push(b'0' + octet % 10);
+    }
+
     fn push_u64(&mut self, n: u64) {
         for &digit in itoa::Buffer::new().format(n).as_bytes() {
             self.push(digit);
@@ -55,7 +66,7 @@ pub fn ipv4_text(ip: Ipv4Addr) -> ShortText<21> {
         if i > 0 {
             text.push(b'.');
         }
-        text.push_u64(u64::from(octet));
+        text.push_octet(octet);
     }
     text
 }
@@ -177,6 +188,14 @@ mod tests {
             let mut ip = String::new();
             push_ip(&mut ip, addr.ip());
             assert_eq!(ip, addr.ip().to_string());
+        }
+    }
+
+    #[test]
+    fn every_octet_reads_as_display_writes_it() {
+        for n in 0..=255u8 {
+            let ip = Ipv4Addr::new(n, 255 - n, n / 2, 9);
+            assert_eq!(ipv4_text(ip).as_str(), ip.to_string());
         }
     }
 }

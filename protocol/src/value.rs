@@ -183,9 +183,24 @@ fn render_float(x: f64) -> String {
         return "0".to_owned(); // also turns -0 into 0
     }
     if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
-        return format!("{}", x as i64);
+        return (x as i64).to_string();
     }
-    format!("{x}")
+    // `zmij` writes the shortest digits that read back as `x`, as `Display` does, without
+    // `core::fmt` (a cached read's answer renders one value each). Up to 15 significant
+    // digits that shortest text is the only one (a double carries almost 16), so the two
+    // agree; past that they may round an exact tie differently. Longer texts, exponents
+    // (`1e-7`, which `Display` writes out) and `1e15.0`-like whole numbers go to `Display`.
+    let mut buffer = zmij::Buffer::new();
+    let text = buffer.format(x);
+    let significant = text
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .skip_while(|digit| *digit == b'0')
+        .count();
+    if !x.is_finite() || significant > 15 || text.contains('e') || text.ends_with(".0") {
+        return format!("{x}");
+    }
+    text.to_owned()
 }
 
 /// Hex with optional spaces and `0x` prefixes: `DEADBEEF`, `de ad be ef`, `0xDE 0xAD`.
@@ -326,7 +341,66 @@ mod tests {
         }
     }
 
+    /// The text `Display` writes (as rendering did before it took `zmij`'s digits).
+    fn displayed(x: f64) -> String {
+        if x == 0.0 {
+            "0".to_owned()
+        } else if x.fract() == 0.0 && x.abs() < 1e15 {
+            format!("{}", x as i64)
+        } else {
+            format!("{x}")
+        }
+    }
+
+    #[test]
+    fn floats_render_as_display_writes_them() {
+        let edges = [
+            3.3,
+            -3.3,
+            0.1,
+            1e-5,
+            1.5e-5,
+            1e-4,
+            0.00012,
+            1e-7,
+            1e15,
+            1.5e15,
+            1e16,
+            1e21,
+            2.5e20,
+            123456.789,
+            1.0 / 3.0,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            f64::MIN,
+            f64::EPSILON,
+            5e-324,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            999999999999999.9,
+            0.30000000000000004,
+        ];
+        for x in edges {
+            assert_eq!(Value::Float(x).render(), displayed(x), "{x:?}");
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn every_float_renders_as_display_writes_it(bits in proptest::prelude::any::<u64>()) {
+            let x = f64::from_bits(bits);
+            proptest::prop_assert_eq!(Value::Float(x).render(), displayed(x));
+        }
+
+        #[test]
+        fn decimal_floats_render_as_display_writes_them(
+            x in -1e9f64..1e9, scale in -12i32..16,
+        ) {
+            let x = x * 10f64.powi(scale);
+            proptest::prop_assert_eq!(Value::Float(x).render(), displayed(x));
+        }
+
         #[test]
         fn rendering_reads_back(
             x in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO,

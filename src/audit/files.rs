@@ -4,7 +4,6 @@
 //! that reads never rotate a change out — or, without a directory, memory only, each stream
 //! holding one file's worth of lines at most. [`merged_in_time_order`] reads them as one trail.
 
-use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -197,11 +196,12 @@ pub fn tail_of_file(dir: &Path, name: &str, tail: usize) -> io::Result<Vec<Strin
     }
 }
 
-/// Memory only (no `[audit] dir`): the current "file" as lines, at most `max_bytes`.
+/// Memory only (no `[audit] dir`): the current "file", at most `max_bytes`, as one text of
+/// lines each ending in a newline (a line appended is copied once, not kept as a string of its
+/// own: every request has one).
 #[derive(Default)]
 pub struct MemoryLines {
-    pub lines: VecDeque<String>,
-    bytes: u64,
+    text: String,
     max_bytes: u64,
 }
 
@@ -213,24 +213,25 @@ impl MemoryLines {
         }
     }
 
-    pub fn push(&mut self, line: String) {
+    /// Appends `line` (without its newline).
+    pub fn push(&mut self, line: &str) {
         let len = line.len() as u64 + 1;
-        if self.bytes > 0 && self.bytes + len > self.max_bytes {
+        if !self.text.is_empty() && self.text.len() as u64 + len > self.max_bytes {
             // Rotated out, as a file would be.
-            self.lines.clear();
-            self.bytes = 0;
+            self.text.clear();
         }
-        self.bytes += len;
-        self.lines.push_back(line);
+        self.text.push_str(line);
+        self.text.push('\n');
     }
 
+    /// The last `tail` lines (`0`: all), oldest first.
     pub fn tail(&self, tail: usize) -> Vec<String> {
-        let from = if tail == 0 {
-            0
-        } else {
-            self.lines.len().saturating_sub(tail)
+        let lines = self.text.split_terminator('\n');
+        let skip = match tail {
+            0 => 0,
+            _ => lines.clone().count().saturating_sub(tail),
         };
-        self.lines.iter().skip(from).cloned().collect()
+        lines.skip(skip).map(str::to_owned).collect()
     }
 }
 

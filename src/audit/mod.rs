@@ -408,9 +408,11 @@ struct MemorySink(Arc<Mutex<MemoryLines>>);
 
 impl Sink for MemorySink {
     fn append(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        // One check of the batch: the lines were rendered from strings.
+        let lines = String::from_utf8_lossy(lines);
         let mut memory = lock(&self.0);
-        for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            memory.push(String::from_utf8_lossy(line).into_owned());
+        for line in lines.split('\n').filter(|l| !l.is_empty()) {
+            memory.push(line);
         }
         Ok(())
     }

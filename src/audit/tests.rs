@@ -241,7 +241,7 @@ async fn a_disk_that_hangs_delays_a_change_by_the_limit_not_forever() {
 fn memory_only_keeps_one_files_worth() {
     let mut memory = MemoryLines::new(30);
     for n in 0..7 {
-        memory.push(format!("line {n}"));
+        memory.push(&format!("line {n}"));
     }
     // 7 bytes a line: 4 fit in 30 bytes, then it starts over.
     assert_eq!(memory.tail(0), ["line 4", "line 5", "line 6"]);

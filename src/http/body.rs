@@ -393,6 +393,38 @@ mod tests {
     }
 
     #[test]
+    fn escaped_names_and_lists_read_as_sent() {
+        // An escaped name is unescaped; a list's errors name what was wrong.
+        let bytes = br#"{"Na\u006des": ["a", "b\"c", "\u00e9"], "Max\tAge": 5, "Other": {"x": 1}}"#;
+        let body = JsonBody::parse(bytes).unwrap();
+        let expected = vec!["a".to_owned(), "b\"c".to_owned(), "é".to_owned()];
+        assert_eq!(body.string_list("names").unwrap(), expected);
+        assert!(body.get("NAMES").unwrap().is_array());
+        assert_eq!(body.string_list("Names").unwrap(), expected);
+        assert_eq!(body.optional_u64("max\tage").unwrap(), Some(5));
+        assert_eq!(body.object("other").unwrap()["x"], 1);
+        for (bytes, message) in [
+            (
+                &br#"{"Names": ["a", 1]}"#[..],
+                "must be an array of strings",
+            ),
+            (br#"{"Names": null}"#, "is missing"),
+            (br#"{"Names": "a"}"#, "must be an array of strings"),
+            (br#"{}"#, "is missing"),
+        ] {
+            let error = JsonBody::parse(bytes)
+                .unwrap()
+                .string_list("Names")
+                .unwrap_err();
+            assert!(
+                error.message.contains(message),
+                "{bytes:?}: {}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
     fn fields_bind_in_any_case() {
         let body = JsonBody::parse(br#"{"name": "A", "MAXAGEMS": 5}"#).unwrap();
         assert_eq!(body.string("Name").unwrap(), "A");

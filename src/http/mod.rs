@@ -11,6 +11,7 @@ mod api;
 pub mod audit_trail;
 pub mod body;
 pub mod connections;
+mod gated;
 pub mod idle;
 pub mod lease;
 pub mod named_leases;
@@ -309,11 +310,13 @@ impl Connection {
         loop {
             tokio::select! {
                 ended = connection.as_mut() => return (ended.map_err(Into::into), closed_for),
-                _ = self.shutdown.cancelled(), if !shutting_down && closing.is_none() => {
+                // Gated: polled when the token or the deadline woke them, not on every wake of
+                // the connection.
+                _ = gated::Gated::new(self.shutdown.cancelled()), if !shutting_down && closing.is_none() => {
                     shutting_down = true;
                     connection.as_mut().graceful_shutdown();
                 }
-                why = usage.close_wanted(header_timeout), if closing.is_none() && !shutting_down => {
+                why = gated::Gated::new(usage.close_wanted(header_timeout)), if closing.is_none() && !shutting_down => {
                     if why == CloseWanted::Evicted && usage.in_progress() == 0 {
                         debug!(peer = %self.peer, "closed an idle connection to make room for a new one");
                         return (Ok(()), Some(why));
