@@ -161,11 +161,7 @@ impl TrivialProcess {
         floor: crate::floor::Floor,
     ) -> anyhow::Result<TrivialProcess> {
         let answer = String::from_utf8_lossy(answer);
-        let kind = match floor {
-            crate::floor::Floor::Plain => "plain",
-            crate::floor::Floor::Audited => "audited",
-        };
-        TrivialProcess::spawn_with(&["--serve-floor", name, &answer, kind]).await
+        TrivialProcess::spawn_with(&["--serve-floor", name, &answer, &floor.arg()]).await
     }
 
     async fn spawn_with(args: &[&str]) -> anyhow::Result<TrivialProcess> {

@@ -4,6 +4,10 @@
 //! no time limits, the answer pre-rendered per name). What it costs above the trivial server is
 //! a lower bound on what the gateway's cached read costs above it.
 //!
+//! Forced ([`Floor::Forced`]), it answers `value/get` by a READ of the asked name over the byte
+//! protocol, on a station connection of its own for each HTTP connection (no coalescing, no
+//! lease, no cache), with both lines: the least a forced read through any gateway costs.
+//!
 //! Audited ([`Floor::Audited`]), it also writes the line the station's audit log has for every
 //! request (`timestamp ip method path status duration`, issue 20: the clients' `audit.md`), as
 //! the gateway must: rendered in the request, handed to a writer thread of its own, which
@@ -23,7 +27,8 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
-use tokio::net::TcpListener;
+use station_simulator::StationClient;
+use tokio::net::{TcpListener, TcpStream};
 
 /// What a `values/get` body asks; names borrowed from the body, as the cheapest parse does.
 #[derive(Deserialize)]
@@ -44,13 +49,27 @@ struct Cached {
 /// audit writers do).
 type Pending = Arc<Mutex<Vec<u8>>>;
 
-/// What the floor server writes for each request.
+/// What the floor server does for each request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Floor {
-    /// An access line.
+    /// A cached `values/get`, and an access line.
     Plain,
-    /// An access line and an audit line.
+    /// A cached `values/get`, an access line and an audit line.
     Audited,
+    /// A forced `value/get` from the station at this address, an access line and an audit
+    /// line.
+    Forced(SocketAddr),
+}
+
+impl Floor {
+    /// How it is named on the command line (`--serve-floor NAME ANSWER KIND`).
+    pub fn arg(self) -> String {
+        match self {
+            Floor::Plain => "plain".to_owned(),
+            Floor::Audited => "audited".to_owned(),
+            Floor::Forced(station) => format!("forced:{station}"),
+        }
+    }
 }
 
 impl std::str::FromStr for Floor {
@@ -60,7 +79,12 @@ impl std::str::FromStr for Floor {
         match text {
             "plain" => Ok(Floor::Plain),
             "audited" => Ok(Floor::Audited),
-            other => anyhow::bail!("a floor server is `plain` or `audited`, not {other:?}"),
+            other => match other.strip_prefix("forced:").map(str::parse) {
+                Some(Ok(station)) => Ok(Floor::Forced(station)),
+                _ => anyhow::bail!(
+                    "a floor server is `plain`, `audited` or `forced:STATION`, not {other:?}"
+                ),
+            },
         }
     }
 }
@@ -83,11 +107,15 @@ pub async fn start(name: String, answer: Bytes, floor: Floor) -> anyhow::Result<
         let pending = pending.clone();
         move || write_lines(&pending, std::io::stderr())
     });
-    let audit: Option<Pending> = (floor == Floor::Audited).then(Arc::default);
+    let audit: Option<Pending> = (floor != Floor::Plain).then(Arc::default);
     if let Some(audit) = &audit {
         let audit = audit.clone();
         let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
         std::thread::spawn(move || write_lines(&audit, null));
+    }
+    if let Floor::Forced(station) = floor {
+        tokio::spawn(serve_forced(listener, station, pending, audit));
+        return Ok(addr);
     }
     tokio::spawn(async move {
         while let Ok((stream, peer)) = listener.accept().await {
@@ -109,6 +137,90 @@ pub async fn start(name: String, answer: Bytes, floor: Floor) -> anyhow::Result<
         }
     });
     Ok(addr)
+}
+
+/// What a `value/get` body asks.
+#[derive(Deserialize)]
+struct ValueGet<'a> {
+    #[serde(rename = "Name", borrow)]
+    name: &'a str,
+}
+
+/// The forced floor: each HTTP connection with a station connection of its own.
+async fn serve_forced(
+    listener: TcpListener,
+    station: SocketAddr,
+    pending: Pending,
+    audit: Option<Pending>,
+) {
+    while let Ok((stream, peer)) = listener.accept().await {
+        let _ = stream.set_nodelay(true);
+        let (pending, audit) = (pending.clone(), audit.clone());
+        tokio::spawn(async move {
+            let Ok(mut client) = StationClient::connect(station).await else {
+                return;
+            };
+            client.set_timeout(Duration::from_secs(2));
+            if client.hello("floor server").await.is_err() {
+                return;
+            }
+            let client = Arc::new(tokio::sync::Mutex::new(client));
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let (client, pending, audit) = (client.clone(), pending.clone(), audit.clone());
+                async move {
+                    let answer = respond_forced(&client, &pending, audit.as_ref(), peer, request);
+                    Ok::<_, Infallible>(answer.await)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn respond_forced(
+    client: &tokio::sync::Mutex<StationClient<TcpStream>>,
+    pending: &Pending,
+    audit: Option<&Pending>,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let (status, answer) = match serde_json::from_slice::<ValueGet>(&body) {
+        Ok(asked) => match client.lock().await.read(&[asked.name]).await {
+            Ok(results) => match results.into_iter().next() {
+                Some(Ok(value)) => {
+                    let mut out = b"{\"value\":".to_vec();
+                    let _ = serde_json::to_writer(&mut out, &value.render());
+                    out.push(b'}');
+                    (StatusCode::OK, Bytes::from(out))
+                }
+                _ => (StatusCode::NOT_FOUND, Bytes::from_static(b"{}")),
+            },
+            Err(_) => (StatusCode::BAD_GATEWAY, Bytes::from_static(b"{}")),
+        },
+        Err(_) => (StatusCode::BAD_REQUEST, Bytes::from_static(b"{}")),
+    };
+    let mut response = Response::new(Full::new(answer));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    let (method, path) = (parts.method.as_str(), parts.uri.path());
+    access_line(pending, peer, method, path, status, started);
+    if let Some(audit) = audit {
+        audit_line(audit, peer, method, path, status, started);
+    }
+    response
 }
 
 async fn respond(
@@ -364,5 +476,8 @@ mod tests {
         assert_eq!("plain".parse::<Floor>().unwrap(), Floor::Plain);
         assert_eq!("audited".parse::<Floor>().unwrap(), Floor::Audited);
         assert!("both".parse::<Floor>().is_err());
+        let forced = Floor::Forced("127.0.0.1:4000".parse().unwrap());
+        assert_eq!(forced.arg().parse::<Floor>().unwrap(), forced);
+        assert!("forced:nowhere".parse::<Floor>().is_err());
     }
 }

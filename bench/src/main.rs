@@ -111,8 +111,9 @@ struct Args {
     serve_trivial: Option<String>,
     /// Internal: serve the floor server (the trivial one plus the JSON parse, the lookup and
     /// the access line any gateway needs for a cached `values/get` of NAME; `audited`: and the
-    /// audit line) in this process.
-    #[arg(long, num_args = 3, value_names = ["NAME", "ANSWER", "plain|audited"], hide = true)]
+    /// audit line; `forced:STATION`: a `value/get` read from STATION, with both lines) in this
+    /// process.
+    #[arg(long, num_args = 3, value_names = ["NAME", "ANSWER", "plain|audited|forced:STATION"], hide = true)]
     serve_floor: Option<Vec<String>>,
     /// Internal: serve the default station simulator and its control interface in this
     /// process and nothing else (the harness runs the station itself this way).

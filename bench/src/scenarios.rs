@@ -275,17 +275,16 @@ impl Bench {
         // The floor servers (trivial + JSON parse, lookup, access line; and the same with the
         // audit line) in each round too: (req/s, CPU µs per request), lower bounds on the
         // gateway's cost.
-        let floors = [crate::floor::Floor::Plain, crate::floor::Floor::Audited];
+        let floors = [
+            (crate::floor::Floor::Plain, "floor server"),
+            (crate::floor::Floor::Audited, "audited floor server"),
+        ];
         let mut floor_runs: [Vec<(f64, f64)>; 2] = Default::default();
         for _ in 0..self.pairs.max(1) {
-            for (floor, runs) in floors.iter().zip(floor_runs.iter_mut()) {
+            for ((floor, label), runs) in floors.iter().zip(floor_runs.iter_mut()) {
                 let server =
                     crate::child::TrivialProcess::spawn_floor(&self.names[0], &answer, *floor)
                         .await?;
-                let label = match floor {
-                    crate::floor::Floor::Plain => "floor server",
-                    crate::floor::Floor::Audited => "audited floor server",
-                };
                 runs.push(
                     reference_round(
                         &mut row,
@@ -545,8 +544,55 @@ impl Bench {
         )
         .await?;
         row.notes.push(self.unloaded_note(&names[0], one).await?);
+        row.notes
+            .push(self.forced_floor_note(&names, &baseline).await?);
         error_notes(&mut row, &measured, &baseline);
         Ok(row)
+    }
+
+    /// The forced floor server (`floor.rs`: a READ over a station connection of its own for
+    /// each request, with the access and audit lines) as the gateway was measured, loaded and
+    /// alone: the least a forced read through any gateway costs.
+    async fn forced_floor_note(
+        &self,
+        names: &[String],
+        baseline: &Measured,
+    ) -> anyhow::Result<String> {
+        let floor = crate::child::TrivialProcess::spawn_floor(
+            &names[0],
+            b"",
+            crate::floor::Floor::Forced(self.station.addr),
+        )
+        .await?;
+        let workers = rest_workers(floor.addr, names.len(), VALUE_GET, |i| {
+            body(json!({ "Name": names[i] }))
+        })
+        .await?;
+        let cpu = CpuSpan::of(floor.pid);
+        let loaded = drive(workers, self.bounds).await;
+        let floor_us = cpu.per_request_us(loaded.requests * 6 / 5);
+        let one =
+            RestWorker::open(floor.addr, VALUE_GET, &body(json!({ "Name": names[0] }))).await?;
+        let alone = self.unloaded(one).await;
+        let direct = self
+            .unloaded(
+                read_workers(self.station.addr, &names[..1])
+                    .await?
+                    .remove(0),
+            )
+            .await;
+        Ok(format!(
+            "forced floor server (HTTP in, one READ a request over a station connection of its own, the access and audit lines; no coalescing, lease or cache: the least any gateway's forced read costs), {} conns: {:.1} k req/s · p50 {} · {floor_us:.1} µs CPU/request (errors {}); {:.2}× direct throughput, p50 +{}; unloaded p50 {} against direct {}: +{}",
+            names.len(),
+            loaded.throughput() / 1e3,
+            micros(loaded.p50_us()),
+            loaded.errors,
+            ratio(loaded.throughput(), baseline.throughput()),
+            micros(loaded.p50_us() - baseline.p50_us()),
+            micros(alone.p50_us()),
+            micros(direct.p50_us()),
+            micros(alone.p50_us() - direct.p50_us()),
+        ))
     }
 
     /// 2b. Forced reads while the station takes a millisecond over every request, as station
