@@ -113,30 +113,41 @@ pub async fn start(name: String, answer: Bytes, floor: Floor) -> anyhow::Result<
         let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
         std::thread::spawn(move || write_lines(&audit, null));
     }
-    if let Floor::Forced(station) = floor {
-        tokio::spawn(serve_forced(listener, station, pending, audit));
-        return Ok(addr);
-    }
-    tokio::spawn(async move {
-        while let Ok((stream, peer)) = listener.accept().await {
-            let _ = stream.set_nodelay(true);
-            let (cache, pending, audit) = (cache.clone(), pending.clone(), audit.clone());
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let (cache, pending, audit) = (cache.clone(), pending.clone(), audit.clone());
-                    async move {
-                        let answer = respond(&cache, &pending, audit.as_ref(), peer, request);
-                        Ok::<_, Infallible>(answer.await)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let source = match floor {
+        Floor::Forced(station) => Source::Station(station),
+        Floor::Plain | Floor::Audited => Source::Cache(cache),
+    };
+    tokio::spawn(serve(listener, source, pending, audit));
     Ok(addr)
+}
+
+/// Where the answers come from.
+enum Source {
+    /// The cache, shared by every connection.
+    Cache(Arc<HashMap<String, Cached>>),
+    /// The station at this address, on a connection of its own for each HTTP connection.
+    Station(SocketAddr),
+}
+
+/// A connection's way to its answers.
+#[derive(Clone)]
+enum Answers {
+    Cache(Arc<HashMap<String, Cached>>),
+    Station(Arc<tokio::sync::Mutex<StationClient<TcpStream>>>),
+}
+
+impl Source {
+    async fn for_connection(&self) -> Option<Answers> {
+        match self {
+            Source::Cache(cache) => Some(Answers::Cache(cache.clone())),
+            Source::Station(station) => {
+                let mut client = StationClient::connect(*station).await.ok()?;
+                client.set_timeout(Duration::from_secs(2));
+                client.hello("floor server").await.ok()?;
+                Some(Answers::Station(Arc::new(tokio::sync::Mutex::new(client))))
+            }
+        }
+    }
 }
 
 /// What a `value/get` body asks.
@@ -146,29 +157,19 @@ struct ValueGet<'a> {
     name: &'a str,
 }
 
-/// The forced floor: each HTTP connection with a station connection of its own.
-async fn serve_forced(
-    listener: TcpListener,
-    station: SocketAddr,
-    pending: Pending,
-    audit: Option<Pending>,
-) {
+async fn serve(listener: TcpListener, source: Source, pending: Pending, audit: Option<Pending>) {
+    let source = Arc::new(source);
     while let Ok((stream, peer)) = listener.accept().await {
         let _ = stream.set_nodelay(true);
-        let (pending, audit) = (pending.clone(), audit.clone());
+        let (source, pending, audit) = (source.clone(), pending.clone(), audit.clone());
         tokio::spawn(async move {
-            let Ok(mut client) = StationClient::connect(station).await else {
+            let Some(answers) = source.for_connection().await else {
                 return;
             };
-            client.set_timeout(Duration::from_secs(2));
-            if client.hello("floor server").await.is_err() {
-                return;
-            }
-            let client = Arc::new(tokio::sync::Mutex::new(client));
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let (client, pending, audit) = (client.clone(), pending.clone(), audit.clone());
+                let (answers, pending, audit) = (answers.clone(), pending.clone(), audit.clone());
                 async move {
-                    let answer = respond_forced(&client, &pending, audit.as_ref(), peer, request);
+                    let answer = respond(&answers, &pending, audit.as_ref(), peer, request);
                     Ok::<_, Infallible>(answer.await)
                 }
             });
@@ -180,8 +181,9 @@ async fn serve_forced(
     }
 }
 
-async fn respond_forced(
-    client: &tokio::sync::Mutex<StationClient<TcpStream>>,
+/// Answers one request from `answers`, with its access line (and audit line).
+async fn respond(
+    answers: &Answers,
     pending: &Pending,
     audit: Option<&Pending>,
     peer: SocketAddr,
@@ -189,55 +191,24 @@ async fn respond_forced(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let (status, answer) = match serde_json::from_slice::<ValueGet>(&body) {
-        Ok(asked) => match client.lock().await.read(&[asked.name]).await {
-            Ok(results) => match results.into_iter().next() {
-                Some(Ok(value)) => {
-                    let mut out = b"{\"value\":".to_vec();
-                    let _ = serde_json::to_writer(&mut out, &value.render());
-                    out.push(b'}');
-                    (StatusCode::OK, Bytes::from(out))
-                }
-                _ => (StatusCode::NOT_FOUND, Bytes::from_static(b"{}")),
-            },
-            Err(_) => (StatusCode::BAD_GATEWAY, Bytes::from_static(b"{}")),
-        },
-        Err(_) => (StatusCode::BAD_REQUEST, Bytes::from_static(b"{}")),
+    let body = whole_body(body).await;
+    let (status, answer) = match answers {
+        Answers::Cache(cache) => from_cache(cache, &body),
+        Answers::Station(client) => from_station(client, &body).await,
     };
-    let mut response = Response::new(Full::new(answer));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json; charset=utf-8"),
-    );
-    let (method, path) = (parts.method.as_str(), parts.uri.path());
-    access_line(pending, peer, method, path, status, started);
-    if let Some(audit) = audit {
-        audit_line(audit, peer, method, path, status, started);
-    }
-    response
+    let answered = Answered {
+        peer,
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        status,
+        started,
+    };
+    answered.respond(answer, pending, audit)
 }
 
-async fn respond(
-    cache: &HashMap<String, Cached>,
-    pending: &Pending,
-    audit: Option<&Pending>,
-    peer: SocketAddr,
-    request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
-    let started = Instant::now();
-    let (parts, body) = request.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let (status, answer) = match serde_json::from_slice::<ValuesGet>(&body) {
+/// A cached `values/get`.
+fn from_cache(cache: &HashMap<String, Cached>, body: &[u8]) -> (StatusCode, Bytes) {
+    match serde_json::from_slice::<ValuesGet>(body) {
         Ok(asked) => {
             let max_age = Duration::from_millis(asked.max_age_ms.unwrap_or(0));
             match asked.names.first().and_then(|name| cache.get(*name)) {
@@ -248,32 +219,135 @@ async fn respond(
             }
         }
         Err(_) => (StatusCode::BAD_REQUEST, Bytes::from_static(b"{}")),
-    };
-    let mut response = Response::new(Full::new(answer));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json; charset=utf-8"),
-    );
-    access_line(
-        pending,
-        peer,
-        parts.method.as_str(),
-        parts.uri.path(),
-        status,
-        started,
-    );
-    if let Some(audit) = audit {
-        audit_line(
-            audit,
-            peer,
-            parts.method.as_str(),
-            parts.uri.path(),
-            status,
-            started,
-        );
     }
-    response
+}
+
+/// A forced `value/get`: one READ.
+async fn from_station(
+    client: &tokio::sync::Mutex<StationClient<TcpStream>>,
+    body: &[u8],
+) -> (StatusCode, Bytes) {
+    let Ok(asked) = serde_json::from_slice::<ValueGet>(body) else {
+        return (StatusCode::BAD_REQUEST, Bytes::from_static(b"{}"));
+    };
+    match client.lock().await.read(&[asked.name]).await {
+        Ok(results) => match results.into_iter().next() {
+            Some(Ok(value)) => {
+                let mut out = b"{\"value\":".to_vec();
+                let _ = serde_json::to_writer(&mut out, &value.render());
+                out.push(b'}');
+                (StatusCode::OK, Bytes::from(out))
+            }
+            _ => (StatusCode::NOT_FOUND, Bytes::from_static(b"{}")),
+        },
+        Err(_) => (StatusCode::BAD_GATEWAY, Bytes::from_static(b"{}")),
+    }
+}
+
+async fn whole_body(body: Incoming) -> Bytes {
+    body.collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default()
+}
+
+/// A request answered: what its lines say.
+struct Answered<'a> {
+    peer: SocketAddr,
+    method: &'a str,
+    path: &'a str,
+    status: StatusCode,
+    started: Instant,
+}
+
+impl Answered<'_> {
+    /// The JSON answer, and its access line (and audit line).
+    fn respond(
+        &self,
+        answer: Bytes,
+        pending: &Pending,
+        audit: Option<&Pending>,
+    ) -> Response<Full<Bytes>> {
+        let mut response = Response::new(Full::new(answer));
+        *response.status_mut() = self.status;
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json; charset=utf-8"),
+        );
+        self.access_line(pending);
+        if let Some(audit) = audit {
+            self.audit_line(audit);
+        }
+        response
+    }
+
+    /// `2026-12-02T05:38:47.123Z 127.0.0.1:40000 POST /api/resources/values/get 200 14us`.
+    fn access_line(&self, pending: &Pending) {
+        let mut line = Vec::with_capacity(128);
+        push_millis(&mut line, b'T', b"Z ");
+        push_peer(&mut line, self.peer);
+        self.push_request(&mut line);
+        let took = self.started.elapsed().as_micros();
+        line.extend_from_slice(itoa::Buffer::new().format(took).as_bytes());
+        line.extend_from_slice(b"us\n");
+        hand_over(pending, &line);
+    }
+
+    /// `2026-12-02 05:38:47.123 127.0.0.1 POST /api/resources/values/get 200 0ms`: the
+    /// station's audit line for a request that changed nothing (the gateway's has the same
+    /// fields).
+    fn audit_line(&self, pending: &Pending) {
+        let mut line = Vec::with_capacity(128);
+        push_millis(&mut line, b' ', b" ");
+        let peer_start = line.len();
+        push_peer(&mut line, self.peer);
+        // The address without its port.
+        if let Some(colon) = line[peer_start..].iter().rposition(|b| *b == b':') {
+            line.truncate(peer_start + colon);
+        }
+        self.push_request(&mut line);
+        let took = self.started.elapsed().as_millis();
+        line.extend_from_slice(itoa::Buffer::new().format(took).as_bytes());
+        line.extend_from_slice(b"ms\n");
+        hand_over(pending, &line);
+    }
+
+    /// ` METHOD PATH STATUS `.
+    fn push_request(&self, line: &mut Vec<u8>) {
+        line.push(b' ');
+        line.extend_from_slice(self.method.as_bytes());
+        line.push(b' ');
+        line.extend_from_slice(self.path.as_bytes());
+        line.push(b' ');
+        line.extend_from_slice(itoa::Buffer::new().format(self.status.as_u16()).as_bytes());
+        line.push(b' ');
+    }
+}
+
+/// Queues `line` for its writer thread.
+fn hand_over(pending: &Pending, line: &[u8]) {
+    pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend_from_slice(line);
+}
+
+/// Appends now as `2026-12-02` `between` `05:38:47.123` `after`.
+fn push_millis(line: &mut Vec<u8>, between: u8, after: &[u8]) {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let start = line.len();
+    push_second(line, since_epoch);
+    line[start + 10] = between;
+    let millis = since_epoch.subsec_millis();
+    line.extend_from_slice(&[
+        b'.',
+        b'0' + (millis / 100) as u8,
+        b'0' + (millis / 10 % 10) as u8,
+        b'0' + (millis % 10) as u8,
+    ]);
+    line.extend_from_slice(after);
 }
 
 thread_local! {
@@ -281,99 +355,6 @@ thread_local! {
     static SECOND: std::cell::RefCell<(u64, String)> = const {
         std::cell::RefCell::new((u64::MAX, String::new()))
     };
-}
-
-/// `2026-12-02T05:38:47.123Z 127.0.0.1:40000 POST /api/resources/values/get 200 14us`.
-fn access_line(
-    pending: &Pending,
-    peer: SocketAddr,
-    method: &str,
-    path: &str,
-    status: StatusCode,
-    started: Instant,
-) {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut line = Vec::with_capacity(128);
-    push_second(&mut line, since_epoch);
-    let millis = since_epoch.subsec_millis();
-    line.extend_from_slice(&[
-        b'.',
-        b'0' + (millis / 100) as u8,
-        b'0' + (millis / 10 % 10) as u8,
-        b'0' + (millis % 10) as u8,
-        b'Z',
-        b' ',
-    ]);
-    push_peer(&mut line, peer);
-    line.push(b' ');
-    line.extend_from_slice(method.as_bytes());
-    line.push(b' ');
-    line.extend_from_slice(path.as_bytes());
-    line.push(b' ');
-    line.extend_from_slice(itoa::Buffer::new().format(status.as_u16()).as_bytes());
-    line.push(b' ');
-    line.extend_from_slice(
-        itoa::Buffer::new()
-            .format(started.elapsed().as_micros())
-            .as_bytes(),
-    );
-    line.extend_from_slice(b"us\n");
-    pending
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .extend_from_slice(&line);
-}
-
-/// `2026-12-02 05:38:47.123 127.0.0.1 POST /api/resources/values/get 200 0ms`: the station's
-/// audit line for a request that changed nothing (the gateway's has the same fields).
-fn audit_line(
-    pending: &Pending,
-    peer: SocketAddr,
-    method: &str,
-    path: &str,
-    status: StatusCode,
-    started: Instant,
-) {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut line = Vec::with_capacity(128);
-    push_second(&mut line, since_epoch);
-    // `2026-12-02 05:38:47`, as the audit log has it.
-    line[10] = b' ';
-    let millis = since_epoch.subsec_millis();
-    line.extend_from_slice(&[
-        b'.',
-        b'0' + (millis / 100) as u8,
-        b'0' + (millis / 10 % 10) as u8,
-        b'0' + (millis % 10) as u8,
-        b' ',
-    ]);
-    let peer_start = line.len();
-    push_peer(&mut line, peer);
-    // The address without its port.
-    if let Some(colon) = line[peer_start..].iter().rposition(|b| *b == b':') {
-        line.truncate(peer_start + colon);
-    }
-    line.push(b' ');
-    line.extend_from_slice(method.as_bytes());
-    line.push(b' ');
-    line.extend_from_slice(path.as_bytes());
-    line.push(b' ');
-    line.extend_from_slice(itoa::Buffer::new().format(status.as_u16()).as_bytes());
-    line.push(b' ');
-    line.extend_from_slice(
-        itoa::Buffer::new()
-            .format(started.elapsed().as_millis())
-            .as_bytes(),
-    );
-    line.extend_from_slice(b"ms\n");
-    pending
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .extend_from_slice(&line);
 }
 
 /// Appends the second of `since_epoch` as `2026-12-02T05:38:47`, formatted once a second per
@@ -447,11 +428,16 @@ mod tests {
     #[test]
     fn the_access_and_audit_lines_have_the_gateways_fields() {
         let (access, audit): (Pending, Pending) = Default::default();
-        let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let path = "/api/resources/values/get";
-        let started = Instant::now();
-        access_line(&access, peer, "POST", path, StatusCode::OK, started);
-        audit_line(&audit, peer, "POST", path, StatusCode::OK, started);
+        let answered = Answered {
+            peer: "127.0.0.1:40000".parse().unwrap(),
+            method: "POST",
+            path,
+            status: StatusCode::OK,
+            started: Instant::now(),
+        };
+        answered.access_line(&access);
+        answered.audit_line(&audit);
         let access = written(&access);
         let audit = written(&audit);
         // 2026-12-02T05:38:47.123Z 127.0.0.1:40000 POST /api/resources/values/get 200 14us
