@@ -154,7 +154,9 @@ impl TrivialProcess {
         TrivialProcess::spawn_with(&["--serve-trivial", &answer]).await
     }
 
-    /// The floor server (`floor.rs`) for `values/get` of `name`, answering `answer`.
+    /// The floor server (`floor.rs`) of kind `floor`: a cached one answers `values/get` of
+    /// `name` with `answer`; a forced one reads whatever it is asked from its station (and
+    /// ignores both).
     pub async fn spawn_floor(
         name: &str,
         answer: &[u8],

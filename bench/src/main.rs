@@ -158,8 +158,9 @@ async fn serve_trivial(answer: String) -> anyhow::Result<()> {
 
 /// The floor server as a process of its own; runs until killed.
 async fn serve_floor(args: Vec<String>) -> anyhow::Result<()> {
-    let [name, answer, floor] = <[String; 3]>::try_from(args)
-        .map_err(|_| anyhow::anyhow!("--serve-floor takes NAME ANSWER plain|audited"))?;
+    let [name, answer, floor] = <[String; 3]>::try_from(args).map_err(|_| {
+        anyhow::anyhow!("--serve-floor takes NAME ANSWER plain|audited|forced:STATION")
+    })?;
     let addr = floor::start(name, answer.into(), floor.parse()?).await?;
     eprintln!("{}{addr}", child::TRIVIAL_READY);
     std::future::pending::<()>().await;

@@ -276,12 +276,20 @@ impl Bench {
         // audit line) in each round too: (req/s, CPU µs per request), lower bounds on the
         // gateway's cost.
         let floors = [
-            (crate::floor::Floor::Plain, "floor server"),
-            (crate::floor::Floor::Audited, "audited floor server"),
+            (
+                crate::floor::Floor::Plain,
+                "floor server",
+                "floor server (the trivial one + the JSON body parsed, the name looked up, an access line; a lower bound on any gateway)",
+            ),
+            (
+                crate::floor::Floor::Audited,
+                "audited floor server",
+                "audited floor server (the floor server + the audit line every request has, rendered and handed to a writer thread; a lower bound on any gateway that keeps the station's audit log)",
+            ),
         ];
         let mut floor_runs: [Vec<(f64, f64)>; 2] = Default::default();
         for _ in 0..self.pairs.max(1) {
-            for ((floor, label), runs) in floors.iter().zip(floor_runs.iter_mut()) {
+            for ((floor, label, _), runs) in floors.iter().zip(floor_runs.iter_mut()) {
                 let server =
                     crate::child::TrivialProcess::spawn_floor(&self.names[0], &answer, *floor)
                         .await?;
@@ -369,10 +377,7 @@ impl Bench {
                     .join(", ")
             ));
         }
-        for (runs, what) in floor_runs.iter().zip([
-            "floor server (the trivial one + the JSON body parsed, the name looked up, an access line; a lower bound on any gateway)",
-            "audited floor server (the floor server + the audit line every request has, rendered and handed to a writer thread; a lower bound on any gateway that keeps the station's audit log)",
-        ]) {
+        for (runs, (_, _, what)) in floor_runs.iter().zip(&floors) {
             let floor = median(runs.iter().map(|run| run.0));
             let floor_us = median(runs.iter().map(|run| run.1));
             row.notes.push(format!(
