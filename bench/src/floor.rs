@@ -8,6 +8,12 @@
 //! protocol, on a station connection of its own for each HTTP connection (no coalescing, no
 //! lease, no cache), with both lines: the least a forced read through any gateway costs.
 //!
+//! Streaming ([`Floor::Streams`]), it serves the event streams of the fan-out scenario: `GET
+//! api/events` opens one (its `hello` first), `POST api/subscriptions` adds the subscription to
+//! one ticker task per interval, which sends each of its subscriptions' `values` event,
+//! rendered once, with its `id:` line, every `IntervalMs` (no cache, no deadband, no history,
+//! no limits): what any gateway's stream costs at the least.
+//!
 //! Audited ([`Floor::Audited`]), it also writes the line the station's audit log has for every
 //! request (`timestamp ip method path status duration`, issue 20: the clients' `audit.md`), as
 //! the gateway must: rendered in the request, handed to a writer thread of its own, which
@@ -17,18 +23,22 @@
 use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use station_simulator::StationClient;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 
 /// What a `values/get` body asks; names borrowed from the body, as the cheapest parse does.
 #[derive(Deserialize)]
@@ -59,6 +69,9 @@ pub enum Floor {
     /// A forced `value/get` from the station at this address, an access line and an audit
     /// line.
     Forced(SocketAddr),
+    /// Event streams and their subscriptions (the fan-out scenario), an access line and an
+    /// audit line for each request.
+    Streams,
 }
 
 impl Floor {
@@ -68,6 +81,7 @@ impl Floor {
             Floor::Plain => "plain".to_owned(),
             Floor::Audited => "audited".to_owned(),
             Floor::Forced(station) => format!("forced:{station}"),
+            Floor::Streams => "streams".to_owned(),
         }
     }
 }
@@ -79,10 +93,11 @@ impl std::str::FromStr for Floor {
         match text {
             "plain" => Ok(Floor::Plain),
             "audited" => Ok(Floor::Audited),
+            "streams" => Ok(Floor::Streams),
             other => match other.strip_prefix("forced:").map(str::parse) {
                 Some(Ok(station)) => Ok(Floor::Forced(station)),
                 _ => anyhow::bail!(
-                    "a floor server is `plain`, `audited` or `forced:STATION`, not {other:?}"
+                    "a floor server is `plain`, `audited`, `streams` or `forced:STATION`, not {other:?}"
                 ),
             },
         }
@@ -115,6 +130,7 @@ pub async fn start(name: String, answer: Bytes, floor: Floor) -> anyhow::Result<
     }
     let source = match floor {
         Floor::Forced(station) => Source::Station(station),
+        Floor::Streams => Source::Streams(Arc::default()),
         Floor::Plain | Floor::Audited => Source::Cache(cache),
     };
     tokio::spawn(serve(listener, source, pending, audit));
@@ -127,6 +143,30 @@ enum Source {
     Cache(Arc<HashMap<String, Cached>>),
     /// The station at this address, on a connection of its own for each HTTP connection.
     Station(SocketAddr),
+    /// The open event streams, shared by every connection.
+    Streams(Streams),
+}
+
+/// The open event streams and the tickers sending to them.
+#[derive(Default)]
+struct StreamsState {
+    /// The open streams by id: where their subscriptions' events go.
+    streams: Mutex<HashMap<String, mpsc::Sender<Bytes>>>,
+    /// The subscriptions by interval in milliseconds, each interval's sent by a ticker task.
+    tickers: Mutex<HashMap<u64, Ticked>>,
+}
+
+type Streams = Arc<StreamsState>;
+
+/// The subscriptions of one interval.
+type Ticked = Arc<Mutex<Vec<Subscription>>>;
+
+/// One subscription: its stream, its event's payload, the stream's last event id.
+struct Subscription {
+    stream_id: String,
+    events: mpsc::Sender<Bytes>,
+    payload: String,
+    sequence: u64,
 }
 
 /// A connection's way to its answers.
@@ -134,12 +174,14 @@ enum Source {
 enum Answers {
     Cache(Arc<HashMap<String, Cached>>),
     Station(Arc<tokio::sync::Mutex<StationClient<TcpStream>>>),
+    Streams(Streams),
 }
 
 impl Source {
     async fn for_connection(&self) -> Option<Answers> {
         match self {
             Source::Cache(cache) => Some(Answers::Cache(cache.clone())),
+            Source::Streams(streams) => Some(Answers::Streams(streams.clone())),
             Source::Station(station) => {
                 let mut client = StationClient::connect(*station).await.ok()?;
                 client.set_timeout(Duration::from_secs(2));
@@ -188,13 +230,18 @@ async fn respond(
     audit: Option<&Pending>,
     peer: SocketAddr,
     request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
+) -> Response<FloorBody> {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let body = whole_body(body).await;
     let (status, answer) = match answers {
-        Answers::Cache(cache) => from_cache(cache, &body),
-        Answers::Station(client) => from_station(client, &body).await,
+        Answers::Cache(cache) => whole(from_cache(cache, &body)),
+        Answers::Station(client) => whole(from_station(client, &body).await),
+        Answers::Streams(streams) => match (&parts.method, parts.uri.path()) {
+            (&Method::GET, "/api/events") => (StatusCode::OK, open_stream(streams)),
+            (&Method::POST, "/api/subscriptions") => whole(subscribe(streams, &body)),
+            _ => whole((StatusCode::NOT_FOUND, Bytes::from_static(b"{}"))),
+        },
     };
     let answered = Answered {
         peer,
@@ -204,6 +251,11 @@ async fn respond(
         started,
     };
     answered.respond(answer, pending, audit)
+}
+
+/// A whole answer's body.
+fn whole((status, answer): (StatusCode, Bytes)) -> (StatusCode, FloorBody) {
+    (status, FloorBody::Whole(Some(answer)))
 }
 
 /// A cached `values/get`.
@@ -244,6 +296,158 @@ async fn from_station(
     }
 }
 
+/// Where the next stream's and subscription's ids come from.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A new id, 32 hex digits as the gateway's.
+fn next_id() -> String {
+    format!("{:032x}", NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+/// How many events a stream holds for a slow client (as the gateway's default).
+const STREAM_QUEUE: usize = 64;
+
+/// `GET api/events`: a new stream, its `hello` queued first.
+fn open_stream(streams: &Streams) -> FloorBody {
+    let id = next_id();
+    let (events, queue) = mpsc::channel(STREAM_QUEUE);
+    let hello = format!(
+        "id: 1\nevent: hello\ndata: {{\"apiVersion\":1,\"generation\":1,\"isConnected\":true,\"streamId\":\"{id}\"}}\n\n"
+    );
+    let _ = events.try_send(Bytes::from(hello));
+    lock(&streams.streams).insert(id, events);
+    FloorBody::Events(queue)
+}
+
+/// What a `POST api/subscriptions` body asks.
+#[derive(Deserialize)]
+struct Subscribe<'a> {
+    #[serde(rename = "StreamId", borrow)]
+    stream_id: &'a str,
+    #[serde(rename = "Channels", borrow)]
+    channels: Vec<&'a str>,
+    #[serde(rename = "IntervalMs")]
+    interval_ms: u64,
+}
+
+/// `POST api/subscriptions`: the subscription's event rendered once (each value `"0"`, each
+/// age 0.1 ms, the gateway's fields), sent by its interval's ticker every `IntervalMs`.
+fn subscribe(streams: &Streams, body: &[u8]) -> (StatusCode, Bytes) {
+    let Ok(asked) = serde_json::from_slice::<Subscribe>(body) else {
+        return (StatusCode::BAD_REQUEST, Bytes::from_static(b"{}"));
+    };
+    let events = lock(&streams.streams).get(asked.stream_id).cloned();
+    let Some(events) = events else {
+        return (StatusCode::NOT_FOUND, Bytes::from_static(b"{}"));
+    };
+    let id = next_id();
+    let ages: serde_json::Map<String, serde_json::Value> = asked
+        .channels
+        .iter()
+        .map(|name| ((*name).to_owned(), serde_json::json!(0.1)))
+        .collect();
+    let values: serde_json::Map<String, serde_json::Value> = asked
+        .channels
+        .iter()
+        .map(|name| ((*name).to_owned(), serde_json::json!("0")))
+        .collect();
+    let payload = serde_json::json!({
+        "subscription": id, "ageMs": ages, "errors": null, "values": values,
+    })
+    .to_string();
+    let interval_ms = asked.interval_ms.max(1);
+    let subscription = Subscription {
+        stream_id: asked.stream_id.to_owned(),
+        events,
+        payload,
+        sequence: 1,
+    };
+    let mut tickers = lock(&streams.tickers);
+    let ticked = tickers.entry(interval_ms).or_insert_with(|| {
+        let ticked = Ticked::default();
+        let every = Duration::from_millis(interval_ms);
+        tokio::spawn(send_every(streams.clone(), ticked.clone(), every));
+        ticked
+    });
+    lock(ticked).push(subscription);
+    let answer = format!("{{\"expiresInMs\":60000,\"id\":\"{id}\"}}");
+    (StatusCode::OK, Bytes::from(answer))
+}
+
+/// Sends each of `ticked`'s subscriptions its `values` event every `every`, and drops those
+/// whose stream was closed (an event for a full queue is dropped, as the gateway drops it for
+/// a slow client).
+async fn send_every(streams: Streams, ticked: Ticked, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        lock(&ticked).retain_mut(|subscription| {
+            subscription.sequence += 1;
+            let event = values_event(subscription.sequence, &subscription.payload);
+            match subscription.events.try_send(event) {
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    lock(&streams.streams).remove(&subscription.stream_id);
+                    false
+                }
+                Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => true,
+            }
+        });
+    }
+}
+
+/// `id: SEQUENCE`, `event: values`, `data: PAYLOAD`.
+fn values_event(sequence: u64, payload: &str) -> Bytes {
+    let mut event = Vec::with_capacity(payload.len() + 40);
+    event.extend_from_slice(b"id: ");
+    event.extend_from_slice(itoa::Buffer::new().format(sequence).as_bytes());
+    event.extend_from_slice(b"\nevent: values\ndata: ");
+    event.extend_from_slice(payload.as_bytes());
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+/// The floor's locks are never held across a panic that matters: a poisoned one is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A floor answer's body: whole, or an event stream fed by its subscriptions' tasks.
+pub enum FloorBody {
+    Whole(Option<Bytes>),
+    Events(mpsc::Receiver<Bytes>),
+}
+
+impl hyper::body::Body for FloorBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            FloorBody::Whole(answer) => Poll::Ready(answer.take().map(|b| Ok(Frame::data(b)))),
+            FloorBody::Events(queue) => queue
+                .poll_recv(context)
+                .map(|event| event.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, FloorBody::Whole(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            FloorBody::Whole(answer) => {
+                SizeHint::with_exact(answer.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            FloorBody::Events(_) => SizeHint::default(),
+        }
+    }
+}
+
 async fn whole_body(body: Incoming) -> Bytes {
     body.collect()
         .await
@@ -261,18 +465,22 @@ struct Answered<'a> {
 }
 
 impl Answered<'_> {
-    /// The JSON answer, and its access line (and audit line).
+    /// The answer (JSON, or an event stream), and its access line (and audit line).
     fn respond(
         &self,
-        answer: Bytes,
+        answer: FloorBody,
         pending: &Pending,
         audit: Option<&Pending>,
-    ) -> Response<Full<Bytes>> {
-        let mut response = Response::new(Full::new(answer));
+    ) -> Response<FloorBody> {
+        let content_type = match answer {
+            FloorBody::Whole(_) => "application/json; charset=utf-8",
+            FloorBody::Events(_) => "text/event-stream; charset=utf-8",
+        };
+        let mut response = Response::new(answer);
         *response.status_mut() = self.status;
         response.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("application/json; charset=utf-8"),
+            hyper::header::HeaderValue::from_static(content_type),
         );
         self.access_line(pending);
         if let Some(audit) = audit {
@@ -457,10 +665,46 @@ mod tests {
         assert!(audit.ends_with('\n') && access.ends_with('\n'));
     }
 
+    #[tokio::test]
+    async fn the_stream_floor_sends_each_subscription_its_values_at_its_interval() {
+        let addr = start("unused".to_owned(), Bytes::new(), Floor::Streams)
+            .await
+            .unwrap();
+        let channels = ["A.one", "B.two"];
+        let subscription = serde_json::json!({ "Channels": channels, "IntervalMs": 20 });
+        let (mut stream, ids) = crate::scenarios::EventStream::subscribed(addr, &[subscription])
+            .await
+            .unwrap();
+        let started = Instant::now();
+        for _ in 0..3 {
+            let (kind, data) = stream.next_event().await.unwrap();
+            assert_eq!(kind, "values");
+            let data: serde_json::Value = serde_json::from_str(&data).unwrap();
+            assert_eq!(data["subscription"], ids[0].as_str());
+            for channel in channels {
+                assert_eq!(data["values"][channel], "0", "{data}");
+            }
+        }
+        // The first event goes at once, the next two an interval apart each.
+        assert!(started.elapsed() >= Duration::from_millis(35));
+    }
+
+    #[tokio::test]
+    async fn the_stream_floor_refuses_a_subscription_to_no_stream() {
+        let streams = Streams::default();
+        let body = br#"{"StreamId":"nope","Channels":["A"],"IntervalMs":100}"#;
+        assert_eq!(subscribe(&streams, body).0, StatusCode::NOT_FOUND);
+        assert_eq!(subscribe(&streams, b"{").0, StatusCode::BAD_REQUEST);
+    }
+
     #[test]
-    fn a_floor_is_named_plain_or_audited() {
+    fn a_floor_is_named_by_its_kind() {
         assert_eq!("plain".parse::<Floor>().unwrap(), Floor::Plain);
         assert_eq!("audited".parse::<Floor>().unwrap(), Floor::Audited);
+        assert_eq!(
+            Floor::Streams.arg().parse::<Floor>().unwrap(),
+            Floor::Streams
+        );
         assert!("both".parse::<Floor>().is_err());
         let forced = Floor::Forced("127.0.0.1:4000".parse().unwrap());
         assert_eq!(forced.arg().parse::<Floor>().unwrap(), forced);

@@ -111,9 +111,10 @@ struct Args {
     serve_trivial: Option<String>,
     /// Internal: serve the floor server (the trivial one plus the JSON parse, the lookup and
     /// the access line any gateway needs for a cached `values/get` of NAME; `audited`: and the
-    /// audit line; `forced:STATION`: a `value/get` read from STATION, with both lines) in this
+    /// audit line; `streams`: the fan-out scenario's event streams, with both lines;
+    /// `forced:STATION`: a `value/get` read from STATION, with both lines) in this
     /// process.
-    #[arg(long, num_args = 3, value_names = ["NAME", "ANSWER", "plain|audited|forced:STATION"], hide = true)]
+    #[arg(long, num_args = 3, value_names = ["NAME", "ANSWER", "plain|audited|streams|forced:STATION"], hide = true)]
     serve_floor: Option<Vec<String>>,
     /// Internal: serve the default station simulator and its control interface in this
     /// process and nothing else (the harness runs the station itself this way).
@@ -159,7 +160,7 @@ async fn serve_trivial(answer: String) -> anyhow::Result<()> {
 /// The floor server as a process of its own; runs until killed.
 async fn serve_floor(args: Vec<String>) -> anyhow::Result<()> {
     let [name, answer, floor] = <[String; 3]>::try_from(args).map_err(|_| {
-        anyhow::anyhow!("--serve-floor takes NAME ANSWER plain|audited|forced:STATION")
+        anyhow::anyhow!("--serve-floor takes NAME ANSWER plain|audited|streams|forced:STATION")
     })?;
     let addr = floor::start(name, answer.into(), floor.parse()?).await?;
     eprintln!("{}{addr}", child::TRIVIAL_READY);
