@@ -134,6 +134,42 @@ impl GatewayProcess {
     }
 }
 
+/// How the benchmark's gateway is started (binary, station, environment, configuration), so a
+/// scenario can start a fresh one like it: the fan-out measures memory a stream from a gateway
+/// that has served nothing before, whose heap holds no memory freed by earlier scenarios.
+pub struct GatewayRecipe {
+    pub binary: PathBuf,
+    pub station_url: String,
+    pub env: Vec<(String, String)>,
+    /// The configuration file's text.
+    pub config: String,
+}
+
+impl GatewayRecipe {
+    /// A gateway started from the recipe, its configuration written to a file of its own for
+    /// the start and removed once the gateway has read it.
+    pub async fn spawn(&self) -> anyhow::Result<GatewayProcess> {
+        static SPAWNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "station-bench-gateway-{}-{}.toml",
+            std::process::id(),
+            SPAWNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::write(&path, &self.config)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let arg = path.to_string_lossy().into_owned();
+        let gateway = GatewayProcess::spawn_with(
+            &self.binary,
+            &self.station_url,
+            &self.env,
+            &["--config", &arg],
+        )
+        .await;
+        let _ = std::fs::remove_file(&path);
+        gateway
+    }
+}
+
 /// The trivial hyper server (or the floor server) in a process of its own (this binary with
 /// `--serve-trivial` or `--serve-floor`), so the cached read is compared with a server that
 /// pays the same cross-process hops.

@@ -24,7 +24,7 @@ use clap::Parser;
 use futures::FutureExt;
 use station_simulator::{Profile, Simulator};
 
-use crate::child::{GatewayProcess, StationProcess};
+use crate::child::{GatewayRecipe, StationProcess};
 use crate::load::Bounds;
 use crate::report::Row;
 use crate::scenarios::Bench;
@@ -257,12 +257,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let url = format!("tcp://{}", station.addr);
         // The load generator is one host standing in for many clients: give it the whole
         // connection limit, not the one-address share (a quarter) real clients get.
-        let config =
-            std::env::temp_dir().join(format!("station-bench-gateway-{}.toml", std::process::id()));
-        let mut text = String::from("[http]\nmax_connections_per_ip = 4096\n");
+        let mut config = String::from("[http]\nmax_connections_per_ip = 4096\n");
         if let Some(rules) = &args.gateway_rules {
             let rules = std::fs::canonicalize(rules)?;
-            text.push_str(&format!(
+            config.push_str(&format!(
                 "[access]\nrules = {:?}\n",
                 rules.display().to_string()
             ));
@@ -270,19 +268,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if let Some(extra) = &args.gateway_config {
             let extra = std::fs::read_to_string(extra)
                 .with_context(|| format!("cannot read --gateway-config {}", extra.display()))?;
-            text.push_str(&extra);
-            text.push('\n');
+            config.push_str(&extra);
+            config.push('\n');
         }
         for line in &args.gateway_toml {
-            text.push_str(line);
-            text.push('\n');
+            config.push_str(line);
+            config.push('\n');
         }
-        std::fs::write(&config, text)?;
-        let config_arg = config.to_string_lossy().into_owned();
-        let gateway =
-            GatewayProcess::spawn_with(&binary, &url, &gateway_env, &["--config", &config_arg])
-                .await?;
-        let _ = std::fs::remove_file(&config);
+        let recipe = GatewayRecipe {
+            binary: binary.clone(),
+            station_url: url.clone(),
+            env: gateway_env.clone(),
+            config,
+        };
+        let gateway = recipe.spawn().await?;
         eprintln!(
             "station pid {} on {}; gateway pid {} on http://{} (legacy {:?})",
             station.pid, station.addr, gateway.pid, gateway.http_addr, gateway.legacy_addr
@@ -296,6 +295,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             fanout_window: Duration::from_secs(args.fanout_secs),
             conns: args.conns,
             pairs: args.pairs,
+            recipe,
         };
         let first_answer = bench.wait_until_serving(Duration::from_secs(20)).await?;
         if wants("idle") {
