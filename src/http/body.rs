@@ -85,9 +85,10 @@ tokio::task_local! {
 /// Runs `request` (a handler) with `timeouts` for any body it reads, counted from now; also
 /// returns which body limit ran out, if one did.
 ///
-/// A plain function returning the scoped future (not an `async fn` awaiting it): an `async fn`
-/// would hold `request` twice in its state, once as its argument and once inside the scope,
-/// and a request's whole future is moved (copied) as it is handed to hyper.
+/// A plain function returning the scoped future, and the output read by a combinator (neither
+/// an `async fn` nor an `async move` block): either would hold `request` twice in its state,
+/// once as captured and once as awaited, and a request's whole future is moved (copied) as it
+/// is handed to hyper and boxed. `answer`'s future went from 5.3 to 3.0 KB (issue 30).
 pub fn with_body_limits<F: Future>(
     timeouts: BodyTimeouts,
     request: F,
@@ -97,11 +98,13 @@ pub fn with_body_limits<F: Future>(
         arrived: Instant::now(),
         timed_out: Cell::new(None),
     };
-    BODY_SCOPE.scope(scope, async move {
-        let output = request.await;
-        let timed_out = BODY_SCOPE.with(|scope| scope.timed_out.get());
-        (output, timed_out)
-    })
+    BODY_SCOPE.scope(
+        scope,
+        request.map(|output| {
+            let timed_out = BODY_SCOPE.with(|scope| scope.timed_out.get());
+            (output, timed_out)
+        }),
+    )
 }
 
 /// Which body limit ran out for the request being answered, if one did (inside
