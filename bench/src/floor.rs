@@ -534,10 +534,7 @@ impl Answered<'_> {
 
 /// Queues `line` for its writer thread.
 fn hand_over(pending: &Pending, line: &[u8]) {
-    pending
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .extend_from_slice(line);
+    lock(pending).extend_from_slice(line);
 }
 
 /// Appends now as `2026-12-02` `between` `05:38:47.123` `after`.
@@ -614,10 +611,7 @@ fn write_lines(pending: &Pending, mut out: impl Write) {
     let mut batch = Vec::new();
     loop {
         std::thread::sleep(Duration::from_millis(1));
-        std::mem::swap(
-            &mut batch,
-            &mut pending.lock().unwrap_or_else(|p| p.into_inner()),
-        );
+        std::mem::swap(&mut batch, &mut lock(pending));
         if !batch.is_empty() {
             let _ = out.write_all(&batch);
             batch.clear();
