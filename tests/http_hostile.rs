@@ -215,6 +215,28 @@ async fn oversized_bodies_are_413_with_or_without_a_length() {
 }
 
 #[tokio::test]
+async fn a_body_in_pieces_is_read_whole() {
+    // Chunked, the body comes as one piece a chunk: cut inside a name and inside the list.
+    let rig = rig(|_| {}).await;
+    let body =
+        br#"{"Names": ["0.1.ESH10000158.MON_3V3", "0.1.ESH10000158.MON_3V3"], "MaxAgeMs": 0}"#;
+    let mut chunked = b"POST /api/resources/values/get HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+    for piece in [&body[..5], &body[5..30], &body[30..31], &body[31..]] {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let (status, text) = raw(&rig, &chunked).await;
+    assert_eq!(status, 200, "{text}");
+    let json: Json = serde_json::from_str(&text[text.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert!(
+        json["resources"]["0.1.ESH10000158.MON_3V3"].is_string(),
+        "{json}"
+    );
+}
+
+#[tokio::test]
 async fn deeply_nested_json_is_400_without_a_stack_overflow() {
     let rig = rig(|_| {}).await;
     for depth in [200, 10_000, 200_000] {

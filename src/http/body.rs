@@ -9,6 +9,8 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::ops::Range;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -130,7 +132,9 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
         .unwrap_or_else(|_| (BodyTimeouts::DEFAULT, Instant::now()));
     let deadline = arrived + timeouts.total;
     let mut body = Limited::new(body, limit);
-    let mut collected = bytes::BytesMut::new();
+    // A body in one piece (a small body's usual case) is kept as it came, without a copy.
+    let mut first = bytes::Bytes::new();
+    let mut joined: Option<bytes::BytesMut> = None;
     loop {
         // A piece already buffered (usually the whole of a small body) needs no timer.
         let piece = match body.frame().now_or_never() {
@@ -161,11 +165,21 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
                 return Err(ApiError::body_timeout(timed_out.message()));
             }
         };
-        if let Ok(data) = frame.into_data() {
-            collected.extend_from_slice(&data);
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        match &mut joined {
+            Some(joined) => joined.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut both = bytes::BytesMut::with_capacity(first.len() + data.len());
+                both.extend_from_slice(&first);
+                both.extend_from_slice(&data);
+                joined = Some(both);
+            }
         }
     }
-    Ok(collected.freeze())
+    Ok(joined.map_or(first, bytes::BytesMut::freeze))
 }
 
 fn too_large(limit: usize) -> ApiError {
@@ -174,42 +188,191 @@ fn too_large(limit: usize) -> ApiError {
 
 /// A JSON object body with case-insensitive field access.
 ///
-/// Its fields are kept as a list sorted by name, each name once (the last of a repeated one):
-/// what `serde_json`'s map holds, without a tree's allocations and walk for the few fields a
-/// body has.
+/// Parsed once, as a `serde_json::Value` parse would parse it (the same bodies refused with
+/// the same errors), into a flat list of [`Node`]s, its strings as spans of the body kept as
+/// sent: a cached read's body costs one pass, one list and no copy of its names (issue 30).
+/// A field is looked up as `serde_json`'s map would hold it: the last of a repeated name, and
+/// of a name's spellings in letter case the first in byte order. A field read as a
+/// `serde_json::Value` ([`JsonBody::get`]) is made when first read and kept.
 #[derive(Debug)]
-pub struct JsonBody(Vec<(String, Json)>);
+pub struct JsonBody {
+    /// The body as sent: the spans of [`Node::Text`] are of it.
+    text: bytes::Bytes,
+    /// The top-level object and everything in it, in the order sent; empty for no body.
+    nodes: Vec<Node>,
+    /// The values [`JsonBody::get`] made, each by its node's index.
+    made: OnceLock<Vec<(usize, OnceLock<Json>)>>,
+}
+
+/// One node of a parsed body. A container is followed by what it holds, up to `end` (the
+/// index after its last node): an array by its items, an object by name, value, name, value.
+#[derive(Debug)]
+enum Node {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    /// A string without escapes, as sent (a span of the body).
+    Text(Range<usize>),
+    /// A string with escapes, unescaped.
+    Unescaped(String),
+    Array {
+        end: usize,
+    },
+    Object {
+        end: usize,
+    },
+}
 
 impl JsonBody {
     /// Parses `bytes` as a JSON object; an empty body is an empty object.
     pub fn parse(bytes: &[u8]) -> Result<JsonBody, ApiError> {
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(JsonBody(Vec::new()));
+        JsonBody::from_bytes(bytes::Bytes::copy_from_slice(bytes))
+    }
+
+    /// [`JsonBody::parse`] of a body already in [`bytes::Bytes`], kept without a copy.
+    pub fn from_bytes(text: bytes::Bytes) -> Result<JsonBody, ApiError> {
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return Ok(JsonBody::empty());
         }
-        match serde_json::from_slice::<TopLevel>(bytes) {
-            Ok(TopLevel::Object(fields)) => Ok(JsonBody(fields)),
-            Ok(TopLevel::Other) => Err(ApiError::bad_request(
+        let mut nodes = Vec::with_capacity(16);
+        let mut deserializer = serde_json::Deserializer::from_slice(&text);
+        let seed = TopLevel(Into {
+            nodes: &mut nodes,
+            base: text.as_ptr() as usize,
+            len: text.len(),
+        });
+        // What `serde_json::from_slice` does: the value, then nothing but white space.
+        let parsed = serde::de::DeserializeSeed::deserialize(seed, &mut deserializer)
+            .and_then(|is_object| deserializer.end().map(|()| is_object));
+        match parsed {
+            Ok(true) => Ok(JsonBody {
+                text,
+                nodes,
+                made: OnceLock::new(),
+            }),
+            Ok(false) => Err(ApiError::bad_request(
                 "the request body must be a JSON object",
             )),
-            Err(error) => Err(ApiError::bad_request(format!(
-                "the request body is not valid JSON: {error}"
-            ))),
+            Err(error) => Err(not_json(error)),
+        }
+    }
+
+    /// A body without fields.
+    pub fn empty() -> JsonBody {
+        JsonBody {
+            text: bytes::Bytes::new(),
+            nodes: Vec::new(),
+            made: OnceLock::new(),
         }
     }
 
     /// A JSON object nested in a body, with the same case-insensitive access.
     pub fn from_object(object: Map<String, Json>) -> JsonBody {
-        // A map's fields come sorted by name, each once.
-        JsonBody(object.into_iter().collect())
+        let mut nodes = Vec::new();
+        push_json(&mut nodes, Json::Object(object));
+        JsonBody {
+            text: bytes::Bytes::new(),
+            nodes,
+            made: OnceLock::new(),
+        }
+    }
+
+    /// The node of the field called `name`, in any letter case, unless it is absent or `null`.
+    fn field(&self, name: &str) -> Option<usize> {
+        let name = name.as_bytes();
+        let mut found: Option<(&[u8], usize)> = None;
+        for (key, value) in self.fields() {
+            let key = match &self.nodes[key] {
+                Node::Text(span) => &self.text[span.clone()],
+                Node::Unescaped(key) => key.as_bytes(),
+                _ => continue,
+            };
+            // Sent as looked up, the usual case, before the slower comparison in any case.
+            if (key == name || key.eq_ignore_ascii_case(name))
+                && found.is_none_or(|(kept, _)| key <= kept)
+            {
+                found = Some((key, value));
+            }
+        }
+        found
+            .map(|(_, value)| value)
+            .filter(|&value| !matches!(self.nodes[value], Node::Null))
+    }
+
+    /// The top level's fields as (name, value) nodes, in the order sent.
+    fn fields(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let end = match self.nodes.first() {
+            Some(Node::Object { end }) => *end,
+            _ => 0,
+        };
+        let mut at = 1;
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let (key, value) = (at, at + 1);
+            at = self.after(value);
+            Some((key, value))
+        })
+    }
+
+    /// The index after the value at `at` and all it holds.
+    fn after(&self, at: usize) -> usize {
+        match self.nodes.get(at) {
+            Some(Node::Array { end } | Node::Object { end }) => *end,
+            _ => at + 1,
+        }
+    }
+
+    /// The string at node `at`, as bytes; `None` for another kind of node.
+    fn string_at(&self, at: usize) -> Option<&[u8]> {
+        match &self.nodes[at] {
+            Node::Text(span) => Some(&self.text[span.clone()]),
+            Node::Unescaped(text) => Some(text.as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// The value at node `at` as a `serde_json::Value`.
+    fn json_at(&self, at: usize) -> Json {
+        match &self.nodes[at] {
+            Node::Null => Json::Null,
+            Node::Bool(value) => Json::Bool(*value),
+            Node::Number(number) => Json::Number(number.clone()),
+            Node::Text(span) => Json::String(text_of(&self.text[span.clone()])),
+            Node::Unescaped(text) => Json::String(text.clone()),
+            Node::Array { end } => {
+                let mut items = Vec::new();
+                let mut item = at + 1;
+                while item < *end {
+                    items.push(self.json_at(item));
+                    item = self.after(item);
+                }
+                Json::Array(items)
+            }
+            Node::Object { end } => {
+                let mut object = Map::new();
+                let mut key = at + 1;
+                while key < *end {
+                    let name = self.string_at(key).map(text_of).unwrap_or_default();
+                    object.insert(name, self.json_at(key + 1));
+                    key = self.after(key + 1);
+                }
+                Json::Object(object)
+            }
+        }
     }
 
     /// The field called `name`, in any letter case.
     pub fn get(&self, name: &str) -> Option<&Json> {
-        self.0
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value)
-            .filter(|v| !v.is_null())
+        let at = self.field(name)?;
+        let made = self.made.get_or_init(|| {
+            self.fields()
+                .map(|(_, value)| (value, OnceLock::new()))
+                .collect()
+        });
+        let (_, value) = made.iter().find(|(node, _)| *node == at)?;
+        Some(value.get_or_init(|| self.json_at(at)))
     }
 
     pub fn required(&self, name: &str) -> Result<&Json, ApiError> {
@@ -229,33 +392,42 @@ impl JsonBody {
     }
 
     pub fn optional_u64(&self, name: &str) -> Result<Option<u64>, ApiError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(value) => value
-                .as_u64()
-                .or_else(|| {
-                    value
-                        .as_f64()
-                        .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9e15)
-                        .map(|f| f as u64)
-                })
-                .map(Some)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "the field {name} must be a whole number of 0 or more"
-                    ))
-                }),
+        let Some(at) = self.field(name) else {
+            return Ok(None);
+        };
+        let whole = |number: &serde_json::Number| {
+            number.as_u64().or_else(|| {
+                number
+                    .as_f64()
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9e15)
+                    .map(|f| f as u64)
+            })
+        };
+        match &self.nodes[at] {
+            Node::Number(number) => whole(number),
+            _ => None,
         }
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "the field {name} must be a whole number of 0 or more"
+            ))
+        })
     }
 
+    /// A list of strings, made straight from the body.
     pub fn string_list(&self, name: &str) -> Result<Vec<String>, ApiError> {
         let wrong =
             || ApiError::bad_request(format!("the field {name} must be an array of strings"));
-        self.required(name)?
-            .as_array()
-            .ok_or_else(wrong)?
-            .iter()
-            .map(|item| item.as_str().map(str::to_owned).ok_or_else(wrong))
+        let at = self
+            .field(name)
+            .ok_or_else(|| ApiError::bad_request(format!("the field {name} is missing")))?;
+        let Node::Array { end } = self.nodes[at] else {
+            return Err(wrong());
+        };
+        // Strings are one node each: an array of nothing else holds one node an item.
+        ((at + 1)..end)
+            .map(|item| self.string_at(item).map(text_of).ok_or_else(wrong))
             .collect()
     }
 
@@ -264,73 +436,219 @@ impl JsonBody {
             .as_object()
             .ok_or_else(|| ApiError::bad_request(format!("the field {name} must be an object")))
     }
-}
 
-/// A body's top level: an object's fields (sorted by name, the last of a repeated name kept,
-/// as `serde_json::Map` keeps them), or any other JSON value.
-enum TopLevel {
-    Object(Vec<(String, Json)>),
-    Other,
-}
-
-impl<'de> serde::Deserialize<'de> for TopLevel {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TopLevel, D::Error> {
-        deserializer.deserialize_any(TopLevelVisitor)
+    /// Every field as `serde_json`'s map holds it: sorted by name, the last of a repeated
+    /// name (for tests).
+    #[cfg(test)]
+    fn entries(&self) -> Vec<(String, Json)> {
+        let mut entries: Vec<(String, Json)> = self
+            .fields()
+            .map(|(key, value)| {
+                let name = self.string_at(key).map(text_of).unwrap_or_default();
+                (name, self.json_at(value))
+            })
+            .collect();
+        entries.reverse();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, kept| later.0 == kept.0);
+        entries
     }
 }
 
-struct TopLevelVisitor;
+/// A string node's bytes as text: they came from a `&str` of the body, or from a `String`
+/// (so the lossy form is never taken).
+fn text_of(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
 
-impl<'de> serde::de::Visitor<'de> for TopLevelVisitor {
-    type Value = TopLevel;
+/// `value` as nodes, after those in `nodes`.
+fn push_json(nodes: &mut Vec<Node>, value: Json) {
+    match value {
+        Json::Null => nodes.push(Node::Null),
+        Json::Bool(value) => nodes.push(Node::Bool(value)),
+        Json::Number(number) => nodes.push(Node::Number(number)),
+        Json::String(text) => nodes.push(Node::Unescaped(text)),
+        Json::Array(items) => {
+            let at = nodes.len();
+            nodes.push(Node::Array { end: 0 });
+            for item in items {
+                push_json(nodes, item);
+            }
+            nodes[at] = Node::Array { end: nodes.len() };
+        }
+        Json::Object(object) => {
+            let at = nodes.len();
+            nodes.push(Node::Object { end: 0 });
+            for (name, value) in object {
+                nodes.push(Node::Unescaped(name));
+                push_json(nodes, value);
+            }
+            nodes[at] = Node::Object { end: nodes.len() };
+        }
+    }
+}
+
+fn not_json(error: serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("the request body is not valid JSON: {error}"))
+}
+
+/// Where a value's nodes go.
+struct Into<'a> {
+    nodes: &'a mut Vec<Node>,
+    /// Where the body starts in memory: a borrowed string's span is taken from its address.
+    base: usize,
+    /// The body's length.
+    len: usize,
+}
+
+impl Into<'_> {
+    /// The span of `text` in the body; `None` if it is not the body's (it always is: the body
+    /// is parsed from its slice).
+    fn span(&self, text: &str) -> Option<Range<usize>> {
+        let start = (text.as_ptr() as usize).checked_sub(self.base)?;
+        Some(start..start + text.len()).filter(|span| span.end <= self.len)
+    }
+
+    fn reborrow(&mut self) -> Into<'_> {
+        Into {
+            nodes: self.nodes,
+            base: self.base,
+            len: self.len,
+        }
+    }
+}
+
+/// A body's top level: an object into nodes (`true`), or any other JSON value skipped
+/// (`false`), as the body's parse skipped it before (it is refused anyway).
+struct TopLevel<'a>(Into<'a>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for TopLevel<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TopLevel<'_> {
+    type Value = bool;
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str("any JSON value")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
-        let mut fields: Vec<(String, Json)> = Vec::with_capacity(map.size_hint().unwrap_or(4));
-        while let Some(field) = map.next_entry::<String, Json>()? {
-            fields.push(field);
-        }
-        // Stable: a repeated name's entries stay in the order sent.
-        fields.sort_by(|a, b| a.0.cmp(&b.0));
-        if fields.windows(2).any(|pair| pair[0].0 == pair[1].0) {
-            // Keep the last of each repeated name: reversed, it is the first of its run.
-            fields.reverse();
-            fields.dedup_by(|later, kept| later.0 == kept.0);
-            fields.reverse();
-        }
-        Ok(TopLevel::Object(fields))
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        self.0.visit_map(map).map(|()| true)
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<TopLevel, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
         while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(TopLevel::Other)
+        Ok(false)
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<TopLevel, E> {
-        Ok(TopLevel::Other)
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<TopLevel, E> {
-        Ok(TopLevel::Other)
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<TopLevel, E> {
-        Ok(TopLevel::Other)
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<TopLevel, E> {
-        Ok(TopLevel::Other)
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<TopLevel, E> {
-        Ok(TopLevel::Other)
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_unit<E>(self) -> Result<TopLevel, E> {
-        Ok(TopLevel::Other)
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+}
+
+/// One value into nodes, parsed as `serde_json::Value` parses it (`deserialize_any`).
+impl<'de> serde::de::DeserializeSeed<'de> for Into<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Into<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any valid JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let at = self.nodes.len();
+        self.nodes.push(Node::Object { end: 0 });
+        while map.next_key_seed(self.reborrow())?.is_some() {
+            map.next_value_seed(self.reborrow())?;
+        }
+        let end = self.nodes.len();
+        self.nodes[at] = Node::Object { end };
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        let at = self.nodes.len();
+        self.nodes.push(Node::Array { end: 0 });
+        while seq.next_element_seed(self.reborrow())?.is_some() {}
+        let end = self.nodes.len();
+        self.nodes[at] = Node::Array { end };
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<(), E> {
+        self.nodes.push(Node::Bool(value));
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<(), E> {
+        self.nodes.push(Node::Number(value.into()));
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<(), E> {
+        self.nodes.push(Node::Number(value.into()));
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<(), E> {
+        // What `serde_json::Value` makes of a float: a number, or `null` for one it cannot
+        // hold (none comes from parsing JSON text).
+        self.nodes
+            .push(serde_json::Number::from_f64(value).map_or(Node::Null, Node::Number));
+        Ok(())
+    }
+
+    fn visit_borrowed_str<E>(self, text: &'de str) -> Result<(), E> {
+        let node = self
+            .span(text)
+            .map_or_else(|| Node::Unescaped(text.to_owned()), Node::Text);
+        self.nodes.push(node);
+        Ok(())
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<(), E> {
+        self.nodes.push(Node::Unescaped(text.to_owned()));
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.nodes.push(Node::Null);
+        Ok(())
     }
 }
 
@@ -370,11 +688,139 @@ mod tests {
                 panic!("not an object")
             };
             let from_map = JsonBody::from_object(map);
-            assert_eq!(format!("{:?}", body.0), format!("{:?}", from_map.0));
+            assert_eq!(body.entries(), from_map.entries());
             for name in ["name", "NAME", "b", "B", "names", "z", "missing"] {
                 assert_eq!(body.get(name), from_map.get(name), "{name} in {bytes:?}");
             }
         }
+    }
+
+    /// Random objects, some of them broken, read through `JsonBody` and through a
+    /// `serde_json::Value` parse (what `JsonBody` kept before it kept spans): the same bodies
+    /// refused with the same message, the same fields, lists and numbers read.
+    #[test]
+    fn bodies_read_as_a_value_parse_reads_them() {
+        const LEAVES: [&str; 22] = [
+            "null",
+            "true",
+            "0",
+            "-0",
+            "600000",
+            "1.5",
+            "-1",
+            "1e400",
+            "18446744073709551616",
+            r#""x""#,
+            r#""""#,
+            r#""\ud800""#,
+            r#""\ud83d\ude00""#,
+            r#""b\"c""#,
+            "\"\u{e9}\"",
+            "\"\\u0041\"",
+            "[]",
+            "{}",
+            r#"["a", "b"]"#,
+            r#"["a", 1]"#,
+            r#"[null]"#,
+            "\"\t\"",
+        ];
+        const NAMES: [&str; 9] = [
+            r#""Names""#,
+            r#""names""#,
+            r#""NAMES""#,
+            r#""MaxAgeMs""#,
+            r#""maxagems""#,
+            r#""Na\u006des""#,
+            r#""""#,
+            r#""\ud800""#,
+            r#""x y""#,
+        ];
+        const LOOKED_UP: [&str; 6] = ["Names", "names", "MaxAgeMs", "", "x y", "missing"];
+        // xorshift64*: the same bodies every run.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |below: usize| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % below
+        };
+        let mut refused = 0;
+        for _ in 0..20_000 {
+            let mut text = String::from(" {");
+            for at in 0..next(5) {
+                if at > 0 {
+                    text.push(',');
+                }
+                text.push_str(NAMES[next(NAMES.len())]);
+                text.push_str(if next(2) == 0 { ":" } else { " : " });
+                let leaf = LEAVES[next(LEAVES.len())];
+                if next(8) == 0 {
+                    text.push_str(&format!("[{leaf}, {{\"n\": {leaf}}}]"));
+                } else {
+                    text.push_str(leaf);
+                }
+            }
+            text.push_str("} ");
+            let mut bytes = text.into_bytes();
+            match next(10) {
+                0 => bytes.truncate(next(bytes.len())),
+                1 => bytes.insert(next(bytes.len()), b",:{}[]\"\\\xff"[next(9)]),
+                _ => {}
+            }
+            let body = JsonBody::parse(&bytes);
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                // Nothing sent: no fields (a GET's body, or a POST's without one).
+                assert!(body.unwrap().entries().is_empty());
+                continue;
+            }
+            if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+                // Not an object at all (a character put before it): refused, as before, by
+                // the same skipping parse of a body that is not an object.
+                assert!(body.is_err(), "{bytes:?}");
+                continue;
+            }
+            let map = match serde_json::from_slice::<Json>(&bytes) {
+                Ok(Json::Object(map)) => map,
+                Ok(_) => panic!("an object's top level: {bytes:?}"),
+                Err(error) => {
+                    refused += 1;
+                    let message = match body {
+                        Err(refusal) => refusal.message,
+                        Ok(_) => panic!("taken: {:?} ({error})", String::from_utf8_lossy(&bytes)),
+                    };
+                    assert_eq!(message, not_json(error).message, "{bytes:?}");
+                    continue;
+                }
+            };
+            let body = body.unwrap_or_else(|error| panic!("{bytes:?}: {}", error.message));
+            let before = JsonBody::from_object(map);
+            for name in LOOKED_UP {
+                let case = format!("{name} in {:?}", String::from_utf8_lossy(&bytes));
+                // Lists and numbers first: they are read from the body's text when no one
+                // read the field before.
+                let lists = (body.string_list(name), before.string_list(name));
+                assert_eq!(
+                    lists.0.map_err(|error| error.message),
+                    lists.1.map_err(|error| error.message),
+                    "{case}"
+                );
+                let numbers = (body.optional_u64(name), before.optional_u64(name));
+                assert_eq!(
+                    numbers.0.map_err(|error| error.message),
+                    numbers.1.map_err(|error| error.message),
+                    "{case}"
+                );
+                assert_eq!(body.get(name), before.get(name), "{case}");
+                assert_eq!(
+                    body.string_list(name).map_err(|error| error.message),
+                    before.string_list(name).map_err(|error| error.message),
+                    "{case}, once parsed"
+                );
+            }
+            assert_eq!(body.entries(), before.entries());
+        }
+        // Both kinds came up often enough to mean something.
+        assert!((2_000..18_000).contains(&refused), "{refused} refused");
     }
 
     #[test]

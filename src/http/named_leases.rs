@@ -139,9 +139,9 @@ async fn answer(gateway: &Gateway, request: Request<Incoming>) -> Result<Respons
         ),
     };
     let json = if matches!(parts.method, Method::POST | Method::PUT) {
-        JsonBody::parse(&read_body(body, gateway.config.http.max_body_bytes).await?)?
+        JsonBody::from_bytes(read_body(body, gateway.config.http.max_body_bytes).await?)?
     } else {
-        JsonBody::parse(b"")?
+        JsonBody::empty()
     };
     let token = presented_token(&parts.headers);
     let answer = match parts.method {

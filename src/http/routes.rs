@@ -59,7 +59,9 @@ pub async fn handle(
     let presented = presented_lease_id(request.headers()).map(str::to_owned);
     // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's. The
     // access line shows the same path: redacted once for both.
-    let audit_path = super::redact::loggable_path(request.uri().path()).into_owned();
+    // A clone of the URI holds the path without a copy (its bytes are shared).
+    let uri = request.uri().clone();
+    let audit_path = super::redact::loggable_path(uri.path());
     let mut noted = Noted::default();
     let mut response = match route_and_answer(
         &gateway,
@@ -97,7 +99,7 @@ pub async fn handle(
         &gateway,
         slot,
         &method,
-        log_access.then_some(audit_path.as_str()),
+        log_access.then_some(&*audit_path),
         peer,
         started,
         &mut response,
@@ -233,12 +235,12 @@ async fn route_and_answer(
         // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is
         // its handler's to read.
         if endpoint.body == BodyKind::Raw {
-            (JsonBody::parse(b"")?, bytes)
+            (JsonBody::empty(), bytes)
         } else {
-            (JsonBody::parse(&bytes)?, bytes)
+            (JsonBody::from_bytes(bytes.clone())?, bytes)
         }
     } else {
-        (JsonBody::parse(b"")?, bytes::Bytes::new())
+        (JsonBody::empty(), bytes::Bytes::new())
     };
     if noted.change {
         noted.asked = audit_trail::asked(&json).or_else(|| {
