@@ -354,7 +354,14 @@ impl AccessLine<'_> {
 
 /// Appends a field's text as [`EscapedFields`] writes it: control characters escaped.
 fn push_escaped_field(out: &mut Vec<u8>, value: &str) {
-    if !value.contains(char::is_control) {
+    // ASCII (every method and path the gateway logs) is checked a byte at a time; `char`'s
+    // controls beyond ASCII are the C1 block, which only non-ASCII text can hold.
+    let plain = if value.is_ascii() {
+        !value.bytes().any(|b| b.is_ascii_control())
+    } else {
+        !value.contains(char::is_control)
+    };
+    if plain {
         out.extend_from_slice(value.as_bytes());
         return;
     }

@@ -68,16 +68,22 @@ impl RequestLine<'_> {
     pub fn render(&self, change: Option<&ChangeFields>) -> String {
         // One allocation, long enough for a read's line and most changes'.
         let mut line = String::with_capacity(128);
-        crate::timestamp::push_audit_millis(&mut line, self.at);
+        self.render_into(&mut line, change);
+        line
+    }
+
+    /// Appends the line, without its newline, to `line`.
+    pub fn render_into(&self, line: &mut String, change: Option<&ChangeFields>) {
+        crate::timestamp::push_audit_millis(line, self.at);
         line.push(' ');
         match self.ip {
-            Some(ip) => crate::numtext::push_ip(&mut line, ip),
+            Some(ip) => crate::numtext::push_ip(line, ip),
             None => line.push('-'),
         }
         line.push(' ');
-        push_escaped(&mut line, self.method);
+        push_escaped(line, self.method);
         line.push(' ');
-        push_escaped(&mut line, self.path);
+        push_escaped(line, self.path);
         match self.status {
             Some(status) => {
                 line.push(' ');
@@ -96,11 +102,11 @@ impl RequestLine<'_> {
         }
         if let Some(change) = change {
             line.push_str(" caller=");
-            push_escaped(&mut line, change.caller.as_deref().unwrap_or("-"));
+            push_escaped(line, change.caller.as_deref().unwrap_or("-"));
             match &change.lease {
                 Some((owner, fence)) => {
                     line.push_str(" owner=");
-                    push_escaped(&mut line, owner);
+                    push_escaped(line, owner);
                     let _ = write!(line, " fence={fence}");
                 }
                 None => line.push_str(" owner=- fence=-"),
@@ -111,22 +117,21 @@ impl RequestLine<'_> {
             }
             if let Some(asked) = &change.asked {
                 line.push_str(" asked=");
-                push_escaped(&mut line, asked);
+                push_escaped(line, asked);
             }
             if let Some(applied) = &change.applied {
                 line.push_str(" applied=");
-                push_escaped(&mut line, applied);
+                push_escaped(line, applied);
             }
             if let Some(not_applied) = &change.not_applied {
                 line.push_str(" not_applied=");
-                push_escaped(&mut line, not_applied);
+                push_escaped(line, not_applied);
             }
             if let Some(why) = &change.why {
                 line.push_str(" why=");
-                push_escaped(&mut line, why);
+                push_escaped(line, why);
             }
         }
-        line
     }
 }
 

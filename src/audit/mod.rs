@@ -84,6 +84,11 @@ impl Streams<Arc<Mutex<MemoryLines>>> {
 #[derive(Default)]
 struct QueueState {
     jobs: Vec<Job>,
+    /// The lines of requests that changed nothing, each with its newline, rendered here under
+    /// the lock: no line of its own to allocate and free on another thread (issue 30).
+    quiet: String,
+    /// How many lines `quiet` holds.
+    quiet_lines: u64,
     /// A queued job wants to be written at once (a change, or someone waiting).
     urgent: bool,
     /// Every [`AuditLog`] is gone: write what is queued and stop.
@@ -220,8 +225,24 @@ impl AuditLog {
     }
 
     /// Appends a line of a request that changed nothing, without waiting or syncing.
-    pub fn note(&self, line: String) {
-        self.send(line, false, None);
+    pub fn note(&self, line: &str) {
+        self.note_with(|quiet| quiet.push_str(line));
+    }
+
+    /// Appends a line of a request that changed nothing, rendered by `render` straight into
+    /// the queue (without its newline), without waiting or syncing.
+    pub fn note_with(&self, render: impl FnOnce(&mut String)) {
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        let queue = &self.queue.0;
+        let mut state = lock(&queue.state);
+        let was_empty = state.jobs.is_empty() && state.quiet.is_empty();
+        render(&mut state.quiet);
+        state.quiet.push('\n');
+        state.quiet_lines += 1;
+        // As for a quiet job: the writer is woken when this starts a batch.
+        if was_empty {
+            queue.wake.notify_one();
+        }
     }
 
     fn send(&self, line: String, durable: bool, done: Option<oneshot::Sender<Result<(), String>>>) {
@@ -234,7 +255,7 @@ impl AuditLog {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         let queue = &self.queue.0;
         let mut state = lock(&queue.state);
-        let was_empty = state.jobs.is_empty();
+        let was_empty = state.jobs.is_empty() && state.quiet.is_empty();
         state.jobs.push(job);
         state.urgent |= urgent;
         // A quiet line wakes the writer only when it starts a batch; the writer then gathers
@@ -317,21 +338,18 @@ fn push_recent(recent: &mut VecDeque<String>, line: String) {
 /// The writer thread: everything queued in one write, one sync when any is a change, then
 /// every waiter told. Returns once every [`AuditLog`] is gone.
 fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, shared: &Shared) {
-    let mut request_bytes = Vec::with_capacity(64 * 1024);
+    // The requests' lines come rendered, in a text the writer swaps for this one.
+    let mut request_bytes = String::with_capacity(64 * 1024);
     let mut change_bytes = Vec::with_capacity(4 * 1024);
-    while let Some(batch) = next_batch(queue) {
+    while let Some((batch, quiet_lines)) = next_batch(queue, &mut request_bytes) {
         shared
             .queued
-            .fetch_sub(batch.len() as u64, Ordering::Relaxed);
-        request_bytes.clear();
+            .fetch_sub(batch.len() as u64 + quiet_lines, Ordering::Relaxed);
         change_bytes.clear();
         for job in batch.iter().filter(|job| !job.line.is_empty()) {
-            let bytes = match job.durable {
-                true => &mut change_bytes,
-                false => &mut request_bytes,
-            };
-            bytes.extend_from_slice(job.line.as_bytes());
-            bytes.push(b'\n');
+            // Only changes come as jobs with a line (requests' lines come in `request_bytes`).
+            change_bytes.extend_from_slice(job.line.as_bytes());
+            change_bytes.push(b'\n');
         }
         let mut result = Ok(());
         if !change_bytes.is_empty() {
@@ -340,7 +358,8 @@ fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, s
         }
         if !request_bytes.is_empty() {
             // The requests' failure is the trail's too (shown, logged), and a waiting reader's.
-            result = result.and(requests.append(&request_bytes));
+            result = result.and(requests.append(request_bytes.as_bytes()));
+            request_bytes.clear();
         }
         shared.batches.fetch_add(1, Ordering::Relaxed);
         let result = result.map_err(|why| {
@@ -366,12 +385,14 @@ fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, s
 }
 
 /// Waits for the next batch: at once when a queued job is urgent, else up to [`BATCH_WINDOW`]
-/// after the first quiet line. `None` once the queue is closed and empty.
-fn next_batch(queue: &Queue) -> Option<Vec<Job>> {
+/// after the first quiet line. The requests' lines are swapped into `quiet` (empty when
+/// called), the jobs returned with how many lines `quiet` then holds. `None` once the queue is
+/// closed and empty.
+fn next_batch(queue: &Queue, quiet: &mut String) -> Option<(Vec<Job>, u64)> {
     let mut state = lock(&queue.state);
     let mut gathering_until: Option<Instant> = None;
     loop {
-        if state.jobs.is_empty() {
+        if state.jobs.is_empty() && state.quiet.is_empty() {
             if state.closed {
                 return None;
             }
@@ -398,9 +419,13 @@ fn next_batch(queue: &Queue) -> Option<Vec<Job>> {
     }
     let take = state.jobs.len().min(MOST_PER_BATCH);
     let batch: Vec<Job> = state.jobs.drain(..take).collect();
+    // Every request line queued so far, with the jobs: a waiter among them waits for the lines
+    // queued before it, and those are all here.
+    std::mem::swap(&mut state.quiet, quiet);
+    let quiet_lines = std::mem::take(&mut state.quiet_lines);
     // What is left (beyond one batch) goes out right after, without another window.
     state.urgent = !state.jobs.is_empty();
-    Some(batch)
+    Some((batch, quiet_lines))
 }
 
 /// Memory only: lines kept in [`MemoryLines`].
@@ -408,8 +433,12 @@ struct MemorySink(Arc<Mutex<MemoryLines>>);
 
 impl Sink for MemorySink {
     fn append(&mut self, lines: &[u8]) -> std::io::Result<()> {
-        // One check of the batch: the lines were rendered from strings.
-        let lines = String::from_utf8_lossy(lines);
+        // One check of the batch: the lines were rendered from strings (`from_utf8` checks
+        // ASCII a word at a time; the lossy form only for what cannot happen).
+        let lines = match std::str::from_utf8(lines) {
+            Ok(lines) => std::borrow::Cow::Borrowed(lines),
+            Err(_) => String::from_utf8_lossy(lines),
+        };
         let mut memory = lock(&self.0);
         for line in lines.split('\n').filter(|l| !l.is_empty()) {
             memory.push(line);

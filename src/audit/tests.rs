@@ -256,7 +256,7 @@ async fn recent_changes_come_back_from_the_file_after_a_restart() {
         ..AuditConfig::default()
     };
     let log = AuditLog::open(&config).unwrap();
-    log.note("a read".into());
+    log.note("a read");
     for n in 0..25 {
         log.record(format!(
             "x - POST /api/x 200 1ms change {n} outcome=applied"
@@ -285,7 +285,7 @@ fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
     let log = AuditLog::start(sinks.0, sinks.1, None, memory.clone());
     let (memory, changes) = (memory.requests, memory.changes);
     for n in 0..200 {
-        log.note(format!("read {n}"));
+        log.note(&format!("read {n}"));
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while lock(&memory).tail(0).len() < 200 {
@@ -302,7 +302,7 @@ fn quiet_lines_are_written_together_and_a_change_takes_them_along_at_once() {
     assert_eq!(syncs, 0, "quiet lines are never synced");
     // A quiet line, then a change: both written in the change's batch, without waiting out
     // the window.
-    log.note("read again".into());
+    log.note("read again");
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -362,7 +362,7 @@ async fn reads_never_rotate_a_change_out() {
     let change = "2026-05-29 14:23:01.000 - POST /api/s 200 1ms outcome=applied asked=V=1";
     log.record(change.into()).await.unwrap();
     for n in 0..10_000 {
-        log.note(format!(
+        log.note(&format!(
             "2026-05-29 14:23:02.000 - POST /api/g 200 1ms read {n:05}"
         ));
     }

@@ -159,7 +159,7 @@ pub async fn write_line(
         duration: Some(started.elapsed()),
     };
     if !noted.change {
-        gateway.audit.note(line.render(None));
+        gateway.audit.note_with(|out| line.render_into(out, None));
         return;
     }
     let fields = ChangeFields {

@@ -11,13 +11,31 @@ pub const HIDDEN: &str = "{id}";
 /// segment replaced by one `{id}`; a path without one as it is. Give the path only (a query
 /// string, if passed, is cut off too).
 pub fn loggable_path(path: &str) -> Cow<'_, str> {
-    let path = match path.bytes().position(|b| b == b'?' || b == b'#') {
-        Some(at) => &path[..at],
-        None => path,
-    };
-    // Most paths (every read, every change but the lease's own) hold neither a `%` nor
-    // "lease" in any letter case: one pass over the bytes says so.
-    if !path.as_bytes().contains(&b'%') && !contains_lease(path.as_bytes()) {
+    // One pass: where the path ends, and whether it may hold a lease id. Most paths (every
+    // read, every change but the lease's own) hold neither a `%` nor "lease" in any letter
+    // case, and are logged as they are.
+    let bytes = path.as_bytes();
+    let (mut end, mut plain) = (bytes.len(), true);
+    for (at, &byte) in bytes.iter().enumerate() {
+        match byte {
+            b'?' | b'#' => {
+                end = at;
+                break;
+            }
+            b'%' => plain = false,
+            // `| 0x20` lowers an ASCII letter.
+            _ if byte | 0x20 == b'l'
+                && bytes
+                    .get(at + 1..at + 5)
+                    .is_some_and(|rest| rest.eq_ignore_ascii_case(b"ease")) =>
+            {
+                plain = false;
+            }
+            _ => {}
+        }
+    }
+    let path = &path[..end];
+    if plain {
         return Cow::Borrowed(path);
     }
     let mut offset = 0;
@@ -34,14 +52,6 @@ pub fn loggable_path(path: &str) -> Cow<'_, str> {
         offset = end + 1;
     }
     Cow::Borrowed(path)
-}
-
-/// Whether "lease" is in `bytes` in any letter case.
-fn contains_lease(bytes: &[u8]) -> bool {
-    // `| 0x20` lowers an ASCII letter; the first byte rules out nearly every window at once.
-    bytes
-        .windows(5)
-        .any(|window| window[0] | 0x20 == b'l' && window[1..].eq_ignore_ascii_case(b"ease"))
 }
 
 /// `lease` or `leases` in any letter case, percent-encoded bytes decoded.
