@@ -178,6 +178,10 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<bytes::Bytes, Api
                 joined = Some(both);
             }
         }
+        // The whole declared length came: no need to ask again for the end.
+        if body.is_end_stream() {
+            break;
+        }
     }
     Ok(joined.map_or(first, bytes::BytesMut::freeze))
 }

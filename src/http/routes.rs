@@ -59,9 +59,7 @@ pub async fn handle(
     let presented = presented_lease_id(request.headers()).map(str::to_owned);
     // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's. The
     // access line shows the same path: redacted once for both.
-    // A clone of the URI holds the path without a copy (its bytes are shared).
-    let uri = request.uri().clone();
-    let audit_path = super::redact::loggable_path(uri.path());
+    let audit_path = super::redact::loggable_path(request.uri().path()).into_owned();
     let mut noted = Noted::default();
     let mut response = match route_and_answer(
         &gateway,
@@ -99,7 +97,7 @@ pub async fn handle(
         &gateway,
         slot,
         &method,
-        log_access.then_some(&*audit_path),
+        log_access.then_some(audit_path.as_str()),
         peer,
         started,
         &mut response,
