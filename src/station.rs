@@ -19,7 +19,7 @@ use station_protocol::{Configure, ConfigureReply, ItemResult, Value};
 use tokio::sync::broadcast;
 
 use crate::access_rules::AccessRules;
-use crate::link::{LinkError, LinkEvent, LinkHandle, StationInfo};
+use crate::link::{ChannelTable, LinkError, LinkEvent, LinkHandle, StationInfo};
 pub use change::{
     Change, ChangeAnswer, ChangeOrigin, ChangeOutcome, ChangeReport, ChangeWhat, FrontEnd, Step,
     StepAction, StepsDone, StillRunning,
@@ -30,10 +30,7 @@ pub use policy::{
 use policy::{ReadPlan, plan_read};
 
 /// The access rules' view of a channel from the channel table (`station/access.rs`).
-pub fn channel_facts<'a>(
-    table: &'a crate::link::ChannelTable,
-    name: &'a str,
-) -> crate::rules::ChannelFacts<'a> {
+pub fn channel_facts<'a>(table: &'a ChannelTable, name: &'a str) -> crate::rules::ChannelFacts<'a> {
     access::facts(table, name)
 }
 
@@ -235,7 +232,7 @@ impl Station {
             Instant::now(),
         )?;
         let ReadPlan {
-            mut decided,
+            decided,
             misses,
             guarded_misses,
         } = plan;
@@ -260,15 +257,45 @@ impl Station {
         if misses.is_empty() && guarded_misses.is_empty() {
             return Ok(decided.into_iter().flatten().collect());
         }
+        // Boxed: a cached read never comes here, and inline the hardware read's state (about
+        // 1 KB) would make every read's future, and every handler's, that much larger
+        // (issue 30).
+        Box::pin(self.read_misses(
+            names,
+            &policy,
+            &info.channels,
+            ReadPlan {
+                decided,
+                misses,
+                guarded_misses,
+            },
+        ))
+        .await
+    }
+
+    /// The hardware part of [`Station::read`]: the plan's misses read, and every name's reading
+    /// in the order asked.
+    async fn read_misses(
+        &self,
+        names: &[String],
+        policy: &ReadPolicy<'_>,
+        channels: &ChannelTable,
+        plan: ReadPlan,
+    ) -> Result<Vec<ItemReading>, ReadError> {
+        let ReadPlan {
+            mut decided,
+            misses,
+            guarded_misses,
+        } = plan;
         let read = async {
             if guarded_misses.is_empty() {
                 // The common case: no guarded read to run beside the plain one.
-                let plain = self.link_read(&policy, misses.clone()).await;
+                let plain = self.link_read(policy, misses.clone()).await;
                 return (plain, Ok(Vec::new()));
             }
             tokio::join!(
-                self.link_read(&policy, misses.clone()),
-                self.guarded_read(&policy, guarded_misses.clone())
+                self.link_read(policy, misses.clone()),
+                self.guarded_read(policy, guarded_misses.clone())
             )
         };
         let read = match policy.cancel {
@@ -299,7 +326,7 @@ impl Station {
             .collect();
         for (slot, name) in decided.iter_mut().zip(names) {
             if slot.is_none() {
-                let name = info.channels.station_name(name);
+                let name = channels.station_name(name);
                 *slot = by_name.get(name).map(|answer| (*answer).clone());
             }
         }

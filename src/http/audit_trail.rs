@@ -22,8 +22,8 @@ pub struct Noted {
     /// The request's metric slot, once routed.
     pub slot: Option<usize>,
     /// The origin handed to the handler of a change to the station: once a change took it,
-    /// the change writes the line.
-    pub origin: Option<ChangeOrigin>,
+    /// the change writes the line. Boxed: only changes have one.
+    pub origin: Option<Box<ChangeOrigin>>,
     /// Under `api/`, or a named lease (the operations endpoints, `/healthz`, `/metrics`, the
     /// status page, are not audited).
     pub audited: bool,
@@ -66,7 +66,7 @@ impl Noted {
         origin.caller = self.caller.clone();
         origin.lease = self.lease.clone();
         origin.asked = self.asked.clone();
-        self.origin = Some(origin.clone());
+        self.origin = Some(Box::new(origin.clone()));
         origin
     }
 }
@@ -147,7 +147,12 @@ pub async fn write_line(
     status: StatusCode,
     outcome: Outcome,
 ) {
-    if !noted.audited || noted.origin.as_ref().is_some_and(ChangeOrigin::line_taken) {
+    if !noted.audited
+        || noted
+            .origin
+            .as_deref()
+            .is_some_and(ChangeOrigin::line_taken)
+    {
         return;
     }
     let line = RequestLine {

@@ -260,7 +260,7 @@ async fn route_and_answer(
     // A change to the station writes its own line, from its own task: what it needs of the
     // request is its origin.
     let origin = (endpoint.lease == api::LeaseNeed::Change)
-        .then(|| noted.origin(&parts.method, audit_path, peer, started));
+        .then(|| Box::new(noted.origin(&parts.method, audit_path, peer, started)));
     let call = Call {
         gateway,
         label: endpoint.label,

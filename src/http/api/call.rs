@@ -46,8 +46,8 @@ pub(crate) struct Call<'a> {
     /// The role access control granted; `None` while access control is off.
     pub(crate) granted: Option<Role>,
     /// Who asks, for the audit line of a change to the station (endpoints whose lease need is
-    /// `Change`).
-    pub(crate) origin: Option<ChangeOrigin>,
+    /// `Change`). Boxed: only changes have one, and every request's future holds a `Call`.
+    pub(crate) origin: Option<Box<ChangeOrigin>>,
 }
 
 impl Call<'_> {
@@ -85,7 +85,7 @@ impl Call<'_> {
     /// whose lease need is `Change` (`audit_trail::Noted::origin`); any other endpoint asking
     /// for one is a gateway bug, answered as such, never a change without its audit line.
     pub(crate) fn change_origin(&self) -> Result<ChangeOrigin, ApiError> {
-        self.origin.clone().ok_or_else(|| {
+        self.origin.as_deref().cloned().ok_or_else(|| {
             ApiError::internal(format!(
                 "{} is not a change endpoint, yet asked to change the station (a gateway bug)",
                 self.label

@@ -54,9 +54,18 @@ pub(super) async fn value_set(call: Call<'_>) -> Answer {
 }
 
 /// `POST api/resources/values/get {Names, MaxAgeMs?}`.
-pub(super) async fn values_get(call: Call<'_>) -> Answer {
-    let answer = read_many(&call).await?;
-    Ok(json_bytes_response(answer))
+///
+/// Not an `async fn`: one keeps its argument twice in its state, as passed and as bound, and
+/// this is the hot read path, its future boxed for every request (issue 30).
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its Call twice in its state"
+)]
+pub(super) fn values_get(call: Call<'_>) -> impl Future<Output = Answer> + Send + '_ {
+    async move {
+        let answer = read_many(&call).await?;
+        Ok(json_bytes_response(answer))
+    }
 }
 
 /// `POST api/resources/values/set {Resources}`.
