@@ -244,7 +244,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
     let mut out = Vec::with_capacity(32 + listed.len() * 64);
     out.extend_from_slice(b"{\"resources\":");
     write_object(&mut out, &names, &listed, |out, at| {
-        write_json_str(out, readings[at].value.render().as_str())
+        write_json(out, readings[at].value.render().as_str())
     });
     out.extend_from_slice(b",\"ageMs\":");
     write_object(&mut out, &names, &listed, |out, at| {
@@ -282,7 +282,7 @@ fn write_object(
         if i > 0 {
             out.push(b',');
         }
-        write_json_str(out, names[at].as_str());
+        write_json(out, names[at].as_str());
         out.push(b':');
         write_value(out, at);
     }
@@ -293,18 +293,6 @@ fn write_object(
 /// into a `Vec` cannot fail.
 fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(out, value);
-}
-
-/// Appends `text` as a JSON string, as `serde_json` writes it: a string with nothing to
-/// escape (a channel's name, nearly every value) copied as it is, any other by `serde_json`.
-fn write_json_str(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
-    } else {
-        write_json(out, text);
-    }
 }
 
 /// The `Name` and `Value` of a body, the value read as that channel's type.
@@ -373,30 +361,7 @@ async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_of_each, write_json_str};
-
-    #[test]
-    fn strings_are_written_as_serde_json_writes_them() {
-        // Every byte below 0x80 alone and amid text, and text beyond ASCII.
-        let mut texts: Vec<String> = (0u8..0x80)
-            .flat_map(|b| [char::from(b).to_string(), format!("a{}z", char::from(b))])
-            .collect();
-        texts.extend(
-            [
-                "",
-                "0.1.ESH10000158.MON_3V3",
-                "\u{e9}t\u{e9}",
-                "\u{2028}",
-                "\u{7f}\u{80}",
-            ]
-            .map(String::from),
-        );
-        for text in texts {
-            let mut ours = Vec::new();
-            write_json_str(&mut ours, &text);
-            assert_eq!(ours, serde_json::to_vec(&text).unwrap(), "{text:?}");
-        }
-    }
+    use super::first_of_each;
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|name| (*name).to_owned()).collect()
