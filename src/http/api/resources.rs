@@ -16,7 +16,7 @@ use crate::http::reply::json_bytes_response;
 use crate::link::ChannelTable;
 use crate::station::{
     ChangeAnswer, ChangeWhat, ConsumingRule, Freshness, ItemError, ItemReading, ReadError,
-    ReadPolicy, Reading, UnknownRule,
+    ReadPolicy, UnknownRule,
 };
 
 /// `GET api/resources/names`.
@@ -130,7 +130,8 @@ async fn read_one(call: &Call<'_>) -> Result<String, ApiError> {
         .read(&names, policy)
         .await
         .map_err(|error| read_refused(call, error))?;
-    let reading = first_reading_error(&names, readings)?.into_iter().next();
+    first_reading_error(&names, &readings)?;
+    let reading = readings.into_iter().next().and_then(Result::ok);
     Ok(reading.map(|r| r.value.render()).unwrap_or_default())
 }
 
@@ -171,36 +172,30 @@ fn read_refused(call: &Call<'_>, error: ReadError) -> ApiError {
     }
 }
 
-/// The readings of a REST read, or its first failure: a link failure for the whole read, else
-/// the first name the station refused (named in the message).
-fn first_reading_error(
-    names: &[String],
-    readings: Vec<ItemReading>,
-) -> Result<Vec<Reading>, ApiError> {
+/// The first failure of a REST read, if it has one: a link failure for the whole read, else
+/// the first name the station refused (named in the message). Checked in place: every reading
+/// is then `Ok`.
+fn first_reading_error(names: &[String], readings: &[ItemReading]) -> Result<(), ApiError> {
     if let Some(Err(ItemError::Link(error))) = readings
         .iter()
         .find(|reading| matches!(reading, Err(ItemError::Link(_))))
     {
         return Err(ApiError::from(error.clone()));
     }
-    let mut values = Vec::with_capacity(readings.len());
     for (name, reading) in names.iter().zip(readings) {
-        match reading {
-            Ok(reading) => values.push(reading),
-            Err(error) => {
-                let mut api = match error {
-                    ItemError::Station(station) => ApiError::from(station),
-                    ItemError::Link(link) => ApiError::from(link),
-                    other => ApiError::station_failed(other.to_string()),
-                };
-                if !api.message.contains(name.as_str()) {
-                    api.message = format!("{name}: {}", api.message);
-                }
-                return Err(api);
+        if let Err(error) = reading {
+            let mut api = match error {
+                ItemError::Station(station) => ApiError::from(station.clone()),
+                ItemError::Link(link) => ApiError::from(link.clone()),
+                other => ApiError::station_failed(other.to_string()),
+            };
+            if !api.message.contains(name.as_str()) {
+                api.message = format!("{name}: {}", api.message);
             }
+            return Err(api);
         }
     }
-    Ok(values)
+    Ok(())
 }
 
 /// `values/get`: `{"resources": {name: value}, "ageMs": {name: age}}`, each name once, in the
@@ -238,17 +233,20 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
         .read(&names, policy)
         .await
         .map_err(|error| read_refused(call, error))?;
-    let readings = first_reading_error(&names, readings)?;
-    // Each name once, where it was first asked, with that first reading.
+    first_reading_error(&names, &readings)?;
+    // Each name once, where it was first asked, with that first reading (every reading is
+    // `Ok` here; `null` would stand for one that is not).
     let listed = first_of_each(&names);
     let mut out = Vec::with_capacity(32 + listed.len() * 64);
     out.extend_from_slice(b"{\"resources\":");
-    write_object(&mut out, &names, &listed, |out, at| {
-        write_json(out, readings[at].value.render().as_str())
+    write_object(&mut out, &names, &listed, |out, at| match &readings[at] {
+        Ok(reading) => write_json(out, reading.value.render().as_str()),
+        Err(_) => out.extend_from_slice(b"null"),
     });
     out.extend_from_slice(b",\"ageMs\":");
-    write_object(&mut out, &names, &listed, |out, at| {
-        write_json(out, &readings[at].age_ms())
+    write_object(&mut out, &names, &listed, |out, at| match &readings[at] {
+        Ok(reading) => write_json(out, &reading.age_ms()),
+        Err(_) => out.extend_from_slice(b"null"),
     });
     out.push(b'}');
     Ok(out)
