@@ -93,9 +93,26 @@ impl GatewayProcess {
                 }
             }
         });
-        let base_url = address
-            .recv_timeout(Duration::from_secs(30))
-            .context("the gateway process logs where it listens")?;
+        let base_url = match address.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => url,
+            Err(why) => {
+                // Say why: how the process ended, if it did, and what it logged (every line
+                // was kept before its log closed).
+                let ended = match child.try_wait() {
+                    Ok(Some(status)) => format!("it exited ({status})"),
+                    Ok(None) => "it is still running".to_owned(),
+                    Err(error) => format!("its state is unknown ({error})"),
+                };
+                let _ = child.kill();
+                let lines = log
+                    .lock()
+                    .map(|kept| kept.iter().cloned().collect::<Vec<_>>().join("\n"))
+                    .unwrap_or_default();
+                anyhow::bail!(
+                    "the gateway process did not log where it listens ({why}); {ended}; its log:\n{lines}"
+                );
+            }
+        };
         Ok(GatewayProcess {
             child,
             base_url,
