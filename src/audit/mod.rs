@@ -42,11 +42,12 @@ pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
 /// file system) must not keep the answer of a change that happened from its client forever.
 pub const RECORD_LIMIT: Duration = Duration::from_secs(5);
 
+/// What wants the writer at once: a change's line (or the lease's own), written to the changes
+/// and synced before `done` is told, or a waiter (an empty line) told once everything queued
+/// before it is written. The lines of requests that changed nothing are not jobs: they go to
+/// [`QueueState::quiet`].
 struct Job {
     line: String,
-    /// A change's (or the lease's own): written to the changes and synced before `done` is
-    /// told; else written to the requests and left to the OS.
-    durable: bool,
     done: Option<oneshot::Sender<Result<(), String>>>,
 }
 
@@ -89,7 +90,7 @@ struct QueueState {
     quiet: String,
     /// How many lines `quiet` holds.
     quiet_lines: u64,
-    /// A queued job wants to be written at once (a change, or someone waiting).
+    /// A job is queued: it wants to be written at once.
     urgent: bool,
     /// Every [`AuditLog`] is gone: write what is queued and stop.
     closed: bool,
@@ -208,7 +209,7 @@ impl AuditLog {
     /// (the change happened), and the failure is logged and shown on the status page.
     pub async fn record(&self, line: String) -> Result<(), String> {
         let (done, written) = oneshot::channel();
-        self.send(line, true, Some(done));
+        self.send(line, Some(done));
         match tokio::time::timeout(RECORD_LIMIT, written).await {
             Ok(result) => result.unwrap_or_else(|_| Err("the audit writer has stopped".into())),
             Err(_) => Err(format!(
@@ -221,7 +222,7 @@ impl AuditLog {
     /// Appends a change's line (synced with its batch) without waiting: the lease's own events,
     /// whose request line is recorded after them and waits for both.
     pub fn note_change(&self, line: String) {
-        self.send(line, true, None);
+        self.send(line, None);
     }
 
     /// Appends a line of a request that changed nothing, without waiting or syncing.
@@ -239,37 +240,28 @@ impl AuditLog {
         render(&mut state.quiet);
         state.quiet.push('\n');
         state.quiet_lines += 1;
-        // As for a quiet job: the writer is woken when this starts a batch.
+        // The writer is woken when this starts a batch; it then gathers for up to
+        // BATCH_WINDOW.
         if was_empty {
             queue.wake.notify_one();
         }
     }
 
-    fn send(&self, line: String, durable: bool, done: Option<oneshot::Sender<Result<(), String>>>) {
-        let job = Job {
-            line,
-            durable,
-            done,
-        };
-        let urgent = job.durable || job.done.is_some();
+    /// Queues a job (a change's line, or a waiter's empty one) and wakes the writer at once.
+    fn send(&self, line: String, done: Option<oneshot::Sender<Result<(), String>>>) {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         let queue = &self.queue.0;
         let mut state = lock(&queue.state);
-        let was_empty = state.jobs.is_empty() && state.quiet.is_empty();
-        state.jobs.push(job);
-        state.urgent |= urgent;
-        // A quiet line wakes the writer only when it starts a batch; the writer then gathers
-        // for up to BATCH_WINDOW. A change or a waiter wakes it at once.
-        if urgent || was_empty {
-            queue.wake.notify_one();
-        }
+        state.jobs.push(Job { line, done });
+        state.urgent = true;
+        queue.wake.notify_one();
     }
 
     /// Waits until every line queued before this call is written (not synced): a reader of
     /// the trail sees the requests answered before it asked.
     pub async fn written(&self) {
         let (done, written) = oneshot::channel();
-        self.send(String::new(), false, Some(done));
+        self.send(String::new(), Some(done));
         let _ = written.await;
     }
 
@@ -347,7 +339,7 @@ fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, s
             .fetch_sub(batch.len() as u64 + quiet_lines, Ordering::Relaxed);
         change_bytes.clear();
         for job in batch.iter().filter(|job| !job.line.is_empty()) {
-            // Only changes come as jobs with a line (requests' lines come in `request_bytes`).
+            // Only changes come as jobs with a line (the requests' come in `request_bytes`).
             change_bytes.extend_from_slice(job.line.as_bytes());
             change_bytes.push(b'\n');
         }
@@ -370,7 +362,10 @@ fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, s
         *lock(&shared.last_error) = result.as_ref().err().cloned();
         {
             let mut recent = lock(&shared.recent);
-            for job in batch.iter().filter(|job| job.durable && result.is_ok()) {
+            for job in batch
+                .iter()
+                .filter(|job| !job.line.is_empty() && result.is_ok())
+            {
                 if line::is_change_line(&job.line) {
                     push_recent(&mut recent, job.line.clone());
                 }

@@ -240,7 +240,7 @@ impl JsonBody {
         }
         let mut nodes = Vec::with_capacity(16);
         let mut deserializer = serde_json::Deserializer::from_slice(&text);
-        let seed = TopLevel(Into {
+        let seed = TopLevel(IntoNodes {
             nodes: &mut nodes,
             base: text.as_ptr() as usize,
             len: text.len(),
@@ -286,10 +286,8 @@ impl JsonBody {
         let name = name.as_bytes();
         let mut found: Option<(&[u8], usize)> = None;
         for (key, value) in self.fields() {
-            let key = match &self.nodes[key] {
-                Node::Text(span) => &self.text[span.clone()],
-                Node::Unescaped(key) => key.as_bytes(),
-                _ => continue,
+            let Some(key) = self.string_at(key) else {
+                continue;
             };
             // Sent as looked up, the usual case, before the slower comparison in any case.
             if (key == name || key.eq_ignore_ascii_case(name))
@@ -500,7 +498,7 @@ fn not_json(error: serde_json::Error) -> ApiError {
 }
 
 /// Where a value's nodes go.
-struct Into<'a> {
+struct IntoNodes<'a> {
     nodes: &'a mut Vec<Node>,
     /// Where the body starts in memory: a borrowed string's span is taken from its address.
     base: usize,
@@ -508,7 +506,7 @@ struct Into<'a> {
     len: usize,
 }
 
-impl Into<'_> {
+impl IntoNodes<'_> {
     /// The span of `text` in the body; `None` if it is not the body's (it always is: the body
     /// is parsed from its slice).
     fn span(&self, text: &str) -> Option<Range<usize>> {
@@ -516,8 +514,8 @@ impl Into<'_> {
         Some(start..start + text.len()).filter(|span| span.end <= self.len)
     }
 
-    fn reborrow(&mut self) -> Into<'_> {
-        Into {
+    fn reborrow(&mut self) -> IntoNodes<'_> {
+        IntoNodes {
             nodes: self.nodes,
             base: self.base,
             len: self.len,
@@ -527,7 +525,7 @@ impl Into<'_> {
 
 /// A body's top level: an object into nodes (`true`), or any other JSON value skipped
 /// (`false`), as the body's parse skipped it before (it is refused anyway).
-struct TopLevel<'a>(Into<'a>);
+struct TopLevel<'a>(IntoNodes<'a>);
 
 impl<'de> serde::de::DeserializeSeed<'de> for TopLevel<'_> {
     type Value = bool;
@@ -579,7 +577,7 @@ impl<'de> serde::de::Visitor<'de> for TopLevel<'_> {
 }
 
 /// One value into nodes, parsed as `serde_json::Value` parses it (`deserialize_any`).
-impl<'de> serde::de::DeserializeSeed<'de> for Into<'_> {
+impl<'de> serde::de::DeserializeSeed<'de> for IntoNodes<'_> {
     type Value = ();
 
     fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -587,7 +585,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for Into<'_> {
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for Into<'_> {
+impl<'de> serde::de::Visitor<'de> for IntoNodes<'_> {
     type Value = ();
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
