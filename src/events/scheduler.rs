@@ -621,8 +621,8 @@ mod tests {
     }
 
     /// The data of the next queued event, if any.
-    fn next_data(receiver: &mut tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Option<Json> {
-        let frame = receiver.try_recv().ok()?;
+    fn next_data(receiver: &mut super::super::sse::StreamReceiver) -> Option<Json> {
+        let frame = receiver.try_recv()?;
         let text = String::from_utf8(frame.to_vec()).unwrap();
         let data = text
             .lines()

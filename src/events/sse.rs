@@ -1,17 +1,24 @@
 //! One event stream on the wire: its bounded queue ([`StreamSink`]), filled without ever
-//! waiting, and the never-ending `text/event-stream` body that drains it, sends a ping comment
-//! every [`PING_INTERVAL`], and ends itself when the stream is closed or the gateway shuts down.
+//! waiting, and the never-ending `text/event-stream` body ([`EventBody`]) that drains it, sends
+//! a ping comment every [`PING_INTERVAL`], and ends itself when the stream is closed or the
+//! gateway shuts down.
+//!
+//! The queue is a `VecDeque` under the sink's lock, with the reader's waker beside it, rather
+//! than a tokio channel: a channel keeps blocks of 32 slots (two of them once its tail has
+//! moved on) and its own shared state, about 2.6 KB a stream whatever it holds, where the
+//! deque holds only what is queued (issue 30: the fan-out's memory a stream).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
-use tokio::sync::mpsc;
+use hyper::body::{Body, Frame};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
@@ -35,37 +42,51 @@ pub enum Push {
 #[derive(Debug)]
 struct SinkState {
     next_id: u64,
+    /// The events not yet taken by the body, oldest first; never longer than the capacity.
+    queue: VecDeque<Bytes>,
     /// Since when the queue has been full (set by a dropped event).
     full_since: Option<Instant>,
     dropped: u64,
+    /// Closed by the gateway ([`StreamSink::close`]): the body ends the next time it is polled.
+    closed: bool,
+    /// The body is gone (the client went away): nothing more is queued.
+    reader_gone: bool,
+    /// The body's task, waiting for an event or the close.
+    reader: Option<Waker>,
 }
 
 /// The producers' side of one stream.
 #[derive(Debug)]
 pub struct StreamSink {
     pub id: Arc<str>,
-    queue: mpsc::Sender<Bytes>,
+    /// The most events the queue holds.
+    capacity: usize,
     state: Mutex<SinkState>,
-    closed: CancellationToken,
+}
+
+/// The body's side of one stream's queue; dropping it ends the queue.
+#[derive(Debug)]
+pub struct StreamReceiver {
+    sink: Arc<StreamSink>,
 }
 
 impl StreamSink {
-    pub fn new(id: Arc<str>, capacity: usize) -> (Arc<StreamSink>, mpsc::Receiver<Bytes>) {
-        let (queue, receiver) = mpsc::channel(capacity.max(1));
-        let state = Mutex::new(SinkState {
-            next_id: 1,
-            full_since: None,
-            dropped: 0,
-        });
-        (
-            Arc::new(StreamSink {
-                id,
-                queue,
-                state,
-                closed: CancellationToken::new(),
+    pub fn new(id: Arc<str>, capacity: usize) -> (Arc<StreamSink>, StreamReceiver) {
+        let sink = Arc::new(StreamSink {
+            id,
+            capacity: capacity.max(1),
+            state: Mutex::new(SinkState {
+                next_id: 1,
+                queue: VecDeque::new(),
+                full_since: None,
+                dropped: 0,
+                closed: false,
+                reader_gone: false,
+                reader: None,
             }),
-            receiver,
-        )
+        });
+        let receiver = StreamReceiver { sink: sink.clone() };
+        (sink, receiver)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, SinkState> {
@@ -76,32 +97,33 @@ impl StreamSink {
 
     /// Queues one event with the stream's next id; never waits.
     pub fn push(&self, event: &str, data: &str) -> Push {
-        if self.closed.is_cancelled() {
-            return Push::Closed;
-        }
         // Ids are taken and events queued under one lock, so they reach the queue in order.
         let mut state = self.state();
+        if state.closed || state.reader_gone {
+            return Push::Closed;
+        }
         let id = state.next_id;
         state.next_id += 1;
-        let frame = format!("id: {id}\nevent: {event}\ndata: {data}\n\n");
-        match self.queue.try_send(Bytes::from(frame)) {
-            Ok(()) => {
-                state.full_since = None;
-                Push::Queued
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                state.dropped += 1;
-                state.full_since.get_or_insert_with(Instant::now);
-                Push::Dropped
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Push::Closed,
+        if state.queue.len() >= self.capacity {
+            state.dropped += 1;
+            state.full_since.get_or_insert_with(Instant::now);
+            return Push::Dropped;
         }
+        let frame = format!("id: {id}\nevent: {event}\ndata: {data}\n\n");
+        state.queue.push_back(Bytes::from(frame));
+        state.full_since = None;
+        let reader = state.reader.take();
+        drop(state);
+        if let Some(reader) = reader {
+            reader.wake();
+        }
+        Push::Queued
     }
 
     /// How long the queue has been full without a break, if it is full now.
     pub fn stuck_for(&self, now: Instant) -> Option<Duration> {
         let mut state = self.state();
-        if self.queue.capacity() > 0 {
+        if state.queue.len() < self.capacity {
             state.full_since = None;
             return None;
         }
@@ -117,11 +139,56 @@ impl StreamSink {
 
     /// Ends the stream: its body finishes the next time it is polled.
     pub fn close(&self) {
-        self.closed.cancel();
+        let mut state = self.state();
+        state.closed = true;
+        let reader = state.reader.take();
+        drop(state);
+        if let Some(reader) = reader {
+            reader.wake();
+        }
     }
 
     pub fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
+        self.state().closed
+    }
+}
+
+impl StreamReceiver {
+    /// The next event, or `None` once the stream is closed (queued events are not sent
+    /// then); registers the task to be woken when neither is there yet.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let mut state = self.sink.state();
+        if state.closed {
+            return Poll::Ready(None);
+        }
+        if let Some(event) = state.queue.pop_front() {
+            return Poll::Ready(Some(event));
+        }
+        match &state.reader {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => state.reader = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The next event, waiting for it; `None` once the stream is closed.
+    pub async fn recv(&mut self) -> Option<Bytes> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// The next event if one is queued.
+    pub fn try_recv(&mut self) -> Option<Bytes> {
+        self.sink.state().queue.pop_front()
+    }
+}
+
+impl Drop for StreamReceiver {
+    fn drop(&mut self) {
+        let mut state = self.sink.state();
+        state.reader_gone = true;
+        state.reader = None;
+        // The events nobody will read, freed now rather than with the last handle on the sink.
+        state.queue = VecDeque::new();
     }
 }
 
@@ -150,18 +217,20 @@ impl Drop for StreamGuard {
 /// A stream just registered: what the HTTP handler turns into a response body.
 pub struct OpenedStream {
     pub sink: Arc<StreamSink>,
-    pub receiver: mpsc::Receiver<Bytes>,
+    pub receiver: StreamReceiver,
     pub guard: StreamGuard,
 }
 
-struct BodyState {
-    receiver: mpsc::Receiver<Bytes>,
+/// The response body of one stream: queued events and pings, until the stream closes or the
+/// gateway shuts down.
+pub struct EventBody {
+    receiver: StreamReceiver,
     // Waited on across events, not made anew for each: a new wait registers with the token's
     // waiter list and leaves it again under its lock, and `shutdown` is one token shared by
     // every stream (about 7 % of the fan-out's CPU, issue 30).
-    closed: Pin<Box<WaitForCancellationFutureOwned>>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     ping: Interval,
+    ended: bool,
     _guard: StreamGuard,
 }
 
@@ -170,27 +239,54 @@ impl OpenedStream {
     pub fn into_body(self, shutdown: CancellationToken) -> BoxBody<Bytes, Infallible> {
         let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let state = BodyState {
+        EventBody {
             receiver: self.receiver,
-            closed: Box::pin(self.sink.closed.clone().cancelled_owned()),
             shutdown: Box::pin(shutdown.cancelled_owned()),
             ping,
+            ended: false,
             _guard: self.guard,
-        };
-        let frames = futures::stream::unfold(state, |mut state| async move {
-            let bytes = tokio::select! {
-                biased;
-                _ = state.shutdown.as_mut() => return None,
-                _ = state.closed.as_mut() => return None,
-                next = state.receiver.recv() => {
-                    state.ping.reset();
-                    next?
-                }
-                _ = state.ping.tick() => Bytes::from_static(PING),
-            };
-            Some((Ok::<_, Infallible>(Frame::data(bytes)), state))
-        });
-        StreamBody::new(frames).boxed()
+        }
+        .boxed()
+    }
+}
+
+impl Body for EventBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    /// In this order: the gateway's shutdown, the stream's close, the next event (which puts
+    /// the ping off), the ping.
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if this.shutdown.as_mut().poll(cx).is_ready() {
+            this.ended = true;
+            return Poll::Ready(None);
+        }
+        match this.receiver.poll_recv(cx) {
+            Poll::Ready(Some(event)) => {
+                this.ping.reset();
+                return Poll::Ready(Some(Ok(Frame::data(event))));
+            }
+            Poll::Ready(None) => {
+                this.ended = true;
+                return Poll::Ready(None);
+            }
+            Poll::Pending => {}
+        }
+        match this.ping.poll_tick(cx) {
+            Poll::Ready(_) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(PING))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended
     }
 }
 
@@ -223,5 +319,101 @@ mod tests {
         );
         sink.close();
         assert_eq!(sink.push("e", "{}"), Push::Closed);
+    }
+
+    fn open(capacity: usize) -> OpenedStream {
+        let (sink, receiver) = StreamSink::new("s".into(), capacity);
+        OpenedStream {
+            sink,
+            receiver,
+            guard: StreamGuard::new(Weak::new(), "s".into()),
+        }
+    }
+
+    /// The body's next frame's bytes (`None`: it ended), failing rather than hanging.
+    async fn next_frame(body: &mut BoxBody<Bytes, Infallible>) -> Option<Bytes> {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("a frame or the end within 10 s")?;
+        Some(frame.unwrap().into_data().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_waiting_body_is_woken_by_an_event_and_ended_by_the_close() {
+        let opened = open(4);
+        let sink = opened.sink.clone();
+        let mut body = opened.into_body(CancellationToken::new());
+        let waiting = tokio::spawn(async move {
+            let first = next_frame(&mut body).await;
+            (first, body)
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(sink.push("a", "1"), Push::Queued);
+        let (first, mut body) = waiting.await.unwrap();
+        assert_eq!(
+            first.unwrap(),
+            Bytes::from_static(b"id: 1\nevent: a\ndata: 1\n\n")
+        );
+        let waiting = tokio::spawn(async move { next_frame(&mut body).await });
+        tokio::task::yield_now().await;
+        sink.close();
+        assert_eq!(waiting.await.unwrap(), None, "the close ends the body");
+        assert_eq!(sink.push("b", "2"), Push::Closed);
+    }
+
+    #[tokio::test]
+    async fn a_closed_stream_ends_before_its_queued_events_and_a_dropped_body_takes_no_more() {
+        let opened = open(4);
+        let sink = opened.sink.clone();
+        let mut body = opened.into_body(CancellationToken::new());
+        assert_eq!(sink.push("a", "1"), Push::Queued);
+        sink.close();
+        assert_eq!(next_frame(&mut body).await, None);
+        assert!(body.is_end_stream());
+
+        let opened = open(4);
+        let sink = opened.sink.clone();
+        let body = opened.into_body(CancellationToken::new());
+        assert_eq!(sink.push("a", "1"), Push::Queued);
+        drop(body);
+        assert_eq!(sink.push("b", "2"), Push::Closed, "the client went away");
+        assert!(sink.state().queue.is_empty(), "its events are freed");
+        assert!(!sink.is_closed(), "gone, not closed by the gateway");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_body_pings_an_event_puts_the_ping_off_and_the_shutdown_ends_it() {
+        let opened = open(4);
+        let sink = opened.sink.clone();
+        let shutdown = CancellationToken::new();
+        let mut body = opened.into_body(shutdown.clone());
+        let started = Instant::now();
+        assert_eq!(
+            next_frame(&mut body).await.unwrap(),
+            Bytes::from_static(PING)
+        );
+        assert_eq!(started.elapsed(), PING_INTERVAL);
+
+        tokio::time::advance(PING_INTERVAL / 2).await;
+        assert_eq!(sink.push("a", "1"), Push::Queued);
+        let event_at = Instant::now();
+        assert!(next_frame(&mut body).await.unwrap().starts_with(b"id: 1\n"));
+        assert_eq!(
+            next_frame(&mut body).await.unwrap(),
+            Bytes::from_static(PING)
+        );
+        assert_eq!(
+            event_at.elapsed(),
+            PING_INTERVAL,
+            "a full interval after the event"
+        );
+
+        shutdown.cancel();
+        assert_eq!(sink.push("b", "2"), Push::Queued);
+        assert_eq!(
+            next_frame(&mut body).await,
+            None,
+            "the shutdown comes first"
+        );
     }
 }
