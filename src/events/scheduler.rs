@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde_json::{Map, Value as Json, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -195,19 +196,22 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
 /// Queues every due unfiltered subscription's `values` event. Subscriptions to the same
 /// channels share one serialization of their values; only the subscription id differs.
 fn send_plain(due: &[Due], outcomes: &[Option<Outcome>]) {
-    let mut bodies: HashMap<&[u32], String> = HashMap::new();
+    let mut tails: HashMap<&[u32], Bytes> = HashMap::new();
     for subscription in due {
-        let body = bodies.entry(&subscription.ids[..]).or_insert_with(|| {
-            values_body(
+        let tail = tails.entry(&subscription.ids[..]).or_insert_with(|| {
+            event_tail(values_body(
                 subscription
                     .channels
                     .iter()
                     .zip(subscription.ids.iter())
                     .map(|(name, &id)| (name, Outcome::of(outcomes, id))),
-            )
+            ))
         });
-        let data = values_event_with(&subscription.id, body);
-        let _ = subscription.stream.push("values", &data);
+        let _ = subscription.stream.push_with_tail(
+            "values",
+            &values_event_head(&subscription.id),
+            tail,
+        );
     }
 }
 
@@ -224,7 +228,7 @@ fn serve_beat(
     let mut positions = Vec::new();
     // Subscriptions through which the same channels passed share one serialization (a text
     // that changed passes for every subscriber of it in the same tick).
-    let mut bodies: HashMap<Vec<u32>, String> = HashMap::new();
+    let mut tails: HashMap<Vec<u32>, Bytes> = HashMap::new();
     let mut key = Vec::new();
     for member in passed.chunk_by(|a, b| a.0 == b.0) {
         positions.clear();
@@ -239,13 +243,13 @@ fn serve_beat(
                 .iter()
                 .map(|&position| meta.ids[position as usize]),
         );
-        if !bodies.contains_key(&key) {
-            bodies.insert(key.clone(), passed_body(meta, &positions, outcomes));
+        if !tails.contains_key(&key) {
+            let tail = event_tail(passed_body(meta, &positions, outcomes));
+            tails.insert(key.clone(), tail);
         }
-        let body = &bodies[&key];
-        let pushed = meta
-            .stream
-            .push("values", &values_event_with(&meta.id, body));
+        let pushed =
+            meta.stream
+                .push_with_tail("values", &values_event_head(&meta.id), &tails[&key]);
         if pushed == Push::Queued {
             index.sent(slot, &positions, observe, at);
         }
@@ -501,8 +505,21 @@ fn values_event(id: &str, channels: &[String], outcomes: &[Option<Outcome>]) -> 
 
 /// A `values` event's data from its subscription id and [`values_body`].
 fn values_event_with(id: &str, body: &str) -> String {
+    values_event_head(id) + body
+}
+
+/// The start of a `values` event's data, up to what [`values_body`] writes: its subscription.
+fn values_event_head(id: &str) -> String {
     let id = Json::String(id.to_owned());
-    format!("{{\"subscription\":{id},{body}")
+    format!("{{\"subscription\":{id},")
+}
+
+/// The text that ends a `values` event after its subscription ([`StreamSink::push_with_tail`]):
+/// `body` and the event's end.
+fn event_tail(body: String) -> Bytes {
+    let mut tail = body.into_bytes();
+    tail.extend_from_slice(b"\n\n");
+    Bytes::from(tail)
 }
 
 /// Everything of a `values` event but the subscription id: `"values":…,"ageMs":…,"errors":…}`,

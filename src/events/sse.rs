@@ -6,7 +6,9 @@
 //! The queue is a `VecDeque` under the sink's lock, with the reader's waker beside it, rather
 //! than a tokio channel: a channel keeps blocks of 32 slots (two of them once its tail has
 //! moved on) and its own shared state, about 2.6 KB a stream whatever it holds, where the
-//! deque holds only what is queued (issue 30: the fan-out's memory a stream).
+//! deque holds only what is queued (issue 30: the fan-out's memory a stream). An event that
+//! many streams send in one tick (a `values` event, but for its id and subscription) is queued
+//! as its own head and a tail shared by all of them, sent as two frames.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -43,7 +45,7 @@ pub enum Push {
 struct SinkState {
     next_id: u64,
     /// The events not yet taken by the body, oldest first; never longer than the capacity.
-    queue: VecDeque<Bytes>,
+    queue: VecDeque<QueuedEvent>,
     /// Since when the queue has been full (set by a dropped event).
     full_since: Option<Instant>,
     dropped: u64,
@@ -62,6 +64,24 @@ pub struct StreamSink {
     /// The most events the queue holds.
     capacity: usize,
     state: Mutex<SinkState>,
+}
+
+/// One queued event: its own text and, when it has one, the rest of it that other streams'
+/// events share (the tail ends the event).
+#[derive(Debug)]
+pub struct QueuedEvent {
+    pub own: Bytes,
+    pub tail: Option<Bytes>,
+}
+
+impl QueuedEvent {
+    /// The event's text in one piece.
+    pub fn whole(self) -> Bytes {
+        match self.tail {
+            None => self.own,
+            Some(tail) => [self.own, tail].concat().into(),
+        }
+    }
 }
 
 /// The body's side of one stream's queue; dropping it ends the queue.
@@ -97,6 +117,24 @@ impl StreamSink {
 
     /// Queues one event with the stream's next id; never waits.
     pub fn push(&self, event: &str, data: &str) -> Push {
+        self.queue(|id| QueuedEvent {
+            own: Bytes::from(format!("id: {id}\nevent: {event}\ndata: {data}\n\n")),
+            tail: None,
+        })
+    }
+
+    /// Queues one event whose data is `head` followed by `tail`, which ends the data and the
+    /// event (`\n\n`) and is shared with other streams' events; never waits.
+    pub fn push_with_tail(&self, event: &str, head: &str, tail: &Bytes) -> Push {
+        self.queue(|id| QueuedEvent {
+            own: Bytes::from(format!("id: {id}\nevent: {event}\ndata: {head}")),
+            tail: Some(tail.clone()),
+        })
+    }
+
+    /// Queues the event `make` writes with the stream's next id, unless the stream is closed
+    /// or its queue full.
+    fn queue(&self, make: impl FnOnce(u64) -> QueuedEvent) -> Push {
         // Ids are taken and events queued under one lock, so they reach the queue in order.
         let mut state = self.state();
         if state.closed || state.reader_gone {
@@ -109,8 +147,7 @@ impl StreamSink {
             state.full_since.get_or_insert_with(Instant::now);
             return Push::Dropped;
         }
-        let frame = format!("id: {id}\nevent: {event}\ndata: {data}\n\n");
-        state.queue.push_back(Bytes::from(frame));
+        state.queue.push_back(make(id));
         state.full_since = None;
         let reader = state.reader.take();
         drop(state);
@@ -156,7 +193,7 @@ impl StreamSink {
 impl StreamReceiver {
     /// The next event, or `None` once the stream is closed (queued events are not sent
     /// then); registers the task to be woken when neither is there yet.
-    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<QueuedEvent>> {
         let mut state = self.sink.state();
         if state.closed {
             return Poll::Ready(None);
@@ -171,14 +208,16 @@ impl StreamReceiver {
         Poll::Pending
     }
 
-    /// The next event, waiting for it; `None` once the stream is closed.
+    /// The next event in one piece, waiting for it; `None` once the stream is closed.
     pub async fn recv(&mut self) -> Option<Bytes> {
-        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+        let event = std::future::poll_fn(|cx| self.poll_recv(cx)).await?;
+        Some(event.whole())
     }
 
-    /// The next event if one is queued.
+    /// The next event in one piece, if one is queued.
     pub fn try_recv(&mut self) -> Option<Bytes> {
-        self.sink.state().queue.pop_front()
+        let event = self.sink.state().queue.pop_front()?;
+        Some(event.whole())
     }
 }
 
@@ -230,6 +269,8 @@ pub struct EventBody {
     // every stream (about 7 % of the fan-out's CPU, issue 30).
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     ping: Interval,
+    /// The shared tail of the event whose own part went out last.
+    tail: Option<Bytes>,
     ended: bool,
     _guard: StreamGuard,
 }
@@ -243,6 +284,7 @@ impl OpenedStream {
             receiver: self.receiver,
             shutdown: Box::pin(shutdown.cancelled_owned()),
             ping,
+            tail: None,
             ended: false,
             _guard: self.guard,
         }
@@ -254,8 +296,8 @@ impl Body for EventBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    /// In this order: the gateway's shutdown, the stream's close, the next event (which puts
-    /// the ping off), the ping.
+    /// In this order: the gateway's shutdown, the tail of an event half sent, the stream's
+    /// close, the next event (which puts the ping off), the ping.
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -268,10 +310,14 @@ impl Body for EventBody {
             this.ended = true;
             return Poll::Ready(None);
         }
+        if let Some(tail) = this.tail.take() {
+            return Poll::Ready(Some(Ok(Frame::data(tail))));
+        }
         match this.receiver.poll_recv(cx) {
             Poll::Ready(Some(event)) => {
                 this.ping.reset();
-                return Poll::Ready(Some(Ok(Frame::data(event))));
+                this.tail = event.tail;
+                return Poll::Ready(Some(Ok(Frame::data(event.own))));
             }
             Poll::Ready(None) => {
                 this.ended = true;
@@ -379,6 +425,38 @@ mod tests {
         assert_eq!(sink.push("b", "2"), Push::Closed, "the client went away");
         assert!(sink.state().queue.is_empty(), "its events are freed");
         assert!(!sink.is_closed(), "gone, not closed by the gateway");
+    }
+
+    #[tokio::test]
+    async fn an_event_with_a_shared_tail_goes_out_whole_and_in_order() {
+        let opened = open(2);
+        let sink = opened.sink.clone();
+        let mut body = opened.into_body(CancellationToken::new());
+        let tail = Bytes::from_static(b"\"x\":1}\n\n");
+        assert_eq!(
+            sink.push_with_tail("values", "{\"s\":\"a\",", &tail),
+            Push::Queued
+        );
+        assert_eq!(sink.push("hello", "{}"), Push::Queued);
+        assert_eq!(
+            sink.push_with_tail("values", "{}", &tail),
+            Push::Dropped,
+            "a tail takes no place of its own in the queue"
+        );
+        let mut sent = Vec::new();
+        for _ in 0..3 {
+            sent.extend_from_slice(&next_frame(&mut body).await.unwrap());
+        }
+        assert_eq!(
+            sent,
+            b"id: 1\nevent: values\ndata: {\"s\":\"a\",\"x\":1}\n\nid: 2\nevent: hello\ndata: {}\n\n"
+        );
+        // Dropped (id 3), then the queue had room again: a reader sees the gap.
+        assert_eq!(sink.push_with_tail("values", "{", &tail), Push::Queued);
+        let mut receiver_side = Vec::new();
+        receiver_side.extend_from_slice(&next_frame(&mut body).await.unwrap());
+        receiver_side.extend_from_slice(&next_frame(&mut body).await.unwrap());
+        assert_eq!(receiver_side, b"id: 4\nevent: values\ndata: {\"x\":1}\n\n");
     }
 
     #[tokio::test(start_paused = true)]
