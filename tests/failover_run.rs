@@ -24,8 +24,9 @@ use station_gateway::lease::LeaseToken;
 /// The link-owner lease's TTL and the lock-delay of the run; the station takes at most 1 s
 /// over a request (so that margin + lock-delay ≥ max processing holds). A renewal may take a
 /// third of the TTL: on this 2-core CI machine a PostgreSQL commit took up to 641 ms while the
-/// rest of the suite was syncing files (a probe beside a full `bash .ci/run`), which a TTL of
-/// 1.6 s (533 ms a renewal) did not survive twice in a row; 3 s gives a renewal 1 s.
+/// rest of the suite was syncing files (a probe beside a full `bash .ci/run`). A TTL of 1.6 s
+/// gave a renewal 533 ms, and an owner whose renewal and its retry both missed that stopped
+/// itself in CI runs, failing the round's liveness bound; 3 s gives a renewal 1 s.
 const TTL_MS: u64 = 3_000;
 const LOCK_DELAY_MS: u64 = 900;
 /// A failover after a lapse may take TTL + lock-delay + 2 s.

@@ -284,10 +284,10 @@ fn send_passed(
     if positions.is_empty() {
         return;
     }
-    let body = passed_body(member, positions, outcomes);
+    let tail = event_tail(passed_body(member, positions, outcomes));
     let pushed = member
         .stream
-        .push("values", &values_event_with(&member.id, &body));
+        .push_with_tail("values", &values_event_head(&member.id), &tail);
     if pushed == Push::Queued {
         let observe = |id: u32| Outcome::observed(Outcome::of(outcomes, id));
         index.sent(slot, positions, observe, at);
@@ -504,6 +504,7 @@ fn values_event(id: &str, channels: &[String], outcomes: &[Option<Outcome>]) -> 
 }
 
 /// A `values` event's data from its subscription id and [`values_body`].
+#[cfg(test)]
 fn values_event_with(id: &str, body: &str) -> String {
     values_event_head(id) + body
 }

@@ -271,7 +271,6 @@ pub struct EventBody {
     ping: Interval,
     /// The shared tail of the event whose own part went out last.
     tail: Option<Bytes>,
-    ended: bool,
     _guard: StreamGuard,
 }
 
@@ -285,7 +284,6 @@ impl OpenedStream {
             shutdown: Box::pin(shutdown.cancelled_owned()),
             ping,
             tail: None,
-            ended: false,
             _guard: self.guard,
         }
         .boxed()
@@ -302,12 +300,9 @@ impl Body for EventBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        // Either end stays one when polled again: the token stays cancelled, the sink closed.
         let this = self.get_mut();
-        if this.ended {
-            return Poll::Ready(None);
-        }
         if this.shutdown.as_mut().poll(cx).is_ready() {
-            this.ended = true;
             return Poll::Ready(None);
         }
         if let Some(tail) = this.tail.take() {
@@ -319,20 +314,13 @@ impl Body for EventBody {
                 this.tail = event.tail;
                 return Poll::Ready(Some(Ok(Frame::data(event.own))));
             }
-            Poll::Ready(None) => {
-                this.ended = true;
-                return Poll::Ready(None);
-            }
+            Poll::Ready(None) => return Poll::Ready(None),
             Poll::Pending => {}
         }
         match this.ping.poll_tick(cx) {
             Poll::Ready(_) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(PING))))),
             Poll::Pending => Poll::Pending,
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.ended
     }
 }
 
@@ -415,7 +403,7 @@ mod tests {
         assert_eq!(sink.push("a", "1"), Push::Queued);
         sink.close();
         assert_eq!(next_frame(&mut body).await, None);
-        assert!(body.is_end_stream());
+        assert_eq!(next_frame(&mut body).await, None, "and stays ended");
 
         let opened = open(4);
         let sink = opened.sink.clone();
