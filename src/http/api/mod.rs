@@ -24,7 +24,7 @@ mod route;
 mod safe_stop;
 mod unserved;
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::LazyLock;
