@@ -1,7 +1,6 @@
 //! The OpenAPI 3 document of the whole API (`docs/openapi.json`), served at `/openapi.json`.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Response};
 
@@ -19,8 +18,7 @@ pub fn answer(prefix: &str, method: &Method, path: &str) -> Option<Response<Body
     if rest != "/openapi.json" {
         return None;
     }
-    let mut response =
-        Response::new(Full::new(Bytes::from_static(OPENAPI_JSON.as_bytes())).boxed());
+    let mut response = Response::new(Body::whole(Bytes::from_static(OPENAPI_JSON.as_bytes())));
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("application/json; charset=utf-8"),

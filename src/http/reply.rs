@@ -2,16 +2,85 @@
 //! place an answer's status is written: 200, 204, or an error's by its kind (`crate::error`).
 
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use http_body_util::combinators::BoxBody;
+use hyper::body::{Frame, SizeHint};
 use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 
 use crate::error::{ApiError, ErrorKind};
 
-/// Every response body: a whole JSON document or a stream of events.
-pub type Body = BoxBody<Bytes, Infallible>;
+/// Every response body: a whole document (JSON, text, a file) or a stream of events. A whole
+/// one is held as it is, not boxed: most answers are whole, and a box is an allocation more
+/// for every request (issue 30).
+pub enum Body {
+    /// The whole answer; `None` once sent (or for an empty one).
+    Whole(Option<Bytes>),
+    /// An answer sent as it comes: an event stream.
+    Streamed(BoxBody<Bytes, Infallible>),
+}
+
+impl Body {
+    /// A whole answer of `bytes`.
+    pub fn whole(bytes: impl Into<Bytes>) -> Body {
+        let bytes = bytes.into();
+        Body::Whole((!bytes.is_empty()).then_some(bytes))
+    }
+
+    /// An answer sent frame by frame as `body` yields them.
+    pub fn streamed<B>(body: B) -> Body
+    where
+        B: hyper::body::Body<Data = Bytes, Error = Infallible> + Send + Sync + 'static,
+    {
+        Body::Streamed(BoxBody::new(body))
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Whole(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
+            Body::Streamed(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Whole(bytes) => bytes.is_none(),
+            Body::Streamed(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Whole(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            Body::Streamed(body) => body.size_hint(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Whole(bytes) => f
+                .debug_tuple("Whole")
+                .field(&bytes.as_ref().map_or(0, Bytes::len))
+                .finish(),
+            Body::Streamed(_) => f.write_str("Streamed"),
+        }
+    }
+}
 
 /// A JSON answer: 200.
 pub fn json_response(value: &serde_json::Value) -> Response<Body> {
@@ -34,7 +103,7 @@ pub fn typed_response(content_type: &'static str, bytes: Vec<u8>) -> Response<Bo
 
 /// 204: done, nothing to say.
 pub fn no_content() -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::new()).boxed());
+    let mut response = Response::new(Body::Whole(None));
     *response.status_mut() = StatusCode::NO_CONTENT;
     response
 }
@@ -67,7 +136,7 @@ fn json_with_status(status: StatusCode, value: &serde_json::Value) -> Response<B
 }
 
 fn bytes_with_status(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
+    let mut response = Response::new(Body::whole(bytes));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
