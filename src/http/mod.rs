@@ -436,7 +436,8 @@ async fn answer(
     // A body that timed out is logged by `handle`, which knows the request's redacted path.
     // Boxed where it is made: the request's future (2.3 KB) is then moved as a pointer, not
     // copied into the body limits' scope and again into `answer`'s own box (issue 30).
-    let handled = Box::pin(routes::handle(gateway.clone(), request, peers));
+    let (head, body) = request.into_parts();
+    let handled = Box::pin(routes::handle(gateway.clone(), head, body, peers));
     let (response, timed_out) = body::with_body_limits(timeouts, handled).await;
     if timed_out.is_some() {
         gateway.metrics.http_timeouts.body.inc();

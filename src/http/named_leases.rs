@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::header::HeaderMap;
-use hyper::{Method, Request, Response};
+use hyper::http::request::Parts;
+use hyper::{Method, Response};
 use serde_json::{Value as Json, json};
 
 use super::body::{JsonBody, read_body};
@@ -106,15 +107,18 @@ fn below_v1<'p>(gateway: &Gateway, path: &'p str) -> Option<(&'static str, &'p s
 }
 
 /// Answers one request below `v1/`; every error becomes a JSON error answer.
-pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
-    match answer(gateway, request).await {
+pub async fn handle(gateway: &Gateway, parts: &Parts, body: Incoming) -> Response<Body> {
+    match answer(gateway, parts, body).await {
         Ok(response) => response,
         Err(error) => error_response(&error),
     }
 }
 
-async fn answer(gateway: &Gateway, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let (parts, body) = request.into_parts();
+async fn answer(
+    gateway: &Gateway,
+    parts: &Parts,
+    body: Incoming,
+) -> Result<Response<Body>, ApiError> {
     let path = parts.uri.path().to_owned();
     let (collection, name) = below_v1(gateway, &path)
         .ok_or_else(|| ApiError::not_found(format!("no such endpoint: {path}")))?;
@@ -144,12 +148,15 @@ async fn answer(gateway: &Gateway, request: Request<Incoming>) -> Result<Respons
         JsonBody::empty()
     };
     let token = presented_token(&parts.headers);
-    let answer = match parts.method {
-        Method::POST => acquire(gateway, &target, &json, token).await?,
-        Method::PUT => renew(gateway, &target, &json, token).await?,
-        Method::DELETE => release(gateway, &target, token).await?,
-        Method::GET => status(gateway, &target, query).await?,
-        method => return Err(NamedLeaseError::MethodNotAllowed { method, path }.into()),
+    let answer = match &parts.method {
+        &Method::POST => acquire(gateway, &target, &json, token).await?,
+        &Method::PUT => renew(gateway, &target, &json, token).await?,
+        &Method::DELETE => release(gateway, &target, token).await?,
+        &Method::GET => status(gateway, &target, query).await?,
+        method => {
+            let method = method.clone();
+            return Err(NamedLeaseError::MethodNotAllowed { method, path }.into());
+        }
     };
     Ok(json_response(&answer))
 }

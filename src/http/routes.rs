@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response};
+use hyper::http::request::Parts;
+use hyper::{Method, Response};
 
 use super::api::{self, AskedFrom, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
 use super::audit_trail::{self, Noted};
@@ -43,30 +44,37 @@ struct RequestFacts<'a> {
 }
 
 /// Answers one request; never fails: every error becomes a JSON error answer.
+///
+/// The request comes as its head and its body: the head lives in this future for the whole
+/// request, and everything after borrows from it (the presented lease id, the logged path,
+/// the handler's headers) rather than copying it (issue 30: a request's future is moved and
+/// boxed whole, so every byte of it costs).
 pub async fn handle(
     gateway: Arc<Gateway>,
-    request: Request<Incoming>,
+    head: Parts,
+    body: Incoming,
     peers: Peers,
 ) -> Response<Body> {
     let peer = peers.remote;
     // The API's own description, public like the contract it describes.
     let prefix = &gateway.config.http.path_prefix;
-    if let Some(doc) = super::openapi::answer(prefix, request.method(), request.uri().path()) {
+    if let Some(doc) = super::openapi::answer(prefix, &head.method, head.uri.path()) {
         return doc;
     }
     let started = Instant::now();
-    let (method, log_access) = (request.method().clone(), ops::access_log_enabled());
-    let presented = presented_lease_id(request.headers()).map(str::to_owned);
+    let (method, log_access) = (&head.method, ops::access_log_enabled());
+    let presented = presented_lease_id(&head.headers);
     // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's. The
     // access line shows the same path: redacted once for both.
-    let audit_path = super::redact::loggable_path(request.uri().path()).into_owned();
+    let audit_path = super::redact::loggable_path(head.uri.path());
     let mut noted = Noted::default();
     let mut response = match route_and_answer(
         &gateway,
-        request,
+        &head,
+        body,
         RequestFacts {
             peers,
-            presented: presented.as_deref(),
+            presented,
             audit_path: &audit_path,
             started,
         },
@@ -79,7 +87,7 @@ pub async fn handle(
     };
     let slot = noted.slot.unwrap_or(api::UNMATCHED_SLOT);
     // The holder's responses carry the fence its requests are admitted under.
-    if let Some(fence) = gateway.lease.fence_of(presented.as_deref())
+    if let Some(fence) = gateway.lease.fence_of(presented)
         && !response.headers().contains_key(LEASE_FENCE_HEADER)
     {
         set_fence_header(&mut response, fence);
@@ -96,8 +104,8 @@ pub async fn handle(
     ops::finish(
         &gateway,
         slot,
-        &method,
-        log_access.then_some(audit_path.as_str()),
+        method,
+        log_access.then_some(&*audit_path),
         peer,
         started,
         &mut response,
@@ -112,7 +120,7 @@ pub async fn handle(
     audit_trail::write_line(
         &gateway,
         noted,
-        &method,
+        method,
         &audit_path,
         peer,
         started,
@@ -125,7 +133,8 @@ pub async fn handle(
 
 async fn route_and_answer(
     gateway: &Gateway,
-    request: Request<Incoming>,
+    parts: &Parts,
+    body: Incoming,
     facts: RequestFacts<'_>,
     noted: &mut Noted,
 ) -> Result<Response<Body>, ApiError> {
@@ -138,7 +147,6 @@ async fn route_and_answer(
         audit_path,
         started,
     } = facts;
-    let (parts, body) = request.into_parts();
     let path = parts.uri.path();
     let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
     let below_prefix = path.strip_prefix(prefix);
@@ -209,9 +217,8 @@ async fn route_and_answer(
             return ops::answer(gateway, *operation, &parts.method, &viewer);
         }
         Route::NamedLeases { .. } => {
-            let request = Request::from_parts(parts, body);
             // Boxed: inline, its state would make every request's future larger.
-            return Ok(Box::pin(super::named_leases::handle(gateway, request)).await);
+            return Ok(Box::pin(super::named_leases::handle(gateway, parts, body)).await);
         }
         Route::Api(endpoint) => endpoint,
         Route::V1(endpoint) if endpoint.method == parts.method => endpoint,
