@@ -3,6 +3,7 @@
 //! `SocketAddr` (padding support, a buffer of its own) was a twelfth of a cached read's
 //! instructions. Same text as `Display`, tested side by side.
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -71,10 +72,30 @@ pub fn ipv4_text(ip: Ipv4Addr) -> ShortText<21> {
     text
 }
 
+thread_local! {
+    /// The IPv4 address this thread wrote last, and its text: a client's requests come one
+    /// after another from one address, and every one has an access line and an audit line.
+    static LAST_IPV4: RefCell<(Ipv4Addr, String)> =
+        RefCell::new((Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED.to_string()));
+}
+
+/// Calls `with` on `ip` as `Display` writes it, rendered only when it is not the address this
+/// thread wrote last.
+fn with_ipv4_text<R>(ip: Ipv4Addr, with: impl FnOnce(&str) -> R) -> R {
+    LAST_IPV4.with_borrow_mut(|(last, text)| {
+        if *last != ip {
+            text.clear();
+            text.push_str(ipv4_text(ip).as_str());
+            *last = ip;
+        }
+        with(text)
+    })
+}
+
 /// Appends `ip` as `Display` writes it.
 pub fn push_ip(out: &mut String, ip: IpAddr) {
     match ip {
-        IpAddr::V4(v4) => out.push_str(ipv4_text(v4).as_str()),
+        IpAddr::V4(v4) => with_ipv4_text(v4, |text| out.push_str(text)),
         IpAddr::V6(v6) => {
             let _ = write!(out, "{v6}");
         }
@@ -85,10 +106,9 @@ pub fn push_ip(out: &mut String, ip: IpAddr) {
 pub fn push_socket_addr(out: &mut Vec<u8>, addr: SocketAddr) {
     match addr {
         SocketAddr::V4(v4) => {
-            let mut text = ipv4_text(*v4.ip());
-            text.push(b':');
-            text.push_u64(u64::from(v4.port()));
-            out.extend_from_slice(text.as_bytes());
+            with_ipv4_text(*v4.ip(), |text| out.extend_from_slice(text.as_bytes()));
+            out.push(b':');
+            out.extend_from_slice(itoa::Buffer::new().format(v4.port()).as_bytes());
         }
         SocketAddr::V6(_) => {
             use std::io::Write as _;
@@ -188,6 +208,29 @@ mod tests {
             let mut ip = String::new();
             push_ip(&mut ip, addr.ip());
             assert_eq!(ip, addr.ip().to_string());
+        }
+    }
+
+    #[test]
+    fn the_last_address_kept_is_replaced_by_the_next_one() {
+        // Each address twice in a row (the kept text), then another (its replacement).
+        for text in [
+            "10.0.0.1",
+            "10.0.0.1",
+            "10.0.0.2",
+            "192.168.100.200",
+            "10.0.0.1",
+            "0.0.0.0",
+        ] {
+            for _ in 0..2 {
+                let ip: IpAddr = text.parse().unwrap();
+                let mut out = String::new();
+                push_ip(&mut out, ip);
+                assert_eq!(out, text);
+                let mut with_port = Vec::new();
+                push_socket_addr(&mut with_port, SocketAddr::new(ip, 5000));
+                assert_eq!(with_port, format!("{text}:5000").into_bytes());
+            }
         }
     }
 
