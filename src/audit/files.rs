@@ -224,6 +224,21 @@ impl MemoryLines {
         self.text.push('\n');
     }
 
+    /// Appends a batch of lines, each ending in a newline, as [`MemoryLines::push`] of each
+    /// non-empty one would: at once when it fits and holds no empty line (a batch of rendered
+    /// lines always does), one line at a time otherwise (issue 30: a cached read's line was
+    /// split off its batch and copied on its own).
+    pub fn push_lines(&mut self, lines: &str) {
+        let whole = lines.ends_with('\n') && !lines.starts_with('\n') && !lines.contains("\n\n");
+        if whole && self.text.len() as u64 + lines.len() as u64 <= self.max_bytes {
+            self.text.push_str(lines);
+            return;
+        }
+        for line in lines.split('\n').filter(|line| !line.is_empty()) {
+            self.push(line);
+        }
+    }
+
     /// The last `tail` lines (`0`: all), oldest first.
     pub fn tail(&self, tail: usize) -> Vec<String> {
         let lines = self.text.split_terminator('\n');

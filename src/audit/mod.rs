@@ -434,10 +434,7 @@ impl Sink for MemorySink {
             Ok(lines) => std::borrow::Cow::Borrowed(lines),
             Err(_) => String::from_utf8_lossy(lines),
         };
-        let mut memory = lock(&self.0);
-        for line in lines.split('\n').filter(|l| !l.is_empty()) {
-            memory.push(line);
-        }
+        lock(&self.0).push_lines(&lines);
         Ok(())
     }
 

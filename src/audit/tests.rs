@@ -248,6 +248,37 @@ fn memory_only_keeps_one_files_worth() {
     assert_eq!(memory.tail(2), ["line 5", "line 6"]);
 }
 
+#[test]
+fn a_batch_of_lines_is_kept_as_its_lines_one_by_one_would_be() {
+    let batches = [
+        "line 0\nline 1\n",
+        "line 2\n",
+        "line 3\nline 4\nline 5\n",
+        "\nline 6\n\nline 7",
+        "line 8\nline 9\n",
+        "",
+    ];
+    // Small enough to start over within a batch and between batches.
+    for max_bytes in [20, 30, 1000] {
+        let (mut batched, mut one_by_one) =
+            (MemoryLines::new(max_bytes), MemoryLines::new(max_bytes));
+        for batch in batches {
+            batched.push_lines(batch);
+            for line in batch.split('\n').filter(|line| !line.is_empty()) {
+                one_by_one.push(line);
+            }
+            assert_eq!(
+                batched.tail(0),
+                one_by_one.tail(0),
+                "{max_bytes} bytes, after {batch:?}"
+            );
+        }
+    }
+    let mut kept = MemoryLines::new(1000);
+    kept.push_lines("a\nb\n");
+    assert_eq!(kept.tail(0), ["a", "b"]);
+}
+
 #[tokio::test]
 async fn recent_changes_come_back_from_the_file_after_a_restart() {
     let dir = temp_dir("seed");
