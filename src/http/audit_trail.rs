@@ -133,11 +133,15 @@ pub fn asked(body: &JsonBody) -> Option<String> {
     Some(joined)
 }
 
-/// Writes the request's line: a change's synced before this returns (its answer waits), any
-/// other's queued; none when a change to the station took the request's origin (it wrote its
-/// own line, with its typed outcome). `outcome` is the request's own, from its error's kind.
+/// Writes the request's line: any other's than a change's queued at once; a change's rendered
+/// and returned, to be recorded on disk before its answer leaves ([`ChangeLine::record`]);
+/// none when a change to the station took the request's origin (it wrote its own line, with
+/// its typed outcome). `outcome` is the request's own, from its error's kind.
+///
+/// Not async itself: only a change waits, and a read's future would otherwise carry what a
+/// change's record needs (issue 30: every byte of a request's future is moved and boxed).
 #[allow(clippy::too_many_arguments)]
-pub async fn write_line(
+pub fn write_line(
     gateway: &Gateway,
     noted: Noted,
     method: &Method,
@@ -146,14 +150,14 @@ pub async fn write_line(
     started: Instant,
     status: StatusCode,
     outcome: Outcome,
-) {
+) -> Option<ChangeLine> {
     if !noted.audited
         || noted
             .origin
             .as_deref()
             .is_some_and(ChangeOrigin::line_taken)
     {
-        return;
+        return None;
     }
     let line = RequestLine {
         at: SystemTime::now(),
@@ -165,7 +169,7 @@ pub async fn write_line(
     };
     if !noted.change {
         gateway.audit.note_with(|out| line.render_into(out, None));
-        return;
+        return None;
     }
     let fields = ChangeFields {
         caller: noted.caller,
@@ -174,10 +178,31 @@ pub async fn write_line(
         asked: noted.asked,
         ..ChangeFields::default()
     };
-    // Boxed: only changes wait here, and inline this would make every request's future larger.
-    if let Err(why) = Box::pin(gateway.audit.record(line.render(Some(&fields)))).await {
-        // The change happened (or not) as answered; only its record failed: say so loudly.
-        error!("{why}; the change {method} {path} from {peer} is answered without its audit line");
+    Some(ChangeLine {
+        line: line.render(Some(&fields)),
+        what: format!("{method} {path} from {peer}"),
+    })
+}
+
+/// A change's audit line, rendered, to be recorded before the change's answer leaves.
+#[must_use = "a change's line is recorded only when awaited"]
+pub struct ChangeLine {
+    line: String,
+    /// The change as the error says it when its line cannot be written: `METHOD path from peer`.
+    what: String,
+}
+
+impl ChangeLine {
+    /// Records the line on disk (synced).
+    pub async fn record(self, gateway: &Gateway) {
+        // Boxed: the record's future is large, and only changes wait for it.
+        if let Err(why) = Box::pin(gateway.audit.record(self.line)).await {
+            // The change happened (or not) as answered; only its record failed: say so loudly.
+            error!(
+                "{why}; the change {} is answered without its audit line",
+                self.what
+            );
+        }
     }
 }
 

@@ -49,241 +49,253 @@ struct RequestFacts<'a> {
 /// request, and everything after borrows from it (the presented lease id, the logged path,
 /// the handler's headers) rather than copying it (issue 30: a request's future is moved and
 /// boxed whole, so every byte of it costs).
-pub async fn handle(
+///
+/// An async block rather than an `async fn`: an `async fn`'s future keeps its arguments twice,
+/// as passed and as moved into its body (224 bytes of head more to move and box).
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its head twice in its state"
+)]
+pub fn handle(
     gateway: Arc<Gateway>,
     head: Parts,
     body: Incoming,
     peers: Peers,
-) -> Response<Body> {
-    let peer = peers.remote;
-    // The API's own description, public like the contract it describes.
-    let prefix = &gateway.config.http.path_prefix;
-    if let Some(doc) = super::openapi::answer(prefix, &head.method, head.uri.path()) {
-        return doc;
-    }
-    let started = Instant::now();
-    let (method, log_access) = (&head.method, ops::access_log_enabled());
-    let presented = presented_lease_id(&head.headers);
-    // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's. The
-    // access line shows the same path: redacted once for both.
-    let audit_path = super::redact::loggable_path(head.uri.path());
-    let mut noted = Noted::default();
-    let mut response = match route_and_answer(
-        &gateway,
-        &head,
-        body,
-        RequestFacts {
-            peers,
-            presented,
-            audit_path: &audit_path,
+) -> impl Future<Output = Response<Body>> + Send {
+    async move {
+        let peer = peers.remote;
+        // The API's own description, public like the contract it describes.
+        let prefix = &gateway.config.http.path_prefix;
+        if let Some(doc) = super::openapi::answer(prefix, &head.method, head.uri.path()) {
+            return doc;
+        }
+        let started = Instant::now();
+        let (method, log_access) = (&head.method, ops::access_log_enabled());
+        let presented = presented_lease_id(&head.headers);
+        // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's. The
+        // access line shows the same path: redacted once for both.
+        let audit_path = super::redact::loggable_path(head.uri.path());
+        let mut noted = Noted::default();
+        let mut response = match route_and_answer(
+            &gateway,
+            &head,
+            body,
+            RequestFacts {
+                peers,
+                presented,
+                audit_path: &audit_path,
+                started,
+            },
+            &mut noted,
+        )
+        .await
+        {
+            Ok(response) => response,
+            Err(error) => error_response(&error),
+        };
+        let slot = noted.slot.unwrap_or(api::UNMATCHED_SLOT);
+        // The holder's responses carry the fence its requests are admitted under.
+        if let Some(fence) = gateway.lease.fence_of(presented)
+            && !response.headers().contains_key(LEASE_FENCE_HEADER)
+        {
+            set_fence_header(&mut response, fence);
+        }
+        if let Some(timed_out) = super::body::timed_out() {
+            info!(
+                %peer,
+                method = %method,
+                path = %audit_path,
+                "HTTP: answered 408 and closing the connection: {}",
+                timed_out.message()
+            );
+        }
+        ops::finish(
+            &gateway,
+            slot,
+            method,
+            log_access.then_some(&*audit_path),
+            peer,
             started,
-        },
-        &mut noted,
-    )
-    .await
-    {
-        Ok(response) => response,
-        Err(error) => error_response(&error),
-    };
-    let slot = noted.slot.unwrap_or(api::UNMATCHED_SLOT);
-    // The holder's responses carry the fence its requests are admitted under.
-    if let Some(fence) = gateway.lease.fence_of(presented)
-        && !response.headers().contains_key(LEASE_FENCE_HEADER)
-    {
-        set_fence_header(&mut response, fence);
-    }
-    if let Some(timed_out) = super::body::timed_out() {
-        info!(
-            %peer,
-            method = %method,
-            path = %audit_path,
-            "HTTP: answered 408 and closing the connection: {}",
-            timed_out.message()
+            &mut response,
         );
+        // A change's line is on disk before its answer leaves (a change to the station wrote its
+        // own, from its own task).
+        let outcome = match super::reply::error_kind(&response) {
+            Some(kind) => crate::error::audit_outcome(kind),
+            None if response.status().is_success() => Outcome::Applied,
+            None => Outcome::Refused,
+        };
+        let change = audit_trail::write_line(
+            &gateway,
+            noted,
+            method,
+            &audit_path,
+            peer,
+            started,
+            response.status(),
+            outcome,
+        );
+        if let Some(change) = change {
+            change.record(&gateway).await;
+        }
+        response
     }
-    ops::finish(
-        &gateway,
-        slot,
-        method,
-        log_access.then_some(&*audit_path),
-        peer,
-        started,
-        &mut response,
-    );
-    // A change's line is on disk before its answer leaves (a change to the station wrote its
-    // own, from its own task).
-    let outcome = match super::reply::error_kind(&response) {
-        Some(kind) => crate::error::audit_outcome(kind),
-        None if response.status().is_success() => Outcome::Applied,
-        None => Outcome::Refused,
-    };
-    audit_trail::write_line(
-        &gateway,
-        noted,
-        method,
-        &audit_path,
-        peer,
-        started,
-        response.status(),
-        outcome,
-    )
-    .await;
-    response
 }
 
-async fn route_and_answer(
-    gateway: &Gateway,
-    parts: &Parts,
+/// Routes the request and answers it (an async block, as [`handle`]).
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice in its state"
+)]
+fn route_and_answer<'a>(
+    gateway: &'a Gateway,
+    parts: &'a Parts,
     body: Incoming,
-    facts: RequestFacts<'_>,
-    noted: &mut Noted,
-) -> Result<Response<Body>, ApiError> {
-    let RequestFacts {
-        peers: Peers {
-            remote: peer,
-            local,
-        },
-        presented,
-        audit_path,
-        started,
-    } = facts;
-    let path = parts.uri.path();
-    let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
-    let below_prefix = path.strip_prefix(prefix);
-    let below_api = below_prefix
-        .and_then(|rest| rest.strip_prefix("/api/"))
-        .map(|rest| rest.trim_end_matches('/'));
-    // Every api/ request is in the audit trail, a 404 or 405 too.
-    noted.audited = below_api.is_some();
-    // Health, readiness, metrics and the status page live beside api/, and so do named leases
-    // and semaphores for lab scripts (`v1/leases`, `v1/semaphores`).
-    let (position, route, id) = match (below_prefix.and_then(api::find_operation), below_api) {
-        (Some(found), _) => found,
-        _ if super::named_leases::is_named_lease_path(gateway, path) => api::named_leases(),
-        (None, Some(below_api)) => match api::find(&parts.method, below_api) {
-            Ok(found) => found,
-            Err(NotRouted::WrongMethod) => {
-                return Err(ApiError::method_not_allowed(format!(
-                    "{} is not allowed on {path}",
-                    parts.method
-                )));
-            }
-            Err(NotRouted::NoSuchPath) => {
+    facts: RequestFacts<'a>,
+    noted: &'a mut Noted,
+) -> impl Future<Output = Result<Response<Body>, ApiError>> + Send + 'a {
+    async move {
+        // Read from `facts` where used: copies of its fields would be kept beside it.
+        let peer = || facts.peers.remote;
+        let path = parts.uri.path();
+        let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
+        let below_prefix = path.strip_prefix(prefix);
+        let below_api = below_prefix
+            .and_then(|rest| rest.strip_prefix("/api/"))
+            .map(|rest| rest.trim_end_matches('/'));
+        // Every api/ request is in the audit trail, a 404 or 405 too.
+        noted.audited = below_api.is_some();
+        // Health, readiness, metrics and the status page live beside api/, and so do named leases
+        // and semaphores for lab scripts (`v1/leases`, `v1/semaphores`).
+        let (position, route, id) = match (below_prefix.and_then(api::find_operation), below_api) {
+            (Some(found), _) => found,
+            _ if super::named_leases::is_named_lease_path(gateway, path) => api::named_leases(),
+            (None, Some(below_api)) => match api::find(&parts.method, below_api) {
+                Ok(found) => found,
+                Err(NotRouted::WrongMethod) => {
+                    return Err(ApiError::method_not_allowed(format!(
+                        "{} is not allowed on {path}",
+                        parts.method
+                    )));
+                }
+                Err(NotRouted::NoSuchPath) => {
+                    return Err(ApiError::not_found(format!(
+                        "no such endpoint: {} {path}",
+                        parts.method
+                    )));
+                }
+            },
+            (None, None) => {
                 return Err(ApiError::not_found(format!(
                     "no such endpoint: {} {path}",
                     parts.method
                 )));
             }
-        },
-        (None, None) => {
-            return Err(ApiError::not_found(format!(
-                "no such endpoint: {} {path}",
-                parts.method
-            )));
-        }
-    };
-    noted.slot = Some(api::slot(position));
-    noted.audited |= route.audit() != AuditClass::Unaudited;
-    noted.change = route.audit() == AuditClass::Change;
-    let needed = route.needed_role(&parts.method);
-    // The one place access control is checked: before the body is read and before the lease
-    // admission. 401 without valid credentials, 403 for a role too low.
-    let granted = match route.authority() {
-        // The admin token is its own authority for the break, whatever key comes with it.
-        Authority::AdminTokenOrCredentials
-            if super::lease::admin_token_presented(gateway, &parts.headers) =>
-        {
-            Some(Role::Admin)
-        }
-        _ => {
-            if noted.change {
-                noted.caller = gateway.access.caller(&parts.headers);
+        };
+        noted.slot = Some(api::slot(position));
+        noted.audited |= route.audit() != AuditClass::Unaudited;
+        noted.change = route.audit() == AuditClass::Change;
+        let needed = route.needed_role(&parts.method);
+        // The one place access control is checked: before the body is read and before the lease
+        // admission. 401 without valid credentials, 403 for a role too low.
+        let granted = match route.authority() {
+            // The admin token is its own authority for the break, whatever key comes with it.
+            Authority::AdminTokenOrCredentials
+                if super::lease::admin_token_presented(gateway, &parts.headers) =>
+            {
+                Some(Role::Admin)
             }
-            gateway.access.authorize(&parts.headers, needed)?
+            _ => {
+                if noted.change {
+                    noted.caller = gateway.access.caller(&parts.headers);
+                }
+                gateway.access.authorize(&parts.headers, needed)?
+            }
+        };
+        if noted.change && noted.caller.is_none() && granted.is_some() {
+            // The admin token's break: its own authority.
+            noted.caller = Some("admin token".into());
         }
-    };
-    if noted.change && noted.caller.is_none() && granted.is_some() {
-        // The admin token's break: its own authority.
-        noted.caller = Some("admin token".into());
-    }
-    let endpoint = match route {
-        Route::Operation { operation, .. } => {
-            let viewer = crate::access_rules::Who {
-                name: gateway.access.caller(&parts.headers),
-                address: Some(peer.ip()),
-                group: None,
-                holds_lease: false,
-            };
-            return ops::answer(gateway, *operation, &parts.method, &viewer);
+        let endpoint = match route {
+            Route::Operation { operation, .. } => {
+                let viewer = crate::access_rules::Who {
+                    name: gateway.access.caller(&parts.headers),
+                    address: Some(peer().ip()),
+                    group: None,
+                    holds_lease: false,
+                };
+                return ops::answer(gateway, *operation, &parts.method, &viewer);
+            }
+            Route::NamedLeases { .. } => {
+                // Boxed: inline, its state would make every request's future larger.
+                return Ok(Box::pin(super::named_leases::handle(gateway, parts, body)).await);
+            }
+            Route::Api(endpoint) => endpoint,
+            Route::V1(endpoint) if endpoint.method == parts.method => endpoint,
+            Route::V1(_) => {
+                return Err(ApiError::method_not_allowed(format!(
+                    "{} is not allowed on {path}",
+                    parts.method
+                )));
+            }
+        };
+        // A standby serves no request of the owner's: 503 naming the owner and its address.
+        if let Some(why) = gateway.ha.standing_by()
+            && !endpoint.served_on_standby()
+        {
+            return Err(ApiError::standing_by(why));
         }
-        Route::NamedLeases { .. } => {
-            // Boxed: inline, its state would make every request's future larger.
-            return Ok(Box::pin(super::named_leases::handle(gateway, parts, body)).await);
-        }
-        Route::Api(endpoint) => endpoint,
-        Route::V1(endpoint) if endpoint.method == parts.method => endpoint,
-        Route::V1(_) => {
-            return Err(ApiError::method_not_allowed(format!(
-                "{} is not allowed on {path}",
-                parts.method
-            )));
-        }
-    };
-    // A standby serves no request of the owner's: 503 naming the owner and its address.
-    if let Some(why) = gateway.ha.standing_by()
-        && !endpoint.served_on_standby()
-    {
-        return Err(ApiError::standing_by(why));
-    }
-    let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
-        let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
-        // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is
-        // its handler's to read.
-        if endpoint.body == BodyKind::Raw {
-            (JsonBody::empty(), bytes)
+        let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
+            let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
+            // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is
+            // its handler's to read.
+            if endpoint.body == BodyKind::Raw {
+                (JsonBody::empty(), bytes)
+            } else {
+                (JsonBody::from_bytes(bytes.clone())?, bytes)
+            }
         } else {
-            (JsonBody::from_bytes(bytes.clone())?, bytes)
+            (JsonBody::empty(), bytes::Bytes::new())
+        };
+        if noted.change {
+            noted.asked = audit_trail::asked(&json).or_else(|| {
+                (endpoint.asked)(AskedFrom {
+                    id,
+                    headers: &parts.headers,
+                    raw: &raw,
+                })
+            });
         }
-    } else {
-        (JsonBody::empty(), bytes::Bytes::new())
-    };
-    if noted.change {
-        noted.asked = audit_trail::asked(&json).or_else(|| {
-            (endpoint.asked)(AskedFrom {
-                id,
-                headers: &parts.headers,
-                raw: &raw,
-            })
+        // The one place the control lease is enforced: 423 for a non-holder's changes and forced
+        // reads, and for changes a send guard that fences them again at the link.
+        let admitted = gateway
+            .lease
+            .admit(endpoint.lease.access(&json), facts.presented)?;
+        if noted.change {
+            noted.admitted(gateway, facts.presented, admitted.fence);
+        }
+        // A change to the station writes its own line, from its own task: what it needs of the
+        // request is its origin.
+        let origin = (endpoint.lease == api::LeaseNeed::Change).then(|| {
+            Box::new(noted.origin(&parts.method, facts.audit_path, peer(), facts.started))
         });
+        let call = Call {
+            gateway,
+            label: endpoint.label,
+            unserved: endpoint.unserved,
+            local: facts.peers.local,
+            body: json,
+            raw,
+            admitted,
+            peer: peer(),
+            id,
+            headers: &parts.headers,
+            query: parts.uri.query(),
+            authority: parts.uri.authority().map(|a| a.as_str()),
+            presented: facts.presented,
+            granted,
+            origin,
+        };
+        (endpoint.handler)(call).await
     }
-    // The one place the control lease is enforced: 423 for a non-holder's changes and forced
-    // reads, and for changes a send guard that fences them again at the link.
-    let admitted = gateway
-        .lease
-        .admit(endpoint.lease.access(&json), presented)?;
-    if noted.change {
-        noted.admitted(gateway, presented, admitted.fence);
-    }
-    // A change to the station writes its own line, from its own task: what it needs of the
-    // request is its origin.
-    let origin = (endpoint.lease == api::LeaseNeed::Change)
-        .then(|| Box::new(noted.origin(&parts.method, audit_path, peer, started)));
-    let call = Call {
-        gateway,
-        label: endpoint.label,
-        unserved: endpoint.unserved,
-        local,
-        body: json,
-        raw,
-        admitted,
-        peer,
-        id,
-        headers: &parts.headers,
-        query: parts.uri.query(),
-        authority: parts.uri.authority().map(|a| a.as_str()),
-        presented,
-        granted,
-        origin,
-    };
-    (endpoint.handler)(call).await
 }
