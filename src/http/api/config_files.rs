@@ -73,7 +73,7 @@ pub(super) async fn save(call: Call<'_>) -> Answer {
 pub(super) async fn download(call: Call<'_>) -> Answer {
     let name = percent_decoded(call.id)?;
     let bytes = call.gateway.config_files.read(&name).await?;
-    let mut response = Response::new(crate::http::Body::whole(bytes));
+    let mut response = Response::new(super::super::reply::Body::whole(bytes));
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("application/toml; charset=utf-8"),

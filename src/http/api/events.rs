@@ -19,7 +19,7 @@ use crate::http::body::JsonBody;
 pub(super) async fn open_stream(call: Call<'_>) -> Answer {
     let gateway = call.gateway;
     let opened = gateway.events.open_stream()?;
-    let mut response = Response::new(crate::http::Body::Streamed(
+    let mut response = Response::new(super::super::reply::Body::Streamed(
         opened.into_body(gateway.shutdown.clone()),
     ));
     let headers = response.headers_mut();
