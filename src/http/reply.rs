@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http_body_util::Full;
 use http_body_util::combinators::BoxBody;
 use hyper::body::{Frame, SizeHint};
 use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
@@ -16,9 +17,10 @@ use crate::error::{ApiError, ErrorKind};
 /// Every response body: a whole document (JSON, text, a file) or a stream of events. A whole
 /// one is held as it is, not boxed: most answers are whole, and a box is an allocation more
 /// for every request (issue 30).
+#[derive(Debug)]
 pub enum Body {
-    /// The whole answer; `None` once sent (or for an empty one).
-    Whole(Option<Bytes>),
+    /// The whole answer.
+    Whole(Full<Bytes>),
     /// An answer sent as it comes: an event stream.
     Streamed(BoxBody<Bytes, Infallible>),
 }
@@ -26,16 +28,7 @@ pub enum Body {
 impl Body {
     /// A whole answer of `bytes`.
     pub fn whole(bytes: impl Into<Bytes>) -> Body {
-        let bytes = bytes.into();
-        Body::Whole((!bytes.is_empty()).then_some(bytes))
-    }
-
-    /// An answer sent frame by frame as `body` yields them.
-    pub fn streamed<B>(body: B) -> Body
-    where
-        B: hyper::body::Body<Data = Bytes, Error = Infallible> + Send + Sync + 'static,
-    {
-        Body::Streamed(BoxBody::new(body))
+        Body::Whole(Full::new(bytes.into()))
     }
 }
 
@@ -48,36 +41,22 @@ impl hyper::body::Body for Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
-            Body::Whole(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
+            Body::Whole(whole) => Pin::new(whole).poll_frame(cx),
             Body::Streamed(body) => Pin::new(body).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Body::Whole(bytes) => bytes.is_none(),
+            Body::Whole(whole) => whole.is_end_stream(),
             Body::Streamed(body) => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            Body::Whole(bytes) => {
-                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
-            }
+            Body::Whole(whole) => whole.size_hint(),
             Body::Streamed(body) => body.size_hint(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Body::Whole(bytes) => f
-                .debug_tuple("Whole")
-                .field(&bytes.as_ref().map_or(0, Bytes::len))
-                .finish(),
-            Body::Streamed(_) => f.write_str("Streamed"),
         }
     }
 }
@@ -103,7 +82,7 @@ pub fn typed_response(content_type: &'static str, bytes: Vec<u8>) -> Response<Bo
 
 /// 204: done, nothing to say.
 pub fn no_content() -> Response<Body> {
-    let mut response = Response::new(Body::Whole(None));
+    let mut response = Response::new(Body::whole(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     response
 }

@@ -155,8 +155,7 @@ fn route_and_answer<'a>(
     noted: &'a mut Noted,
 ) -> impl Future<Output = Result<Response<Body>, ApiError>> + Send + 'a {
     async move {
-        // Read from `facts` where used: copies of its fields would be kept beside it.
-        let peer = || facts.peers.remote;
+        // `facts` is read where used: copies of its fields would be kept beside it.
         let path = parts.uri.path();
         let prefix = gateway.config.http.path_prefix.trim_end_matches('/');
         let below_prefix = path.strip_prefix(prefix);
@@ -220,7 +219,7 @@ fn route_and_answer<'a>(
             Route::Operation { operation, .. } => {
                 let viewer = crate::access_rules::Who {
                     name: gateway.access.caller(&parts.headers),
-                    address: Some(peer().ip()),
+                    address: Some(facts.peers.remote.ip()),
                     group: None,
                     holds_lease: false,
                 };
@@ -277,7 +276,12 @@ fn route_and_answer<'a>(
         // A change to the station writes its own line, from its own task: what it needs of the
         // request is its origin.
         let origin = (endpoint.lease == api::LeaseNeed::Change).then(|| {
-            Box::new(noted.origin(&parts.method, facts.audit_path, peer(), facts.started))
+            Box::new(noted.origin(
+                &parts.method,
+                facts.audit_path,
+                facts.peers.remote,
+                facts.started,
+            ))
         });
         let call = Call {
             gateway,
@@ -287,7 +291,7 @@ fn route_and_answer<'a>(
             body: json,
             raw,
             admitted,
-            peer: peer(),
+            peer: facts.peers.remote,
             id,
             headers: &parts.headers,
             query: parts.uri.query(),
