@@ -17,6 +17,9 @@ pub enum Verdict {
     Info,
     /// Could not be measured in this build; the notes say why.
     NotMeasurable,
+    /// Missed, and so was every missed part by the scenario's floor server in the same run: a
+    /// server doing less than any gateway must misses it too (the notes name the floor).
+    OutOfReach,
 }
 
 impl Verdict {
@@ -30,6 +33,25 @@ impl Verdict {
             Verdict::Missed => "**MISSED**",
             Verdict::Info => "—",
             Verdict::NotMeasurable => "not measurable",
+            Verdict::OutOfReach => "**MISSED**, out of reach: its floor misses it too",
+        }
+    }
+
+    /// The verdict on a target of several parts, each `(gateway met, floor met)` in one run.
+    /// Met when the gateway met every part. Out of reach when every part it missed, its floor
+    /// (a server doing less than any gateway must) missed as well, so no gateway could meet
+    /// the target on this machine. Otherwise missed: the floor shows it can be done.
+    pub fn beside_floor(parts: &[(bool, bool)]) -> Verdict {
+        let mut missed = parts
+            .iter()
+            .filter(|(gateway_met, _)| !gateway_met)
+            .peekable();
+        if missed.peek().is_none() {
+            Verdict::Met
+        } else if missed.all(|(_, floor_met)| !floor_met) {
+            Verdict::OutOfReach
+        } else {
+            Verdict::Missed
         }
     }
 }
@@ -71,6 +93,14 @@ impl Row {
         row.verdict = Verdict::NotMeasurable;
         row.notes.push(why);
         row
+    }
+}
+
+/// A scenario that measured one row answers with it where one that measured several answers
+/// with them all.
+impl From<Row> for Vec<Row> {
+    fn from(row: Row) -> Vec<Row> {
+        vec![row]
     }
 }
 
@@ -223,4 +253,35 @@ pub fn write_results(path: &Path, section: &str) -> anyhow::Result<()> {
         _ => format!("{old}\n{generated}"),
     };
     std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_beside_its_floor_is_met_out_of_reach_or_missed() {
+        // Every part met: met, whatever the floor did.
+        assert_eq!(
+            Verdict::beside_floor(&[(true, false), (true, true)]),
+            Verdict::Met
+        );
+        // Each part the gateway missed, the floor missed too.
+        assert_eq!(
+            Verdict::beside_floor(&[(false, false), (true, true)]),
+            Verdict::OutOfReach
+        );
+        assert_eq!(
+            Verdict::beside_floor(&[(false, false), (false, false)]),
+            Verdict::OutOfReach
+        );
+        // A part the floor met and the gateway did not: within reach, missed.
+        assert_eq!(
+            Verdict::beside_floor(&[(false, false), (false, true)]),
+            Verdict::Missed
+        );
+        assert_eq!(Verdict::beside_floor(&[(false, true)]), Verdict::Missed);
+        // No parts at all: nothing was missed.
+        assert_eq!(Verdict::beside_floor(&[]), Verdict::Met);
+    }
 }
