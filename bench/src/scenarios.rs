@@ -428,22 +428,37 @@ impl Bench {
         );
         row.ratio = format!("{r:.2}× throughput; {cpu_ratio:.2}× CPU per request");
         row.target = "≥ 0.95× the child-process server; CPU ≤ 1.15×".to_owned();
-        // Each part of the target, (gateway met, audited floor met), for the verdict.
+        // Each part of the target, (gateway met, audited floor met), for the verdict. The
+        // floor counts as meeting a part when it did so in any round beside that round's
+        // trivial server (or nginx): the medians of a few rounds on a shared machine swing
+        // across the target, and "out of reach" is claimed only when the floor missed the
+        // part in every round.
         let audited = &floor_runs[1];
-        let audited_floor = median(audited.iter().map(|run| run.0));
-        let audited_floor_us = median(audited.iter().map(|run| run.1));
+        let floor_met_in_a_round = |met: &dyn Fn(&(f64, f64), &Pair) -> bool| {
+            audited
+                .iter()
+                .zip(&pairs)
+                .any(|(floor, pair)| met(floor, pair))
+        };
         let mut parts = vec![
-            (r >= 0.95, ratio(audited_floor, pair.baseline) >= 0.95),
+            (
+                r >= 0.95,
+                floor_met_in_a_round(&|floor, pair| ratio(floor.0, pair.baseline) >= 0.95),
+            ),
             (
                 cpu_ratio <= 1.15,
-                ratio(audited_floor_us, pair.baseline_us) <= 1.15,
+                floor_met_in_a_round(&|floor, pair| ratio(floor.1, pair.baseline_us) <= 1.15),
             ),
         ];
         if !nginx_runs.is_empty() {
             let nginx = median(nginx_runs.iter().map(|run| run.0));
             let nginx_us = median(nginx_runs.iter().map(|run| run.1));
             let to_nginx = ratio(pair.gateway, nginx);
-            parts.push((to_nginx >= 0.8, ratio(audited_floor, nginx) >= 0.8));
+            let floor_met = audited
+                .iter()
+                .zip(&nginx_runs)
+                .any(|(floor, nginx)| ratio(floor.0, nginx.0) >= 0.8);
+            parts.push((to_nginx >= 0.8, floor_met));
             row.baseline.push_str(&format!(
                 "; nginx, 1 worker, `return 200`: {:.1} k req/s · {nginx_us:.2} µs CPU/request",
                 nginx / 1e3
@@ -483,7 +498,7 @@ impl Bench {
         };
         if row.verdict == Verdict::OutOfReach {
             row.notes.push(
-                "out of reach: each part of the target the gateway missed, the audited floor server missed too in the same rounds (a server that does less than any gateway with the access and audit logs must)".to_owned(),
+                "out of reach: each part of the target the gateway missed, the audited floor server missed too, in every round (a server that does less than any gateway with the access and audit logs must)".to_owned(),
             );
         }
         row.notes.push(format!(
