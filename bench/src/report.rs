@@ -40,7 +40,8 @@ impl Verdict {
     /// The verdict on a target of several parts, each `(gateway met, floor met)` in one run.
     /// Met when the gateway met every part. Out of reach when every part it missed, its floor
     /// (a server doing less than any gateway must) missed as well, so no gateway could meet
-    /// the target on this machine. Otherwise missed: the floor shows it can be done.
+    /// the target on this machine. Otherwise missed: the floor met a part the gateway did not,
+    /// so it does not show that part out of reach.
     pub fn beside_floor(parts: &[(bool, bool)]) -> Verdict {
         let mut missed = parts
             .iter()
@@ -275,7 +276,7 @@ mod tests {
             Verdict::beside_floor(&[(false, false), (false, false)]),
             Verdict::OutOfReach
         );
-        // A part the floor met and the gateway did not: within reach, missed.
+        // A part the floor met and the gateway did not: not shown out of reach, missed.
         assert_eq!(
             Verdict::beside_floor(&[(false, false), (false, true)]),
             Verdict::Missed
