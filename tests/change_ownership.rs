@@ -70,7 +70,10 @@ async fn a_change_whose_client_hangs_up_is_applied_and_audited_with_its_outcome(
     // The station takes 800 ms over VSET1; the client hangs up as soon as the write is sent.
     let sim =
         station_with_slow_channels(|name| name == VSET1, Duration::from_millis(800), |_| {}).await;
-    let config = config_for(&sim, |c| c.lease.backend = backend.to_owned());
+    let config = config_for(&sim, |c| {
+        c.lease.backend = backend.to_owned();
+        c.lease.name = common::backends::own_lease_name("change-ownership");
+    });
     let rig = rig_on(sim, config, false).await;
     let before = LinkStats::get(&rig.gateway.link().stats().frames_sent);
     let client = post_raw(

@@ -54,6 +54,7 @@ async fn slow_station_and_gateway(backend: &str) -> (SimulatorHandle, GatewayHan
     let sim = common::station_with_slow_channels(|name| name == VSET1, STATION_TAKES, |_| {}).await;
     let gateway = start_gateway(config_for(&sim, |config| {
         config.lease.backend = backend.to_owned();
+        config.lease.name = common::backends::own_lease_name("lease-hangup");
         config.lease.admin_token = ADMIN_TOKEN.into();
         config.station.request_timeout_ms = 5_000;
         // The next acquire right after a break (the lock-delay has its own test,

@@ -300,6 +300,8 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
     });
     let run_for = Duration::from_secs(14);
     let started = Instant::now();
+    // The same moment on the clock the write log and the grants are read on, for messages.
+    let origin = tokio::time::Instant::now();
     // Processing-time faults: the station's time per request changes every 150 ms; 3 s in,
     // the next write takes longer than two request timeouts.
     let faults = tokio::spawn({
@@ -540,6 +542,8 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
         .map(|w| w.at)
         .collect();
     let mut last_fence = 0;
+    // When the write of `last_fence` was applied, for the message when the order breaks.
+    let mut last_applied_at = origin;
     let mut checked = 0;
     let mut in_doubt_applied = 0;
     for (value, applied_at) in &log {
@@ -569,12 +573,36 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
             );
             continue;
         }
-        assert!(
-            attempt.fence >= last_fence,
-            "fence {} wrote after fence {last_fence}",
-            attempt.fence
-        );
+        if attempt.fence < last_fence {
+            // Everything a reader needs to tell a late change (in doubt, 504) from an early
+            // grant: when each lease was granted and ended, and when both writes landed.
+            let grant_of = |fence: u64| {
+                grants
+                    .iter()
+                    .find(|grant| grant.fence == fence)
+                    .map(|grant| grant.answered_at - origin)
+            };
+            let end_of = |fence: u64| ended_at.get(&fence).map(|at| *at - origin);
+            panic!(
+                "fence {} wrote after fence {last_fence}: {attempt:?} applied at {:?}, fence \
+                 {last_fence}'s write at {:?} (from the test's start); fence {} granted at \
+                 {:?}, ended at {:?}; fence {last_fence} granted at {:?}; {} safe states at {:?}",
+                attempt.fence,
+                *applied_at - origin,
+                last_applied_at - origin,
+                attempt.fence,
+                grant_of(attempt.fence),
+                end_of(attempt.fence),
+                grant_of(last_fence),
+                safe_states_at.len(),
+                safe_states_at
+                    .iter()
+                    .map(|at| *at - origin)
+                    .collect::<Vec<_>>(),
+            );
+        }
         last_fence = attempt.fence;
+        last_applied_at = *applied_at;
         // The newest fence any client had been granted when the station applied it.
         let newest = grants
             .iter()

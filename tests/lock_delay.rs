@@ -39,6 +39,7 @@ async fn gateway_on(backend: &str) -> (SimulatorHandle, GatewayHandle) {
     let sim = default_simulator().await;
     let gateway = start_gateway(config_for(&sim, |config| {
         config.lease.backend = backend.to_owned();
+        config.lease.name = common::backends::own_lease_name("lock-delay");
         config.lease.lock_delay_ms = Some(LOCK_DELAY_MS);
     }))
     .await;

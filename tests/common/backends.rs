@@ -34,6 +34,15 @@ async fn ensure_reachable(url: &str) {
     }
 }
 
+/// A control lease name of the calling test's own, for `lease.name`. Tests on one shared
+/// backend (PostgreSQL, Redis) run at once, and the default name comes from the station's
+/// address: a simulator port that a finished test used can come back to the next test while
+/// the finished test's lease still lives in the backend (CI saw a 409 "held by TAT station 4"
+/// that way, from another test's lease).
+pub fn own_lease_name(test: &str) -> String {
+    format!("control:{test}-{}", &LeaseToken::random().as_str()[..12])
+}
+
 /// A backend URL for one test, and what to remove afterwards.
 pub struct Backend {
     pub url: String,
