@@ -91,7 +91,7 @@ async fn the_control_lease_survives_a_gateway_restart_on_redis() -> Result<()> {
 /// next gateway on it. The lease has a name of its own, so runs never meet on a shared backend.
 async fn the_control_lease_survives_a_gateway_restart(backend: &str) -> Result<()> {
     use reqwest::Method;
-    let name = format!("control:test-{}", &LeaseToken::random().as_str()[..12]);
+    let name = common::backends::own_lease_name("test");
     let sim =
         station_simulator::Simulator::start(common::default_profile(), "127.0.0.1:0".parse()?)
             .await?;

@@ -13,7 +13,7 @@ use common::backends::Backend;
 use common::{config_for, start_gateway, within};
 use serde_json::{Value as Json, json};
 use station_gateway::GatewayHandle;
-use station_gateway::lease::{Access, BackendUrl, ControlLease, LeaseError, LeaseToken, LeaseView};
+use station_gateway::lease::{Access, BackendUrl, ControlLease, LeaseError, LeaseView};
 use station_gateway::link::LinkStats;
 use station_protocol::Value;
 use station_simulator::SimulatorHandle;
@@ -307,7 +307,7 @@ async fn a_late_renewal_whose_caller_goes_away_still_ends_the_lease(backend: &st
     const TTL: Duration = Duration::from_millis(1000);
     let (_sim, gateway) = slow_station_and_gateway("memory").await;
     let inner = BackendUrl::parse(backend)?.open().await?;
-    let name = format!("control:hangup-{}", &LeaseToken::random().as_str()[..12]);
+    let name = common::backends::own_lease_name("hangup");
     let (events, mut receiver) = broadcast::channel(64);
     let lease = Arc::new(
         ControlLease::new(

@@ -59,7 +59,7 @@ async fn owner_and_standby(
     tweak: impl Fn(&mut station_gateway::Config),
 ) -> (GatewayHandle, GatewayHandle, station_gateway::Config) {
     // A lease name of this test's own: tests on one shared backend run at once.
-    let name = format!("control:standby-{}", &LeaseToken::random().as_str()[..12]);
+    let name = common::backends::own_lease_name("standby");
     let config = config_for(sim, |c| {
         c.lease.backend = backend.to_owned();
         c.lease.name = name.clone();
@@ -393,7 +393,7 @@ async fn write_at(http: reqwest::Client, base_url: String, lease_id: String, val
 /// station's log shows nothing from the old owner's connection after the standby's first write.
 async fn a_paused_owner_writes_nothing_once_the_standby_took_over(backend: &str) -> Result<()> {
     let sim = default_simulator().await;
-    let name = format!("control:standby-{}", &LeaseToken::random().as_str()[..12]);
+    let name = common::backends::own_lease_name("standby");
     let config = config_for(&sim, |c| {
         c.lease.backend = backend.to_owned();
         c.lease.name = name.clone();
