@@ -314,6 +314,10 @@ impl LeaseMachine {
             (Err(error), Grantee::Requester { .. }) => return refuse(error.into()),
             (_, Grantee::Waiter(ticket)) => return vec![Action::BackInLine(ticket)],
         };
+        // Whatever the store says, a new lease is installed only over none.
+        if !matches!(self.state, LeaseState::Free) {
+            return self.taken_over_another(grantee, grant.token, now);
+        }
         let live = LiveLease::from_grant(grant, asked_at);
         let answer = live.answer(now);
         let (owner, fence) = (live.owner.clone(), live.fence);
@@ -329,6 +333,33 @@ impl LeaseMachine {
             Action::Record(Record::Taken { owner, fence }),
             Action::Settle(None),
         ]
+    }
+
+    /// The store took a new lease (`new`) while this gateway's lease had not ended here: asked
+    /// while it was live, the store answered after its deadline (the store's copy had lapsed
+    /// too), or the store lost it. The new lease goes back to the store, and the lease here
+    /// ends the way every lease ends, run out (its changes settle, then its safe state), which
+    /// the store's word says it has: installed over it, a change of it still at the station
+    /// could land under the new holder. `grantee` is answered as while any lease is ending.
+    fn taken_over_another(
+        &mut self,
+        grantee: Grantee,
+        new: LeaseToken,
+        now: Instant,
+    ) -> Vec<Action> {
+        let mut actions = vec![Action::Forget(new)];
+        if let Some(held) = self.held_token() {
+            actions.push(Action::Forget(held.clone()));
+            actions.extend(self.end_held(&held, EndCause::RanOut, now));
+        }
+        actions.push(match grantee {
+            Grantee::Requester { wait: true } => Action::Answer(Answer::Queued),
+            Grantee::Requester { wait: false } => {
+                Action::Answer(Answer::Refused(self.held_by_other(now)))
+            }
+            Grantee::Waiter(ticket) => Action::BackInLine(ticket),
+        });
+        actions
     }
 
     /// The store's answer to `POST lease` with the live lease's id.

@@ -274,6 +274,112 @@ fn someone_elses_lease_is_refused_or_waited_for() {
     assert!(is_free(&machine));
 }
 
+/// An acquire asked of the store while `A`'s lease was live locally, answered only after its
+/// deadline (the machine had not yet seen the deadline): the store, whose lease had lapsed too,
+/// took a new one. `A`'s lease must still end the way every lease ends (its changes settle,
+/// then its safe state): installing the new lease over it would let `A`'s changes still at the
+/// station land under the next holder (`lease_invariants` saw a change in doubt do exactly
+/// that). The new lease is handed back to the store; the asker is refused, queued or put
+/// back in line, as while any lease is ending.
+#[test]
+fn a_new_lease_the_store_took_over_one_not_yet_ended_here_ends_that_one_first() {
+    let now = Instant::now();
+    let deadline = now + TTL;
+    for grantee in [
+        REQUESTER,
+        Grantee::Requester { wait: true },
+        Grantee::Waiter(7),
+    ] {
+        let mut machine = LeaseMachine::new(true, now);
+        let token = held_by(&mut machine, "A", 2, now);
+        let asked_at = deadline - Duration::from_millis(1);
+        let actions = machine.on(acquire("B", false, true), asked_at);
+        assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+        let new = grant("B", 3);
+        let new_token = new.token.clone();
+        let actions = machine.on(
+            Event::Taken {
+                grantee: Some(grantee),
+                asked_at,
+                answer: Ok(Acquisition::Taken(new)),
+            },
+            deadline + Duration::from_millis(1),
+        );
+        let answered = match grantee {
+            Grantee::Requester { wait: false } => matches!(
+                &actions[..],
+                [.., Action::Answer(Answer::Refused(LeaseError::Ending { owner }))] if owner == "A"
+            ),
+            Grantee::Requester { wait: true } => {
+                matches!(&actions[..], [.., Action::Answer(Answer::Queued)])
+            }
+            Grantee::Waiter(ticket) => {
+                matches!(&actions[..], [.., Action::BackInLine(back)] if *back == ticket)
+            }
+        };
+        assert!(answered, "{grantee:?}: {actions:?}");
+        assert!(
+            matches!(
+                &actions[..],
+                [
+                    Action::Forget(handed_back),
+                    Action::Forget(ended),
+                    Action::Record(Record::Ended { fence: 2, cause: EndCause::RanOut, .. }),
+                    Action::Settle(Some(2)),
+                    _,
+                ] if *handed_back == new_token && *ended == token
+            ),
+            "{grantee:?}: {actions:?}"
+        );
+        assert_eq!(ending_of(&machine), ("A".into(), true, 0));
+        // Nothing of the new lease is left: no grant follows the settle of A's changes.
+        let actions = machine.on(
+            Event::ChangesSettled { had_doubts: false },
+            deadline + Duration::from_millis(2),
+        );
+        assert!(
+            matches!(&actions[..], [Action::SendSafeState { after }] if after == "A"),
+            "{actions:?}"
+        );
+    }
+}
+
+/// The store took a new lease although this gateway's is live by its own clock (the store
+/// lost it: a flushed Redis, an operator): the store's word ends it here too, as a renewal the
+/// store says ended does, rather than two holders at once.
+#[test]
+fn a_new_lease_the_store_took_over_a_live_one_ends_the_live_one_as_run_out() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    let token = held_by(&mut machine, "A", 2, now);
+    machine.on(acquire("B", false, true), now);
+    let new = grant("B", 3);
+    let new_token = new.token.clone();
+    let actions = machine.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: now,
+            answer: Ok(Acquisition::Taken(new)),
+        },
+        now,
+    );
+    assert!(
+        matches!(
+            &actions[..],
+            [
+                Action::Forget(handed_back),
+                Action::Forget(ended),
+                Action::Record(Record::Ended { fence: 2, cause: EndCause::RanOut, .. }),
+                Action::Settle(Some(2)),
+                Action::Answer(Answer::Refused(LeaseError::Ending { owner })),
+            ] if *handed_back == new_token && *ended == token && owner == "A"
+        ),
+        "{actions:?}"
+    );
+    assert_eq!(ending_of(&machine), ("A".into(), false, 0));
+    assert_eq!(fence_held(&machine), None);
+}
+
 #[test]
 fn nobody_jumps_the_line() {
     let now = Instant::now();

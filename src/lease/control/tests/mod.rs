@@ -27,20 +27,26 @@ fn control_lease() -> (Arc<ControlLease>, broadcast::Receiver<LeaseView>) {
     )
 }
 
-/// A memory store whose refresh answers only after `refresh_delay` (a slow database).
-struct SlowRefreshStore {
+/// A memory store that takes up a refresh only after `refresh_delay`, and an acquisition only
+/// after `acquire_delay` (a slow database, or a slow way to it; changed as a test goes).
+struct SlowStore {
     inner: MemoryLeaseStore,
     refresh_delay: Duration,
+    acquire_delay: Mutex<Duration>,
 }
 
-impl LeaseStore for SlowRefreshStore {
+impl LeaseStore for SlowStore {
     fn try_acquire_kind<'a>(
         &'a self,
         kind: super::super::store::LeaseKind,
         name: &'a str,
         request: AcquireRequest,
     ) -> futures::future::BoxFuture<'a, Result<Acquisition, super::super::LeaseStoreError>> {
-        self.inner.try_acquire_kind(kind, name, request)
+        let delay = *self.acquire_delay.lock().unwrap();
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            self.inner.try_acquire_kind(kind, name, request).await
+        })
     }
 
     fn refresh_kind<'a>(
@@ -77,15 +83,68 @@ impl LeaseStore for SlowRefreshStore {
 }
 
 fn control_lease_with_slow_refresh(delay: Duration) -> Arc<ControlLease> {
+    control_lease_on(Arc::new(SlowStore {
+        inner: MemoryLeaseStore::new(),
+        refresh_delay: delay,
+        acquire_delay: Duration::ZERO.into(),
+    }))
+}
+
+fn control_lease_on(store: Arc<SlowStore>) -> Arc<ControlLease> {
     let (events, _) = broadcast::channel(64);
-    Arc::new(ControlLease::new(
-        Arc::new(SlowRefreshStore {
-            inner: MemoryLeaseStore::new(),
-            refresh_delay: delay,
-        }),
-        "control:test",
-        events,
-    ))
+    Arc::new(ControlLease::new(store, "control:test", events))
+}
+
+/// B asks for the lease 5 ms before A's deadline; the store takes it up 20 ms later, when A's
+/// lease has lapsed there too, and takes a new one for B. A's lease must still end here first
+/// (its changes still at the station settle, then its safe state): B is refused as while any
+/// lease ends, and the lease the store took for B goes back to the store.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_the_store_takes_up_after_the_holders_deadline_ends_that_lease_first() {
+    let store = Arc::new(SlowStore {
+        inner: MemoryLeaseStore::new(),
+        refresh_delay: Duration::ZERO,
+        acquire_delay: Duration::ZERO.into(),
+    });
+    let lease = control_lease_on(store.clone());
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let holders_guard = lease
+        .admit(Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard
+        .unwrap();
+    tokio::time::advance(TTL - Duration::from_millis(5)).await;
+    assert!(holders_guard().is_ok());
+    *store.acquire_delay.lock().unwrap() = Duration::from_millis(20);
+    let asked = tokio::spawn({
+        let lease = lease.clone();
+        async move { lease.acquire("B".into(), TTL, None, Duration::ZERO).await }
+    });
+    tokio::task::yield_now().await;
+    tokio::time::advance(Duration::from_millis(20)).await;
+    let answer = asked.await.unwrap();
+    assert!(
+        matches!(answer, Err(LeaseError::Ending { ref owner }) if owner == "A"),
+        "B got the lease before A's had ended: {answer:?}"
+    );
+    assert!(holders_guard().is_err());
+    assert!(!lease.view().held);
+    // A's end is finished (no safe state here); the store kept nothing of B's refused lease,
+    // so the next asker takes it, with a fence past both.
+    let next = lease
+        .acquire("C".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(next.owner, "C");
+    assert!(
+        next.fence > held.fence + 1,
+        "{} after {}",
+        next.fence,
+        held.fence
+    );
 }
 
 #[tokio::test(start_paused = true)]
