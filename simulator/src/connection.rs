@@ -226,7 +226,12 @@ async fn write_frames<W>(
             continue;
         };
         let is_reply = frame.request_id != 0;
-        if is_reply && shared.faults.corrupt_next.swap(false, Ordering::SeqCst) {
+        let corrupt = |fault: &std::sync::atomic::AtomicBool| fault.swap(false, Ordering::SeqCst);
+        let is_write_reply = frame.opcode == station_protocol::Opcode::WriteReply as u8;
+        if is_reply
+            && (corrupt(&shared.faults.corrupt_next)
+                || (is_write_reply && corrupt(&shared.faults.corrupt_next_write_reply)))
+        {
             // A payload byte, or the frame CRC when there is no payload: the header stays
             // intact, so the client's codec sees a whole frame whose CRC fails.
             let at = if bytes.len() > HEADER_LEN + 4 {

@@ -240,6 +240,15 @@ impl SimulatorHandle {
             .store(true, Ordering::SeqCst);
     }
 
+    /// Flips one byte of the next WRITE reply frame (on any connection) so its CRC fails;
+    /// other replies meanwhile stay whole.
+    pub fn corrupt_next_write_reply(&self) {
+        self.shared
+            .faults
+            .corrupt_next_write_reply
+            .store(true, Ordering::SeqCst);
+    }
+
     /// Holds every reply back this long after it is ready.
     pub fn set_reply_delay(&self, delay: Duration) {
         *lock(&self.shared.faults.reply_delay) = delay;

@@ -65,6 +65,8 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Faults {
     pub stalled: AtomicBool,
     pub corrupt_next: AtomicBool,
+    /// Only the next WRITE reply: whatever else is answered meanwhile (a PING) is left whole.
+    pub corrupt_next_write_reply: AtomicBool,
     pub reply_delay: Mutex<Duration>,
     pub processing: Mutex<Duration>,
     /// A station that ignores SPEC.md §4: a closed connection's requests are carried out

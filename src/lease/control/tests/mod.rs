@@ -95,6 +95,20 @@ fn control_lease_on(store: Arc<SlowStore>) -> Arc<ControlLease> {
     Arc::new(ControlLease::new(store, "control:test", events))
 }
 
+/// `A` takes the lease (TTL 1 s); its answer, and the send guard of a change `A` makes.
+async fn held_by_a_with_its_guard(lease: &Arc<ControlLease>) -> (LeaseAnswer, SendGuard) {
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let guard = lease
+        .admit(Access::Change, Some(&held.lease_id))
+        .unwrap()
+        .guard
+        .unwrap();
+    (held, guard)
+}
+
 /// B asks for the lease 5 ms before A's deadline; the store takes it up 20 ms later, when A's
 /// lease has lapsed there too, and takes a new one for B. A's lease must still end here first
 /// (its changes still at the station settle, then its safe state): B is refused as while any
@@ -107,15 +121,7 @@ async fn an_acquire_the_store_takes_up_after_the_holders_deadline_ends_that_leas
         acquire_delay: Duration::ZERO.into(),
     });
     let lease = control_lease_on(store.clone());
-    let held = lease
-        .acquire("A".into(), TTL, None, Duration::ZERO)
-        .await
-        .unwrap();
-    let holders_guard = lease
-        .admit(Access::Change, Some(&held.lease_id))
-        .unwrap()
-        .guard
-        .unwrap();
+    let (held, holders_guard) = held_by_a_with_its_guard(&lease).await;
     tokio::time::advance(TTL - Duration::from_millis(5)).await;
     assert!(holders_guard().is_ok());
     *store.acquire_delay.lock().unwrap() = Duration::from_millis(20);
@@ -150,15 +156,7 @@ async fn an_acquire_the_store_takes_up_after_the_holders_deadline_ends_that_leas
 #[tokio::test(start_paused = true)]
 async fn while_a_renewal_waits_on_the_store_past_the_deadline_nobody_else_may_change_the_station() {
     let lease = control_lease_with_slow_refresh(Duration::from_millis(20));
-    let held = lease
-        .acquire("A".into(), TTL, None, Duration::ZERO)
-        .await
-        .unwrap();
-    let holders_guard = lease
-        .admit(Access::Change, Some(&held.lease_id))
-        .unwrap()
-        .guard
-        .unwrap();
+    let (held, holders_guard) = held_by_a_with_its_guard(&lease).await;
     tokio::time::advance(Duration::from_millis(990)).await;
     let renewal = tokio::spawn({
         let lease = lease.clone();
