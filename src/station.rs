@@ -199,6 +199,15 @@ impl Station {
         Ok(info)
     }
 
+    /// [`Station::reached`] to look at without keeping it: the read path's way (issue 30).
+    pub fn reached_now(&self) -> Result<arc_swap::Guard<Arc<StationInfo>>, NotReached> {
+        let info = self.link.info_now();
+        if info.hello.is_none() {
+            return Err(NotReached::of(&info));
+        }
+        Ok(info)
+    }
+
     /// The station's info while the link is up.
     pub fn connected(&self) -> Result<Arc<StationInfo>, NotReached> {
         let info = self.link.info();
@@ -222,7 +231,9 @@ impl Station {
         names: &[String],
         policy: ReadPolicy<'_>,
     ) -> Result<Vec<ItemReading>, ReadError> {
-        let info = self.link.info();
+        // Looked at, not kept: a cached read writes nothing the other worker threads share
+        // (issue 30); a read that goes to the hardware keeps it below.
+        let info = self.link.info_now();
         let plan = plan_read(
             names,
             &policy,
@@ -257,6 +268,7 @@ impl Station {
         if misses.is_empty() && guarded_misses.is_empty() {
             return Ok(decided.into_iter().flatten().collect());
         }
+        let info = arc_swap::Guard::into_inner(info);
         // Boxed: a cached read never comes here, and inline the hardware read's state (about
         // 1 KB) would make every read's future, and every handler's, that much larger
         // (issue 30).

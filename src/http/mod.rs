@@ -256,26 +256,32 @@ impl Connection {
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let usage = self.slot.usage.clone();
         let service = {
-            let (gateway, peer, kind) = (self.gateway.clone(), self.peer, self.slot.kind);
-            let (local, usage) = (self.local, usage.clone());
+            // What every request on this connection needs, in one handle of the connection's
+            // own: a request clones this, never the gateway's `Arc`, whose count every
+            // connection on every worker thread shares (issue 30: each clone and drop of a
+            // shared count pulls its cache line from the other core).
+            let served = Arc::new(Served {
+                gateway: self.gateway.clone(),
+                usage: self.slot.usage.clone(),
+                peers: routes::Peers {
+                    remote: self.peer,
+                    local: self.local,
+                },
+                kind: self.slot.kind,
+            });
             hyper::service::service_fn(move |request: Request<Incoming>| {
-                let in_progress = usage.begin();
+                let in_progress = served.usage.begin();
                 if request.version() == Version::HTTP_2 {
-                    usage.saw_http2();
+                    served.usage.saw_http2();
                 }
-                let (gateway, usage) = (gateway.clone(), usage.clone());
+                let served = served.clone();
                 async move {
                     // Boxed: hyper keeps a box sized for this future for as long as the
                     // connection lives, and `answer`'s future is about 0.7 KB (the request's
                     // own future boxed inside it), which every open event stream would
                     // otherwise hold after its answer went out (issue 30).
-                    let peers = routes::Peers {
-                        remote: peer,
-                        local,
-                    };
-                    let response = Box::pin(answer(gateway, request, peers, kind, &usage)).await;
+                    let response = Box::pin(answer(&served, request)).await;
                     Ok::<_, Infallible>(response.map(|body| CountedBody::new(body, in_progress)))
                 }
             })
@@ -379,6 +385,15 @@ impl Speaks {
     }
 }
 
+/// What each request on one connection is served with, shared by its requests (and by no
+/// other connection's).
+struct Served {
+    gateway: Arc<Gateway>,
+    usage: Arc<ConnectionUse>,
+    peers: routes::Peers,
+    kind: SlotKind,
+}
+
 /// The connection builders, made once and shared by every connection's task.
 struct Builders {
     http1: hyper::server::conn::http1::Builder,
@@ -411,13 +426,14 @@ const CLOSING_GRACE: Duration = Duration::from_secs(1);
 /// Answers one request within the body time limits; on a reserved connection only what the
 /// reserve is for. A timed-out body and a reserved connection end the connection after the
 /// answer (HTTP/1: `Connection: close`; HTTP/2: GOAWAY once no request is in progress).
-async fn answer(
-    gateway: Arc<Gateway>,
-    request: Request<Incoming>,
-    peers: routes::Peers,
-    kind: SlotKind,
-    usage: &ConnectionUse,
-) -> Response<Body> {
+async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
+    let Served {
+        gateway,
+        usage,
+        peers,
+        kind,
+    } = served;
+    let (peers, kind) = (*peers, *kind);
     let http = &gateway.config.http;
     let http1 = request.version() < Version::HTTP_2;
     let reserved = kind == SlotKind::Reserved;
@@ -437,7 +453,7 @@ async fn answer(
     // Boxed where it is made: the request's future (0.9 KB) is then moved as a pointer, not
     // copied into the body limits' scope and again into `answer`'s own box (issue 30).
     let (head, body) = request.into_parts();
-    let handled = Box::pin(routes::handle(gateway.clone(), head, body, peers));
+    let handled = Box::pin(routes::handle(gateway, head, body, peers));
     let (response, timed_out) = body::with_body_limits(timeouts, handled).await;
     if timed_out.is_some() {
         gateway.metrics.http_timeouts.body.inc();

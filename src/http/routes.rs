@@ -4,7 +4,6 @@
 //! and goes to its endpoint's handler.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
@@ -57,11 +56,11 @@ struct RequestFacts<'a> {
     reason = "an async fn would hold its head twice in its state"
 )]
 pub fn handle(
-    gateway: Arc<Gateway>,
+    gateway: &Gateway,
     head: Parts,
     body: Incoming,
     peers: Peers,
-) -> impl Future<Output = Response<Body>> + Send {
+) -> impl Future<Output = Response<Body>> + Send + '_ {
     async move {
         let peer = peers.remote;
         // The API's own description, public like the contract it describes.
@@ -77,7 +76,7 @@ pub fn handle(
         let audit_path = super::redact::loggable_path(head.uri.path());
         let mut noted = Noted::default();
         let mut response = match route_and_answer(
-            &gateway,
+            gateway,
             &head,
             body,
             RequestFacts {
@@ -110,7 +109,7 @@ pub fn handle(
             );
         }
         ops::finish(
-            &gateway,
+            gateway,
             slot,
             method,
             log_access.then_some(&*audit_path),
@@ -126,7 +125,7 @@ pub fn handle(
             None => Outcome::Refused,
         };
         let change = audit_trail::write_line(
-            &gateway,
+            gateway,
             noted,
             method,
             &audit_path,
@@ -136,7 +135,7 @@ pub fn handle(
             outcome,
         );
         if let Some(change) = change {
-            change.record(&gateway).await;
+            change.record(gateway).await;
         }
         response
     }

@@ -4,6 +4,7 @@
 //! takes it: from then on this gateway owns the station (the server resumes the control lease
 //! and announces the failover).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub fn http_url_of(owner: &str) -> Option<&str> {
 #[derive(Debug, Default)]
 pub struct HaRole {
     standby: Mutex<Option<Watching>>,
+    /// `standby` is `Some`: asked by every request, so an owner answers it without the lock
+    /// (a lock is a write every worker thread shares, issue 30).
+    standing: AtomicBool,
 }
 
 /// What a standby last found in the store.
@@ -57,6 +61,7 @@ impl HaRole {
     pub fn standby() -> HaRole {
         HaRole {
             standby: Mutex::new(Some(Watching::default())),
+            standing: AtomicBool::new(true),
         }
     }
 
@@ -67,6 +72,9 @@ impl HaRole {
     /// While this gateway stands by: why it serves no API request, naming the owner and the
     /// HTTP address where it serves.
     pub fn standing_by(&self) -> Option<String> {
+        if !self.standing.load(Ordering::Acquire) {
+            return None;
+        }
         let watching = self.watching().clone()?;
         if watching.taking_over {
             return Some(
@@ -105,6 +113,7 @@ impl HaRole {
     /// The standby has taken the station over: it is the owner now.
     pub fn took_over(&self) {
         *self.watching() = None;
+        self.standing.store(false, Ordering::Release);
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::SinkExt;
 use station_protocol::{ChangeType, ChannelDescriptor, ConfigureReply, RawFrame, Request};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tracing::info;
 
@@ -18,7 +18,7 @@ use super::command::{Command, PartSink, Settled};
 use super::error::{LinkDown, LinkError, OutcomeCause};
 use super::guard::SendGuard;
 use super::handshake::Framing;
-use super::info::{LinkEvent, LinkStats, StationInfo};
+use super::info::{LinkEvent, LinkStats, PublishedInfo, StationInfo};
 use super::owner_gate::OwnerGate;
 use super::read_queue::{CoalescePolicy, ReadQueue};
 use super::session::{FREE_FENCE, InFlightKind, ResponseReply, Session};
@@ -28,7 +28,7 @@ mod replies;
 
 /// What the link task shares with its handles: the published state and the value cache.
 pub struct Shared {
-    pub info: watch::Sender<Arc<StationInfo>>,
+    pub info: PublishedInfo,
     pub events: broadcast::Sender<LinkEvent>,
     pub cache: Arc<ValueCache>,
     pub stats: Arc<LinkStats>,

@@ -1,13 +1,76 @@
 //! What the link publishes: the station's channel table, the [`StationInfo`] snapshot, the
 //! [`LinkEvent`]s broadcast on changes and the [`LinkStats`] counters.
 
+use arc_swap::ArcSwap;
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::watch;
 
 use station_protocol::{
     ChangeType, ChannelConfig, ChannelDescriptor, ConfigureReply, HelloReply, ModuleInfo, Notify,
 };
+
+/// The [`StationInfo`] the link publishes, kept twice: in a `watch` for whoever waits for a
+/// change, and in an [`ArcSwap`] for the requests that only look at it ([`InfoReader::now`]).
+/// A look at a `watch` takes its lock and a clone of its `Arc` bumps its count: writes to
+/// memory every worker thread shares, whose cache line then moves from core to core with
+/// every request; a look at an `ArcSwap` writes nothing shared (issue 30).
+pub struct PublishedInfo {
+    changes: watch::Sender<Arc<StationInfo>>,
+    current: Arc<ArcSwap<StationInfo>>,
+}
+
+impl PublishedInfo {
+    /// The link task's side, and the reader its handles clone.
+    pub fn new(first: StationInfo) -> (PublishedInfo, InfoReader) {
+        let first = Arc::new(first);
+        let (changes, watched) = watch::channel(first.clone());
+        let current = Arc::new(ArcSwap::new(first));
+        let reader = InfoReader {
+            watched,
+            current: current.clone(),
+        };
+        (PublishedInfo { changes, current }, reader)
+    }
+
+    /// The snapshot published last.
+    pub fn borrow(&self) -> watch::Ref<'_, Arc<StationInfo>> {
+        self.changes.borrow()
+    }
+
+    /// Publishes `info`: readers see it first, then watchers are told.
+    pub fn send_replace(&self, info: Arc<StationInfo>) {
+        self.current.store(info.clone());
+        self.changes.send_replace(info);
+    }
+}
+
+/// The handles' side of [`PublishedInfo`].
+#[derive(Clone)]
+pub struct InfoReader {
+    watched: watch::Receiver<Arc<StationInfo>>,
+    current: Arc<ArcSwap<StationInfo>>,
+}
+
+impl InfoReader {
+    /// The snapshot now, to look at without keeping it (held over an `.await` it would keep
+    /// one of the thread's few fast slots: take [`InfoReader::full`] for that).
+    pub fn now(&self) -> arc_swap::Guard<Arc<StationInfo>> {
+        self.current.load()
+    }
+
+    /// The snapshot now, to keep.
+    pub fn full(&self) -> Arc<StationInfo> {
+        self.current.load_full()
+    }
+
+    /// A receiver that sees every new snapshot (as a clone of the first receiver: one that has
+    /// seen none of them yet).
+    pub fn watch(&self) -> watch::Receiver<Arc<StationInfo>> {
+        self.watched.clone()
+    }
+}
 
 /// The station's channel list, indexed by name, with the configuration (CONFIGURE, SPEC.md
 /// §6.13) of the channels the station has told it this connection.

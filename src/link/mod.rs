@@ -32,7 +32,7 @@ use command::Command;
 pub use command::{Caller, Settled};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use guard::{GuardRefusal, Guarded, SendGuard};
-pub use info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
+pub use info::{ChannelTable, InfoReader, LinkEvent, LinkStats, PublishedInfo, StationInfo};
 pub use owner_gate::OwnerGate;
 pub use settings::LinkSettings;
 pub use task::LinkTask;
@@ -44,7 +44,7 @@ use crate::cache::ValueCache;
 #[derive(Clone)]
 pub struct LinkHandle {
     commands: mpsc::Sender<Command>,
-    info: watch::Receiver<Arc<StationInfo>>,
+    info: InfoReader,
     events: broadcast::Sender<LinkEvent>,
     cache: Arc<ValueCache>,
     stats: Arc<LinkStats>,
@@ -310,12 +310,18 @@ impl LinkHandle {
 
     /// What the gateway knows of the station now.
     pub fn info(&self) -> Arc<StationInfo> {
-        self.info.borrow().clone()
+        self.info.full()
+    }
+
+    /// What the gateway knows of the station now, to look at without keeping it: the read
+    /// path's way, which writes nothing the other worker threads share (issue 30).
+    pub fn info_now(&self) -> arc_swap::Guard<Arc<StationInfo>> {
+        self.info.now()
     }
 
     /// A receiver that sees every new [`StationInfo`].
     pub fn watch_info(&self) -> watch::Receiver<Arc<StationInfo>> {
-        self.info.clone()
+        self.info.watch()
     }
 
     pub fn subscribe_events(&self) -> broadcast::Receiver<LinkEvent> {

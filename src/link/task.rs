@@ -20,7 +20,7 @@ use super::command::{Command, Settled};
 use super::connection::{Connection, Shared};
 use super::error::{LinkDown, LinkError};
 use super::handshake::{self, Connected};
-use super::info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
+use super::info::{ChannelTable, LinkEvent, LinkStats, PublishedInfo, StationInfo};
 use super::owner_gate::OwnerGate;
 use super::read_queue::CoalescePolicy;
 use super::settings::LinkSettings;
@@ -61,10 +61,10 @@ impl LinkTask {
     ) -> (LinkTask, LinkHandle) {
         let max_processing = max_processing.max(settings.request_timeout);
         let (commands_tx, commands) = mpsc::channel(settings.queue_depth.max(1));
-        let (info_tx, info_rx) = watch::channel(Arc::new(StationInfo {
+        let (info_tx, info_rx) = PublishedInfo::new(StationInfo {
             last_error: Some(LinkDown::Connecting.to_string()),
             ..StationInfo::default()
-        }));
+        });
         let (events, _) = broadcast::channel(256);
         let cache = Arc::new(ValueCache::new());
         let stats = Arc::new(LinkStats::default());

@@ -127,6 +127,17 @@ pub(crate) fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, Api
     Ok(info.channels.clone())
 }
 
+/// [`known_channels`]' station info, to look at without keeping it: the read path's way, which
+/// writes nothing the other worker threads share (issue 30).
+pub(crate) fn reached_now(
+    gateway: &Gateway,
+) -> Result<arc_swap::Guard<Arc<crate::link::StationInfo>>, ApiError> {
+    gateway
+        .station
+        .reached_now()
+        .map_err(|not_reached| ApiError::station_not_reached(not_reached.to_string()))
+}
+
 /// 503 for what only a station that said hello can tell.
 pub(crate) fn not_yet_connected() -> ApiError {
     ApiError::station_not_reached(

@@ -6,7 +6,7 @@ use foldhash::{HashSet, HashSetExt};
 use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
-use super::call::{Answer, Call, answered, known_channels, ok};
+use super::call::{Answer, Call, answered, known_channels, ok, reached_now};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -118,8 +118,7 @@ fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<()
 async fn read_one(call: &Call<'_>) -> Result<String, ApiError> {
     let gateway = call.gateway;
     let name = call.body.string("Name")?.to_owned();
-    let channels = known_channels(gateway)?;
-    check_names(&channels, std::slice::from_ref(&name))?;
+    check_names(&reached_now(gateway)?.channels, std::slice::from_ref(&name))?;
     let names = vec![name];
     let who = call.who_if_rules();
     let mut policy = ReadPolicy::hardware(Some(call.peer), call.admitted.guard.as_ref());
@@ -206,8 +205,7 @@ async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
     let (gateway, body, admitted, peer) = (call.gateway, &call.body, &call.admitted, call.peer);
     let names = body.string_list("Names")?;
     let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
-    let channels = known_channels(gateway)?;
-    check_names(&channels, &names)?;
+    check_names(&reached_now(gateway)?.channels, &names)?;
     // With a maximum age, fresh cached values serve; while someone else holds the lease
     // (admission lets a non-holder through only with a maximum age), every value comes from
     // the cache however old, with its true age: only the holder reads the hardware.

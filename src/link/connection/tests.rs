@@ -9,7 +9,7 @@ use crate::link::transport::StationStream;
 
 fn shared() -> Shared {
     Shared {
-        info: watch::channel(Arc::new(StationInfo::default())).0,
+        info: PublishedInfo::new(StationInfo::default()).0,
         events: broadcast::channel(16).0,
         cache: Arc::new(ValueCache::new()),
         stats: Arc::new(LinkStats::default()),
