@@ -1,5 +1,6 @@
 //! A closed-loop load driver: N workers, each sending one request at a time, bounded in time
-//! and in count, with latencies recorded in an HDR histogram.
+//! and in count, with latencies recorded in an HDR histogram; as fast as the server answers,
+//! or paced to an offered rate ([`drive_paced`]).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -75,16 +76,43 @@ pub fn new_histogram() -> Histogram<u64> {
 /// Runs every worker concurrently (one tokio task each) for the warm-up, then measures.
 /// A worker whose call fails stops; its error is counted and the first one kept.
 pub async fn drive<W: Worker>(workers: Vec<W>, bounds: Bounds) -> Measured {
+    drive_with(workers, bounds, None).await
+}
+
+/// [`drive`], the workers together offering `rate` requests a second: each sends its k-th
+/// request at its k-th turn (its turns `workers / rate` apart, the workers' turns spread
+/// evenly), or at once when the answer to its last came after that. Below the server's
+/// saturation every server is offered the same load, so their CPU a request compares like for
+/// like; at saturation the slower server's threads are also preempted by the load generator's
+/// more often, which a saturated run charges to it.
+pub async fn drive_paced<W: Worker>(workers: Vec<W>, bounds: Bounds, rate: f64) -> Measured {
+    let turn = Duration::from_secs_f64(workers.len() as f64 / rate.max(1.0));
+    drive_with(workers, bounds, Some(turn)).await
+}
+
+async fn drive_with<W: Worker>(
+    workers: Vec<W>,
+    bounds: Bounds,
+    turn: Option<Duration>,
+) -> Measured {
     let start = Instant::now();
+    let count_of_workers = workers.len().max(1) as u32;
     let measure_from = start + bounds.warmup;
     let end = measure_from + bounds.duration;
     let mut tasks = tokio::task::JoinSet::new();
-    for mut worker in workers {
+    for (at, mut worker) in workers.into_iter().enumerate() {
+        // This worker's first turn, and the time between its turns, when paced.
+        let turns = turn.map(|turn| (start + turn * at as u32 / count_of_workers, turn));
         tasks.spawn(async move {
             let mut histogram = new_histogram();
             let mut count = 0u64;
             let mut error = None;
+            let mut next_turn = turns.map(|(first, _)| first);
             loop {
+                if let (Some(due), Some((_, turn))) = (next_turn, turns) {
+                    tokio::time::sleep_until(due.into()).await;
+                    next_turn = Some(due + turn);
+                }
                 let sent = Instant::now();
                 if sent >= end || count >= bounds.max_per_worker {
                     break;
