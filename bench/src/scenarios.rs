@@ -78,23 +78,12 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// One reference server's round of the cached read: its throughput and its CPU per request
-/// (warm-up included); errors noted under `name`.
+/// One server's round of the cached read (a reference server's, or the gateway's at an equal
+/// load): its throughput and its CPU per request (warm-up included); errors noted under
+/// `name`. Offered `rate` requests a second when given ([`crate::load::drive_paced`]), as
+/// fast as it answers otherwise; a server that answered fewer than 97 % of the requests
+/// offered is noted, as its CPU a request is then not at the load offered.
 async fn reference_round(
-    row: &mut Row,
-    name: &str,
-    (addr, pid): (std::net::SocketAddr, u32),
-    conns: usize,
-    request: &Bytes,
-    bounds: Bounds,
-) -> anyhow::Result<(f64, f64)> {
-    paced_round(row, name, (addr, pid), conns, request, bounds, None).await
-}
-
-/// [`reference_round`] of any server (the gateway too), offered `rate` requests a second when
-/// given ([`crate::load::drive_paced`]); a server that answered fewer than 97 % of them is
-/// noted, as its CPU a request is then not at the load offered.
-async fn paced_round(
     row: &mut Row,
     name: &str,
     (addr, pid): (std::net::SocketAddr, u32),
@@ -441,6 +430,7 @@ impl Bench {
                         conns,
                         &request,
                         self.bounds,
+                        None,
                     )
                     .await?,
                 );
@@ -449,8 +439,16 @@ impl Bench {
                 let nginx = crate::child::NginxProcess::spawn(&answer).await?;
                 let server = (nginx.addr, nginx.pid);
                 nginx_runs.push(
-                    reference_round(&mut row, "nginx", server, conns, &request, self.bounds)
-                        .await?,
+                    reference_round(
+                        &mut row,
+                        "nginx",
+                        server,
+                        conns,
+                        &request,
+                        self.bounds,
+                        None,
+                    )
+                    .await?,
                 );
             }
             let trivial = crate::child::TrivialProcess::spawn(&answer).await?;
@@ -586,7 +584,8 @@ impl Bench {
             let server = (trivial.addr, trivial.pid);
             let label = "trivial server at the equal load";
             let (_, trivial_us) =
-                paced_round(row, label, server, conns, request, self.bounds, Some(rate)).await?;
+                reference_round(row, label, server, conns, request, self.bounds, Some(rate))
+                    .await?;
             drop(trivial);
             let floor = crate::child::TrivialProcess::spawn_floor(
                 &self.names[0],
@@ -597,12 +596,14 @@ impl Bench {
             let server = (floor.addr, floor.pid);
             let label = "audited floor server at the equal load";
             let (_, floor_us) =
-                paced_round(row, label, server, conns, request, self.bounds, Some(rate)).await?;
+                reference_round(row, label, server, conns, request, self.bounds, Some(rate))
+                    .await?;
             drop(floor);
             let server = (self.gateway.http_addr, self.gateway.pid);
             let label = "gateway at the equal load";
             let (_, gateway_us) =
-                paced_round(row, label, server, conns, request, self.bounds, Some(rate)).await?;
+                reference_round(row, label, server, conns, request, self.bounds, Some(rate))
+                    .await?;
             rounds.push([trivial_us, floor_us, gateway_us]);
         }
         let of = |i: usize| median(rounds.iter().map(|round| round[i]));
