@@ -357,3 +357,44 @@ async fn readers_from_other_clients_just_after_an_answer_are_gathered_but_a_loop
         "client 1000's READ and one for the ten others"
     );
 }
+
+/// Before the station has ever answered, a read of a name is refused with 503 saying the
+/// station is not reached, never 404 "no such resource": the gateway does not know the names
+/// yet, and a client should try again rather than give up on a channel.
+#[tokio::test]
+async fn reads_before_the_station_ever_answered_get_503_not_reached_not_404() {
+    // A port with nothing listening: the link keeps trying to connect.
+    let closed = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let mut config = Config::default();
+    config.station.url = format!("tcp://{closed}");
+    let listeners = station_gateway::Listeners {
+        http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: None,
+    };
+    let gateway = station_gateway::start(listeners, config).await.unwrap();
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("{}/api/resources/{path}", gateway.base_url());
+    for (path, body) in [
+        (
+            "values/get",
+            json!({ "Names": [MON_3V3], "MaxAgeMs": 600_000 }),
+        ),
+        ("values/get", json!({ "Names": [MON_3V3] })),
+        ("value/get", json!({ "Name": MON_3V3 })),
+    ] {
+        let response = http.post(url(path)).json(&body).send().await.unwrap();
+        let status = response.status().as_u16();
+        let answer: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(status, 503, "{path} {body}: {answer}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("station disconnected: "),
+            "{path} {body}: {answer}"
+        );
+    }
+}

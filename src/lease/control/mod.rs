@@ -151,6 +151,10 @@ pub struct ControlLease {
     name: String,
     /// The decisions and the state admission and the send guards read.
     machine: Arc<Mutex<LeaseMachine>>,
+    /// The send guard of every read admitted while nobody holds the lease: one check, the same
+    /// for each, made once rather than for every cached read (issue 30: an allocation and a
+    /// clone of `machine`'s count a request, for a guard a cached read never uses).
+    unfenced_read: SendGuard,
     /// One transition at a time (a `shell::Turn` holds it).
     transitions: Arc<tokio::sync::Mutex<()>>,
     line: Mutex<WaitLine>,
@@ -167,6 +171,20 @@ pub struct ControlLease {
     timing: LeaseEndTiming,
 }
 
+/// The send guard of [`ControlLease::send_guard`] over `machine`: at send time it reads the
+/// state admission reads, and refuses once the lease changed hands, ran out, or (for
+/// `admitted_fence` `None`) while a lease is held or still ending.
+fn guard_over(
+    machine: &Arc<Mutex<LeaseMachine>>,
+    admitted_fence: Option<u64>,
+    what: Guarded,
+) -> SendGuard {
+    let machine = machine.clone();
+    SendGuard::new(admitted_fence, move || {
+        guard_check(lock(&machine).state(), admitted_fence, what, Instant::now())
+    })
+}
+
 impl ControlLease {
     /// The lease `name` (e.g. `control:<station>`) in `store`; changes of hands go to `events`.
     pub fn new(
@@ -174,10 +192,12 @@ impl ControlLease {
         name: impl Into<String>,
         events: broadcast::Sender<LeaseView>,
     ) -> Self {
+        let machine = Arc::new(Mutex::new(LeaseMachine::new(false, Instant::now())));
         ControlLease {
             store,
             name: name.into(),
-            machine: Arc::new(Mutex::new(LeaseMachine::new(false, Instant::now()))),
+            unfenced_read: guard_over(&machine, None, Guarded::Read),
+            machine,
             transitions: Arc::default(),
             line: Mutex::default(),
             expiry_changed: Notify::new(),
@@ -341,10 +361,10 @@ impl ControlLease {
     /// (`None`): it refuses once the lease changed hands, ran out, or (for `None`) while a
     /// lease is held or still ending. It reads the same state admission reads.
     fn send_guard(&self, admitted_fence: Option<u64>, what: Guarded) -> SendGuard {
-        let machine = self.machine.clone();
-        SendGuard::new(admitted_fence, move || {
-            guard_check(lock(&machine).state(), admitted_fence, what, Instant::now())
-        })
+        if (admitted_fence, what) == (None, Guarded::Read) {
+            return self.unfenced_read.clone();
+        }
+        guard_over(&self.machine, admitted_fence, what)
     }
 
     /// The 409 for the live holder (or for a lease promised to the next in line).
