@@ -192,11 +192,7 @@ impl Station {
     /// The station's info once it has said hello on some connection (the link may be down
     /// now: what it said is kept).
     pub fn reached(&self) -> Result<Arc<StationInfo>, NotReached> {
-        let info = self.link.info();
-        if info.hello.is_none() {
-            return Err(NotReached::of(&info));
-        }
-        Ok(info)
+        self.reached_now().map(arc_swap::Guard::into_inner)
     }
 
     /// [`Station::reached`] to look at without keeping it: the read path's way (issue 30).

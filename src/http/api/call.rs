@@ -120,11 +120,7 @@ pub(crate) fn ok(value: serde_json::Value) -> Answer {
 
 /// The channel list, or 503 when the station has never been reached.
 pub(crate) fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, ApiError> {
-    let info = gateway
-        .station
-        .reached()
-        .map_err(|not_reached| ApiError::station_not_reached(not_reached.to_string()))?;
-    Ok(info.channels.clone())
+    Ok(reached_now(gateway)?.channels.clone())
 }
 
 /// [`known_channels`]' station info, to look at without keeping it: the read path's way, which
