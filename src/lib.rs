@@ -9,7 +9,8 @@
 //! A request goes front end → endpoint table → station service → link:
 //!
 //! - `server`: [`start`] and [`run`] build the shared state, spawn every task and
-//!   stop them; [`gateway`] is that shared state ([`gateway::Gateway`]).
+//!   stop them; [`gateway`] is that shared state ([`gateway::Gateway`]);
+//!   [`gateway_runtime`] is where work that must finish is spawned from a request.
 //! - Front ends, which only translate their wire format: [`http`] (the accept loop,
 //!   `http/routes.rs` as the request entry, the endpoint table and its handlers by area in
 //!   `http/api/`, operations endpoints, access control, the control lease's and named leases'
@@ -44,6 +45,7 @@ pub mod config_files;
 pub mod error;
 pub mod events;
 pub mod gateway;
+pub mod gateway_runtime;
 pub mod history;
 pub mod http;
 pub mod lease;

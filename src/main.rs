@@ -66,10 +66,22 @@ struct Args {
     print_config: bool,
 }
 
+/// The gateway's own runtime: one worker thread (`TOKIO_WORKER_THREADS` may say otherwise),
+/// where the link, the lease, the change runner and the first of the HTTP connections run, so
+/// that a request to the station crosses no thread; `http.threads` adds threads for more
+/// connections (`http::threads`; issue 30's twelfth round in BENCHMARKS.md).
+fn gateway_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder.enable_all().build()
+}
+
 /// Runs the gateway; a failure to start is one line on stderr, `station-gateway: ...`, and exit
 /// status 1 (no backtrace, whatever `RUST_BACKTRACE` says: the message is for an operator).
 fn main() -> ExitCode {
-    let started = tokio::runtime::Runtime::new()
+    let started = gateway_runtime()
         .context("cannot start the async runtime")
         .and_then(|runtime| runtime.block_on(gateway_main(Args::parse())));
     match started {

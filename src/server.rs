@@ -142,6 +142,8 @@ pub enum StartError {
     LeaseResume(crate::lease::LeaseError),
     #[error("{0}")]
     Tls(#[from] crate::http::tls::TlsError),
+    #[error("http.threads: cannot start the threads serving HTTP connections: {0}")]
+    ConnectionThreads(std::io::Error),
     #[error("audit.dir: cannot open the audit trail: {0}")]
     Audit(std::io::Error),
     #[error("{0}")]
@@ -162,6 +164,9 @@ pub struct GatewayHandle {
     pub http_addr: SocketAddr,
     pub legacy_addr: Option<SocketAddr>,
     tasks: JoinSet<()>,
+    /// The threads serving HTTP connections besides the gateway's own: they stop when the
+    /// handle is dropped, after `stop` has drained the connections and the changes.
+    _connection_threads: crate::http::threads::ConnectionThreads,
 }
 
 impl GatewayHandle {
@@ -324,6 +329,9 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
         tls,
     });
+    let connection_threads =
+        crate::http::threads::ConnectionThreads::start(gateway.config.http.connection_threads())
+            .map_err(StartError::ConnectionThreads)?;
     let mut tasks = JoinSet::new();
     // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
     let link_task = match (&ownership, &standing_by) {
@@ -376,6 +384,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         gateway.clone(),
         shutdown.clone(),
         DRAIN,
+        connection_threads.placer(),
     ));
     if let Some(listener) = listeners.legacy {
         tasks.spawn(crate::legacy::serve(
@@ -406,6 +415,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         http_addr,
         legacy_addr,
         tasks,
+        _connection_threads: connection_threads,
     })
 }
 

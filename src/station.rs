@@ -184,6 +184,12 @@ impl Station {
         self.changes.changes_ended(limit).await;
     }
 
+    /// Where work that must finish runs (the gateway's own runtime): a change, and a sequence
+    /// of changes a request starts (a configuration file's load).
+    pub fn runtime(&self) -> &crate::gateway_runtime::GatewayRuntime {
+        self.changes.runtime()
+    }
+
     /// What the gateway knows of the station now.
     pub fn info(&self) -> Arc<StationInfo> {
         self.link.info()

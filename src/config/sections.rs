@@ -67,6 +67,9 @@ pub struct HttpConfig {
     /// The station's host name in `api/modules/physical-system`; empty: the name each request
     /// was addressed to (its `Host`, without port or `.local`).
     pub host_name: String,
+    /// Threads serving HTTP connections, the gateway's own included (`http::threads`); 0: one
+    /// per core.
+    pub threads: usize,
     pub tls: TlsConfig,
 }
 
@@ -80,6 +83,14 @@ pub struct TlsConfig {
 }
 
 impl HttpConfig {
+    /// Threads serving HTTP connections: `threads`, or one per core while that is 0.
+    pub fn connection_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            threads => threads,
+        }
+    }
+
     /// Connections one IP address may hold: `max_connections_per_ip`, or a quarter of
     /// `max_connections` while that is 0.
     pub fn per_ip_limit(&self) -> usize {
@@ -354,6 +365,7 @@ impl Default for HttpConfig {
             max_connections_per_ip: 0,
             reserved_connections: 16,
             host_name: String::new(),
+            threads: 0,
             tls: TlsConfig::default(),
         }
     }

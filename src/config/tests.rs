@@ -201,3 +201,20 @@ fn a_link_owner_timing_that_breaks_a_rule_is_refused_naming_the_keys() {
     let config = Config::from_toml(ok, "test.toml").unwrap();
     assert_eq!(config.control_lease_name(), "control:station:HVS-3 ESH1234");
 }
+
+#[test]
+fn http_threads_are_one_per_core_at_zero_as_set_otherwise_and_at_most_256() {
+    let auto = Config::from_toml("[http]\nthreads = 0\n", "x.toml").unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(auto.http.connection_threads(), cores);
+    let one = Config::from_toml("[http]\nthreads = 1\n", "x.toml").unwrap();
+    assert_eq!(one.http.connection_threads(), 1);
+    let most = Config::from_toml("[http]\nthreads = 256\n", "x.toml").unwrap();
+    assert_eq!(most.http.connection_threads(), 256);
+    let error = Config::from_toml("[http]\nthreads = 257\n", "x.toml").unwrap_err();
+    assert!(
+        error.to_string().contains("http.threads")
+            && error.to_string().contains("0 (one per core) to 256"),
+        "{error}"
+    );
+}

@@ -91,6 +91,15 @@ impl Config {
         if self.http.max_connections == 0 {
             return Err(invalid("http.max_connections", "must be above 0"));
         }
+        if self.http.threads > crate::http::threads::MAX_THREADS {
+            return Err(invalid(
+                "http.threads",
+                format!(
+                    "must be 0 (one per core) to {}",
+                    crate::http::threads::MAX_THREADS
+                ),
+            ));
+        }
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", "must be above 0"));
         }

@@ -4,7 +4,7 @@
 //! answers are shaped in `reply`; request bodies in [`body`]; access control in [`access`];
 //! health, metrics and the status page in [`ops`]; HTTPS in [`tls`]; connection limits and the
 //! write timeout in [`connections`], whether a connection is idle in [`idle`]; what of a path
-//! may be logged in [`redact`].
+//! may be logged in [`redact`]; which thread serves a connection in [`threads`].
 
 pub mod access;
 mod api;
@@ -20,6 +20,7 @@ pub mod ops;
 pub mod redact;
 mod reply;
 pub mod routes;
+pub mod threads;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -64,6 +65,7 @@ pub async fn serve(
     gateway: Arc<Gateway>,
     shutdown: CancellationToken,
     drain: Duration,
+    threads: threads::Placer,
 ) {
     let http = &gateway.config.http;
     let builders = Arc::new(Builders::new());
@@ -124,9 +126,10 @@ pub async fn serve(
             shutdown: shutdown.clone(),
         };
         // The first byte, the handshake and the rest run in the connection's task, so a slow
-        // client never holds up accept.
+        // client never holds up accept; the task runs on the least busy of the connection
+        // threads ([`threads`]).
         let builders = builders.clone();
-        connections.spawn(async move {
+        threads.spawn(&connections, stream, move |stream| async move {
             connection.serve(stream, builders).await;
             // The slot before the permit: the next accept finds the slot free.
             drop(permit);

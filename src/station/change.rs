@@ -471,6 +471,8 @@ pub(super) struct ChangeRunner {
     pub(super) changes: tokio_util::task::TaskTracker,
     /// The access rules each change is admitted by, before anything of it is sent.
     pub(super) access: AccessRules,
+    /// Where each change runs: the gateway's own runtime, not a request's connection thread.
+    runtime: crate::gateway_runtime::GatewayRuntime,
 }
 
 impl ChangeRunner {
@@ -481,6 +483,7 @@ impl ChangeRunner {
             audit,
             changes: tokio_util::task::TaskTracker::new(),
             access: AccessRules::off(),
+            runtime: crate::gateway_runtime::GatewayRuntime::current(),
         }
     }
 
@@ -494,7 +497,7 @@ impl ChangeRunner {
         let limit = bound(&change.what, self.link.request_timeout());
         let (report_to, report) = tokio::sync::oneshot::channel();
         let runner = self.clone();
-        self.changes.spawn(async move {
+        self.runtime.spawn_tracked(&self.changes, async move {
             let report_ = runner.run_to_its_end(change).await;
             // The caller may have gone: the change and its line are done all the same.
             let _ = report_to.send(report_);
@@ -504,6 +507,10 @@ impl ChangeRunner {
             // The task panicked (a bug): its outcome is not known.
             Ok(Err(_)) | Err(_) => Err(StillRunning(limit)),
         }
+    }
+
+    pub(super) fn runtime(&self) -> &crate::gateway_runtime::GatewayRuntime {
+        &self.runtime
     }
 
     /// Waits (at most `limit`) until every change submitted so far has ended, its line written.
@@ -544,7 +551,7 @@ impl ChangeRunner {
             return None;
         }
         let link = self.link.clone();
-        Some(tokio::spawn(async move {
+        Some(self.runtime.spawn(async move {
             if let Err(error) = link.read(names.clone()).await {
                 tracing::debug!(
                     "reading back {} after a write failed ({error}); the cache has no value of them until the next read",

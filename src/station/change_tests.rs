@@ -92,6 +92,19 @@ fn change(what: ChangeWhat, operation: &'static str) -> Change {
     }
 }
 
+/// A scan of the I2C bus `channel`.
+fn bus_scan(channel: &str) -> station_protocol::BusRequest {
+    station_protocol::BusRequest {
+        channel: channel.into(),
+        action: station_protocol::BusAction::Scan,
+        address: 0,
+        retries: station_protocol::bus::DEFAULT_RETRIES,
+        receive: 0,
+        data: bytes::Bytes::new(),
+        line: None,
+    }
+}
+
 /// The last change line the station service wrote.
 fn last_line(station: &Station) -> String {
     station
@@ -237,15 +250,7 @@ async fn a_reset_and_a_bus_transaction_are_changes_with_their_answers() {
         .await
         .expect("the link never came back after the reset")
         .unwrap();
-    let scan = station_protocol::BusRequest {
-        channel: "0.ESH10000023.I2C09".into(),
-        action: station_protocol::BusAction::Scan,
-        address: 0,
-        retries: station_protocol::bus::DEFAULT_RETRIES,
-        receive: 0,
-        data: bytes::Bytes::new(),
-        line: None,
-    };
+    let scan = bus_scan("0.ESH10000023.I2C09");
     let report = station.change(change(ChangeWhat::Bus(scan), "bus")).await;
     let report = report.unwrap();
     assert!(report.answer.is_ok(), "{:?}", report.answer);
@@ -283,15 +288,7 @@ async fn a_caller_stops_waiting_after_the_bound_and_the_change_goes_on_to_its_li
     let bus = "0.ESH10000023.I2C09";
     let lane = station.buses.lane(bus);
     let earlier = lane.lock().await;
-    let scan = station_protocol::BusRequest {
-        channel: bus.into(),
-        action: station_protocol::BusAction::Scan,
-        address: 0,
-        retries: station_protocol::bus::DEFAULT_RETRIES,
-        receive: 0,
-        data: bytes::Bytes::new(),
-        line: None,
-    };
+    let scan = bus_scan(bus);
     let waited = station.change(change(ChangeWhat::Bus(scan), "bus")).await;
     assert!(
         matches!(&waited, Err(StillRunning(limit)) if *limit >= Duration::from_secs(4)),
@@ -374,6 +371,52 @@ async fn a_sampler_says_its_rate_unit_and_default_count_without_acquiring() {
     assert!(
         matches!(default, Some(count) if count > 0),
         "the default sample count: {default:?}"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+/// A request served on a connection thread (`http::threads`) whose runtime stops while its
+/// change waits for its turn: the change runs on the gateway's runtime, so it still goes out
+/// and is answered, its line written. Spawned on the request's runtime, it would end with it,
+/// unsent and unrecorded.
+#[tokio::test]
+async fn a_change_outlives_the_connection_thread_its_request_came_on() {
+    let (station, _sim, shutdown, running) = connected_station().await;
+    let bus = "0.ESH10000023.I2C09";
+    let lane = station.buses.lane(bus);
+    let earlier = lane.lock().await;
+    let scan = bus_scan(bus);
+    // The "connection thread": a runtime of its own, stopped (and dropped) on `stop`.
+    let stop = CancellationToken::new();
+    let thread = {
+        let (station, stop) = (station.clone(), stop.clone());
+        crate::gateway_runtime::on_a_thread_of_its_own(move || async move {
+            tokio::select! {
+                _ = station.change(change(ChangeWhat::Bus(scan), "bus")) => {}
+                () = stop.cancelled() => {}
+            }
+        })
+    };
+    let submitted = tokio::time::timeout(Duration::from_secs(10), async {
+        while station.changes.changes.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    assert!(submitted.await.is_ok(), "the change was never submitted");
+    stop.cancel();
+    tokio::task::spawn_blocking(move || thread.join().unwrap())
+        .await
+        .unwrap();
+    // The request's thread is gone; the change's turn comes.
+    drop(earlier);
+    station.changes_ended(Duration::from_secs(10)).await;
+    assert_eq!(station.changes.changes.len(), 0, "the change has ended");
+    station.changes.audit.written().await;
+    let line = last_line(&station);
+    assert!(
+        line.contains(" LEGACY bus - ") && line.contains("outcome=applied"),
+        "{line}"
     );
     shutdown.cancel();
     running.await.unwrap();

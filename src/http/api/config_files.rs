@@ -33,9 +33,10 @@ pub(super) async fn load(call: Call<'_>) -> Answer {
     let (admitted, origin) = (call.admitted.clone(), call.change_origin()?);
     // Its own task: a caller that hangs up does not stop the sequence halfway (nor, once its
     // steps are the station service's change, their audit line).
-    let running = tokio::spawn(async move {
-        config_files::load(&files, &station, &name, &admitted, origin).await
-    });
+    let running =
+        call.gateway.station.runtime().spawn(async move {
+            config_files::load(&files, &station, &name, &admitted, origin).await
+        });
     let report = running.await.map_err(|error| {
         ApiError::internal(format!("the load failed inside the gateway: {error}"))
     })??;

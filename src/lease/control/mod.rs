@@ -169,6 +169,9 @@ pub struct ControlLease {
     /// Told of every change of hands and safe state (the audit trail).
     notices: Option<LeaseNoticeHook>,
     timing: LeaseEndTiming,
+    /// Where each transition runs: the gateway's own runtime, not a request's connection
+    /// thread.
+    runtime: crate::gateway_runtime::GatewayRuntime,
 }
 
 /// The send guard of [`ControlLease::send_guard`] over `machine`: at send time it reads the
@@ -207,6 +210,7 @@ impl ControlLease {
             counters: Default::default(),
             notices: None,
             timing: LeaseEndTiming::default(),
+            runtime: crate::gateway_runtime::GatewayRuntime::current(),
         }
     }
 

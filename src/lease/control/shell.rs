@@ -118,7 +118,7 @@ impl ControlLease {
     async fn ask(self: &Arc<Self>, request: Request) -> Result<Reply, LeaseError> {
         let (reply, answer) = oneshot::channel();
         let lease = self.clone();
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             let mut turn = lease.turn().await;
             turn.drive(Event::Deadline, None).await;
             let event = turn.event_for(&request);

@@ -406,3 +406,45 @@ fn a_guard_refusal_between_leases_says_what_admission_says_and_that_it_was_not_s
     );
     assert_eq!(pending.admitted_fence(), None);
 }
+
+/// A request served on a connection thread (`http::threads`) whose runtime stops while its
+/// acquisition waits for its turn: the transition runs on the gateway's runtime, so it is
+/// carried out whole (the lease granted, then given back as unclaimed, as for any requester
+/// that went away). Spawned on the request's runtime, it would end with it, halfway or not at
+/// all.
+#[tokio::test]
+async fn a_transition_outlives_the_connection_thread_its_request_came_on() {
+    let (lease, mut events) = control_lease();
+    let turn = lease.turn().await;
+    // Asked once (its transition spawned, waiting for the turn), then the thread's runtime
+    // ends.
+    let thread = {
+        let lease = lease.clone();
+        crate::gateway_runtime::on_a_thread_of_its_own(move || async move {
+            let ttl = Duration::from_secs(60);
+            tokio::select! {
+                biased;
+                _ = lease.acquire("B".into(), ttl, None, Duration::ZERO) => {}
+                () = std::future::ready(()) => {}
+            }
+        })
+    };
+    tokio::task::spawn_blocking(move || thread.join().unwrap())
+        .await
+        .unwrap();
+    drop(turn);
+    let owners = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut owners = Vec::new();
+        loop {
+            let view = events.recv().await.unwrap();
+            owners.push(view.owner.clone());
+            if !view.held {
+                return owners;
+            }
+        }
+    })
+    .await
+    .expect("the acquisition was never carried out");
+    assert_eq!(owners.first(), Some(&Some("B".to_owned())), "{owners:?}");
+    assert!(!lease.view().held, "the unclaimed lease was given back");
+}
