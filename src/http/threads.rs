@@ -271,9 +271,7 @@ mod tests {
         assert_eq!(placer.least_busy(), 0);
         // The one here hangs up: its place is the least busy again once its task ended.
         drop(clients.remove(0));
-        while placer.places[0].open.load(Ordering::Relaxed) != 0 {
-            tokio::task::yield_now().await;
-        }
+        until(&placer, 0, 0, "the closed connection is still counted").await;
         assert_eq!(placer.places[1].open.load(Ordering::Relaxed), 1);
         // Dropping the threads ends the connection still open on http-1: its client reads
         // the end of the stream.
@@ -285,14 +283,16 @@ mod tests {
         )
         .await;
         assert!(matches!(read, Ok(Ok(0))), "{read:?}");
-        let counted_out = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while placer.places[1].open.load(Ordering::Relaxed) != 0 {
-                tokio::task::yield_now().await;
+        until(&placer, 1, 0, "the ended connection is still counted").await;
+    }
+
+    /// Waits (at most 10 s, else fails with `why`) until `place` counts `open` connections.
+    async fn until(placer: &Placer, place: usize, open: usize, why: &str) {
+        let counted = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while placer.places[place].open.load(Ordering::Relaxed) != open {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
         });
-        assert!(
-            counted_out.await.is_ok(),
-            "the ended connection is still counted"
-        );
+        assert!(counted.await.is_ok(), "{why}");
     }
 }
