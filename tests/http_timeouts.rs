@@ -255,6 +255,12 @@ async fn one_address_cannot_hold_more_than_its_share_of_connections() {
 #[tokio::test]
 async fn with_every_slot_held_by_stalled_bodies_health_and_renewal_still_answer() {
     let rig = rig(|c| {
+        // One thread for every connection: these connections' request heads are then read
+        // in the order they came, before the next connection is accepted. With connection
+        // threads (`http.threads`), a head not yet read when the next connection arrives
+        // counts as idle, as documented, and may be the one evicted: which slot each takes
+        // would be a race.
+        c.http.threads = 1;
         c.http.max_connections = 4;
         c.http.max_connections_per_ip = 4;
         c.http.reserved_connections = 2;
@@ -639,6 +645,12 @@ async fn an_idle_http2_connection_gets_a_goaway_and_is_closed_after_the_header_t
 #[tokio::test]
 async fn a_reserved_http2_connection_is_closed_after_its_answer() {
     let rig = rig(|c| {
+        // One thread for every connection: these connections' request heads are then read
+        // in the order they came, before the next connection is accepted. With connection
+        // threads (`http.threads`), a head not yet read when the next connection arrives
+        // counts as idle, as documented, and may be the one evicted: which slot each takes
+        // would be a race.
+        c.http.threads = 1;
         c.http.max_connections = 4;
         c.http.max_connections_per_ip = 8;
         c.http.reserved_connections = 2;
