@@ -1,7 +1,8 @@
 //! The gateway's own runtime, remembered where work that must finish is spawned from a
 //! request: a change, its audit line, a lease's transition. A request may run on a connection
-//! thread's runtime (`http::threads`), which stops with the HTTP side; this work goes where the
-//! link and the lease live, and ends as the gateway does, not as a connection's thread does.
+//! thread's runtime (`http::threads`), which stops when the gateway's handle is dropped; this
+//! work goes where the link and the lease live, and ends as the gateway does, not as a
+//! connection's thread does.
 
 use std::future::Future;
 

@@ -54,6 +54,8 @@ impl ConnectionThreads {
     /// included: `count - 1` threads are started, each with a single-threaded runtime.
     pub fn start(count: usize) -> std::io::Result<ConnectionThreads> {
         let stop = CancellationToken::new();
+        // Made first: a thread that fails to start stops those started before it.
+        let stop_guard = stop.clone().drop_guard();
         let mut places = vec![Place {
             runtime: None,
             open: AtomicUsize::new(0),
@@ -89,7 +91,7 @@ impl ConnectionThreads {
             placer: Placer {
                 places: places.into(),
             },
-            _stop: stop.drop_guard(),
+            _stop: stop_guard,
         })
     }
 
