@@ -214,7 +214,7 @@ async fn measure(bench: &Bench) -> anyhow::Result<Row> {
         "without the filtered load: CPU {quiet_cpu:.0} %, witness tick p99 {:.2} ms later than its best",
         quiet.p99
     );
-    row.ratio = format!("+{added_p99:.2} ms delivery p99");
+    row.ratio = format!("{added_p99:+.2} ms delivery p99");
     row.target = "CPU ≤ 25 % of one core; ≤ 1 ms added to the delivery p99; every filtered event exactly what the filter lets through".to_owned();
     row.verdict = Verdict::from_bool(
         loaded_cpu <= 25.0
