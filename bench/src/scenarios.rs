@@ -72,7 +72,7 @@ impl Pair {
 }
 
 /// The median of `values` (the upper one of an even count; 0 for none).
-fn median(values: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
@@ -114,7 +114,7 @@ async fn reference_round(
     Ok((run.throughput(), cpu.per_request_us(run.requests * 6 / 5)))
 }
 
-fn body(value: serde_json::Value) -> Bytes {
+pub(crate) fn body(value: serde_json::Value) -> Bytes {
     Bytes::from(serde_json::to_vec(&value).expect("JSON"))
 }
 
