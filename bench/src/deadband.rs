@@ -37,6 +37,70 @@ struct Arrival {
     data: Json,
 }
 
+/// The witness stream, read on a thread and runtime of its own until `stop`: an event's
+/// arrival is timed when its bytes come, not when this process's runtime has got through the
+/// load's 500 streams, whose events come at the same ticks.
+struct Witness {
+    thread: std::thread::JoinHandle<anyhow::Result<Vec<Arrival>>>,
+}
+
+impl Witness {
+    /// Opens the stream with `subscriptions` on the witness's thread; their ids.
+    async fn start(
+        addr: std::net::SocketAddr,
+        subscriptions: Vec<Json>,
+        stop: CancellationToken,
+    ) -> anyhow::Result<(Vec<String>, Witness)> {
+        let (ready, subscribed) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("witness".to_owned())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async move {
+                    let mut stream = match EventStream::subscribed(addr, &subscriptions).await {
+                        Ok((stream, ids)) => {
+                            let _ = ready.send(Ok(ids));
+                            stream
+                        }
+                        Err(why) => {
+                            let _ = ready.send(Err(why));
+                            return Ok(Vec::new());
+                        }
+                    };
+                    let mut arrivals = Vec::new();
+                    loop {
+                        let (kind, data) = tokio::select! {
+                            _ = stop.cancelled() => return Ok(arrivals),
+                            next = stream.next_event() => next?,
+                        };
+                        let at = Instant::now();
+                        if kind == "values" {
+                            let data = serde_json::from_str(&data)?;
+                            arrivals.push(Arrival { at, data });
+                        }
+                    }
+                })
+            })?;
+        let witness = Witness { thread };
+        match subscribed.await {
+            Ok(Ok(ids)) => Ok((ids, witness)),
+            Ok(Err(why)) => Err(why),
+            Err(_) => Err(witness.arrivals().await.err().unwrap_or_else(|| {
+                anyhow::anyhow!("the witness thread ended before it subscribed")
+            })),
+        }
+    }
+
+    /// Every `values` event that arrived, once `stop` has ended the stream.
+    async fn arrivals(self) -> anyhow::Result<Vec<Arrival>> {
+        tokio::task::spawn_blocking(move || self.thread.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the witness thread panicked"))?
+    }
+}
+
 pub async fn deadband(bench: &Bench) -> Row {
     let scenario = format!(
         "Deadband subscriptions: {} filtered × {CHANNELS_EACH} channels @ {INTERVAL_MS} ms",
@@ -60,26 +124,14 @@ async fn measure(bench: &Bench) -> anyhow::Result<Row> {
     // The witness: W (unfiltered) and F (filtered) over every channel, on one stream, read
     // from before the first window to after the last.
     let unfiltered = json!({ "Channels": names, "IntervalMs": INTERVAL_MS });
-    let (mut witness, ids) =
-        EventStream::subscribed(addr, &[unfiltered.clone(), filtered(&names)]).await?;
+    let (ids, witness) = Witness::start(
+        addr,
+        vec![unfiltered.clone(), filtered(&names)],
+        stop.clone(),
+    )
+    .await
+    .context("the witness stream")?;
     let (w_id, f_id) = (ids[0].clone(), ids[1].clone());
-    let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
-    let reader = {
-        let (arrivals, stop) = (arrivals.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                let (kind, data) = tokio::select! {
-                    _ = stop.cancelled() => return Ok::<_, anyhow::Error>(()),
-                    next = witness.next_event() => next?,
-                };
-                if kind == "values" {
-                    let at = Instant::now();
-                    let data: Json = serde_json::from_str(&data)?;
-                    arrivals.lock().unwrap().push(Arrival { at, data });
-                }
-            }
-        })
-    };
     // The witness's subscriptions outlive the rounds (longer than their 60 s) by being renewed,
     // as a client that keeps them does.
     let renewing = {
@@ -127,10 +179,9 @@ async fn measure(bench: &Bench) -> anyhow::Result<Row> {
         pairs.push((quiet, quiet_cpu, loaded));
     }
     stop.cancel();
-    reader.await.context("the witness reader")??;
     renewing.await.context("the witness's renewals")??;
 
-    let arrivals = std::mem::take(&mut *arrivals.lock().unwrap());
+    let arrivals = witness.arrivals().await.context("the witness stream")?;
     let of_in = |id: &str, (from, until): (Instant, Instant)| -> Vec<Instant> {
         arrivals
             .iter()
