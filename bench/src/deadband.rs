@@ -24,7 +24,7 @@ const PER_STREAM: usize = 20;
 const CHANNELS_EACH: usize = 10;
 const INTERVAL_MS: u64 = 100;
 /// Interleaved rounds (without the load, then with it); the verdict takes their median.
-const PAIRS: usize = 3;
+const ROUNDS: usize = 3;
 /// How often the witness renews its subscriptions (they end 60 s after the last renewal).
 const RENEW_EVERY: Duration = Duration::from_secs(20);
 /// Above the monitors' noise (3.30 ± 0.02 V, VMON's small noise): what passes is a real move
@@ -157,12 +157,12 @@ async fn measure(bench: &Bench) -> anyhow::Result<Row> {
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    // Interleaved pairs: a window without the filtered load, then one with it (set up anew and
+    // Interleaved rounds: a window without the filtered load, then one with it (set up anew and
     // ended after it), as a single pair's p99 of about a hundred ticks moves by milliseconds
     // between runs on a shared machine.
     let rss_before = bench.gateway.rss_bytes().unwrap_or(0);
-    let mut pairs = Vec::with_capacity(PAIRS);
-    for _ in 0..PAIRS {
+    let mut pairs = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
         let quiet_from = Instant::now();
         let quiet_cpu = CpuSpan::start(&bench.gateway);
         tokio::time::sleep(window).await;
