@@ -710,3 +710,96 @@ fn the_example_config_parses_and_its_rules_compile() {
     let rules = station_gateway::rules::Rules::compile(EXAMPLE_RULES, 1).unwrap();
     assert_eq!(rules.interlock_channels(), [DOOR]);
 }
+
+/// Every door a value reaches a channel by is judged by the same `write` rules and interlocks
+/// (issue 49, 1): with the door open, an operator holding the lease is refused ON1 = True by
+/// `values/set`, by `transact` and by loading a configuration file that sets it (before, the
+/// load was judged by `load_config` alone and ON1 = True reached the station); the station's
+/// write log sees none of them. With the door closed the same file loads.
+#[tokio::test]
+async fn a_configuration_file_load_is_judged_by_the_write_rules_and_their_interlock() {
+    let path = rules_file("load-interlock", EXAMPLE_RULES);
+    let dir = std::env::temp_dir().join(format!("access-rules-interlock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let rig = rig(|c| {
+        with_rules(c, &path);
+        c.config_files.dir = dir.clone();
+    })
+    .await;
+    std::fs::write(
+        dir.join("hv-on.cfg"),
+        format!("format_version = 1\n[[channel]]\nname = \"{ON1}\"\nvalue = \"True\"\n"),
+    )
+    .unwrap();
+    let lease = operator_lease(&rig).await;
+    assert!(rig.sim.set_input(DOOR, Value::Bool(false)));
+    rig.sim.clear_write_log();
+
+    let (status, body) = set(&rig, OPERATOR, ON1, "True", Some(&lease)).await;
+    assert_eq!(status, 403, "values/set: {body}");
+    let (status, body) = keyed(
+        &rig,
+        OPERATOR,
+        "resources/transact",
+        json!({ "Name": ON1, "Value": "True" }),
+        Some(&lease),
+    )
+    .await;
+    assert_eq!(status, 403, "transact: {body}");
+    let load = json!({ "FileName": "hv-on.cfg" });
+    let (status, body) = keyed(
+        &rig,
+        OPERATOR,
+        "application/config/load",
+        load.clone(),
+        Some(&lease),
+    )
+    .await;
+    assert_eq!(status, 403, "config load with the door open: {body}");
+    let message = error_of(&body);
+    for named in [ON1, DOOR, "hv-on-only-with-the-door-closed", "reads False"] {
+        assert!(message.contains(named), "{named} in {message}");
+    }
+    assert_eq!(written_to(&rig, ON1), Vec::<String>::new());
+
+    assert!(rig.sim.set_input(DOOR, Value::Bool(true)));
+    let (status, body) = keyed(
+        &rig,
+        OPERATOR,
+        "application/config/load",
+        load,
+        Some(&lease),
+    )
+    .await;
+    assert_eq!(status, 200, "config load with the door closed: {body}");
+    assert_eq!(written_to(&rig, ON1), [format!("{ON1}=True")]);
+    set(&rig, OPERATOR, ON1, "False", Some(&lease)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An acquisition reads its target from the hardware: a key the rules let sample the
+/// NumericResult channel but not read the target's hardware is refused naming the target.
+#[tokio::test]
+async fn an_acquisition_is_judged_as_a_hardware_read_of_its_target() {
+    let rules = EXAMPLE_RULES.replace(
+        "allow = [\"read_hardware\", \"write\", \"transact\"]",
+        "allow = [\"read_hardware\", \"write\", \"transact\"]\n\n[[rule]]\nname = \"students-sample\"\nchannels = [\"everything\"]\nusers = [\"students\"]\nallow = [\"sample\"]",
+    );
+    let path = rules_file("sample-target", &rules);
+    let rig = rig(|c| with_rules(c, &path)).await;
+    let (status, body) = keyed(
+        &rig,
+        STUDENT,
+        "numeric-results/acquire",
+        json!({ "Channel": "0.1.ESH10000158.NumericResult", "Target": MON_3V3, "Samples": 10 }),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let message = error_of(&body);
+    assert!(
+        message.contains(MON_3V3) && message.contains("read_hardware"),
+        "{message}"
+    );
+}

@@ -39,45 +39,69 @@ pub(crate) fn facts<'a>(table: &'a ChannelTable, name: &'a str) -> ChannelFacts<
     }
 }
 
-/// Every channel a change touches, with its action and the value it writes. A configuration
-/// load (`loads_file`) asks `load_config` of each channel of the file; a reset is over the
-/// whole station.
-fn asks(what: &ChangeWhat, loads_file: bool) -> Vec<(&str, Action, Option<&Value>)> {
-    match what {
-        ChangeWhat::Write(items) => items
-            .iter()
-            .map(|(name, value)| (name.as_str(), Action::Write, Some(value)))
-            .collect(),
-        ChangeWhat::Transact { name, value } => vec![(name, Action::Transact, Some(value))],
-        ChangeWhat::Steps(steps) => steps
-            .iter()
-            .map(|step| match &step.action {
-                StepAction::Configure(configure) => (
-                    configure.name.as_str(),
-                    if loads_file {
-                        Action::LoadConfig
-                    } else {
-                        Action::Configure
-                    },
-                    None,
-                ),
-                StepAction::Write { name, value } => (
-                    name.as_str(),
-                    if loads_file {
-                        Action::LoadConfig
-                    } else {
-                        Action::Write
-                    },
-                    Some(value),
-                ),
-            })
-            .collect(),
-        ChangeWhat::Bus(request) => vec![(request.channel.as_str(), Action::Bus, None)],
-        ChangeWhat::Sample { request, .. } => {
-            vec![(request.channel.as_str(), Action::Sample, None)]
+/// One thing a change does to one channel, as the rules judge it: the action and, for a
+/// write, the value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ask<'a> {
+    pub channel: &'a str,
+    pub action: Action,
+    pub written: Option<&'a Value>,
+}
+
+impl<'a> Ask<'a> {
+    fn of(channel: &'a str, action: Action, written: Option<&'a Value>) -> Ask<'a> {
+        Ask {
+            channel,
+            action,
+            written,
         }
-        ChangeWhat::Reset { .. } => vec![("", Action::Reset, None)],
     }
+}
+
+/// Everything a change will do to the station's channels, judged by what goes on the wire,
+/// not by the door it came through: every value written to a channel is a `write` of that
+/// value (a `values/set`, a transact, a write step of `channels/configure` or of a
+/// configuration load, a legacy WRITE alike), so the write rules and their interlocks hold at
+/// every door; each door adds its own action (`transact`, `configure`, `load_config` for
+/// every step of a file, `bus`, `sample`). An acquisition reads its target from the hardware
+/// (`read_hardware`); a reset is over the whole station.
+fn asks(what: &ChangeWhat, loads_file: bool) -> Vec<Ask<'_>> {
+    let mut asks = Vec::new();
+    match what {
+        ChangeWhat::Write(items) => {
+            for (name, value) in items {
+                asks.push(Ask::of(name, Action::Write, Some(value)));
+            }
+        }
+        ChangeWhat::Transact { name, value } => {
+            asks.push(Ask::of(name, Action::Transact, Some(value)));
+            asks.push(Ask::of(name, Action::Write, Some(value)));
+        }
+        ChangeWhat::Steps(steps) => {
+            for step in steps {
+                let (name, sent) = match &step.action {
+                    StepAction::Configure(configure) => (
+                        configure.name.as_str(),
+                        Ask::of(&configure.name, Action::Configure, None),
+                    ),
+                    StepAction::Write { name, value } => {
+                        (name.as_str(), Ask::of(name, Action::Write, Some(value)))
+                    }
+                };
+                if loads_file {
+                    asks.push(Ask::of(name, Action::LoadConfig, sent.written));
+                }
+                asks.push(sent);
+            }
+        }
+        ChangeWhat::Bus(request) => asks.push(Ask::of(&request.channel, Action::Bus, None)),
+        ChangeWhat::Sample { request, .. } => {
+            asks.push(Ask::of(&request.channel, Action::Sample, None));
+            asks.push(Ask::of(&request.target, Action::ReadHardware, None));
+        }
+        ChangeWhat::Reset { .. } => asks.push(Ask::of("", Action::Reset, None)),
+    }
+    asks
 }
 
 /// Who a change comes from, as the rules see it.
@@ -106,15 +130,20 @@ pub(crate) fn decide_change(
 ) -> Result<Vec<Needed>, Refusal> {
     let principal = rules.principal(&who.subject());
     let mut needed = Vec::new();
-    for (name, action, written) in asks(what, loads_file) {
-        let decision = rules.decide(&principal, &facts(table, name), action, written);
+    for ask in asks(what, loads_file) {
+        let decision = rules.decide(
+            &principal,
+            &facts(table, ask.channel),
+            ask.action,
+            ask.written,
+        );
         if !decision.allowed {
-            return Err(Refusal::of(&decision, action, name));
+            return Err(Refusal::of(&decision, ask.action, ask.channel));
         }
         needed.extend(decision.interlocks.into_iter().map(|interlock| Needed {
             interlock,
-            action,
-            channel: name.to_owned(),
+            action: ask.action,
+            channel: ask.channel.to_owned(),
         }));
     }
     Ok(needed)
@@ -218,6 +247,7 @@ pub(crate) fn decide_read<'a>(
 mod tests {
     use std::sync::Arc;
 
+    use super::super::change::Step;
     use super::*;
 
     fn door_needed() -> Vec<Needed> {
@@ -230,6 +260,127 @@ mod tests {
             action: Action::Write,
             channel: "0.4.ESH10000662.ON1".into(),
         }]
+    }
+
+    fn asked(what: &ChangeWhat, loads_file: bool) -> Vec<(String, Action, Option<String>)> {
+        asks(what, loads_file)
+            .into_iter()
+            .map(|ask| {
+                (
+                    ask.channel.to_owned(),
+                    ask.action,
+                    ask.written.map(Value::render),
+                )
+            })
+            .collect()
+    }
+
+    fn ask(
+        channel: &str,
+        action: Action,
+        written: Option<&str>,
+    ) -> (String, Action, Option<String>) {
+        (channel.to_owned(), action, written.map(str::to_owned))
+    }
+
+    const ON1: &str = "0.4.ESH10000662.ON1";
+
+    #[test]
+    fn every_value_a_change_sends_is_asked_as_a_write_of_that_value_whatever_the_door() {
+        let on = Value::Bool(true);
+        let write = ChangeWhat::Write(vec![
+            (ON1.into(), on.clone()),
+            ("LED".into(), Value::Integer(3)),
+        ]);
+        assert_eq!(
+            asked(&write, false),
+            [
+                ask(ON1, Action::Write, Some("True")),
+                ask("LED", Action::Write, Some("3"))
+            ]
+        );
+        let transact = ChangeWhat::Transact {
+            name: ON1.into(),
+            value: on.clone(),
+        };
+        assert_eq!(
+            asked(&transact, false),
+            [
+                ask(ON1, Action::Transact, Some("True")),
+                ask(ON1, Action::Write, Some("True"))
+            ]
+        );
+        let steps = ChangeWhat::Steps(vec![
+            Step {
+                label: "configure VSET1".into(),
+                action: StepAction::Configure(station_protocol::Configure {
+                    name: "VSET1".into(),
+                    settings: Vec::new(),
+                }),
+            },
+            Step {
+                label: "write ON1".into(),
+                action: StepAction::Write {
+                    name: ON1.into(),
+                    value: on,
+                },
+            },
+        ]);
+        // `channels/configure`: each step as what it sends.
+        assert_eq!(
+            asked(&steps, false),
+            [
+                ask("VSET1", Action::Configure, None),
+                ask(ON1, Action::Write, Some("True"))
+            ]
+        );
+        // A configuration file's load: the same, each step also asking `load_config`.
+        assert_eq!(
+            asked(&steps, true),
+            [
+                ask("VSET1", Action::LoadConfig, None),
+                ask("VSET1", Action::Configure, None),
+                ask(ON1, Action::LoadConfig, Some("True")),
+                ask(ON1, Action::Write, Some("True"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bus_transaction_an_acquisition_and_a_reset_ask_their_own_actions() {
+        let bus = ChangeWhat::Bus(station_protocol::BusRequest {
+            channel: "0.ESH10000023.I2C09".into(),
+            action: station_protocol::BusAction::Receive,
+            address: 0x50,
+            retries: 0,
+            receive: 1,
+            data: bytes::Bytes::new(),
+            line: None,
+        });
+        assert_eq!(
+            asked(&bus, false),
+            [ask("0.ESH10000023.I2C09", Action::Bus, None)]
+        );
+        let sample = ChangeWhat::Sample {
+            request: station_protocol::sample::SampleRequest {
+                channel: "NR".into(),
+                target: "VMON1".into(),
+                count: 10,
+                frame_samples: 0,
+            },
+            expected: Duration::from_millis(1),
+        };
+        assert_eq!(
+            asked(&sample, false),
+            [
+                ask("NR", Action::Sample, None),
+                ask("VMON1", Action::ReadHardware, None)
+            ]
+        );
+        let reset = ChangeWhat::Reset {
+            requester: "me".into(),
+        };
+        assert_eq!(asked(&reset, false), [ask("", Action::Reset, None)]);
     }
 
     #[test]
