@@ -185,29 +185,12 @@ fn action(body: &JsonBody, kind: BusKind) -> Result<BusAction, ApiError> {
     let Some(value) = body.get("Action") else {
         return Ok(BusAction::Send);
     };
-    let given = match value {
-        Json::String(text) => text.clone(),
-        // The numbers of the clients' BusActions enum.
-        Json::Number(n) => match n.as_u64() {
-            Some(1) => "Send".into(),
-            Some(2) => "Receive".into(),
-            Some(3) => "SendReceive".into(),
-            Some(4) => "Scan".into(),
-            Some(6) => "ClearBuffers".into(),
-            _ => n.to_string(),
-        },
-        _ => {
-            return Err(ApiError::bad_request(format!(
-                "Action must be a string: one of {}",
-                names()
-            )));
-        }
-    };
+    let given = client_enum("Action", value, BUS_ACTIONS, &names())?;
     BusAction::parse(&given)
         .filter(|action| allowed.contains(action))
         .ok_or_else(|| {
             ApiError::bad_request(format!(
-                "Action: {given:?} is not an {} action; use one of {}",
+                "Action: {given:?} is not among the {} actions; use one of {}",
                 kind.label(),
                 names()
             ))
@@ -287,20 +270,77 @@ fn address(value: &Json) -> Result<u8, ApiError> {
     Ok(address)
 }
 
-/// A line-setting enum field: its name in any case, `default` when absent.
+/// The clients' enums by number (`WebApiClient/Models/Enums.cs`, whose numbers JSON carries
+/// when a caller sends the enum's value; the Python client's `enums.py` lists the same names in
+/// the same order), each from 0; `Undefined` is -1 in every one of them.
+const BUS_ACTIONS: &[&str] = &[
+    "Send",
+    "Receive",
+    "SendReceive",
+    "Scan",
+    "Break",
+    "ClearBuffers",
+    "Reconfigure",
+];
+const UART_BUS_TYPES: &[&str] = &["RS232", "RS422", "RS485"];
+const FLOW_CONTROLS: &[&str] = &[
+    "None",
+    "XON_XOFF",
+    "RTS_CTS",
+    "RTS_CTS_AND_XON_XOFF",
+    "DTR_DSR",
+    "DTR_DSR_AND_XON_XOFF",
+];
+const PARITIES: &[&str] = &["Even", "Mark", "None", "Odd", "Space"];
+
+/// An enum field's name: given as text, or as the clients' number for it (`numbers`). `served`
+/// lists what the gateway takes, for the error.
+fn client_enum(
+    field: &str,
+    value: &Json,
+    numbers: &[&str],
+    served: &str,
+) -> Result<String, ApiError> {
+    match value {
+        Json::String(text) => Ok(text.clone()),
+        Json::Number(n) => match n.as_i64() {
+            Some(-1) => Ok("Undefined".to_owned()),
+            Some(i) => usize::try_from(i)
+                .ok()
+                .and_then(|i| numbers.get(i))
+                .map(|name| (*name).to_owned())
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "{field}: {n} is not a number of the clients' enum (-1 to {}); use one of {served}",
+                        numbers.len() - 1
+                    ))
+                }),
+            None => Err(ApiError::bad_request(format!(
+                "{field}: {n} is not a whole number; use one of {served}"
+            ))),
+        },
+        _ => Err(ApiError::bad_request(format!(
+            "{field} must be a name or the clients' number for it: one of {served}"
+        ))),
+    }
+}
+
+/// A line-setting enum field: its name in any case or the clients' number for it, `default`
+/// when absent.
 fn setting<T: Copy>(
     body: &JsonBody,
     name: &str,
     default: T,
     parse: fn(&str) -> Option<T>,
-    all: &[&str],
+    (numbers, all): (&[&str], &[&str]),
 ) -> Result<T, ApiError> {
-    match body.get(name) {
-        None => Ok(default),
-        Some(value) => value.as_str().and_then(parse).ok_or_else(|| {
-            ApiError::bad_request(format!("{name}: {value} is not one of {}", all.join(", ")))
-        }),
-    }
+    let Some(value) = body.get(name) else {
+        return Ok(default);
+    };
+    let served = all.join(", ");
+    let given = client_enum(name, value, numbers, &served)?;
+    parse(&given)
+        .ok_or_else(|| ApiError::bad_request(format!("{name}: {given:?} is not one of {served}")))
 }
 
 fn uart_line(call: &Call<'_>) -> Result<UartLine, ApiError> {
@@ -315,7 +355,7 @@ fn uart_line(call: &Call<'_>) -> Result<UartLine, ApiError> {
         "BusType",
         UartBusType::Rs232,
         UartBusType::parse,
-        &bus_names,
+        (UART_BUS_TYPES, &bus_names),
     )?;
     let flow_names: Vec<&str> = FlowControl::ALL.iter().map(|f| f.name()).collect();
     let flow_control = setting(
@@ -323,10 +363,16 @@ fn uart_line(call: &Call<'_>) -> Result<UartLine, ApiError> {
         "FlowControl",
         FlowControl::None,
         FlowControl::parse,
-        &flow_names,
+        (FLOW_CONTROLS, &flow_names),
     )?;
     let parity_names: Vec<&str> = Parity::ALL.iter().map(|p| p.name()).collect();
-    let parity = setting(body, "Parity", Parity::None, Parity::parse, &parity_names)?;
+    let parity = setting(
+        body,
+        "Parity",
+        Parity::None,
+        Parity::parse,
+        (PARITIES, &parity_names),
+    )?;
     let use_termination = match body.get("UseTerminationByte") {
         None => false,
         Some(value) => value.as_bool().ok_or_else(|| {
@@ -398,6 +444,116 @@ mod tests {
         );
         assert!(hex_field(&json!(12), "DataToSend").is_err());
         assert_eq!(hex_upper(&[0xAB, 0x01, 0xFF]), "AB01FF");
+    }
+
+    fn body(json: Json) -> JsonBody {
+        JsonBody::parse(json.to_string().as_bytes()).unwrap()
+    }
+
+    /// Every number of the clients' `BusActions` (-1 Undefined, 0 Send, 1 Receive,
+    /// 2 SendReceive, 3 Scan, 4 Break, 5 ClearBuffers, 6 Reconfigure): a number read as its
+    /// neighbour would turn a read into a write.
+    #[test]
+    fn each_number_of_the_clients_bus_actions_is_the_action_of_that_name() {
+        let on = |kind: BusKind, n: i64| action(&body(json!({ "Action": n })), kind);
+        assert_eq!(on(BusKind::I2c, 0).unwrap(), BusAction::Send);
+        assert_eq!(on(BusKind::I2c, 1).unwrap(), BusAction::Receive);
+        assert_eq!(on(BusKind::I2c, 2).unwrap(), BusAction::SendReceive);
+        assert_eq!(on(BusKind::I2c, 3).unwrap(), BusAction::Scan);
+        assert_eq!(on(BusKind::Uart, 5).unwrap(), BusAction::ClearBuffers);
+        assert_eq!(on(BusKind::Spi, 1).unwrap(), BusAction::Receive);
+        for (n, named) in [(-1, "Undefined"), (4, "Break"), (6, "Reconfigure")] {
+            let refused = on(BusKind::Uart, n).unwrap_err();
+            assert!(
+                refused
+                    .message
+                    .contains(&format!("{named:?} is not among the UART actions")),
+                "{n}: {}",
+                refused.message
+            );
+        }
+        let scan_on_spi = on(BusKind::Spi, 3).unwrap_err();
+        assert!(
+            scan_on_spi.message.contains("\"Scan\""),
+            "{}",
+            scan_on_spi.message
+        );
+        let beyond = on(BusKind::I2c, 7).unwrap_err();
+        assert!(
+            beyond
+                .message
+                .contains("7 is not a number of the clients' enum (-1 to 6)"),
+            "{}",
+            beyond.message
+        );
+        assert_eq!(
+            action(&body(json!({ "Action": "sendreceive" })), BusKind::I2c).unwrap(),
+            BusAction::SendReceive
+        );
+        assert_eq!(
+            action(&body(json!({})), BusKind::I2c).unwrap(),
+            BusAction::Send
+        );
+    }
+
+    /// The UART line's enums by the clients' numbers: `UartBusTypes` RS232 0, RS422 1,
+    /// RS485 2; `FlowControlTypes` None 0 to DTR_DSR_AND_XON_XOFF 5; `ParityTypes` Even 0,
+    /// Mark 1, None 2, Odd 3, Space 4.
+    #[test]
+    fn each_number_of_the_clients_uart_enums_is_the_setting_of_that_name() {
+        let bus = |n: i64| {
+            let names: Vec<&str> = UartBusType::ALL.iter().map(|b| b.name()).collect();
+            setting(
+                &body(json!({ "BusType": n })),
+                "BusType",
+                UartBusType::Rs232,
+                UartBusType::parse,
+                (UART_BUS_TYPES, &names),
+            )
+        };
+        assert_eq!(bus(0).unwrap(), UartBusType::Rs232);
+        assert_eq!(bus(1).unwrap(), UartBusType::Rs422);
+        assert_eq!(bus(2).unwrap(), UartBusType::Rs485);
+        assert!(bus(3).is_err() && bus(-1).is_err());
+        let flow = |n: i64| {
+            let names: Vec<&str> = FlowControl::ALL.iter().map(|f| f.name()).collect();
+            setting(
+                &body(json!({ "FlowControl": n })),
+                "FlowControl",
+                FlowControl::None,
+                FlowControl::parse,
+                (FLOW_CONTROLS, &names),
+            )
+        };
+        assert_eq!(flow(0).unwrap(), FlowControl::None);
+        assert_eq!(flow(1).unwrap(), FlowControl::XonXoff);
+        assert_eq!(flow(2).unwrap(), FlowControl::RtsCts);
+        assert_eq!(flow(3).unwrap(), FlowControl::RtsCtsAndXonXoff);
+        assert_eq!(flow(4).unwrap(), FlowControl::DtrDsr);
+        assert_eq!(flow(5).unwrap(), FlowControl::DtrDsrAndXonXoff);
+        assert!(flow(6).is_err());
+        let parity = |n: Json| {
+            let names: Vec<&str> = Parity::ALL.iter().map(|p| p.name()).collect();
+            setting(
+                &body(json!({ "Parity": n })),
+                "Parity",
+                Parity::None,
+                Parity::parse,
+                (PARITIES, &names),
+            )
+        };
+        assert_eq!(parity(json!(0)).unwrap(), Parity::Even);
+        assert_eq!(parity(json!(1)).unwrap(), Parity::Mark);
+        assert_eq!(parity(json!(2)).unwrap(), Parity::None);
+        assert_eq!(parity(json!(3)).unwrap(), Parity::Odd);
+        assert_eq!(parity(json!(4)).unwrap(), Parity::Space);
+        assert_eq!(parity(json!("odd")).unwrap(), Parity::Odd);
+        let bad = parity(json!(1.5)).unwrap_err();
+        assert!(
+            bad.message.contains("Parity: 1.5 is not a whole number"),
+            "{}",
+            bad.message
+        );
     }
 
     #[test]
