@@ -99,14 +99,18 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotOffered => StatusCode::NOT_IMPLEMENTED,
         ErrorKind::AreaNotOffered => StatusCode::NOT_FOUND,
         ErrorKind::StationRefused(code) => match code {
-            // Nothing acknowledged the address: no such device there.
-            ErrorCode::UnknownChannel | ErrorCode::Nak => StatusCode::NOT_FOUND,
+            ErrorCode::UnknownChannel => StatusCode::NOT_FOUND,
+            // Nothing on the bus acknowledged the address: the hardware's error, which the
+            // clients document as the vendor's 500 ("the hardware manager encountered an
+            // error"), not a 404 that says the channel does not exist. Not 502: that says a
+            // change may or may not have been applied, and a NAKed transaction was not.
+            ErrorCode::Nak => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
             ErrorCode::ReadOnly
             | ErrorCode::BadValue
             | ErrorCode::Unsupported
             | ErrorCode::BadSettings => StatusCode::BAD_REQUEST,
             ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
-            ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
             ErrorCode::BusTimeout => StatusCode::GATEWAY_TIMEOUT,
         },
         ErrorKind::StationFailed | ErrorKind::OutcomeUnknown => StatusCode::BAD_GATEWAY,
@@ -217,7 +221,7 @@ impl ApiError {
     }
 
     pub fn no_such_resource(name: &str) -> ApiError {
-        ApiError::not_found(format!("no such resource: {name}"))
+        ApiError::not_found(format!("no such resource: {name:?}"))
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
@@ -560,7 +564,7 @@ mod tests {
             (StationRefused(C::Unsupported), 400, C::Unsupported, Refused),
             (StationRefused(C::Internal), 502, C::Internal, Unknown),
             (StationRefused(C::Malformed), 502, C::Malformed, Unknown),
-            (StationRefused(C::Nak), 404, C::Nak, Refused),
+            (StationRefused(C::Nak), 500, C::Nak, Refused),
             (StationRefused(C::BusTimeout), 504, C::BusTimeout, Unknown),
             (StationRefused(C::BadSettings), 400, C::BadSettings, Refused),
             (StationFailed, 502, C::Internal, Unknown),

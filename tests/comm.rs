@@ -194,7 +194,7 @@ async fn transactions_are_counted_per_bus_and_action() {
     let scan = json!({ "DeviceName": I2C, "Address": "00", "Action": "Scan" });
     assert_eq!(rig.post("comm/i2c", scan).await.0, 200);
     let nak = json!({ "DeviceName": I2C, "Address": "33", "Action": "Receive", "NumberOfBytesToReceive": 1 });
-    assert_eq!(rig.post("comm/i2c", nak).await.0, 404);
+    assert_eq!(rig.post("comm/i2c", nak).await.0, 500);
     let (_, text) = rig.get_text("/metrics").await;
     for line in [
         "station_gateway_comm_transactions_total{bus=\"I2C\",action=\"Scan\",result=\"ok\"} 1",

@@ -781,3 +781,47 @@ async fn every_response_binds_to_the_dotnet_models() -> Result<()> {
     }
     Ok(())
 }
+
+/// A body that starts with a UTF-8 byte-order mark (as Windows tools write JSON) is read as the
+/// JSON after it (issue 51, 9): before, it was 400 "not JSON".
+#[tokio::test]
+async fn a_body_with_a_utf8_byte_order_mark_is_read() {
+    let rig = rig(|_| {}).await;
+    let mut body = b"\xEF\xBB\xBF".to_vec();
+    body.extend_from_slice(json!({ "Name": MON_3V3 }).to_string().as_bytes());
+    let response = rig
+        .http
+        .post(rig.url("resources/value/get"))
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let answer: Json = response.json().await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer["value"].as_str().unwrap().starts_with("3."),
+        "{answer}"
+    );
+}
+
+/// A name no channel has is quoted in the 404, so an empty name or a trailing space shows
+/// (issue 51, 9): before, `no such resource: ` named nothing visible.
+#[tokio::test]
+async fn an_unknown_name_is_quoted_so_an_empty_one_or_a_trailing_space_shows() {
+    let rig = rig(|_| {}).await;
+    for (asked, said) in [
+        ("", "no such resource: \"\""),
+        (
+            "0.1.ESH10000158.MON_3V3 ",
+            "no such resource: \"0.1.ESH10000158.MON_3V3 \"",
+        ),
+    ] {
+        let (status, answer) = rig
+            .post("resources/value/get", json!({ "Name": asked }))
+            .await;
+        assert_eq!(status, 404, "{asked:?}: {answer}");
+        assert_eq!(answer["error"], said, "{asked:?}");
+    }
+}

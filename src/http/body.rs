@@ -265,6 +265,9 @@ enum Node {
     },
 }
 
+/// The UTF-8 byte-order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 impl JsonBody {
     /// Parses `bytes` as a JSON object; an empty body is an empty object.
     pub fn parse(bytes: &[u8]) -> Result<JsonBody, ApiError> {
@@ -272,7 +275,11 @@ impl JsonBody {
     }
 
     /// [`JsonBody::parse`] of a body already in [`bytes::Bytes`], kept without a copy.
-    pub fn from_bytes(text: bytes::Bytes) -> Result<JsonBody, ApiError> {
+    pub fn from_bytes(mut text: bytes::Bytes) -> Result<JsonBody, ApiError> {
+        // A UTF-8 byte-order mark, as some Windows tools write it before the JSON, is not text.
+        if text.starts_with(UTF8_BOM) {
+            text = text.slice(UTF8_BOM.len()..);
+        }
         if text.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonBody::empty());
         }

@@ -75,9 +75,9 @@ def test_the_temperature_sensor_reads_the_stations_cpu_temperature(client: Accor
     assert abs(celsius - cpu) <= 1.0, f"sensor {celsius} °C, CPU_TEMP {cpu} °C"
 
 
-def test_an_absent_address_naks_as_404_naming_it(client: AccordionQ2Client) -> None:
+def test_an_absent_address_naks_as_500_naming_it(client: AccordionQ2Client) -> None:
     message = refused(lambda: client.comm.i2c(I2C, address=0x51, action=BusActions.RECEIVE,
-                                              number_of_bytes_to_receive=1, max_retries=2), 404)
+                                              number_of_bytes_to_receive=1, max_retries=2), 500)
     assert "0x51" in message and "3 attempts" in message, message
 
 

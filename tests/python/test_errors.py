@@ -30,7 +30,7 @@ def test_unknown_resource_is_404_naming_it(client: AccordionQ2Client) -> None:
         api_error(r.set_values, {"No.Such.Channel": "1"}),
     ):
         assert error.status_code == 404, repr(error)
-        assert str(error) == "no such resource: No.Such.Channel", repr(error)
+        assert str(error) == "no such resource: \"No.Such.Channel\"", repr(error)
 
 
 def test_bad_value_is_400_naming_the_channel(client: AccordionQ2Client) -> None:
