@@ -1012,3 +1012,43 @@ async fn a_request_in_flight_at_shutdown_gets_a_whole_answer() {
         "served after stop"
     );
 }
+
+/// A batch write is checked whole before anything is sent (issue 51, 7): one value outside its
+/// channel's limits (VSET2 3 000 V at most) is 400 naming it and its limits, and the station's
+/// write log shows the other entry was not applied either. Before, the LED was written and the
+/// answer was 400 all the same.
+#[tokio::test]
+async fn a_batch_write_with_one_value_out_of_range_sends_nothing() {
+    let rig = rig(|_| {}).await;
+    let led = "0.11.ESH10000355.A1";
+    let vset2 = "0.4.ESH10000662.VSET2";
+    rig.sim.clear_write_log();
+    let (status, body) = rig
+        .post(
+            "resources/values/set",
+            json!({ "Resources": { led: "Red", vset2: "999999", "0.4.ESH10000662.VSET3": "-1" } }),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"].as_str().unwrap_or_default();
+    for named in [
+        vset2,
+        "999999",
+        "0.4.ESH10000662.VSET3",
+        "-1",
+        "0 to 3000 V",
+        "nothing was sent",
+    ] {
+        assert!(message.contains(named), "{named} in {message}");
+    }
+    assert!(rig.sim.write_log().is_empty(), "{:?}", rig.sim.write_log());
+    // Within its limits the same batch is written whole.
+    let (status, body) = rig
+        .post(
+            "resources/values/set",
+            json!({ "Resources": { led: "Red", vset2: "3000" } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(rig.sim.write_log().len(), 2, "{:?}", rig.sim.write_log());
+}

@@ -61,11 +61,14 @@ async fn a_consuming_channel_or_a_refused_item_is_never_read_back() {
     // MON_3V3 is read only: the write refuses it before anything is sent.
     let (status, _) = rig.write(MON_3V3, "1").await;
     assert_eq!(status, 400);
-    // A refused item of a list (out of range) is not read back; the applied one is.
+    // A refused item of a list is not read back; the applied one is. (A value out of range
+    // is refused by the gateway before anything is sent; the station refuses RAMP3 here
+    // because it no longer has it, which the gateway cannot know beforehand.)
+    assert!(rig.sim.remove_channel(RAMP3));
     let (status, body) = rig
         .post(
             "resources/values/set",
-            json!({ "Resources": { VSET3: "5", RAMP3: "-1000000" } }),
+            json!({ "Resources": { VSET3: "5", RAMP3: "30" } }),
         )
         .await;
     assert_ne!(status, 200, "{body}");

@@ -89,6 +89,42 @@ fn check_names(channels: &ChannelTable, names: &[String]) -> Result<(), ApiError
     }
 }
 
+/// A station value from request text, by the channel's type, within the limits the station
+/// gave for the channel (its configuration, read at connect): checked here so that a batch
+/// with one value out of range sends nothing, where the station would apply the rest.
+fn checked_value(
+    channels: &ChannelTable,
+    channel: &ChannelDescriptor,
+    text: &str,
+) -> Result<Value, ApiError> {
+    let value = parse_value(channel, text)?;
+    let limits = channels
+        .config(&channel.name)
+        .and_then(|config| config.limits);
+    let number = match &value {
+        Value::Float(x) => Some(*x),
+        Value::Integer(i) => Some(*i as f64),
+        _ => None,
+    };
+    if let (Some((min, max)), Some(x)) = (limits, number)
+        && !(min..=max).contains(&x)
+    {
+        let unit = if channel.unit.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", channel.unit)
+        };
+        return Err(ApiError::bad_request(format!(
+            "{}: {} is outside {} to {}{unit}",
+            channel.name,
+            value.render(),
+            Value::Float(min).render(),
+            Value::Float(max).render()
+        )));
+    }
+    Ok(value)
+}
+
 /// A station value from request text, by the channel's type.
 fn parse_value(channel: &ChannelDescriptor, text: &str) -> Result<Value, ApiError> {
     if !channel.writable {
@@ -319,7 +355,7 @@ fn named_value(gateway: &Gateway, body: &JsonBody) -> Result<(String, Value), Ap
     let channel = channels
         .get(&name)
         .ok_or_else(|| ApiError::no_such_resource(&name))?;
-    let value = parse_value(channel, &text)?;
+    let value = checked_value(&channels, channel, &text)?;
     Ok((name, value))
 }
 
@@ -327,13 +363,25 @@ async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
     let (gateway, body) = (call.gateway, &call.body);
     let resources = body.object("Resources")?;
     let channels = known_channels(gateway)?;
+    // Every entry checked before anything is sent: each value the gateway can tell is wrong
+    // is named, and then nothing is written.
     let mut items = Vec::with_capacity(resources.len());
+    let mut refused = Vec::new();
     for (name, raw) in resources {
         let channel = channels
             .get(name)
             .ok_or_else(|| ApiError::no_such_resource(name))?;
         let text = value_text(raw, &format!("Resources.{name}"))?;
-        items.push((name.clone(), parse_value(channel, &text)?));
+        match checked_value(&channels, channel, &text) {
+            Ok(value) => items.push((name.clone(), value)),
+            Err(error) => refused.push(error.message),
+        }
+    }
+    if !refused.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "{}; nothing was sent",
+            refused.join("; ")
+        )));
     }
     if items.is_empty() {
         return Ok(json!({}));
