@@ -207,14 +207,42 @@ pub fn settings_for(
                 }
             ));
         };
-        let value = detail_value(now.value_type(), given)
+        let mut value = detail_value(now.value_type(), given)
             .ok_or_else(|| format!("Details.{key}: must be a {}", now.value_type().name()))?;
+        if let Some((_, names)) = DETAIL_ENUMS
+            .iter()
+            .find(|(detail, _)| detail.eq_ignore_ascii_case(key))
+        {
+            let given_name = value.render();
+            let Some(name) = names.iter().find(|n| n.eq_ignore_ascii_case(&given_name)) else {
+                return Err(format!(
+                    "Details.{key}: {given_name:?} is not one of {}",
+                    names.join(", ")
+                ));
+            };
+            value = match value {
+                Value::Enum(_) => Value::Enum((*name).to_owned()),
+                _ => Value::String((*name).to_owned()),
+            };
+        }
         if &value != now {
             settings.push((format!("{DETAIL_PREFIX}{key}"), value));
         }
     }
     Ok(settings)
 }
+
+/// The details whose values are names from a fixed list, as the clients' `ChannelDetailsDto`
+/// documents them: a value outside the list is refused (as the vendor's station does) and one
+/// in it is kept in the list's spelling.
+const DETAIL_ENUMS: &[(&str, &[&str])] = &[
+    ("InputConfiguration", &["RSE", "NRSE", "Differential"]),
+    ("PushType", &["OpenDrain", "PushPull"]),
+    ("PullType", &["None", "Down", "Up"]),
+    ("ExpressionType", &["CUSTOM", "AND", "OR", "TOGGLE"]),
+    ("HostRights", &["RO", "RW", "WO"]),
+    ("BusType", &["RS232", "RS422", "RS485"]),
+];
 
 /// A given detail as a value of the detail's type, when it can be one.
 fn detail_value(wanted: ValueType, given: &GivenDetail) -> Option<Value> {
@@ -307,6 +335,33 @@ mod tests {
                 ("detail.PullType".into(), Value::String("Up".into())),
             ]
         );
+    }
+
+    /// A detail whose values the clients list (`PullType`: None, Down or Up) takes only those,
+    /// in any case, kept in the list's spelling (issue 51, 5: `Sideways` was stored).
+    #[test]
+    fn an_enum_detail_takes_only_the_names_the_clients_list() {
+        let (descriptor, config) = channel();
+        let pull = |given: &str| {
+            settings_for(
+                &descriptor,
+                &config,
+                &Wanted {
+                    details: vec![("PullType".into(), GivenDetail::Text(given.into()))],
+                    ..Wanted::default()
+                },
+            )
+        };
+        let refused = pull("Sideways").unwrap_err();
+        assert_eq!(
+            refused,
+            "Details.PullType: \"Sideways\" is not one of None, Down, Up"
+        );
+        assert_eq!(
+            pull("down").unwrap(),
+            vec![("detail.PullType".into(), Value::String("Down".into()))]
+        );
+        assert_eq!(pull("NONE").unwrap(), vec![]);
     }
 
     #[test]

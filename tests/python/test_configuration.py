@@ -106,6 +106,10 @@ def test_what_a_channel_cannot_do_is_refused_naming_the_field(client) -> None:
     message = refused(lambda: client.channels.configure(ChannelConfigRequest(
         net_name="0.4.ESH10000662.VSET1", details={"gain": "lots"})), 400)
     assert "Details.Gain" in message, message
+    # A detail the clients list the names of takes only those (the vendor answers 400 too).
+    message = refused(lambda: client.channels.configure(ChannelConfigRequest(
+        net_name="0.4.ESH10000662.ON4", details={"pullType": "Sideways"})), 400)
+    assert "Details.PullType" in message and "None, Down, Up" in message, message
     refused(lambda: client.channels.configure(ChannelConfigRequest(net_name="NO_SUCH_NET", unit="V")), 404)
     refused(lambda: client.channels.configure(ChannelConfigRequest(unit="V")), 400)
 
