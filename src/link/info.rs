@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 
 use station_protocol::{
-    ChangeType, ChannelConfig, ChannelDescriptor, ConfigureReply, HelloReply, ModuleInfo, Notify,
+    ChangeType, ChannelConfig, ChannelDescriptor, ConfigureReply, Direction, HelloReply,
+    ModuleInfo, Notify,
 };
 
 /// The [`StationInfo`] the link publishes, kept twice: in a `watch` for whoever waits for a
@@ -87,6 +88,25 @@ pub struct ChannelTable {
     by_alias: HashMap<String, usize>,
     /// By station name.
     configs: HashMap<String, ChannelConfig>,
+    /// Each channel's position among the channels of its device (the name up to its last
+    /// dot), by position: the clients' `index`.
+    device_index: Vec<usize>,
+    /// The direction each channel had when the gateway first listed it since the station
+    /// started, by station name: the clients' `defaultDirection` (the byte protocol does not
+    /// carry the factory default; a channel configured before the gateway first saw it shows
+    /// that direction as its default).
+    first_directions: HashMap<String, Direction>,
+}
+
+/// Where a channel sits, as the clients' channel model gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelPlace {
+    /// Its position in the station's list (`channelIndex`).
+    pub position: usize,
+    /// Its position among its device's channels (`index`).
+    pub device_index: usize,
+    /// Its direction when the gateway first listed it (`defaultDirection`).
+    pub default_direction: Direction,
 }
 
 impl ChannelTable {
@@ -106,12 +126,53 @@ impl ChannelTable {
                 by_alias.entry(ch.alias.clone()).or_insert(i);
             }
         }
+        let mut per_device: HashMap<&str, usize> = HashMap::new();
+        let device_index = channels
+            .iter()
+            .map(|ch| {
+                let device = ch.name.rsplit_once('.').map_or("", |(device, _)| device);
+                let next = per_device.entry(device).or_insert(0);
+                *next += 1;
+                *next - 1
+            })
+            .collect();
+        let first_directions = channels
+            .iter()
+            .map(|ch| (ch.name.clone(), ch.direction))
+            .collect();
         ChannelTable {
             channels,
             by_name,
             by_alias,
             configs: HashMap::new(),
+            device_index,
+            first_directions,
         }
+    }
+
+    /// Where the channel at `position` sits (`None` past the end).
+    pub fn place(&self, position: usize) -> Option<ChannelPlace> {
+        let channel = self.channels.get(position)?;
+        Some(ChannelPlace {
+            position,
+            device_index: self.device_index[position],
+            default_direction: self
+                .first_directions
+                .get(&channel.name)
+                .copied()
+                .unwrap_or(channel.direction),
+        })
+    }
+
+    /// This table with the first directions `earlier` saw kept for the channels it knew (a
+    /// new list or connection of a station that did not restart).
+    pub(super) fn with_first_directions_of(mut self, earlier: &ChannelTable) -> ChannelTable {
+        for (name, direction) in &earlier.first_directions {
+            if let Some(first) = self.first_directions.get_mut(name) {
+                *first = *direction;
+            }
+        }
+        self
     }
 
     /// A channel's configuration (by any name [`get`](Self::get) resolves), once a CONFIGURE
@@ -140,7 +201,7 @@ impl ChannelTable {
                 channels[position] = reply.channel.clone();
             }
         }
-        let mut table = ChannelTable::new(channels);
+        let mut table = ChannelTable::new(channels).with_first_directions_of(self);
         table.configs = self.configs.clone();
         for reply in replies {
             table
@@ -153,7 +214,7 @@ impl ChannelTable {
     /// A new list (LIST after a configuration NOTIFY) keeping the configurations known of
     /// channels still in it.
     pub(super) fn relisted(&self, channels: Vec<ChannelDescriptor>) -> ChannelTable {
-        let mut table = ChannelTable::new(channels);
+        let mut table = ChannelTable::new(channels).with_first_directions_of(self);
         table.configs = self
             .configs
             .iter()
@@ -259,7 +320,7 @@ impl LinkStats {
 
 #[cfg(test)]
 mod tests {
-    use station_protocol::{Direction, ValueType};
+    use station_protocol::ValueType;
 
     use super::*;
 
@@ -279,6 +340,49 @@ mod tests {
             value_type: ValueType::Float,
             options: Vec::new(),
         }
+    }
+
+    /// `index` counts within the device (the name up to its last dot); the first direction a
+    /// channel was listed with stays its default through a new list and a reconfiguration.
+    #[test]
+    fn a_channel_s_place_counts_within_its_device_and_keeps_its_first_direction() {
+        let table = ChannelTable::new(vec![
+            channel("0.1.A.X", "", ""),
+            channel("0.4.B.Y", "", ""),
+            channel("0.1.A.Z", "", ""),
+            channel("0.4.B.W", "", ""),
+        ]);
+        let index = |table: &ChannelTable, i| table.place(i).unwrap().device_index;
+        assert_eq!(
+            (0..4).map(|i| index(&table, i)).collect::<Vec<_>>(),
+            [0, 0, 1, 1]
+        );
+        assert_eq!(table.place(2).unwrap().position, 2);
+        assert!(table.place(4).is_none());
+        let mut turned = channel("0.4.B.Y", "", "");
+        turned.direction = Direction::Out;
+        let reconfigured = table.configured_all(&[ConfigureReply {
+            channel: turned.clone(),
+            config: ChannelConfig {
+                enabled: true,
+                capability: Direction::InOut,
+                type_capability: 1,
+                device: "0.4.B".into(),
+                limits: None,
+                details: Vec::new(),
+            },
+        }]);
+        let place = reconfigured.place(1).unwrap();
+        assert_eq!(reconfigured.channels[1].direction, Direction::Out);
+        assert_eq!(place.default_direction, Direction::In);
+        let relisted = reconfigured.relisted(vec![channel("0.9.C.V", "", ""), turned]);
+        assert_eq!(relisted.place(1).unwrap().default_direction, Direction::In);
+        assert_eq!(relisted.place(1).unwrap().device_index, 0);
+        // A table of a restarted station starts from what it lists.
+        let mut out = channel("0.4.B.Y", "", "");
+        out.direction = Direction::Out;
+        let fresh = ChannelTable::new(vec![out]);
+        assert_eq!(fresh.place(0).unwrap().default_direction, Direction::Out);
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use command::{Caller, Settled};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use guard::{GuardRefusal, Guarded, SendGuard};
 use info::InfoReader;
-pub use info::{ChannelTable, LinkEvent, LinkStats, StationInfo};
+pub use info::{ChannelPlace, ChannelTable, LinkEvent, LinkStats, StationInfo};
 pub use owner_gate::OwnerGate;
 pub use settings::LinkSettings;
 pub use task::LinkTask;

@@ -217,7 +217,13 @@ impl LinkTask {
             last_error: None,
             hello: Some(hello),
             modules,
-            channels: Arc::new(ChannelTable::new(channels).configured_all(&configs)),
+            channels: Arc::new(if restarted {
+                ChannelTable::new(channels).configured_all(&configs)
+            } else {
+                ChannelTable::new(channels)
+                    .with_first_directions_of(&previous)
+                    .configured_all(&configs)
+            }),
         }));
         let _ = self.shared.events.send(LinkEvent::Connection {
             connected: true,

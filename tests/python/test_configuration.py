@@ -92,8 +92,18 @@ def test_net_name_locates_and_alias_renames_and_the_other_fields_and_details_app
     assert client.channels.get_channel(alias="HV3 setpoint").enabled is True
     # A direction within the capability: a digital output can be turned around.
     client.channels.configure(ChannelConfigRequest(net_name="0.4.ESH10000662.ON4", direction=DirectionTypes.IN | DirectionTypes.OUT))
-    assert channel(client, "0.4.ESH10000662.ON4").direction == DirectionTypes.IN | DirectionTypes.OUT
+    turned = channel(client, "0.4.ESH10000662.ON4")
+    assert turned.direction == DirectionTypes.IN | DirectionTypes.OUT
+    # The clients' model: the default stays what it was, and the change shows.
+    assert (turned.default_direction, turned.direction_changed) == (DirectionTypes.OUT, True), turned
     client.channels.configure(ChannelConfigRequest(net_name="0.4.ESH10000662.ON4", direction=DirectionTypes.OUT))
+    back = channel(client, "0.4.ESH10000662.ON4")
+    assert (back.default_direction, back.direction_changed) == (DirectionTypes.OUT, False), back
+    # `index` counts within the device, `channelIndex` over the station.
+    listed = client.channels.get_all()
+    on4 = next(c for c in listed if c.net_name == "0.4.ESH10000662.ON4")
+    same_device = [c for c in listed if c.net_name.rsplit(".", 1)[0] == "0.4.ESH10000662"]
+    assert on4.index == same_device.index(on4) < on4.channel_index, (on4.index, on4.channel_index)
 
 
 def test_what_a_channel_cannot_do_is_refused_naming_the_field(client) -> None:

@@ -13,7 +13,7 @@ use crate::config_files::settings::{
     GivenDetail, Wanted, check_aliases, parse_direction, parse_type, settings_for,
 };
 use crate::error::ApiError;
-use crate::link::ChannelTable;
+use crate::link::{ChannelPlace, ChannelTable};
 use crate::station::{ChangeAnswer, ChangeWhat, Step, StepAction, StepsDone};
 
 /// The fields of a `ChannelConfigRequest`, as the contract spells them.
@@ -167,8 +167,10 @@ async fn apply(
     for (entry, (position, request)) in requests.into_iter().enumerate() {
         if request.settings.is_empty() {
             let table = call.gateway.station.info().channels.clone();
-            if let Some(channel) = table.channels.get(position) {
-                answers.push(channel_json(position, channel, table.config(&channel.name)));
+            if let (Some(channel), Some(place)) =
+                (table.channels.get(position), table.place(position))
+            {
+                answers.push(channel_json(place, channel, table.config(&channel.name)));
             }
             continue;
         }
@@ -190,7 +192,13 @@ async fn apply(
         }
         step += 1;
         if let Some(Some(reply)) = replies.next() {
-            answers.push(channel_json(position, &reply.channel, Some(&reply.config)));
+            let table = call.gateway.station.info().channels.clone();
+            let place = table.place(position).unwrap_or(ChannelPlace {
+                position,
+                device_index: 0,
+                default_direction: reply.channel.direction,
+            });
+            answers.push(channel_json(place, &reply.channel, Some(&reply.config)));
         }
     }
     Ok(answers)

@@ -8,14 +8,21 @@ use super::call::{Answer, Call, known_channels, ok};
 use super::channel_config::detail_json;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use crate::link::ChannelPlace;
 use crate::numeric::NUMERIC_RESULT_FLAG;
+
+/// The clients' `ChannelTypes.VirtualDigital` bit.
+const VIRTUAL_DIGITAL_FLAG: u32 = 1 << 2;
 
 /// `GET api/channels`.
 pub(super) async fn list(call: Call<'_>) -> Answer {
     let channels = known_channels(call.gateway)?;
     let mut list = Vec::with_capacity(channels.channels.len());
     for (i, ch) in channels.channels.iter().enumerate() {
-        let mut json = channel_json(i, ch, channels.config(&ch.name));
+        let Some(place) = channels.place(i) else {
+            continue;
+        };
+        let mut json = channel_json(place, ch, channels.config(&ch.name));
         add_numeric_result_details(call.gateway, ch, &mut json).await;
         list.push(json);
     }
@@ -77,7 +84,10 @@ pub(super) async fn lookup(call: Call<'_>) -> Answer {
     match found {
         Some(position) => {
             let ch = &channels.channels[position];
-            let mut json = channel_json(position, ch, channels.config(&ch.name));
+            let place = channels.place(position).ok_or_else(|| {
+                ApiError::not_found(format!("not found: the channel at {position} is gone"))
+            })?;
+            let mut json = channel_json(place, ch, channels.config(&ch.name));
             add_numeric_result_details(call.gateway, ch, &mut json).await;
             ok(json)
         }
@@ -148,7 +158,7 @@ fn details(ch: &ChannelDescriptor, config: Option<&ChannelConfig>) -> Json {
 /// The contract's channel object for one descriptor, with its configuration when the station
 /// has told it (CONFIGURE): enabled, device, capabilities and type-specific details.
 pub(super) fn channel_json(
-    position: usize,
+    place: ChannelPlace,
     ch: &ChannelDescriptor,
     config: Option<&ChannelConfig>,
 ) -> Json {
@@ -170,8 +180,8 @@ pub(super) fn channel_json(
     let capability = config.map(|c| c.capability).unwrap_or(ch.direction);
     let type_capability = config.map(|c| c.type_capability).unwrap_or(ch.type_flags);
     json!({
-        "channelIndex": position,
-        "index": position,
+        "channelIndex": place.position,
+        "index": place.device_index,
         "enabled": config.is_none_or(|c| c.enabled),
         "usage": usage,
         "deviceName": device,
@@ -184,10 +194,11 @@ pub(super) fn channel_json(
         "capability": capability.label(),
         "description": ch.description,
         "direction": ch.direction.label(),
-        "directionChanged": false,
-        "defaultDirection": ch.direction.label(),
+        "directionChanged": ch.direction != place.default_direction,
+        "defaultDirection": place.default_direction.label(),
         "unit": ch.unit,
-        "isVirtual": false,
+        // Software-only: a VirtualDigital channel is an expression over other channels.
+        "isVirtual": ch.type_flags & VIRTUAL_DIGITAL_FLAG != 0,
         "details": details(ch, config),
     })
 }
@@ -225,11 +236,47 @@ mod tests {
         }
     }
 
+    fn at(position: usize) -> ChannelPlace {
+        ChannelPlace {
+            position,
+            device_index: position,
+            default_direction: Direction::In,
+        }
+    }
+
+    /// The clients' model (issue 51, 4): `index` is the position within the device,
+    /// `channelIndex` the station-wide one; `defaultDirection` the direction the channel had
+    /// when first listed and `directionChanged` whether it differs now; `isVirtual` for a
+    /// VirtualDigital channel.
+    #[test]
+    fn index_default_direction_and_virtual_follow_the_clients_model() {
+        let place = ChannelPlace {
+            position: 7,
+            device_index: 2,
+            default_direction: Direction::Out,
+        };
+        let json = channel_json(place, &descriptor(2, &[]), None);
+        assert_eq!(json["channelIndex"], 7);
+        assert_eq!(json["index"], 2);
+        assert_eq!(json["direction"], "IN");
+        assert_eq!(json["defaultDirection"], "OUT");
+        assert_eq!(json["directionChanged"], true);
+        assert_eq!(json["isVirtual"], false);
+        let unchanged = ChannelPlace {
+            default_direction: Direction::In,
+            ..place
+        };
+        let virtual_digital = channel_json(unchanged, &descriptor(1 << 2, &[]), None);
+        assert_eq!(virtual_digital["directionChanged"], false);
+        assert_eq!(virtual_digital["defaultDirection"], "IN");
+        assert_eq!(virtual_digital["isVirtual"], true);
+    }
+
     #[test]
     fn channel_type_carries_every_bit_and_names_default_to_the_full_name() {
         // Analog | bit 9 | Waveform | NumericResults | Calibration: bits without a name here.
         let flags = 1 | (1 << 9) | (1 << 18) | (1 << 25) | (1 << 26);
-        let json = channel_json(3, &descriptor(flags, &[]), None);
+        let json = channel_json(at(3), &descriptor(flags, &[]), None);
         assert_eq!(json["channelType"], flags);
         assert_eq!(json["channelTypeCapability"], flags);
         assert_eq!(json["alias"], "0.4.ESH1.X1");
@@ -239,20 +286,20 @@ mod tests {
     #[test]
     fn details_are_the_types_own_fields_or_null() {
         assert_eq!(
-            channel_json(0, &descriptor(1, &[]), None)["details"],
+            channel_json(at(0), &descriptor(1, &[]), None)["details"],
             Json::Null
         );
         // An enum's options are not a multiplexer's destinations.
         assert_eq!(
-            channel_json(0, &descriptor(2, &["Off", "On"]), None)["details"],
+            channel_json(at(0), &descriptor(2, &["Off", "On"]), None)["details"],
             Json::Null
         );
-        let mux = channel_json(0, &descriptor(MULTIPLEXER, &["NET_A", "NET_B"]), None);
+        let mux = channel_json(at(0), &descriptor(MULTIPLEXER, &["NET_A", "NET_B"]), None);
         assert_eq!(
             mux["details"],
             json!({ "destinationNets": ["NET_A", "NET_B"] })
         );
-        let register = channel_json(0, &descriptor(REGISTER, &[]), None);
+        let register = channel_json(at(0), &descriptor(REGISTER, &[]), None);
         assert_eq!(register["details"], json!({ "hostRights": "RO" }));
     }
 }
