@@ -18,7 +18,7 @@ use station_simulator::{ClientError, StationClient};
 use tokio::net::TcpListener;
 use tokio_util::codec::Framed;
 
-use common::{Rig, config_for, legacy_rig, rig, rig_on};
+use common::{MON_3V3, Rig, config_for, legacy_rig, rig, rig_on};
 
 const I2C: &str = "0.ESH10000023.I2C09";
 const UART: &str = "0.ESH10000023.UART01";
@@ -298,4 +298,38 @@ async fn a_station_without_bus_gets_501_and_no_comm_capability() {
     // And it is not asked again on this connection.
     let (status, _) = rig.post("comm/i2c", scan).await;
     assert_eq!(status, 501);
+}
+
+/// A UART receive carries its own deadline (issue 51, 3): with a request timeout of 300 ms, a
+/// `TimeoutMs` of 1 000 is waited out and answered 200 with what came (nothing), not 400 for
+/// being longer than the request timeout nor 504; the link adds the receive's time to the
+/// request's. Past `max_processing_ms` less the request timeout it is 400 naming both.
+#[tokio::test]
+async fn a_uart_receive_longer_than_the_request_timeout_is_waited_out() {
+    let rig = rig(|config| {
+        config.station.request_timeout_ms = 300;
+        config.station.max_processing_ms = Some(2_000);
+    })
+    .await;
+    let receive = |timeout_ms: u64| {
+        json!({
+            "DeviceName": UART, "Action": "Receive", "BaudRate": 9600,
+            "NumberOfBytesToReceive": 8, "TimeoutMs": timeout_ms,
+        })
+    };
+    let started = Instant::now();
+    let (status, body) = rig.post("comm/uart", receive(1_000)).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["numberOfBytesReceived"], 0, "{body}");
+    assert!(took >= Duration::from_millis(1_000), "{took:?}");
+    // The link is still up and serving.
+    assert_eq!(rig.read(MON_3V3).await.0, 200);
+    let (status, body) = rig.post("comm/uart", receive(1_701)).await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("0 to 1700") && message.contains("station.max_processing_ms"),
+        "{message}"
+    );
 }

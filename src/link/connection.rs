@@ -21,7 +21,7 @@ use super::handshake::Framing;
 use super::info::{LinkEvent, LinkStats, PublishedInfo, StationInfo};
 use super::owner_gate::OwnerGate;
 use super::read_queue::{CoalescePolicy, ReadQueue};
-use super::session::{FREE_FENCE, InFlightKind, ResponseReply, Session};
+use super::session::{self, FREE_FENCE, InFlightKind, ResponseReply, Session};
 use crate::cache::ValueCache;
 
 mod replies;
@@ -271,7 +271,8 @@ impl Connection {
         now: Instant,
     ) -> Result<(), LinkDown> {
         self.start_send(frame)?;
-        self.session.track(id, opcode, None, kind, now);
+        self.session
+            .track(id, opcode, None, kind, now, Duration::ZERO);
         Ok(())
     }
 
@@ -577,8 +578,9 @@ impl Connection {
                 _ => {}
             }
             self.start_send(frame)?;
+            let allowance = session::allowance_of(&request);
             self.session
-                .track(id, request.opcode(), fence, kind, Instant::now());
+                .track(id, request.opcode(), fence, kind, Instant::now(), allowance);
             shared.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
             return Ok(true);
         }

@@ -205,16 +205,20 @@ impl LinkHandle {
         guard: Option<SendGuard>,
     ) -> Result<Response, LinkError> {
         let (reply, answer) = oneshot::channel();
+        let allowance = session::allowance_of(&request);
         self.send(Command::Change {
             request,
             guard,
             reply,
         })?;
         let in_doubt = LinkError::WriteTimeout {
-            timeout: self.request_timeout,
+            timeout: self.request_timeout + allowance,
             max_processing: self.max_processing,
         };
-        match self.wait(answer, in_doubt).await? {
+        match self
+            .wait_up_to(self.request_timeout + allowance, answer, in_doubt)
+            .await?
+        {
             Response::Error(error) => Err(LinkError::Station(error)),
             response => Ok(response),
         }
@@ -302,7 +306,17 @@ impl LinkHandle {
         answer: oneshot::Receiver<Result<T, LinkError>>,
         on_timeout: LinkError,
     ) -> Result<T, LinkError> {
-        match tokio::time::timeout(self.request_timeout, answer).await {
+        self.wait_up_to(self.request_timeout, answer, on_timeout)
+            .await
+    }
+
+    async fn wait_up_to<T>(
+        &self,
+        limit: Duration,
+        answer: oneshot::Receiver<Result<T, LinkError>>,
+        on_timeout: LinkError,
+    ) -> Result<T, LinkError> {
+        match tokio::time::timeout(limit, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(LinkError::ShuttingDown),
             Err(_) => Err(on_timeout),

@@ -59,6 +59,10 @@ pub enum InFlightKind {
 pub struct InFlight {
     pub sent_at: Instant,
     pub deadline: Instant,
+    /// The time the station takes over this request by its own asking, beyond the request
+    /// timeout (a UART receive's `TimeoutMs`): in its deadline, not in how long a change may
+    /// stay in doubt, which `max_processing` from its sending bounds for every request.
+    pub allowance: Duration,
     /// What was asked, to check the reply against.
     pub asked: Opcode,
     /// For a change, the lease fence its send guard admitted it under.
@@ -88,6 +92,17 @@ pub enum Reply {
     Mismatch(InFlight, ProtocolError),
     /// No request in flight has that id: a late reply after a timeout, or garbage. Dropped.
     Unknown,
+}
+
+/// The time the station takes over `request` by its own asking, beyond the request timeout:
+/// a bus transaction's receive timeout (a UART's `TimeoutMs`); nothing for anything else.
+pub fn allowance_of(request: &station_protocol::Request) -> Duration {
+    match request {
+        station_protocol::Request::Bus(bus) => bus.line.map_or(Duration::ZERO, |line| {
+            Duration::from_millis(u64::from(line.timeout_ms))
+        }),
+        _ => Duration::ZERO,
+    }
 }
 
 /// The requests in flight on one connection.
@@ -149,7 +164,8 @@ impl Session {
         }
     }
 
-    /// Remembers that request `id` asking `asked` was sent at `now`.
+    /// Remembers that request `id` asking `asked` was sent at `now`; it times out a request
+    /// timeout plus `allowance` later (see [`InFlight::allowance`]).
     pub fn track(
         &mut self,
         id: u32,
@@ -157,6 +173,7 @@ impl Session {
         fence: Option<u64>,
         kind: InFlightKind,
         now: Instant,
+        allowance: Duration,
     ) {
         match kind {
             InFlightKind::Ping => self.ping_outstanding = true,
@@ -167,7 +184,8 @@ impl Session {
         }
         let entry = InFlight {
             sent_at: now,
-            deadline: now + self.timeout,
+            deadline: now + self.timeout + allowance,
+            allowance,
             asked,
             fence,
             kind,
@@ -285,8 +303,9 @@ impl Session {
             .collect();
         for (id, entry) in &expired {
             if let Some(fence) = entry.fence {
-                // The deadline is a request timeout after it was sent (or its last frame).
-                let until = entry.deadline - self.timeout + self.max_processing;
+                // The deadline is a request timeout (and its allowance) after it was sent, or
+                // after its last frame.
+                let until = entry.deadline - self.timeout - entry.allowance + self.max_processing;
                 self.in_doubt.insert(*id, InDoubt { fence, until });
             }
         }

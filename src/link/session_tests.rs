@@ -15,7 +15,7 @@ fn change(session: &mut Session, fence: Option<u64>, now: Instant) -> u32 {
         reply,
         answers_for: Vec::new(),
     };
-    session.track(id, Opcode::Write, fence, kind, now);
+    session.track(id, Opcode::Write, fence, kind, now, Duration::ZERO);
     id
 }
 
@@ -87,7 +87,14 @@ fn a_read_answered_with_another_number_of_values_is_a_protocol_error() {
     let batch = reads.next_batch(now).expect("a READ of a and b");
     let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let id = session.take_id();
-    session.track(id, Opcode::Read, None, InFlightKind::Read(batch), now);
+    session.track(
+        id,
+        Opcode::Read,
+        None,
+        InFlightKind::Read(batch),
+        now,
+        Duration::ZERO,
+    );
     let reply = session.verify_reply(id, Ok(Response::Read(vec![Ok(Value::Bool(true))])));
     let Reply::Mismatch(_, error) = reply else {
         panic!("one value for two names was accepted")
@@ -129,7 +136,14 @@ fn the_ping_does_not_count_against_the_window() {
     let mut session = Session::new(1, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     let id = session.take_id();
-    session.track(id, Opcode::Ping, None, InFlightKind::Ping, now);
+    session.track(
+        id,
+        Opcode::Ping,
+        None,
+        InFlightKind::Ping,
+        now,
+        Duration::ZERO,
+    );
     assert!(session.ping_outstanding());
     assert!(session.has_room());
     let reply = session.verify_reply(id, Ok(Response::Ping { nonce: 1 }));
@@ -309,6 +323,7 @@ fn stream(
         fence,
         InFlightKind::Stream { parts },
         now,
+        Duration::ZERO,
     );
     (id, rx)
 }
@@ -405,4 +420,62 @@ fn a_sample_frame_for_a_request_of_another_kind_is_a_mismatch() {
         session.verify_reply(id, Ok(data(0, 1))),
         Reply::Mismatch(..)
     ));
+}
+
+/// A request with an allowance (a UART receive's own time) times out that much later, but a
+/// change of it stays in doubt only until `max_processing` after it was sent, as every change.
+#[test]
+fn an_allowance_moves_the_deadline_but_not_the_end_of_doubt() {
+    let mut session = Session::new(2, TIMEOUT, MAX_PROCESSING);
+    let t0 = Instant::now();
+    let (reply, _answer) = oneshot::channel();
+    let id = session.take_id();
+    let kind = InFlightKind::Change {
+        reply,
+        answers_for: Vec::new(),
+    };
+    let allowance = Duration::from_secs(3);
+    session.track(id, Opcode::Bus, Some(4), kind, t0, allowance);
+    assert_eq!(session.next_deadline(), Some(t0 + TIMEOUT + allowance));
+    assert!(session.expired(t0 + TIMEOUT).is_empty());
+    let expired = session.expired(t0 + TIMEOUT + allowance);
+    assert_eq!(expired.len(), 1);
+    assert!(session.in_doubt_under(4));
+    assert_eq!(session.next_deadline(), Some(t0 + MAX_PROCESSING));
+}
+
+#[test]
+fn only_a_uart_line_gives_a_request_an_allowance() {
+    use station_protocol::{
+        BusAction, BusRequest, FlowControl, Parity, Request, UartBusType, UartLine,
+    };
+    let mut bus = BusRequest {
+        channel: "UART01".into(),
+        action: BusAction::Receive,
+        address: 0,
+        retries: 0,
+        receive: 8,
+        data: bytes::Bytes::new(),
+        line: None,
+    };
+    assert_eq!(allowance_of(&Request::Bus(bus.clone())), Duration::ZERO);
+    bus.line = Some(UartLine {
+        baud: 9600,
+        bus_type: UartBusType::Rs232,
+        flow_control: FlowControl::None,
+        parity: Parity::None,
+        use_termination: false,
+        termination_byte: b'\n',
+        timeout_ms: 1_500,
+    });
+    assert_eq!(
+        allowance_of(&Request::Bus(bus)),
+        Duration::from_millis(1_500)
+    );
+    assert_eq!(
+        allowance_of(&Request::Read {
+            names: vec!["a".into()]
+        }),
+        Duration::ZERO
+    );
 }

@@ -449,6 +449,13 @@ fn bound(what: &ChangeWhat, request_timeout: Duration) -> Duration {
     let (steps, extra) = match what {
         ChangeWhat::Steps(steps) => (steps.len().max(1), Duration::ZERO),
         ChangeWhat::Sample { expected, .. } => (1, *expected),
+        // A UART receive's own time, which the link adds to the request's.
+        ChangeWhat::Bus(request) => (
+            1,
+            request.line.map_or(Duration::ZERO, |line| {
+                Duration::from_millis(u64::from(line.timeout_ms))
+            }),
+        ),
         _ => (1, Duration::ZERO),
     };
     let steps = u32::try_from(steps).unwrap_or(u32::MAX);

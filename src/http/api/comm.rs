@@ -18,9 +18,6 @@ use crate::link::LinkError;
 use crate::metrics::BusKind;
 use crate::station::ChangeWhat;
 
-/// A UART receive must end this long before the gateway stops waiting for the station.
-const UART_TIMEOUT_MARGIN_MS: u64 = 500;
-
 /// `POST api/comm/i2c {DeviceName, Address, Action, DataToSend?, NumberOfBytesToReceive,
 /// MaxRetries}`.
 pub(super) async fn i2c(call: Call<'_>) -> Answer {
@@ -386,18 +383,24 @@ fn uart_line(call: &Call<'_>) -> Result<UartLine, ApiError> {
         Some(value) => byte_field(value, "TerminationByte")?,
     };
     let timeout = whole(body, "TimeoutMs", 1000)?;
-    let waits_ms = u64::try_from(call.gateway.link.request_timeout().as_millis()).unwrap_or(0);
-    let most = waits_ms
-        .saturating_sub(UART_TIMEOUT_MARGIN_MS)
+    // The station takes the receive's own time on top of a request's; the transaction must
+    // still be over within the longest the station may take over any request
+    // (`station.max_processing_ms`), which the lease's end and the lock-delay count on.
+    let link = &call.gateway.link;
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let most = ms(link.max_processing())
+        .saturating_sub(ms(link.request_timeout()))
         .min(u64::from(MAX_BUS_TIMEOUT_MS));
     let timeout_ms = u64::try_from(timeout)
         .ok()
         .filter(|t| *t <= most)
         .ok_or_else(|| {
             ApiError::bad_request(format!(
-                "TimeoutMs must be 0 to {most}, not {timeout}: the gateway waits {waits_ms} ms \
-                 for the station (station.request_timeout_ms) and the receive must end \
-                 {UART_TIMEOUT_MARGIN_MS} ms before"
+                "TimeoutMs must be 0 to {most}, not {timeout}: a transaction must end within \
+                 station.max_processing_ms ({} ms), and the station is given \
+                 station.request_timeout_ms ({} ms) on top of the receive's own time",
+                ms(link.max_processing()),
+                ms(link.request_timeout())
             ))
         })?;
     Ok(UartLine {
