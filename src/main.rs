@@ -180,6 +180,9 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
         let simulator = station_simulator::Simulator::start(profile, listen)
             .await
             .map_err(|error| BindError::new(Listener::Simulator, listen.to_string(), error))?;
+        // Nothing reads the embedded simulator's write log (it has no control port): a short
+        // one, so that a demo left running does not grow with every write.
+        simulator.set_history_limit(EMBEDDED_SIMULATOR_HISTORY);
         let addr = simulator.local_addr();
         config.station.url = format!("tcp://{addr}");
         tracing::info!("simulator listening {addr}");
@@ -222,6 +225,10 @@ fn add_api_keys(config: &mut Config, keys: Vec<String>) {
         });
     }
 }
+
+/// The applied writes (and READ batch sizes) the embedded simulator keeps: its newest, for a
+/// debugger; about 260 KB.
+const EMBEDDED_SIMULATOR_HISTORY: usize = 1_000;
 
 /// The control lease's name for the embedded simulator: after the station's identity (its
 /// serial, as HELLO reports it), never its address.

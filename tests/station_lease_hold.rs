@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value as Json, json};
-use station_gateway::lease::{BackendUrl, Lease, LeaseToken};
+use station_gateway::lease::{BackendUrl, Lease, LeaseStore, LeaseToken};
 use tokio::process::{Child, Command};
 
 use common::backends::Backend;
@@ -797,4 +797,272 @@ async fn directly_on_postgres() {
 #[tokio::test]
 async fn directly_on_redis() {
     directly_on("redis").await;
+}
+
+/// Whether process `pid` is still running: it exists and is not a zombie (a process ended but
+/// not yet reaped by its parent, or by init, which in a container may never reap it).
+fn running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses, the state follows the last `)`.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// Whether process `pid` is stopped (by a signal, state `T`).
+fn stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            == Some('T')
+    })
+}
+
+/// A process the command started in the background, SIGKILLed when the test ends so that a
+/// failing test leaves nothing running.
+struct Leftover(i32);
+
+impl Leftover {
+    fn of(markers: &Markers, name: &str) -> Leftover {
+        let pid = markers.read(name).trim().parse().unwrap_or_else(|_| {
+            panic!("{name} holds a pid: {:?}", markers.read(name));
+        });
+        Leftover(pid)
+    }
+}
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.0), Signal::SIGKILL);
+    }
+}
+
+/// `station-lease hold` on a fresh SQLite lease (no gateway needed): its arguments, the store,
+/// and the lease's key there.
+async fn on_sqlite(
+    backend: &Backend,
+    extra: &[&str],
+) -> (Vec<String>, std::sync::Arc<dyn LeaseStore>, String) {
+    let name = format!("group-{}", &LeaseToken::random().as_str()[..12]);
+    let store = BackendUrl::parse(&backend.url)
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    let mut args = [
+        "hold",
+        "--backend",
+        &backend.url,
+        "--name",
+        &name,
+        "--owner",
+        "lab script",
+        "--ttl-ms",
+        "1500",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    (args, store, format!("lease:{name}"))
+}
+
+/// A background job of the command: `sleep 1000`, its pid in the marker `job`. Its output
+/// goes to /dev/null: one that outlived station-lease would otherwise hold its stderr's pipe
+/// open and the test would wait for that rather than fail on the job.
+const BACKGROUND_JOB: &str = r#"sleep 1000 > /dev/null 2>&1 &
+mark job $!"#;
+
+#[tokio::test]
+async fn a_lost_lease_ends_the_commands_background_jobs_too() {
+    let backend = Backend::named("sqlite").await;
+    let (args, store, key) = on_sqlite(&backend, &["--grace-ms", "2000"]).await;
+    let markers = Markers::new();
+    // A shell that waits for its background job: SIGTERM ends the shell, not the `sleep`.
+    let body = format!(
+        r#"{BACKGROUND_JOB}
+mark env "$STATION_LEASE_ID"
+wait"#
+    );
+    let child = start(&markers, &strs(&args), &body);
+    markers.appears("env").await;
+    let job = Leftover::of(&markers, "job");
+    assert!(running(job.0), "the background job runs");
+    let token = LeaseToken::from_text(markers.read("env").trim());
+    assert!(store.release(&key, &token).await.unwrap());
+    let (code, stderr) = ended(child).await;
+    assert_eq!(code, EXIT_LOST, "{stderr}");
+    // Gone by the time station-lease exited (it reaps what its command left): another holder
+    // may have the lease from now on.
+    assert!(
+        !running(job.0),
+        "the command's background job (pid {}) still runs after station-lease exited 70: {stderr}",
+        job.0
+    );
+}
+
+#[tokio::test]
+async fn a_command_that_exits_leaves_no_background_job_running_once_the_lease_is_released() {
+    let backend = Backend::named("sqlite").await;
+    let (args, store, key) = on_sqlite(&backend, &["--grace-ms", "2000"]).await;
+    let markers = Markers::new();
+    // The job traps SIGTERM to say it got it, and is still running when the command exits.
+    let body = r#"sh -c 'trap "echo term > \"$0/job-term\"; exit 0" TERM; i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done' "$M" > /dev/null 2>&1 &
+mark job $!
+exit 4"#;
+    let child = start(&markers, &strs(&args), body);
+    let (code, stderr) = ended(child).await;
+    let job = Leftover::of(&markers, "job");
+    assert_eq!(code, 4, "the command's own status: {stderr}");
+    assert!(
+        !running(job.0),
+        "the command's background job (pid {}) still runs after the command exited and the lease was released",
+        job.0
+    );
+    assert_eq!(markers.read("job-term").trim(), "term", "it got SIGTERM");
+    assert!(
+        stderr.contains("left processes of its group running"),
+        "{stderr}"
+    );
+    assert!(store.current(&key).await.unwrap().is_none(), "released");
+}
+
+#[tokio::test]
+async fn a_background_job_that_ignores_sigterm_is_killed_after_grace_ms_before_the_release() {
+    let backend = Backend::named("sqlite").await;
+    let (args, store, key) = on_sqlite(&backend, &["--grace-ms", "300"]).await;
+    let markers = Markers::new();
+    let body = r#"sh -c 'trap "" TERM; i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done' > /dev/null 2>&1 &
+mark job $!
+exit 0"#;
+    let started = Instant::now();
+    let child = start(&markers, &strs(&args), body);
+    let (code, stderr) = ended(child).await;
+    let took = started.elapsed();
+    let job = Leftover::of(&markers, "job");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!running(job.0), "the job (pid {}) still runs", job.0);
+    assert!(stderr.contains("SIGKILL"), "{stderr}");
+    assert!(took >= Duration::from_millis(300), "ended after {took:?}");
+    assert!(store.current(&key).await.unwrap().is_none(), "released");
+}
+
+#[tokio::test]
+async fn sigterm_to_station_lease_reaches_the_commands_background_jobs() {
+    let backend = Backend::named("sqlite").await;
+    let (args, store, key) = on_sqlite(&backend, &[]).await;
+    let markers = Markers::new();
+    let body = format!(
+        r#"trap 'mark term term; exit 6' TERM
+{BACKGROUND_JOB}
+mark up up
+wait
+exit 3"#
+    );
+    let child = start(&markers, &strs(&args), &body);
+    markers.appears("up").await;
+    let job = Leftover::of(&markers, "job");
+    let pid = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    kill(pid, Signal::SIGTERM).unwrap();
+    let (code, stderr) = ended(child).await;
+    assert_eq!(
+        code, 6,
+        "the command's own status after its TERM trap: {stderr}"
+    );
+    assert_eq!(markers.read("term").trim(), "term");
+    assert!(!running(job.0), "the job (pid {}) still runs", job.0);
+    assert!(store.current(&key).await.unwrap().is_none(), "released");
+}
+
+/// A terminal (a pseudo-terminal) whose foreground job is `station-lease`, as when a lab
+/// engineer types the command in a shell: its stdin and stdout are the terminal, its stderr is
+/// piped to the test.
+struct Terminal {
+    master: std::fs::File,
+}
+
+impl Terminal {
+    fn start(markers: &Markers, args: &[&str], body: &str) -> (Terminal, Child) {
+        use std::os::fd::AsRawFd;
+        let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
+        let script = script(body).replace("{dir}", &markers.dir.display().to_string());
+        let slave = std::fs::File::from(pty.slave);
+        let mut command = Command::new(station_lease_bin());
+        command
+            .args(args)
+            .args(["--", "sh", "-c", &script])
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave)
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: between fork and exec only setsid and ioctl, both async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                // A session of its own whose controlling terminal is the pty (stdin): its
+                // process group is the terminal's foreground group, as a shell's job is.
+                nix::unistd::setsid()?;
+                if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("station-lease starts");
+        let master = std::fs::File::from(pty.master);
+        assert!(master.as_raw_fd() >= 0);
+        (Terminal { master }, child)
+    }
+
+    /// Types `text` at the terminal.
+    fn types(&mut self, text: &str) {
+        use std::io::Write;
+        self.master.write_all(text.as_bytes()).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn at_a_terminal_ctrl_z_stops_the_command_it_reads_the_terminal_and_ctrl_c_ends_it_and_its_jobs()
+ {
+    let backend = Backend::named("sqlite").await;
+    let (args, store, key) = on_sqlite(&backend, &["--grace-ms", "2000"]).await;
+    let markers = Markers::new();
+    // A non-interactive shell's background job ignores SIGINT: Ctrl-C ends the script, not the
+    // job, which must still not outlive the command.
+    let body = format!(
+        r#"trap 'mark int int; exit 5' INT
+{BACKGROUND_JOB}
+mark up up
+read answer
+mark answer "$answer"
+wait
+exit 3"#
+    );
+    let (mut terminal, child) = Terminal::start(&markers, &strs(&args), &body);
+    markers.appears("up").await;
+    let job = Leftover::of(&markers, "job");
+    let station_lease = i32::try_from(child.id().unwrap()).unwrap();
+    // Ctrl-Z stops the command's group and station-lease with it; continued (as `fg` does),
+    // it gives the terminal back to the command and continues it.
+    terminal.types("\x1a");
+    until(LIMIT, "Ctrl-Z to stop station-lease and the job", || {
+        stopped(station_lease) && stopped(job.0)
+    })
+    .await;
+    kill(Pid::from_raw(station_lease), Signal::SIGCONT).unwrap();
+    until(LIMIT, "the job to be continued", || !stopped(job.0)).await;
+    // The command can read the terminal (a background process group could not: SIGTTIN).
+    terminal.types("probe connected\n");
+    markers.appears("answer").await;
+    assert_eq!(markers.read("answer").trim(), "probe connected");
+    terminal.types("\x03");
+    let (code, stderr) = ended(child).await;
+    assert_eq!(
+        code, 5,
+        "the command's own status after its INT trap: {stderr}"
+    );
+    assert_eq!(markers.read("int").trim(), "int", "Ctrl-C reached it");
+    assert!(!running(job.0), "the job (pid {}) still runs", job.0);
+    assert!(store.current(&key).await.unwrap().is_none(), "released");
 }

@@ -14,7 +14,7 @@ use crate::server::SimulatorHandle;
 const HELP: &str = "commands: drop | stall on|off | corrupt | delay MS | processing MS | \
                     slowwrite CHANNEL MS | ignoreclose on|off | \
                     remove CHANNEL | restart | refuse on|off | shortread N|off | door open|closed | writes | \
-                    reads CHANNEL | status | help";
+                    history N | reads CHANNEL | status | help";
 
 /// Serves control connections on `listener` until the simulator's task is dropped.
 pub async fn run_control(listener: TcpListener, simulator: SimulatorHandle) {
@@ -178,18 +178,32 @@ pub async fn execute(simulator: &SimulatorHandle, line: &str) -> String {
                     )
                 })
                 .collect();
-            format!("ok: {} writes: {}", log.len(), items.join("; "))
+            format!(
+                "ok: {} writes ({} older dropped): {}",
+                log.len(),
+                simulator.writes_dropped(),
+                items.join("; ")
+            )
         }
+        "history" => match argument.and_then(|n| n.parse::<usize>().ok()) {
+            Some(limit) => {
+                simulator.set_history_limit(limit);
+                format!("ok: keeping the newest {limit} writes and read batches")
+            }
+            None => "error: history N (the writes and read batches kept)".to_owned(),
+        },
         "reads" => match argument {
             Some(name) => format!("ok: reads {}", simulator.reads_of(name)),
             None => "error: reads CHANNEL".to_owned(),
         },
         "status" => format!(
-            "ok: connections {} accepted {} read frames {} applied writes {}",
+            "ok: connections {} accepted {} read frames {} applied writes {} writes dropped {} read batches dropped {}",
             simulator.connection_count(),
             simulator.connections_accepted(),
             simulator.read_frames(),
-            simulator.write_log().len()
+            simulator.write_log().len(),
+            simulator.writes_dropped(),
+            simulator.read_batches_dropped()
         ),
         "help" => HELP.to_owned(),
         other => format!("error: unknown command {other:?}; {HELP}"),

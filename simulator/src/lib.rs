@@ -7,7 +7,8 @@
 //! - [`devices`], `buses` and `bus`: the devices on the bus channels, their state as the station
 //!   holds it, and the BUS operation on them.
 //! - `shared`: the state the listener, the ticker, every connection and every handle share
-//!   (the station behind its lock, faults, counters, the write log, the connection registry).
+//!   (the station behind its lock, faults, counters, the write log, the connection registry);
+//!   `history`: the bound on the write log and the read-batch statistics.
 //! - `connection`: one client link: frames in, concurrent requests, paced and faulted replies out.
 //! - [`server`]: [`Simulator::start`], the listener, the trip ticker and the [`SimulatorHandle`].
 //! - `sampling`: SAMPLE, a NumericResult channel's acquisition streamed as many frames.
@@ -21,6 +22,7 @@ pub mod client;
 mod connection;
 pub mod control;
 pub mod devices;
+mod history;
 pub mod profile;
 mod pty;
 mod reset;
@@ -30,5 +32,6 @@ mod shared;
 mod station;
 
 pub use client::{ClientError, StationClient};
+pub use history::DEFAULT_HISTORY_LIMIT;
 pub use profile::{ChannelModel, ChannelSpec, InvalidProfile, Profile, ProfileError};
 pub use server::{ConnectionId, Simulator, SimulatorHandle, WriteRecord};

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::{self, LinkOptions};
+use crate::history::History;
 use crate::profile::{ChannelSpec, Profile};
 use crate::shared::{Faults, ListenerCommand, Shared, Stats, lock};
 use crate::station::Station;
@@ -47,7 +48,7 @@ impl Simulator {
             stats: Stats::default(),
             connections: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(0),
-            write_log: Mutex::new(Vec::new()),
+            write_log: Mutex::new(History::default()),
             ptys: Mutex::new(HashMap::new()),
             local_addr,
             listener_control: control_tx,
@@ -385,14 +386,29 @@ impl SimulatorHandle {
         self.add_channel(ChannelSpec::setting(descriptor))
     }
 
-    /// Every write the station applied, oldest first.
+    /// The writes the station applied, oldest first: every one, unless more than the
+    /// history limit ([`crate::DEFAULT_HISTORY_LIMIT`], [`Self::set_history_limit`]) were applied
+    /// since the log was cleared; then the newest ([`Self::writes_dropped`] says how many
+    /// older ones are gone).
     pub fn write_log(&self) -> Vec<WriteRecord> {
-        lock(&self.shared.write_log).clone()
+        lock(&self.shared.write_log).to_vec()
     }
 
-    /// Empties the write log.
+    /// How many applied writes the write log dropped to stay within its limit.
+    pub fn writes_dropped(&self) -> u64 {
+        lock(&self.shared.write_log).dropped()
+    }
+
+    /// Empties the write log (and its count of dropped writes).
     pub fn clear_write_log(&self) {
         lock(&self.shared.write_log).clear();
+    }
+
+    /// Keeps at most `limit` entries in the write log and in the read-batch statistics
+    /// (the oldest beyond it are dropped at once and counted).
+    pub fn set_history_limit(&self, limit: usize) {
+        lock(&self.shared.write_log).set_limit(limit);
+        lock(&self.shared.stats.read_batches).set_limit(limit);
     }
 
     /// Hardware reads of one channel: READ items and TRANSACT reads.
@@ -405,9 +421,15 @@ impl SimulatorHandle {
         self.shared.stats.read_frames.load(Ordering::SeqCst)
     }
 
-    /// The number of names in each READ frame answered, oldest first.
+    /// The number of names in each READ frame answered, oldest first (the newest, within
+    /// the history limit, as [`Self::write_log`]).
     pub fn read_batch_sizes(&self) -> Vec<usize> {
-        lock(&self.shared.stats.read_batches).clone()
+        lock(&self.shared.stats.read_batches).to_vec()
+    }
+
+    /// How many READ frames' sizes the read-batch statistics dropped to stay within the limit.
+    pub fn read_batches_dropped(&self) -> u64 {
+        lock(&self.shared.stats.read_batches).dropped()
     }
 
     /// Connections open now (a served pty counts as one).
@@ -427,5 +449,72 @@ impl SimulatorHandle {
     pub fn shutdown(&self) {
         self.shared.shutdown.cancel();
         self.shared.drop_connections();
+    }
+}
+
+#[cfg(test)]
+mod history_tests {
+    use std::net::SocketAddr;
+
+    use station_protocol::Value;
+
+    use super::*;
+    use crate::station::AppliedWrite;
+
+    /// More than the default history holds, as a demo or a CI soak left running writes.
+    const WRITES: usize = 130_000;
+
+    async fn simulator() -> SimulatorHandle {
+        Simulator::start(
+            Profile::default_station(),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+        )
+        .await
+        .unwrap()
+    }
+
+    fn write(n: usize) -> Vec<AppliedWrite> {
+        vec![AppliedWrite {
+            channel: "0.4.ESH10000662.VSET1".to_owned(),
+            value: Value::Integer(i64::try_from(n).unwrap()),
+        }]
+    }
+
+    #[tokio::test]
+    async fn the_write_log_and_the_read_batches_keep_the_newest_entries_and_count_the_dropped() {
+        let sim = simulator().await;
+        for n in 0..WRITES {
+            sim.shared.log_writes(write(n), ConnectionId(1), "soak");
+            sim.shared.record_batch(n % 7 + 1);
+        }
+        let log = sim.write_log();
+        assert_eq!(
+            log.len(),
+            100_000,
+            "the write log grew with every write: {} entries",
+            log.len()
+        );
+        assert_eq!(
+            log.last().map(|w| w.value.render()),
+            Some((WRITES - 1).to_string())
+        );
+        assert_eq!(
+            log.first().map(|w| w.value.render()),
+            Some((WRITES - 100_000).to_string()),
+            "the oldest were dropped"
+        );
+        assert_eq!(sim.writes_dropped(), (WRITES - 100_000) as u64);
+        let batches = sim.read_batch_sizes();
+        assert_eq!(batches.len(), 100_000, "the read-batch statistics grew");
+        assert_eq!(sim.read_batches_dropped(), (WRITES - 100_000) as u64);
+        assert_eq!(crate::DEFAULT_HISTORY_LIMIT, 100_000);
+        // A smaller limit, as the control port's `history N` sets it, trims at once.
+        sim.set_history_limit(10);
+        assert_eq!(sim.write_log().len(), 10);
+        assert_eq!(sim.writes_dropped(), (WRITES - 10) as u64);
+        assert_eq!(sim.read_batch_sizes().len(), 10);
+        sim.clear_write_log();
+        assert_eq!((sim.write_log().len(), sim.writes_dropped()), (0, 0));
+        sim.shutdown();
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::history::History;
 use crate::profile::Profile;
 use crate::station::{AppliedWrite, Station};
 
@@ -116,7 +117,8 @@ impl Faults {
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
     pub read_frames: AtomicU64,
-    pub read_batches: Mutex<Vec<usize>>,
+    /// The number of names in each READ frame answered (the newest; see `history`).
+    pub read_batches: Mutex<History<usize>>,
     pub connections_accepted: AtomicU64,
     /// RESETs carried out (`reset.rs`).
     pub resets: AtomicU64,
@@ -170,7 +172,8 @@ pub(crate) struct Shared {
     pub stats: Stats,
     pub connections: Mutex<HashMap<ConnectionId, ConnectionEntry>>,
     pub next_connection: AtomicU64,
-    pub write_log: Mutex<Vec<WriteRecord>>,
+    /// The writes applied (the newest; see `history`).
+    pub write_log: Mutex<History<WriteRecord>>,
     /// Attached pseudo-terminals by slave path; cancelling one detaches it.
     pub ptys: Mutex<HashMap<PathBuf, CancellationToken>>,
     pub local_addr: SocketAddr,

@@ -28,6 +28,10 @@ struct Args {
     /// Time every request takes before it is answered (overrides the profile).
     #[arg(long)]
     processing_ms: Option<u64>,
+    /// How many applied writes (and READ batch sizes) to keep for `writes`; older ones are
+    /// dropped and counted, so a simulator left running does not grow.
+    #[arg(long, value_name = "N", default_value_t = station_simulator::DEFAULT_HISTORY_LIMIT)]
+    history: usize,
     /// Serve a line-based control interface (drop, stall on|off, corrupt, delay MS, ...).
     #[arg(long)]
     control: Option<SocketAddr>,
@@ -63,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(ms) = args.processing_ms {
         simulator.set_processing_time(Duration::from_millis(ms));
     }
+    simulator.set_history_limit(args.history);
     println!("listening {}", simulator.local_addr());
     if args.pty {
         let path = simulator

@@ -54,7 +54,11 @@ pub enum Action {
         /// Why it is lost.
         why: String,
     },
-    /// The grace after the `--on-lost` signal ran out: SIGKILL the command.
+    /// The command has exited and processes of its group still run: send them SIGTERM (their
+    /// SIGKILL comes `--grace-ms` later, as [`Action::Kill`]).
+    EndLeftovers,
+    /// The grace after the `--on-lost` signal, or after [`Action::EndLeftovers`], ran out:
+    /// SIGKILL the command's process group.
     Kill,
     /// Only tell the user.
     Warn(String),
@@ -78,7 +82,8 @@ impl ChildEnd {
         }
     }
 
-    fn describe(self) -> String {
+    /// How it ended, in words.
+    pub fn describe(self) -> String {
         match self {
             ChildEnd::Exited(code) => format!("exited with status {code}"),
             ChildEnd::Signalled(signal) => format!("was ended by signal {signal}"),
@@ -113,9 +118,19 @@ pub struct Holding {
     asked_at: Option<Instant>,
     /// Why the lease was lost, once it was.
     lost: Option<String>,
-    /// When to SIGKILL the command (after the `--on-lost` signal); `None` once done.
+    /// When to SIGKILL the command's process group (after the `--on-lost` signal, or after
+    /// the command exited leaving processes of its group); `None` until then and once done.
     kill_at: Option<Instant>,
+    /// When the process group was SIGKILLed.
+    killed_at: Option<Instant>,
+    /// Whether the command itself has ended (its group may still have processes).
+    command_ended: bool,
 }
+
+/// How long after SIGKILL the process group may take to be gone before `station-lease` stops
+/// waiting for it (a process in uninterruptible sleep ends only when its system call does, and
+/// does nothing more meanwhile).
+pub const KILLED_WAIT: Duration = Duration::from_secs(2);
 
 impl Holding {
     /// Just acquired (asked at `asked_at`) for `ttl`, with `expires_in` left as of the answer.
@@ -129,11 +144,12 @@ impl Holding {
             asked_at: None,
             lost: None,
             kill_at: None,
+            killed_at: None,
+            command_ended: false,
         }
     }
 
     /// Why the lease was lost, once it was.
-    #[cfg(test)]
     pub fn lost(&self) -> Option<&str> {
         self.lost.as_deref()
     }
@@ -144,7 +160,7 @@ impl Holding {
         if self.lost.is_some() {
             return self.kill_at;
         }
-        [self.next_renewal, Some(self.confirmed_until)]
+        [self.next_renewal, Some(self.confirmed_until), self.kill_at]
             .into_iter()
             .flatten()
             .min()
@@ -152,11 +168,12 @@ impl Holding {
 
     /// The clock reached `now`.
     pub fn on_time(&mut self, now: Instant) -> Vec<Action> {
+        if self.kill_at.is_some_and(|at| now >= at) {
+            self.kill_at = None;
+            self.killed_at = Some(now);
+            return vec![Action::Kill];
+        }
         if self.lost.is_some() {
-            if self.kill_at.is_some_and(|at| now >= at) {
-                self.kill_at = None;
-                return vec![Action::Kill];
-            }
             return Vec::new();
         }
         if now >= self.confirmed_until {
@@ -208,8 +225,41 @@ impl Holding {
     fn lose(&mut self, why: String, now: Instant) -> Vec<Action> {
         self.lost = Some(why.clone());
         self.next_renewal = None;
-        self.kill_at = Some(now + self.grace);
+        if self.killed_at.is_none() {
+            let at = now + self.grace;
+            self.kill_at = Some(self.kill_at.map_or(at, |earlier| earlier.min(at)));
+        }
         vec![Action::SignalLost { why }]
+    }
+
+    /// The command itself ended at `now`. Processes it started in its group may still run
+    /// (a background job): they must not go on working on the station once the lease is
+    /// released or lost, so they get SIGTERM now and SIGKILL `--grace-ms` later, and the lease
+    /// is renewed meanwhile. After a loss they already got the `--on-lost` signal, and the
+    /// SIGKILL it set stands.
+    pub fn on_command_ended(&mut self, now: Instant) -> Vec<Action> {
+        if self.command_ended {
+            return Vec::new();
+        }
+        self.command_ended = true;
+        if self.lost.is_some() {
+            return Vec::new();
+        }
+        self.kill_at = Some(now + self.grace);
+        vec![Action::EndLeftovers]
+    }
+
+    /// Whether the command has ended (the rest of its group may still be ending).
+    #[cfg(test)]
+    pub fn command_ended(&self) -> bool {
+        self.command_ended
+    }
+
+    /// Whether to stop waiting for the process group at `now`: it was SIGKILLed at least
+    /// [`KILLED_WAIT`] ago.
+    pub fn gives_up_on_the_group(&self, now: Instant) -> bool {
+        self.killed_at
+            .is_some_and(|killed| now >= killed + KILLED_WAIT)
     }
 
     /// The command ended: release or not, and with which status `station-lease` exits.
@@ -389,6 +439,72 @@ mod tests {
             &holding.on_time(start + ms(4000))[..],
             [Action::SignalLost { .. }]
         ));
+    }
+
+    #[test]
+    fn a_command_that_exits_leaving_its_group_running_has_it_ended_while_the_lease_is_renewed() {
+        let start = Instant::now();
+        let mut holding = held(start);
+        assert!(!holding.command_ended());
+        assert_eq!(
+            holding.on_command_ended(start + ms(100)),
+            vec![Action::EndLeftovers]
+        );
+        assert!(holding.command_ended());
+        // Told once.
+        assert!(holding.on_command_ended(start + ms(150)).is_empty());
+        // SIGKILL after the grace, the renewals going on meanwhile.
+        assert_eq!(holding.next_wake(), Some(start + ms(600)));
+        assert!(holding.on_time(start + ms(599)).is_empty());
+        assert_eq!(holding.on_time(start + ms(600)), vec![Action::Kill]);
+        assert_eq!(holding.next_wake(), Some(start + ms(1000)));
+        assert_eq!(holding.on_time(start + ms(1000)), vec![Action::Renew]);
+        assert!(!holding.gives_up_on_the_group(start + ms(600) + KILLED_WAIT - ms(1)));
+        assert!(holding.gives_up_on_the_group(start + ms(600) + KILLED_WAIT));
+        // Released, with the command's own status.
+        assert_eq!(
+            holding.end(ChildEnd::Exited(4)),
+            Ending {
+                release: true,
+                status: 4,
+                message: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_loss_while_the_group_ends_keeps_the_earlier_sigkill() {
+        let start = Instant::now();
+        let mut holding = held(start);
+        holding.on_command_ended(start + ms(900));
+        holding.on_time(start + ms(1000));
+        let gone = RenewalAnswer::Gone {
+            why: "ended".into(),
+        };
+        assert!(matches!(
+            &holding.on_renewal(gone, start + ms(1010))[..],
+            [Action::SignalLost { .. }]
+        ));
+        // SIGKILL stays due at 1400 (900 + the grace), not 1510.
+        assert_eq!(holding.next_wake(), Some(start + ms(1400)));
+        assert_eq!(holding.on_time(start + ms(1400)), vec![Action::Kill]);
+        assert_eq!(holding.end(ChildEnd::Exited(0)).status, EXIT_LOST);
+    }
+
+    #[test]
+    fn after_a_loss_the_end_of_the_command_sends_nothing_more_and_the_sigkill_stands() {
+        let start = Instant::now();
+        let mut holding = held(start);
+        holding.on_time(start + ms(1000));
+        holding.on_renewal(
+            RenewalAnswer::Gone {
+                why: "ended".into(),
+            },
+            start + ms(1001),
+        );
+        assert!(holding.on_command_ended(start + ms(1100)).is_empty());
+        assert_eq!(holding.next_wake(), Some(start + ms(1501)));
+        assert_eq!(holding.on_time(start + ms(1501)), vec![Action::Kill]);
     }
 
     #[test]

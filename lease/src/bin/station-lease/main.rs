@@ -4,6 +4,7 @@
 //! The decisions are in `holding.rs` (pure), the process and signals in `supervise.rs`.
 
 mod cli;
+mod group;
 mod holding;
 mod source;
 mod supervise;

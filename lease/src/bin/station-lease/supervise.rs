@@ -1,24 +1,23 @@
-//! The shell of `station-lease hold`: acquires, runs the command with the lease in its
-//! environment, renews on the schedule `holding.rs` decides, signals the command as it says,
-//! forwards SIGINT and SIGTERM to it, and releases the lease once it has ended.
+//! The shell of `station-lease hold`: acquires, runs the command in a process group of its
+//! own (`group.rs`) with the lease in its environment, renews on the schedule `holding.rs`
+//! decides, signals the command's group as it says, passes SIGINT, SIGTERM, SIGHUP, SIGQUIT
+//! and SIGTSTP on to the group, and releases the lease once the command and its group have
+//! ended.
 
-use std::ffi::OsString;
 use std::future::Future;
-use std::os::unix::process::ExitStatusExt;
 use std::pin::Pin;
-use std::process::ExitStatus;
+use std::process::Command;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, getpgrp, tcgetpgrp};
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{SignalKind, signal};
+use nix::sys::signal::Signal;
+use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use crate::cli::{HoldArgs, Target};
+use crate::group::{self, CommandEvent, Group, shown};
 use crate::holding::{
     Action, ChildEnd, EXIT_CANNOT_RUN, EXIT_NOT_FOUND, EXIT_NOT_HAD, EXIT_UNAVAILABLE, Holding,
-    RenewalAnswer, needs_confirming, renewal_interval,
+    KILLED_WAIT, RenewalAnswer, needs_confirming, renewal_interval,
 };
 use crate::say;
 use crate::source::{self, Had, HeldLease};
@@ -100,8 +99,20 @@ pub async fn hold(args: HoldArgs, target: Target) -> u8 {
     if let Target::GatewayControl { gateway } | Target::GatewayNamed { gateway, .. } = &target {
         command.env("STATION_GATEWAY_URL", gateway);
     }
-    let child = match command.spawn() {
-        Ok(child) => child,
+    // Listening before the command starts: none of its ends or stops is missed.
+    let signals = match Signals::listen(interrupts, terminations) {
+        Ok(signals) => signals,
+        Err(error) => {
+            say(&format!(
+                "cannot listen for signals: {error}; the command did not run"
+            ));
+            release(held).await;
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    group::become_subreaper();
+    let group = match Group::spawn(command) {
+        Ok(group) => group,
         Err(error) => {
             say(&format!("cannot run {}: {error}", shown(&args.command[0])));
             release(held).await;
@@ -123,9 +134,35 @@ pub async fn hold(args: HoldArgs, target: Target) -> u8 {
         ttl,
         on_lost: args.on_lost,
     };
-    run.supervise(child, holding, &mut interrupts, &mut terminations)
-        .await
+    run.supervise(group, holding, signals).await
 }
+
+/// The signals `station-lease` listens for while the command runs.
+struct Signals {
+    interrupts: UnixSignal,
+    terminations: UnixSignal,
+    hangups: UnixSignal,
+    quits: UnixSignal,
+    stops: UnixSignal,
+    children: UnixSignal,
+}
+
+impl Signals {
+    fn listen(interrupts: UnixSignal, terminations: UnixSignal) -> std::io::Result<Signals> {
+        Ok(Signals {
+            interrupts,
+            terminations,
+            hangups: signal(SignalKind::hangup())?,
+            quits: signal(SignalKind::quit())?,
+            stops: signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?,
+            children: signal(SignalKind::child())?,
+        })
+    }
+}
+
+/// How often the process group is looked at once the command has ended and the rest of its
+/// group is still ending (processes that are not `station-lease`'s children end unannounced).
+const LEFTOVERS_POLL: Duration = Duration::from_millis(10);
 
 struct Run {
     held: HeldLease,
@@ -134,47 +171,63 @@ struct Run {
 }
 
 impl Run {
-    async fn supervise(
-        self,
-        mut child: Child,
-        mut holding: Holding,
-        interrupts: &mut tokio::signal::unix::Signal,
-        terminations: &mut tokio::signal::unix::Signal,
-    ) -> u8 {
-        let pid = child
-            .id()
-            .and_then(|pid| i32::try_from(pid).ok())
-            .map(Pid::from_raw);
+    async fn supervise(self, group: Group, mut holding: Holding, mut signals: Signals) -> u8 {
         let renewal_timeout = renewal_interval(self.ttl);
         let mut renewal: Option<Pin<Box<dyn Future<Output = _> + '_>>> = None;
+        let mut command_end: Option<ChildEnd> = None;
         let end = loop {
+            if let Some(end) = command_end {
+                if group.is_empty() {
+                    break end;
+                }
+                if holding.gives_up_on_the_group(Instant::now()) {
+                    say(&format!(
+                        "processes of the command's group still had not ended {} ms after SIGKILL; no longer waiting for them",
+                        KILLED_WAIT.as_millis()
+                    ));
+                    break end;
+                }
+            }
             let wake = holding.next_wake();
-            let actions = tokio::select! {
-                status = child.wait() => match status {
-                    Ok(status) => break child_end(status),
-                    Err(error) => {
-                        say(&format!("lost track of the command: {error}"));
-                        break ChildEnd::Exited(i32::from(EXIT_UNAVAILABLE));
-                    }
-                },
+            let mut actions = Vec::new();
+            let mut reap = false;
+            tokio::select! {
+                _ = signals.children.recv() => reap = true,
+                () = tokio::time::sleep(LEFTOVERS_POLL), if command_end.is_some() => reap = true,
                 answer = async { renewal.as_mut().expect("guarded by is_some").await }, if renewal.is_some() => {
                     renewal = None;
-                    holding.on_renewal(answer, Instant::now())
+                    actions = holding.on_renewal(answer, Instant::now());
                 }
                 () = async { sleep_until(wake.expect("guarded by is_some")).await }, if wake.is_some() => {
-                    holding.on_time(Instant::now())
+                    actions = holding.on_time(Instant::now());
                 }
-                _ = interrupts.recv() => {
-                    if !typed_at_the_terminal() {
-                        forward(pid, Signal::SIGINT);
+                // A Ctrl-C typed at the terminal reaches the command's group straight from the
+                // terminal when station-lease gave it the terminal; any SIGINT that comes
+                // here was sent to station-lease (by kill, a CI runner, or the terminal when
+                // its stdin is not the terminal) and is passed on.
+                _ = signals.interrupts.recv() => forward(&group, Signal::SIGINT),
+                _ = signals.terminations.recv() => forward(&group, Signal::SIGTERM),
+                _ = signals.hangups.recv() => forward(&group, Signal::SIGHUP),
+                _ = signals.quits.recv() => forward(&group, Signal::SIGQUIT),
+                _ = signals.stops.recv() => {
+                    if command_end.is_none() {
+                        group.suspend(true);
                     }
-                    Vec::new()
                 }
-                _ = terminations.recv() => {
-                    forward(pid, Signal::SIGTERM);
-                    Vec::new()
+            }
+            if reap {
+                for event in group.reap() {
+                    match event {
+                        CommandEvent::Ended(end) => {
+                            command_end = Some(end);
+                            group.take_terminal_back();
+                            actions.extend(holding.on_command_ended(Instant::now()));
+                        }
+                        CommandEvent::Stopped if command_end.is_none() => group.suspend(false),
+                        CommandEvent::Stopped => {}
+                    }
                 }
-            };
+            }
             for action in actions {
                 match action {
                     Action::Renew => {
@@ -182,21 +235,41 @@ impl Run {
                     }
                     Action::SignalLost { why } => {
                         say(&format!(
-                            "the lease is lost ({why}); sending the command {}",
+                            "the lease is lost ({why}); sending the command's process group {}",
                             self.on_lost
                         ));
-                        forward(pid, self.on_lost);
+                        forward(&group, self.on_lost);
+                    }
+                    Action::EndLeftovers => {
+                        if group.signal(Signal::SIGTERM) {
+                            let end = command_end.expect("ends first").describe();
+                            say(&format!(
+                                "the command {end} and left processes of its group running; sending them SIGTERM (SIGKILL after --grace-ms) before the lease is released"
+                            ));
+                        }
                     }
                     Action::Kill => {
-                        say(
-                            "the command did not end within --grace-ms after the lease was lost; killing it (SIGKILL)",
-                        );
-                        forward(pid, Signal::SIGKILL);
+                        let running = group.signal(Signal::SIGKILL);
+                        if command_end.is_none() {
+                            say(
+                                "the command did not end within --grace-ms after the lease was lost; killing it (SIGKILL), with its process group",
+                            );
+                        } else if running {
+                            let after = if holding.lost().is_some() {
+                                "the lease was lost"
+                            } else {
+                                "the command ended"
+                            };
+                            say(&format!(
+                                "processes of the command's group still ran --grace-ms after {after}; killing them (SIGKILL)"
+                            ));
+                        }
                     }
                     Action::Warn(text) => say(&text),
                 }
             }
         };
+        group.take_terminal_back();
         drop(renewal);
         let ending = holding.end(end);
         if let Some(message) = &ending.message {
@@ -209,31 +282,9 @@ impl Run {
     }
 }
 
-fn child_end(status: ExitStatus) -> ChildEnd {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => ChildEnd::Exited(code),
-        (None, Some(signal)) => ChildEnd::Signalled(signal),
-        (None, None) => ChildEnd::Exited(i32::from(EXIT_UNAVAILABLE)),
-    }
-}
-
-/// Whether a SIGINT most likely is a Ctrl-C typed at the terminal: `station-lease` is in the
-/// terminal's foreground process group, and so is the command, which the terminal has sent it
-/// to already (a second one would interrupt its own clean-up). A SIGINT sent by `kill`, a CI
-/// runner or a supervisor, or with no terminal, is forwarded.
-fn typed_at_the_terminal() -> bool {
-    use std::os::fd::AsFd;
-    let stdin = std::io::stdin();
-    tcgetpgrp(stdin.as_fd()).is_ok_and(|foreground| foreground == getpgrp())
-}
-
-/// Sends `signal` to the command (still running: it has not been waited for).
-fn forward(pid: Option<Pid>, signal: Signal) {
-    if let Some(pid) = pid
-        && let Err(error) = kill(pid, signal)
-    {
-        say(&format!("could not send the command {signal}: {error}"));
-    }
+/// Passes a signal `station-lease` got on to the command's process group.
+fn forward(group: &Group, signal: Signal) {
+    group.signal(signal);
 }
 
 async fn release(held: HeldLease) {
@@ -248,8 +299,4 @@ async fn release(held: HeldLease) {
             RELEASE_TIMEOUT.as_secs()
         )),
     }
-}
-
-fn shown(program: &OsString) -> String {
-    format!("{:?}", program.to_string_lossy())
 }
