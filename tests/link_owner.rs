@@ -433,25 +433,34 @@ on_shared_backends!(a_second_gateway_sends_the_station_nothing_whatever_its_stat
 /// default link-owner TTL (10 s).
 const READY_AFTER_CRASH: Duration = Duration::from_secs(3);
 
-/// Polls the gateway at `base_url` until `/readyz` answers 200; fails after `limit`.
-async fn ready_within(base_url: &str, limit: Duration, what: &str) -> Duration {
+/// Polls the gateway at `base_url` until `/readyz` answers 200: how long that took, or after
+/// `limit` its last answer (which says why it is not ready).
+async fn ready_within(base_url: &str, limit: Duration) -> Result<Duration, String> {
     let http = reqwest::Client::new();
     let since = Instant::now();
-    within(limit, what, async {
-        loop {
-            let asked = http
-                .get(format!("{base_url}/readyz"))
-                .timeout(Duration::from_millis(300))
-                .send()
-                .await;
-            if asked.is_ok_and(|response| response.status() == 200) {
-                return;
+    let mut last = String::from("no answer");
+    while since.elapsed() < limit {
+        let asked = http
+            .get(format!("{base_url}/readyz"))
+            .timeout(Duration::from_millis(300))
+            .send()
+            .await;
+        match asked {
+            Ok(response) if response.status() == 200 => return Ok(since.elapsed()),
+            Ok(response) => {
+                last = format!(
+                    "{} {}",
+                    response.status(),
+                    response.text().await.unwrap_or_default()
+                )
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            Err(error) => last = error.to_string(),
         }
-    })
-    .await;
-    since.elapsed()
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!(
+        "not ready within {limit:?}; /readyz answered last: {last}"
+    ))
 }
 
 /// A config on `backend` with the state file `state`, the control lease of its own name and
@@ -499,12 +508,9 @@ async fn a_gateway_restarted_after_a_crash_takes_both_its_leases_back_at_once(ba
     let restarted = try_start(config)
         .await
         .expect("the restarted gateway takes its own link-owner lease back");
-    ready_within(
-        &restarted.base_url(),
-        READY_AFTER_CRASH,
-        "the restarted gateway to be ready (both its leases taken back, not waited out)",
-    )
-    .await;
+    if let Err(why) = ready_within(&restarted.base_url(), READY_AFTER_CRASH).await {
+        panic!("the restarted gateway (both its leases taken back, not waited out): {why}");
+    }
     println!(
         "{backend}: ready {:?} after the restart",
         restarted_at.elapsed()
@@ -528,22 +534,20 @@ async fn a_gateway_process_killed_with_sigkill_is_ready_again_within_3_s(backend
     let sim = default_simulator().await;
     let config = crash_config(&sim, backend, &state);
     let mut first = common::process::GatewayProcess::start(&config).unwrap();
-    ready_within(&first.base_url, BOUND, "the first gateway process to be ready").await;
+    if let Err(why) = ready_within(&first.base_url, BOUND).await {
+        panic!(
+            "the first gateway process: {why}; its log:\n{}",
+            first.log_tail()
+        );
+    }
     first.signal("-KILL").unwrap();
     let killed_at = Instant::now();
     first.ended_within(BOUND).await.unwrap();
     let restarted_at = Instant::now();
     let restarted = common::process::GatewayProcess::start(&config).unwrap();
-    let ready = tokio::time::timeout(
-        READY_AFTER_CRASH,
-        ready_within(&restarted.base_url, BOUND, "the restarted process to be ready"),
-    )
-    .await;
-    assert!(
-        ready.is_ok(),
-        "the restarted process was not ready within {READY_AFTER_CRASH:?} of its start; its log:\n{}",
-        restarted.log_tail()
-    );
+    if let Err(why) = ready_within(&restarted.base_url, READY_AFTER_CRASH).await {
+        panic!("the gateway process restarted after kill -9: {why}");
+    }
     println!(
         "{backend}: ready {:?} after kill -9 ({:?} after the restart)",
         killed_at.elapsed(),
