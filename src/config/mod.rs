@@ -102,7 +102,8 @@ impl Config {
         }
     }
 
-    /// `station.id`, when set: the station's identity, instead of its HELLO's.
+    /// `station.id`, when set: the station's identity as configured (it names the control
+    /// lease; the station's own link-owner lease is named after HELLO's identity).
     pub fn station_id(&self) -> Option<String> {
         match self.station.id.trim() {
             "" => None,

@@ -1,9 +1,12 @@
 //! One gateway per station: the link-owner lease (`link-owner:<control lease name>`) in a
 //! shared lease backend. A gateway takes it at start and keeps it renewed while it runs; a
 //! second gateway on the same station and backend finds it held and refuses to start, because
-//! two gateways would each admit changes under their own view of the control lease. A gateway
-//! that loses it (it could not renew it in time) stops, rather than go on touching a station
-//! another gateway may now own.
+//! two gateways would each admit changes under their own view of the control lease. After
+//! HELLO every gateway also claims the station's own lease, named after the identity the
+//! station gives ([`identity_key`]) whatever address or `station.id` names it: a second
+//! gateway that names the station otherwise finds that one held and sends it nothing past
+//! HELLO. A gateway that loses either (it could not renew it in time) stops, rather than go on
+//! touching a station another gateway may now own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +32,17 @@ pub(crate) const RETRY_AFTER_LAPSE: Duration = Duration::from_millis(20);
 /// How long the note of a clean release is kept: a gateway started later than that after a
 /// clean stop waits the lock-delay (harmless after so long).
 const RELEASE_NOTE_TTL: Duration = Duration::from_secs(3600);
+
+/// A station's identity as its lease names it and as identities are compared: lower case,
+/// every run of white space one space, none at the ends ("HVS-3 ESH1", " hvs-3  esh1 " are one
+/// station).
+pub fn identity_key(identity: &str) -> String {
+    identity
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
 
 /// The link-owner lease's timing, in the manner of Patroni's `loop_wait + 2 × retry_timeout
 /// ≤ ttl`. By default all from its TTL: renewals every TTL/3, each given at most TTL/3 by the
@@ -202,7 +216,8 @@ pub struct LinkOwnership {
     /// When the station's lease was refused: how long its holder still has it (the next try
     /// comes then, not a whole renewal interval later).
     station_retry_in: Option<Duration>,
-    /// `station.id`: the station's identity as configured, used instead of its HELLO's.
+    /// `station.id`: the station's identity as configured (it names the control lease); only
+    /// compared with HELLO's here, which names the station's own lease whatever it says.
     station_id: Option<String>,
     /// The fence this gateway took the lease with.
     fence: u64,
@@ -264,7 +279,7 @@ impl LinkOwnership {
         gate: Arc<OwnerGate>,
     ) -> Result<Result<LinkOwnership, LeaseHolder>, LinkOwnerError> {
         let mut request = AcquireRequest::new(owner.clone(), timing.ttl);
-        if let Some(kept) = state.as_mut().and_then(OwnerState::token) {
+        if let Some(kept) = state.as_ref().and_then(OwnerState::token) {
             request = request.with_retry_token(kept);
         }
         let asked_at = Instant::now();
@@ -281,7 +296,7 @@ impl LinkOwnership {
                 };
                 info!(%name, fence = grant.fence, "this gateway owns the station's link{how}");
                 if let Some(state) = state.as_mut() {
-                    state.remember(&grant.token, None)?;
+                    state.remember_link(&grant.token)?;
                 }
                 // (The gate stays closed until the caller has decided on the lock-delay:
                 // `hold_back`.)
@@ -344,8 +359,9 @@ impl LinkOwnership {
         Ok(())
     }
 
-    /// Names the station's own link-owner lease after `station_id` (`station.id`) instead of
-    /// the identity its HELLO gives, for a station whose HELLO cannot be trusted.
+    /// `station.id`, compared with the identity HELLO gives once the link met the station (a
+    /// mismatch is logged; the station's own lease is named after HELLO's identity either way,
+    /// so that no configuration lets two gateways serve one station).
     pub fn with_station_id(mut self, station_id: Option<String>) -> LinkOwnership {
         self.station_id = station_id;
         self
@@ -385,27 +401,28 @@ impl LinkOwnership {
         self.gate.clone()
     }
 
-    /// The name of the link-owner lease of the station `identity` (from its HELLO).
+    /// The name of the link-owner lease of the station `identity` (from its HELLO), after
+    /// [`identity_key`].
     pub fn station_name_for(identity: &str) -> String {
-        format!("link-owner:station:{identity}")
+        format!("link-owner:station:{}", identity_key(identity))
     }
 
     /// Claims the station's own link-owner lease for the link, which met the station that
-    /// says `identity`: `Err` names the gateway that owns it (through another address).
+    /// says `said` in its HELLO: `Err` names the gateway that owns it. The lease is named after
+    /// what HELLO said whatever `station.id` says, so that two gateways reaching one station
+    /// never serve it both, however each is configured.
     async fn claim_station(&mut self, said: &str) -> Result<(), String> {
-        // `station.id`, where configured, stands for whatever the HELLO said.
-        let configured = self.station_id.clone();
-        let identity = configured.as_deref().unwrap_or(said);
+        let identity = identity_key(said);
         if self
             .station
             .as_ref()
-            .is_some_and(|(held, _)| held == identity)
+            .is_some_and(|(held, _)| *held == identity)
         {
             return Ok(());
         }
-        let name = Self::station_name_for(identity);
+        let name = Self::station_name_for(&identity);
         let mut request = AcquireRequest::new(self.owner.clone(), self.timing.ttl);
-        if let Some(kept) = self.state.as_mut().and_then(|s| s.station_token(identity)) {
+        if let Some(kept) = self.state.as_ref().and_then(|s| s.station_token(&identity)) {
             request = request.with_retry_token(kept);
         }
         let asked = self.store.try_acquire(&name, request);
@@ -413,35 +430,48 @@ impl LinkOwnership {
             Ok(Ok(acquired)) => acquired,
             Ok(Err(why)) => {
                 return Err(format!(
-                    "the lease backend could not say who owns the station {identity}: {why}"
+                    "the lease backend could not say who owns the station {said}: {why}"
                 ));
             }
             Err(_) => {
                 return Err(format!(
-                    "the lease backend did not say within {} ms who owns the station {identity}",
+                    "the lease backend did not say within {} ms who owns the station {said}",
                     self.timing.store_timeout.as_millis()
                 ));
             }
         };
+        let taken_back = matches!(acquired, Acquisition::Renewed(_));
         match acquired {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
-                info!(%name, fence = grant.fence, "this gateway owns the station {identity}");
+                let how = if taken_back {
+                    " (its own lease from before a restart, taken back)"
+                } else {
+                    ""
+                };
+                info!(%name, fence = grant.fence, "this gateway owns the station {said}{how}");
+                if let Some(configured) = &self.station_id
+                    && identity_key(configured) != identity
+                {
+                    warn!(
+                        "station.id \"{configured}\" is not the identity the station's HELLO gives (\"{said}\"): station.id names the control lease only; the station's own link-owner lease is named after HELLO's identity ({name})"
+                    );
+                }
                 if let Some((old_identity, old)) = self.station.take() {
                     let old_name = Self::station_name_for(&old_identity);
                     let _ = self.store.release(&old_name, &old).await;
                 }
                 if let Some(state) = self.state.as_mut()
-                    && let Err(why) = state.remember(&self.token, Some((identity, &grant.token)))
+                    && let Err(why) = state.remember_station(&identity, &grant.token)
                 {
                     warn!("{why}");
                 }
-                self.station = Some((identity.to_owned(), grant.token));
+                self.station = Some((identity, grant.token));
                 Ok(())
             }
             Acquisition::HeldByOther(holder) => {
                 self.station_retry_in = Some(holder.expires_in);
                 Err(format!(
-                    "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
+                    "another gateway owns the station {said}: {} holds {name} for another {}; only one gateway may serve a station, whatever address, station.id or lease.name each reaches it by (this one sends it nothing, and serves it once that lease lapses: stop the other gateway, or run this one as its standby)",
                     holder.owner,
                     seconds_left(holder.expires_in)
                 ))
@@ -685,6 +715,20 @@ mod timing_rule_tests {
 mod keep_tests {
     use super::*;
 
+    #[test]
+    fn identities_are_compared_and_leases_named_after_normalising_case_and_spaces() {
+        assert_eq!(identity_key("  HVS-3   ESH1\t"), "hvs-3 esh1");
+        assert_eq!(
+            LinkOwnership::station_name_for("HVS-3 ESH1"),
+            LinkOwnership::station_name_for("hvs-3  esh1 ")
+        );
+        assert_eq!(
+            LinkOwnership::station_name_for("HVS-3 ESH1"),
+            "link-owner:station:hvs-3 esh1"
+        );
+        assert_ne!(identity_key("HVS-3 ESH1"), identity_key("HVS-3 ESH2"));
+    }
+
     #[tokio::test]
     async fn an_identity_asked_before_the_owner_task_first_ran_is_decided_at_once() {
         let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
@@ -711,5 +755,57 @@ mod keep_tests {
         assert_eq!(verdict, Ok(()));
         shutdown.cancel();
         keeping.await.unwrap();
+    }
+
+    /// Issue 49, item 4: the owner names the station by `station.id`; a second gateway names
+    /// it otherwise (another control lease: no `station.id`, or another address). Once each
+    /// met the station, the second is refused it, naming the owner, whatever case and spacing
+    /// the identity comes in.
+    #[tokio::test]
+    async fn a_second_gateway_is_refused_the_station_whatever_station_id_the_owner_has() {
+        let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
+        let timing = LinkOwnerTiming::for_ttl(Duration::from_secs(3));
+        let owner = LinkOwnership::claim(
+            store.clone(),
+            "control:station:HV bench",
+            "gateway A".into(),
+            timing,
+            None,
+        )
+        .await
+        .unwrap()
+        .with_station_id(Some("HV bench".into()));
+        let second = LinkOwnership::claim(
+            store,
+            "control:tcp://10.0.0.7:4000",
+            "gateway B".into(),
+            timing,
+            None,
+        )
+        .await
+        .expect("another control lease: another link-owner lease");
+        let (owner_gate, second_gate) = (owner.gate(), second.gate());
+        let shutdown = CancellationToken::new();
+        let keeping = [
+            tokio::spawn(owner.keep(shutdown.clone(), CancellationToken::new())),
+            tokio::spawn(second.keep(shutdown.clone(), CancellationToken::new())),
+        ];
+        let limit = Duration::from_secs(2);
+        assert_eq!(
+            owner_gate.verify_identity("HVS-3 ESH1", limit).await,
+            Ok(())
+        );
+        let refused = second_gate.verify_identity("hvs-3  esh1", limit).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|why| why.contains("another gateway owns the station")
+                    && why.contains("gateway A")),
+            "{refused:?}"
+        );
+        shutdown.cancel();
+        for task in keeping {
+            task.await.unwrap();
+        }
     }
 }
