@@ -211,8 +211,16 @@ pub struct LinkOwnership {
     /// Who this gateway is, as other gateways see it.
     owner: String,
     /// The station's own link-owner lease (`link-owner:station:<identity>`), once the link
-    /// met the station: its identity and token.
-    station: Option<(String, LeaseToken)>,
+    /// met the station: its identity, token and fence.
+    station: Option<(String, LeaseToken, u64)>,
+    /// The lock-delay after taking the station's lease when it had lapsed: the link is told
+    /// to stand by until then.
+    station_held_back_until: Option<Instant>,
+    /// Whether this gateway found the station's lease held by another since it started.
+    station_seen_held: bool,
+    /// Whether this gateway waited the lock-delay for its link-owner lease (taken over when it
+    /// had lapsed).
+    waited_lock_delay: bool,
     /// When the station's lease was refused: how long its holder still has it (the next try
     /// comes then, not a whole renewal interval later).
     station_retry_in: Option<Duration>,
@@ -313,6 +321,9 @@ impl LinkOwnership {
                     state: state.take(),
                     owner,
                     station: None,
+                    station_held_back_until: None,
+                    station_seen_held: false,
+                    waited_lock_delay: false,
                     station_retry_in: None,
                     station_id: None,
                 }))
@@ -339,22 +350,28 @@ impl LinkOwnership {
         if self.taken_back || self.fence <= 1 {
             return false;
         }
-        let note_name = Self::release_note_name(&self.name);
+        !self.released_cleanly(&self.name, self.fence).await
+    }
+
+    /// Whether the note of a clean stop beside the lease `name` names the fence just before
+    /// `fence` (the one this gateway just took it with). A store that cannot say: `false`.
+    async fn released_cleanly(&self, name: &str, fence: u64) -> bool {
+        let note_name = Self::release_note_name(name);
         let note = self.store.current(&note_name);
         match tokio::time::timeout(self.timing.store_timeout, note).await {
-            Ok(Ok(Some(note))) => note.owner != Self::release_note(self.fence - 1),
-            _ => true,
+            Ok(Ok(Some(note))) => note.owner == Self::release_note(fence.saturating_sub(1)),
+            _ => false,
         }
     }
 
-    /// Leaves the note that this gateway released its lease cleanly (before releasing it, so
-    /// that whoever finds the lease free finds the note too).
-    async fn note_clean_release(&self) -> Result<(), LeaseStoreError> {
-        let name = Self::release_note_name(&self.name);
+    /// Leaves the note that this gateway released the lease `name` (taken with `fence`)
+    /// cleanly (before releasing it, so that whoever finds the lease free finds the note too).
+    async fn note_clean_release(&self, name: &str, fence: u64) -> Result<(), LeaseStoreError> {
+        let name = Self::release_note_name(name);
         if let Some(old) = self.store.current(&name).await? {
             self.store.release(&name, &old.token).await?;
         }
-        let note = AcquireRequest::new(Self::release_note(self.fence), RELEASE_NOTE_TTL);
+        let note = AcquireRequest::new(Self::release_note(fence), RELEASE_NOTE_TTL);
         self.store.try_acquire(&name, note).await?;
         Ok(())
     }
@@ -373,6 +390,7 @@ impl LinkOwnership {
     pub fn hold_back(mut self, delay: Duration) -> LinkOwnership {
         if !delay.is_zero() {
             self.held_back_until = Some(Instant::now() + delay);
+            self.waited_lock_delay = true;
         }
         self.open_gate(Instant::now());
         self
@@ -416,9 +434,9 @@ impl LinkOwnership {
         if self
             .station
             .as_ref()
-            .is_some_and(|(held, _)| *held == identity)
+            .is_some_and(|(held, ..)| *held == identity)
         {
-            return Ok(());
+            return self.station_lock_delay_over(said);
         }
         let name = Self::station_name_for(&identity);
         let mut request = AcquireRequest::new(self.owner.clone(), self.timing.ttl);
@@ -456,7 +474,7 @@ impl LinkOwnership {
                         "station.id \"{configured}\" is not the identity the station's HELLO gives (\"{said}\"): station.id names the control lease only; the station's own link-owner lease is named after HELLO's identity ({name})"
                     );
                 }
-                if let Some((old_identity, old)) = self.station.take() {
+                if let Some((old_identity, old, _)) = self.station.take() {
                     let old_name = Self::station_name_for(&old_identity);
                     let _ = self.store.release(&old_name, &old).await;
                 }
@@ -465,10 +483,28 @@ impl LinkOwnership {
                 {
                     warn!("{why}");
                 }
-                self.station = Some((identity, grant.token));
-                Ok(())
+                // Found free after another held it, it lapsed or was released. After a lapse
+                // its last owner may be paused, not gone: the link waits the lock-delay, as
+                // after taking over the link-owner lease. Not again, though, when this gateway
+                // already waited it for its link-owner lease and never saw this one held: the
+                // station's lease lapsed with the link-owner lease of the same gateway.
+                let lapsed = !taken_back
+                    && grant.fence > 1
+                    && (self.station_seen_held || !self.waited_lock_delay)
+                    && !self.released_cleanly(&name, grant.fence).await;
+                if lapsed {
+                    warn!(
+                        %name,
+                        lock_delay_ms = self.timing.lock_delay.as_millis(),
+                        "the station's link-owner lease was found free, but its last owner did not release it (it lapsed: that gateway may be paused, not gone): the link waits the lock-delay before it serves the station"
+                    );
+                    self.station_held_back_until = Some(Instant::now() + self.timing.lock_delay);
+                }
+                self.station = Some((identity, grant.token, grant.fence));
+                self.station_lock_delay_over(said)
             }
             Acquisition::HeldByOther(holder) => {
+                self.station_seen_held = true;
                 self.station_retry_in = Some(holder.expires_in);
                 Err(format!(
                     "another gateway owns the station {said}: {} holds {name} for another {}; only one gateway may serve a station, whatever address, station.id or lease.name each reaches it by (this one sends it nothing, and serves it once that lease lapses: stop the other gateway, or run this one as its standby)",
@@ -479,11 +515,32 @@ impl LinkOwnership {
         }
     }
 
+    /// Whether the link may serve the station `said` whose lease this gateway holds: `Err`
+    /// while the lock-delay after taking it lapsed still runs (the next try comes when it ends).
+    fn station_lock_delay_over(&mut self, said: &str) -> Result<(), String> {
+        let now = Instant::now();
+        match self.station_held_back_until {
+            Some(until) if now < until => {
+                self.station_retry_in = Some(until - now);
+                Err(format!(
+                    "this gateway took the station {said}'s link-owner lease after it lapsed (the gateway that held it may be paused, not gone): it waits the lock-delay, another {} ms, before it sends the station anything",
+                    (until - now).as_millis()
+                ))
+            }
+            Some(_) => {
+                self.station_held_back_until = None;
+                info!("the lock-delay on the station {said} is over: the link may serve it");
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Renews the link-owner lease and the station's own: `Ok(true)` when both were confirmed,
     /// `Ok(false)` when the store says one is no longer this gateway's.
     async fn renew(&self) -> Result<bool, String> {
         let mut held = vec![(self.name.clone(), &self.token)];
-        if let Some((identity, token)) = &self.station {
+        if let Some((identity, token, _)) = &self.station {
             held.push((Self::station_name_for(identity), token));
         }
         for (name, token) in held {
@@ -586,14 +643,19 @@ impl LinkOwnership {
             }
         }
         self.gate.revoke();
-        if let Some((identity, token)) = self.station.take() {
-            let _ = self
-                .store
-                .release(&Self::station_name_for(&identity), &token)
-                .await;
+        if let Some((identity, token, fence)) = self.station.take() {
+            let name = Self::station_name_for(&identity);
+            let noted = self.note_clean_release(&name, fence);
+            if !matches!(
+                tokio::time::timeout(timing.store_timeout, noted).await,
+                Ok(Ok(()))
+            ) {
+                warn!(%name, "could not note the clean release of the station's lease: the next gateway to serve it waits the lock-delay");
+            }
+            let _ = self.store.release(&name, &token).await;
         }
         // (The state file's lock goes with this task: a restart may take it at once.)
-        let noted = self.note_clean_release();
+        let noted = self.note_clean_release(&self.name, self.fence);
         match tokio::time::timeout(timing.store_timeout, noted).await {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {
@@ -807,5 +869,66 @@ mod keep_tests {
         for task in keeping {
             task.await.unwrap();
         }
+    }
+
+    /// Issue 49, with item 4: the owner of the station's lease dies (or is paused) without
+    /// releasing it; a second gateway that names the station otherwise stands by and, once
+    /// that lease lapsed, waits the lock-delay before it serves the station (a change the old
+    /// owner sent last may still be under way). After a clean stop the next serves at once.
+    #[tokio::test]
+    async fn a_gateway_that_takes_the_station_after_its_lease_lapsed_waits_the_lock_delay() {
+        let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
+        let lock_delay = Duration::from_millis(1_500);
+        let timing = LinkOwnerTiming {
+            lock_delay,
+            ..LinkOwnerTiming::for_ttl(Duration::from_secs(1))
+        };
+        let limit = Duration::from_secs(2);
+        let start = |control: &'static str, who: &'static str| {
+            let store = store.clone();
+            async move {
+                let ownership = LinkOwnership::claim(store, control, who.into(), timing, None)
+                    .await
+                    .unwrap();
+                let gate = ownership.gate();
+                let stop = CancellationToken::new();
+                let task = tokio::spawn(ownership.keep(stop.clone(), CancellationToken::new()));
+                (gate, stop, task)
+            }
+        };
+        let (gate_a, _, task_a) = start("control:a", "gateway A").await;
+        assert_eq!(gate_a.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
+        task_a.abort();
+        let died = Instant::now();
+        let (gate_b, stop_b, task_b) = start("control:b", "gateway B").await;
+        let refused = gate_b.verify_identity("HVS-3 ESH1", limit).await;
+        assert!(
+            refused.as_ref().is_err_and(|why| why.contains("gateway A")),
+            "{refused:?}"
+        );
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while gate_b.refused_identity().is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the second gateway serves the station once the lock-delay is over");
+        assert!(
+            died.elapsed() >= lock_delay,
+            "it served the station {:?} after its owner died: before the lock-delay ({lock_delay:?}) after the lease lapsed",
+            died.elapsed()
+        );
+        stop_b.cancel();
+        task_b.await.unwrap();
+        let (gate_c, stop_c, task_c) = start("control:c", "gateway C").await;
+        let asked = Instant::now();
+        assert_eq!(gate_c.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
+        assert!(
+            asked.elapsed() < lock_delay,
+            "after a clean stop the next waited {:?}",
+            asked.elapsed()
+        );
+        stop_c.cancel();
+        task_c.await.unwrap();
     }
 }
