@@ -246,7 +246,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         };
         let me = owner_label(std::process::id(), &published);
         let timing = config.link_owner_timing();
-        let name = config.control_lease_name();
+        let name = config.link_owner_key();
         let state = match config.lease.link_owner_state_path() {
             Some(path) => Some(OwnerState::open(&path).map_err(LinkOwnerError::from)?),
             None => None,

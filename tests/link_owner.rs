@@ -1,7 +1,9 @@
 //! One writer per station at every edge: a gateway on a shared lease backend sends the station
 //! nothing once it cannot prove it still owns the link — however it got there (here: a store
 //! it can no longer reach in time) — well before the store would let another gateway take the
-//! station; and it stops itself.
+//! station; and it stops itself. A second gateway that names the station otherwise (another
+//! address, no `station.id` or another spelling of it) serves nothing once it met the station,
+//! and a gateway restarted after a crash takes both its leases back at once (issue 49).
 
 mod common;
 
@@ -9,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
+use station_gateway::lease::LeaseToken;
 
 const VSET1: &str = "0.4.ESH10000662.VSET1";
 
@@ -325,3 +328,238 @@ async fn a_gateway_that_starts_on_a_link_owner_lease_that_lapsed_waits_the_lock_
     taken.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One test per shared backend (memory cannot have two gateways) for `$scenario(&url)`.
+macro_rules! on_shared_backends {
+    ($scenario:ident: $($test:ident => $kind:literal),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                let backend = common::backends::Backend::named($kind).await;
+                $scenario(&backend.url).await
+            }
+        )+
+    };
+}
+
+/// Whether `why` says another gateway owns the station and names `owner_url`, where it serves.
+fn names_the_owner(why: &str, owner_url: &str) -> bool {
+    why.contains("another gateway owns") && why.contains(owner_url)
+}
+
+/// Issue 49, item 4. The owner names the station by `station.id`; a second gateway on the same
+/// backend and station URL, not a standby, names it otherwise: without `station.id` (its
+/// control lease by `lease.name`), or with the owner's id in another case and spacing. Each
+/// either refuses to start or, once it met the station, serves nothing — a lease-less write
+/// through it is refused and nothing reaches the station — and each names the owner.
+async fn a_second_gateway_sends_the_station_nothing_whatever_its_station_id_says(backend: &str) {
+    let sim = default_simulator().await;
+    let id = format!("HV Bench {}", &LeaseToken::random().as_str()[..8]);
+    let owner = start_gateway(config_for(&sim, |c| {
+        c.lease.backend = backend.to_owned();
+        c.station.id = id.clone();
+    }))
+    .await;
+    let owner_url = owner.base_url();
+    sim.clear_write_log();
+    let without_id = config_for(&sim, |c| {
+        c.lease.backend = backend.to_owned();
+        c.lease.name = common::backends::own_lease_name("second-owner");
+        c.station.reconnect_max_ms = 200;
+    });
+    let other_spelling = format!("  {}  ", id.to_lowercase().replace(' ', "   "));
+    let with_other_spelling = config_for(&sim, |c| {
+        c.lease.backend = backend.to_owned();
+        c.station.id = other_spelling.clone();
+        c.station.reconnect_max_ms = 200;
+    });
+    for (what, config) in [
+        ("without station.id".to_owned(), without_id),
+        (
+            format!("with station.id {other_spelling:?}"),
+            with_other_spelling,
+        ),
+    ] {
+        let second = match try_start(config).await {
+            Err(why) => {
+                assert!(names_the_owner(&why, &owner_url), "{what}: {why}");
+                continue;
+            }
+            Ok(second) => second,
+        };
+        link_state(
+            &second,
+            &format!("the second gateway ({what}) to be refused the station, naming its owner"),
+            |info| {
+                info.last_error
+                    .as_deref()
+                    .is_some_and(|why| names_the_owner(why, &owner_url))
+            },
+        )
+        .await;
+        assert!(!second.link().info().connected, "{what}");
+        let response = reqwest::Client::new()
+            .post(format!("{}/api/resources/value/set", second.base_url()))
+            .json(&json!({ "Name": VSET1, "Value": "30" }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        assert_eq!(status, 503, "{what}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|why| names_the_owner(why, &owner_url)),
+            "{what}: the refusal names the owner: {body}"
+        );
+        second.stop().await;
+    }
+    assert!(
+        sim.write_log().is_empty(),
+        "a change reached the station through a second gateway: {:?}",
+        sim.write_log()
+    );
+    owner.stop().await;
+}
+
+on_shared_backends!(a_second_gateway_sends_the_station_nothing_whatever_its_station_id_says:
+    a_second_gateway_sends_the_station_nothing_whatever_its_station_id_says_on_sqlite => "sqlite",
+    a_second_gateway_sends_the_station_nothing_whatever_its_station_id_says_on_postgres => "postgres",
+    a_second_gateway_sends_the_station_nothing_whatever_its_station_id_says_on_redis => "redis",
+);
+
+/// How soon a gateway restarted after a crash must serve again (issue 49, item 6b), at the
+/// default link-owner TTL (10 s).
+const READY_AFTER_CRASH: Duration = Duration::from_secs(3);
+
+/// Polls the gateway at `base_url` until `/readyz` answers 200: how long that took, or after
+/// `limit` its last answer (which says why it is not ready).
+async fn ready_within(base_url: &str, limit: Duration) -> Result<Duration, String> {
+    let http = reqwest::Client::new();
+    let since = Instant::now();
+    let mut last = String::from("no answer");
+    while since.elapsed() < limit {
+        let asked = http
+            .get(format!("{base_url}/readyz"))
+            .timeout(Duration::from_millis(300))
+            .send()
+            .await;
+        match asked {
+            Ok(response) if response.status() == 200 => return Ok(since.elapsed()),
+            Ok(response) => {
+                last = format!(
+                    "{} {}",
+                    response.status(),
+                    response.text().await.unwrap_or_default()
+                )
+            }
+            Err(error) => last = error.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!(
+        "not ready within {limit:?}; /readyz answered last: {last}"
+    ))
+}
+
+/// A config on `backend` with the state file `state`, the control lease of its own name and
+/// the default link-owner TTL.
+fn crash_config(
+    sim: &station_simulator::SimulatorHandle,
+    backend: &str,
+    state: &std::path::Path,
+) -> station_gateway::Config {
+    let config = config_for(sim, |c| {
+        c.lease.backend = backend.to_owned();
+        c.lease.name = common::backends::own_lease_name("crash-restart");
+        c.lease.link_owner_state = state.display().to_string();
+    });
+    assert_eq!(config.lease.link_owner_ttl_ms, 10_000, "the default TTL");
+    config
+}
+
+/// A scratch directory of a test's own.
+fn scratch(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "sg-{test}-{}",
+        &LeaseToken::random().as_str()[..12]
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Issue 49, item 6b. A gateway that met the station holds two leases: the link-owner lease
+/// and the station's own. Restarted after a crash (every task aborted, nothing released) with
+/// its state file, it takes both back at once and serves within 3 s, not when the station's
+/// lapses (10 s).
+async fn a_gateway_restarted_after_a_crash_takes_both_its_leases_back_at_once(backend: &str) {
+    let dir = scratch("crash-both-leases");
+    let state = dir.join("gateway.state");
+    let sim = default_simulator().await;
+    let config = crash_config(&sim, backend, &state);
+    let crashed = start_gateway(config.clone()).await;
+    drop(crashed);
+    until(BOUND, "the crashed gateway's tasks to be gone", || {
+        station_gateway::lease::owner_state::OwnerState::open(&state).is_ok()
+    })
+    .await;
+    let restarted_at = Instant::now();
+    let restarted = try_start(config)
+        .await
+        .expect("the restarted gateway takes its own link-owner lease back");
+    if let Err(why) = ready_within(&restarted.base_url(), READY_AFTER_CRASH).await {
+        panic!("the restarted gateway (both its leases taken back, not waited out): {why}");
+    }
+    println!(
+        "{backend}: ready {:?} after the restart",
+        restarted_at.elapsed()
+    );
+    restarted.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+on_shared_backends!(a_gateway_restarted_after_a_crash_takes_both_its_leases_back_at_once:
+    a_gateway_restarted_after_a_crash_takes_both_its_leases_back_at_once_on_sqlite => "sqlite",
+    a_gateway_restarted_after_a_crash_takes_both_its_leases_back_at_once_on_postgres => "postgres",
+    a_gateway_restarted_after_a_crash_takes_both_its_leases_back_at_once_on_redis => "redis",
+);
+
+/// Issue 49, item 6b, measured as operators see it: the gateway process killed with `kill -9`
+/// and started again with the same config and state file is ready within 3 s of its start at
+/// the default TTL.
+async fn a_gateway_process_killed_with_sigkill_is_ready_again_within_3_s(backend: &str) {
+    let dir = scratch("sigkill-restart");
+    let state = dir.join("gateway.state");
+    let sim = default_simulator().await;
+    let config = crash_config(&sim, backend, &state);
+    let mut first = common::process::GatewayProcess::start(&config).unwrap();
+    if let Err(why) = ready_within(&first.base_url, BOUND).await {
+        panic!(
+            "the first gateway process: {why}; its log:\n{}",
+            first.log_tail()
+        );
+    }
+    first.signal("-KILL").unwrap();
+    let killed_at = Instant::now();
+    first.ended_within(BOUND).await.unwrap();
+    let restarted_at = Instant::now();
+    let restarted = common::process::GatewayProcess::start(&config).unwrap();
+    if let Err(why) = ready_within(&restarted.base_url, READY_AFTER_CRASH).await {
+        panic!("the gateway process restarted after kill -9: {why}");
+    }
+    println!(
+        "{backend}: ready {:?} after kill -9 ({:?} after the restart)",
+        killed_at.elapsed(),
+        restarted_at.elapsed()
+    );
+    drop(restarted);
+    drop(first);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+on_shared_backends!(a_gateway_process_killed_with_sigkill_is_ready_again_within_3_s:
+    a_gateway_process_killed_with_sigkill_is_ready_again_within_3_s_on_sqlite => "sqlite",
+    a_gateway_process_killed_with_sigkill_is_ready_again_within_3_s_on_postgres => "postgres",
+    a_gateway_process_killed_with_sigkill_is_ready_again_within_3_s_on_redis => "redis",
+);

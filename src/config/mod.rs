@@ -102,7 +102,22 @@ impl Config {
         }
     }
 
-    /// `station.id`, when set: the station's identity, instead of its HELLO's.
+    /// What the link-owner lease is named after (`link-owner:<this>`): the control lease's
+    /// name, with `station.id` in it after normalising case and spaces, so that two gateways
+    /// told one id in another case or spacing share one link-owner lease (the second refuses
+    /// to start, or stands by) even though each names its control lease as told.
+    pub fn link_owner_key(&self) -> String {
+        match (self.lease.name.trim(), self.station_id()) {
+            ("", Some(id)) => format!(
+                "control:station:{}",
+                crate::lease::link_owner::identity_key(&id)
+            ),
+            _ => self.control_lease_name(),
+        }
+    }
+
+    /// `station.id`, when set: the station's identity as configured (it names the control
+    /// lease; the station's own link-owner lease is named after HELLO's identity).
     pub fn station_id(&self) -> Option<String> {
         match self.station.id.trim() {
             "" => None,

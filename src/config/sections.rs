@@ -10,11 +10,11 @@ use serde::Deserialize;
 pub struct StationConfig {
     /// `tcp://HOST:PORT` or `serial:///dev/ttyUSB0?baud=115200&parity=none&stop_bits=1`.
     pub url: String,
-    /// The station's identity, instead of the model and serial its HELLO gives (for a station
-    /// whose HELLO cannot be trusted: a serial left at its factory value, two stations alike).
-    /// It names the station's link-owner lease and, unless `lease.name` is set, the control
-    /// lease (`control:station:<id>`): set it alike on two gateways of one station. Empty: the
-    /// HELLO's identity for the link-owner lease, `control:<url>` for the control lease.
+    /// The station's identity (the model and serial its HELLO gives): unless `lease.name` is
+    /// set it names the control lease (`control:station:<id>`) whatever address reaches the
+    /// station; set it alike on two gateways of one station. Empty: `control:<url>`. The
+    /// station's own link-owner lease is named after HELLO's identity whatever this says (one
+    /// writer per station whatever the configuration, issue 49).
     pub id: String,
     /// How long one request may wait for the station's answer.
     pub request_timeout_ms: u64,

@@ -200,6 +200,34 @@ fn a_link_owner_timing_that_breaks_a_rule_is_refused_naming_the_keys() {
     let ok = "[ha]\nmode = \"standby\"\n[station]\nid = \"HVS-3 ESH1234\"\n[lease]\nbackend = \"sqlite:/tmp/x.db\"\n";
     let config = Config::from_toml(ok, "test.toml").unwrap();
     assert_eq!(config.control_lease_name(), "control:station:HVS-3 ESH1234");
+    assert_eq!(config.link_owner_key(), "control:station:hvs-3 esh1234");
+}
+
+/// Issue 49, item 4: `station.id` in another case or spacing is the same station to the
+/// link-owner lease; `lease.name` or the URL name it as they are.
+#[test]
+fn the_link_owner_lease_compares_station_ids_after_normalising_case_and_spaces() {
+    let with_id = |id: &str| {
+        let mut config = Config::default();
+        config.station.id = id.to_owned();
+        config
+    };
+    assert_eq!(
+        with_id("HVS-3 ESH1234").link_owner_key(),
+        with_id("  hvs-3   esh1234 ").link_owner_key()
+    );
+    assert_ne!(
+        with_id("HVS-3 ESH1234").control_lease_name(),
+        with_id("hvs-3 esh1234").control_lease_name(),
+        "the control lease keeps the name it was given (a lease kept in the store is found again)"
+    );
+    let mut named = with_id("HVS-3 ESH1234");
+    named.lease.name = "Bench 3".into();
+    assert_eq!(named.link_owner_key(), "Bench 3");
+    assert_eq!(
+        Config::default().link_owner_key(),
+        Config::default().control_lease_name()
+    );
 }
 
 #[test]

@@ -1,9 +1,12 @@
 //! One gateway per station: the link-owner lease (`link-owner:<control lease name>`) in a
 //! shared lease backend. A gateway takes it at start and keeps it renewed while it runs; a
 //! second gateway on the same station and backend finds it held and refuses to start, because
-//! two gateways would each admit changes under their own view of the control lease. A gateway
-//! that loses it (it could not renew it in time) stops, rather than go on touching a station
-//! another gateway may now own.
+//! two gateways would each admit changes under their own view of the control lease. After
+//! HELLO every gateway also claims the station's own lease, named after the identity the
+//! station gives ([`identity_key`]) whatever address or `station.id` names it: a second
+//! gateway that names the station otherwise finds that one held and sends it nothing past
+//! HELLO. A gateway that loses either (it could not renew it in time) stops, rather than go on
+//! touching a station another gateway may now own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +32,17 @@ pub(crate) const RETRY_AFTER_LAPSE: Duration = Duration::from_millis(20);
 /// How long the note of a clean release is kept: a gateway started later than that after a
 /// clean stop waits the lock-delay (harmless after so long).
 const RELEASE_NOTE_TTL: Duration = Duration::from_secs(3600);
+
+/// A station's identity as its lease names it and as identities are compared: lower case,
+/// every run of white space one space, none at the ends ("HVS-3 ESH1", " hvs-3  esh1 " are one
+/// station).
+pub fn identity_key(identity: &str) -> String {
+    identity
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
 
 /// The link-owner lease's timing, in the manner of Patroni's `loop_wait + 2 × retry_timeout
 /// ≤ ttl`. By default all from its TTL: renewals every TTL/3, each given at most TTL/3 by the
@@ -197,12 +211,21 @@ pub struct LinkOwnership {
     /// Who this gateway is, as other gateways see it.
     owner: String,
     /// The station's own link-owner lease (`link-owner:station:<identity>`), once the link
-    /// met the station: its identity and token.
-    station: Option<(String, LeaseToken)>,
+    /// met the station: its identity, token and fence.
+    station: Option<(String, LeaseToken, u64)>,
+    /// The lock-delay after taking the station's lease when it had lapsed: the link is told
+    /// to stand by until then.
+    station_held_back_until: Option<Instant>,
+    /// Whether this gateway found the station's lease held by another since it started.
+    station_seen_held: bool,
+    /// Whether this gateway waited the lock-delay for its link-owner lease (taken over when it
+    /// had lapsed).
+    waited_lock_delay: bool,
     /// When the station's lease was refused: how long its holder still has it (the next try
     /// comes then, not a whole renewal interval later).
     station_retry_in: Option<Duration>,
-    /// `station.id`: the station's identity as configured, used instead of its HELLO's.
+    /// `station.id`: the station's identity as configured (it names the control lease); only
+    /// compared with HELLO's here, which names the station's own lease whatever it says.
     station_id: Option<String>,
     /// The fence this gateway took the lease with.
     fence: u64,
@@ -264,7 +287,7 @@ impl LinkOwnership {
         gate: Arc<OwnerGate>,
     ) -> Result<Result<LinkOwnership, LeaseHolder>, LinkOwnerError> {
         let mut request = AcquireRequest::new(owner.clone(), timing.ttl);
-        if let Some(kept) = state.as_mut().and_then(OwnerState::token) {
+        if let Some(kept) = state.as_ref().and_then(OwnerState::token) {
             request = request.with_retry_token(kept);
         }
         let asked_at = Instant::now();
@@ -281,7 +304,7 @@ impl LinkOwnership {
                 };
                 info!(%name, fence = grant.fence, "this gateway owns the station's link{how}");
                 if let Some(state) = state.as_mut() {
-                    state.remember(&grant.token, None)?;
+                    state.remember_link(&grant.token)?;
                 }
                 // (The gate stays closed until the caller has decided on the lock-delay:
                 // `hold_back`.)
@@ -298,6 +321,9 @@ impl LinkOwnership {
                     state: state.take(),
                     owner,
                     station: None,
+                    station_held_back_until: None,
+                    station_seen_held: false,
+                    waited_lock_delay: false,
                     station_retry_in: None,
                     station_id: None,
                 }))
@@ -324,28 +350,35 @@ impl LinkOwnership {
         if self.taken_back || self.fence <= 1 {
             return false;
         }
-        let note_name = Self::release_note_name(&self.name);
+        !self.released_cleanly(&self.name, self.fence).await
+    }
+
+    /// Whether the note of a clean stop beside the lease `name` names the fence just before
+    /// `fence` (the one this gateway just took it with). A store that cannot say: `false`.
+    async fn released_cleanly(&self, name: &str, fence: u64) -> bool {
+        let note_name = Self::release_note_name(name);
         let note = self.store.current(&note_name);
         match tokio::time::timeout(self.timing.store_timeout, note).await {
-            Ok(Ok(Some(note))) => note.owner != Self::release_note(self.fence - 1),
-            _ => true,
+            Ok(Ok(Some(note))) => note.owner == Self::release_note(fence.saturating_sub(1)),
+            _ => false,
         }
     }
 
-    /// Leaves the note that this gateway released its lease cleanly (before releasing it, so
-    /// that whoever finds the lease free finds the note too).
-    async fn note_clean_release(&self) -> Result<(), LeaseStoreError> {
-        let name = Self::release_note_name(&self.name);
+    /// Leaves the note that this gateway released the lease `name` (taken with `fence`)
+    /// cleanly (before releasing it, so that whoever finds the lease free finds the note too).
+    async fn note_clean_release(&self, name: &str, fence: u64) -> Result<(), LeaseStoreError> {
+        let name = Self::release_note_name(name);
         if let Some(old) = self.store.current(&name).await? {
             self.store.release(&name, &old.token).await?;
         }
-        let note = AcquireRequest::new(Self::release_note(self.fence), RELEASE_NOTE_TTL);
+        let note = AcquireRequest::new(Self::release_note(fence), RELEASE_NOTE_TTL);
         self.store.try_acquire(&name, note).await?;
         Ok(())
     }
 
-    /// Names the station's own link-owner lease after `station_id` (`station.id`) instead of
-    /// the identity its HELLO gives, for a station whose HELLO cannot be trusted.
+    /// `station.id`, compared with the identity HELLO gives once the link met the station (a
+    /// mismatch is logged; the station's own lease is named after HELLO's identity either way,
+    /// so that no configuration lets two gateways serve one station).
     pub fn with_station_id(mut self, station_id: Option<String>) -> LinkOwnership {
         self.station_id = station_id;
         self
@@ -357,6 +390,7 @@ impl LinkOwnership {
     pub fn hold_back(mut self, delay: Duration) -> LinkOwnership {
         if !delay.is_zero() {
             self.held_back_until = Some(Instant::now() + delay);
+            self.waited_lock_delay = true;
         }
         self.open_gate(Instant::now());
         self
@@ -385,27 +419,28 @@ impl LinkOwnership {
         self.gate.clone()
     }
 
-    /// The name of the link-owner lease of the station `identity` (from its HELLO).
+    /// The name of the link-owner lease of the station `identity` (from its HELLO), after
+    /// [`identity_key`].
     pub fn station_name_for(identity: &str) -> String {
-        format!("link-owner:station:{identity}")
+        format!("link-owner:station:{}", identity_key(identity))
     }
 
     /// Claims the station's own link-owner lease for the link, which met the station that
-    /// says `identity`: `Err` names the gateway that owns it (through another address).
+    /// says `said` in its HELLO: `Err` names the gateway that owns it. The lease is named after
+    /// what HELLO said whatever `station.id` says, so that two gateways reaching one station
+    /// never serve it both, however each is configured.
     async fn claim_station(&mut self, said: &str) -> Result<(), String> {
-        // `station.id`, where configured, stands for whatever the HELLO said.
-        let configured = self.station_id.clone();
-        let identity = configured.as_deref().unwrap_or(said);
+        let identity = identity_key(said);
         if self
             .station
             .as_ref()
-            .is_some_and(|(held, _)| held == identity)
+            .is_some_and(|(held, ..)| *held == identity)
         {
-            return Ok(());
+            return self.station_lock_delay_over(said);
         }
-        let name = Self::station_name_for(identity);
+        let name = Self::station_name_for(&identity);
         let mut request = AcquireRequest::new(self.owner.clone(), self.timing.ttl);
-        if let Some(kept) = self.state.as_mut().and_then(|s| s.station_token(identity)) {
+        if let Some(kept) = self.state.as_ref().and_then(|s| s.station_token(&identity)) {
             request = request.with_retry_token(kept);
         }
         let asked = self.store.try_acquire(&name, request);
@@ -413,35 +448,66 @@ impl LinkOwnership {
             Ok(Ok(acquired)) => acquired,
             Ok(Err(why)) => {
                 return Err(format!(
-                    "the lease backend could not say who owns the station {identity}: {why}"
+                    "the lease backend could not say who owns the station {said}: {why}"
                 ));
             }
             Err(_) => {
                 return Err(format!(
-                    "the lease backend did not say within {} ms who owns the station {identity}",
+                    "the lease backend did not say within {} ms who owns the station {said}",
                     self.timing.store_timeout.as_millis()
                 ));
             }
         };
+        let taken_back = matches!(acquired, Acquisition::Renewed(_));
         match acquired {
             Acquisition::Taken(grant) | Acquisition::Renewed(grant) => {
-                info!(%name, fence = grant.fence, "this gateway owns the station {identity}");
-                if let Some((old_identity, old)) = self.station.take() {
+                let how = if taken_back {
+                    " (its own lease from before a restart, taken back)"
+                } else {
+                    ""
+                };
+                info!(%name, fence = grant.fence, "this gateway owns the station {said}{how}");
+                if let Some(configured) = &self.station_id
+                    && identity_key(configured) != identity
+                {
+                    warn!(
+                        "station.id \"{configured}\" is not the identity the station's HELLO gives (\"{said}\"): station.id names the control lease only; the station's own link-owner lease is named after HELLO's identity ({name})"
+                    );
+                }
+                if let Some((old_identity, old, _)) = self.station.take() {
                     let old_name = Self::station_name_for(&old_identity);
                     let _ = self.store.release(&old_name, &old).await;
                 }
                 if let Some(state) = self.state.as_mut()
-                    && let Err(why) = state.remember(&self.token, Some((identity, &grant.token)))
+                    && let Err(why) = state.remember_station(&identity, &grant.token)
                 {
                     warn!("{why}");
                 }
-                self.station = Some((identity.to_owned(), grant.token));
-                Ok(())
+                // Found free after another held it, it lapsed or was released. After a lapse
+                // its last owner may be paused, not gone: the link waits the lock-delay, as
+                // after taking over the link-owner lease. Not again, though, when this gateway
+                // already waited it for its link-owner lease and never saw this one held: the
+                // station's lease lapsed with the link-owner lease of the same gateway.
+                let lapsed = !taken_back
+                    && grant.fence > 1
+                    && (self.station_seen_held || !self.waited_lock_delay)
+                    && !self.released_cleanly(&name, grant.fence).await;
+                if lapsed {
+                    warn!(
+                        %name,
+                        lock_delay_ms = self.timing.lock_delay.as_millis(),
+                        "the station's link-owner lease was found free, but its last owner did not release it (it lapsed: that gateway may be paused, not gone): the link waits the lock-delay before it serves the station"
+                    );
+                    self.station_held_back_until = Some(Instant::now() + self.timing.lock_delay);
+                }
+                self.station = Some((identity, grant.token, grant.fence));
+                self.station_lock_delay_over(said)
             }
             Acquisition::HeldByOther(holder) => {
+                self.station_seen_held = true;
                 self.station_retry_in = Some(holder.expires_in);
                 Err(format!(
-                    "another gateway owns the station {identity} through another address: {} holds {name} for another {}; only one gateway may serve a station (this one waits, and serves it once that lease lapses)",
+                    "another gateway owns the station {said}: {} holds {name} for another {}; only one gateway may serve a station, whatever address, station.id or lease.name each reaches it by (this one sends it nothing, and serves it once that lease lapses: stop the other gateway, or run this one as its standby)",
                     holder.owner,
                     seconds_left(holder.expires_in)
                 ))
@@ -449,11 +515,32 @@ impl LinkOwnership {
         }
     }
 
+    /// Whether the link may serve the station `said` whose lease this gateway holds: `Err`
+    /// while the lock-delay after taking it lapsed still runs (the next try comes when it ends).
+    fn station_lock_delay_over(&mut self, said: &str) -> Result<(), String> {
+        let now = Instant::now();
+        match self.station_held_back_until {
+            Some(until) if now < until => {
+                self.station_retry_in = Some(until - now);
+                Err(format!(
+                    "this gateway took the station {said}'s link-owner lease after it lapsed (the gateway that held it may be paused, not gone): it waits the lock-delay, another {} ms, before it sends the station anything",
+                    (until - now).as_millis()
+                ))
+            }
+            Some(_) => {
+                self.station_held_back_until = None;
+                info!("the lock-delay on the station {said} is over: the link may serve it");
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Renews the link-owner lease and the station's own: `Ok(true)` when both were confirmed,
     /// `Ok(false)` when the store says one is no longer this gateway's.
     async fn renew(&self) -> Result<bool, String> {
         let mut held = vec![(self.name.clone(), &self.token)];
-        if let Some((identity, token)) = &self.station {
+        if let Some((identity, token, _)) = &self.station {
             held.push((Self::station_name_for(identity), token));
         }
         for (name, token) in held {
@@ -556,14 +643,19 @@ impl LinkOwnership {
             }
         }
         self.gate.revoke();
-        if let Some((identity, token)) = self.station.take() {
-            let _ = self
-                .store
-                .release(&Self::station_name_for(&identity), &token)
-                .await;
+        if let Some((identity, token, fence)) = self.station.take() {
+            let name = Self::station_name_for(&identity);
+            let noted = self.note_clean_release(&name, fence);
+            if !matches!(
+                tokio::time::timeout(timing.store_timeout, noted).await,
+                Ok(Ok(()))
+            ) {
+                warn!(%name, "could not note the clean release of the station's lease: the next gateway to serve it waits the lock-delay");
+            }
+            let _ = self.store.release(&name, &token).await;
         }
         // (The state file's lock goes with this task: a restart may take it at once.)
-        let noted = self.note_clean_release();
+        let noted = self.note_clean_release(&self.name, self.fence);
         match tokio::time::timeout(timing.store_timeout, noted).await {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {
@@ -685,6 +777,20 @@ mod timing_rule_tests {
 mod keep_tests {
     use super::*;
 
+    #[test]
+    fn identities_are_compared_and_leases_named_after_normalising_case_and_spaces() {
+        assert_eq!(identity_key("  HVS-3   ESH1\t"), "hvs-3 esh1");
+        assert_eq!(
+            LinkOwnership::station_name_for("HVS-3 ESH1"),
+            LinkOwnership::station_name_for("hvs-3  esh1 ")
+        );
+        assert_eq!(
+            LinkOwnership::station_name_for("HVS-3 ESH1"),
+            "link-owner:station:hvs-3 esh1"
+        );
+        assert_ne!(identity_key("HVS-3 ESH1"), identity_key("HVS-3 ESH2"));
+    }
+
     #[tokio::test]
     async fn an_identity_asked_before_the_owner_task_first_ran_is_decided_at_once() {
         let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
@@ -711,5 +817,118 @@ mod keep_tests {
         assert_eq!(verdict, Ok(()));
         shutdown.cancel();
         keeping.await.unwrap();
+    }
+
+    /// Issue 49, item 4: the owner names the station by `station.id`; a second gateway names
+    /// it otherwise (another control lease: no `station.id`, or another address). Once each
+    /// met the station, the second is refused it, naming the owner, whatever case and spacing
+    /// the identity comes in.
+    #[tokio::test]
+    async fn a_second_gateway_is_refused_the_station_whatever_station_id_the_owner_has() {
+        let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
+        let timing = LinkOwnerTiming::for_ttl(Duration::from_secs(3));
+        let owner = LinkOwnership::claim(
+            store.clone(),
+            "control:station:HV bench",
+            "gateway A".into(),
+            timing,
+            None,
+        )
+        .await
+        .unwrap()
+        .with_station_id(Some("HV bench".into()));
+        let second = LinkOwnership::claim(
+            store,
+            "control:tcp://10.0.0.7:4000",
+            "gateway B".into(),
+            timing,
+            None,
+        )
+        .await
+        .expect("another control lease: another link-owner lease");
+        let (owner_gate, second_gate) = (owner.gate(), second.gate());
+        let shutdown = CancellationToken::new();
+        let keeping = [
+            tokio::spawn(owner.keep(shutdown.clone(), CancellationToken::new())),
+            tokio::spawn(second.keep(shutdown.clone(), CancellationToken::new())),
+        ];
+        let limit = Duration::from_secs(2);
+        assert_eq!(
+            owner_gate.verify_identity("HVS-3 ESH1", limit).await,
+            Ok(())
+        );
+        let refused = second_gate.verify_identity("hvs-3  esh1", limit).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|why| why.contains("another gateway owns the station")
+                    && why.contains("gateway A")),
+            "{refused:?}"
+        );
+        shutdown.cancel();
+        for task in keeping {
+            task.await.unwrap();
+        }
+    }
+
+    /// Issue 49, with item 4: the owner of the station's lease dies (or is paused) without
+    /// releasing it; a second gateway that names the station otherwise stands by and, once
+    /// that lease lapsed, waits the lock-delay before it serves the station (a change the old
+    /// owner sent last may still be under way). After a clean stop the next serves at once.
+    #[tokio::test]
+    async fn a_gateway_that_takes_the_station_after_its_lease_lapsed_waits_the_lock_delay() {
+        let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
+        let lock_delay = Duration::from_millis(1_500);
+        let timing = LinkOwnerTiming {
+            lock_delay,
+            ..LinkOwnerTiming::for_ttl(Duration::from_secs(1))
+        };
+        let limit = Duration::from_secs(2);
+        let start = |control: &'static str, who: &'static str| {
+            let store = store.clone();
+            async move {
+                let ownership = LinkOwnership::claim(store, control, who.into(), timing, None)
+                    .await
+                    .unwrap();
+                let gate = ownership.gate();
+                let stop = CancellationToken::new();
+                let task = tokio::spawn(ownership.keep(stop.clone(), CancellationToken::new()));
+                (gate, stop, task)
+            }
+        };
+        let (gate_a, _, task_a) = start("control:a", "gateway A").await;
+        assert_eq!(gate_a.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
+        task_a.abort();
+        let died = Instant::now();
+        let (gate_b, stop_b, task_b) = start("control:b", "gateway B").await;
+        let refused = gate_b.verify_identity("HVS-3 ESH1", limit).await;
+        assert!(
+            refused.as_ref().is_err_and(|why| why.contains("gateway A")),
+            "{refused:?}"
+        );
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while gate_b.refused_identity().is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the second gateway serves the station once the lock-delay is over");
+        assert!(
+            died.elapsed() >= lock_delay,
+            "it served the station {:?} after its owner died: before the lock-delay ({lock_delay:?}) after the lease lapsed",
+            died.elapsed()
+        );
+        stop_b.cancel();
+        task_b.await.unwrap();
+        let (gate_c, stop_c, task_c) = start("control:c", "gateway C").await;
+        let asked = Instant::now();
+        assert_eq!(gate_c.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
+        assert!(
+            asked.elapsed() < lock_delay,
+            "after a clean stop the next waited {:?}",
+            asked.elapsed()
+        );
+        stop_c.cancel();
+        task_c.await.unwrap();
     }
 }

@@ -1,13 +1,15 @@
 //! This gateway's instance on its host: a small state file (`[lease] link_owner_state`), locked
-//! (`flock`) for the life of the process, that keeps the link-owner lease's token. A gateway
-//! restarted after a crash (`kill -9`, a power cut) takes its own lease back at once with that
-//! token instead of waiting for it to lapse; a second process given the same file is refused
-//! while the first runs, by the operating system's lock.
+//! (`flock`) for the life of the process, that keeps the tokens of both its link-owner leases:
+//! the one named after the control lease and the station's own (named after its identity). A
+//! gateway restarted after a crash (`kill -9`, a power cut) takes both back at once with those
+//! tokens instead of waiting for them to lapse; a second process given the same file is
+//! refused while the first runs, by the operating system's lock.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use super::link_owner::identity_key;
 use super::store::LeaseToken;
 
 /// Why the state file cannot be used.
@@ -24,15 +26,57 @@ pub enum OwnerStateError {
     },
 }
 
-/// The open, locked state file.
+/// The open, locked state file, and what it keeps.
 #[derive(Debug)]
 pub struct OwnerState {
     file: File,
     path: PathBuf,
+    kept: Kept,
+}
+
+/// The tokens the file keeps: the link-owner lease's, and the station's own lease's with the
+/// station's identity (as its lease names it, [`identity_key`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Kept {
+    link: Option<LeaseToken>,
+    station: Option<(String, LeaseToken)>,
+}
+
+impl Kept {
+    /// The file's text: the link-owner lease's token on its first line (empty when none), then
+    /// a line `station TOKEN IDENTITY` for the station's own lease.
+    fn parse(text: &str) -> Kept {
+        let mut lines = text.lines();
+        let link = lines
+            .next()
+            .map(str::trim)
+            .filter(|token| is_token(token))
+            .map(LeaseToken::from_text);
+        let station = lines.find_map(|line| {
+            let (token, identity) = line.strip_prefix("station ")?.split_once(' ')?;
+            is_token(token).then(|| (identity_key(identity), LeaseToken::from_text(token)))
+        });
+        Kept { link, station }
+    }
+
+    fn text(&self) -> String {
+        let mut text = format!(
+            "{}\n",
+            self.link
+                .as_ref()
+                .map(LeaseToken::as_str)
+                .unwrap_or_default()
+        );
+        if let Some((identity, token)) = &self.station {
+            text.push_str(&format!("station {} {identity}\n", token.as_str()));
+        }
+        text
+    }
 }
 
 impl OwnerState {
-    /// Opens (or creates, readable by its owner only) and locks `path`.
+    /// Opens (or creates, readable by its owner only) and locks `path`, and reads what an
+    /// earlier run kept there.
     pub fn open(path: &Path) -> Result<OwnerState, OwnerStateError> {
         let io = |source| OwnerStateError::Io {
             path: path.to_owned(),
@@ -45,63 +89,76 @@ impl OwnerState {
         options.read(true).write(true).create(true).truncate(false);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(path).map_err(io)?;
+        let mut file = options.open(path).map_err(io)?;
         match file.try_lock() {
-            Ok(()) => Ok(OwnerState {
-                file,
-                path: path.to_owned(),
-            }),
-            Err(TryLockError::WouldBlock) => Err(OwnerStateError::Busy {
-                path: path.to_owned(),
-            }),
-            Err(TryLockError::Error(error)) => Err(io(error)),
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(OwnerStateError::Busy {
+                    path: path.to_owned(),
+                });
+            }
+            Err(TryLockError::Error(error)) => return Err(io(error)),
         }
-    }
-
-    /// What the file holds: the link-owner lease's token on its first line, then a line
-    /// `station TOKEN IDENTITY` for the station's own lease.
-    fn contents(&mut self) -> String {
         let mut text = String::new();
-        if self.file.seek(SeekFrom::Start(0)).is_ok() {
-            let _ = self.file.read_to_string(&mut text);
+        // A file that cannot be read as text keeps nothing (the leases are then waited out).
+        if file.read_to_string(&mut text).is_err() {
+            text.clear();
         }
-        text
-    }
-
-    /// The token an earlier run of this gateway kept, if any.
-    pub fn token(&mut self) -> Option<LeaseToken> {
-        let text = self.contents();
-        let token = text.lines().next()?.trim();
-        is_token(token).then(|| LeaseToken::from_text(token))
-    }
-
-    /// The token of the lease an earlier run held for the station `identity`, if any.
-    pub fn station_token(&mut self, identity: &str) -> Option<LeaseToken> {
-        self.contents().lines().find_map(|line| {
-            let (token, kept) = line.strip_prefix("station ")?.split_once(' ')?;
-            (kept == identity && is_token(token)).then(|| LeaseToken::from_text(token))
+        Ok(OwnerState {
+            file,
+            path: path.to_owned(),
+            kept: Kept::parse(&text),
         })
     }
 
-    /// Keeps `token` (and the station lease's, if any) for the next run, on disk when this
-    /// returns.
-    pub fn remember(
+    /// The link-owner lease's token an earlier run of this gateway kept, if any.
+    pub fn token(&self) -> Option<LeaseToken> {
+        self.kept.link.clone()
+    }
+
+    /// The token of the lease an earlier run held for the station `identity` (compared after
+    /// [`identity_key`]), if any.
+    pub fn station_token(&self, identity: &str) -> Option<LeaseToken> {
+        let (kept, token) = self.kept.station.as_ref()?;
+        (*kept == identity_key(identity)).then(|| token.clone())
+    }
+
+    /// Keeps the link-owner lease's `token` for the next run (the station's lease's, kept
+    /// before, stays), on disk when this returns.
+    pub fn remember_link(&mut self, token: &LeaseToken) -> Result<(), OwnerStateError> {
+        let kept = Kept {
+            link: Some(token.clone()),
+            ..self.kept.clone()
+        };
+        self.write(kept)
+    }
+
+    /// Keeps the token of the lease of the station `identity` for the next run (in place of
+    /// any other station's; the link-owner lease's stays), on disk when this returns.
+    pub fn remember_station(
         &mut self,
+        identity: &str,
         token: &LeaseToken,
-        station: Option<(&str, &LeaseToken)>,
     ) -> Result<(), OwnerStateError> {
-        let mut text = format!("{}\n", token.as_str());
-        if let Some((identity, station_token)) = station {
-            text.push_str(&format!("station {} {identity}\n", station_token.as_str()));
-        }
+        let kept = Kept {
+            station: Some((identity_key(identity), token.clone())),
+            ..self.kept.clone()
+        };
+        self.write(kept)
+    }
+
+    fn write(&mut self, kept: Kept) -> Result<(), OwnerStateError> {
         let io = |source| OwnerStateError::Io {
             path: self.path.clone(),
             source,
         };
+        let text = kept.text();
         self.file.set_len(0).map_err(io)?;
         self.file.seek(SeekFrom::Start(0)).map_err(io)?;
         self.file.write_all(text.as_bytes()).map_err(io)?;
-        self.file.sync_data().map_err(io)
+        self.file.sync_data().map_err(io)?;
+        self.kept = kept;
+        Ok(())
     }
 }
 
@@ -142,17 +199,52 @@ mod tests {
         let mut first = OwnerState::open(&path).unwrap();
         assert!(first.token().is_none(), "a new file keeps nothing");
         let token = LeaseToken::random();
-        first.remember(&token, None).unwrap();
+        first.remember_link(&token).unwrap();
         drop(first);
         let mut next = OwnerState::open(&path).unwrap();
         assert_eq!(next.token(), Some(token));
         let newer = LeaseToken::random();
         let station = LeaseToken::random();
-        next.remember(&newer, Some(("ESH 42 serial 7", &station)))
-            .unwrap();
-        assert_eq!(next.token(), Some(newer), "a newer token replaces it whole");
-        assert_eq!(next.station_token("ESH 42 serial 7"), Some(station));
+        next.remember_link(&newer).unwrap();
+        next.remember_station("ESH 42 serial 7", &station).unwrap();
+        assert_eq!(
+            next.token(),
+            Some(newer.clone()),
+            "a newer token replaces it"
+        );
+        assert_eq!(next.station_token("ESH 42 serial 7"), Some(station.clone()));
+        assert_eq!(
+            next.station_token("  esh 42   SERIAL 7 "),
+            Some(station.clone()),
+            "identities compared after normalising case and spaces"
+        );
         assert_eq!(next.station_token("another station"), None);
+        drop(next);
+        let reread = OwnerState::open(&path).unwrap();
+        assert_eq!(reread.token(), Some(newer));
+        assert_eq!(reread.station_token("ESH 42 serial 7"), Some(station));
+    }
+
+    /// Issue 49, item 6b: taking the link-owner lease back at a restart wrote its token alone,
+    /// and the station's, needed right after HELLO, was gone: the restart then waited for the
+    /// station's lease to lapse.
+    #[test]
+    fn keeping_the_link_owner_token_keeps_the_station_token_beside_it() {
+        let scratch = Scratch::new("both");
+        let path = scratch.file();
+        let (link, station) = (LeaseToken::random(), LeaseToken::random());
+        let mut crashed = OwnerState::open(&path).unwrap();
+        crashed.remember_link(&link).unwrap();
+        crashed.remember_station("HVS-3 ESH1", &station).unwrap();
+        drop(crashed);
+        let mut restarted = OwnerState::open(&path).unwrap();
+        // The restart takes its link-owner lease back first, and keeps the token again.
+        restarted.remember_link(&link).unwrap();
+        assert_eq!(restarted.station_token("HVS-3 ESH1"), Some(station.clone()));
+        drop(restarted);
+        let next = OwnerState::open(&path).unwrap();
+        assert_eq!(next.token(), Some(link));
+        assert_eq!(next.station_token("HVS-3 ESH1"), Some(station));
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub struct Standby {
     /// The link's gate, closed until this gateway takes the lease.
     pub gate: Arc<OwnerGate>,
     pub role: Arc<HaRole>,
-    /// `station.id`, for the station's own lease once it owns the link.
+    /// `station.id`, compared with HELLO's identity once it owns the link (logged if not it).
     pub station_id: Option<String>,
 }
 

@@ -127,7 +127,7 @@ pub enum LinkDown {
     )]
     NotOwner,
     /// The station that answered HELLO may not be served by this gateway: why (another gateway
-    /// owns it through another address).
+    /// owns it, however each is configured).
     #[error("{0}")]
     NotThisStation(String),
 }

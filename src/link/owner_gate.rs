@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// What the owner of the gate decided about a station identity: `Err` says why the link may
-/// not serve that station (another gateway owns it through another address).
+/// not serve that station (another gateway owns it, however each is configured).
 pub type IdentityVerdict = Result<(), String>;
 
 /// This gateway's hold on the station's link, as the link checks it.

@@ -1,6 +1,7 @@
 //! A gateway as a process of its own (the built `station-gateway` binary), for tests that
 //! pause it (SIGSTOP), kill it (-9) or stop it (SIGTERM): its config written from the keys a
-//! failover test sets, its HTTP address read from its log; killed when dropped.
+//! failover test sets (and its link-owner state file, if any), its HTTP address read from its
+//! log; killed when dropped.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -27,6 +28,14 @@ fn optional(key: &str, value: Option<u64>) -> String {
     value.map(|v| format!("{key} = {v}\n")).unwrap_or_default()
 }
 
+/// A non-empty `value` as a TOML line `key = "value"`, nothing for an empty one.
+fn optional_text(key: &str, value: &str) -> String {
+    match value {
+        "" => String::new(),
+        value => format!("{key} = {value:?}\n"),
+    }
+}
+
 impl GatewayProcess {
     /// Starts `station-gateway` with the station, lease and HA keys of `config` (HTTP on a
     /// free port of 127.0.0.1) and waits until it logs where it listens.
@@ -42,7 +51,7 @@ impl GatewayProcess {
         let toml = format!(
             "[station]\nurl = {:?}\nid = {:?}\nrequest_timeout_ms = {}\n{}\
              [http]\nlisten = \"127.0.0.1:0\"\n\
-             [lease]\nbackend = {:?}\nname = {:?}\nlink_owner_ttl_ms = {}\n{}\
+             [lease]\nbackend = {:?}\nname = {:?}\nlink_owner_ttl_ms = {}\n{}{}\
              [audit]\ndir = {:?}\n\
              [ha]\nmode = {:?}\n",
             station.url,
@@ -53,6 +62,7 @@ impl GatewayProcess {
             lease.name,
             lease.link_owner_ttl_ms,
             optional("link_owner_lock_delay_ms", lease.link_owner_lock_delay_ms),
+            optional_text("link_owner_state", &lease.link_owner_state),
             dir.join("audit").display().to_string(),
             match config.ha.mode {
                 HaMode::Owner => "owner",
