@@ -346,6 +346,7 @@ impl From<EventsError> for ApiError {
                 ErrorKind::NotFound
             }
             EventsError::IntervalOutOfRange(_)
+            | EventsError::IntervalNotWhole(_)
             | EventsError::NoChannels
             | EventsError::TooManyChannels { .. }
             | EventsError::UnknownChannel(_)
