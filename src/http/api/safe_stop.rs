@@ -73,6 +73,15 @@ fn answer(
             None,
             format!("the station confirmed the safe state {}", writes.join(", ")),
         ),
+        SafeStopState::AlreadySafe => (
+            true,
+            true,
+            None,
+            format!(
+                "the safe state {} was already in place (read back right): nothing written, no new lock-delay",
+                writes.join(", ")
+            ),
+        ),
         SafeStopState::NotConfirmed { tries, why } => (
             true,
             false,
