@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::link::{ChannelTable, StationInfo};
-use crate::rules::{ChannelFacts, Rules, RulesError, Subject, Unmatched};
+use crate::rules::{Action, ChannelFacts, Rules, RulesError, Subject, Unmatched};
 
 /// Why a rules file could not be put in force.
 #[derive(Debug, thiserror::Error)]
@@ -95,10 +95,17 @@ fn read_and_compile(path: &Path, version: u64) -> Result<Rules, LoadError> {
         path: path.to_owned(),
         error,
     })?;
-    Rules::compile(&text, version).map_err(|error| LoadError::Invalid {
+    let rules = Rules::compile(&text, version).map_err(|error| LoadError::Invalid {
         path: path.to_owned(),
         error,
-    })
+    })?;
+    if !rules.anyone_may(Action::SafeStop) {
+        warn!(
+            "access rules {} (version {version}): no rule allows safe_stop and the default is deny: nobody may press the safe stop (POST /v1/safe-stop); give it to those who must ([[rule]] users = [...] allow = [\"safe_stop\"])",
+            path.display()
+        );
+    }
+    Ok(rules)
 }
 
 impl AccessRules {

@@ -234,6 +234,16 @@ impl Rules {
         unmatched
     }
 
+    /// Whether anyone at all may ever do `action`: the default allows, or an allow rule names
+    /// it (a rules file written before `safe_stop` existed names it nowhere).
+    pub fn anyone_may(&self, action: Action) -> bool {
+        self.default_allows
+            || self
+                .rules
+                .iter()
+                .any(|rule| !rule.deny && rule.actions & (1 << action.index()) != 0)
+    }
+
     /// Every channel an interlock names, once each.
     pub fn interlock_channels(&self) -> Vec<String> {
         let mut channels: Vec<String> = self

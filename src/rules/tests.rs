@@ -516,3 +516,30 @@ allow = ["write"]
         ]
     );
 }
+
+#[test]
+fn a_file_that_names_safe_stop_nowhere_lets_nobody_press_it_and_says_so() {
+    assert!(
+        !rules().anyone_may(Action::SafeStop),
+        "LAB names it nowhere"
+    );
+    assert!(rules().anyone_may(Action::Lease));
+    let allowing = Rules::compile("default = \"allow\"", 1).unwrap();
+    assert!(allowing.anyone_may(Action::SafeStop));
+    let example =
+        Rules::compile(include_str!("../../config/access-example-rules.toml"), 1).unwrap();
+    assert!(example.anyone_may(Action::SafeStop));
+    let operator = example.principal(&subject("operator"));
+    let student = example.principal(&subject("student"));
+    let station = ChannelFacts::named("");
+    assert!(
+        example
+            .decide(&operator, &station, Action::SafeStop, None)
+            .allowed
+    );
+    assert!(
+        !example
+            .decide(&student, &station, Action::SafeStop, None)
+            .allowed
+    );
+}
