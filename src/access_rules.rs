@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::rules::{Rules, RulesError, Subject};
+use crate::link::{ChannelTable, StationInfo};
+use crate::rules::{Action, ChannelFacts, Rules, RulesError, Subject, Unmatched};
 
 /// Why a rules file could not be put in force.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,11 @@ pub enum LoadError {
 struct Live {
     path: PathBuf,
     current: RwLock<Arc<Rules>>,
-    next_version: AtomicU64,
+    /// Held by a reload from reading the file to swapping its rules in: two reloads (SIGHUP
+    /// and the mtime poll) never take the same version, and a refused file takes none.
+    reloading: Mutex<()>,
+    /// Told after every reload that put new rules in force (for [`report_unmatched`]).
+    reloaded: tokio::sync::Notify,
     /// Refusals per rule name, since start.
     refusals: Mutex<BTreeMap<String, u64>>,
     /// The file's mtime when it was last read.
@@ -91,10 +95,17 @@ fn read_and_compile(path: &Path, version: u64) -> Result<Rules, LoadError> {
         path: path.to_owned(),
         error,
     })?;
-    Rules::compile(&text, version).map_err(|error| LoadError::Invalid {
+    let rules = Rules::compile(&text, version).map_err(|error| LoadError::Invalid {
         path: path.to_owned(),
         error,
-    })
+    })?;
+    if !rules.anyone_may(Action::SafeStop) {
+        warn!(
+            "access rules {} (version {version}): no rule allows safe_stop and the default is deny: nobody may press the safe stop (POST /v1/safe-stop); give it to those who must ([[rule]] users = [...] allow = [\"safe_stop\"])",
+            path.display()
+        );
+    }
+    Ok(rules)
 }
 
 impl AccessRules {
@@ -116,7 +127,8 @@ impl AccessRules {
             live: Some(Arc::new(Live {
                 path: path.to_owned(),
                 current: RwLock::new(Arc::new(rules)),
-                next_version: AtomicU64::new(2),
+                reloading: Mutex::default(),
+                reloaded: tokio::sync::Notify::new(),
                 refusals: Mutex::default(),
                 read_mtime: Mutex::new(read_mtime),
             })),
@@ -126,12 +138,12 @@ impl AccessRules {
 
     /// Rules from text (tests): as [`AccessRules::load`] without the file.
     pub fn from_rules(rules: Rules) -> AccessRules {
-        let version = rules.version();
         AccessRules {
             live: Some(Arc::new(Live {
                 path: PathBuf::new(),
                 current: RwLock::new(Arc::new(rules)),
-                next_version: AtomicU64::new(version + 1),
+                reloading: Mutex::default(),
+                reloaded: tokio::sync::Notify::new(),
                 refusals: Mutex::default(),
                 read_mtime: Mutex::new(None),
             })),
@@ -166,14 +178,16 @@ impl AccessRules {
     }
 
     /// Reads the file again and puts it in force whole; a bad file is refused (its line and
-    /// key in the error) and the rules in force stay. Returns the new version.
+    /// key in the error) and the rules in force stay. Returns the new version: the one in
+    /// force plus one (a refused file takes no version).
     pub fn reload(&self) -> Result<u64, LoadError> {
         let Some(live) = &self.live else {
             return Ok(0);
         };
+        let _reloading = lock(&live.reloading);
         let seen = mtime(&live.path);
         *lock(&live.read_mtime) = seen;
-        let version = live.next_version.fetch_add(1, Ordering::Relaxed);
+        let version = self.version() + 1;
         let rules = read_and_compile(&live.path, version)?;
         let count = rules.rule_count();
         *live
@@ -184,6 +198,7 @@ impl AccessRules {
             "access rules {}: reloaded, {count} rules in force (version {version})",
             live.path.display()
         );
+        live.reloaded.notify_one();
         Ok(version)
     }
 
@@ -269,6 +284,57 @@ impl AccessRules {
     }
 }
 
+/// What of `rules`' channel groups matches no channel of `table` (a serial mistyped, a glob
+/// for another station): for the log, `v1/access/explain` and the status page.
+pub fn unmatched(rules: &Rules, table: &ChannelTable) -> Vec<Unmatched> {
+    let facts: Vec<ChannelFacts<'_>> = table
+        .channels
+        .iter()
+        .map(|channel| crate::station::channel_facts(table, &channel.name))
+        .collect();
+    rules.unmatched(&facts)
+}
+
+/// Logs (warn) what of the rules' channel groups matches no channel of the station, once the
+/// channel table is known (the first HELLO) and again whenever the rules are reloaded or the
+/// station's channels change it; a rule whose group matches nothing does nothing, silently
+/// otherwise. Runs until `shutdown`.
+pub async fn report_unmatched(
+    access: AccessRules,
+    mut info: tokio::sync::watch::Receiver<Arc<StationInfo>>,
+    shutdown: CancellationToken,
+) {
+    let Some(live) = access.live.clone() else {
+        return;
+    };
+    let mut reported: Option<(u64, Vec<Unmatched>)> = None;
+    loop {
+        let station = info.borrow_and_update().clone();
+        if let (Some(_), Some(rules)) = (&station.hello, access.current()) {
+            let found = unmatched(&rules, &station.channels);
+            let seen = Some((rules.version(), found));
+            if seen != reported {
+                if let Some((version, found)) = &seen {
+                    for missing in found {
+                        warn!(
+                            "access rules {} (version {version}): {missing}; a rule naming it does nothing here",
+                            live.path.display()
+                        );
+                    }
+                }
+                reported = seen;
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = info.changed() => if changed.is_err() {
+                return;
+            },
+            _ = live.reloaded.notified() => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,7 +359,12 @@ mod tests {
         std::fs::write(&path, GOOD.replace("r1", "r2")).unwrap();
         let version = rules.reload().unwrap();
         assert_eq!(rules.version(), version);
-        assert!(version > 1);
+        assert_eq!(
+            version, 2,
+            "one up per reload: the refused file took no version"
+        );
+        std::fs::write(&path, GOOD).unwrap();
+        assert_eq!(rules.reload().unwrap(), 3);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -350,6 +350,7 @@ impl From<EventsError> for ApiError {
                 ErrorKind::NotFound
             }
             EventsError::IntervalOutOfRange(_)
+            | EventsError::IntervalNotWhole(_)
             | EventsError::NoChannels
             | EventsError::TooManyChannels { .. }
             | EventsError::UnknownChannel(_)
@@ -616,7 +617,11 @@ mod tests {
             Some(1)
         );
         assert_eq!(refused(Duration::ZERO).retry_after_seconds(), Some(1));
-        let held = ApiError::from(LeaseError::Ending { owner: "A".into() });
+        let held = ApiError::from(LeaseError::Ending {
+            owner: "A".into(),
+            ended_ago: None,
+            lock_delay_left: None,
+        });
         assert_eq!(held.retry_after_seconds(), None);
     }
 

@@ -347,6 +347,11 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     }
     tasks.spawn(link_task.run(shutdown.clone()));
     access_rules.spawn_reloader(shutdown.clone());
+    tasks.spawn(crate::access_rules::report_unmatched(
+        access_rules.clone(),
+        gateway.link.watch_info(),
+        shutdown.clone(),
+    ));
     tasks.spawn(crate::station::watch_interlocks(
         gateway.station.clone(),
         shutdown.clone(),

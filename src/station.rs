@@ -121,11 +121,28 @@ impl Station {
         &self,
         who: &crate::access_rules::Who,
     ) -> Result<(), crate::rules::Refusal> {
+        self.may_over_station(who, crate::rules::Action::Lease)
+    }
+
+    /// Whether `who` may press the safe stop (the rules' `safe_stop` action, over the
+    /// station); without a rules file, everyone the endpoint's role lets in may.
+    pub fn may_safe_stop(
+        &self,
+        who: &crate::access_rules::Who,
+    ) -> Result<(), crate::rules::Refusal> {
+        self.may_over_station(who, crate::rules::Action::SafeStop)
+    }
+
+    /// Whether `who` may do the station-wide `action`: a refusal names the rule, counted.
+    fn may_over_station(
+        &self,
+        who: &crate::access_rules::Who,
+        action: crate::rules::Action,
+    ) -> Result<(), crate::rules::Refusal> {
         let Some(rules) = self.access.current() else {
             return Ok(());
         };
         let principal = rules.principal(&who.subject());
-        let action = crate::rules::Action::Lease;
         let decision = rules.decide(
             &principal,
             &crate::rules::ChannelFacts::named(""),

@@ -560,6 +560,178 @@ async fn explain_names_the_rule_that_decided() {
     assert!(error_of(&body).contains("wirte"), "{body}");
 }
 
+/// The audit trail's lines, read by the admin.
+async fn audit_lines(rig: &Rig) -> Vec<String> {
+    let audit: Json = rig
+        .http
+        .get(rig.url("audit/log?tail=0"))
+        .header("X-Api-Key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_student_confined_to_the_leds_may_not_press_the_safe_stop_and_an_operator_may() {
+    let path = rules_file("safe-stop", EXAMPLE_RULES);
+    let rig = rig(|c| {
+        with_rules(c, &path);
+        c.lease.safe_state = vec![station_gateway::config::SafeWrite {
+            channel: VSET2.into(),
+            value: "0".into(),
+        }];
+    })
+    .await;
+    let lease = operator_lease(&rig).await;
+    rig.sim.clear_write_log();
+
+    let (status, body) = keyed(
+        &rig,
+        STUDENT,
+        "/v1/safe-stop",
+        json!({ "Reason": "just to see" }),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        error_of(&body).contains("no access rule allows safe_stop"),
+        "{body}"
+    );
+    // Refused: the operator's lease lives on and nothing reached the station.
+    let (status, body) = set(&rig, OPERATOR, VSET2, "7", Some(&lease)).await;
+    assert_eq!(status, 200, "the operator's lease still works: {body}");
+    assert_eq!(written_to(&rig, VSET2), [format!("{VSET2}=7")]);
+    let refused: Vec<String> = audit_lines(&rig)
+        .await
+        .into_iter()
+        .filter(|line| line.contains("/v1/safe-stop"))
+        .collect();
+    assert!(
+        refused.len() == 1
+            && refused[0].contains("outcome=refused")
+            && refused[0].contains("student"),
+        "one refused safe-stop line naming the student: {refused:#?}"
+    );
+
+    let (status, body) = explain(
+        &rig,
+        ADMIN,
+        json!({ "User": "operator", "Action": "safe_stop" }),
+    )
+    .await;
+    assert_eq!(
+        (status, body["rule"].as_str()),
+        (200, Some("operators-press-the-safe-stop")),
+        "{body}"
+    );
+    let (status, body) = keyed(
+        &rig,
+        OPERATOR,
+        "/v1/safe-stop",
+        json!({ "Reason": "smoke in rack 2" }),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["leaseEnded"]["owner"], "operator", "{body}");
+    assert_eq!(
+        written_to(&rig, VSET2),
+        [format!("{VSET2}=7"), format!("{VSET2}=0")]
+    );
+}
+
+async fn explain(rig: &Rig, key: &str, body: Json) -> (u16, Json) {
+    keyed(rig, key, "/v1/access/explain", body, None).await
+}
+
+#[tokio::test]
+async fn a_numeric_result_reaches_only_the_streams_whose_reader_may_read_its_target() {
+    const ADC_NR: &str = "0.8.ESH10000590.NumericResult";
+    const ADC01: &str = "0.8.ESH10000590.ADC01";
+    let rules = format!(
+        "{EXAMPLE_RULES}\n[channels.adc01]\nnames = [\"{ADC01}\"]\n\n[[rule]]\nname = \"students-never-read-adc01\"\nchannels = [\"adc01\"]\nusers = [\"students\"]\ndeny = [\"read_cache\"]\n"
+    );
+    let path = rules_file("numeric-events", &rules);
+    let rig = rig(|c| with_rules(c, &path)).await;
+    let mut operator = Sse::open_keyed(&rig, OPERATOR).await.unwrap();
+    let mut student = Sse::open_keyed(&rig, STUDENT).await.unwrap();
+    let wait = Duration::from_secs(10);
+
+    let lease = operator_lease(&rig).await;
+    let (status, body) = keyed(
+        &rig,
+        OPERATOR,
+        "numeric-results/acquire",
+        json!({ "Channel": ADC_NR, "Target": ADC01, "Samples": 50 }),
+        Some(&lease),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let result = operator.next_named("numeric-result", wait).await.unwrap();
+    assert_eq!(result.data["target"], ADC01, "{:?}", result.data);
+    // The release's lease event goes to every stream after the result: the student's stream
+    // shows it with nothing about ADC01 before it.
+    let released = rig
+        .http
+        .delete(rig.url(&format!("lease/{lease}")))
+        .header("X-Api-Key", OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status().as_u16(), 200);
+    loop {
+        let event = student
+            .next(wait)
+            .await
+            .unwrap()
+            .expect("the stream goes on");
+        assert_ne!(
+            event.name, "numeric-result",
+            "the student may not read {ADC01}: {:?}",
+            event.data
+        );
+        if event.name == "lease" && event.data["held"] == false {
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_base_board_module_matches_its_channels_and_explain_names_groups_that_match_nothing() {
+    const UART: &str = "0.ESH10000023.UART01";
+    let rules = format!(
+        "{EXAMPLE_RULES}\n[channels.base_board]\nmodules = [\"ESH10000023\"]\n[channels.ghost]\nmodules = [\"ESH99999999\"]\n\n[[rule]]\nname = \"students-use-the-base-boards-buses\"\nchannels = [\"base_board\", \"ghost\"]\nusers = [\"students\"]\nallow = [\"bus\"]\n"
+    );
+    let path = rules_file("base-board", &rules);
+    let rig = rig(|c| with_rules(c, &path)).await;
+    let (status, body) = explain(&rig, STUDENT, json!({ "Channel": UART, "Action": "bus" })).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["allowed"].as_bool(), body["rule"].as_str()),
+        (Some(true), Some("students-use-the-base-boards-buses")),
+        "{body}"
+    );
+    assert_eq!(
+        body["unmatched"],
+        json!([
+            "channels.ghost.modules: \"ESH99999999\" matches no channel of the station",
+            "channels.ghost: the group matches no channel of the station",
+        ]),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn a_configuration_file_with_one_forbidden_channel_applies_nothing() {
     let rules = EXAMPLE_RULES.replace(

@@ -211,15 +211,21 @@ async fn requests_out_of_bounds_get_clear_4xx_answers() -> Result<()> {
     let stream = stream_id(&hello);
     let post = |body: Json| rig.post("subscriptions", body);
 
-    for interval in [0, 99, 60_001] {
+    for interval in [
+        json!(0),
+        json!(99),
+        json!(60_001),
+        json!(100.5),
+        json!(-5),
+        json!("x"),
+    ] {
         let (status, body) =
             post(json!({ "StreamId": stream, "Channels": [VMON1], "IntervalMs": interval })).await;
         assert_eq!(status, 400, "{body}");
+        let error = body["error"].as_str().unwrap();
         assert!(
-            body["error"]
-                .as_str()
-                .unwrap()
-                .contains("IntervalMs must be 100 to 60000"),
+            error.contains("IntervalMs must be 100 to 60000 ms, a whole number; got ")
+                && error.ends_with(&interval.to_string()),
             "{body}"
         );
     }

@@ -176,16 +176,28 @@ async fn a_safe_stop_with_nobody_holding_still_applies_the_safe_state_and_a_reas
         assert_eq!(status, 400, "{answer}");
         assert!(answer.to_string().contains("Reason"), "{answer}");
     }
-    let (status, answer) = post(&rig.http, url, &[], json!({"Reason": "end of shift"})).await;
-    assert_eq!(status, 200, "{answer}");
-    assert!(answer["leaseEnded"].is_null(), "{answer}");
-    assert_eq!(answer["safeState"]["confirmed"], true, "{answer}");
-    assert!(
+    // Nobody holds the lease: anyone changes the station out of its safe state.
+    let (status, body) = rig.write(ON1, "True").await;
+    assert_eq!(status, 200, "{body}");
+    rig.sim.clear_write_log();
+    let safe_writes = |rig: &common::Rig| -> usize {
         rig.sim
             .write_log()
             .iter()
-            .any(|w| w.channel == ON1 && w.value == Value::Bool(false))
-    );
+            .filter(|w| w.channel == ON1 && w.value == Value::Bool(false))
+            .count()
+    };
+    let (status, answer) = post(
+        &rig.http,
+        url.clone(),
+        &[],
+        json!({"Reason": "end of shift"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["leaseEnded"].is_null(), "{answer}");
+    assert_eq!(answer["safeState"]["confirmed"], true, "{answer}");
+    assert_eq!(safe_writes(&rig), 1);
     // Free again once read back right the second time: a change goes ahead.
     let lease = rig.gateway.gateway.lease.clone();
     common::until(Duration::from_secs(10), "the second read back", || {
@@ -194,6 +206,32 @@ async fn a_safe_stop_with_nobody_holding_still_applies_the_safe_state_and_a_reas
     .await;
     let (status, body) = rig.write(VSET1, "2").await;
     assert_eq!(status, 200, "{body}");
+    // VSET1 is part of the safe state: the next press writes it again.
+    let (status, answer) = post(&rig.http, url.clone(), &[], json!({"Reason": "again"})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(safe_writes(&rig), 2);
+    common::until(Duration::from_secs(10), "the second read back", || {
+        lease.safe_state_pending().is_none()
+    })
+    .await;
+    // The safe state in place, a press is audited and writes nothing: read back, right.
+    let (status, answer) = post(&rig.http, url, &[], json!({"Reason": "and again"})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("was already in place"),
+        "{answer}"
+    );
+    assert_eq!(safe_writes(&rig), 2, "nothing written by the third press");
+    let lines = rig.gateway.gateway.audit.recent_changes();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("safe-stop") && l.contains("and again")),
+        "{lines:#?}"
+    );
 }
 
 #[tokio::test]

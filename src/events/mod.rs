@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::access_rules::Who;
 use crate::config::EventsConfig;
 use crate::station::Station;
 use filter::{ChannelFilter, Deadband, FilterOptions, ResolveError};
@@ -51,8 +52,15 @@ pub enum EventsError {
         "no such subscription: {0}; it has ended (deleted, not renewed in time, or its stream closed)"
     )]
     NoSuchSubscription(String),
-    #[error("IntervalMs must be {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS} ms; got {0}")]
+    #[error(
+        "IntervalMs must be {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS} ms, a whole number; got {0}"
+    )]
     IntervalOutOfRange(u64),
+    /// `IntervalMs` is not a whole number of milliseconds (the JSON as sent).
+    #[error(
+        "IntervalMs must be {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS} ms, a whole number; got {0}"
+    )]
+    IntervalNotWhole(String),
     #[error("Channels must name at least one channel")]
     NoChannels,
     #[error(
@@ -153,6 +161,9 @@ pub(crate) struct Member {
 struct StreamEntry {
     sink: Arc<StreamSink>,
     subscriptions: HashSet<Arc<str>>,
+    /// Who opened it, when access rules are in force: an event about a channel (a
+    /// `numeric-result`) reaches it only if the rules let them read that channel.
+    reader: Option<Who>,
 }
 
 #[derive(Debug, Default)]
@@ -318,8 +329,12 @@ impl Events {
         self.registry().subscriptions.len()
     }
 
-    /// Registers a new stream and queues its `hello`; the returned sink's receiver is the body.
-    pub(crate) fn open_stream(self: &Arc<Events>) -> Result<sse::OpenedStream, EventsError> {
+    /// Registers a new stream opened by `reader` (`None`: no access rules in force) and
+    /// queues its `hello`; the returned sink's receiver is the body.
+    pub(crate) fn open_stream(
+        self: &Arc<Events>,
+        reader: Option<Who>,
+    ) -> Result<sse::OpenedStream, EventsError> {
         if self.shutdown.is_cancelled() {
             return Err(EventsError::ShuttingDown);
         }
@@ -343,6 +358,7 @@ impl Events {
             StreamEntry {
                 sink: sink.clone(),
                 subscriptions: HashSet::new(),
+                reader,
             },
         );
         drop(registry);
@@ -380,6 +396,43 @@ impl Events {
     pub(crate) fn broadcast(&self, event: &str, data: &str) {
         for sink in self.sinks() {
             let _ = sink.push(event, data);
+        }
+    }
+
+    /// Queues one event about `channels` (a `numeric-result`: its channel and its target) on
+    /// every open stream whose reader the access rules in force let read each of them from the
+    /// cache (`read_cache`, as a subscription to them asks); on every stream without rules.
+    /// Decided when the event goes out, by the rules in force then; not counted as refusals
+    /// (nobody asked).
+    pub(crate) fn broadcast_about(&self, channels: &[&str], event: &str, data: &str) {
+        let Some(rules) = self.station.access_rules().current() else {
+            self.broadcast(event, data);
+            return;
+        };
+        let readers: Vec<(Arc<StreamSink>, Option<Who>)> = self
+            .registry()
+            .streams
+            .values()
+            .map(|entry| (entry.sink.clone(), entry.reader.clone()))
+            .collect();
+        let info = self.station.info();
+        let facts: Vec<_> = channels
+            .iter()
+            .map(|channel| crate::station::channel_facts(&info.channels, channel))
+            .collect();
+        for (sink, reader) in readers {
+            // A stream opened without a reader while rules are in force gets nothing.
+            let may_read = reader.is_some_and(|who| {
+                let principal = rules.principal(&who.subject());
+                facts.iter().all(|facts| {
+                    rules
+                        .decide(&principal, facts, crate::rules::Action::ReadCache, None)
+                        .allowed
+                })
+            });
+            if may_read {
+                let _ = sink.push(event, data);
+            }
         }
     }
 
@@ -706,8 +759,8 @@ mod tests {
             stream_queue: 2,
             ..EventsConfig::default()
         });
-        let stuck = events.open_stream().unwrap();
-        let mut slow = events.open_stream().unwrap();
+        let stuck = events.open_stream(None).unwrap();
+        let mut slow = events.open_stream(None).unwrap();
         for sink in [&stuck.sink, &slow.sink] {
             assert_eq!(sink.push("x", "{}"), sse::Push::Queued);
             assert_eq!(sink.push("x", "{}"), sse::Push::Dropped);
@@ -730,14 +783,14 @@ mod tests {
             max_streams: 1,
             ..EventsConfig::default()
         });
-        let first = events.open_stream().unwrap();
+        let first = events.open_stream(None).unwrap();
         assert_eq!(
-            events.open_stream().err(),
+            events.open_stream(None).err(),
             Some(EventsError::TooManyStreams(1))
         );
         drop(first.into_body(CancellationToken::new()));
         assert_eq!(events.stream_count(), 0);
-        assert!(events.open_stream().is_ok());
+        assert!(events.open_stream(None).is_ok());
     }
 
     #[tokio::test]

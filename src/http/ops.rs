@@ -217,11 +217,18 @@ fn access_json(gateway: &Gateway, viewer: &crate::access_rules::Who, channels: &
         })
         .collect();
     let lease = rules.decide(&principal, &ChannelFacts::named(""), Action::Lease, None);
+    let safe_stop = rules.decide(&principal, &ChannelFacts::named(""), Action::SafeStop, None);
+    let unmatched: Vec<String> = crate::access_rules::unmatched(&rules, &info.channels)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     json!({
         "rulesVersion": rules.version(),
         "viewer": viewer.name,
         "rights": rights,
         "lease": { "allowed": lease.allowed, "rule": &*lease.rule },
+        "safeStop": { "allowed": safe_stop.allowed, "rule": &*safe_stop.rule },
+        "unmatched": unmatched,
     })
 }
 

@@ -154,11 +154,14 @@ pub enum LeaseError {
         "breaking the lease needs the header Authorization: Bearer <lease.admin_token>; the one sent is missing or wrong"
     )]
     AdminTokenWrong,
-    /// A change, forced read or acquisition in the moment a lease is being ended.
-    #[error(
-        "the station is between leases: {owner}'s lease has just ended and the gateway is finishing it (changes still at the station, then the safe state if it ran out); try again in a moment"
-    )]
-    Ending { owner: String },
+    /// A change, forced read or acquisition while a lease is being ended: whose, how long ago
+    /// it ended (when known), and the lock-delay new leases wait once it is finished.
+    #[error("{}", ending_message(.owner, *.ended_ago, *.lock_delay_left))]
+    Ending {
+        owner: String,
+        ended_ago: Option<Duration>,
+        lock_delay_left: Option<Duration>,
+    },
     /// A change, forced read or acquisition while the safe state after a lease that ran out is
     /// not yet confirmed by the station.
     #[error(
@@ -192,6 +195,32 @@ impl LeaseError {
             _ => None,
         }
     }
+}
+
+/// The words of [`LeaseError::Ending`]: when the lease ended (never "just" 18 s later), and
+/// the lock-delay still to wait after it.
+fn ending_message(
+    owner: &str,
+    ended_ago: Option<Duration>,
+    lock_delay_left: Option<Duration>,
+) -> String {
+    let when = match ended_ago {
+        Some(ago) if ago >= Duration::from_secs(1) => {
+            format!("ended {} s ago", ago.as_millis() / 1000)
+        }
+        _ => "has just ended".to_owned(),
+    };
+    let then = match lock_delay_left {
+        Some(left) if !left.is_zero() => format!(
+            "; then a new lease waits the lock-delay (lease.lock_delay_ms), another {} ({} ms)",
+            seconds_left(left),
+            left.as_millis()
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "the station is between leases: {owner}'s lease {when} and the gateway is finishing it (changes still at the station, then the safe state if it ran out){then}; try again in a moment"
+    )
 }
 
 /// "12 s", rounded up so a lease with time left never says 0.

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use ipnet::IpNet;
 use station_protocol::Value;
 use toml::Spanned;
 
 use super::file::{RawRules, RulesError, line_of, parse};
-use super::{Action, ChannelFacts, DEFAULT_RULE, Decision, Interlock, Reason, Subject};
+use super::{Action, ChannelFacts, DEFAULT_RULE, Decision, Interlock, Reason, Subject, Unmatched};
 
 /// A set of group indices, one bit each.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,8 +40,12 @@ impl GroupSet {
 }
 
 struct ChannelGroup {
+    /// `[channels.NAME]`'s name.
+    name: String,
     /// Matches the full name or the alias; `None`: any name.
     names: Option<GlobSet>,
+    /// Each glob of `names` as written and alone, to say which matches no channel.
+    globs: Vec<(String, GlobMatcher)>,
     modules: Vec<String>,
     directions: Vec<String>,
 }
@@ -184,6 +188,60 @@ impl Rules {
     /// How often the interlock channels are read.
     pub fn interlock_poll(&self) -> Duration {
         self.interlock_poll
+    }
+
+    /// What of the channel groups matches no channel of `channels` (the station's table,
+    /// each channel's facts): each glob, module serial and direction alone, and each group as
+    /// a whole; the groups in name order.
+    pub fn unmatched(&self, channels: &[ChannelFacts<'_>]) -> Vec<Unmatched> {
+        let mut unmatched = Vec::new();
+        for group in &self.channel_groups {
+            let mut missing = |key: Option<&'static str>, entry: &str| {
+                unmatched.push(Unmatched {
+                    group: group.name.clone(),
+                    key,
+                    entry: entry.to_owned(),
+                });
+            };
+            for (glob, matcher) in &group.globs {
+                if !channels.iter().any(|channel| {
+                    matcher.is_match(channel.name)
+                        || (!channel.alias.is_empty() && matcher.is_match(channel.alias))
+                }) {
+                    missing(Some("names"), glob);
+                }
+            }
+            for module in &group.modules {
+                if !channels
+                    .iter()
+                    .any(|channel| channel.module_serial() == Some(module.as_str()))
+                {
+                    missing(Some("modules"), module);
+                }
+            }
+            for direction in &group.directions {
+                if !channels
+                    .iter()
+                    .any(|channel| channel.direction == Some(direction.as_str()))
+                {
+                    missing(Some("directions"), direction);
+                }
+            }
+            if !channels.iter().any(|channel| group.contains(channel)) {
+                missing(None, "");
+            }
+        }
+        unmatched
+    }
+
+    /// Whether anyone at all may ever do `action`: the default allows, or an allow rule names
+    /// it (a rules file written before `safe_stop` existed names it nowhere).
+    pub fn anyone_may(&self, action: Action) -> bool {
+        self.default_allows
+            || self
+                .rules
+                .iter()
+                .any(|rule| !rule.deny && rule.actions & (1 << action.index()) != 0)
     }
 
     /// Every channel an interlock names, once each.
@@ -432,6 +490,7 @@ fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
                 "the group names no channel: give names, modules or directions (names = [\"*\"] for every channel)".into(),
             ));
         }
+        let mut globs = Vec::new();
         let names = if criteria.names.is_empty() {
             None
         } else {
@@ -441,6 +500,7 @@ fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
                     .literal_separator(false)
                     .build()
                     .map_err(|why| error(text, glob, format!("{key}.names"), why.to_string()))?;
+                globs.push((glob.get_ref().clone(), compiled.compile_matcher()));
                 set.add(compiled);
             }
             Some(
@@ -461,7 +521,9 @@ fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
         }
         channel_names.insert(group.get_ref().clone(), channel_groups.len());
         channel_groups.push(ChannelGroup {
+            name: group.get_ref().clone(),
             names,
+            globs,
             modules: criteria
                 .modules
                 .iter()

@@ -42,10 +42,13 @@ pub enum Action {
     Lease,
     /// Restarting the station's application (over the station, like `Lease`).
     Reset,
+    /// Pressing the safe stop (`POST /v1/safe-stop`): ends whoever's lease and applies the
+    /// safe state (over the station, like `Lease`).
+    SafeStop,
 }
 
 impl Action {
-    pub const ALL: [Action; 11] = [
+    pub const ALL: [Action; 12] = [
         Action::ReadCache,
         Action::ReadHardware,
         Action::Write,
@@ -57,6 +60,7 @@ impl Action {
         Action::SaveConfig,
         Action::Lease,
         Action::Reset,
+        Action::SafeStop,
     ];
 
     /// The word a rules file and `access/explain` use for it.
@@ -73,6 +77,7 @@ impl Action {
             Action::SaveConfig => "save_config",
             Action::Lease => "lease",
             Action::Reset => "reset",
+            Action::SafeStop => "safe_stop",
         }
     }
 
@@ -84,7 +89,7 @@ impl Action {
 
     /// Whether the action is over the whole station rather than one channel.
     pub fn station_wide(self) -> bool {
-        matches!(self, Action::Lease | Action::Reset)
+        matches!(self, Action::Lease | Action::Reset | Action::SafeStop)
     }
 
     fn index(self) -> usize {
@@ -120,9 +125,22 @@ pub struct ChannelFacts<'a> {
 }
 
 impl<'a> ChannelFacts<'a> {
-    /// The module's serial: the third part of a full name (`0.4.ESH10000662.ON1`).
+    /// The module's serial: the first part after the line (and slot) numbers, with the
+    /// channel's own name after it: the third part of a module's channel
+    /// (`0.4.ESH10000662.ON1`), the second of a base board's (`0.ESH10000023.UART01`); `None`
+    /// for an engine-level name (`Engine.Uptime`).
     pub fn module_serial(&self) -> Option<&'a str> {
-        self.name.split('.').nth(2)
+        let mut rest = self.name;
+        let mut numbered = false;
+        loop {
+            let (part, after) = rest.split_once('.')?;
+            if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+                numbered = true;
+                rest = after;
+                continue;
+            }
+            return numbered.then_some(part);
+        }
     }
 
     /// A channel the table does not know: only its name.
@@ -131,6 +149,37 @@ impl<'a> ChannelFacts<'a> {
             name,
             alias: "",
             direction: None,
+        }
+    }
+}
+
+/// Something a channel group selects by that matches no channel of the station's table: a
+/// glob of `names`, a serial of `modules`, a direction, or the group as a whole (its criteria
+/// together). Reported when the rules are loaded and the table is known, never refused: the
+/// station may have other modules tomorrow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmatched {
+    /// The channel group's name (`[channels.NAME]`).
+    pub group: String,
+    /// `names`, `modules` or `directions`; `None`: the group as a whole.
+    pub key: Option<&'static str>,
+    /// The glob, serial or direction as written.
+    pub entry: String,
+}
+
+impl fmt::Display for Unmatched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.key {
+            Some(key) => write!(
+                f,
+                "channels.{}.{key}: \"{}\" matches no channel of the station",
+                self.group, self.entry
+            ),
+            None => write!(
+                f,
+                "channels.{}: the group matches no channel of the station",
+                self.group
+            ),
         }
     }
 }

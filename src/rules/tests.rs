@@ -447,3 +447,99 @@ fn decisions_are_cached_per_channel_and_stay_the_same() {
         );
     }
 }
+
+#[test]
+fn a_module_serial_is_the_part_after_the_line_and_slot_numbers_on_the_base_board_too() {
+    assert_eq!(channel(ON1).module_serial(), Some("ESH10000662"));
+    assert_eq!(
+        channel("0.ESH10000023.UART01").module_serial(),
+        Some("ESH10000023")
+    );
+    assert_eq!(channel("Engine.Uptime").module_serial(), None);
+    assert_eq!(channel("Interlock.DOOR_CLOSED").module_serial(), None);
+    assert_eq!(channel("0.4.5").module_serial(), None);
+    let rules = Rules::compile(
+        r#"
+[channels.base_board]
+modules = ["ESH10000023"]
+[[rule]]
+name = "the-base-boards-buses"
+channels = ["base_board"]
+allow = ["bus"]
+"#,
+        1,
+    )
+    .unwrap();
+    let anyone = rules.principal(&subject("anyone"));
+    let uart = channel("0.ESH10000023.UART01");
+    assert_eq!(
+        &*rules.decide(&anyone, &uart, Action::Bus, None).rule,
+        "the-base-boards-buses"
+    );
+}
+
+#[test]
+fn globs_modules_and_groups_that_match_no_channel_are_reported() {
+    let rules = Rules::compile(
+        r#"
+[channels.hv]
+modules = ["ESH10000662", "ESH99999999"]
+[channels.typo]
+names = ["0.4.ESH10000662.VSET*", "0.4.ESH1000662.*"]
+[channels.hv_inputs_on_the_leds]
+names = ["0.11.*"]
+modules = ["ESH10000662"]
+[channels.everything_in]
+directions = ["in"]
+[[rule]]
+name = "r"
+channels = ["hv", "typo", "hv_inputs_on_the_leds", "everything_in"]
+allow = ["write"]
+"#,
+        1,
+    )
+    .unwrap();
+    let table = [channel(ON1), channel(VSET1), channel(LED)];
+    let found: Vec<String> = rules
+        .unmatched(&table)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "channels.everything_in.directions: \"in\" matches no channel of the station",
+            "channels.everything_in: the group matches no channel of the station",
+            "channels.hv.modules: \"ESH99999999\" matches no channel of the station",
+            "channels.hv_inputs_on_the_leds: the group matches no channel of the station",
+            "channels.typo.names: \"0.4.ESH1000662.*\" matches no channel of the station",
+        ]
+    );
+}
+
+#[test]
+fn a_file_that_names_safe_stop_nowhere_lets_nobody_press_it_and_says_so() {
+    assert!(
+        !rules().anyone_may(Action::SafeStop),
+        "LAB names it nowhere"
+    );
+    assert!(rules().anyone_may(Action::Lease));
+    let allowing = Rules::compile("default = \"allow\"", 1).unwrap();
+    assert!(allowing.anyone_may(Action::SafeStop));
+    let example =
+        Rules::compile(include_str!("../../config/access-example-rules.toml"), 1).unwrap();
+    assert!(example.anyone_may(Action::SafeStop));
+    let operator = example.principal(&subject("operator"));
+    let student = example.principal(&subject("student"));
+    let station = ChannelFacts::named("");
+    assert!(
+        example
+            .decide(&operator, &station, Action::SafeStop, None)
+            .allowed
+    );
+    assert!(
+        !example
+            .decide(&student, &station, Action::SafeStop, None)
+            .allowed
+    );
+}

@@ -32,11 +32,28 @@ impl Sse {
 
     /// Opens `GET api/events` of the gateway at `base_url` (`http://ADDR`).
     pub async fn open_at(http: &reqwest::Client, base_url: &str) -> Result<Sse> {
-        let response = http
+        Sse::open_with(http, base_url, None).await
+    }
+
+    /// Opens `GET api/events` with the API key `key` and reads its hello.
+    pub async fn open_keyed(rig: &Rig, key: &str) -> Result<Sse> {
+        let mut sse = Sse::open_with(&rig.http, &rig.gateway.base_url(), Some(key)).await?;
+        let hello = sse
+            .next(Duration::from_secs(2))
+            .await?
+            .context("the stream ended before hello")?;
+        assert_eq!(hello.name, "hello");
+        Ok(sse)
+    }
+
+    async fn open_with(http: &reqwest::Client, base_url: &str, key: Option<&str>) -> Result<Sse> {
+        let mut request = http
             .get(format!("{base_url}/api/events"))
-            .header("Accept", "text/event-stream")
-            .send()
-            .await?;
+            .header("Accept", "text/event-stream");
+        if let Some(key) = key {
+            request = request.header("X-Api-Key", key);
+        }
+        let response = request.send().await?;
         if response.status() != 200 {
             bail!(
                 "GET events: {} {}",

@@ -1,7 +1,7 @@
 //! `POST /v1/access/explain {"Key" or "User", "Address", "Channel", "Action"}`: what the access
 //! rules in force decide for that caller, address, channel and action, and the rule that
-//! decided (with the interlocks an allowed change still needs). Explaining another identity
-//! than one's own takes the admin role.
+//! decided (with the interlocks an allowed change still needs), and what of the rules matches
+//! no channel of the station. Explaining another identity than one's own takes the admin role.
 
 use std::net::IpAddr;
 
@@ -100,6 +100,10 @@ pub(super) async fn explain(call: Call<'_>) -> Answer {
         .map(|c| c.name.clone())
         .unwrap_or(channel_asked);
     let facts = crate::station::channel_facts(&table, &channel);
+    let unmatched: Vec<String> = crate::access_rules::unmatched(&rules, &table)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let who = crate::access_rules::Who {
         name,
         address: Some(address),
@@ -134,5 +138,8 @@ pub(super) async fn explain(call: Call<'_>) -> Answer {
         "interlocks": interlocks,
         "rulesVersion": rules.version(),
         "message": decision.refusal(action, &channel),
+        // What of the rules matches no channel of this station (a mistyped serial or glob):
+        // a rule naming it does nothing here.
+        "unmatched": unmatched,
     }))
 }

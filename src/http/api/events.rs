@@ -18,7 +18,8 @@ use crate::http::body::JsonBody;
 /// `GET api/events`: a `text/event-stream` that starts with `hello`.
 pub(super) async fn open_stream(call: Call<'_>) -> Answer {
     let gateway = call.gateway;
-    let opened = gateway.events.open_stream()?;
+    // Who opens it, for the access rules' read rights over events about a channel.
+    let opened = gateway.events.open_stream(call.who_if_rules())?;
     let mut response = Response::new(super::super::reply::Body::Streamed(
         opened.into_body(gateway.shutdown.clone()),
     ));
@@ -36,7 +37,15 @@ pub(super) async fn open_stream(call: Call<'_>) -> Answer {
 fn subscription_request(body: &JsonBody) -> Result<SubscriptionRequest, ApiError> {
     let channels = body.string_list("Channels")?;
     let interval_ms = body
-        .optional_u64("IntervalMs")?
+        .optional_u64("IntervalMs")
+        .map_err(|_| {
+            // Its range and that it must be whole, not only "0 or more" (100.5 is in range).
+            let got = body
+                .get("IntervalMs")
+                .map(Json::to_string)
+                .unwrap_or_default();
+            ApiError::from(crate::events::EventsError::IntervalNotWhole(got))
+        })?
         .ok_or_else(|| ApiError::bad_request("the field IntervalMs is missing"))?;
     let options = filter_options(body, "")?;
     let mut channel_options = Vec::new();

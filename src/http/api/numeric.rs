@@ -215,7 +215,9 @@ fn measurement(a: &Acquisition, stats: Stats, keep_samples: bool) -> Measurement
     }
 }
 
-/// A `numeric-result` event on every open stream.
+/// A `numeric-result` event on every open stream whose reader may read the channel and its
+/// target (the access rules' `read_cache`, as a subscription to them asks): its mean and
+/// deviation are the target's values.
 fn publish(gateway: &Gateway, a: &Acquisition, stats: &Stats) {
     let data = json!({
         "channel": a.channel,
@@ -226,9 +228,11 @@ fn publish(gateway: &Gateway, a: &Acquisition, stats: &Stats) {
         "stdev": stats.stdev,
         "started": rfc3339(a.started),
     });
-    gateway
-        .events
-        .broadcast("numeric-result", &data.to_string());
+    gateway.events.broadcast_about(
+        &[&a.channel, &a.target],
+        "numeric-result",
+        &data.to_string(),
+    );
 }
 
 /// `Lsl` and `Usl`: both or neither, numbers, `Lsl` below `Usl`.

@@ -1,5 +1,5 @@
-//! `POST /v1/safe-stop {"Reason": "..."}`: the safe stop anyone with control may press, lease
-//! or no lease. The lease held ends and the configured safe state is applied and confirmed
+//! `POST /v1/safe-stop {"Reason": "..."}`: the safe stop anyone with control (and the access
+//! rules' `safe_stop`, when a rules file is in force) may press, lease or no lease. The lease held ends and the configured safe state is applied and confirmed
 //! (`ControlLease::safe_stop`, on a task nobody cancels); the answer says what was done.
 
 use serde_json::json;
@@ -17,6 +17,16 @@ pub(super) async fn press(call: Call<'_>) -> Answer {
             "the field Reason must not be blank: say why the station is being safe-stopped",
         ));
     }
+    // The access rules' `safe_stop` right, decided by the station service like every other;
+    // refused, the request's own audit line says so (403, the rule named).
+    call.gateway
+        .station
+        .may_safe_stop(&call.who())
+        .map_err(|refusal| {
+            ApiError::from(crate::link::LinkError::Refused(
+                crate::link::GuardRefusal::Access(Box::new(refusal)),
+            ))
+        })?;
     let by = call
         .gateway
         .access
@@ -62,6 +72,15 @@ fn answer(
             true,
             None,
             format!("the station confirmed the safe state {}", writes.join(", ")),
+        ),
+        SafeStopState::AlreadySafe => (
+            true,
+            true,
+            None,
+            format!(
+                "the safe state {} was already in place (read back right): nothing written, no new lock-delay",
+                writes.join(", ")
+            ),
         ),
         SafeStopState::NotConfirmed { tries, why } => (
             true,

@@ -165,6 +165,10 @@ pub enum SafeStopState {
     NotConfigured,
     /// The station confirmed every write, and the channels read back right.
     Confirmed,
+    /// The safe state was already in place, nothing written and no new lock-delay: read back
+    /// right before any write (nobody held the lease), or read back right once already by an
+    /// end still being finished.
+    AlreadySafe,
     /// Not confirmed yet (`why`, after `tries`): the lease task retries it with back-off, and
     /// nobody changes the station or takes the lease until it is.
     NotConfirmed { tries: u32, why: String },

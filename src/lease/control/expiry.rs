@@ -68,6 +68,7 @@ impl ControlLease {
                 "the safe state after {}'s lease is not yet done ({}; {} failed tries{})",
                 ending.owner,
                 match ending.step {
+                    SafeStateStep::Check => "being read back before it is written",
                     SafeStateStep::Write => "being written",
                     SafeStateStep::ReadBack(_) => "being read back",
                     SafeStateStep::SecondReadBackAt(_) =>

@@ -236,7 +236,9 @@ impl LeaseMachine {
                 if let Some(grant) = held {
                     self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
                 } else if let Some(owner) = owed_after.filter(|_| self.has_safe_state) {
-                    self.state = LeaseState::Ending(EndingLease::new(owner, 0, true));
+                    let mut ending = EndingLease::new(owner, 0, true);
+                    ending.ended_at = Some(now);
+                    self.state = LeaseState::Ending(ending);
                     self.retry_now(now);
                 }
                 Vec::new()
@@ -490,6 +492,7 @@ impl LeaseMachine {
     fn end(&mut self, live: LiveLease, cause: EndCause, now: Instant) -> Vec<Action> {
         let owed = cause.owes_safe_state() && self.has_safe_state;
         let mut ending = live.ending(owed);
+        ending.ended_at = Some(now);
         if let Some(why) = cause.lock_delay_why() {
             ending.lock_delay = Some(LockDelay {
                 until: now + self.lock_delay,
@@ -526,6 +529,10 @@ impl LeaseMachine {
                 after: ending.owner.clone(),
                 why: LockDelayWhy::ChangesInDoubt,
             });
+            // One of them may still land: the safe state is written, not only read back.
+            if ending.step == SafeStateStep::Check {
+                ending.step = SafeStateStep::Write;
+            }
         }
         match (&self.state, self.granting.take()) {
             (LeaseState::Held(live), Some(grantee)) => vec![
@@ -567,7 +574,9 @@ impl LeaseMachine {
             SafeStateStep::Write if retry_due => vec![Action::SendSafeState {
                 after: ending.owner.clone(),
             }],
-            SafeStateStep::ReadBack(_) if retry_due => vec![Action::ReadBackSafeState],
+            SafeStateStep::Check | SafeStateStep::ReadBack(_) if retry_due => {
+                vec![Action::ReadBackSafeState]
+            }
             SafeStateStep::SecondReadBackAt(at) if at <= now => {
                 ending.step = SafeStateStep::ReadBack(ReadBackRound::Second);
                 vec![Action::ReadBackSafeState]

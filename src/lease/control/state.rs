@@ -94,6 +94,8 @@ pub(super) struct EndingLease {
     /// The lock-delay the next holder waits once this end is finished, when it did not end
     /// cleanly.
     pub(super) lock_delay: Option<LockDelay>,
+    /// When it ended (`None`: before this process started), for the refusal's words.
+    pub(super) ended_at: Option<Instant>,
 }
 
 /// A new lease waits until `until` after `after`'s lease, which did not end cleanly (`why`).
@@ -149,6 +151,9 @@ pub(super) enum ReadBackRound {
 /// after the writes and again `station.max_processing_ms` later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum SafeStateStep {
+    /// Its channels are to be read back before anything is written (a safe stop pressed while
+    /// nobody held the lease): right, nothing is written; otherwise, [`SafeStateStep::Write`].
+    Check,
     /// Its writes are to be sent (again).
     Write,
     /// Its channels are to be read back (again).
@@ -168,10 +173,11 @@ impl EndingLease {
             step: SafeStateStep::Write,
             overridden: 0,
             lock_delay: None,
+            ended_at: None,
         }
     }
 
-    pub(super) fn refusal(&self) -> LeaseError {
+    pub(super) fn refusal(&self, now: Instant) -> LeaseError {
         if self.safe_state_owed && self.tries > 0 {
             LeaseError::SafeStatePending {
                 owner: self.owner.clone(),
@@ -181,6 +187,11 @@ impl EndingLease {
         } else {
             LeaseError::Ending {
                 owner: self.owner.clone(),
+                ended_ago: self.ended_at.map(|at| now.saturating_duration_since(at)),
+                lock_delay_left: self
+                    .lock_delay
+                    .as_ref()
+                    .map(|locked| locked.until.saturating_duration_since(now)),
             }
         }
     }
@@ -194,7 +205,9 @@ impl EndingLease {
                 last_error: self.last_error.clone(),
                 step: match self.step {
                     SafeStateStep::Write => SafeStateStepView::Writing,
-                    SafeStateStep::ReadBack(_) => SafeStateStepView::ReadingBack,
+                    SafeStateStep::Check | SafeStateStep::ReadBack(_) => {
+                        SafeStateStepView::ReadingBack
+                    }
                     SafeStateStep::SecondReadBackAt(_) => SafeStateStepView::SecondReadBack,
                 },
                 overridden: self.overridden,
@@ -230,8 +243,10 @@ impl LeaseState {
         match self {
             LeaseState::Held(live) if !live.is_live(now) => Some(LeaseError::Ending {
                 owner: live.owner.clone(),
+                ended_ago: Some(now.saturating_duration_since(live.expires_at)),
+                lock_delay_left: None,
             }),
-            LeaseState::Ending(ending) => Some(ending.refusal()),
+            LeaseState::Ending(ending) => Some(ending.refusal(now)),
             _ => None,
         }
     }

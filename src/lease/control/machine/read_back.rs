@@ -27,6 +27,9 @@ impl LeaseMachine {
         let LeaseState::Ending(ending) = &mut self.state else {
             return Vec::new();
         };
+        if ending.step == SafeStateStep::Check {
+            return self.safe_state_checked(result, now);
+        }
         let SafeStateStep::ReadBack(round) = ending.step else {
             return Vec::new();
         };

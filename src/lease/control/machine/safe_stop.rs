@@ -1,10 +1,16 @@
-//! The safe stop as the lease machine decides it (`POST /v1/safe-stop`, anyone with control):
-//! the held lease ends through [`LeaseMachine::end`], and the safe state is applied whatever
-//! held it (a lease, a safe state still pending, nobody).
+//! The safe stop as the lease machine decides it (`POST /v1/safe-stop`, anyone with control
+//! and, under access rules, `safe_stop`): the held lease ends through [`LeaseMachine::end`],
+//! and the safe state is applied whatever held it (a lease, a safe state still pending). With
+//! nobody holding the lease it is read back first, and a station already in the safe state is
+//! left as it is: the press is audited and changes nothing else, so repeated presses neither
+//! write again nor start a new lock-delay (issue 49).
 
 use tokio::time::Instant;
 
-use super::super::events::{Action, Answer, EndCause, Record, SafeStopOutcome, SafeStopState};
+use super::super::events::{
+    Action, Answer, EndCause, Record, SafeStateError, SafeStopOutcome, SafeStopState,
+};
+use super::super::read_back::Differs;
 use super::super::state::{EndingLease, LeaseState, LockDelay, LockDelayWhy, SafeStateStep};
 use super::LeaseMachine;
 
@@ -13,10 +19,12 @@ use super::LeaseMachine;
 const NOBODY: &str = "nobody";
 
 impl LeaseMachine {
-    /// A safe stop: the held lease (live or past its deadline) ends, and the safe state is
-    /// applied in any case (after a lease, after a safe state still pending, or with nobody
-    /// holding it: after the changes admitted meanwhile). Answered once the safe state is
-    /// confirmed or has failed a try, or at once when none is configured.
+    /// A safe stop: the held lease (live or past its deadline) ends and the safe state is
+    /// applied; a safe state still pending is tried at once. With nobody holding the lease the
+    /// changes admitted meanwhile settle first, then the safe state is read back, and written
+    /// only when it is not in place. A lock-delay already running goes on unchanged: a press
+    /// never makes it longer. Answered once the safe state is confirmed or has failed a try,
+    /// or at once when none is configured or it had already been read back right.
     pub(super) fn safe_stop(&mut self, by: String, reason: String, now: Instant) -> Vec<Action> {
         let ended = match &self.state {
             LeaseState::Held(live) => Some((live.owner.clone(), live.fence)),
@@ -28,6 +36,12 @@ impl LeaseMachine {
             ended: ended.clone(),
         })];
         self.stopping = Some(ended);
+        let lock_delay = self.lock_delay;
+        let new_lock_delay = |after: &str| LockDelay {
+            until: now + lock_delay,
+            after: after.to_owned(),
+            why: LockDelayWhy::SafeStopped,
+        };
         match &mut self.state {
             LeaseState::Held(live) => {
                 let live = live.clone();
@@ -36,40 +50,71 @@ impl LeaseMachine {
             }
             _ if !self.has_safe_state => {
                 if let LeaseState::Free = self.state {
-                    self.locked = Some(LockDelay {
-                        until: now + self.lock_delay,
-                        after: NOBODY.into(),
-                        why: LockDelayWhy::SafeStopped,
-                    });
+                    let running = self.locked.take().filter(|locked| locked.until > now);
+                    self.locked = Some(running.unwrap_or_else(|| new_lock_delay(NOBODY)));
                 }
                 actions.extend(self.answer_stop(SafeStopState::NotConfigured));
+            }
+            LeaseState::Ending(ending)
+                if ending.safe_state_owed
+                    && matches!(ending.step, SafeStateStep::SecondReadBackAt(_)) =>
+            {
+                // Written and read back right once; the second read back stands, and writes
+                // it again should a late change have overridden it.
+                actions.extend(self.answer_stop(SafeStopState::AlreadySafe));
             }
             LeaseState::Ending(ending) => {
                 // Written again, whatever step it was at.
                 ending.safe_state_owed = true;
                 ending.step = SafeStateStep::Write;
-                ending.lock_delay = Some(LockDelay {
-                    until: now + self.lock_delay,
-                    after: ending.owner.clone(),
-                    why: LockDelayWhy::SafeStopped,
-                });
+                if ending.lock_delay.is_none() {
+                    ending.lock_delay = Some(new_lock_delay(&ending.owner));
+                }
                 self.retry_now(now);
                 actions.extend(self.try_safe_state(now));
             }
             LeaseState::Free => {
                 // Nobody's change may race the safe state, and those admitted while nobody
-                // held it go first.
+                // held it go first; then it is read back ([`SafeStateStep::Check`]). The
+                // lock-delay still running, if any, is kept as it is.
                 let mut ending = EndingLease::new(NOBODY.into(), 0, true);
-                ending.lock_delay = Some(LockDelay {
-                    until: now + self.lock_delay,
-                    after: NOBODY.into(),
-                    why: LockDelayWhy::SafeStopped,
-                });
+                ending.step = SafeStateStep::Check;
+                ending.ended_at = Some(now);
+                ending.lock_delay = self.locked.take().filter(|locked| locked.until > now);
                 self.state = LeaseState::Ending(ending);
                 actions.push(Action::Settle(None));
             }
         }
         actions
+    }
+
+    /// The safe state read back before anything was written (a safe stop pressed while nobody
+    /// held the lease): right, the press is done, free again with nothing written and no new
+    /// lock-delay; otherwise, or unread, the safe state is written as after any safe stop, and
+    /// new leases wait the lock-delay (unless one is running).
+    pub(super) fn safe_state_checked(
+        &mut self,
+        result: Result<Vec<Differs>, SafeStateError>,
+        now: Instant,
+    ) -> Vec<Action> {
+        let LeaseState::Ending(ending) = &mut self.state else {
+            return Vec::new();
+        };
+        if matches!(&result, Ok(differs) if differs.is_empty()) {
+            let mut actions = self.answer_stop(SafeStopState::AlreadySafe);
+            actions.extend(self.finish(now));
+            return actions;
+        }
+        ending.step = SafeStateStep::Write;
+        if ending.lock_delay.is_none() {
+            ending.lock_delay = Some(LockDelay {
+                until: now + self.lock_delay,
+                after: ending.owner.clone(),
+                why: LockDelayWhy::SafeStopped,
+            });
+        }
+        self.retry_now(now);
+        self.try_safe_state(now)
     }
 
     /// The answer to a safe stop waiting for one, if any.

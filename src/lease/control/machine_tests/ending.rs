@@ -466,6 +466,6 @@ fn who_holds_it_as_a_refusal_says() {
     // Past its deadline, not yet ended: between leases.
     assert!(matches!(
         machine.held_by_other(now + TTL),
-        LeaseError::Ending { owner } if owner == "A"
+        LeaseError::Ending { owner, .. } if owner == "A"
     ));
 }

@@ -188,10 +188,22 @@ fn a_safe_stop_waits_the_lock_delay_with_a_lease_or_without_and_with_a_safe_stat
     finish_safe_state(&mut machine, now);
     let actions = machine.on(acquire("B", false, true), now);
     assert_eq!(lock_delay_of(&actions).0, "A");
-    // A safe state, nobody holding it.
+    // A safe state, nobody holding it, and the station not in it: read back, then written.
     let mut machine = machine_with_safe_state(now);
     machine.on(stop(), now);
-    finish_safe_state(&mut machine, now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    assert!(
+        matches!(&actions[..], [Action::ReadBackSafeState]),
+        "{actions:?}"
+    );
+    let differs = crate::lease::control::read_back::Differs {
+        channel: "ON1".into(),
+        wanted: station_protocol::Value::Bool(false),
+        read: station_protocol::Value::Bool(true),
+    };
+    machine.on(Event::SafeStateReadBack(Ok(vec![differs])), now);
+    machine.on(Event::SafeStateAnswered(Ok(())), now);
+    read_back_right_twice(&mut machine, now);
     let actions = machine.on(acquire("B", false, true), now);
     assert_eq!(
         lock_delay_of(&actions),
@@ -290,4 +302,31 @@ fn a_new_lease_taken_while_free_ignores_doubts_of_the_changes_admitted_meanwhile
         "{actions:?}"
     );
     assert_eq!(fence_held(&machine), Some(5));
+}
+
+#[test]
+fn an_acquire_while_an_end_is_finished_says_when_it_ended_and_the_lock_delay_left() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now)
+        .with_lock_delay(Duration::from_secs(10))
+        .with_read_back_after(READ_BACK_AFTER);
+    held_by(&mut machine, "A", 5, now);
+    let lapsed = now + TTL;
+    machine.on(Event::Deadline, lapsed);
+    machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
+    read_back_right(&mut machine, lapsed);
+    // Waiting for the second read back, 3 s after it ran out.
+    let asked = lapsed + Duration::from_secs(3);
+    let actions = machine.on(acquire("B", false, true), asked);
+    let message = refusal(&actions).to_string();
+    assert!(
+        message.contains("A's lease ended 3 s ago")
+            && !message.contains("just")
+            && message.contains("another 7 s (7000 ms)"),
+        "{message}"
+    );
+    let actions = machine.on(acquire("B", false, true), lapsed);
+    let message = refusal(&actions).to_string();
+    assert!(message.contains("A's lease has just ended"), "{message}");
 }

@@ -308,7 +308,7 @@ fn a_new_lease_the_store_took_over_one_not_yet_ended_here_ends_that_one_first() 
         let answered = match grantee {
             Grantee::Requester { wait: false } => matches!(
                 &actions[..],
-                [.., Action::Answer(Answer::Refused(LeaseError::Ending { owner }))] if owner == "A"
+                [.., Action::Answer(Answer::Refused(LeaseError::Ending { owner, .. }))] if owner == "A"
             ),
             Grantee::Requester { wait: true } => {
                 matches!(&actions[..], [.., Action::Answer(Answer::Queued)])
@@ -371,7 +371,7 @@ fn a_new_lease_the_store_took_over_a_live_one_ends_the_live_one_as_run_out() {
                 Action::Forget(ended),
                 Action::Record(Record::Ended { fence: 2, cause: EndCause::RanOut, .. }),
                 Action::Settle(Some(2)),
-                Action::Answer(Answer::Refused(LeaseError::Ending { owner })),
+                Action::Answer(Answer::Refused(LeaseError::Ending { owner, .. })),
             ] if *handed_back == new_token && *ended == token && owner == "A"
         ),
         "{actions:?}"
@@ -405,7 +405,7 @@ fn between_leases_an_acquire_is_refused_or_waits() {
     let token = held_by(&mut machine, "A", 1, now);
     released(&mut machine, token, now);
     let actions = machine.on(acquire("B", false, true), now);
-    assert!(matches!(refusal(&actions), LeaseError::Ending { owner } if owner == "A"));
+    assert!(matches!(refusal(&actions), LeaseError::Ending { owner, .. } if owner == "A"));
     let actions = machine.on(acquire("B", true, true), now);
     assert!(matches!(&actions[..], [Action::Answer(Answer::Queued)]));
     assert!(matches!(

@@ -95,7 +95,18 @@ fn a_safe_stop_with_nobody_holding_applies_the_safe_state_after_the_changes_admi
     // Nobody's change races it meanwhile.
     let (_, owed, _) = ending_of(&machine);
     assert!(owed);
+    // Read back first: a station not in the safe state gets it written.
     let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    assert!(
+        matches!(&actions[..], [Action::ReadBackSafeState]),
+        "{actions:?}"
+    );
+    let differs = crate::lease::control::read_back::Differs {
+        channel: "ON1".into(),
+        wanted: station_protocol::Value::Bool(false),
+        read: station_protocol::Value::Bool(true),
+    };
+    let actions = machine.on(Event::SafeStateReadBack(Ok(vec![differs])), now);
     assert!(
         matches!(&actions[..], [Action::SendSafeState { .. }]),
         "{actions:?}"
@@ -180,22 +191,198 @@ fn a_safe_stop_while_a_safe_state_is_pending_tries_it_at_once() {
 }
 
 #[test]
-fn a_safe_stop_while_the_second_read_back_is_awaited_writes_the_safe_state_again() {
+fn a_safe_stop_with_nobody_holding_and_the_safe_state_in_place_writes_nothing_and_starts_no_lock_delay()
+ {
     let now = Instant::now();
-    let mut machine = LeaseMachine::new(true, now).with_read_back_after(READ_BACK_AFTER);
+    let mut machine = LeaseMachine::new(true, now).with_lock_delay(Duration::from_secs(3));
+    machine.on(safe_stop(), now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    assert!(
+        matches!(&actions[..], [Action::ReadBackSafeState]),
+        "{actions:?}"
+    );
+    let actions = read_back_right(&mut machine, now);
+    assert_eq!(stop_answer(&actions).safe_state, SafeStopState::AlreadySafe);
+    assert!(is_finish(&actions[1..], true), "{actions:?}");
+    assert!(
+        matches!(
+            &machine.on(acquire("B", false, true), now)[..],
+            [Action::Take { .. }]
+        ),
+        "no lock-delay"
+    );
+}
+
+#[test]
+fn a_safe_stop_with_nobody_holding_whose_settle_left_doubt_writes_the_safe_state() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    machine.on(safe_stop(), now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, now);
+    assert!(
+        matches!(&actions[..], [Action::SendSafeState { .. }]),
+        "a change in doubt may still land: written, not only read back: {actions:?}"
+    );
+}
+
+#[test]
+fn a_safe_stop_while_the_second_read_back_is_awaited_is_answered_at_once_and_changes_nothing() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now)
+        .with_read_back_after(READ_BACK_AFTER)
+        .with_lock_delay(Duration::from_secs(10));
     held_by(&mut machine, "A", 4, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
     machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
     machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
     read_back_right(&mut machine, lapsed);
-    assert_eq!(machine.next_wake(), Some(lapsed + READ_BACK_AFTER));
-    let actions = machine.on(safe_stop(), lapsed);
+    let second_at = lapsed + READ_BACK_AFTER;
+    assert_eq!(machine.next_wake(), Some(second_at));
+    let pressed = lapsed + Duration::from_secs(1);
+    let actions = machine.on(safe_stop(), pressed);
     assert!(
-        matches!(&actions[..], [Action::Record(_), Action::SendSafeState { after }] if after == "A"),
+        matches!(&actions[..], [Action::Record(r), Action::Answer(Answer::SafeStopped(outcome))]
+            if *r == stopped_record(None) && outcome.safe_state == SafeStopState::AlreadySafe),
         "{actions:?}"
     );
-    machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
-    let actions = read_back_right(&mut machine, lapsed);
+    // The second read back stays where it was, and the lock-delay counts from the end.
+    assert_eq!(machine.next_wake(), Some(second_at));
+    read_back_right_twice_from(&mut machine, second_at);
+    let actions = machine.on(acquire("B", false, true), second_at);
+    match refusal(&actions) {
+        LeaseError::LockDelay { wait, .. } => {
+            assert_eq!(*wait, Duration::from_secs(10) - READ_BACK_AFTER)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The second read back, due at `at`, right.
+fn read_back_right_twice_from(machine: &mut LeaseMachine, at: Instant) {
+    let actions = machine.on(Event::Deadline, at);
+    assert!(
+        matches!(&actions[..], [Action::ReadBackSafeState]),
+        "{actions:?}"
+    );
+    read_back_right(machine, at);
+    assert!(is_free(machine));
+}
+
+/// A station for [`driven`]: whether its channels hold the safe state, and how
+/// often the safe state was written to it.
+#[derive(Default)]
+struct FakeStation {
+    safe: bool,
+    writes: u32,
+}
+
+/// Feeds `event` at `at` and every answer it leads to, the station answering as `station`
+/// says (changes settle at once, writes make it safe, read backs say whether it is), as the
+/// shell's turn does; every action taken.
+fn driven(
+    machine: &mut LeaseMachine,
+    station: &mut FakeStation,
+    event: Event,
+    at: Instant,
+) -> Vec<Action> {
+    let mut all = Vec::new();
+    let mut next = Some(event);
+    while let Some(event) = next.take() {
+        let actions = machine.on(event, at);
+        next = match actions.last() {
+            Some(Action::Settle(_)) => Some(Event::ChangesSettled { had_doubts: false }),
+            Some(Action::SendSafeState { .. }) => {
+                station.writes += 1;
+                station.safe = true;
+                Some(Event::SafeStateAnswered(Ok(())))
+            }
+            Some(Action::ReadBackSafeState) => {
+                let differs = match station.safe {
+                    true => Vec::new(),
+                    false => vec![crate::lease::control::read_back::Differs {
+                        channel: "0.4.ESH10000662.ON1".into(),
+                        wanted: station_protocol::Value::Bool(false),
+                        read: station_protocol::Value::Bool(true),
+                    }],
+                };
+                Some(Event::SafeStateReadBack(Ok(differs)))
+            }
+            _ => None,
+        };
+        all.extend(actions);
+    }
+    all
+}
+
+#[test]
+fn pressing_the_safe_stop_every_second_with_nobody_holding_neither_writes_again_nor_extends_the_lock_delay()
+ {
+    const LOCK_DELAY: Duration = Duration::from_secs(15);
+    let start = Instant::now();
+    let mut machine = LeaseMachine::new(true, start)
+        .with_lock_delay(LOCK_DELAY)
+        .with_read_back_after(READ_BACK_AFTER);
+    let mut station = FakeStation::default();
+    // The first press finds the station unsafe: written, read back, and the lock-delay starts.
+    let actions = driven(&mut machine, &mut station, safe_stop(), start);
     assert_eq!(stop_answer(&actions).safe_state, SafeStopState::Confirmed);
+    assert_eq!(station.writes, 1);
+    // An operator waits in line for the lease meanwhile (waitMs=18000).
+    let actions = machine.on(acquire("operator", true, true), start);
+    assert!(
+        matches!(&actions[..], [Action::Answer(Answer::Queued)]),
+        "{actions:?}"
+    );
+    // Someone presses once a second; the lease task feeds every deadline that falls due.
+    let mut handed_over_at = None;
+    for second in 1..=18u64 {
+        let at = start + Duration::from_secs(second);
+        if let Some(due) = machine.next_wake().filter(|due| *due <= at) {
+            let actions = driven(&mut machine, &mut station, Event::Deadline, due);
+            if actions.iter().any(|a| matches!(a, Action::HandOver)) {
+                handed_over_at.get_or_insert(due);
+            }
+        }
+        let actions = driven(&mut machine, &mut station, safe_stop(), at);
+        assert_eq!(
+            stop_answer(&actions).safe_state,
+            SafeStopState::AlreadySafe,
+            "press at {second} s: {actions:?}"
+        );
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::Record(r) if *r == stopped_record(None))),
+            "every press is audited: {actions:?}"
+        );
+    }
+    assert_eq!(
+        station.writes, 1,
+        "the safe state was in place: written once"
+    );
+    assert_eq!(
+        handed_over_at,
+        Some(start + LOCK_DELAY),
+        "the one waiting is served when the first press's lock-delay is over, not later"
+    );
+    let at = start + Duration::from_secs(18);
+    let actions = machine.on(acquire("operator", false, true), at);
+    assert!(
+        matches!(&actions[..], [Action::Take { .. }]),
+        "18 s after the first press the lease may be taken: {actions:?}"
+    );
+}
+
+#[test]
+fn without_a_safe_state_a_second_press_with_nobody_holding_does_not_extend_the_lock_delay() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now).with_lock_delay(Duration::from_secs(3));
+    machine.on(safe_stop(), now);
+    machine.on(safe_stop(), now + Duration::from_secs(2));
+    let actions = machine.on(acquire("B", false, true), now + Duration::from_secs(2));
+    match refusal(&actions) {
+        LeaseError::LockDelay { wait, .. } => assert_eq!(*wait, Duration::from_secs(1)),
+        other => panic!("{other:?}"),
+    }
 }

@@ -133,7 +133,7 @@ async fn an_acquire_the_store_takes_up_after_the_holders_deadline_ends_that_leas
     tokio::time::advance(Duration::from_millis(20)).await;
     let answer = asked.await.unwrap();
     assert!(
-        matches!(answer, Err(LeaseError::Ending { ref owner }) if owner == "A"),
+        matches!(answer, Err(LeaseError::Ending { ref owner, .. }) if owner == "A"),
         "B got the lease before A's had ended: {answer:?}"
     );
     assert!(holders_guard().is_err());
@@ -168,7 +168,7 @@ async fn while_a_renewal_waits_on_the_store_past_the_deadline_nobody_else_may_ch
     tokio::time::advance(Duration::from_millis(15)).await;
     let refusal = lease.admit(Access::Change, None).err();
     assert!(
-        matches!(refusal, Some(LeaseError::Ending { ref owner }) if owner == "A"),
+        matches!(refusal, Some(LeaseError::Ending { ref owner, .. }) if owner == "A"),
         "a non-holder was admitted while A's lease was past its deadline: {refusal:?}"
     );
     assert!(matches!(
@@ -384,7 +384,11 @@ fn a_guard_refusal_between_leases_says_what_admission_says_and_that_it_was_not_s
         what: Guarded::Change,
         owner: "A".into(),
     };
-    let admission = LeaseError::Ending { owner: "A".into() };
+    let admission = LeaseError::Ending {
+        owner: "A".into(),
+        ended_ago: None,
+        lock_delay_left: None,
+    };
     assert_eq!(
         between.to_string(),
         format!("{admission}; this change was not sent")

@@ -126,7 +126,7 @@ async fn a_safe_state_owed_from_before_a_restart_is_between_leases_until_its_fir
     // Owed, not yet tried: between leases (423), not yet "pending" (503).
     assert!(matches!(
         lease.admit(Access::Change, None),
-        Err(LeaseError::Ending { ref owner }) if owner == "A"
+        Err(LeaseError::Ending { ref owner, .. }) if owner == "A"
     ));
     let view = lease.view().safe_state.unwrap();
     assert_eq!((view.pending, view.tries), (true, 0));
