@@ -23,6 +23,7 @@
 //! in line — after the lock-delay when it did not end cleanly (ran out, broken, safe-stopped,
 //! or a change of it left doubt unanswered).
 
+mod end_record;
 mod events;
 mod expiry;
 mod machine;
