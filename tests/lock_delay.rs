@@ -229,3 +229,143 @@ on_every_backend!(a_release_with_a_change_left_in_doubt_makes_the_next_holder_wa
     a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_memory => "memory",
     a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_sqlite => "sqlite",
 );
+
+const ON1: &str = "0.4.ESH10000662.ON1";
+const VSET1: &str = "0.4.ESH10000662.VSET1";
+
+/// The order in which the station applied writes to ON1.
+fn on1_writes(sim: &SimulatorHandle) -> Vec<station_protocol::Value> {
+    sim.write_log()
+        .into_iter()
+        .filter(|w| w.channel == ON1)
+        .map(|w| w.value)
+        .collect()
+}
+
+/// Issue 49, item 2: a station that ignores SPEC.md §4 and takes 6 s over a write; `A`'s
+/// `VSET1`+`ON1=True` is answered 504 (in doubt), A's lease runs out, its end resets the link
+/// at `max_processing_ms` and the lock-delay (8 s, counted from then) begins. The gateway is
+/// restarted on the same store during the delay: the delay goes on there (`GET api/lease`
+/// shows it, B is refused 423), and B, who waits in line, is served only once it is over —
+/// after A's late `ON1=True` has landed, so B's `ON1=False` is the station's last write to ON1.
+async fn a_gateway_restart_during_the_lock_delay_keeps_it(backend: &str) -> Result<()> {
+    const SLOW_WRITE: Duration = Duration::from_secs(6);
+    const LONG_DELAY_MS: u64 = 8000;
+    let sim = common::station_with_slow_channels(|name| name == VSET1, SLOW_WRITE, |_| {}).await;
+    sim.set_ignores_close(true);
+    let config = config_for(&sim, |config| {
+        config.lease.backend = backend.to_owned();
+        config.lease.name = common::backends::own_lease_name("lock-delay-restart");
+        config.lease.lock_delay_ms = Some(LONG_DELAY_MS);
+        config.station.request_timeout_ms = 1000;
+        config.station.max_processing_ms = Some(2000);
+    });
+    let first = start_gateway(config.clone()).await;
+    let lease = first.gateway.lease.clone();
+    let mut events = first.gateway.lease_events.subscribe();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_millis(1500),
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+    let guard = lease
+        .admit(station_gateway::lease::Access::Change, Some(&held.lease_id))?
+        .guard;
+    let sent = Instant::now();
+    let slow_on = vec![
+        (VSET1.into(), station_protocol::Value::Float(100.0)),
+        (ON1.into(), station_protocol::Value::Bool(true)),
+    ];
+    let in_doubt = first.link().write(slow_on, guard).await;
+    ensure!(in_doubt.is_err(), "the station takes 6 s, the timeout is 1 s");
+    free_again(&mut events).await;
+    let view = lease.view();
+    ensure!(
+        view.lock_delay_ms.is_some_and(|left| left > 4000),
+        "the first gateway shows no lock-delay: {view:?}"
+    );
+    ensure!(on1_writes(&sim).is_empty(), "A's change landed too early");
+    first.stop().await;
+
+    let second = start_gateway(config).await;
+    // What went wrong is gathered, so that the write log is checked (and shown) in any case.
+    let mut wrong = Vec::new();
+    let shown = reqwest::get(format!("{}/api/lease", second.base_url()))
+        .await?
+        .json::<Json>()
+        .await?;
+    if !(shown["held"] == false && shown["lockDelayMs"].as_u64().is_some_and(|left| left > 2000)) {
+        wrong.push(format!(
+            "after the restart GET api/lease shows no lock-delay: {shown}"
+        ));
+    }
+    let (status, retry_after, body) = acquire(&second, "", "TAT station 4", 30_000).await?;
+    let message = body["error"].as_str().unwrap_or_default();
+    if !(status == 423
+        && retry_after.is_some()
+        && message.contains("TAT station 3's lease ended with changes in doubt"))
+    {
+        wrong.push(format!(
+            "after the restart B was not refused the lock-delay: {status} {body}"
+        ));
+    }
+    // B waits in line for it (or, granted at once, holds it already).
+    let body = match status {
+        200 => body,
+        _ => {
+            let (status, _, body) =
+                acquire(&second, "?waitMs=15000", "TAT station 4", 30_000).await?;
+            ensure!(status == 200, "B not served after the lock-delay: {status} {body}");
+            body
+        }
+    };
+    let served = sent.elapsed();
+    let b_id = body["leaseId"].as_str().context("no leaseId")?.to_owned();
+    let guard = second
+        .gateway
+        .lease
+        .admit(station_gateway::lease::Access::Change, Some(&b_id))?
+        .guard;
+    second
+        .link()
+        .write(
+            vec![(ON1.into(), station_protocol::Value::Bool(false))],
+            guard,
+        )
+        .await?
+        .remove(0)?;
+    // A's late change lands at 6 s whatever happens; B's comes after it only if B waited.
+    common::until(BOUND, "A's late ON1=True to land", || {
+        on1_writes(&sim).contains(&station_protocol::Value::Bool(true))
+    })
+    .await;
+    let written = on1_writes(&sim);
+    if written
+        != [
+            station_protocol::Value::Bool(true),
+            station_protocol::Value::Bool(false),
+        ]
+    {
+        wrong.push(format!(
+            "A's late ON1=True landed inside B's lease (B served {} ms after A's write was sent): the station's writes to ON1 were {written:?}",
+            served.as_millis()
+        ));
+    }
+    ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+    eprintln!(
+        "measured ({backend}): B served {} ms after A's change in doubt was sent (the station carries it out at {} ms)",
+        served.as_millis(),
+        SLOW_WRITE.as_millis()
+    );
+    second.stop().await;
+    Ok(())
+}
+
+on_every_backend!(a_gateway_restart_during_the_lock_delay_keeps_it:
+    a_gateway_restart_during_the_lock_delay_keeps_it_on_sqlite => "sqlite",
+    a_gateway_restart_during_the_lock_delay_keeps_it_on_postgres => "postgres",
+    a_gateway_restart_during_the_lock_delay_keeps_it_on_redis => "redis",
+);
