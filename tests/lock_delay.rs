@@ -280,7 +280,10 @@ async fn a_gateway_restart_during_the_lock_delay_keeps_it(backend: &str) -> Resu
         (ON1.into(), station_protocol::Value::Bool(true)),
     ];
     let in_doubt = first.link().write(slow_on, guard).await;
-    ensure!(in_doubt.is_err(), "the station takes 6 s, the timeout is 1 s");
+    ensure!(
+        in_doubt.is_err(),
+        "the station takes 6 s, the timeout is 1 s"
+    );
     free_again(&mut events).await;
     let view = lease.view();
     ensure!(
@@ -297,7 +300,11 @@ async fn a_gateway_restart_during_the_lock_delay_keeps_it(backend: &str) -> Resu
         .await?
         .json::<Json>()
         .await?;
-    if !(shown["held"] == false && shown["lockDelayMs"].as_u64().is_some_and(|left| left > 2000)) {
+    if !(shown["held"] == false
+        && shown["lockDelayMs"]
+            .as_u64()
+            .is_some_and(|left| left > 2000))
+    {
         wrong.push(format!(
             "after the restart GET api/lease shows no lock-delay: {shown}"
         ));
@@ -318,7 +325,10 @@ async fn a_gateway_restart_during_the_lock_delay_keeps_it(backend: &str) -> Resu
         _ => {
             let (status, _, body) =
                 acquire(&second, "?waitMs=15000", "TAT station 4", 30_000).await?;
-            ensure!(status == 200, "B not served after the lock-delay: {status} {body}");
+            ensure!(
+                status == 200,
+                "B not served after the lock-delay: {status} {body}"
+            );
             body
         }
     };

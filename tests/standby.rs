@@ -630,31 +630,46 @@ async fn a_standby_that_takes_over_during_the_lock_delay_keeps_it(backend: &str)
         (ON1.into(), station_protocol::Value::Bool(true)),
     ];
     let in_doubt = owner.link().write(slow_on, guard).await;
-    ensure!(in_doubt.is_err(), "the station takes 12 s, the timeout is 1 s");
+    ensure!(
+        in_doubt.is_err(),
+        "the station takes 12 s, the timeout is 1 s"
+    );
     let mut delayed = false;
     while !delayed && sent.elapsed() < Duration::from_secs(8) {
         delayed = lease.view().lock_delay_ms.is_some();
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    ensure!(delayed, "the owner never showed the lock-delay: {:?}", lease.view());
+    ensure!(
+        delayed,
+        "the owner never showed the lock-delay: {:?}",
+        lease.view()
+    );
     drop(lease);
     drop(owner);
 
     let http = reqwest::Client::new();
     let lease_url = format!("{}/api/lease", standby.base_url());
-    let shown = within(FAILOVER_BOUND + Duration::from_secs(3), "the standby to serve", async {
-        loop {
-            let response = http.get(&lease_url).send().await.unwrap();
-            if response.status() == 200 {
-                return response.json::<Json>().await.unwrap();
+    let shown = within(
+        FAILOVER_BOUND + Duration::from_secs(3),
+        "the standby to serve",
+        async {
+            loop {
+                let response = http.get(&lease_url).send().await.unwrap();
+                if response.status() == 200 {
+                    return response.json::<Json>().await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+        },
+    )
     .await;
     // What went wrong is gathered, so that the write log is checked (and shown) in any case.
     let mut wrong = Vec::new();
-    if !(shown["held"] == false && shown["lockDelayMs"].as_u64().is_some_and(|left| left > 1000)) {
+    if !(shown["held"] == false
+        && shown["lockDelayMs"]
+            .as_u64()
+            .is_some_and(|left| left > 1000))
+    {
         wrong.push(format!(
             "after the takeover GET api/lease shows no lock-delay: {shown}"
         ));
@@ -698,11 +713,15 @@ async fn a_standby_that_takes_over_during_the_lock_delay_keeps_it(backend: &str)
         .remove(0)?;
     // The dead owner's late change lands at 12 s whatever happens; B's comes after it only if
     // B waited.
-    until(Duration::from_secs(20), "the dead owner's late ON1=True to land", || {
-        sim.write_log()
-            .iter()
-            .any(|w| w.channel == ON1 && w.value == station_protocol::Value::Bool(true))
-    })
+    until(
+        Duration::from_secs(20),
+        "the dead owner's late ON1=True to land",
+        || {
+            sim.write_log()
+                .iter()
+                .any(|w| w.channel == ON1 && w.value == station_protocol::Value::Bool(true))
+        },
+    )
     .await;
     let written: Vec<_> = sim
         .write_log()

@@ -186,7 +186,7 @@ mod tests {
             Duration::from_millis(1500)
         );
         assert_eq!(
-            store_ttl(Duration::from_micros(1500_001)),
+            store_ttl(Duration::from_micros(1_500_001)),
             Duration::from_millis(1501)
         );
         assert_eq!(store_ttl(Duration::from_nanos(1)), Duration::from_millis(1));

@@ -11,8 +11,8 @@ use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
 use super::super::{LeaseError, LeaseStoreError, LeaseView};
 use super::LeaseAnswer;
 use super::read_back::Differs;
-use super::state::{LockDelayWhy, StoredEnd, StoredLockDelay};
 pub(super) use super::state::ReadBackRound;
+use super::state::{LockDelayWhy, StoredEnd, StoredLockDelay};
 use crate::link::LinkError;
 
 /// Who a new lease is for.

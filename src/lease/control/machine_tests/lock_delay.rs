@@ -394,7 +394,10 @@ fn a_lease_found_ended_with_no_end_recorded_waits_the_whole_lock_delay_and_recor
     );
     let (after, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), now));
     assert_eq!((after.as_str(), wait), ("A", LOCK_DELAY));
-    assert!(why.contains("after a restart or a standby's takeover"), "{why}");
+    assert!(
+        why.contains("after a restart or a standby's takeover"),
+        "{why}"
+    );
     assert_eq!(machine.free_view(now).lock_delay_ms, Some(3000));
 }
 
@@ -479,7 +482,10 @@ fn with_the_lock_delay_off_a_restart_only_clears_an_end_mark_and_takes_mark_noth
         end_pending: Some("A".into()),
     };
     let actions = resumed_with(&mut machine, end, now);
-    assert!(matches!(&actions[..], [Action::StoreEnd(None)]), "{actions:?}");
+    assert!(
+        matches!(&actions[..], [Action::StoreEnd(None)]),
+        "{actions:?}"
+    );
     let actions = machine.on(acquire("B", false, true), now);
     assert!(
         matches!(

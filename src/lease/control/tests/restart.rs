@@ -8,7 +8,10 @@ const LOCK_DELAY: Duration = Duration::from_secs(5);
 
 /// A gateway's control lease on `store` with the lock-delay, resumed from it, its expiry task
 /// running until `shutdown`.
-async fn gateway_on(store: Arc<MemoryLeaseStore>, shutdown: &CancellationToken) -> Arc<ControlLease> {
+async fn gateway_on(
+    store: Arc<MemoryLeaseStore>,
+    shutdown: &CancellationToken,
+) -> Arc<ControlLease> {
     let (events, _) = broadcast::channel(64);
     let lease = Arc::new(
         ControlLease::new(store, "control:test", events).with_end_timing(LeaseEndTiming {
@@ -22,9 +25,7 @@ async fn gateway_on(store: Arc<MemoryLeaseStore>, shutdown: &CancellationToken) 
 }
 
 async fn take(lease: &Arc<ControlLease>, owner: &str) -> Result<LeaseAnswer, LeaseError> {
-    lease
-        .acquire(owner.into(), TTL, None, Duration::ZERO)
-        .await
+    lease.acquire(owner.into(), TTL, None, Duration::ZERO).await
 }
 
 fn lock_delay(refused: Result<LeaseAnswer, LeaseError>) -> (String, &'static str, Duration) {
@@ -48,9 +49,17 @@ async fn the_lock_delay_goes_on_in_a_control_lease_restarted_on_the_same_store()
 
     let second_run = CancellationToken::new();
     let second = gateway_on(store.clone(), &second_run).await;
-    assert_eq!(second.view().lock_delay_ms, Some(4000), "{:?}", second.view());
+    assert_eq!(
+        second.view().lock_delay_ms,
+        Some(4000),
+        "{:?}",
+        second.view()
+    );
     let (after, why, wait) = lock_delay(take(&second, "B").await);
-    assert_eq!((after.as_str(), why, wait), ("A", "ran out unreleased", Duration::from_secs(4)));
+    assert_eq!(
+        (after.as_str(), why, wait),
+        ("A", "ran out unreleased", Duration::from_secs(4))
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(take(&second, "B").await.unwrap().owner, "B");
     second_run.cancel();
