@@ -379,3 +379,140 @@ on_every_backend!(a_gateway_restart_during_the_lock_delay_keeps_it:
     a_gateway_restart_during_the_lock_delay_keeps_it_on_postgres => "postgres",
     a_gateway_restart_during_the_lock_delay_keeps_it_on_redis => "redis",
 );
+
+/// Issue 49, item 2 with `kill -9`: the gateway as a process of its own on an SQLite store,
+/// with its link-owner state file; ON1 takes 6 s at a station that ignores SPEC.md §4. A's
+/// `ON1=True` is answered 504 (in doubt), A's lease runs out and the lock-delay (8 s from the
+/// settle) begins; the gateway is killed (-9) during it and started again with the same file
+/// and store. B is refused 423 and, waiting in line, is granted only after A's late `ON1=True`
+/// has landed (the write log's instant): never inside B's lease.
+#[tokio::test]
+async fn a_gateway_killed_during_the_lock_delay_keeps_it_after_its_restart() -> Result<()> {
+    let backend = Backend::named("sqlite").await;
+    let sim =
+        common::station_with_slow_channels(|name| name == ON1, Duration::from_secs(6), |_| {})
+            .await;
+    sim.set_ignores_close(true);
+    let state = std::env::temp_dir().join(format!(
+        "sg-lock-delay-kill-{}.state",
+        &station_gateway::lease::LeaseToken::random().as_str()[..12]
+    ));
+    let config = config_for(&sim, |config| {
+        config.lease.backend = backend.url.clone();
+        config.lease.name = common::backends::own_lease_name("lock-delay-kill");
+        config.lease.lock_delay_ms = Some(8000);
+        config.lease.link_owner_state = state.display().to_string();
+        config.station.request_timeout_ms = 1000;
+        config.station.max_processing_ms = Some(2000);
+    });
+    let http = reqwest::Client::new();
+    let first = common::process::GatewayProcess::start(&config)?;
+    let ready = |process: &common::process::GatewayProcess| {
+        let url = format!("{}/readyz", process.base_url);
+        let http = http.clone();
+        within(BOUND, "the gateway process to be ready", async move {
+            while !http.get(&url).send().await.is_ok_and(|r| r.status() == 200) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    ready(&first).await;
+    let lease_url =
+        |process: &common::process::GatewayProcess| format!("{}/api/lease", process.base_url);
+    let taken: Json = http
+        .post(lease_url(&first))
+        .json(&json!({ "Owner": "TAT station 3", "TtlMs": 1500 }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let a_id = taken["leaseId"].as_str().context("no leaseId")?.to_owned();
+    let sent = Instant::now();
+    let written = http
+        .post(format!("{}/api/resources/value/set", first.base_url))
+        .header("X-Lease-Id", &a_id)
+        .json(&json!({ "Name": ON1, "Value": "True" }))
+        .send()
+        .await?;
+    let (status, body) = (written.status(), written.text().await?);
+    ensure!(status == 504, "A's change is not in doubt: {status} {body}");
+    within(BOUND, "the first gateway to show the lock-delay", async {
+        loop {
+            let view: Json = http
+                .get(lease_url(&first))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if view["lockDelayMs"].as_u64().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    first.signal("-KILL")?;
+    drop(first);
+
+    let second = common::process::GatewayProcess::start(&config)?;
+    let restarted = within(BOUND, "the restarted gateway to serve api/lease", async {
+        loop {
+            match http.get(lease_url(&second)).send().await {
+                Ok(response) if response.status() == 200 => {
+                    return response.json::<Json>().await.unwrap();
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await;
+    eprintln!(
+        "restarted {} ms after A's change was sent: {restarted}",
+        sent.elapsed().as_millis()
+    );
+    let mut wrong = Vec::new();
+    let refused = http
+        .post(lease_url(&second))
+        .json(&json!({ "Owner": "TAT station 4", "TtlMs": 30000 }))
+        .send()
+        .await?;
+    let status = refused.status().as_u16();
+    if status != 423 {
+        wrong.push(format!(
+            "after the restart B was not refused the lock-delay: {status}"
+        ));
+    }
+    if status != 200 {
+        let served = http
+            .post(format!("{}?waitMs=15000", lease_url(&second)))
+            .json(&json!({ "Owner": "TAT station 4", "TtlMs": 30000 }))
+            .send()
+            .await?;
+        ensure!(
+            served.status() == 200,
+            "B not served after the lock-delay: {}",
+            served.status()
+        );
+    }
+    let granted = tokio::time::Instant::now();
+    common::until(BOUND, "A's late ON1=True to land", || {
+        !on1_writes(&sim).is_empty()
+    })
+    .await;
+    let landed = sim
+        .write_log()
+        .into_iter()
+        .find(|w| w.channel == ON1)
+        .context("A's change")?;
+    if landed.at > granted {
+        wrong.push(format!(
+            "A's late ON1=True landed {} ms inside B's lease",
+            (landed.at - granted).as_millis()
+        ));
+    }
+    let _ = std::fs::remove_file(&state);
+    ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+    Ok(())
+}
