@@ -229,3 +229,290 @@ on_every_backend!(a_release_with_a_change_left_in_doubt_makes_the_next_holder_wa
     a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_memory => "memory",
     a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_sqlite => "sqlite",
 );
+
+const ON1: &str = "0.4.ESH10000662.ON1";
+const VSET1: &str = "0.4.ESH10000662.VSET1";
+
+/// The order in which the station applied writes to ON1.
+fn on1_writes(sim: &SimulatorHandle) -> Vec<station_protocol::Value> {
+    sim.write_log()
+        .into_iter()
+        .filter(|w| w.channel == ON1)
+        .map(|w| w.value)
+        .collect()
+}
+
+/// Issue 49, item 2: a station that ignores SPEC.md §4 and takes 6 s over a write; `A`'s
+/// `VSET1`+`ON1=True` is answered 504 (in doubt), A's lease runs out, its end resets the link
+/// at `max_processing_ms` and the lock-delay (8 s, counted from then) begins. The gateway is
+/// restarted on the same store during the delay: the delay goes on there (`GET api/lease`
+/// shows it, B is refused 423), and B, who waits in line, is served only once it is over —
+/// after A's late `ON1=True` has landed, so B's `ON1=False` is the station's last write to ON1.
+async fn a_gateway_restart_during_the_lock_delay_keeps_it(backend: &str) -> Result<()> {
+    const SLOW_WRITE: Duration = Duration::from_secs(6);
+    const LONG_DELAY_MS: u64 = 8000;
+    let sim = common::station_with_slow_channels(|name| name == VSET1, SLOW_WRITE, |_| {}).await;
+    sim.set_ignores_close(true);
+    let config = config_for(&sim, |config| {
+        config.lease.backend = backend.to_owned();
+        config.lease.name = common::backends::own_lease_name("lock-delay-restart");
+        config.lease.lock_delay_ms = Some(LONG_DELAY_MS);
+        config.station.request_timeout_ms = 1000;
+        config.station.max_processing_ms = Some(2000);
+    });
+    let first = start_gateway(config.clone()).await;
+    let lease = first.gateway.lease.clone();
+    let mut events = first.gateway.lease_events.subscribe();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_millis(1500),
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+    let guard = lease
+        .admit(station_gateway::lease::Access::Change, Some(&held.lease_id))?
+        .guard;
+    let sent = Instant::now();
+    let slow_on = vec![
+        (VSET1.into(), station_protocol::Value::Float(100.0)),
+        (ON1.into(), station_protocol::Value::Bool(true)),
+    ];
+    let in_doubt = first.link().write(slow_on, guard).await;
+    ensure!(
+        in_doubt.is_err(),
+        "the station takes 6 s, the timeout is 1 s"
+    );
+    free_again(&mut events).await;
+    let view = lease.view();
+    ensure!(
+        view.lock_delay_ms.is_some_and(|left| left > 4000),
+        "the first gateway shows no lock-delay: {view:?}"
+    );
+    ensure!(on1_writes(&sim).is_empty(), "A's change landed too early");
+    first.stop().await;
+
+    let second = start_gateway(config).await;
+    // What went wrong is gathered, so that the write log is checked (and shown) in any case.
+    let mut wrong = Vec::new();
+    let shown = reqwest::get(format!("{}/api/lease", second.base_url()))
+        .await?
+        .json::<Json>()
+        .await?;
+    if !(shown["held"] == false
+        && shown["lockDelayMs"]
+            .as_u64()
+            .is_some_and(|left| left > 2000))
+    {
+        wrong.push(format!(
+            "after the restart GET api/lease shows no lock-delay: {shown}"
+        ));
+    }
+    let (status, retry_after, body) = acquire(&second, "", "TAT station 4", 30_000).await?;
+    let message = body["error"].as_str().unwrap_or_default();
+    if !(status == 423
+        && retry_after.is_some()
+        && message.contains("TAT station 3's lease ended with changes in doubt"))
+    {
+        wrong.push(format!(
+            "after the restart B was not refused the lock-delay: {status} {body}"
+        ));
+    }
+    // B waits in line for it (or, granted at once, holds it already).
+    let body = match status {
+        200 => body,
+        _ => {
+            let (status, _, body) =
+                acquire(&second, "?waitMs=15000", "TAT station 4", 30_000).await?;
+            ensure!(
+                status == 200,
+                "B not served after the lock-delay: {status} {body}"
+            );
+            body
+        }
+    };
+    let served = sent.elapsed();
+    let b_id = body["leaseId"].as_str().context("no leaseId")?.to_owned();
+    let guard = second
+        .gateway
+        .lease
+        .admit(station_gateway::lease::Access::Change, Some(&b_id))?
+        .guard;
+    second
+        .link()
+        .write(
+            vec![(ON1.into(), station_protocol::Value::Bool(false))],
+            guard,
+        )
+        .await?
+        .remove(0)?;
+    // A's late change lands at 6 s whatever happens; B's comes after it only if B waited.
+    common::until(BOUND, "A's late ON1=True to land", || {
+        on1_writes(&sim).contains(&station_protocol::Value::Bool(true))
+    })
+    .await;
+    let written = on1_writes(&sim);
+    if written
+        != [
+            station_protocol::Value::Bool(true),
+            station_protocol::Value::Bool(false),
+        ]
+    {
+        wrong.push(format!(
+            "A's late ON1=True landed inside B's lease (B served {} ms after A's write was sent): the station's writes to ON1 were {written:?}",
+            served.as_millis()
+        ));
+    }
+    ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+    eprintln!(
+        "measured ({backend}): B served {} ms after A's change in doubt was sent (the station carries it out at {} ms)",
+        served.as_millis(),
+        SLOW_WRITE.as_millis()
+    );
+    second.stop().await;
+    Ok(())
+}
+
+on_every_backend!(a_gateway_restart_during_the_lock_delay_keeps_it:
+    a_gateway_restart_during_the_lock_delay_keeps_it_on_sqlite => "sqlite",
+    a_gateway_restart_during_the_lock_delay_keeps_it_on_postgres => "postgres",
+    a_gateway_restart_during_the_lock_delay_keeps_it_on_redis => "redis",
+);
+
+/// Issue 49, item 2 with `kill -9`: the gateway as a process of its own on an SQLite store,
+/// with its link-owner state file; ON1 takes 6 s at a station that ignores SPEC.md §4. A's
+/// `ON1=True` is answered 504 (in doubt), A's lease runs out and the lock-delay (8 s from the
+/// settle) begins; the gateway is killed (-9) during it and started again with the same file
+/// and store. B is refused 423 and, waiting in line, is granted only after A's late `ON1=True`
+/// has landed (the write log's instant): never inside B's lease.
+#[tokio::test]
+async fn a_gateway_killed_during_the_lock_delay_keeps_it_after_its_restart() -> Result<()> {
+    let backend = Backend::named("sqlite").await;
+    let sim =
+        common::station_with_slow_channels(|name| name == ON1, Duration::from_secs(6), |_| {})
+            .await;
+    sim.set_ignores_close(true);
+    let state = std::env::temp_dir().join(format!(
+        "sg-lock-delay-kill-{}.state",
+        &station_gateway::lease::LeaseToken::random().as_str()[..12]
+    ));
+    let config = config_for(&sim, |config| {
+        config.lease.backend = backend.url.clone();
+        config.lease.name = common::backends::own_lease_name("lock-delay-kill");
+        config.lease.lock_delay_ms = Some(8000);
+        config.lease.link_owner_state = state.display().to_string();
+        config.station.request_timeout_ms = 1000;
+        config.station.max_processing_ms = Some(2000);
+    });
+    let http = reqwest::Client::new();
+    let first = common::process::GatewayProcess::start(&config)?;
+    let ready = |process: &common::process::GatewayProcess| {
+        let url = format!("{}/readyz", process.base_url);
+        let http = http.clone();
+        within(BOUND, "the gateway process to be ready", async move {
+            while !http.get(&url).send().await.is_ok_and(|r| r.status() == 200) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    ready(&first).await;
+    let lease_url =
+        |process: &common::process::GatewayProcess| format!("{}/api/lease", process.base_url);
+    let taken: Json = http
+        .post(lease_url(&first))
+        .json(&json!({ "Owner": "TAT station 3", "TtlMs": 1500 }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let a_id = taken["leaseId"].as_str().context("no leaseId")?.to_owned();
+    let sent = Instant::now();
+    let written = http
+        .post(format!("{}/api/resources/value/set", first.base_url))
+        .header("X-Lease-Id", &a_id)
+        .json(&json!({ "Name": ON1, "Value": "True" }))
+        .send()
+        .await?;
+    let (status, body) = (written.status(), written.text().await?);
+    ensure!(status == 504, "A's change is not in doubt: {status} {body}");
+    within(BOUND, "the first gateway to show the lock-delay", async {
+        loop {
+            let view: Json = http
+                .get(lease_url(&first))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if view["lockDelayMs"].as_u64().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    first.signal("-KILL")?;
+    drop(first);
+
+    let second = common::process::GatewayProcess::start(&config)?;
+    let restarted = within(BOUND, "the restarted gateway to serve api/lease", async {
+        loop {
+            match http.get(lease_url(&second)).send().await {
+                Ok(response) if response.status() == 200 => {
+                    return response.json::<Json>().await.unwrap();
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await;
+    eprintln!(
+        "restarted {} ms after A's change was sent: {restarted}",
+        sent.elapsed().as_millis()
+    );
+    let mut wrong = Vec::new();
+    let refused = http
+        .post(lease_url(&second))
+        .json(&json!({ "Owner": "TAT station 4", "TtlMs": 30000 }))
+        .send()
+        .await?;
+    let status = refused.status().as_u16();
+    if status != 423 {
+        wrong.push(format!(
+            "after the restart B was not refused the lock-delay: {status}"
+        ));
+    }
+    if status != 200 {
+        let served = http
+            .post(format!("{}?waitMs=15000", lease_url(&second)))
+            .json(&json!({ "Owner": "TAT station 4", "TtlMs": 30000 }))
+            .send()
+            .await?;
+        ensure!(
+            served.status() == 200,
+            "B not served after the lock-delay: {}",
+            served.status()
+        );
+    }
+    let granted = tokio::time::Instant::now();
+    common::until(BOUND, "A's late ON1=True to land", || {
+        !on1_writes(&sim).is_empty()
+    })
+    .await;
+    let landed = sim
+        .write_log()
+        .into_iter()
+        .find(|w| w.channel == ON1)
+        .context("A's change")?;
+    if landed.at > granted {
+        wrong.push(format!(
+            "A's late ON1=True landed {} ms inside B's lease",
+            (landed.at - granted).as_millis()
+        ));
+    }
+    let _ = std::fs::remove_file(&state);
+    ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+    Ok(())
+}

@@ -596,3 +596,162 @@ async fn a_standby_without_a_shared_name_for_the_station_is_refused_naming_the_k
         "{why}"
     );
 }
+
+/// Issue 49, item 3: a station that ignores SPEC.md §4 and takes 12 s over a write. The
+/// holder's `VSET1`+`ON1=True` is answered 504 (in doubt), its lease runs out, and the owner
+/// starts the control lease's lock-delay (16 s) after it; then the owner dies. The standby
+/// that takes over honours the lock-delay the store keeps: `GET api/lease` shows it, B is
+/// refused 423 and, waiting in line, is served only once it is over — after the dead owner's
+/// late `ON1=True` has landed, so B's `ON1=False` is the station's last write to ON1.
+async fn a_standby_that_takes_over_during_the_lock_delay_keeps_it(backend: &str) -> Result<()> {
+    const SLOW_WRITE: Duration = Duration::from_secs(12);
+    const CONTROL_LOCK_DELAY_MS: u64 = 16_000;
+    let sim = station_with_slow_channels(|name| name == VSET1, SLOW_WRITE, |_| {}).await;
+    sim.set_ignores_close(true);
+    let (owner, standby, _) = owner_and_standby(&sim, backend, |c| {
+        c.lease.lock_delay_ms = Some(CONTROL_LOCK_DELAY_MS);
+    })
+    .await;
+    let lease = owner.gateway.lease.clone();
+    let held = lease
+        .acquire(
+            "TAT station 3".into(),
+            Duration::from_millis(1500),
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+    let guard = lease
+        .admit(station_gateway::lease::Access::Change, Some(&held.lease_id))?
+        .guard;
+    let sent = Instant::now();
+    let slow_on = vec![
+        (VSET1.into(), station_protocol::Value::Float(100.0)),
+        (ON1.into(), station_protocol::Value::Bool(true)),
+    ];
+    let in_doubt = owner.link().write(slow_on, guard).await;
+    ensure!(
+        in_doubt.is_err(),
+        "the station takes 12 s, the timeout is 1 s"
+    );
+    let mut delayed = false;
+    while !delayed && sent.elapsed() < Duration::from_secs(8) {
+        delayed = lease.view().lock_delay_ms.is_some();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ensure!(
+        delayed,
+        "the owner never showed the lock-delay: {:?}",
+        lease.view()
+    );
+    drop(lease);
+    drop(owner);
+
+    let http = reqwest::Client::new();
+    let lease_url = format!("{}/api/lease", standby.base_url());
+    let shown = within(
+        FAILOVER_BOUND + Duration::from_secs(3),
+        "the standby to serve",
+        async {
+            loop {
+                let response = http.get(&lease_url).send().await.unwrap();
+                if response.status() == 200 {
+                    return response.json::<Json>().await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+    // What went wrong is gathered, so that the write log is checked (and shown) in any case.
+    let mut wrong = Vec::new();
+    if !(shown["held"] == false
+        && shown["lockDelayMs"]
+            .as_u64()
+            .is_some_and(|left| left > 1000))
+    {
+        wrong.push(format!(
+            "after the takeover GET api/lease shows no lock-delay: {shown}"
+        ));
+    }
+    let ask = |query: &'static str| {
+        http.post(format!("{lease_url}{query}"))
+            .json(&json!({ "Owner": "TAT station 4", "TtlMs": 60000 }))
+            .send()
+    };
+    let response = ask("").await?;
+    let status = response.status().as_u16();
+    let mut body: Json = response.json().await.unwrap_or(Json::Null);
+    if status != 423 {
+        wrong.push(format!(
+            "after the takeover B was not refused the lock-delay: {status} {body}"
+        ));
+    }
+    if status != 200 {
+        let response = ask("?waitMs=25000").await?;
+        ensure!(
+            response.status() == 200,
+            "B not served after the lock-delay: {}",
+            response.status()
+        );
+        body = response.json().await?;
+    }
+    let served = sent.elapsed();
+    let b_id = body["leaseId"].as_str().context("no leaseId")?.to_owned();
+    let guard = standby
+        .gateway
+        .lease
+        .admit(station_gateway::lease::Access::Change, Some(&b_id))?
+        .guard;
+    standby
+        .link()
+        .write(
+            vec![(ON1.into(), station_protocol::Value::Bool(false))],
+            guard,
+        )
+        .await?
+        .remove(0)?;
+    // The dead owner's late change lands at 12 s whatever happens; B's comes after it only if
+    // B waited.
+    until(
+        Duration::from_secs(20),
+        "the dead owner's late ON1=True to land",
+        || {
+            sim.write_log()
+                .iter()
+                .any(|w| w.channel == ON1 && w.value == station_protocol::Value::Bool(true))
+        },
+    )
+    .await;
+    let written: Vec<_> = sim
+        .write_log()
+        .into_iter()
+        .filter(|w| w.channel == ON1)
+        .map(|w| w.value)
+        .collect();
+    if written
+        != [
+            station_protocol::Value::Bool(true),
+            station_protocol::Value::Bool(false),
+        ]
+    {
+        wrong.push(format!(
+            "the dead owner's late ON1=True landed inside B's lease (B served {} ms after it was sent): the station's writes to ON1 were {written:?}",
+            served.as_millis()
+        ));
+    }
+    ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+    eprintln!(
+        "measured ({backend}): B served {} ms after the change in doubt was sent (carried out at {} ms; lock-delay {CONTROL_LOCK_DELAY_MS} ms)",
+        served.as_millis(),
+        SLOW_WRITE.as_millis()
+    );
+    standby.stop().await;
+    Ok(())
+}
+
+on_backends!(a_standby_that_takes_over_during_the_lock_delay_keeps_it:
+    a_standby_that_takes_over_during_the_lock_delay_keeps_it_on_sqlite => "sqlite",
+    a_standby_that_takes_over_during_the_lock_delay_keeps_it_on_postgres => "postgres",
+    a_standby_that_takes_over_during_the_lock_delay_keeps_it_on_redis => "redis",
+);

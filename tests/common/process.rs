@@ -51,7 +51,7 @@ impl GatewayProcess {
         let toml = format!(
             "[station]\nurl = {:?}\nid = {:?}\nrequest_timeout_ms = {}\n{}\
              [http]\nlisten = \"127.0.0.1:0\"\n\
-             [lease]\nbackend = {:?}\nname = {:?}\nlink_owner_ttl_ms = {}\n{}{}\
+             [lease]\nbackend = {:?}\nname = {:?}\nlink_owner_ttl_ms = {}\n{}{}{}\
              [audit]\ndir = {:?}\n\
              [ha]\nmode = {:?}\n",
             station.url,
@@ -62,6 +62,7 @@ impl GatewayProcess {
             lease.name,
             lease.link_owner_ttl_ms,
             optional("link_owner_lock_delay_ms", lease.link_owner_lock_delay_ms),
+            optional("lock_delay_ms", lease.lock_delay_ms),
             optional_text("link_owner_state", &lease.link_owner_state),
             dir.join("audit").display().to_string(),
             match config.ha.mode {

@@ -11,8 +11,8 @@ use super::super::store::{AcquireRequest, Acquisition, LeaseGrant, LeaseToken};
 use super::super::{LeaseError, LeaseStoreError, LeaseView};
 use super::LeaseAnswer;
 use super::read_back::Differs;
-use super::state::LockDelayWhy;
 pub(super) use super::state::ReadBackRound;
+use super::state::{LockDelayWhy, StoredEnd, StoredLockDelay};
 use crate::link::LinkError;
 
 /// Who a new lease is for.
@@ -129,12 +129,14 @@ pub(super) enum Event {
     Unclaimed { fence: u64 },
     /// The station link is up (`connected`) or down, in its `generation`.
     Link { connected: bool, generation: u64 },
-    /// At start: the store's live lease (asked at `asked_at`) or the owner of a lease that
-    /// lapsed while the gateway was down and whose safe state is owed.
+    /// At start (or a standby's takeover): the store's live lease (asked at `asked_at`) or the
+    /// owner of a lease that lapsed while the gateway was down and whose safe state is owed,
+    /// and what the store keeps of the last lease's end (`end`, read after `asked_at`).
     Resumed {
         held: Option<LeaseGrant>,
         asked_at: Instant,
         owed_after: Option<String>,
+        end: StoredEnd,
     },
 }
 
@@ -228,13 +230,15 @@ pub(super) enum Record {
 /// What the shell must do, in order.
 #[derive(Debug)]
 pub(super) enum Action {
-    /// Asks the store for the lease (first marking a safe state owed, when `remember_owed`);
-    /// the answer comes back as [`Event::Taken`]. `grantee` `None`: a renewal by acquire.
+    /// Asks the store for the lease (first marking a safe state owed, when `remember_owed`,
+    /// and that a lease's end is pending, when `mark_end_pending`); the answer comes back as
+    /// [`Event::Taken`]. `grantee` `None`: a renewal by acquire.
     Take {
         grantee: Option<Grantee>,
         request: AcquireRequest,
         asked_at: Instant,
         remember_owed: bool,
+        mark_end_pending: bool,
     },
     /// Asks the store to extend `token`; the answer comes back as [`Event::Refreshed`].
     Refresh {
@@ -251,6 +255,10 @@ pub(super) enum Action {
     Forget(LeaseToken),
     /// Clears the store's mark that a safe state is owed.
     ForgetOwed,
+    /// Records the end of a lease in the store, on the gateway's task (never a request's):
+    /// the lock-delay it owes, if any (kept there until it is over by the store's clock; also
+    /// one a restart or takeover found owed), then clears the mark that its end is pending.
+    StoreEnd(Option<StoredLockDelay>),
     /// Waits until no change admitted under `fence` (`None`: while nobody held it) may still
     /// be at the station; then [`Event::ChangesSettled { had_doubts: false }`].
     Settle(Option<u64>),

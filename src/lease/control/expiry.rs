@@ -11,9 +11,9 @@ use tracing::{info, warn};
 
 use super::super::store::AcquireRequest;
 use super::super::{LeaseError, LeaseStoreError};
-use super::events::{Event, SafeStateError};
+use super::events::{Action, Event, SafeStateError};
 use super::read_back::{self, Differs};
-use super::state::{LeaseState, SafeStateStep};
+use super::state::{LeaseState, SafeStateStep, StoredEnd};
 use super::{ControlLease, SafeState, lock};
 
 /// How long the store remembers that a safe state is owed (a gateway down longer than this
@@ -49,13 +49,39 @@ impl ControlLease {
                 );
             }
         }
+        // The lease's end as the store keeps it: a lock-delay in force, or an end nobody
+        // recorded (the gateway before stopped, or the owner a standby takes over from died).
+        let end = match held {
+            Some(_) => StoredEnd::default(),
+            None => self.stored_end().await?,
+        };
+        if let Some(delay) = &end.lock_delay {
+            warn!(
+                after = %delay.after,
+                "the lock-delay after {}'s lease (it {}) goes on from the lease store: {} ms left",
+                delay.after,
+                delay.why.text(),
+                delay.left.as_millis()
+            );
+        } else if let (None, Some(owner)) = (&held, &end.end_pending) {
+            warn!(
+                owner = %owner,
+                "{owner}'s control lease ended while no gateway could record how: a new lease waits the lock-delay"
+            );
+        }
         let resumed = Event::Resumed {
             held,
             asked_at,
             owed_after: owed.map(|owed| owed.owner),
+            end,
         };
-        let nothing_to_do = lock(&self.machine).on(resumed, Instant::now());
-        debug_assert!(nothing_to_do.is_empty());
+        let actions = lock(&self.machine).on(resumed, Instant::now());
+        for action in actions {
+            match action {
+                Action::StoreEnd(lock_delay) => self.store_end(lock_delay).await,
+                other => debug_assert!(false, "resuming asked for {other:?}"),
+            }
+        }
         self.expiry_changed.notify_one();
         Ok(())
     }

@@ -21,7 +21,10 @@ use super::events::{
     Action, Answer, EndCause, Event, Grantee, ReadBackRound, Record, Releasing, SafeStateError,
     SafeStopState,
 };
-use super::state::{EndingLease, LeaseState, LiveLease, LockDelay, LockDelayWhy, SafeStateStep};
+use super::state::{
+    EndingLease, LeaseState, LiveLease, LockDelay, LockDelayWhy, SafeStateStep, StoredEnd,
+    StoredLockDelay,
+};
 
 mod read_back;
 mod safe_stop;
@@ -232,17 +235,66 @@ impl LeaseMachine {
                 held,
                 asked_at,
                 owed_after,
-            } => {
-                if let Some(grant) = held {
-                    self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
-                } else if let Some(owner) = owed_after.filter(|_| self.has_safe_state) {
-                    let mut ending = EndingLease::new(owner, 0, true);
-                    ending.ended_at = Some(now);
-                    self.state = LeaseState::Ending(ending);
-                    self.retry_now(now);
-                }
-                Vec::new()
-            }
+                end,
+            } => self.resumed(held, asked_at, owed_after, end, now),
+        }
+    }
+
+    /// At start or a takeover: the store's live lease goes on; else a safe state owed is
+    /// applied, and the lock-delay the store keeps is honoured for what it has left by the
+    /// store's clock (counted from `now`, after the store answered: never shorter here). A
+    /// lease the store no longer holds whose end was never recorded may have left a change in
+    /// doubt: the next holder waits the whole lock-delay from `now`, recorded in the store so
+    /// that a second restart honours it too.
+    fn resumed(
+        &mut self,
+        held: Option<LeaseGrant>,
+        asked_at: Instant,
+        owed_after: Option<String>,
+        end: StoredEnd,
+        now: Instant,
+    ) -> Vec<Action> {
+        if let Some(grant) = held {
+            self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
+            return Vec::new();
+        }
+        let fence = end.lock_delay.as_ref().map_or(0, |stored| stored.fence);
+        let stored = end.lock_delay.map(|stored| LockDelay {
+            until: now + stored.left,
+            after: stored.after,
+            why: stored.why,
+        });
+        let lost_track = end
+            .end_pending
+            .clone()
+            .filter(|_| !self.lock_delay.is_zero())
+            .map(|owner| LockDelay {
+                until: now + self.lock_delay,
+                after: owner,
+                why: LockDelayWhy::LostTrack,
+            });
+        let lock_delay = match (stored, lost_track) {
+            (Some(stored), Some(lost)) if stored.until >= lost.until => Some(stored),
+            (_, Some(lost)) => Some(lost),
+            (stored, None) => stored,
+        }
+        .filter(|delay| delay.until > now);
+        if let Some(owner) = owed_after.filter(|_| self.has_safe_state) {
+            // Recorded when this end is finished, after the safe state.
+            let mut ending = EndingLease::new(owner, 0, true);
+            ending.ended_at = Some(now);
+            ending.lock_delay = lock_delay;
+            self.state = LeaseState::Ending(ending);
+            self.retry_now(now);
+            return Vec::new();
+        }
+        let record = lock_delay
+            .as_ref()
+            .map(|delay| stored_lock_delay(delay, fence, now));
+        self.locked = lock_delay;
+        match end.end_pending {
+            Some(_) => vec![Action::StoreEnd(record)],
+            None => Vec::new(),
         }
     }
 
@@ -261,6 +313,7 @@ impl LeaseMachine {
                 request: AcquireRequest::new(owner, ttl).with_retry_token(live.token.clone()),
                 asked_at: now,
                 remember_owed: false,
+                mark_end_pending: false,
             }];
         }
         let refusal = match self.state.between_leases(now).or(self.lock_delay_at(now)) {
@@ -285,11 +338,16 @@ impl LeaseMachine {
         // Before the lease: should the gateway stop with it held, the store still knows a safe
         // state is owed when it lapses.
         let remember_owed = self.has_safe_state && self.state.live(now).is_none();
+        // Likewise: should the gateway stop (or a standby take over) before this lease's end
+        // is recorded, the store knows one is pending, and the next holder waits the
+        // lock-delay.
+        let mark_end_pending = !self.lock_delay.is_zero() && self.state.live(now).is_none();
         vec![Action::Take {
             grantee: Some(grantee),
             request,
             asked_at: now,
             remember_owed,
+            mark_end_pending,
         }]
     }
 
@@ -647,19 +705,31 @@ impl LeaseMachine {
         retry_in
     }
 
-    /// The end of a lease is finished: free, the event, then the next in line (after the
-    /// lock-delay, when the lease did not end cleanly and it is not over yet).
+    /// The end of a lease is finished: free, the event, the end recorded in the store (with
+    /// its lock-delay, when the lease did not end cleanly), then the next in line (after the
+    /// lock-delay, once it is over).
     pub(super) fn finish(&mut self, now: Instant) -> Vec<Action> {
         let ended = std::mem::replace(&mut self.state, LeaseState::Free);
+        let fence = match &ended {
+            LeaseState::Ending(ending) => ending.fence,
+            _ => 0,
+        };
         self.locked = match ended {
             LeaseState::Ending(ending) => ending.lock_delay.filter(|locked| locked.until > now),
             _ => None,
         };
-        let mut actions = Vec::with_capacity(3);
+        let mut actions = Vec::with_capacity(4);
         if self.has_safe_state {
             actions.push(Action::ForgetOwed);
         }
         actions.push(Action::Publish(self.free_view(now)));
+        if !self.lock_delay.is_zero() {
+            let record = self
+                .locked
+                .as_ref()
+                .map(|locked| stored_lock_delay(locked, fence, now));
+            actions.push(Action::StoreEnd(record));
+        }
         if self.locked.is_none() {
             actions.push(Action::HandOver);
         }
@@ -697,6 +767,16 @@ impl LeaseMachine {
             LeaseState::Held(live) => Some(live.token.clone()),
             _ => None,
         }
+    }
+}
+
+/// The lock-delay `delay` as the store keeps it at `now` (after the lease with `fence`).
+fn stored_lock_delay(delay: &LockDelay, fence: u64, now: Instant) -> StoredLockDelay {
+    StoredLockDelay {
+        after: delay.after.clone(),
+        fence,
+        why: delay.why,
+        left: delay.until.saturating_duration_since(now),
     }
 }
 

@@ -22,7 +22,12 @@
 //! a late change found over it is written over again), then free, the `lease` event, the next
 //! in line — after the lock-delay when it did not end cleanly (ran out, broken, safe-stopped,
 //! or a change of it left doubt unanswered).
+//!
+//! - `end_record.rs`: the end as the store keeps it for a restart or a standby's takeover: the
+//!   lock-delay in force (`<name>:lock-delay`, timed by the store's clock) and the mark that a
+//!   lease's end is pending (`<name>:end-pending`).
 
+mod end_record;
 mod events;
 mod expiry;
 mod machine;

@@ -260,10 +260,14 @@ impl Turn {
                 request,
                 asked_at,
                 remember_owed,
+                mark_end_pending,
             } => {
                 let answer = async {
                     if remember_owed {
                         lease.remember_safe_state_owed(&request.owner).await?;
+                    }
+                    if mark_end_pending {
+                        lease.mark_end_pending(&request.owner).await?;
                     }
                     lease.store.try_acquire(&lease.name, request).await
                 };
@@ -300,6 +304,7 @@ impl Turn {
                 }
             }
             Action::ForgetOwed => lease.forget_safe_state_owed().await,
+            Action::StoreEnd(lock_delay) => lease.store_end(lock_delay).await,
             Action::Settle(fence) => {
                 let had_doubts = match &lease.link {
                     Some(link) => link.settle(fence).await.had_doubts,

@@ -126,6 +126,9 @@ pub(super) enum LockDelayWhy {
     /// A change of it left doubt unanswered (it outlived `station.max_processing_ms`, or the
     /// link went down while it was at the station).
     ChangesInDoubt,
+    /// A restart or a standby's takeover found it ended in the store with no end recorded:
+    /// how it ended (and whether a change of it is still in doubt) is unknown.
+    LostTrack,
 }
 
 impl LockDelayWhy {
@@ -135,8 +138,56 @@ impl LockDelayWhy {
             LockDelayWhy::Broken => "was broken",
             LockDelayWhy::SafeStopped => "was safe-stopped",
             LockDelayWhy::ChangesInDoubt => "ended with changes in doubt",
+            LockDelayWhy::LostTrack => {
+                "ended while no gateway recorded how (found ended in the store after a restart or a standby's takeover)"
+            }
         }
     }
+
+    /// Its name in the lease store's record of the lock-delay.
+    pub(super) fn code(self) -> &'static str {
+        match self {
+            LockDelayWhy::RanOut => "ran-out",
+            LockDelayWhy::Broken => "broken",
+            LockDelayWhy::SafeStopped => "safe-stopped",
+            LockDelayWhy::ChangesInDoubt => "changes-in-doubt",
+            LockDelayWhy::LostTrack => "lost-track",
+        }
+    }
+
+    /// The reason a store record names; one this version does not know is `LostTrack` (the
+    /// delay is honoured whatever its reason).
+    pub(super) fn from_code(code: &str) -> LockDelayWhy {
+        [
+            LockDelayWhy::RanOut,
+            LockDelayWhy::Broken,
+            LockDelayWhy::SafeStopped,
+            LockDelayWhy::ChangesInDoubt,
+        ]
+        .into_iter()
+        .find(|why| why.code() == code)
+        .unwrap_or(LockDelayWhy::LostTrack)
+    }
+}
+
+/// The lock-delay as the lease store keeps it (`<lease name>:lock-delay`): after whose lease
+/// (and its fence), why, and how long it has left by the store's clock, so that a restart or a
+/// standby that takes over honours it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct StoredLockDelay {
+    pub(super) after: String,
+    pub(super) fence: u64,
+    pub(super) why: LockDelayWhy,
+    pub(super) left: Duration,
+}
+
+/// What a restart or a takeover finds in the store about the end of the last lease.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct StoredEnd {
+    /// The lock-delay recorded in force, if any.
+    pub(super) lock_delay: Option<StoredLockDelay>,
+    /// The owner of a lease taken whose end was never recorded (`<lease name>:end-pending`).
+    pub(super) end_pending: Option<String>,
 }
 
 /// Which read back of the safe state: right after the station confirmed its writes, or

@@ -423,6 +423,7 @@ fn resuming_takes_the_stores_lease_or_the_safe_state_owed() {
         held: Some(grant("A", 11)),
         asked_at: now,
         owed_after: Some("Z".into()),
+        end: StoredEnd::default(),
     };
     assert!(machine.on(resumed, now).is_empty());
     assert_eq!(fence_held(&machine), Some(11));
@@ -434,6 +435,7 @@ fn resuming_takes_the_stores_lease_or_the_safe_state_owed() {
         held: None,
         asked_at: later,
         owed_after: Some("Z".into()),
+        end: StoredEnd::default(),
     };
     assert!(owed.on(resumed, later).is_empty());
     assert_eq!(ending_of(&owed), ("Z".into(), true, 0));
@@ -447,6 +449,7 @@ fn resuming_takes_the_stores_lease_or_the_safe_state_owed() {
         held: None,
         asked_at: now,
         owed_after: Some("Z".into()),
+        end: StoredEnd::default(),
     };
     assert!(no_safe_state.on(resumed, now).is_empty());
     assert!(is_free(&no_safe_state));

@@ -3,6 +3,7 @@
 //! from the end, or from the settle for changes in doubt); a clean release has none.
 
 use super::*;
+use crate::lease::control::state::{LockDelayWhy, StoredLockDelay};
 
 const LOCK_DELAY: Duration = Duration::from_secs(3);
 
@@ -25,8 +26,18 @@ fn ran_out(machine: &mut LeaseMachine, now: Instant) -> Instant {
     machine.on(Event::Deadline, lapsed);
     let actions = machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
     assert!(
-        matches!(&actions[..], [Action::Publish(view)] if !view.held && view.lock_delay_ms == Some(3000)),
-        "free with the lock-delay, nobody handed the lease: {actions:?}"
+        matches!(
+            &actions[..],
+            [Action::Publish(view), Action::StoreEnd(Some(stored))]
+                if !view.held && view.lock_delay_ms == Some(3000)
+                    && *stored == StoredLockDelay {
+                        after: "A".into(),
+                        fence: 5,
+                        why: LockDelayWhy::RanOut,
+                        left: LOCK_DELAY,
+                    }
+        ),
+        "free with the lock-delay recorded in the store, nobody handed the lease: {actions:?}"
     );
     lapsed
 }
@@ -122,9 +133,25 @@ fn a_clean_release_has_no_lock_delay() {
     let token = held_by(&mut machine, "A", 5, now);
     released(&mut machine, token, now);
     let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
-    assert!(is_finish(&actions, false), "{actions:?}");
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Publish(view), Action::StoreEnd(None), Action::HandOver]
+                if *view == LeaseView::nobody()
+        ),
+        "free, its end recorded clean in the store, the next in line: {actions:?}"
+    );
     let actions = machine.on(acquire("B", false, true), now);
-    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Take {
+                mark_end_pending: true,
+                ..
+            }]
+        ),
+        "{actions:?}"
+    );
     assert_eq!(machine.next_wake(), None);
 }
 
@@ -136,7 +163,14 @@ fn a_release_whose_change_left_doubt_unanswered_waits_the_lock_delay_from_the_se
     released(&mut machine, token, now);
     let settled = now + Duration::from_secs(8);
     let actions = machine.on(Event::ChangesSettled { had_doubts: true }, settled);
-    assert!(matches!(&actions[..], [Action::Publish(_)]), "{actions:?}");
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Publish(_), Action::StoreEnd(Some(stored))]
+                if stored.why == LockDelayWhy::ChangesInDoubt && stored.left == LOCK_DELAY
+        ),
+        "{actions:?}"
+    );
     let actions = machine.on(acquire("B", false, true), settled);
     assert_eq!(
         lock_delay_of(&actions),
@@ -223,7 +257,12 @@ fn finish_safe_state(machine: &mut LeaseMachine, at: Instant) {
     assert!(
         matches!(
             &actions[..],
-            [Action::Record(_), Action::ForgetOwed, Action::Publish(_)]
+            [
+                Action::Record(_),
+                Action::ForgetOwed,
+                Action::Publish(_),
+                Action::StoreEnd(Some(_))
+            ]
         ),
         "free, nobody handed the lease: {actions:?}"
     );
@@ -329,4 +368,172 @@ fn an_acquire_while_an_end_is_finished_says_when_it_ended_and_the_lock_delay_lef
     let actions = machine.on(acquire("B", false, true), lapsed);
     let message = refusal(&actions).to_string();
     assert!(message.contains("A's lease has just ended"), "{message}");
+}
+
+/// What a restart (or a standby's takeover) at `at` finds: no live lease, and `end`.
+fn resumed_with(machine: &mut LeaseMachine, end: StoredEnd, at: Instant) -> Vec<Action> {
+    machine.on(
+        Event::Resumed {
+            held: None,
+            asked_at: at,
+            owed_after: None,
+            end,
+        },
+        at,
+    )
+}
+
+fn stored(after: &str, why: LockDelayWhy, left: Duration) -> StoredLockDelay {
+    StoredLockDelay {
+        after: after.into(),
+        fence: 5,
+        why,
+        left,
+    }
+}
+
+#[test]
+fn a_lock_delay_the_store_keeps_goes_on_after_a_restart_for_what_it_has_left() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let left = Duration::from_millis(1200);
+    let end = StoredEnd {
+        lock_delay: Some(stored("A", LockDelayWhy::ChangesInDoubt, left)),
+        end_pending: None,
+    };
+    // Already in the store: nothing to write.
+    assert!(resumed_with(&mut machine, end, now).is_empty());
+    assert!(is_free(&machine));
+    let actions = machine.on(acquire("B", false, true), now);
+    assert_eq!(
+        lock_delay_of(&actions),
+        ("A".into(), "ended with changes in doubt", left)
+    );
+    assert_eq!(machine.free_view(now).lock_delay_ms, Some(1200));
+    assert_eq!(machine.next_wake(), Some(now + left));
+    let actions = machine.on(Event::Deadline, now + left);
+    assert!(matches!(&actions[..], [Action::HandOver]), "{actions:?}");
+    let actions = machine.on(acquire("B", false, true), now + left);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+}
+
+#[test]
+fn a_lease_found_ended_with_no_end_recorded_waits_the_whole_lock_delay_and_records_it() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let end = StoredEnd {
+        lock_delay: None,
+        end_pending: Some("A".into()),
+    };
+    let actions = resumed_with(&mut machine, end, now);
+    let lost = stored("A", LockDelayWhy::LostTrack, LOCK_DELAY);
+    assert!(
+        matches!(&actions[..], [Action::StoreEnd(Some(record))] if *record == StoredLockDelay { fence: 0, ..lost.clone() }),
+        "{actions:?}"
+    );
+    let (after, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), now));
+    assert_eq!((after.as_str(), wait), ("A", LOCK_DELAY));
+    assert!(
+        why.contains("after a restart or a standby's takeover"),
+        "{why}"
+    );
+    assert_eq!(machine.free_view(now).lock_delay_ms, Some(3000));
+}
+
+#[test]
+fn a_restart_honours_the_longer_of_the_recorded_delay_and_an_unrecorded_end() {
+    let now = Instant::now();
+    let mut recorded_longer = machine(false, now);
+    let end = StoredEnd {
+        lock_delay: Some(stored("A", LockDelayWhy::RanOut, LOCK_DELAY * 2)),
+        end_pending: Some("A".into()),
+    };
+    let actions = resumed_with(&mut recorded_longer, end, now);
+    assert!(
+        matches!(&actions[..], [Action::StoreEnd(Some(record))] if record.why == LockDelayWhy::RanOut && record.left == LOCK_DELAY * 2),
+        "{actions:?}"
+    );
+    let mut unrecorded_longer = machine(false, now);
+    let end = StoredEnd {
+        lock_delay: Some(stored("A", LockDelayWhy::RanOut, Duration::from_millis(10))),
+        end_pending: Some("B".into()),
+    };
+    resumed_with(&mut unrecorded_longer, end, now);
+    let (after, _, wait) = lock_delay_of(&unrecorded_longer.on(acquire("C", false, true), now));
+    assert_eq!((after.as_str(), wait), ("B", LOCK_DELAY));
+}
+
+#[test]
+fn a_live_lease_in_the_store_is_resumed_whatever_the_end_marks_say() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let actions = machine.on(
+        Event::Resumed {
+            held: Some(grant("A", 11)),
+            asked_at: now,
+            owed_after: None,
+            end: StoredEnd {
+                lock_delay: None,
+                end_pending: Some("A".into()),
+            },
+        },
+        now,
+    );
+    assert!(actions.is_empty(), "{actions:?}");
+    assert_eq!(fence_held(&machine), Some(11));
+}
+
+#[test]
+fn a_safe_state_owed_at_a_restart_is_applied_first_then_the_lost_tracks_delay_is_recorded() {
+    let now = Instant::now();
+    let mut machine = machine_with_safe_state(now);
+    let actions = machine.on(
+        Event::Resumed {
+            held: None,
+            asked_at: now,
+            owed_after: Some("A".into()),
+            end: StoredEnd {
+                lock_delay: None,
+                end_pending: Some("A".into()),
+            },
+        },
+        now,
+    );
+    assert!(actions.is_empty(), "{actions:?}");
+    assert_eq!(ending_of(&machine), ("A".into(), true, 0));
+    machine.on(Event::Deadline, now);
+    machine.on(Event::SafeStateAnswered(Ok(())), now);
+    let actions = read_back_right_twice(&mut machine, now);
+    assert!(
+        actions.iter().any(|action| matches!(action, Action::StoreEnd(Some(record)) if record.why == LockDelayWhy::LostTrack)),
+        "{actions:?}"
+    );
+    let (after, _, _) = lock_delay_of(&machine.on(acquire("B", false, true), now));
+    assert_eq!(after, "A");
+}
+
+#[test]
+fn with_the_lock_delay_off_a_restart_only_clears_an_end_mark_and_takes_mark_nothing() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    let end = StoredEnd {
+        lock_delay: None,
+        end_pending: Some("A".into()),
+    };
+    let actions = resumed_with(&mut machine, end, now);
+    assert!(
+        matches!(&actions[..], [Action::StoreEnd(None)]),
+        "{actions:?}"
+    );
+    let actions = machine.on(acquire("B", false, true), now);
+    assert!(
+        matches!(
+            &actions[..],
+            [Action::Take {
+                mark_end_pending: false,
+                ..
+            }]
+        ),
+        "{actions:?}"
+    );
 }

@@ -10,7 +10,7 @@ use super::super::store::{Acquisition, LeaseGrant, LeaseHolder, LeaseToken};
 use super::super::{LeaseError, LeaseStoreError, LeaseView};
 use super::events::{Action, Answer, EndCause, Event, Grantee, Record, Releasing, SafeStateError};
 use super::machine::{LeaseMachine, SAFE_STATE_FIRST_BACKOFF, SAFE_STATE_MAX_BACKOFF};
-use super::state::LeaseState;
+use super::state::{LeaseState, StoredEnd};
 
 mod ending;
 mod lock_delay;
@@ -158,7 +158,7 @@ fn a_free_lease_is_taken_from_the_store_and_granted_once_the_free_changes_have_s
     assert!(
         matches!(
             &actions[..],
-            [Action::Take { grantee: Some(REQUESTER), remember_owed: false, asked_at, request }]
+            [Action::Take { grantee: Some(REQUESTER), remember_owed: false, mark_end_pending: false, asked_at, request }]
                 if *asked_at == now && request.owner == "A" && request.retry_token.is_none()
         ),
         "{actions:?}"

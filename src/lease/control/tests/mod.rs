@@ -11,6 +11,7 @@ use crate::lease::MemoryLeaseStore;
 use crate::link::GuardRefusal;
 
 mod line;
+mod restart;
 mod safe_state;
 
 const TTL: Duration = Duration::from_secs(1);
