@@ -7,6 +7,7 @@
 //! may be logged in [`redact`]; which thread serves a connection in [`threads`].
 
 pub mod access;
+pub mod allow;
 mod api;
 pub mod audit_trail;
 pub mod body;
@@ -408,17 +409,25 @@ impl Builders {
         // The header timeout is the connection's idle deadline ([`idle`]: no request in
         // progress for `http.header_read_timeout_ms`, a partial head included), one per
         // connection; hyper's own would make a timer for every request (issue 30).
+        //
+        // Half-closed: a client that shuts its side once its request is sent
+        // (`shutdown(SHUT_WR)`) is still answered. Without it hyper takes the end of the
+        // client's stream for the client gone, and drops the request while it is served, its
+        // work perhaps done (a lease granted) and its answer never sent (issue 50). A body cut
+        // short by the end of the stream is still an incomplete body: refused, never acted on.
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())
             .header_read_timeout(None)
-            .keep_alive(true);
+            .keep_alive(true)
+            .half_close(true);
         let mut either = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         either
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(None)
-            .keep_alive(true);
+            .keep_alive(true)
+            .half_close(true);
         Builders { http1, either }
     }
 }
