@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value as Json, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// One answer as it came on the wire.
@@ -279,4 +279,66 @@ async fn an_http11_request_without_host_is_400_naming_the_header() {
         .await
         .unwrap();
     assert_eq!(answer.status, 200, "{answer:?}");
+}
+
+/// Sends `GET /healthz` on `stream` and reads its 200.
+async fn healthz_on<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, what: &str) {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answer(stream, false)
+        .await
+        .unwrap_or_else(|| panic!("{what}: the connection was closed"));
+    assert_eq!(answer.status, 200, "{what}: {answer:?}");
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_outlives_the_header_timeout() {
+    // The keep-alive timeout at its default, 120 s, as the clients assume.
+    let rig = rig(|c| c.http.header_read_timeout_ms = 200).await;
+    let addr = rig.gateway.http_addr;
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    healthz_on(&mut kept, "the first request").await;
+    // Idle for three header timeouts: the time between requests is the point here.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    healthz_on(&mut kept, "a request after 600 ms idle").await;
+
+    // A head begun after an idle spell is still cut at the header timeout.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let took = closed_within(&mut kept, Duration::from_secs(5)).await;
+    assert!(
+        took >= Duration::from_millis(150),
+        "cut too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "a slow head kept for {took:?}"
+    );
+    // A connection that never sends a request is closed at the header timeout too.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let took = closed_within(&mut silent, Duration::from_secs(5)).await;
+    assert!(
+        took < Duration::from_secs(3),
+        "a silent connection kept for {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_closes_after_the_keep_alive_timeout() {
+    let rig = rig(|c| {
+        c.http.header_read_timeout_ms = 30_000;
+        c.http.keep_alive_timeout_ms = 300;
+    })
+    .await;
+    let mut kept = TcpStream::connect(rig.gateway.http_addr).await.unwrap();
+    healthz_on(&mut kept, "the first request").await;
+    let took = closed_within(&mut kept, Duration::from_secs(5)).await;
+    assert!(
+        took >= Duration::from_millis(250),
+        "closed too early: {took:?}"
+    );
 }
