@@ -136,6 +136,48 @@ async fn a_lease_request_whose_client_half_closed_after_it_is_answered() {
     assert_eq!(read.map(|a| a.status), Some(200));
 }
 
+/// Waits (at most 5 s) until `count` requests wait in line for the control lease.
+async fn in_line(rig: &Rig, count: usize, what: &str) {
+    let lease = rig.gateway.gateway.lease.clone();
+    until(Duration::from_secs(5), what, || {
+        lease.waiting_in_line() == count
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lease_request_waiting_in_line_leaves_it_when_its_client_closes() {
+    let rig = rig(|_| {}).await;
+    let addr = rig.gateway.http_addr;
+    let id = rig.take_lease("holder").await;
+    let waits = |owner: &str| {
+        let body = format!(r#"{{"Owner": "{owner}", "TtlMs": 30000}}"#);
+        post("/api/lease?waitMs=20000", &body)
+    };
+    // One waits and gives up (closes, as a client's own timeout does); one half-closes.
+    let mut gone = TcpStream::connect(addr).await.unwrap();
+    gone.write_all(&waits("gone")).await.unwrap();
+    in_line(&rig, 1, "the first waiter in line").await;
+    drop(gone);
+    in_line(&rig, 0, "the closed waiter to leave the line").await;
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(&waits("half-closed")).await.unwrap();
+    in_line(&rig, 1, "the second waiter in line").await;
+    half.shutdown().await.unwrap();
+    // Out of line, and told so: a refusal naming the holder, nothing taken.
+    let answer = read_answer(&mut half, false).await.expect("no answer");
+    assert_eq!(answer.status, 409, "{answer:?}");
+    assert!(answer.body.contains("holder"), "{answer:?}");
+    in_line(&rig, 0, "the half-closed waiter to leave the line").await;
+    rig.release_lease(&id).await;
+    let (_, view) = rig.get("lease").await;
+    assert_eq!(
+        view["held"],
+        json!(false),
+        "taken for a client that left: {view}"
+    );
+}
+
 #[tokio::test]
 async fn a_request_whose_client_half_closed_before_its_body_was_whole_is_not_acted_on() {
     let rig = rig(|_| {}).await;

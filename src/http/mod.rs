@@ -18,6 +18,7 @@ pub mod lease;
 pub mod named_leases;
 pub mod openapi;
 pub mod ops;
+pub mod peer_end;
 pub mod redact;
 mod reply;
 pub mod routes;
@@ -125,6 +126,7 @@ pub async fn serve(
             gateway: gateway.clone(),
             peer,
             local: stream.local_addr().ok(),
+            socket: Some(std::os::fd::AsRawFd::as_raw_fd(&stream)),
             slot,
             shutdown: shutdown.clone(),
         };
@@ -158,6 +160,8 @@ struct Connection {
     peer: SocketAddr,
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     local: Option<SocketAddr>,
+    /// Its socket, open for as long as the connection is served ([`peer_end`]).
+    socket: Option<std::os::fd::RawFd>,
     slot: ConnectionSlot,
     /// The gateway's shutdown: the connection finishes what is in progress and closes.
     shutdown: CancellationToken,
@@ -290,6 +294,7 @@ impl Connection {
                 peers: routes::Peers {
                     remote: self.peer,
                     local: self.local,
+                    socket: self.socket,
                 },
                 kind: self.slot.kind,
             });

@@ -31,6 +31,9 @@ pub struct Peers {
     pub remote: SocketAddr,
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     pub local: Option<SocketAddr>,
+    /// The connection's socket, for a request that waits to see whether its client went
+    /// ([`super::peer_end`]).
+    pub socket: Option<std::os::fd::RawFd>,
 }
 
 /// What `handle` learnt of a request before routing it, each looked up once.
@@ -317,6 +320,12 @@ fn route_and_answer<'a>(
             raw,
             admitted,
             peer: facts.peers.remote,
+            // HTTP/2 resets a stream whose client went: its request is dropped, and its
+            // connection's socket may be gone first.
+            socket: facts
+                .peers
+                .socket
+                .filter(|_| parts.version < Version::HTTP_2),
             id,
             headers: &parts.headers,
             query: parts.uri.query(),
