@@ -11,6 +11,7 @@ use crate::audit::line::Outcome;
 use crate::config_files::ConfigFileError;
 use crate::events::EventsError;
 use crate::http::access::AccessError;
+use crate::http::allow::Allowed;
 use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
 use crate::station::{ChangeAnswer, ChangeReport, StillRunning};
@@ -181,6 +182,8 @@ pub struct ApiError {
     /// How long the client should wait before it tries again, when the gateway knows
     /// (`Retry-After`: [`ApiError::retry_after_seconds`]).
     pub retry_after: Option<std::time::Duration>,
+    /// For a 405: the methods the path has, sent as `Allow` (RFC 9110 requires it).
+    pub allow: Allowed,
 }
 
 impl ApiError {
@@ -189,6 +192,7 @@ impl ApiError {
             kind,
             message: message.into(),
             retry_after: None,
+            allow: Allowed::NONE,
         }
     }
 
@@ -224,8 +228,12 @@ impl ApiError {
         ApiError::not_found(format!("no such resource: {name:?}"))
     }
 
-    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::MethodNotAllowed, message)
+    /// 405: the path has only the methods `allow`, which the answer's `Allow` names.
+    pub fn method_not_allowed(message: impl Into<String>, allow: Allowed) -> ApiError {
+        ApiError {
+            allow,
+            ..ApiError::new(ErrorKind::MethodNotAllowed, message)
+        }
     }
 
     pub fn body_timeout(message: impl Into<String>) -> ApiError {

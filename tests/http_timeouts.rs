@@ -533,8 +533,10 @@ async fn idle_http2_connections_from_many_addresses_never_lock_the_holder_out() 
         c.http.max_connections = 64;
         c.http.reserved_connections = 16;
         c.http.max_connections_per_ip = 16;
-        // Long enough that no idle timeout frees a slot during the test.
+        // Long enough that no idle timeout frees a slot during the test (these connections
+        // never send a request: the header timeout; the keep-alive one is as long).
         c.http.header_read_timeout_ms = 60_000;
+        c.http.keep_alive_timeout_ms = 60_000;
     })
     .await;
     let (addr, base) = (rig.gateway.http_addr, rig.gateway.base_url());
@@ -742,7 +744,10 @@ async fn small_limits_and_a_holder() -> (Rig, reqwest::Client, String) {
         c.http.max_connections = 64;
         c.http.reserved_connections = 16;
         c.http.max_connections_per_ip = 16;
+        // No idle timeout within the test: the header timeout, for connections that never
+        // sent a request, and the keep-alive one, for those that did.
         c.http.header_read_timeout_ms = 60_000;
+        c.http.keep_alive_timeout_ms = 60_000;
     })
     .await;
     let holder = reqwest::Client::builder()

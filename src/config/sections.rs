@@ -46,9 +46,13 @@ pub struct HttpConfig {
     /// A path the API lives under, e.g. `/station3` for `http://host:5000/station3/api/...`.
     pub path_prefix: String,
     pub max_body_bytes: usize,
-    /// How long a client may take to send its request headers (and, between requests, how
-    /// long an idle keep-alive connection is kept).
+    /// How long a client may take to send its request headers, from its first byte or from
+    /// accept (so also how long a connection that never sent a request is kept).
     pub header_read_timeout_ms: u64,
+    /// How long a connection that has served a request is kept with no request in progress:
+    /// an HTTP/1 keep-alive connection between requests, an HTTP/2 one with no open stream.
+    /// 120 s by default, as the vendor's WebApi keeps them (and its clients assume).
+    pub keep_alive_timeout_ms: u64,
     /// How long a client may take to send a whole request body, from its headers' arrival.
     pub body_timeout_ms: u64,
     /// How long a request body may pause between two of its pieces.
@@ -358,6 +362,7 @@ impl Default for HttpConfig {
             path_prefix: String::new(),
             max_body_bytes: 1024 * 1024,
             header_read_timeout_ms: 10_000,
+            keep_alive_timeout_ms: 120_000,
             body_timeout_ms: 10_000,
             body_idle_timeout_ms: 5_000,
             write_timeout_ms: 10_000,

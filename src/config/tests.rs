@@ -33,6 +33,24 @@ fn the_sample_production_config_parses_with_tls_access_and_a_safe_state() {
 }
 
 #[test]
+fn the_keep_alive_timeout_is_its_own_key_checked_by_name() {
+    let config = Config::from_toml("[http]\nkeep_alive_timeout_ms = 300\n", "x.toml").unwrap();
+    assert_eq!(config.http.keep_alive_timeout_ms, 300);
+    assert_eq!(config.http.header_read_timeout_ms, 10_000);
+    assert_eq!(Config::default().http.keep_alive_timeout_ms, 120_000);
+    for bad in ["0", "3600001"] {
+        let error = Config::from_toml(
+            &format!("[http]\nkeep_alive_timeout_ms = {bad}\n"),
+            "x.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("http.keep_alive_timeout_ms"), "{error}");
+        assert!(error.contains("1 to 3600000"), "{error}");
+    }
+}
+
+#[test]
 fn tls_needs_both_files_and_access_entries_are_checked() {
     let error = Config::from_toml("[http.tls]\ncert = \"a.pem\"\n", "x.toml").unwrap_err();
     assert!(error.to_string().contains("http.tls.key"), "{error}");

@@ -108,6 +108,10 @@ impl Config {
                 "http.header_read_timeout_ms",
                 self.http.header_read_timeout_ms,
             ),
+            (
+                "http.keep_alive_timeout_ms",
+                self.http.keep_alive_timeout_ms,
+            ),
             ("http.body_timeout_ms", self.http.body_timeout_ms),
             ("http.body_idle_timeout_ms", self.http.body_idle_timeout_ms),
             ("http.write_timeout_ms", self.http.write_timeout_ms),

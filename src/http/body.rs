@@ -220,7 +220,17 @@ fn unreadable(error: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> 
     if error.is::<http_body_util::LengthLimitError>() {
         too_large(limit)
     } else {
-        ApiError::bad_request(format!("the request body could not be read: {error}"))
+        // With its causes: hyper's "error reading a body from connection" says why only in
+        // them ("end of file before message length reached": the client ended its side, or
+        // its connection, before the body was whole).
+        let mut message = format!("the request body could not be read: {error}");
+        let mut cause = error.source();
+        while let Some(error) = cause {
+            message.push_str(": ");
+            message.push_str(&error.to_string());
+            cause = error.source();
+        }
+        ApiError::bad_request(message)
     }
 }
 

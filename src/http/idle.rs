@@ -3,11 +3,13 @@
 //!
 //! A request is in progress from the moment hyper hands it to the service until its answer's
 //! body is dropped (sent, or the stream reset): an event stream is in use for as long as it
-//! runs. Between requests, and before the first, a connection is idle: HTTP/1 or HTTP/2, a
-//! connection with no request in progress for `http.header_read_timeout_ms` is closed
-//! ([`ConnectionUse::close_wanted`]), and at the connection limit an idle one is closed to
-//! make room for a newcomer: of the address holding the most connections, the one idle the
-//! longest ([`to_evict`], used by `connections`).
+//! runs. Between requests, and before the first, a connection is idle. HTTP/1 or HTTP/2, one
+//! that never had a request is closed once idle for `http.header_read_timeout_ms`, one that
+//! had for `http.keep_alive_timeout_ms`, and on a kept HTTP/1 connection a request head that
+//! began and did not come whole is cut at the header timeout too
+//! ([`ConnectionUse::close_wanted`], [`IdleLimits`]). At the connection limit an idle one is
+//! closed to make room for a newcomer: of the address holding the most connections, the one
+//! idle the longest ([`to_evict`], used by `connections`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,6 +40,16 @@ pub struct ConnectionUse {
     close_when_idle: AtomicBool,
     /// Wakes the connection's task on eviction and on `close_when_idle` coming due.
     wake: Notify,
+}
+
+/// How long a connection may be idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleLimits {
+    /// `http.header_read_timeout_ms`: for a connection that never had a request, and for a
+    /// request head begun on a kept one.
+    pub head: Duration,
+    /// `http.keep_alive_timeout_ms`: for a connection that has had a request.
+    pub keep_alive: Duration,
 }
 
 /// Why a connection should close.
@@ -131,10 +143,23 @@ impl ConnectionUse {
         self.evicted.load(Ordering::SeqCst)
     }
 
-    /// Resolves when the connection should close: evicted, done, or idle for `limit`. A
-    /// connection in use is looked at again a `limit` later (or when it ends, if it must
-    /// close then), so an idle one closes exactly `limit` after its last request ended.
-    pub async fn close_wanted(&self, limit: Duration) -> CloseWanted {
+    /// Resolves when the connection should close: evicted, done, or idle too long
+    /// ([`CloseWanted::IdleTooLong`]): for `limits.head` if it never had a request, else for
+    /// `limits.keep_alive`, exactly so long after its last request ended; or, on a kept HTTP/1
+    /// connection, with a request head begun (`head_begun`: bytes came after the last answer)
+    /// and not come whole at two looks in a row, a `limits.head` apart, so between one and two
+    /// header timeouts after its first byte. A connection in use is looked at again the
+    /// shorter limit later (or when it ends, if it must close then).
+    ///
+    /// Nothing of this is done on a request's way: the looks are timers of the connection's
+    /// own, a header timeout apart, and `head_begun` is a flag the connection's I/O keeps.
+    pub async fn close_wanted(
+        &self,
+        limits: IdleLimits,
+        head_begun: impl Fn() -> bool,
+    ) -> CloseWanted {
+        // The idle time at which a begun head was last seen, if it was at the last look.
+        let mut head_seen: Option<Duration> = None;
         loop {
             if self.evicted() {
                 return CloseWanted::Evicted;
@@ -145,13 +170,28 @@ impl ConnectionUse {
                     return CloseWanted::Done;
                 }
                 Some(since) => {
+                    let kept = self.used();
+                    let limit = if kept { limits.keep_alive } else { limits.head };
                     let deadline = self.epoch + since + limit;
                     if deadline <= now {
                         return CloseWanted::IdleTooLong;
                     }
-                    deadline
+                    if kept && !self.http2() && limits.head < limits.keep_alive {
+                        // The same idle time: no request between the two looks.
+                        if !head_begun() {
+                            head_seen = None;
+                        } else if head_seen == Some(since) {
+                            return CloseWanted::IdleTooLong;
+                        } else {
+                            head_seen = Some(since);
+                        }
+                    }
+                    // Looked at again no later than the shorter limit from now: a request may
+                    // begin and end meanwhile, and the other limit count from its end.
+                    deadline.min(now + limits.head.min(limits.keep_alive))
                 }
-                None => now + limit,
+                // Looked at again no later than the shorter limit after its end could be.
+                None => now + limits.head.min(limits.keep_alive),
             };
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => {}
@@ -299,35 +339,159 @@ mod tests {
         );
     }
 
+    /// A header timeout of 10 s and a keep-alive timeout of 60 s.
+    const LIMITS: IdleLimits = IdleLimits {
+        head: Duration::from_secs(10),
+        keep_alive: Duration::from_secs(60),
+    };
+
+    /// Watches `usage` with [`LIMITS`] and `head_begun`: why it should close, and when.
+    fn watch(
+        usage: &Arc<ConnectionUse>,
+        head_begun: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<(CloseWanted, Instant)> {
+        let usage = usage.clone();
+        tokio::spawn(async move {
+            let why = usage
+                .close_wanted(LIMITS, || head_begun.load(Ordering::SeqCst))
+                .await;
+            (why, Instant::now())
+        })
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn an_idle_connection_closes_a_limit_after_its_last_request_ended() {
+    async fn an_idle_connection_closes_the_keep_alive_timeout_after_its_last_request_ended() {
         let epoch = Instant::now();
         let usage = ConnectionUse::new(epoch);
-        let limit = Duration::from_secs(10);
         tokio::time::sleep(Duration::from_secs(4)).await;
         let request = usage.begin();
         assert_eq!(usage.idle_since(), None);
-        let watcher = {
-            let usage = usage.clone();
-            tokio::spawn(async move { (usage.close_wanted(limit).await, Instant::now()) })
-        };
+        let watcher = watch(&usage, Arc::new(AtomicBool::new(false)));
         // In use for 25 s: never idle too long meanwhile.
         tokio::time::sleep(Duration::from_secs(25)).await;
         assert!(!watcher.is_finished());
         drop(request);
+        // Kept past the header timeout, many times over.
         let (why, at) = watcher.await.unwrap();
         assert_eq!(why, CloseWanted::IdleTooLong);
-        assert_eq!(at - epoch, Duration::from_secs(39));
+        assert_eq!(at - epoch, Duration::from_secs(4 + 25 + 60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_alive_timeout_shorter_than_the_header_timeout_is_kept_to() {
+        let epoch = Instant::now();
+        let usage = ConnectionUse::new(epoch);
+        let request = usage.begin();
+        let limits = IdleLimits {
+            head: Duration::from_secs(60),
+            keep_alive: Duration::from_secs(10),
+        };
+        let watcher = {
+            let usage = usage.clone();
+            tokio::spawn(
+                async move { (usage.close_wanted(limits, || false).await, Instant::now()) },
+            )
+        };
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(request);
+        let (why, at) = watcher.await.unwrap();
+        assert_eq!(why, CloseWanted::IdleTooLong);
+        assert_eq!(at - epoch, Duration::from_secs(15));
+
+        // Watched from before its first request, which comes and goes while the watcher
+        // sleeps towards the header timeout: the keep-alive timeout from its end all the same.
+        let epoch = Instant::now();
+        let usage = ConnectionUse::new(epoch);
+        let watcher = {
+            let usage = usage.clone();
+            tokio::spawn(
+                async move { (usage.close_wanted(limits, || false).await, Instant::now()) },
+            )
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let request = usage.begin();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(request);
+        let (why, at) = watcher.await.unwrap();
+        assert_eq!(why, CloseWanted::IdleTooLong);
+        assert_eq!(at - epoch, Duration::from_secs(12));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_had_a_request_closes_at_the_header_timeout() {
+        let epoch = Instant::now();
+        let usage = ConnectionUse::new(epoch);
+        let (why, at) = watch(&usage, Arc::new(AtomicBool::new(false)))
+            .await
+            .unwrap();
+        assert_eq!(why, CloseWanted::IdleTooLong);
+        assert_eq!(at - epoch, Duration::from_secs(10));
+        // Bytes of a head that never comes whole change nothing: the header timeout still.
+        let epoch = Instant::now();
+        let usage = ConnectionUse::new(epoch);
+        let (why, at) = watch(&usage, Arc::new(AtomicBool::new(true)))
+            .await
+            .unwrap();
+        assert_eq!(why, CloseWanted::IdleTooLong);
+        assert_eq!(at - epoch, Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_begun_on_a_kept_connection_is_cut_between_one_and_two_header_timeouts() {
+        let epoch = Instant::now();
+        let usage = ConnectionUse::new(epoch);
+        drop(usage.begin());
+        let head_begun = Arc::new(AtomicBool::new(false));
+        let watcher = watch(&usage, head_begun.clone());
+        // Idle 25 s, then the first bytes of a head that never comes whole.
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        assert!(!watcher.is_finished());
+        head_begun.store(true, Ordering::SeqCst);
+        let (why, at) = watcher.await.unwrap();
+        assert_eq!(why, CloseWanted::IdleTooLong);
+        // Looked at every 10 s: seen begun at 30 s, still at 40 s.
+        assert_eq!(at - epoch, Duration::from_secs(40));
+        let begun_for = at - epoch - Duration::from_secs(25);
+        assert!(begun_for >= LIMITS.head && begun_for < 2 * LIMITS.head);
+
+        // A head that comes whole in time (a request begins) is not cut, nor is an HTTP/2
+        // connection's traffic between requests.
+        let epoch = Instant::now();
+        let usage = ConnectionUse::new(epoch);
+        drop(usage.begin());
+        let head_begun = Arc::new(AtomicBool::new(false));
+        let watcher = watch(&usage, head_begun.clone());
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        head_begun.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        drop(usage.begin());
+        head_begun.store(false, Ordering::SeqCst);
+        let (why, at) = watcher.await.unwrap();
+        assert_eq!(why, CloseWanted::IdleTooLong);
+        assert_eq!(at - epoch, Duration::from_secs(34 + 60));
+
+        let epoch = Instant::now();
+        let usage = ConnectionUse::new(epoch);
+        usage.saw_http2();
+        drop(usage.begin());
+        let (why, at) = watch(&usage, Arc::new(AtomicBool::new(true)))
+            .await
+            .unwrap();
+        assert_eq!(why, CloseWanted::IdleTooLong);
+        assert_eq!(at - epoch, Duration::from_secs(60));
     }
 
     #[tokio::test(start_paused = true)]
     async fn eviction_and_a_last_answer_wake_the_connection_at_once() {
         let usage = ConnectionUse::new(Instant::now());
-        let limit = Duration::from_secs(60);
+        let limits = IdleLimits {
+            head: Duration::from_secs(60),
+            keep_alive: Duration::from_secs(60),
+        };
         let started = Instant::now();
         let watcher = {
             let usage = usage.clone();
-            tokio::spawn(async move { usage.close_wanted(limit).await })
+            tokio::spawn(async move { usage.close_wanted(limits, || false).await })
         };
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(usage.evict());
@@ -340,7 +504,7 @@ mod tests {
         usage.close_when_idle();
         let watcher = {
             let usage = usage.clone();
-            tokio::spawn(async move { usage.close_wanted(limit).await })
+            tokio::spawn(async move { usage.close_wanted(limits, || false).await })
         };
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(

@@ -53,12 +53,14 @@ pub fn status(gateway: &Gateway) -> Json {
     json!(gateway.lease.view())
 }
 
-/// `POST lease[?waitMs=N]` with `{Owner, TtlMs?}`.
+/// `POST lease[?waitMs=N]` with `{Owner, TtlMs?}`; a wait in line ends when `client_ended`
+/// does (the client closed its side: nothing is taken for it).
 pub async fn acquire(
     gateway: &Gateway,
     body: &JsonBody,
     query: Option<&str>,
     presented: Option<&str>,
+    client_ended: impl Future<Output = ()>,
 ) -> Result<Response<Body>, ApiError> {
     let owner = body.string("Owner")?.trim();
     if owner.is_empty() {
@@ -69,7 +71,10 @@ pub async fn acquire(
     let owner: String = owner.chars().take(MAX_OWNER_CHARS).collect();
     let ttl = ttl(body)?.unwrap_or(DEFAULT_TTL);
     let wait = wait(query)?;
-    let answer = gateway.lease.acquire(owner, ttl, presented, wait).await?;
+    let answer = gateway
+        .lease
+        .acquire_unless(owner, ttl, presented, wait, client_ended)
+        .await?;
     let mut response = json_response(&json!(answer));
     set_fence_header(&mut response, answer.fence);
     Ok(response)

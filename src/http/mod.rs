@@ -7,6 +7,7 @@
 //! may be logged in [`redact`]; which thread serves a connection in [`threads`].
 
 pub mod access;
+pub mod allow;
 mod api;
 pub mod audit_trail;
 pub mod body;
@@ -17,6 +18,7 @@ pub mod lease;
 pub mod named_leases;
 pub mod openapi;
 pub mod ops;
+pub mod peer_end;
 pub mod redact;
 mod reply;
 pub mod routes;
@@ -41,10 +43,10 @@ use tracing::{debug, info};
 
 use self::body::BodyTimeouts;
 use self::connections::{
-    ConnectionLimits, ConnectionSlot, FirstByteDeadline, Refusal, SlotKind, TimedIo,
+    ConnectionLimits, ConnectionSlot, FirstByteDeadline, IoActivity, Refusal, SlotKind, TimedIo,
     is_reserved_request,
 };
-use self::idle::{CloseWanted, ConnectionUse, CountedBody};
+use self::idle::{CloseWanted, ConnectionUse, CountedBody, IdleLimits};
 use crate::error::ApiError;
 pub use api::LeaseNeed;
 pub use reply::{Body, error_response, json_bytes_response, json_response};
@@ -55,9 +57,11 @@ use crate::gateway::Gateway;
 /// `drain` before it returns.
 ///
 /// Every stage of a request has a time limit: the first byte and the headers
-/// (`http.header_read_timeout_ms`, also how long a connection, HTTP/1 or HTTP/2, may stay
-/// with no request in progress: [`idle`]), the TLS handshake (the same), the body
-/// ([`body::with_body_limits`]), and the answer's write ([`TimedIo`]). Connections are
+/// (`http.header_read_timeout_ms`, also how long a connection that never had a request may
+/// stay), the time between requests (`http.keep_alive_timeout_ms`: how long a connection,
+/// HTTP/1 or HTTP/2, that had one may stay with none in progress: [`idle`]), the TLS
+/// handshake (the header timeout), the body ([`body::with_body_limits`]), and the answer's
+/// write ([`TimedIo`]). Connections are
 /// limited in all, per address and with a reserve for health checks and the lease
 /// ([`ConnectionLimits`]); at the limit the longest-idle connection makes room for a newcomer.
 pub async fn serve(
@@ -122,6 +126,7 @@ pub async fn serve(
             gateway: gateway.clone(),
             peer,
             local: stream.local_addr().ok(),
+            socket: Some(std::os::fd::AsRawFd::as_raw_fd(&stream)),
             slot,
             shutdown: shutdown.clone(),
         };
@@ -155,6 +160,8 @@ struct Connection {
     peer: SocketAddr,
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     local: Option<SocketAddr>,
+    /// Its socket, open for as long as the connection is served ([`peer_end`]).
+    socket: Option<std::os::fd::RawFd>,
     slot: ConnectionSlot,
     /// The gateway's shutdown: the connection finishes what is in progress and closes.
     shutdown: CancellationToken,
@@ -183,7 +190,7 @@ impl Connection {
                     Ok(_) | Err(None) => return,
                     Err(Some(_)) => return timed_out("nothing sent"),
                 };
-                self.serve_io(io, speaks, builders).await
+                self.serve_io(io, speaks, builders, &activity).await
             }
             Some(tls) => {
                 // The handshake and the TLS connection boxed, as the auto builder's connection
@@ -201,7 +208,7 @@ impl Connection {
                 // As for a plain connection's first byte: nothing after the handshake is
                 // closed at the header timeout exactly, and counted as such.
                 let io = FirstByteDeadline::new(io, header_timeout, activity.clone());
-                Box::pin(self.serve_io(io, Speaks::Either, builders)).await
+                Box::pin(self.serve_io(io, Speaks::Either, builders, &activity)).await
             }
         };
         if activity.write_stalled() {
@@ -243,10 +250,10 @@ impl Connection {
         &self,
         step: impl Future<Output = T>,
     ) -> Result<T, Option<CloseWanted>> {
-        let header_timeout = Duration::from_millis(self.gateway.config.http.header_read_timeout_ms);
+        // No request yet: the header timeout.
         tokio::select! {
             done = step => Ok(done),
-            why = self.slot.usage.close_wanted(header_timeout) => match why {
+            why = self.slot.usage.close_wanted(self.idle_limits(), || false) => match why {
                 CloseWanted::IdleTooLong => Err(Some(why)),
                 CloseWanted::Evicted | CloseWanted::Done => Err(None),
             },
@@ -254,8 +261,25 @@ impl Connection {
         }
     }
 
-    /// Serves HTTP/1 or HTTP/2 on `io` until the connection ends.
-    async fn serve_io<I>(&self, io: I, speaks: Speaks, builders: Arc<Builders>) -> ConnectionEnd
+    /// How long the connection may be idle: `http.header_read_timeout_ms` for a head and
+    /// before the first request, `http.keep_alive_timeout_ms` between requests.
+    fn idle_limits(&self) -> IdleLimits {
+        let http = &self.gateway.config.http;
+        IdleLimits {
+            head: Duration::from_millis(http.header_read_timeout_ms),
+            keep_alive: Duration::from_millis(http.keep_alive_timeout_ms),
+        }
+    }
+
+    /// Serves HTTP/1 or HTTP/2 on `io` until the connection ends; `activity` is what its
+    /// [`TimedIo`] saw.
+    async fn serve_io<I>(
+        &self,
+        io: I,
+        speaks: Speaks,
+        builders: Arc<Builders>,
+        activity: &IoActivity,
+    ) -> ConnectionEnd
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -270,6 +294,7 @@ impl Connection {
                 peers: routes::Peers {
                     remote: self.peer,
                     local: self.local,
+                    socket: self.socket,
                 },
                 kind: self.slot.kind,
             });
@@ -292,27 +317,29 @@ impl Connection {
         let io = TokioIo::new(io);
         match speaks {
             Speaks::Http1 => {
-                self.drive(builders.http1.serve_connection(io, service))
+                self.drive(builders.http1.serve_connection(io, service), activity)
                     .await
             }
             // Boxed: the auto builder's connection (HTTP/2's state with it) is about 3.5 KB,
             // and every connection's task would otherwise be sized to it (issue 30).
             Speaks::Either => {
-                Box::pin(self.drive(builders.either.serve_connection(io, service))).await
+                Box::pin(self.drive(builders.either.serve_connection(io, service), activity)).await
             }
         }
     }
 
-    /// Runs a connection until it ends: gracefully (HTTP/2: GOAWAY) once it has had no
-    /// request in progress for the header timeout, once a reserved one has answered, or when
-    /// the gateway shuts down; at once when evicted with nothing in progress.
-    async fn drive<C>(&self, connection: C) -> ConnectionEnd
+    /// Runs a connection until it ends: gracefully (HTTP/2: GOAWAY) once it has been idle too
+    /// long ([`IdleLimits`]: a head that does not come whole, no request at all, or none for
+    /// the keep-alive timeout), once a reserved one has answered, or when the gateway shuts
+    /// down; at once when evicted with nothing in progress.
+    async fn drive<C>(&self, connection: C, activity: &IoActivity) -> ConnectionEnd
     where
         C: GracefulConnection,
         C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let usage = &self.slot.usage;
-        let header_timeout = Duration::from_millis(self.gateway.config.http.header_read_timeout_ms);
+        let limits = self.idle_limits();
+        let header_timeout = limits.head;
         tokio::pin!(connection);
         // Once asked to close: how long the client gets to see the GOAWAY through (HTTP/2
         // waits for the answer to a PING) before the connection is dropped, as long as no
@@ -330,7 +357,7 @@ impl Connection {
                     shutting_down = true;
                     connection.as_mut().graceful_shutdown();
                 }
-                why = gated::Gated::new(usage.close_wanted(header_timeout)), if closing.is_none() && !shutting_down => {
+                why = gated::Gated::new(usage.close_wanted(limits, || activity.request_started())), if closing.is_none() && !shutting_down => {
                     if why == CloseWanted::Evicted && usage.in_progress() == 0 {
                         debug!(peer = %self.peer, "closed an idle connection to make room for a new one");
                         return (Ok(()), Some(why));
@@ -405,20 +432,29 @@ struct Builders {
 
 impl Builders {
     fn new() -> Builders {
-        // The header timeout is the connection's idle deadline ([`idle`]: no request in
-        // progress for `http.header_read_timeout_ms`, a partial head included), one per
-        // connection; hyper's own would make a timer for every request (issue 30).
+        // The header and keep-alive timeouts are the connection's idle deadline ([`idle`]: no
+        // request in progress for `http.keep_alive_timeout_ms`, or the header timeout before
+        // the first request and for a head begun), one timer per connection; hyper's own
+        // header timeout would make a timer for every request (issue 30).
+        //
+        // Half-closed: a client that shuts its side once its request is sent
+        // (`shutdown(SHUT_WR)`) is still answered. Without it hyper takes the end of the
+        // client's stream for the client gone, and drops the request while it is served, its
+        // work perhaps done (a lease granted) and its answer never sent (issue 50). A body cut
+        // short by the end of the stream is still an incomplete body: refused, never acted on.
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())
             .header_read_timeout(None)
-            .keep_alive(true);
+            .keep_alive(true)
+            .half_close(true);
         let mut either = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         either
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(None)
-            .keep_alive(true);
+            .keep_alive(true)
+            .half_close(true);
         Builders { http1, either }
     }
 }

@@ -22,6 +22,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response};
 use serde_json::{Value as Json, json};
 
+use super::allow::Allowed;
 use super::body::{JsonBody, read_body};
 use super::reply::{Body, error_response, json_response};
 use crate::error::{ApiError, ErrorKind};
@@ -69,6 +70,11 @@ pub enum NamedLeaseError {
     Store(#[from] LeaseStoreError),
     #[error("{method} is not allowed on {path}")]
     MethodNotAllowed { method: Method, path: String },
+}
+
+/// The methods every named lease's and semaphore's path has (a 405's `Allow`).
+pub(crate) fn methods() -> Allowed {
+    Allowed::of(&[Method::GET, Method::POST, Method::PUT, Method::DELETE])
 }
 
 /// Where a request under `v1/` goes.
@@ -386,8 +392,10 @@ impl From<NamedLeaseError> for ApiError {
             | NamedLeaseError::MissingToken => ErrorKind::BadRequest,
             NamedLeaseError::Held { .. } => ErrorKind::Conflict,
             NamedLeaseError::Ended { .. } => ErrorKind::NotFound,
-            NamedLeaseError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             NamedLeaseError::Store(store) => return ApiError::from(store.clone()),
+            NamedLeaseError::MethodNotAllowed { .. } => {
+                return ApiError::method_not_allowed(error.to_string(), methods());
+            }
         };
         ApiError::new(kind, error.to_string())
     }

@@ -12,6 +12,7 @@ use serde_json::{Value as Json, json};
 use tracing::info;
 
 use super::access::BASIC_CHALLENGE;
+use super::allow::Allowed;
 use super::api::{self, Operation};
 use super::reply::{Body, error_kind, json_response};
 use crate::error::{ApiError, ErrorKind};
@@ -36,9 +37,10 @@ pub fn answer(
     viewer: &crate::access_rules::Who,
 ) -> Result<Response<Body>, ApiError> {
     if *method != Method::GET && *method != Method::HEAD {
-        return Err(ApiError::method_not_allowed(format!(
-            "{method} is not allowed here; use GET"
-        )));
+        return Err(ApiError::method_not_allowed(
+            format!("{method} is not allowed here; use GET"),
+            Allowed::GET_AND_HEAD,
+        ));
     }
     Ok(match operation {
         Operation::Healthz => json_response(

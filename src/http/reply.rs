@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use http_body_util::combinators::BoxBody;
 use hyper::body::{Frame, SizeHint};
-use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 
 use crate::error::{ApiError, ErrorKind};
@@ -99,6 +99,11 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
         response
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if !error.allow.is_empty() {
+        response
+            .headers_mut()
+            .insert(ALLOW, error.allow.header_value());
     }
     response.extensions_mut().insert(error.kind);
     response

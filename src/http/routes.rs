@@ -7,9 +7,11 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use hyper::body::Incoming;
+use hyper::header::HOST;
 use hyper::http::request::Parts;
-use hyper::{Method, Response};
+use hyper::{Method, Response, Version};
 
+use super::allow::Allowed;
 use super::api::{self, AskedFrom, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
 use super::audit_trail::{self, Noted};
 use super::body::{JsonBody, read_body};
@@ -29,6 +31,9 @@ pub struct Peers {
     pub remote: SocketAddr,
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     pub local: Option<SocketAddr>,
+    /// The connection's socket, for a request that waits to see whether its client went
+    /// ([`super::peer_end`]).
+    pub socket: Option<std::os::fd::RawFd>,
 }
 
 /// What `handle` learnt of a request before routing it, each looked up once.
@@ -65,7 +70,9 @@ pub fn handle(
         let peer = peers.remote;
         // The API's own description, public like the contract it describes.
         let prefix = &gateway.config.http.path_prefix;
-        if let Some(doc) = super::openapi::answer(prefix, &head.method, head.uri.path()) {
+        if let Some(doc) = super::openapi::answer(prefix, &head.method, head.uri.path())
+            && host_refusal(&head).is_none()
+        {
             return doc;
         }
         let started = Instant::now();
@@ -141,6 +148,25 @@ pub fn handle(
     }
 }
 
+/// Why a request's `Host` makes it a 400, if it does (RFC 9112 §3.2): an HTTP/1.1 request
+/// without one, or with more than one. HTTP/1.0 needs none; HTTP/2 names its authority in
+/// `:authority`. One header lookup, nothing made unless refused.
+fn host_refusal(head: &Parts) -> Option<ApiError> {
+    if head.version != Version::HTTP_11 {
+        return None;
+    }
+    let mut hosts = head.headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), None) => None,
+        (None, _) => Some(ApiError::bad_request(
+            "an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2); this one has none: send Host: the gateway's host and port",
+        )),
+        (Some(_), Some(_)) => Some(ApiError::bad_request(
+            "an HTTP/1.1 request carries exactly one Host header (RFC 9112 section 3.2); this one has several",
+        )),
+    }
+}
+
 /// Routes the request and answers it (an async block, as [`handle`]).
 #[allow(
     clippy::manual_async_fn,
@@ -163,6 +189,9 @@ fn route_and_answer<'a>(
             .map(|rest| rest.trim_end_matches('/'));
         // Every api/ request is in the audit trail, a 404 or 405 too.
         noted.audited = below_api.is_some();
+        if let Some(refusal) = host_refusal(parts) {
+            return Err(refusal);
+        }
         // Health, readiness, metrics and the status page live beside api/, and so do named leases
         // and semaphores for lab scripts (`v1/leases`, `v1/semaphores`).
         let (position, route, id) = match (below_prefix.and_then(api::find_operation), below_api) {
@@ -171,10 +200,10 @@ fn route_and_answer<'a>(
             (None, Some(below_api)) => match api::find(&parts.method, below_api) {
                 Ok(found) => found,
                 Err(NotRouted::WrongMethod) => {
-                    return Err(ApiError::method_not_allowed(format!(
-                        "{} is not allowed on {path}",
-                        parts.method
-                    )));
+                    return Err(ApiError::method_not_allowed(
+                        format!("{} is not allowed on {path}", parts.method),
+                        api::allowed(below_api),
+                    ));
                 }
                 Err(NotRouted::NoSuchPath) => {
                     return Err(ApiError::not_found(format!(
@@ -230,11 +259,11 @@ fn route_and_answer<'a>(
             }
             Route::Api(endpoint) => endpoint,
             Route::V1(endpoint) if endpoint.method == parts.method => endpoint,
-            Route::V1(_) => {
-                return Err(ApiError::method_not_allowed(format!(
-                    "{} is not allowed on {path}",
-                    parts.method
-                )));
+            Route::V1(endpoint) => {
+                return Err(ApiError::method_not_allowed(
+                    format!("{} is not allowed on {path}", parts.method),
+                    Allowed::NONE.with(&endpoint.method),
+                ));
             }
         };
         // A standby serves no request of the owner's: 503 naming the owner and its address.
@@ -291,6 +320,12 @@ fn route_and_answer<'a>(
             raw,
             admitted,
             peer: facts.peers.remote,
+            // HTTP/2 resets a stream whose client went: its request is dropped, and its
+            // connection's socket may be gone first.
+            socket: facts
+                .peers
+                .socket
+                .filter(|_| parts.version < Version::HTTP_2),
             id,
             headers: &parts.headers,
             query: parts.uri.query(),

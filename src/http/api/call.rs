@@ -33,6 +33,8 @@ pub(crate) struct Call<'a> {
     /// What the lease admission decided (for changes: the send guard).
     pub(crate) admitted: Admitted,
     pub(crate) peer: SocketAddr,
+    /// The connection's socket ([`crate::http::peer_end`]).
+    pub(crate) socket: Option<std::os::fd::RawFd>,
     /// The gateway's address the request came in on.
     pub(crate) local: Option<SocketAddr>,
     /// The `{id}` of the path, empty when the path has none.

@@ -23,7 +23,15 @@ pub(super) async fn acquire(call: Call<'_>) -> Answer {
                 crate::link::GuardRefusal::Access(Box::new(refusal)),
             ))
         })?;
-    handlers::acquire(call.gateway, &call.body, call.query, call.presented).await
+    let client_ended = crate::http::peer_end::ended(call.socket);
+    handlers::acquire(
+        call.gateway,
+        &call.body,
+        call.query,
+        call.presented,
+        client_ended,
+    )
+    .await
 }
 
 /// `PUT api/lease/{id}`: renew it.

@@ -32,6 +32,7 @@ use std::sync::LazyLock;
 use hyper::Method;
 
 use crate::config::Role;
+use crate::http::allow::Allowed;
 
 pub(crate) use call::{Answer, Call, Handler};
 pub(crate) use route::{AskedFrom, AuditClass, Authority, BodyKind, Endpoint, Route};
@@ -401,6 +402,18 @@ pub(crate) fn find<'p>(method: &Method, path: &'p str) -> Result<Found<'p>, NotR
     }
 }
 
+/// The methods that have a row for `path` below `api/` (every row whose path it has the shape
+/// of): what a 405's `Allow` names. Looked up only for a 405, never on a routed request.
+pub(crate) fn allowed(path: &str) -> Allowed {
+    let index = &*INDEX;
+    let exact = index.exact.get(path).into_iter().flatten();
+    exact
+        .chain(index.templated.iter())
+        .filter_map(|&position| ROUTES[position].endpoint())
+        .filter(|endpoint| matches(endpoint.path, path).is_some())
+        .fold(Allowed::NONE, |set, endpoint| set.with(&endpoint.method))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,6 +555,63 @@ mod tests {
                 endpoint.label
             );
         }
+    }
+
+    /// Every operation `docs/openapi.json` documents has a 405 whose `Allow` lists what its
+    /// path has, as the gateway answers it: below `api/` the table's rows for the path, beside
+    /// it the `/v1/` row's method, the named leases' methods, GET and HEAD for the document.
+    #[test]
+    fn the_openapi_document_gives_every_operation_a_405_with_its_paths_allow() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::super::openapi::OPENAPI_JSON).unwrap();
+        let mut checked = 0;
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            // A path with its parameters as the gateway would be sent them.
+            let concrete: String = path
+                .split('/')
+                .map(|s| if s.starts_with('{') { "x1" } else { s })
+                .collect::<Vec<_>>()
+                .join("/");
+            let allow = if let Some(below_api) = concrete.strip_prefix("/api/") {
+                allowed(below_api)
+            } else if concrete == "/openapi.json" {
+                Allowed::GET_AND_HEAD
+            } else if let Some((_, Route::V1(endpoint), _)) = find_operation(&concrete) {
+                Allowed::NONE.with(&endpoint.method)
+            } else if concrete.starts_with("/v1/leases/") || concrete.starts_with("/v1/semaphores/")
+            {
+                crate::http::named_leases::methods()
+            } else {
+                panic!("{path}: documented, but no route of the gateway's");
+            };
+            assert!(!allow.is_empty(), "{path}");
+            let operations = operations.as_object().unwrap().iter();
+            for (method, operation) in operations.filter(|(key, _)| *key != "parameters") {
+                let refused = &operation["responses"]["405"];
+                assert_eq!(
+                    refused["headers"]["Allow"]["schema"]["enum"],
+                    serde_json::json!([allow.listed()]),
+                    "{method} {path}: its 405 {refused}"
+                );
+                assert_eq!(
+                    refused["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/Error",
+                    "{method} {path}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 80, "only {checked} operations");
+    }
+
+    #[test]
+    fn a_paths_allow_is_every_row_it_has_the_shape_of() {
+        assert_eq!(allowed("lease").listed(), "GET, POST, DELETE");
+        assert_eq!(allowed("lease/abc").listed(), "PUT, DELETE");
+        assert_eq!(allowed("capabilities").listed(), "GET");
+        // A file called "list" is a file too.
+        assert_eq!(allowed("application/config/list").listed(), "GET, DELETE");
+        assert!(allowed("nope").is_empty());
     }
 
     #[test]

@@ -284,6 +284,11 @@ impl ControlLease {
         &self.name
     }
 
+    /// How many `POST lease?waitMs=N` wait in line now.
+    pub fn waiting_in_line(&self) -> usize {
+        lock(&self.line).waiting.len()
+    }
+
     /// Who holds it, as anyone may see it.
     pub fn view(&self) -> LeaseView {
         let now = Instant::now();

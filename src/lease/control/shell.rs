@@ -47,6 +47,21 @@ impl ControlLease {
         presented: Option<&str>,
         wait: Duration,
     ) -> Result<LeaseAnswer, LeaseError> {
+        self.acquire_unless(owner, ttl, presented, wait, std::future::pending())
+            .await
+    }
+
+    /// [`ControlLease::acquire`], but a wait in line ends, refused as when it runs out, once
+    /// `gone` resolves: the client closed its side while it waited, and nothing is taken for
+    /// it (issue 50: a lease granted to a client that had gone, whose id nobody received).
+    pub async fn acquire_unless(
+        self: &Arc<Self>,
+        owner: String,
+        ttl: Duration,
+        presented: Option<&str>,
+        wait: Duration,
+        gone: impl Future<Output = ()>,
+    ) -> Result<LeaseAnswer, LeaseError> {
         let request = Request::Acquire {
             owner,
             ttl,
@@ -63,6 +78,11 @@ impl ControlLease {
             () = tokio::time::sleep(wait) => {
                 lock(&self.line).waiting.retain(|waiter| waiter.ticket != ticket);
                 // Handed over in the instant the wait ran out: it is ours.
+                granted.try_recv().map_err(|_| self.held_by_other())
+            }
+            () = gone => {
+                lock(&self.line).waiting.retain(|waiter| waiter.ticket != ticket);
+                // Handed over in that instant: its answer goes out as any other's.
                 granted.try_recv().map_err(|_| self.held_by_other())
             }
         }
