@@ -202,6 +202,30 @@ fn the_bound_grows_with_the_steps_and_the_acquisitions_own_time() {
         expected: Duration::from_secs(3),
     };
     assert_eq!(bound(&sample, timeout), one + Duration::from_secs(3));
+    // A UART receive's own time, which the link adds to the request's; none without a line.
+    let mut uart = station_protocol::BusRequest {
+        channel: "UART01".into(),
+        action: station_protocol::BusAction::Receive,
+        address: 0,
+        retries: 0,
+        receive: 8,
+        data: bytes::Bytes::new(),
+        line: None,
+    };
+    assert_eq!(bound(&ChangeWhat::Bus(uart.clone()), timeout), one);
+    uart.line = Some(station_protocol::UartLine {
+        baud: 9600,
+        bus_type: station_protocol::UartBusType::Rs232,
+        flow_control: station_protocol::FlowControl::None,
+        parity: station_protocol::Parity::None,
+        use_termination: false,
+        termination_byte: b'\n',
+        timeout_ms: 2_000,
+    });
+    assert_eq!(
+        bound(&ChangeWhat::Bus(uart), timeout),
+        one + Duration::from_secs(2)
+    );
 }
 
 fn http_origin() -> ChangeOrigin {
