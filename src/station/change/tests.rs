@@ -203,13 +203,13 @@ fn the_bound_grows_with_the_steps_and_the_acquisitions_own_time() {
     };
     assert_eq!(bound(&sample, timeout), one + Duration::from_secs(3));
     // A UART receive's own time, which the link adds to the request's; none without a line.
-    let mut uart = station_protocol::BusRequest {
+    let mut uart = BusRequest {
         channel: "UART01".into(),
         action: station_protocol::BusAction::Receive,
         address: 0,
         retries: 0,
         receive: 8,
-        data: bytes::Bytes::new(),
+        data: Bytes::new(),
         line: None,
     };
     assert_eq!(bound(&ChangeWhat::Bus(uart.clone()), timeout), one);
