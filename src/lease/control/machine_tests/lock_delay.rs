@@ -537,3 +537,20 @@ fn with_the_lock_delay_off_a_restart_only_clears_an_end_mark_and_takes_mark_noth
         "{actions:?}"
     );
 }
+
+/// A recorded lock-delay with nothing left (the store answered just as it ran out) is no
+/// lock-delay: nothing to wake for, and the next lease is taken at once.
+#[test]
+fn a_recorded_lock_delay_with_nothing_left_is_none() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let end = StoredEnd {
+        lock_delay: Some(stored("A", LockDelayWhy::ChangesInDoubt, Duration::ZERO)),
+        end_pending: None,
+    };
+    assert!(resumed_with(&mut machine, end, now).is_empty());
+    assert_eq!(machine.next_wake(), None);
+    assert_eq!(machine.free_view(now).lock_delay_ms, None);
+    let actions = machine.on(acquire("B", false, true), now);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+}
