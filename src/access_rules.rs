@@ -13,8 +13,26 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use station_protocol::Direction;
+
 use crate::link::{ChannelTable, StationInfo};
 use crate::rules::{Action, ChannelFacts, Rules, RulesError, Subject, Unmatched};
+
+/// The rules' view of `name` from the channel table (only its name when the table lacks it).
+pub fn channel_facts<'a>(table: &'a ChannelTable, name: &'a str) -> ChannelFacts<'a> {
+    match table.get(name) {
+        Some(channel) => ChannelFacts {
+            name: &channel.name,
+            alias: &channel.alias,
+            direction: Some(match channel.direction {
+                Direction::In => "in",
+                Direction::Out => "out",
+                Direction::InOut => "inout",
+            }),
+        },
+        None => ChannelFacts::named(name),
+    }
+}
 
 /// Why a rules file could not be put in force.
 #[derive(Debug, thiserror::Error)]
@@ -290,7 +308,7 @@ pub fn unmatched(rules: &Rules, table: &ChannelTable) -> Vec<Unmatched> {
     let facts: Vec<ChannelFacts<'_>> = table
         .channels
         .iter()
-        .map(|channel| crate::station::channel_facts(table, &channel.name))
+        .map(|channel| channel_facts(table, &channel.name))
         .collect();
     rules.unmatched(&facts)
 }

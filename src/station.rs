@@ -29,10 +29,7 @@ pub use policy::{
 };
 use policy::{ReadPlan, plan_read};
 
-/// The access rules' view of a channel from the channel table (`station/access.rs`).
-pub fn channel_facts<'a>(table: &'a ChannelTable, name: &'a str) -> crate::rules::ChannelFacts<'a> {
-    access::facts(table, name)
-}
+pub use crate::access_rules::channel_facts;
 
 /// The station as every front end sees it. Cheap to clone.
 #[derive(Clone)]

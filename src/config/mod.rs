@@ -17,6 +17,17 @@ pub use sections::{
     TlsConfig, User,
 };
 
+/// A station's identity as its lease names it and as identities are compared: lower case,
+/// every run of white space one space, none at the ends ("HVS-3 ESH1", " hvs-3  esh1 " are one
+/// station).
+pub fn identity_key(identity: &str) -> String {
+    identity
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
 /// `station.max_processing_ms` when not set: this many request timeouts.
 pub const MAX_PROCESSING_PER_TIMEOUT: u32 = 4;
 
@@ -108,10 +119,7 @@ impl Config {
     /// to start, or stands by) even though each names its control lease as told.
     pub fn link_owner_key(&self) -> String {
         match (self.lease.name.trim(), self.station_id()) {
-            ("", Some(id)) => format!(
-                "control:station:{}",
-                crate::lease::link_owner::identity_key(&id)
-            ),
+            ("", Some(id)) => format!("control:station:{}", identity_key(&id)),
             _ => self.control_lease_name(),
         }
     }

@@ -33,16 +33,7 @@ pub(crate) const RETRY_AFTER_LAPSE: Duration = Duration::from_millis(20);
 /// clean stop waits the lock-delay (harmless after so long).
 const RELEASE_NOTE_TTL: Duration = Duration::from_secs(3600);
 
-/// A station's identity as its lease names it and as identities are compared: lower case,
-/// every run of white space one space, none at the ends ("HVS-3 ESH1", " hvs-3  esh1 " are one
-/// station).
-pub fn identity_key(identity: &str) -> String {
-    identity
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
-}
+pub use crate::config::identity_key;
 
 /// The link-owner lease's timing, in the manner of Patroni's `loop_wait + 2 × retry_timeout
 /// ≤ ttl`. By default all from its TTL: renewals every TTL/3, each given at most TTL/3 by the

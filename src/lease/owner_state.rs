@@ -9,8 +9,8 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::link_owner::identity_key;
 use super::store::LeaseToken;
+use crate::config::identity_key;
 
 /// Why the state file cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -6,14 +6,14 @@
 
 use std::time::{Duration, Instant};
 
-use station_protocol::{Direction, Value};
+use station_protocol::Value;
 
 use super::change::{ChangeOrigin, ChangeWhat, FrontEnd, StepAction};
-use crate::access_rules::{AccessRules, Who};
+use crate::access_rules::{AccessRules, Who, channel_facts};
 use crate::cache::ValueCache;
 use crate::lease::Admitted;
 use crate::link::{ChannelTable, GuardRefusal, LinkHandle, SendGuard};
-use crate::rules::{Action, ChannelFacts, Interlock, Refusal, Rules};
+use crate::rules::{Action, Interlock, Refusal, Rules};
 
 /// An interlock a change still needs: checked at admission and by the send guard.
 #[derive(Debug, Clone)]
@@ -21,22 +21,6 @@ pub(crate) struct Needed {
     pub interlock: Interlock,
     pub action: Action,
     pub channel: String,
-}
-
-/// The rules' view of `name` from the channel table (only its name when the table lacks it).
-pub(crate) fn facts<'a>(table: &'a ChannelTable, name: &'a str) -> ChannelFacts<'a> {
-    match table.get(name) {
-        Some(channel) => ChannelFacts {
-            name: &channel.name,
-            alias: &channel.alias,
-            direction: Some(match channel.direction {
-                Direction::In => "in",
-                Direction::Out => "out",
-                Direction::InOut => "inout",
-            }),
-        },
-        None => ChannelFacts::named(name),
-    }
 }
 
 /// One thing a change does to one channel, as the rules judge it: the action and, for a
@@ -133,7 +117,7 @@ pub(crate) fn decide_change(
     for ask in asks(what, loads_file) {
         let decision = rules.decide(
             &principal,
-            &facts(table, ask.channel),
+            &channel_facts(table, ask.channel),
             ask.action,
             ask.written,
         );
@@ -213,7 +197,7 @@ pub(crate) fn decide_all(
 ) -> Result<(), Refusal> {
     let principal = rules.principal(&who.subject());
     for name in names {
-        let decision = rules.decide(&principal, &facts(table, name), action, None);
+        let decision = rules.decide(&principal, &channel_facts(table, name), action, None);
         if !decision.allowed {
             return Err(Refusal::of(&decision, action, name));
         }
@@ -235,7 +219,7 @@ pub(crate) fn decide_read<'a>(
         } else {
             Action::ReadHardware
         };
-        let decision = rules.decide(&principal, &facts(table, name), action, None);
+        let decision = rules.decide(&principal, &channel_facts(table, name), action, None);
         if !decision.allowed {
             return Err(Refusal::of(&decision, action, name));
         }
