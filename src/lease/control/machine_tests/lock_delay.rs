@@ -554,3 +554,25 @@ fn a_recorded_lock_delay_with_nothing_left_is_none() {
     let actions = machine.on(acquire("B", false, true), now);
     assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }
+
+/// Without a safe state, a safe stop pressed with nobody holding starts a lock-delay unless
+/// one is still running; one that ends at the very instant of the press is not running, so the
+/// press starts a whole new one.
+#[test]
+fn a_safe_stop_at_the_instant_a_lock_delay_ends_starts_a_new_one() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let lapsed = ran_out(&mut machine, now);
+    let ends = lapsed + LOCK_DELAY;
+    let (_, _, wait) = lock_delay_of(&machine.on(acquire("B", false, true), lapsed));
+    assert_eq!(wait, LOCK_DELAY);
+    machine.on(
+        Event::SafeStop {
+            by: "bench 3".into(),
+            reason: "smoke in rack 2".into(),
+        },
+        ends,
+    );
+    let (_, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), ends));
+    assert_eq!((why, wait), ("was safe-stopped", LOCK_DELAY));
+}
