@@ -375,12 +375,12 @@ impl From<LeaseError> for ApiError {
     fn from(error: LeaseError) -> ApiError {
         let kind = match &error {
             LeaseError::BadTtl(_) | LeaseError::BadWait(_) => ErrorKind::BadRequest,
-            LeaseError::HeldByOther { .. } => ErrorKind::Conflict,
+            LeaseError::HeldByOther { .. } | LeaseError::LockDelay { .. } => ErrorKind::Conflict,
             LeaseError::LockedBy { .. }
             | LeaseError::LeaseEnded { .. }
             | LeaseError::NotCached { .. }
             | LeaseError::Ending { .. }
-            | LeaseError::LockDelay { .. } => ErrorKind::Locked,
+            | LeaseError::ChangeInLockDelay { .. } => ErrorKind::Locked,
             LeaseError::SafeStatePending { .. } => ErrorKind::SafeStatePending,
             LeaseError::NoSuchLease | LeaseError::NobodyHolds | LeaseError::AdminBreakOff => {
                 ErrorKind::NotFound
@@ -601,10 +601,11 @@ mod tests {
         }
     }
 
-    /// The lock-delay is 423 with how long to wait: `Retry-After` in whole seconds, rounded up
-    /// (never 0); other lease refusals carry none.
+    /// The lock-delay refuses a new lease 409 (not now: the clients' word for "someone else has
+    /// it") and a change without one 423, each with how long to wait: `Retry-After` in whole
+    /// seconds, rounded up (never 0); other lease refusals carry none.
     #[test]
-    fn a_lock_delay_is_locked_with_its_wait_rounded_up_to_seconds() {
+    fn a_lock_delay_is_a_conflict_for_a_lease_and_locked_for_a_change_with_its_wait_rounded_up() {
         let refused = |wait| {
             ApiError::from(LeaseError::LockDelay {
                 after: "A".into(),
@@ -613,7 +614,14 @@ mod tests {
             })
         };
         let error = refused(Duration::from_millis(2001));
-        assert_eq!(error.status().as_u16(), 423);
+        assert_eq!(error.status().as_u16(), 409);
+        let change = ApiError::from(LeaseError::ChangeInLockDelay {
+            after: "A".into(),
+            why: "ended with changes in doubt",
+            wait: Duration::from_millis(2001),
+        });
+        assert_eq!(change.status().as_u16(), 423);
+        assert_eq!(change.retry_after_seconds(), Some(3));
         assert_eq!(error.retry_after_seconds(), Some(3));
         assert!(error.message.contains("2001 ms"), "{}", error.message);
         assert_eq!(

@@ -451,6 +451,7 @@ async fn lease_changes_are_relayed_and_subscriptions_work_while_someone_else_hol
         safe_state: None,
         ended: None,
         lock_delay_ms: None,
+        lock_delay_reason: None,
     };
     rig.gateway.gateway.lease_events.send(view)?;
     let event = second.next_named("lease", Duration::from_secs(2)).await?;

@@ -2,8 +2,8 @@
 //! TTLs while writing; some release, some let it run out, some keep writing with a lease that
 //! has ended. Afterwards the simulator's write log must show: never two holders (the fences of
 //! applied writes never go back), fences strictly increasing, no write from a non-holder, and
-//! every write answered 200 applied. A lease that lapsed (or whose change was in doubt) makes
-//! the next acquire wait its lock-delay (423), kept short here so that the clients contend.
+//! every write answered 200 applied. A lease whose change was in doubt makes the next acquire
+//! wait its lock-delay (409), kept short here so that the clients contend.
 //! The second test adds one write that takes longer than two request timeouts: in doubt at
 //! its lease's end, which waits for it, so it still lands before that end and its safe state.
 
@@ -103,7 +103,7 @@ async fn contending_clients_never_hold_at_once_and_only_holders_write() {
                         .await
                         .unwrap();
                     if response.status() != 200 {
-                        // Held (409), or the lock-delay after a lapse (423).
+                        // Held or its lock-delay (409), or a lease still ending (423).
                         let status = response.status().as_u16();
                         assert!(status == 409 || status == 423, "acquire: {status}");
                         tokio::time::sleep(Duration::from_millis(rng.gen_range(5..40))).await;
@@ -388,7 +388,7 @@ async fn renewals_racing_expiry_on_a_slow_changing_station_keep_the_write_log_in
                         .await
                         .unwrap();
                     if response.status() != 200 {
-                        // Held (409), a lease still ending or its lock-delay (423), or a safe
+                        // Held or its lock-delay (409), a lease still ending (423), or a safe
                         // state still pending (503).
                         let status = response.status().as_u16();
                         assert!(

@@ -1,8 +1,8 @@
-//! The lock-delay (issue 26, item 4): after a lease that lapsed unreleased, a new lease waits
-//! `lease.lock_delay_ms` — refused 423 with `Retry-After` and how long, or queued when it asked
-//! to wait — while after a clean release the next acquire is served at once; after a release
-//! whose change was left in doubt it waits too. On memory, SQLite, PostgreSQL and Redis (the
-//! change in doubt on memory and SQLite).
+//! The lock-delay (issue 26, item 4; issue 51, item 1): after a lease one of whose changes was
+//! left in doubt, a new lease waits `lease.lock_delay_ms` — refused 409 with `Retry-After` and
+//! why, or queued when it asked to wait — and so does a change without a lease (423); a lease
+//! that ended with every change answered, released or run out, frees at once. On memory,
+//! SQLite, PostgreSQL and Redis (the change in doubt on memory and SQLite).
 
 mod common;
 
@@ -18,6 +18,8 @@ use station_simulator::SimulatorHandle;
 use tokio::sync::broadcast;
 
 const LOCK_DELAY_MS: u64 = 2000;
+const ON1: &str = "0.4.ESH10000662.ON1";
+const VSET1: &str = "0.4.ESH10000662.VSET1";
 /// Every wait in this file ends within this, or the test fails saying what it waited for.
 const BOUND: Duration = Duration::from_secs(20);
 
@@ -84,60 +86,53 @@ async fn free_again(events: &mut broadcast::Receiver<LeaseView>) {
     .await;
 }
 
-/// A lease that lapses unreleased: an acquire right after it is refused 423 with
-/// `Retry-After` and the wait; one that asks to wait is served once the lock-delay is over.
-async fn an_acquire_right_after_an_unreleased_lapse_waits_the_lock_delay(
+/// Issue 51, item 1: a lease that lapses unreleased with every change of it answered (a write
+/// the station confirmed): nothing of it can land late, so the next acquire is served at once
+/// — no lock-delay, no `Retry-After` — and `GET api/lease` says nobody holds it and shows no
+/// delay.
+async fn an_acquire_right_after_an_unreleased_lapse_with_every_change_answered_is_served_at_once(
     backend: &str,
 ) -> Result<()> {
-    let (_sim, gateway) = gateway_on(backend).await;
+    let (sim, gateway) = gateway_on(backend).await;
     let mut events = gateway.gateway.lease_events.subscribe();
     let (status, _, body) = acquire(&gateway, "", "TAT station 3", 1000).await?;
     ensure!(status == 200, "{status} {body}");
-    free_again(&mut events).await;
-    let freed = Instant::now();
-    let (status, retry_after, body) = acquire(&gateway, "", "TAT station 4", 30_000).await?;
-    ensure!(status == 423, "not refused the lock-delay: {status} {body}");
-    let retry_after: u64 = retry_after
-        .context("no Retry-After")?
-        .parse()
-        .context("Retry-After is not whole seconds")?;
+    let id = body["leaseId"].as_str().context("no leaseId")?.to_owned();
+    let written = reqwest::Client::new()
+        .post(format!("{}/api/resources/value/set", gateway.base_url()))
+        .header("X-Lease-Id", &id)
+        .json(&json!({ "Name": VSET1, "Value": "12" }))
+        .send()
+        .await?;
+    ensure!(written.status() == 200, "write: {}", written.status());
     ensure!(
-        (1..=LOCK_DELAY_MS / 1000).contains(&retry_after),
-        "Retry-After {retry_after}"
+        sim.write_log().iter().any(|record| record.channel == VSET1),
+        "the station never saw the write"
     );
-    let message = body["error"].as_str().unwrap_or_default();
-    for words in [
-        "TAT station 3's lease ran out unreleased",
-        "lock-delay",
-        " ms)",
-    ] {
-        ensure!(message.contains(words), "{words:?} not in {message}");
-    }
-    let (status, _, body) = acquire(&gateway, "?waitMs=10000", "TAT station 4", 30_000).await?;
-    let waited = freed.elapsed();
+    free_again(&mut events).await;
+    let view: Json = reqwest::get(format!("{}/api/lease", gateway.base_url()))
+        .await?
+        .json()
+        .await?;
     ensure!(
-        status == 200,
-        "not served after the lock-delay: {status} {body}"
+        view["held"] == false && view.get("lockDelayMs").is_none(),
+        "{view}"
+    );
+    let (status, retry_after, body) = acquire(&gateway, "", "TAT station 4", 30_000).await?;
+    ensure!(
+        status == 200 && retry_after.is_none(),
+        "a lapse with every change answered delayed the next holder: {status} {retry_after:?} {body}"
     );
     ensure!(body["owner"] == "TAT station 4", "{body}");
-    // The lease ended (and the delay began) a little before it was seen free.
-    ensure!(
-        waited >= Duration::from_millis(LOCK_DELAY_MS - 500) && waited < BOUND,
-        "served {waited:?} after the lapse was seen; the lock-delay is {LOCK_DELAY_MS} ms"
-    );
-    eprintln!(
-        "measured ({backend}): served {} ms after the lapse was seen free, lock-delay {LOCK_DELAY_MS} ms",
-        waited.as_millis()
-    );
     gateway.stop().await;
     Ok(())
 }
 
-on_every_backend!(an_acquire_right_after_an_unreleased_lapse_waits_the_lock_delay:
-    an_acquire_right_after_an_unreleased_lapse_waits_the_lock_delay_on_memory => "memory",
-    an_acquire_right_after_an_unreleased_lapse_waits_the_lock_delay_on_sqlite => "sqlite",
-    an_acquire_right_after_an_unreleased_lapse_waits_the_lock_delay_on_postgres => "postgres",
-    an_acquire_right_after_an_unreleased_lapse_waits_the_lock_delay_on_redis => "redis",
+on_every_backend!(an_acquire_right_after_an_unreleased_lapse_with_every_change_answered_is_served_at_once:
+    an_acquire_right_after_an_unreleased_lapse_is_served_at_once_on_memory => "memory",
+    an_acquire_right_after_an_unreleased_lapse_is_served_at_once_on_sqlite => "sqlite",
+    an_acquire_right_after_an_unreleased_lapse_is_served_at_once_on_postgres => "postgres",
+    an_acquire_right_after_an_unreleased_lapse_is_served_at_once_on_redis => "redis",
 );
 
 /// A clean release with nothing in doubt: the next acquire is served at once.
@@ -213,13 +208,75 @@ async fn a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait(
     );
     // The release waits for the change in doubt, until max_processing_ms and the reset.
     lease.release(&held.lease_id).await?;
+    let freed = Instant::now();
+    // Issue 51, item 1: the acquire is 409 (not now: the clients' word for "someone else has
+    // it"), with Retry-After and the reason.
     let (status, retry_after, body) = acquire(&gateway, "", "TAT station 4", 30_000).await?;
-    ensure!(status == 423, "not refused the lock-delay: {status} {body}");
-    ensure!(retry_after.is_some(), "no Retry-After");
-    let message = body["error"].as_str().unwrap_or_default();
+    ensure!(status == 409, "not refused the lock-delay: {status} {body}");
+    let retry_after: u64 = retry_after
+        .context("no Retry-After")?
+        .parse()
+        .context("Retry-After is not whole seconds")?;
     ensure!(
-        message.contains("TAT station 3's lease ended with changes in doubt"),
-        "{message}"
+        (1..=LOCK_DELAY_MS / 1000).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    let message = body["error"].as_str().unwrap_or_default();
+    for words in [
+        "TAT station 3's lease ended with changes in doubt",
+        "lock-delay",
+        " ms)",
+    ] {
+        ensure!(message.contains(words), "{words:?} not in {message}");
+    }
+    // GET api/lease says nobody holds it, how long the delay lasts and why.
+    let view: Json = reqwest::get(format!("{}/api/lease", gateway.base_url()))
+        .await?
+        .json()
+        .await?;
+    ensure!(view["held"] == false, "{view}");
+    ensure!(view["lockDelayMs"].as_u64().is_some(), "{view}");
+    let reason = view["lockDelayReason"].as_str().unwrap_or_default();
+    ensure!(
+        reason.contains("TAT station 3's lease ended with changes in doubt"),
+        "{view}"
+    );
+    // A change without a lease is refused too, 423 with Retry-After, and never reaches the
+    // station: a change of TAT station 3's may still land after it.
+    let writes_before = sim.write_log().len();
+    let lease_less = reqwest::Client::new()
+        .post(format!("{}/api/resources/value/set", gateway.base_url()))
+        .json(&json!({ "Name": ON1, "Value": "True" }))
+        .send()
+        .await?;
+    let status = lease_less.status().as_u16();
+    let retry_after = lease_less.headers().get("retry-after").cloned();
+    let body: Json = lease_less.json().await.unwrap_or(Json::Null);
+    ensure!(
+        status == 423 && retry_after.is_some(),
+        "a lease-less change in the lock-delay: {status} {retry_after:?} {body}"
+    );
+    ensure!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("lock-delay"),
+        "{body}"
+    );
+    ensure!(
+        sim.write_log().len() == writes_before,
+        "the refused change reached the station"
+    );
+    // Served once the delay is over, when it asks to wait.
+    let (status, _, body) = acquire(&gateway, "?waitMs=10000", "TAT station 4", 30_000).await?;
+    let waited = freed.elapsed();
+    ensure!(
+        status == 200 && body["owner"] == "TAT station 4",
+        "not served after the lock-delay: {status} {body}"
+    );
+    ensure!(
+        waited >= Duration::from_millis(LOCK_DELAY_MS - 500) && waited < BOUND,
+        "served {waited:?} after the release; the lock-delay is {LOCK_DELAY_MS} ms"
     );
     gateway.stop().await;
     Ok(())
@@ -229,9 +286,6 @@ on_every_backend!(a_release_with_a_change_left_in_doubt_makes_the_next_holder_wa
     a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_memory => "memory",
     a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait_on_sqlite => "sqlite",
 );
-
-const ON1: &str = "0.4.ESH10000662.ON1";
-const VSET1: &str = "0.4.ESH10000662.VSET1";
 
 /// The order in which the station applied writes to ON1.
 fn on1_writes(sim: &SimulatorHandle) -> Vec<station_protocol::Value> {
@@ -246,7 +300,7 @@ fn on1_writes(sim: &SimulatorHandle) -> Vec<station_protocol::Value> {
 /// `VSET1`+`ON1=True` is answered 504 (in doubt), A's lease runs out, its end resets the link
 /// at `max_processing_ms` and the lock-delay (8 s, counted from then) begins. The gateway is
 /// restarted on the same store during the delay: the delay goes on there (`GET api/lease`
-/// shows it, B is refused 423), and B, who waits in line, is served only once it is over —
+/// shows it, B is refused 409), and B, who waits in line, is served only once it is over —
 /// after A's late `ON1=True` has landed, so B's `ON1=False` is the station's last write to ON1.
 async fn a_gateway_restart_during_the_lock_delay_keeps_it(backend: &str) -> Result<()> {
     const SLOW_WRITE: Duration = Duration::from_secs(6);
@@ -311,7 +365,7 @@ async fn a_gateway_restart_during_the_lock_delay_keeps_it(backend: &str) -> Resu
     }
     let (status, retry_after, body) = acquire(&second, "", "TAT station 4", 30_000).await?;
     let message = body["error"].as_str().unwrap_or_default();
-    if !(status == 423
+    if !(status == 409
         && retry_after.is_some()
         && message.contains("TAT station 3's lease ended with changes in doubt"))
     {
@@ -384,7 +438,7 @@ on_every_backend!(a_gateway_restart_during_the_lock_delay_keeps_it:
 /// with its link-owner state file; ON1 takes 6 s at a station that ignores SPEC.md §4. A's
 /// `ON1=True` is answered 504 (in doubt), A's lease runs out and the lock-delay (8 s from the
 /// settle) begins; the gateway is killed (-9) during it and started again with the same file
-/// and store. B is refused 423 and, waiting in line, is granted only after A's late `ON1=True`
+/// and store. B is refused 409 and, waiting in line, is granted only after A's late `ON1=True`
 /// has landed (the write log's instant): never inside B's lease.
 #[tokio::test]
 async fn a_gateway_killed_during_the_lock_delay_keeps_it_after_its_restart() -> Result<()> {
@@ -479,7 +533,7 @@ async fn a_gateway_killed_during_the_lock_delay_keeps_it_after_its_restart() -> 
         .send()
         .await?;
     let status = refused.status().as_u16();
-    if status != 423 {
+    if status != 409 {
         wrong.push(format!(
             "after the restart B was not refused the lock-delay: {status}"
         ));

@@ -601,7 +601,7 @@ async fn a_standby_without_a_shared_name_for_the_station_is_refused_naming_the_k
 /// holder's `VSET1`+`ON1=True` is answered 504 (in doubt), its lease runs out, and the owner
 /// starts the control lease's lock-delay (16 s) after it; then the owner dies. The standby
 /// that takes over honours the lock-delay the store keeps: `GET api/lease` shows it, B is
-/// refused 423 and, waiting in line, is served only once it is over — after the dead owner's
+/// refused 409 and, waiting in line, is served only once it is over — after the dead owner's
 /// late `ON1=True` has landed, so B's `ON1=False` is the station's last write to ON1.
 async fn a_standby_that_takes_over_during_the_lock_delay_keeps_it(backend: &str) -> Result<()> {
     const SLOW_WRITE: Duration = Duration::from_secs(12);
@@ -682,7 +682,7 @@ async fn a_standby_that_takes_over_during_the_lock_delay_keeps_it(backend: &str)
     let response = ask("").await?;
     let status = response.status().as_u16();
     let mut body: Json = response.json().await.unwrap_or(Json::Null);
-    if status != 423 {
+    if status != 409 {
         wrong.push(format!(
             "after the takeover B was not refused the lock-delay: {status} {body}"
         ));

@@ -54,6 +54,9 @@ pub struct LeaseView {
     /// a new lease still waits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_delay_ms: Option<u64>,
+    /// With `lock_delay_ms`: why the lock-delay runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_delay_reason: Option<String>,
 }
 
 impl LeaseView {
@@ -66,6 +69,7 @@ impl LeaseView {
             safe_state: None,
             ended: None,
             lock_delay_ms: None,
+            lock_delay_reason: None,
         }
     }
 }
@@ -172,12 +176,24 @@ pub enum LeaseError {
         tries: u32,
         last_error: String,
     },
-    /// An acquisition within the lock-delay after a lease that did not end cleanly: a change
-    /// of it may still land (a station that ignores SPEC.md §4), so the next holder waits.
+    /// An acquisition within the lock-delay after a lease whose changes the gateway cannot
+    /// prove have all landed (one in doubt, or its end not recorded): a change of it may still
+    /// land (a station that ignores SPEC.md §4), so the next holder waits. 409 with
+    /// `Retry-After`: not now.
     #[error(
         "{after}'s lease {why}: a new lease waits the lock-delay (lease.lock_delay_ms), another {} ({} ms), so that none of its late changes can land in the next one; try again then or wait with ?waitMs=N", seconds_left(*.wait), .wait.as_millis()
     )]
     LockDelay {
+        after: String,
+        why: &'static str,
+        wait: Duration,
+    },
+    /// A change or forced read sent without a lease within that lock-delay: 423 with
+    /// `Retry-After`.
+    #[error(
+        "{after}'s lease {why}: no change and no hardware read until the lock-delay (lease.lock_delay_ms) is over, another {} ({} ms), so that none of its late changes can land after this one; try again then", seconds_left(*.wait), .wait.as_millis()
+    )]
+    ChangeInLockDelay {
         after: String,
         why: &'static str,
         wait: Duration,
@@ -191,7 +207,9 @@ impl LeaseError {
     /// (for `Retry-After`).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            LeaseError::LockDelay { wait, .. } => Some(*wait),
+            LeaseError::LockDelay { wait, .. } | LeaseError::ChangeInLockDelay { wait, .. } => {
+                Some(*wait)
+            }
             _ => None,
         }
     }

@@ -66,6 +66,11 @@ pub enum GuardRefusal {
         "the station is between leases: {owner}'s lease has just ended and the gateway is finishing it (changes still at the station, then the safe state if it ran out); try again in a moment; this {what} was not sent"
     )]
     BetweenLeases { what: Guarded, owner: String },
+    /// Admitted while nobody held the lease; the lock-delay after `after`'s lease runs now.
+    #[error(
+        "the station waits the lock-delay after {after}'s lease (one of its changes may still land); no change until it is over; this {what} was not sent"
+    )]
+    LockDelay { what: Guarded, after: String },
     /// Admitted while nobody held the lease; the safe state after `owner`'s lease, taken
     /// since, is not yet confirmed.
     #[error(

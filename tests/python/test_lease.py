@@ -153,12 +153,9 @@ def test_a_lease_not_renewed_ends_within_its_ttl(two, gateway_url) -> None:
     took = time.monotonic() - started
     # It ran out, rather than being released early: it lasted most of its TTL.
     assert took >= 0.8, f"a 1 s lease ended after {took:.2f} s"
-    # Unreleased: the next lease waits the lock-delay (station.max_processing_ms by default).
-    with pytest.raises(AccordionQ2ApiError) as caught:
-        b.lease.acquire(OTHER, ttl_ms=5000)
-    assert caught.value.status_code == 423, repr(caught.value)
-    assert "lock-delay" in str(caught.value), str(caught.value)
-    wait_for(lambda: lease_takeable(gateway_url), 10 + SLACK_S, "the lock-delay over")
+    # Unreleased, but every change of it was answered: nothing can land late, so the next
+    # lease is served at once, with no lock-delay (issue 51).
+    assert lease_takeable(gateway_url), "a lock-delay after a lapse with nothing in doubt"
     b.lease.acquire(OTHER, ttl_ms=5000)
     b.lease.release()
 

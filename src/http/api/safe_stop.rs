@@ -78,7 +78,7 @@ fn answer(
             true,
             None,
             format!(
-                "the safe state {} was already in place (read back right): nothing written, no new lock-delay",
+                "the safe state {} was already in place (read back right): nothing written",
                 writes.join(", ")
             ),
         ),

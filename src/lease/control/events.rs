@@ -12,7 +12,7 @@ use super::super::{LeaseError, LeaseStoreError, LeaseView};
 use super::LeaseAnswer;
 use super::read_back::Differs;
 pub(super) use super::state::ReadBackRound;
-use super::state::{LockDelayWhy, StoredEnd, StoredLockDelay};
+use super::state::{StoredEnd, StoredLockDelay};
 use crate::link::LinkError;
 
 /// Who a new lease is for.
@@ -54,17 +54,6 @@ impl EndCause {
     /// Whether a lease that ended so leaves the safe state to apply (when one is configured).
     pub(super) fn owes_safe_state(&self) -> bool {
         matches!(self, EndCause::RanOut | EndCause::SafeStopped { .. })
-    }
-
-    /// Why the next holder waits the lock-delay after a lease that ended so; `None` for a clean
-    /// end (released, or never claimed).
-    pub(super) fn lock_delay_why(&self) -> Option<LockDelayWhy> {
-        match self {
-            EndCause::RanOut => Some(LockDelayWhy::RanOut),
-            EndCause::Broken { .. } => Some(LockDelayWhy::Broken),
-            EndCause::SafeStopped { .. } => Some(LockDelayWhy::SafeStopped),
-            EndCause::Released | EndCause::Unclaimed => None,
-        }
     }
 }
 

@@ -56,10 +56,9 @@ pub(super) struct LeaseMachine {
     /// How long after the first read back of the safe state the second is due
     /// (`station.max_processing_ms`: any change still at the station has landed by then).
     read_back_after: Duration,
-    /// How long a new lease waits after one that did not end cleanly (`lease.lock_delay_ms`).
+    /// How long a new lease (and a change without one) waits after a lease one of whose
+    /// changes may still land (`lease.lock_delay_ms`).
     lock_delay: Duration,
-    /// The lock-delay of the lease that ended last, while free.
-    locked: Option<LockDelay>,
 }
 
 impl LeaseMachine {
@@ -76,11 +75,11 @@ impl LeaseMachine {
             stopping: None,
             read_back_after: Duration::ZERO,
             lock_delay: Duration::ZERO,
-            locked: None,
         }
     }
 
-    /// The machine, with a new lease waiting `lock_delay` after one that did not end cleanly.
+    /// The machine, with a new lease waiting `lock_delay` after one one of whose changes may
+    /// still land.
     pub(super) fn with_lock_delay(mut self, lock_delay: Duration) -> LeaseMachine {
         self.lock_delay = lock_delay;
         self
@@ -106,7 +105,7 @@ impl LeaseMachine {
                 SafeStateStep::SecondReadBackAt(at) => Some(at),
                 _ => Some(self.retry.next_try),
             },
-            LeaseState::Free => self.locked.as_ref().map(|locked| locked.until),
+            LeaseState::Locked(delay) => Some(delay.until),
             _ => None,
         }
     }
@@ -120,9 +119,8 @@ impl LeaseMachine {
                 expires_in: live.expires_in(now),
             },
             None => self
-                .state
-                .between_leases(now)
-                .or(self.lock_delay_at(now))
+                .lock_delay_at(now)
+                .or(self.state.between_leases(now))
                 .unwrap_or(LeaseError::HeldByOther {
                     owner: "a client that waited for it".into(),
                     expires_in: Duration::ZERO,
@@ -291,7 +289,9 @@ impl LeaseMachine {
         let record = lock_delay
             .as_ref()
             .map(|delay| stored_lock_delay(delay, fence, now));
-        self.locked = lock_delay;
+        if let Some(delay) = lock_delay {
+            self.state = LeaseState::Locked(delay);
+        }
         match end.end_pending {
             Some(_) => vec![Action::StoreEnd(record)],
             None => Vec::new(),
@@ -316,7 +316,7 @@ impl LeaseMachine {
                 mark_end_pending: false,
             }];
         }
-        let refusal = match self.state.between_leases(now).or(self.lock_delay_at(now)) {
+        let refusal = match self.lock_delay_at(now).or(self.state.between_leases(now)) {
             Some(refusal) => refusal,
             None if line_empty => {
                 return self.take(
@@ -375,7 +375,7 @@ impl LeaseMachine {
             (_, Grantee::Waiter(ticket)) => return vec![Action::BackInLine(ticket)],
         };
         // Whatever the store says, a new lease is installed only over none.
-        if !matches!(self.state, LeaseState::Free) {
+        if !self.state.is_free(now) {
             return self.taken_over_another(grantee, grant.token, now);
         }
         let live = LiveLease::from_grant(grant, asked_at);
@@ -517,15 +517,13 @@ impl LeaseMachine {
                 actions
             }
             LeaseState::Ending(ending) if !ending.safe_state_owed => self.finish(now),
-            LeaseState::Free => match self.locked.take() {
-                Some(locked) if locked.until > now => {
-                    self.locked = Some(locked);
-                    Vec::new()
-                }
+            LeaseState::Locked(delay) if delay.is_running(now) => Vec::new(),
+            LeaseState::Locked(_) => {
                 // The lock-delay is over: the first one waiting in line may take it.
-                Some(_) => vec![Action::HandOver],
-                None => Vec::new(),
-            },
+                self.state = LeaseState::Free;
+                vec![Action::HandOver]
+            }
+            LeaseState::Free => Vec::new(),
             _ => self.try_safe_state(now),
         }
     }
@@ -545,19 +543,12 @@ impl LeaseMachine {
     /// and the link's guard refuses every change admitted under it not yet sent; then its
     /// changes still at the station settle, then the safe state when it ran out (or was
     /// safe-stopped) and one is configured, then it is free and goes to the next in line
-    /// ([`Self::finish`]); after a lease that did not end cleanly, only once its lock-delay
-    /// is over.
+    /// ([`Self::finish`]). However it ended, it frees at once when every change of it was
+    /// answered: the lock-delay is only for a change left in doubt ([`Self::changes_settled`]).
     fn end(&mut self, live: LiveLease, cause: EndCause, now: Instant) -> Vec<Action> {
         let owed = cause.owes_safe_state() && self.has_safe_state;
         let mut ending = live.ending(owed);
         ending.ended_at = Some(now);
-        if let Some(why) = cause.lock_delay_why() {
-            ending.lock_delay = Some(LockDelay {
-                until: now + self.lock_delay,
-                after: live.owner.clone(),
-                why,
-            });
-        }
         let mut actions = Vec::with_capacity(3);
         if let EndCause::SafeStopped { by, reason } = &cause {
             // Its holder learns at once why its changes are refused.
@@ -705,54 +696,52 @@ impl LeaseMachine {
         retry_in
     }
 
-    /// The end of a lease is finished: free, the event, the end recorded in the store (with
-    /// its lock-delay, when the lease did not end cleanly), then the next in line (after the
-    /// lock-delay, once it is over).
+    /// The end of a lease is finished: free (or locked, while the lock-delay of a change in
+    /// doubt runs), the event, the end recorded in the store (with that lock-delay), then the
+    /// next in line (after the lock-delay, once it is over).
     pub(super) fn finish(&mut self, now: Instant) -> Vec<Action> {
-        let ended = std::mem::replace(&mut self.state, LeaseState::Free);
-        let fence = match &ended {
-            LeaseState::Ending(ending) => ending.fence,
-            _ => 0,
+        let (fence, lock_delay) = match std::mem::replace(&mut self.state, LeaseState::Free) {
+            LeaseState::Ending(ending) => (
+                ending.fence,
+                ending.lock_delay.filter(|delay| delay.is_running(now)),
+            ),
+            _ => (0, None),
         };
-        self.locked = match ended {
-            LeaseState::Ending(ending) => ending.lock_delay.filter(|locked| locked.until > now),
-            _ => None,
-        };
+        let record = lock_delay
+            .as_ref()
+            .map(|delay| stored_lock_delay(delay, fence, now));
+        if let Some(delay) = lock_delay {
+            self.state = LeaseState::Locked(delay);
+        }
         let mut actions = Vec::with_capacity(4);
         if self.has_safe_state {
             actions.push(Action::ForgetOwed);
         }
         actions.push(Action::Publish(self.free_view(now)));
         if !self.lock_delay.is_zero() {
-            let record = self
-                .locked
-                .as_ref()
-                .map(|locked| stored_lock_delay(locked, fence, now));
             actions.push(Action::StoreEnd(record));
         }
-        if self.locked.is_none() {
+        if self.state.is_free(now) {
             actions.push(Action::HandOver);
         }
         actions
     }
 
-    /// Nobody holds it, as anyone may see it: with the lock-delay still to wait, if any.
+    /// Nobody holds it, as anyone may see it: with the lock-delay still to wait, and why, if
+    /// any.
     pub(super) fn free_view(&self, now: Instant) -> LeaseView {
+        let delay = self.state.lock_delay(now);
         LeaseView {
-            lock_delay_ms: self
-                .lock_delay_at(now)
-                .and(self.locked.as_ref())
-                .map(|locked| super::super::millis(locked.until.saturating_duration_since(now))),
+            lock_delay_ms: delay
+                .map(|delay| super::super::millis(delay.until.saturating_duration_since(now))),
+            lock_delay_reason: delay.map(LockDelay::reason),
             ..LeaseView::nobody()
         }
     }
 
-    /// The lock-delay a new lease waits for at `now`, if any.
+    /// The refusal of a new lease while the lock-delay runs at `now`, if it does.
     fn lock_delay_at(&self, now: Instant) -> Option<LeaseError> {
-        match (&self.state, &self.locked) {
-            (LeaseState::Free, Some(locked)) if locked.until > now => Some(locked.refusal(now)),
-            _ => None,
-        }
+        self.state.lock_delay(now).map(|delay| delay.refusal(now))
     }
 
     /// The live lease when `presented` is its id.

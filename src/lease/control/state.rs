@@ -50,6 +50,7 @@ impl LiveLease {
             safe_state: None,
             ended: None,
             lock_delay_ms: None,
+            lock_delay_reason: None,
         }
     }
 
@@ -98,7 +99,8 @@ pub(super) struct EndingLease {
     pub(super) ended_at: Option<Instant>,
 }
 
-/// A new lease waits until `until` after `after`'s lease, which did not end cleanly (`why`).
+/// Until `until`, after `after`'s lease (`why`: one of its changes may still land), nobody may
+/// take a new lease or change the station without one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct LockDelay {
     pub(super) until: Instant,
@@ -107,6 +109,11 @@ pub(super) struct LockDelay {
 }
 
 impl LockDelay {
+    pub(super) fn is_running(&self, now: Instant) -> bool {
+        self.until > now
+    }
+
+    /// The refusal of a new lease (409, with how long to wait).
     pub(super) fn refusal(&self, now: Instant) -> LeaseError {
         LeaseError::LockDelay {
             after: self.after.clone(),
@@ -114,12 +121,33 @@ impl LockDelay {
             wait: self.until.saturating_duration_since(now),
         }
     }
+
+    /// The refusal of a change or forced read sent without a lease (423, with how long to
+    /// wait).
+    pub(super) fn change_refusal(&self, now: Instant) -> LeaseError {
+        LeaseError::ChangeInLockDelay {
+            after: self.after.clone(),
+            why: self.why.text(),
+            wait: self.until.saturating_duration_since(now),
+        }
+    }
+
+    /// Why, in the words of `GET lease`.
+    pub(super) fn reason(&self) -> String {
+        format!(
+            "{}'s lease {}: one of its changes may still land at the station, so no new lease and no change is taken until the lock-delay (lease.lock_delay_ms) is over",
+            self.after,
+            self.why.text()
+        )
+    }
 }
 
-/// Why a lease did not end cleanly, so that the next holder waits the lock-delay.
+/// Why the gateway cannot prove that no change of an ended lease can still land, so that the
+/// next holder waits the lock-delay. A lease that ran out, was broken or was safe-stopped with
+/// every change answered (and its safe state read back) frees at once (issue 51); `RanOut`,
+/// `Broken` and `SafeStopped` are only read from the records of gateways before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum LockDelayWhy {
-    /// It ran out unreleased (or the store ended it, or a renewal came too late).
     RanOut,
     Broken,
     SafeStopped,
@@ -272,6 +300,9 @@ impl EndingLease {
 #[derive(Clone)]
 pub(super) enum LeaseState {
     Free,
+    /// Nobody holds it, and until the lock-delay is over nobody may take it or change the
+    /// station without it: a change of the lease that ended last may still land.
+    Locked(LockDelay),
     /// Held; past its deadline it has ended for admission and the link, even before the
     /// expiry task settles it.
     Held(LiveLease),
@@ -288,10 +319,28 @@ impl LeaseState {
         }
     }
 
+    /// Free at `now`: nobody holds it, and no lock-delay runs.
+    pub(super) fn is_free(&self, now: Instant) -> bool {
+        match self {
+            LeaseState::Free => true,
+            LeaseState::Locked(delay) => !delay.is_running(now),
+            _ => false,
+        }
+    }
+
+    /// The lock-delay running at `now`, if any.
+    pub(super) fn lock_delay(&self, now: Instant) -> Option<&LockDelay> {
+        match self {
+            LeaseState::Locked(delay) if delay.is_running(now) => Some(delay),
+            _ => None,
+        }
+    }
+
     /// Why nobody may change the station now although nobody holds a live lease: a lease past
-    /// its deadline not yet settled, or one being finished.
+    /// its deadline not yet settled, one being finished, or the lock-delay after one.
     pub(super) fn between_leases(&self, now: Instant) -> Option<LeaseError> {
         match self {
+            LeaseState::Locked(delay) if delay.is_running(now) => Some(delay.change_refusal(now)),
             LeaseState::Held(live) if !live.is_live(now) => Some(LeaseError::Ending {
                 owner: live.owner.clone(),
                 ended_ago: Some(now.saturating_duration_since(live.expires_at)),
@@ -318,6 +367,11 @@ pub(super) fn guard_check(
             Ok(())
         }
         (None, LeaseState::Free) => Ok(()),
+        (None, LeaseState::Locked(delay)) if !delay.is_running(now) => Ok(()),
+        (None, LeaseState::Locked(delay)) => Err(GuardRefusal::LockDelay {
+            what,
+            after: delay.after.clone(),
+        }),
         (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => {
             Err(GuardRefusal::ChangedHands {
                 what,

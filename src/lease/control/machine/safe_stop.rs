@@ -2,8 +2,10 @@
 //! and, under access rules, `safe_stop`): the held lease ends through [`LeaseMachine::end`],
 //! and the safe state is applied whatever held it (a lease, a safe state still pending). With
 //! nobody holding the lease it is read back first, and a station already in the safe state is
-//! left as it is: the press is audited and changes nothing else, so repeated presses neither
-//! write again nor start a new lock-delay (issue 49).
+//! left as it is: the press is audited and changes nothing else, so repeated presses never
+//! write again (issue 49). A press never starts a lock-delay: once the safe state is read back
+//! right and every change answered, nothing can land late and the lease is free at once
+//! (issue 51); a lock-delay already running goes on.
 
 use tokio::time::Instant;
 
@@ -11,7 +13,7 @@ use super::super::events::{
     Action, Answer, EndCause, Record, SafeStateError, SafeStopOutcome, SafeStopState,
 };
 use super::super::read_back::Differs;
-use super::super::state::{EndingLease, LeaseState, LockDelay, LockDelayWhy, SafeStateStep};
+use super::super::state::{EndingLease, LeaseState, SafeStateStep};
 use super::LeaseMachine;
 
 /// The owner an [`EndingLease`] names while the safe state of a safe stop pressed with
@@ -23,7 +25,7 @@ impl LeaseMachine {
     /// applied; a safe state still pending is tried at once. With nobody holding the lease the
     /// changes admitted meanwhile settle first, then the safe state is read back, and written
     /// only when it is not in place. A lock-delay already running goes on unchanged: a press
-    /// never makes it longer. Answered once the safe state is confirmed or has failed a try,
+    /// never starts one nor makes one longer. Answered once the safe state is confirmed or has failed a try,
     /// or at once when none is configured or it had already been read back right.
     pub(super) fn safe_stop(&mut self, by: String, reason: String, now: Instant) -> Vec<Action> {
         let ended = match &self.state {
@@ -36,12 +38,6 @@ impl LeaseMachine {
             ended: ended.clone(),
         })];
         self.stopping = Some(ended);
-        let lock_delay = self.lock_delay;
-        let new_lock_delay = |after: &str| LockDelay {
-            until: now + lock_delay,
-            after: after.to_owned(),
-            why: LockDelayWhy::SafeStopped,
-        };
         match &mut self.state {
             LeaseState::Held(live) => {
                 let live = live.clone();
@@ -49,10 +45,6 @@ impl LeaseMachine {
                 actions.extend(self.end(live, EndCause::SafeStopped { by, reason }, now));
             }
             _ if !self.has_safe_state => {
-                if let LeaseState::Free = self.state {
-                    let running = self.locked.take().filter(|locked| locked.until > now);
-                    self.locked = Some(running.unwrap_or_else(|| new_lock_delay(NOBODY)));
-                }
                 actions.extend(self.answer_stop(SafeStopState::NotConfigured));
             }
             LeaseState::Ending(ending)
@@ -67,20 +59,19 @@ impl LeaseMachine {
                 // Written again, whatever step it was at.
                 ending.safe_state_owed = true;
                 ending.step = SafeStateStep::Write;
-                if ending.lock_delay.is_none() {
-                    ending.lock_delay = Some(new_lock_delay(&ending.owner));
-                }
                 self.retry_now(now);
                 actions.extend(self.try_safe_state(now));
             }
-            LeaseState::Free => {
+            LeaseState::Free | LeaseState::Locked(_) => {
                 // Nobody's change may race the safe state, and those admitted while nobody
                 // held it go first; then it is read back ([`SafeStateStep::Check`]). The
                 // lock-delay still running, if any, is kept as it is.
                 let mut ending = EndingLease::new(NOBODY.into(), 0, true);
                 ending.step = SafeStateStep::Check;
                 ending.ended_at = Some(now);
-                ending.lock_delay = self.locked.take().filter(|locked| locked.until > now);
+                if let LeaseState::Locked(delay) = &self.state {
+                    ending.lock_delay = Some(delay.clone()).filter(|delay| delay.is_running(now));
+                }
                 self.state = LeaseState::Ending(ending);
                 actions.push(Action::Settle(None));
             }
@@ -89,9 +80,8 @@ impl LeaseMachine {
     }
 
     /// The safe state read back before anything was written (a safe stop pressed while nobody
-    /// held the lease): right, the press is done, free again with nothing written and no new
-    /// lock-delay; otherwise, or unread, the safe state is written as after any safe stop, and
-    /// new leases wait the lock-delay (unless one is running).
+    /// held the lease): right, the press is done, free again with nothing written; otherwise,
+    /// or unread, the safe state is written as after any safe stop.
     pub(super) fn safe_state_checked(
         &mut self,
         result: Result<Vec<Differs>, SafeStateError>,
@@ -106,13 +96,6 @@ impl LeaseMachine {
             return actions;
         }
         ending.step = SafeStateStep::Write;
-        if ending.lock_delay.is_none() {
-            ending.lock_delay = Some(LockDelay {
-                until: now + self.lock_delay,
-                after: ending.owner.clone(),
-                why: LockDelayWhy::SafeStopped,
-            });
-        }
         self.retry_now(now);
         self.try_safe_state(now)
     }

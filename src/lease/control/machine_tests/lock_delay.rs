@@ -1,9 +1,10 @@
-//! The lock-delay: after a lease that ran out unreleased, was broken or safe-stopped, or
-//! ended with a change that left doubt unanswered, a new lease waits `LOCK_DELAY` (counted
-//! from the end, or from the settle for changes in doubt); a clean release has none.
+//! The lock-delay: after a lease one of whose changes left doubt unanswered, a new lease (and
+//! a change without one) waits `LOCK_DELAY`, counted from the settle; a lease that ended with
+//! every change answered — released, run out, broken or safe-stopped — frees at once (issue 51).
 
 use super::*;
-use crate::lease::control::state::{LockDelayWhy, StoredLockDelay};
+use crate::lease::control::state::{LockDelayWhy, StoredLockDelay, guard_check};
+use crate::link::{GuardRefusal, Guarded};
 
 const LOCK_DELAY: Duration = Duration::from_secs(3);
 
@@ -19,21 +20,22 @@ fn lock_delay_of(actions: &[Action]) -> (String, &'static str, Duration) {
 }
 
 /// `A`'s lease (fence 5, taken at `now`) runs out at `now + TTL` and its changes settle at
-/// once; the instant it ran out.
-fn ran_out(machine: &mut LeaseMachine, now: Instant) -> Instant {
+/// once, one of them in doubt; the instant it ran out.
+fn ran_out_in_doubt(machine: &mut LeaseMachine, now: Instant) -> Instant {
     held_by(machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
     assert!(
         matches!(
             &actions[..],
             [Action::Publish(view), Action::StoreEnd(Some(stored))]
                 if !view.held && view.lock_delay_ms == Some(3000)
+                    && view.lock_delay_reason.as_deref().is_some_and(|why| why.contains("A's lease ended with changes in doubt"))
                     && *stored == StoredLockDelay {
                         after: "A".into(),
                         fence: 5,
-                        why: LockDelayWhy::RanOut,
+                        why: LockDelayWhy::ChangesInDoubt,
                         left: LOCK_DELAY,
                     }
         ),
@@ -42,11 +44,38 @@ fn ran_out(machine: &mut LeaseMachine, now: Instant) -> Instant {
     lapsed
 }
 
+/// The end of a lease finished with nothing in doubt: free, recorded clean, the next in line.
+fn is_clean_finish(actions: &[Action]) -> bool {
+    matches!(
+        actions,
+        [.., Action::Publish(view), Action::StoreEnd(None), Action::HandOver]
+            if *view == LeaseView::nobody()
+    )
+}
+
+/// Issue 51, item 1: the gateway owns the only link, so it knows every change of the lease was
+/// answered: nothing can land late, and the next acquire is taken at once.
 #[test]
-fn after_a_lease_that_ran_out_an_acquire_is_refused_for_the_lock_delay_with_how_long() {
+fn a_lease_that_ran_out_with_every_change_answered_frees_at_once() {
     let now = Instant::now();
     let mut machine = machine(false, now);
-    let lapsed = ran_out(&mut machine, now);
+    held_by(&mut machine, "A", 5, now);
+    let lapsed = now + TTL;
+    machine.on(Event::Deadline, lapsed);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    assert!(is_clean_finish(&actions), "{actions:?}");
+    assert!(matches!(machine.state(), LeaseState::Free));
+    assert_eq!(machine.free_view(lapsed), LeaseView::nobody());
+    assert_eq!(machine.next_wake(), None);
+    let actions = machine.on(acquire("B", false, true), lapsed);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+}
+
+#[test]
+fn after_a_lease_that_ran_out_in_doubt_an_acquire_is_refused_for_the_lock_delay_with_how_long() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let lapsed = ran_out_in_doubt(&mut machine, now);
     assert!(is_free(&machine));
     let asked = lapsed + Duration::from_millis(1200);
     let actions = machine.on(acquire("B", false, true), asked);
@@ -54,13 +83,13 @@ fn after_a_lease_that_ran_out_an_acquire_is_refused_for_the_lock_delay_with_how_
         lock_delay_of(&actions),
         (
             "A".into(),
-            "ran out unreleased",
+            "ended with changes in doubt",
             Duration::from_millis(1800)
         )
     );
     let message = refusal(&actions).to_string();
     assert!(
-        message.contains("A's lease ran out unreleased") && message.contains("1800 ms"),
+        message.contains("A's lease ended with changes in doubt") && message.contains("1800 ms"),
         "{message}"
     );
     assert!(matches!(
@@ -68,18 +97,62 @@ fn after_a_lease_that_ran_out_an_acquire_is_refused_for_the_lock_delay_with_how_
         LeaseError::LockDelay { .. }
     ));
     assert_eq!(machine.free_view(asked).lock_delay_ms, Some(1800));
-    assert_eq!(machine.free_view(lapsed + LOCK_DELAY).lock_delay_ms, None);
+    assert_eq!(machine.free_view(lapsed + LOCK_DELAY), LeaseView::nobody());
     // Over at its instant: an acquire then is taken.
     let over = lapsed + LOCK_DELAY;
     let actions = machine.on(acquire("B", false, true), over);
     assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }
 
+/// Issue 51, item 1: the lock-delay exists because a change of the ended lease may still
+/// land, so a change without a lease waits it too: refused at admission (423, with the wait)
+/// and at the link's send guard, until the instant it is over.
+#[test]
+fn during_the_lock_delay_a_change_without_a_lease_is_refused_at_admission_and_at_the_link() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let lapsed = ran_out_in_doubt(&mut machine, now);
+    let asked = lapsed + Duration::from_millis(1000);
+    match machine.state().between_leases(asked) {
+        Some(LeaseError::ChangeInLockDelay { after, why, wait }) => {
+            assert_eq!(
+                (after.as_str(), why, wait),
+                (
+                    "A",
+                    "ended with changes in doubt",
+                    Duration::from_millis(2000)
+                )
+            );
+        }
+        other => panic!("admitted in the lock-delay: {other:?}"),
+    }
+    assert!(matches!(
+        guard_check(machine.state(), None, Guarded::Change, asked),
+        Err(GuardRefusal::LockDelay { ref after, .. }) if after == "A"
+    ));
+    assert!(matches!(
+        guard_check(machine.state(), Some(5), Guarded::Change, asked),
+        Err(GuardRefusal::LeaseEnded { admitted: 5, .. })
+    ));
+    let over = lapsed + LOCK_DELAY;
+    assert!(machine.state().between_leases(over).is_none());
+    assert!(guard_check(machine.state(), None, Guarded::Change, over).is_ok());
+    assert!(
+        guard_check(
+            machine.state(),
+            None,
+            Guarded::Change,
+            over - Duration::from_millis(1)
+        )
+        .is_err()
+    );
+}
+
 #[test]
 fn one_who_asked_to_wait_is_queued_and_handed_the_lease_when_the_lock_delay_is_over() {
     let now = Instant::now();
     let mut machine = machine(false, now);
-    let lapsed = ran_out(&mut machine, now);
+    let lapsed = ran_out_in_doubt(&mut machine, now);
     let actions = machine.on(acquire("B", true, true), lapsed);
     assert!(
         matches!(&actions[..], [Action::Answer(Answer::Queued)]),
@@ -104,6 +177,7 @@ fn one_who_asked_to_wait_is_queued_and_handed_the_lease_when_the_lock_delay_is_o
     assert!(matches!(&early[..], [Action::BackInLine(4)]), "{early:?}");
     let actions = machine.on(Event::Deadline, over);
     assert!(matches!(&actions[..], [Action::HandOver]), "{actions:?}");
+    assert!(matches!(machine.state(), LeaseState::Free));
     assert_eq!(machine.next_wake(), None);
     assert!(machine.on(Event::Deadline, over).is_empty());
     let actions = machine.on(
@@ -134,11 +208,7 @@ fn a_clean_release_has_no_lock_delay() {
     released(&mut machine, token, now);
     let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
     assert!(
-        matches!(
-            &actions[..],
-            [Action::Publish(view), Action::StoreEnd(None), Action::HandOver]
-                if *view == LeaseView::nobody()
-        ),
+        is_clean_finish(&actions),
         "free, its end recorded clean in the store, the next in line: {actions:?}"
     );
     let actions = machine.on(acquire("B", false, true), now);
@@ -179,7 +249,7 @@ fn a_release_whose_change_left_doubt_unanswered_waits_the_lock_delay_from_the_se
 }
 
 #[test]
-fn a_broken_lease_waits_the_lock_delay() {
+fn a_broken_lease_with_every_change_answered_frees_at_once() {
     let now = Instant::now();
     let mut machine = machine(false, now);
     let token = held_by(&mut machine, "A", 5, now);
@@ -195,33 +265,42 @@ fn a_broken_lease_waits_the_lock_delay() {
         },
         now,
     );
-    machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    assert!(is_clean_finish(&actions), "{actions:?}");
     let actions = machine.on(acquire("B", false, true), now);
-    assert_eq!(lock_delay_of(&actions).1, "was broken");
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }
 
 #[test]
-fn a_safe_stop_waits_the_lock_delay_with_a_lease_or_without_and_with_a_safe_state_or_without() {
+fn a_safe_stop_never_starts_a_lock_delay_with_a_lease_or_without_and_with_a_safe_state_or_without()
+{
     let now = Instant::now();
     let stop = || Event::SafeStop {
         by: "bench 3".into(),
         reason: "smoke".into(),
     };
+    let taken = |machine: &mut LeaseMachine| {
+        let actions = machine.on(acquire("B", false, true), now);
+        assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+    };
     // No safe state, nobody holding it.
     let mut machine = machine(false, now);
     machine.on(stop(), now);
-    let actions = machine.on(acquire("B", false, true), now);
-    assert_eq!(
-        lock_delay_of(&actions),
-        ("nobody".into(), "was safe-stopped", LOCK_DELAY)
-    );
+    assert!(matches!(machine.state(), LeaseState::Free));
+    taken(&mut machine);
+    // No safe state, a lease held.
+    let mut machine = self::machine(false, now);
+    held_by(&mut machine, "A", 5, now);
+    machine.on(stop(), now);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    assert!(is_clean_finish(&actions), "{actions:?}");
+    taken(&mut machine);
     // A safe state, a lease held.
     let mut machine = machine_with_safe_state(now);
     held_by(&mut machine, "A", 5, now);
     machine.on(stop(), now);
     finish_safe_state(&mut machine, now);
-    let actions = machine.on(acquire("B", false, true), now);
-    assert_eq!(lock_delay_of(&actions).0, "A");
+    taken(&mut machine);
     // A safe state, nobody holding it, and the station not in it: read back, then written.
     let mut machine = machine_with_safe_state(now);
     machine.on(stop(), now);
@@ -237,19 +316,17 @@ fn a_safe_stop_waits_the_lock_delay_with_a_lease_or_without_and_with_a_safe_stat
     };
     machine.on(Event::SafeStateReadBack(Ok(vec![differs])), now);
     machine.on(Event::SafeStateAnswered(Ok(())), now);
-    read_back_right_twice(&mut machine, now);
-    let actions = machine.on(acquire("B", false, true), now);
-    assert_eq!(
-        lock_delay_of(&actions),
-        ("nobody".into(), "was safe-stopped", LOCK_DELAY)
-    );
+    let actions = read_back_right_twice(&mut machine, now);
+    assert!(is_clean_finish(&actions), "{actions:?}");
+    taken(&mut machine);
 }
 
 fn machine_with_safe_state(now: Instant) -> LeaseMachine {
     machine(true, now)
 }
 
-/// Settles, writes and reads back the safe state owed, all at `at`.
+/// Settles (nothing in doubt), writes and reads back the safe state owed, all at `at`: free
+/// at once, recorded clean.
 fn finish_safe_state(machine: &mut LeaseMachine, at: Instant) {
     machine.on(Event::ChangesSettled { had_doubts: false }, at);
     machine.on(Event::SafeStateAnswered(Ok(())), at);
@@ -261,20 +338,29 @@ fn finish_safe_state(machine: &mut LeaseMachine, at: Instant) {
                 Action::Record(_),
                 Action::ForgetOwed,
                 Action::Publish(_),
-                Action::StoreEnd(Some(_))
+                Action::StoreEnd(None),
+                Action::HandOver
             ]
         ),
-        "free, nobody handed the lease: {actions:?}"
+        "free, recorded clean, the next in line: {actions:?}"
     );
 }
 
+/// A safe stop pressed while a lease whose change is in doubt is ending keeps its lock-delay,
+/// counted from the settle, neither longer nor gone.
 #[test]
-fn a_safe_stop_while_a_lease_is_ending_waits_the_lock_delay_from_the_stop() {
+fn a_safe_stop_while_a_lease_is_ending_keeps_its_lock_delay_as_it_is() {
     let now = Instant::now();
     let mut machine = machine_with_safe_state(now);
-    let token = held_by(&mut machine, "A", 5, now);
-    released(&mut machine, token, now);
-    let stopped = now + Duration::from_secs(1);
+    held_by(&mut machine, "A", 5, now);
+    let lapsed = now + TTL;
+    machine.on(Event::Deadline, lapsed);
+    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
+    assert!(
+        matches!(&actions[..], [Action::SendSafeState { .. }]),
+        "{actions:?}"
+    );
+    let stopped = lapsed + Duration::from_secs(1);
     machine.on(
         Event::SafeStop {
             by: "bench 3".into(),
@@ -282,23 +368,36 @@ fn a_safe_stop_while_a_lease_is_ending_waits_the_lock_delay_from_the_stop() {
         },
         stopped,
     );
-    finish_safe_state(&mut machine, stopped);
-    let actions = machine.on(acquire("B", false, true), stopped);
+    machine.on(Event::SafeStateAnswered(Ok(())), stopped);
+    read_back_right(&mut machine, stopped);
+    let second_at = machine.next_wake().expect("the second read back");
+    machine.on(Event::Deadline, second_at);
+    let done = stopped + Duration::from_millis(100);
+    let actions = read_back_right(&mut machine, done);
+    assert!(
+        matches!(actions.last(), Some(Action::StoreEnd(Some(stored))) if stored.left == LOCK_DELAY - Duration::from_millis(1100)),
+        "{actions:?}"
+    );
+    let actions = machine.on(acquire("B", false, true), done);
     assert_eq!(
         lock_delay_of(&actions),
-        ("A".into(), "was safe-stopped", LOCK_DELAY)
+        (
+            "A".into(),
+            "ended with changes in doubt",
+            LOCK_DELAY - Duration::from_millis(1100)
+        )
     );
 }
 
 #[test]
-fn the_lock_delay_counts_from_the_end_so_a_long_safe_state_leaves_none_to_wait() {
+fn the_lock_delay_counts_from_the_settle_so_a_long_safe_state_leaves_none_to_wait() {
     let now = Instant::now();
     let mut machine = machine_with_safe_state(now);
     held_by(&mut machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
+    machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
     let done = lapsed + LOCK_DELAY;
-    machine.on(Event::ChangesSettled { had_doubts: false }, done);
     machine.on(Event::SafeStateAnswered(Ok(())), done);
     let actions = read_back_right_twice(&mut machine, done);
     assert!(
@@ -352,7 +451,7 @@ fn an_acquire_while_an_end_is_finished_says_when_it_ended_and_the_lock_delay_lef
     held_by(&mut machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
     machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
     read_back_right(&mut machine, lapsed);
     // Waiting for the second read back, 3 s after it ran out.
@@ -370,7 +469,6 @@ fn an_acquire_while_an_end_is_finished_says_when_it_ended_and_the_lock_delay_lef
     assert!(message.contains("A's lease has just ended"), "{message}");
 }
 
-/// What a restart (or a standby's takeover) at `at` finds: no live lease, and `end`.
 fn resumed_with(machine: &mut LeaseMachine, end: StoredEnd, at: Instant) -> Vec<Action> {
     machine.on(
         Event::Resumed {
@@ -555,24 +653,29 @@ fn a_recorded_lock_delay_with_nothing_left_is_none() {
     assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }
 
-/// Without a safe state, a safe stop pressed with nobody holding starts a lock-delay unless
-/// one is still running; one that ends at the very instant of the press is not running, so the
-/// press starts a whole new one.
+/// A safe stop pressed during a lock-delay keeps it as it is (no longer), and one pressed at
+/// the very instant it ends starts none.
 #[test]
-fn a_safe_stop_at_the_instant_a_lock_delay_ends_starts_a_new_one() {
+fn a_safe_stop_during_a_lock_delay_keeps_it_and_one_at_its_end_starts_none() {
     let now = Instant::now();
     let mut machine = machine(false, now);
-    let lapsed = ran_out(&mut machine, now);
-    let ends = lapsed + LOCK_DELAY;
-    let (_, _, wait) = lock_delay_of(&machine.on(acquire("B", false, true), lapsed));
-    assert_eq!(wait, LOCK_DELAY);
-    machine.on(
-        Event::SafeStop {
-            by: "bench 3".into(),
-            reason: "smoke in rack 2".into(),
-        },
-        ends,
+    let lapsed = ran_out_in_doubt(&mut machine, now);
+    let stop = || Event::SafeStop {
+        by: "bench 3".into(),
+        reason: "smoke in rack 2".into(),
+    };
+    let during = lapsed + Duration::from_secs(1);
+    machine.on(stop(), during);
+    let (_, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), during));
+    assert_eq!(
+        (why, wait),
+        (
+            "ended with changes in doubt",
+            LOCK_DELAY - Duration::from_secs(1)
+        )
     );
-    let (_, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), ends));
-    assert_eq!((why, wait), ("was safe-stopped", LOCK_DELAY));
+    let ends = lapsed + LOCK_DELAY;
+    machine.on(stop(), ends);
+    let actions = machine.on(acquire("B", false, true), ends);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }

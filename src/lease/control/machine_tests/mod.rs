@@ -108,8 +108,9 @@ fn ending_of(machine: &LeaseMachine) -> (String, bool, u32) {
     }
 }
 
+/// Nobody holds it and nothing is being finished (a lock-delay may run).
 fn is_free(machine: &LeaseMachine) -> bool {
-    matches!(machine.state(), LeaseState::Free)
+    matches!(machine.state(), LeaseState::Free | LeaseState::Locked(_))
 }
 
 fn fence_held(machine: &LeaseMachine) -> Option<u64> {

@@ -3,6 +3,7 @@
 //! last lease ended with no end recorded waits the whole lock-delay.
 
 use super::*;
+use crate::lease::control::state::{LockDelayWhy, StoredLockDelay};
 
 const LOCK_DELAY: Duration = Duration::from_secs(5);
 
@@ -40,10 +41,16 @@ async fn the_lock_delay_goes_on_in_a_control_lease_restarted_on_the_same_store()
     let store = Arc::new(MemoryLeaseStore::new());
     let first_run = CancellationToken::new();
     let first = gateway_on(store.clone(), &first_run).await;
-    take(&first, "A").await.unwrap();
-    // A's lease runs out at 1 s; the lock-delay goes from then to 6 s.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(first.view().lock_delay_ms, Some(4000));
+    // A's lease ended with a change in doubt: the first gateway records a lock-delay of 5 s.
+    first
+        .store_end(Some(StoredLockDelay {
+            after: "A".into(),
+            fence: 5,
+            why: LockDelayWhy::ChangesInDoubt,
+            left: LOCK_DELAY,
+        }))
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     first_run.cancel();
     drop(first);
 
@@ -58,9 +65,29 @@ async fn the_lock_delay_goes_on_in_a_control_lease_restarted_on_the_same_store()
     let (after, why, wait) = lock_delay(take(&second, "B").await);
     assert_eq!(
         (after.as_str(), why, wait),
-        ("A", "ran out unreleased", Duration::from_secs(4))
+        ("A", "ended with changes in doubt", Duration::from_secs(4))
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(take(&second, "B").await.unwrap().owner, "B");
+    second_run.cancel();
+}
+
+/// Issue 51, item 1: a lease that ran out with every change answered records no lock-delay,
+/// so a restart right after it serves the next holder at once.
+#[tokio::test(start_paused = true)]
+async fn after_a_lease_that_ran_out_with_nothing_in_doubt_a_restart_has_no_lock_delay() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let first_run = CancellationToken::new();
+    let first = gateway_on(store.clone(), &first_run).await;
+    take(&first, "A").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(first.view().lock_delay_ms, None, "{:?}", first.view());
+    first_run.cancel();
+    drop(first);
+
+    let second_run = CancellationToken::new();
+    let second = gateway_on(store.clone(), &second_run).await;
+    assert_eq!(second.view().lock_delay_ms, None, "{:?}", second.view());
     assert_eq!(take(&second, "B").await.unwrap().owner, "B");
     second_run.cancel();
 }
