@@ -5,6 +5,11 @@
 //! frames: a client that does not read its replies fills its queue and is dropped, and never
 //! slows the link or the other clients. Request ids need no table: every request is answered by
 //! the task that asked the link, with the client's own id.
+//!
+//! Legacy clients never hold the control lease: while anyone does, their changes and consuming
+//! reads get LOCKED and other reads come from the cache up to `legacy.read_max_age_ms` (misses
+//! read from the hardware). Every change goes through `change`, one function for write,
+//! transact, configure, reset and bus.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

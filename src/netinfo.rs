@@ -2,6 +2,7 @@
 //! `/proc/net`, no extra dependency): each interface's MAC and addresses, and which interface
 //! holds a given local address. `api/modules/physical-system` reports it, as a station reports
 //! its own.
+//! Read per request; nothing is kept.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -13,6 +13,8 @@
 //! - [`engine`]: what a lab script holds: [`Lease::exclusive`], [`Lease::semaphore`],
 //!   `acquire(blocking, wait)`, `refresh`, `release`, and the scoped [`LeaseGuard`].
 //! - `plan` (private): the one acquisition decision that memory, SQLite and PostgreSQL share.
+//! - the `station-lease` binary (`src/bin/station-lease/`, the default feature `cli`, which the
+//!   gateway leaves out): holds a lease around a command, through a gateway's HTTP or a backend.
 //!
 //! # Example
 //!

@@ -12,6 +12,10 @@
 //! the writer at once; lines of requests that changed nothing wake it at most once per
 //! [`BATCH_WINDOW`], so reads do not pay a thread wake-up each. A change's request awaits [`AuditLog::record`]
 //! before its answer is sent, so an answered change is on disk even after a `kill -9`.
+//!
+//! A request that changed nothing has its line rendered under the queue's lock straight into
+//! one text the writer swaps for its own. The control lease reports its changes of hands
+//! through a callback (`lease::notice`).
 
 pub mod files;
 pub mod lease_lines;

@@ -8,6 +8,9 @@
 //!
 //! This module keeps the directory: plain file names only, writes that are atomic
 //! (temporary file, fsync, rename, fsync of the directory), and what was loaded when.
+//!
+//! One save or load runs at a time (a tokio `Mutex`), each going through the station service
+//! like any other change.
 
 mod apply;
 pub mod format;

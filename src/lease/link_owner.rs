@@ -7,6 +7,10 @@
 //! gateway that names the station otherwise finds that one held and sends it nothing past
 //! HELLO. A gateway that loses either (it could not renew it in time) stops, rather than go on
 //! touching a station another gateway may now own.
+//!
+//! By default both leases are renewed every TTL/3 (each renewal given TTL/3 by the store), and
+//! the link's `OwnerGate` lets frames out only until TTL − TTL/5 after the last confirmed
+//! renewal was sent.
 
 use std::sync::Arc;
 use std::time::Duration;

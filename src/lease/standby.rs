@@ -3,6 +3,12 @@
 //! HTTP address is in the lease's owner text, [`owner_label`]), and once that lease lapses
 //! takes it: from then on this gateway owns the station (the server resumes the control lease
 //! and announces the failover).
+//!
+//! While it stands by, [`HaRole`] makes the request entry, `/readyz` and `/metrics` answer 503
+//! naming the owner; a lease that lapsed (not released) keeps the link's `OwnerGate` closed for
+//! the link-owner lock-delay. On takeover the server (`server::stand_by`) resumes the control
+//! lease, writes the `GATEWAY failover` audit line and keeps the lease renewed as the
+//! link-owner task does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,5 +1,13 @@
 //! What the link publishes: the station's channel table, the [`StationInfo`] snapshot, the
 //! [`LinkEvent`]s broadcast on changes and the [`LinkStats`] counters.
+//!
+//! [`StationInfo`] is replaced whole, never mutated, and kept twice: in a `watch` for whoever
+//! waits for a change, and in an `ArcSwap` the read path looks at without writing shared memory
+//! (issue 30). Its channel table holds every channel's configuration from the handshake on; a
+//! CONFIGURE answer replaces its channel at once, a configuration NOTIFY brings a LIST refresh
+//! and the inquiries again before the new table and the `configuration` event. The table is
+//! where names resolve for every front end ([`ChannelTable::get`]: station name or net name
+//! first, then alias).
 
 use arc_swap::ArcSwap;
 use foldhash::{HashMap, HashMapExt};

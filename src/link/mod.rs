@@ -6,6 +6,15 @@
 //! hardware read (single flight), times requests out, and reconnects with capped back-off.
 //! What it learned of the station is published as a [`StationInfo`] snapshot; changes of state
 //! are broadcast as [`LinkEvent`]s.
+//!
+//! A request unanswered within the request timeout gets 504 and the task sends a PING; no
+//! answer to it reconnects. A lost connection answers everything queued and in flight at once:
+//! 503, or 502 for a change already sent (it may or may not have been applied), never success.
+//! A hardware read of channels whose read consumes data ([`LinkHandle::read_guarded`]) is
+//! queued with the changes under its send guard, never merged with other reads.
+//! [`LinkHandle::settle`] returns once nothing of a lease's fence can still be at the station.
+//! An answered RESET sets the connection's `restarted` flag, so the next connection reports a
+//! `configuration` change.
 
 mod command;
 mod connection;

@@ -1,6 +1,21 @@
 //! The bookkeeping of one connection, without I/O: request ids, what is in flight and until
 //! when, the changes in doubt, the PING that checks the station still answers, and the one
 //! check that a reply answers its request. Unit-tested below with `Instant`s passed in.
+//!
+//! A change (anything sent under a send guard: a write, a consuming read, a SAMPLE) answered
+//! 504 is in doubt, not lost: the station may still carry it out. It stays in doubt, counted
+//! under its fence, until its late answer comes (dropped, but it settles it), the session ends,
+//! or `station.max_processing_ms` has passed since it was sent (a SAMPLE: since its last
+//! frame). At that bound [`Session::lapse_doubts`] decides: if a lease's settle waits for its
+//! fence, the link is reset (`LinkDown::ChangeInDoubt`: the sending side closed, on TCP the
+//! station's close awaited, then the usual reconnect), else it leaves doubt with a warning.
+//! The reset is sound because a station abandons a closed connection's unfinished requests
+//! (SPEC.md §4, which the simulator keeps); on a serial line `max_processing_ms` is the only
+//! bound. What a settle reports (`had_doubts`) comes from [`Session::take_lapsed`].
+//!
+//! A SAMPLE is a streaming request (`InFlightKind::Stream`): each data frame keeps it in flight
+//! with its deadline counted again, and the first gives its window slot back, so other requests
+//! go out between its frames even on a window of 1.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

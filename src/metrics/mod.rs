@@ -4,6 +4,11 @@
 //! Written here rather than taken from a crate because every label set is known up front
 //! (routes × statuses), so an observation is an array index and a relaxed `fetch_add`: no
 //! hashing, no lock, no allocation on the request path.
+//!
+//! Each is bumped where its concern lives: the HTTP request entry (`http::ops::finish`: route,
+//! status, latency), the link task (`LinkStats`), the value cache (hits and misses), the control
+//! lease (`LeaseCounters`), the legacy listener and the value history (`HistoryCounters`);
+//! gauges (queue depth, streams, subscriptions, lease held) are computed at scrape time.
 
 mod comm;
 mod exposition;

@@ -1,8 +1,8 @@
 //! The station service's access check, one place for every front end: a change's channels
 //! (each with its action and the value it writes) against the rules in force at admission,
-//! its interlocks read from the hardware then and checked again by the send guard right before
-//! the change goes on the wire; a read's channels by where each value comes from (cache or
-//! hardware).
+//! its interlocks checked on a recent cached value (read from the hardware when there is none,
+//! or when it says no) and checked again by the send guard right before the change goes on
+//! the wire; a read's channels by where each value comes from (cache or hardware).
 
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,13 @@
 //! the station's answer or the link's failure, its typed [`ChangeOutcome`], its audit line —
 //! and the caller awaits the report with a bound: a caller that goes away changes nothing
 //! about what happens to the change or to its line.
+//!
+//! The bound is twice the request timeout per step plus the acquisition's or UART receive's own
+//! time, the read-back's wait and the audit sync; past it the caller gets 504 "still running".
+//! A confirmed write is read back (`confirmed_writes`: its readable, non-consuming channels in
+//! one READ, awaited at most [`READ_BACK_WAIT`]) so the cache holds the station's value, never
+//! the one asked for; a failed read-back is logged, never the change's outcome. Once a change
+//! took an HTTP request's origin, the request entry writes no audit line of its own.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

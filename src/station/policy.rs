@@ -1,6 +1,13 @@
 //! How a front end reads, and the cache-or-hardware decision for every name it asks: the
 //! differences between the REST API, the legacy listener and the subscription scheduler are
 //! all [`ReadPolicy`] fields, decided here in one pure function.
+//!
+//! Fresh-enough cached values of the current link generation are served with their age, the
+//! rest read from the hardware in one read. How fresh is per front end (`MaxAgeMs`,
+//! `legacy.read_max_age_ms` while the lease is held, a fraction of a subscription's interval);
+//! a REST non-holder's read while another client holds the lease is cache-only
+//! (`Freshness::CacheOnly`); channels whose read consumes data are read under the admission's
+//! send guard, or refused, by the policy's `ConsumingRule`.
 
 use std::time::{Duration, Instant};
 

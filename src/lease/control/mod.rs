@@ -20,8 +20,14 @@
 //! back-off until the station confirms it, kept across a restart in the store as
 //! `<name>:safe-state-owed`) and read back right twice (at once and `max_processing_ms` later;
 //! a late change found over it is written over again), then free, the `lease` event, the next
-//! in line — after the lock-delay when it did not end cleanly (ran out, broken, safe-stopped,
-//! or a change of it left doubt unanswered).
+//! in line — after the lock-delay (`lease.lock_delay_ms`, default `station.max_processing_ms`)
+//! only when a change of it left doubt unanswered or a restart (or a standby's takeover) lost
+//! track of its end; a lease whose changes were all answered frees at once, however it ended
+//! (issue 51). Meanwhile an acquire is refused 409 with `Retry-After` (or waits in line), a
+//! change without a lease 423 at admission and `GuardRefusal::LockDelay` at the link. A new
+//! holder gets its id only after `settle(None)`, so changes admitted while nobody held it have
+//! left first. A renewal the store confirms only after the local deadline is undone and
+//! refused (404).
 //!
 //! - `end_record.rs`: the end as the store keeps it for a restart or a standby's takeover: the
 //!   lock-delay in force (`<name>:lock-delay`, timed by the store's clock) and the mark that a
