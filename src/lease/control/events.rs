@@ -30,7 +30,10 @@ pub(super) enum Releasing {
     /// Its holder (`DELETE lease/{id}`).
     Holder,
     /// An admin from `peer`; `broken` is the lease as it was when the break was asked.
-    Admin { peer: SocketAddr, broken: LeaseView },
+    Admin {
+        peer: SocketAddr,
+        broken: Box<LeaseView>,
+    },
 }
 
 /// Why a lease ended.

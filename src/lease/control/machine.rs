@@ -166,7 +166,7 @@ impl LeaseMachine {
                     token: live.token.clone(),
                     releasing: Releasing::Admin {
                         peer,
-                        broken: live.view(now),
+                        broken: Box::new(live.view(now)),
                     },
                 }],
                 _ => refuse(LeaseError::NobodyHolds),
@@ -498,7 +498,7 @@ impl LeaseMachine {
             Releasing::Holder if released => (EndCause::Released, Answer::Released),
             Releasing::Holder => (EndCause::RanOut, Answer::Refused(LeaseError::NoSuchLease)),
             Releasing::Admin { peer, broken } => {
-                (EndCause::Broken { peer }, Answer::Broken(broken))
+                (EndCause::Broken { peer }, Answer::Broken(*broken))
             }
         };
         let mut actions = self.end_held(token, cause, now);
