@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Finds circles between a crate's modules: parses every `crate::`, `super::` and child-module
 path in its `src/` (test modules and comments left out) into a file-level import graph and
-prints its strongly connected components of more than one file, largest first. Binaries
-(`main.rs`, `src/bin/`) are left out: they are above everything.
+prints its strongly connected components of more than one file, largest first; then the same
+graph with every file folded into its top-level module (`http/api/call.rs` is `http`), so a
+circle of modules is found even where no two files import each other. Binaries (`main.rs`,
+`src/bin/`) and `lib.rs` are left out: they are above everything.
 
 Without `--src`, every crate of the workspace (the `members` of the root `Cargo.toml`) is
 checked, each printed on its own.
 
 Usage: scripts/module_cycles.py [--max N] [--src DIR]
-  --max N    exit 1 when a component of any crate checked has more than N files
+  --max N    exit 1 when a component of any crate checked has more than N files, or more
+             than N top-level modules
   --src DIR  only this tree's src/ (e.g. an older commit's, from `git archive`)
 """
 import os
@@ -110,8 +113,8 @@ def components(graph):
     return out
 
 
-def circles_of(src):
-    """The components of more than one file in the tree `src`, largest first."""
+def file_graph(src):
+    """Every library file of the tree `src` and the files it imports from."""
     graph = {}
     for dirpath, dirnames, names in os.walk(src):
         if os.path.relpath(dirpath, src) == ".":
@@ -121,7 +124,55 @@ def circles_of(src):
             if name.endswith(".rs") and name != "main.rs":
                 path = os.path.join(dirpath, name)
                 graph[os.path.relpath(path, src)] = edges(src, path)
+    return graph
+
+
+def top_module(file):
+    """The top-level module a file belongs to: `http/api/call.rs` and `http/mod.rs` are `http`."""
+    return file[:-3].split(os.sep)[0]
+
+
+def module_graph(files):
+    """The file graph folded into top-level modules; `lib.rs` left out (it only declares them)."""
+    graph = {}
+    for file, targets in files.items():
+        here = top_module(file)
+        if here == "lib":
+            continue
+        graph.setdefault(here, set())
+        for target in targets:
+            there = top_module(target)
+            if there not in (here, "lib"):
+                graph[here].add(there)
+    return graph
+
+
+def largest_first(graph):
     return sorted((c for c in components(graph) if len(c) > 1), key=len, reverse=True)
+
+
+def circles_of(src):
+    """The components of more than one file in the tree `src`, largest first."""
+    return largest_first(file_graph(src))
+
+
+def module_circles_of(src):
+    """The components of more than one top-level module in the tree `src`, largest first, each
+    with the imports that close it (`module -> module: files`)."""
+    files = file_graph(src)
+    graph = module_graph(files)
+    out = []
+    for component in largest_first(graph):
+        inside = set(component)
+        why = []
+        for file, targets in sorted(files.items()):
+            here = top_module(file)
+            for target in sorted(targets):
+                there = top_module(target)
+                if here in inside and there in inside and here != there:
+                    why.append(f"{file} -> {target}")
+        out.append((component, why))
+    return out
 
 
 def workspace_crates():
@@ -153,7 +204,15 @@ def main():
         print(f"{label}: largest strongly connected component: {largest} file(s)")
         for component in circles:
             print(f"  {len(component)}: {' '.join(component)}")
-        failed = failed or (limit is not None and largest > limit)
+        modules = module_circles_of(src)
+        most = len(modules[0][0]) if modules else 1
+        print(f"{label}: largest circle of top-level modules: {most} module(s)")
+        for component, why in modules:
+            print(f"  {len(component)}: {' '.join(component)}")
+            if limit is not None and len(component) > limit:
+                for line in why:
+                    print(f"      {line}")
+        failed = failed or (limit is not None and max(largest, most) > limit)
     if failed:
         sys.exit(1)
 

@@ -9,11 +9,12 @@ use station_protocol::{ErrorCode, StationError};
 
 use crate::audit::line::Outcome;
 use crate::config_files::ConfigFileError;
+use crate::credentials::AccessError;
 use crate::events::EventsError;
-use crate::http::access::AccessError;
 use crate::http::allow::Allowed;
 use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
+use crate::numeric::NumericError;
 use crate::station::{ChangeAnswer, ChangeReport, StillRunning};
 
 /// What went wrong, as every front end tells it: the HTTP API by its status, the legacy port by
@@ -437,6 +438,22 @@ impl From<ConfigFileError> for ApiError {
     }
 }
 
+/// An acquisition that could not be planned or run: the request's fault 400, an unknown
+/// sampler 404, a sample rate no acquisition can use 502; the link's and a change still running
+/// as everywhere else.
+impl From<NumericError> for ApiError {
+    fn from(error: NumericError) -> ApiError {
+        match error {
+            NumericError::Invalid(message) => ApiError::bad_request(message),
+            NumericError::NoSuchSampler(message) => ApiError::not_found(message),
+            NumericError::StationAnswer(message) => ApiError::station_failed(message),
+            NumericError::Bug(message) => ApiError::internal(message),
+            NumericError::Link(error) => ApiError::from(error),
+            NumericError::StillRunning(error) => ApiError::from(error),
+        }
+    }
+}
+
 /// The caller stopped waiting for a change still running: 504, like a station that has not
 /// answered yet (its outcome is in the audit trail once it has one).
 impl From<StillRunning> for ApiError {
@@ -701,6 +718,32 @@ mod tests {
     }
 
     /// The legacy port's codes for link errors, as `legacy.rs` has always answered them.
+    #[test]
+    fn an_acquisitions_errors_keep_their_statuses_and_messages() {
+        let cases = [
+            (
+                NumericError::Invalid("Samples must be 1 to 100000".into()),
+                400,
+            ),
+            (
+                NumericError::NoSuchSampler("no NumericResult channel".into()),
+                404,
+            ),
+            (
+                NumericError::StationAnswer("a sample rate of NaN".into()),
+                502,
+            ),
+            (NumericError::Bug("another kind of change".into()), 500),
+            (NumericError::Link(LinkError::Overloaded(8)), 503),
+        ];
+        for (error, status) in cases {
+            let message = error.to_string();
+            let api = ApiError::from(error);
+            assert_eq!(api.status().as_u16(), status, "{message}");
+            assert_eq!(api.message, message);
+        }
+    }
+
     #[test]
     fn link_errors_keep_their_kinds() {
         use ErrorCode as C;

@@ -31,7 +31,7 @@ pub struct Gateway {
     /// Counters and histograms for `GET /metrics`.
     pub metrics: crate::metrics::Metrics,
     /// Who may do what over HTTP; off while no credentials are configured.
-    pub access: crate::http::access::AccessControl,
+    pub access: crate::credentials::AccessControl,
     /// The audit trail: every request, and who changed what under which lease.
     pub audit: crate::audit::AuditLog,
     /// Station configuration files: the directory and what was loaded from it.

@@ -13,8 +13,8 @@
 //!   [`gateway_runtime`] is where work that must finish is spawned from a request.
 //! - Front ends, which only translate their wire format: [`http`] (the accept loop,
 //!   `http/routes.rs` as the request entry, the endpoint table and its handlers by area in
-//!   `http/api/`, operations endpoints, access control, the control lease's and named leases'
-//!   endpoints), `legacy` (the byte-protocol listener) and `events` (the event stream, the
+//!   `http/api/`, operations endpoints, the control lease's and named leases' endpoints),
+//!   [`credentials`] (who a request is: API keys and Basic users), `legacy` (the byte-protocol listener) and `events` (the event stream, the
 //!   subscription scheduler and the relay of link and lease events).
 //! - `station`: the station service every front end goes through: the cache-or-hardware
 //!   decision by a `ReadPolicy`, the consuming-channel rule, "station not reached", ages,
@@ -29,9 +29,13 @@
 //!   before a change is answered).
 //! - [`config_files`]: station configuration files (save, load, the directory), through the
 //!   station service.
-//! - Below them all: [`config`], [`error`] (every layer's error given its HTTP status), `api`
-//!   (the API version), [`metrics`], [`logs`] and `netinfo` (the host's interfaces, read from
-//!   the OS).
+//! - [`error`]: every layer's error given its HTTP status, legacy code and audit outcome;
+//!   beside `http` (its `ApiError` carries the methods a path allows), above the rest.
+//! - Below them all: [`config`] (every section, and the pure rules its checks use: the station
+//!   URL, the link-owner lease's timing), `api` (the API version), [`metrics`], [`logs`] and
+//!   `netinfo` (the host's interfaces, read from the OS).
+//!
+//! No circle of more than two top-level modules: `scripts/module_cycles.py --max 2` in CI.
 
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unused_qualifications)]
@@ -42,6 +46,7 @@ pub mod audit;
 mod cache;
 pub mod config;
 pub mod config_files;
+pub mod credentials;
 pub mod error;
 pub mod events;
 pub mod gateway;

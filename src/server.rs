@@ -219,7 +219,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     };
     // Certificate and key files are read now, not when the config was parsed.
     let tls = crate::http::tls::acceptor(&config.http.tls)?;
-    let access = crate::http::access::AccessControl::new(&config.access);
+    let access = crate::credentials::AccessControl::new(&config.access);
     let shutdown = CancellationToken::new();
     let (link_task, link) = LinkTask::with_max_processing(settings, config.max_processing());
     let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;

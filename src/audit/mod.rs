@@ -20,7 +20,6 @@
 pub mod files;
 pub mod lease_lines;
 pub mod line;
-pub mod settings;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -32,9 +31,9 @@ use serde_json::{Value as Json, json};
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
+use crate::config::AuditConfig;
 use files::{CHANGES, MemoryLines, REQUESTS, RotatingFiles, Sink};
 pub use line::{ChangeFields, Outcome, RequestLine};
-use settings::AuditConfig;
 
 /// How many change lines the status page shows.
 pub const RECENT_CHANGES: usize = 20;

@@ -7,14 +7,17 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod audit_section;
+pub mod link_owner_timing;
 mod sections;
+pub mod station_url;
 mod validate;
 
-pub use crate::audit::settings::AuditConfig;
+pub use audit_section::AuditConfig;
 pub use sections::{
     AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HaConfig, HaMode, HistoryConfig,
-    HttpConfig, LeaseConfig, LegacyConfig, Role, SafeWrite, StationConfig, StatusPageConfig,
-    TlsConfig, User,
+    HttpConfig, LeaseConfig, LegacyConfig, MAX_HTTP_THREADS, Role, SafeWrite, StationConfig,
+    StatusPageConfig, TlsConfig, User, valid_table_name,
 };
 
 /// A station's identity as its lease names it and as identities are compared: lower case,

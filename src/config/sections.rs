@@ -39,6 +39,9 @@ pub struct StationConfig {
     pub queue_depth: usize,
 }
 
+/// The most threads `http.threads` may ask for.
+pub const MAX_HTTP_THREADS: usize = 256;
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
@@ -72,7 +75,7 @@ pub struct HttpConfig {
     /// was addressed to (its `Host`, without port or `.local`).
     pub host_name: String,
     /// Threads serving HTTP connections, the gateway's own included (`http::threads`); 0: one
-    /// per core.
+    /// per core; at most [`MAX_HTTP_THREADS`].
     pub threads: usize,
     pub tls: TlsConfig,
 }
@@ -434,6 +437,17 @@ impl LeaseConfig {
         let first = dirs.to_string_lossy().split(':').next()?.to_owned();
         Some(std::path::Path::new(&first).join("link-owner.state"))
     }
+}
+
+/// Whether `name` may be `history.archive_table`: a plain lower-case SQL identifier (it is written
+/// into statements, never bound).
+pub fn valid_table_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// The value history (`GET /v1/history`): recent samples in memory, older ones in an archive.

@@ -3,19 +3,6 @@
 use super::{Config, ConfigError, parse_listen};
 
 impl Config {
-    /// The link-owner lease's timing from `[lease]` (the rules: `LinkOwnerTiming::check`).
-    pub fn link_owner_timing(&self) -> crate::lease::link_owner::LinkOwnerTiming {
-        let lease = &self.lease;
-        let keys = crate::lease::link_owner::TimingKeys {
-            ttl_ms: lease.link_owner_ttl_ms,
-            renew_ms: lease.link_owner_renew_ms,
-            store_timeout_ms: lease.link_owner_store_timeout_ms,
-            margin_ms: lease.link_owner_margin_ms,
-            lock_delay_ms: lease.link_owner_lock_delay_ms,
-        };
-        crate::lease::link_owner::LinkOwnerTiming::configured(keys, self.max_processing())
-    }
-
     /// Checks what serde cannot: ranges, addresses, URLs.
     pub fn validate(&self) -> Result<(), ConfigError> {
         fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
@@ -24,7 +11,7 @@ impl Config {
                 message: message.into(),
             }
         }
-        crate::link::StationUrl::parse(&self.station.url)
+        super::station_url::StationUrl::parse(&self.station.url)
             .map_err(|error| invalid("station.url", error.to_string()))?;
         if !(4096..=1 << 30).contains(&self.audit.file_bytes) {
             return Err(invalid(
@@ -91,13 +78,10 @@ impl Config {
         if self.http.max_connections == 0 {
             return Err(invalid("http.max_connections", "must be above 0"));
         }
-        if self.http.threads > crate::http::threads::MAX_THREADS {
+        if self.http.threads > super::MAX_HTTP_THREADS {
             return Err(invalid(
                 "http.threads",
-                format!(
-                    "must be 0 (one per core) to {}",
-                    crate::http::threads::MAX_THREADS
-                ),
+                format!("must be 0 (one per core) to {}", super::MAX_HTTP_THREADS),
             ));
         }
         if self.http.max_body_bytes == 0 {
@@ -315,7 +299,7 @@ impl Config {
                 "must be empty (memory only) or a postgres:// URL",
             ));
         }
-        if !crate::history::archive::schema::valid_table_name(&history.archive_table) {
+        if !super::valid_table_name(&history.archive_table) {
             return Err(invalid(
                 "history.archive_table",
                 "must be a plain lower-case SQL name (a-z, 0-9, _; at most 40 characters)",

@@ -1,8 +1,8 @@
 //! The HTTP side: the accept loop with graceful shutdown.
 //!
 //! Every request enters at [`routes`]; the endpoint table and its handlers are in `api`;
-//! answers are shaped in `reply`; request bodies in [`body`]; access control in [`access`];
-//! health, metrics and the status page in [`ops`]; HTTPS in [`tls`]; connection limits and the
+//! answers are shaped in `reply`; request bodies in [`body`]; who a request is in
+//! [`crate::credentials`]; health, metrics and the status page in [`ops`]; HTTPS in [`tls`]; connection limits and the
 //! write timeout in [`connections`], whether a connection is idle in [`idle`]; what of a path
 //! may be logged in [`redact`]; which thread serves a connection in [`threads`].
 //!
@@ -16,7 +16,6 @@
 //! its `Served`, which each request clones; a `TaskTracker` drains the connections on shutdown,
 //! each closing gracefully on the shutdown token or once idle too long.
 
-pub mod access;
 pub mod allow;
 mod api;
 pub mod audit_trail;

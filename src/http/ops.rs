@@ -11,10 +11,10 @@ use hyper::{Method, Response, StatusCode};
 use serde_json::{Value as Json, json};
 use tracing::info;
 
-use super::access::BASIC_CHALLENGE;
 use super::allow::Allowed;
 use super::api::{self, Operation};
 use super::reply::{Body, error_kind, json_response};
+use crate::credentials::BASIC_CHALLENGE;
 use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
 use crate::link::{ChannelTable, LinkStats};

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 /// The most threads `http.threads` may ask for.
-pub const MAX_THREADS: usize = 256;
+pub use crate::config::MAX_HTTP_THREADS as MAX_THREADS;
 
 /// The runtimes connections are served on; dropping it stops the extra threads.
 pub struct ConnectionThreads {

@@ -28,7 +28,6 @@ mod session;
 mod settings;
 mod task;
 mod transport;
-mod url;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +36,7 @@ use station_protocol::sample::{SampleAssembler, SampleEnd, SampleRequest};
 use station_protocol::{Configure, ConfigureReply, ItemResult, Opcode, Request, Response, Value};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+pub use crate::config::station_url::{Parity, SerialSettings, StationUrl, UrlError};
 use command::Command;
 pub use command::{Caller, Settled};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
@@ -46,7 +46,6 @@ pub use info::{ChannelPlace, ChannelTable, LinkEvent, LinkStats, StationInfo};
 pub use owner_gate::OwnerGate;
 pub use settings::LinkSettings;
 pub use task::LinkTask;
-pub use url::{Parity, SerialSettings, StationUrl, UrlError};
 
 use crate::cache::ValueCache;
 

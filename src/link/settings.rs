@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::url::StationUrl;
+use crate::config::station_url::StationUrl;
 
 /// How the link task connects and paces its work.
 #[derive(Debug, Clone)]

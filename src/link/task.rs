@@ -250,7 +250,10 @@ impl LinkTask {
             // The reset: the connection is closed, and on TCP the station has closed its side
             // (having abandoned or finished the change in doubt), before anyone waiting for the
             // change is answered (below) and before the next connection (SPEC.md §4).
-            let station_closes = matches!(self.settings.url, super::url::StationUrl::Tcp { .. });
+            let station_closes = matches!(
+                self.settings.url,
+                crate::config::station_url::StationUrl::Tcp { .. }
+            );
             c.close(station_closes, self.settings.request_timeout).await;
         }
         let why = match &end {

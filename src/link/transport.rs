@@ -7,7 +7,7 @@ use tokio::net::TcpStream;
 use tokio_serial::SerialPortBuilderExt;
 
 use super::error::OpenError;
-use super::url::{Parity, StationUrl};
+use crate::config::station_url::{Parity, StationUrl};
 
 /// A byte stream to the station, whatever carries it.
 pub trait StationStream: AsyncRead + AsyncWrite + Unpin + Send {}

@@ -14,11 +14,32 @@ use station_protocol::ChannelDescriptor;
 use station_protocol::frame::{HEADER_LEN, TRAILER_LEN};
 use station_protocol::sample::{DATA_HEADER_LEN, MAX_SAMPLES, SampleRequest};
 
-use crate::error::ApiError;
 use crate::lease::Admitted;
-use crate::link::{ChannelTable, StationUrl};
-use crate::station::{Change, ChangeOrigin, ChangeWhat, Station};
+use crate::link::{ChannelTable, LinkError, StationUrl};
+use crate::station::{Change, ChangeOrigin, ChangeWhat, Station, StillRunning};
 pub use stats::{Limits, Stats};
+
+/// Why an acquisition could not be planned or run. Its HTTP status is chosen in
+/// `crate::error`, with every other layer's.
+#[derive(Debug, thiserror::Error)]
+pub enum NumericError {
+    /// The request asks for what cannot be: a sample count, a target.
+    #[error("{0}")]
+    Invalid(String),
+    /// No NumericResult channel of that name.
+    #[error("{0}")]
+    NoSuchSampler(String),
+    /// The station answered something no acquisition can use.
+    #[error("{0}")]
+    StationAnswer(String),
+    /// The station service answered another kind of change (a gateway bug).
+    #[error("{0}")]
+    Bug(String),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error(transparent)]
+    StillRunning(#[from] StillRunning),
+}
 
 /// The REST contract's NumericResult channel type flag.
 pub const NUMERIC_RESULT_FLAG: u32 = 1 << 19;
@@ -81,19 +102,19 @@ pub fn check_count(
     rate: f64,
     line: Line,
     timeout: Duration,
-) -> Result<u32, ApiError> {
+) -> Result<u32, NumericError> {
     let count = u32::try_from(samples)
         .ok()
         .filter(|n| (1..=MAX_SAMPLES).contains(n))
         .ok_or_else(|| {
-            ApiError::bad_request(format!("Samples must be 1 to {MAX_SAMPLES}; got {samples}"))
+            NumericError::Invalid(format!("Samples must be 1 to {MAX_SAMPLES}; got {samples}"))
         })?;
     let took = expected_duration(count, rate, line);
     if took > timeout {
         let per_sample = (1.0 / rate).max(line.seconds_per_sample());
         let fits =
             ((timeout.as_secs_f64() / per_sample).floor() as u64).min(u64::from(MAX_SAMPLES));
-        return Err(ApiError::bad_request(format!(
+        return Err(NumericError::Invalid(format!(
             "{count} samples at {rate} Hz take about {:.0} ms, longer than one request to the \
              station may (station.request_timeout_ms = {} ms); at most {fits} samples fit",
             took.as_secs_f64() * 1000.0,
@@ -117,14 +138,14 @@ pub fn samplers(table: &ChannelTable) -> Vec<&ChannelDescriptor> {
 pub fn find_sampler<'t>(
     table: &'t ChannelTable,
     wanted: &str,
-) -> Result<&'t ChannelDescriptor, ApiError> {
+) -> Result<&'t ChannelDescriptor, NumericError> {
     table
         .get(wanted)
         .filter(|ch| ch.type_flags & NUMERIC_RESULT_FLAG != 0)
         .ok_or_else(|| {
             let all = samplers(table);
             let known: Vec<&str> = all.iter().map(|ch| ch.name.as_str()).collect();
-            ApiError::not_found(format!(
+            NumericError::NoSuchSampler(format!(
                 "not found: no NumericResult channel {wanted:?}; the station has {}",
                 if known.is_empty() {
                     "none".to_owned()
@@ -141,14 +162,14 @@ pub fn find_target(
     table: &ChannelTable,
     sampler: &ChannelDescriptor,
     wanted: &str,
-) -> Result<String, ApiError> {
+) -> Result<String, NumericError> {
     let candidates = [wanted, table.station_name(wanted)];
     candidates
         .into_iter()
         .find(|name| sampler.options.iter().any(|t| t == name))
         .map(str::to_owned)
         .ok_or_else(|| {
-            ApiError::bad_request(format!(
+            NumericError::Invalid(format!(
                 "{} cannot sample {wanted:?}; its targets are {}",
                 sampler.name,
                 sampler.options.join(", ")
@@ -228,7 +249,7 @@ impl NumericResults {
         &self,
         station: &Station,
         sampler: &ChannelDescriptor,
-    ) -> Result<SamplerInfo, ApiError> {
+    ) -> Result<SamplerInfo, NumericError> {
         let generation = station.info().generation;
         if let Some(info) = lock(&self.infos).get(&sampler.name)
             && info.generation == generation
@@ -243,7 +264,7 @@ impl NumericResults {
             generation,
         };
         if !(info.rate.is_finite() && info.rate > 0.0) {
-            return Err(ApiError::station_failed(format!(
+            return Err(NumericError::StationAnswer(format!(
                 "the station gives {} a sample rate of {}",
                 sampler.name, info.rate
             )));
@@ -259,7 +280,7 @@ impl NumericResults {
         admitted: &Admitted,
         origin: ChangeOrigin,
         plan: Plan,
-    ) -> Result<Acquisition, ApiError> {
+    ) -> Result<Acquisition, NumericError> {
         let Plan {
             sampler,
             target,
@@ -290,8 +311,9 @@ impl NumericResults {
         };
         let report = station.change(change).await?;
         let (samples, end) = report.answer?.sampled().ok_or_else(|| {
-            ApiError::internal(
-                "the station service answered another kind of change than an acquisition (a gateway bug)",
+            NumericError::Bug(
+                "the station service answered another kind of change than an acquisition (a gateway bug)"
+                    .to_owned(),
             )
         })?;
         let started =
@@ -338,8 +360,8 @@ mod tests {
         let t = Duration::from_secs(60);
         for bad in [0, -1, 100_001, i64::MAX] {
             let error = check_count(bad, 50_000.0, Line::Network, t).unwrap_err();
-            assert_eq!(error.kind, crate::error::ErrorKind::BadRequest);
-            assert!(error.message.contains("1 to 100000"), "{}", error.message);
+            assert!(matches!(error, NumericError::Invalid(_)), "{error:?}");
+            assert!(error.to_string().contains("1 to 100000"), "{error}");
         }
         assert_eq!(
             check_count(100_000, 50_000.0, Line::Network, t).unwrap(),
@@ -352,9 +374,9 @@ mod tests {
         let t = Duration::from_secs(2);
         let error = check_count(30_000, 10_000.0, Line::Network, t).unwrap_err();
         assert!(
-            error.message.contains("at most 20000 samples fit"),
+            error.to_string().contains("at most 20000 samples fit"),
             "{}",
-            error.message
+            error
         );
         assert!(check_count(20_000, 10_000.0, Line::Network, t).is_ok());
         // On a serial line the wire is slower than a 10 kHz converter: 1 000 samples take
@@ -362,7 +384,7 @@ mod tests {
         let serial = Line::Serial { baud: 115_200 };
         let error = check_count(10_000, 10_000.0, serial, t).unwrap_err();
         let fits: u32 = error
-            .message
+            .to_string()
             .rsplit("at most ")
             .next()
             .and_then(|rest| rest.split(' ').next())

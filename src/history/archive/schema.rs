@@ -21,16 +21,8 @@ pub const STATUS_READ_ERROR: i16 = 1;
 pub const STATUS_NOT_REACHED: i16 = 2;
 pub const STATUS_GATEWAY_STOPPED: i16 = 3;
 
-/// Whether `name` may be the table's name: a plain lower-case SQL identifier (it is written
-/// into statements, never bound).
-pub fn valid_table_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 40
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
+/// Whether `name` may be the table's name (the rule lives with `[history]`'s other checks).
+pub use crate::config::valid_table_name;
 
 /// The per-minute table beside `table`.
 pub fn minutes_table(table: &str) -> String {

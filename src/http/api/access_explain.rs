@@ -11,8 +11,8 @@ use station_protocol::Value;
 
 use super::call::{Answer, Call, known_channels, ok};
 use crate::config::Role;
+use crate::credentials::API_KEY_HEADER;
 use crate::error::ApiError;
-use crate::http::access::API_KEY_HEADER;
 use crate::rules::{Action, Reason};
 
 fn optional_string<'a>(call: &'a Call<'_>, field: &str) -> Result<Option<&'a str>, ApiError> {

@@ -200,6 +200,7 @@ async fn run(
             plan,
         )
         .await
+        .map_err(ApiError::from)
 }
 
 fn measurement(a: &Acquisition, stats: Stats, keep_samples: bool) -> Measurement {

@@ -8,9 +8,9 @@ use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
 use super::call::{Answer, Call, answered, known_channels, ok, reached_now};
 use crate::config::Role;
+use crate::credentials::AccessError;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-use crate::http::access::AccessError;
 use crate::http::body::{JsonBody, value_text};
 use crate::http::reply::json_bytes_response;
 use crate::link::ChannelTable;

@@ -1,4 +1,4 @@
-//! Access control for HTTP: API keys (`X-Api-Key`) and HTTP Basic users, each with a
+//! Who a request is, for HTTP access control: API keys (`X-Api-Key`) and HTTP Basic users, each with a
 //! [`Role`]; off while none are configured. Checked once per request in `routes.rs` with the role the endpoint table names, before
 //! the body is read and before the lease admission.
 //!
