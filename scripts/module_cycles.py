@@ -33,9 +33,11 @@ def module_of(src, file):
 
 
 def file_of(src, parts):
-    """The file defining the longest prefix of `parts` that is a module."""
-    for n in range(len(parts), -1, -1):
-        base = os.path.join(src, *parts[:n]) if n else os.path.join(src, "lib")
+    """The file defining the longest prefix of `parts` that is a module. A path that names no
+    module of the crate (`crate::Config`, `crate::link` re-exported from another crate) is an
+    item of `lib.rs`, which only declares and re-exports: no edge."""
+    for n in range(len(parts), 0, -1):
+        base = os.path.join(src, *parts[:n])
         for candidate in (base + ".rs", os.path.join(base, "mod.rs")):
             if os.path.isfile(candidate):
                 return os.path.relpath(candidate, src)

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-/// The audit trail (`src/audit/`): rotating files of every request and every change.
+/// The audit trail (`audit/`): rotating files of every request and every change.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {

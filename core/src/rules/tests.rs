@@ -527,7 +527,7 @@ fn a_file_that_names_safe_stop_nowhere_lets_nobody_press_it_and_says_so() {
     let allowing = Rules::compile("default = \"allow\"", 1).unwrap();
     assert!(allowing.anyone_may(Action::SafeStop));
     let example =
-        Rules::compile(include_str!("../../config/access-example-rules.toml"), 1).unwrap();
+        Rules::compile(include_str!("../../../config/access-example-rules.toml"), 1).unwrap();
     assert!(example.anyone_may(Action::SafeStop));
     let operator = example.principal(&subject("operator"));
     let student = example.principal(&subject("student"));

@@ -11,7 +11,7 @@ fn the_example_config_is_valid_and_says_the_defaults() {
 
 #[test]
 fn the_sample_production_config_parses_with_tls_access_and_a_safe_state() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/production.toml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/production.toml");
     // The certificate files need not exist to parse: they are read at start-up.
     let config = Config::from_file(&path).unwrap();
     assert!(config.http.tls.enabled());

@@ -35,7 +35,7 @@ pub fn identity_key(identity: &str) -> String {
 pub const MAX_PROCESSING_PER_TIMEOUT: u32 = 4;
 
 /// The documented example config, also printed by `station-gateway --print-config`.
-pub const EXAMPLE_CONFIG: &str = include_str!("../../config/gateway.toml");
+pub const EXAMPLE_CONFIG: &str = include_str!("../../../config/gateway.toml");
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
