@@ -15,7 +15,7 @@ use super::allow::Allowed;
 use super::api::{self, AskedFrom, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
 use super::audit_trail::{self, Noted};
 use super::body::{JsonBody, read_body};
-use super::lease::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
+use super::lease_endpoints::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops;
 use super::reply::{Body, error_response};
 use crate::audit::Outcome;
@@ -228,7 +228,7 @@ fn route_and_answer<'a>(
         let granted = match route.authority() {
             // The admin token is its own authority for the break, whatever key comes with it.
             Authority::AdminTokenOrCredentials
-                if super::lease::admin_token_presented(gateway, &parts.headers) =>
+                if super::lease_endpoints::admin_token_presented(gateway, &parts.headers) =>
             {
                 Some(Role::Admin)
             }

@@ -5,7 +5,7 @@ use serde_json::{Value as Json, json};
 use station_protocol::ErrorCode;
 
 use super::call::{Answer, Call, not_yet_connected, ok};
-use crate::api::API_VERSION;
+use crate::api_version::API_VERSION;
 use crate::error::ApiError;
 use crate::link::LinkError;
 use crate::station::ChangeWhat;

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use hyper::Response;
 use hyper::header::HeaderMap;
 
+use crate::body::JsonBody;
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-use crate::http::body::JsonBody;
-use crate::http::reply::{Body, json_response};
 use crate::lease::Admitted;
 use crate::link::ChannelTable;
+use crate::reply::{Body, json_response};
 use crate::station::{Change, ChangeAnswer, ChangeOrigin, ChangeReport, ChangeWhat};
 
 /// Everything a handler may use of its request, admitted by access control and the lease.
@@ -33,7 +33,7 @@ pub(crate) struct Call<'a> {
     /// What the lease admission decided (for changes: the send guard).
     pub(crate) admitted: Admitted,
     pub(crate) peer: SocketAddr,
-    /// The connection's socket ([`crate::http::peer_end`]).
+    /// The connection's socket ([`crate::peer_end`]).
     pub(crate) socket: Option<std::os::fd::RawFd>,
     /// The gateway's address the request came in on.
     pub(crate) local: Option<SocketAddr>,

@@ -31,8 +31,8 @@ use std::sync::LazyLock;
 
 use hyper::Method;
 
+use crate::allow::Allowed;
 use crate::config::Role;
-use crate::http::allow::Allowed;
 
 pub(crate) use call::{Answer, Call, Handler};
 pub(crate) use route::{AskedFrom, AuditClass, Authority, BodyKind, Endpoint, Route};
@@ -417,7 +417,7 @@ pub(crate) fn allowed(path: &str) -> Allowed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::body::JsonBody;
+    use crate::body::JsonBody;
     use crate::lease::Access;
 
     /// The endpoint a method and path route to, with the path's `{id}`.
@@ -580,7 +580,7 @@ mod tests {
                 Allowed::NONE.with(&endpoint.method)
             } else if concrete.starts_with("/v1/leases/") || concrete.starts_with("/v1/semaphores/")
             {
-                crate::http::named_leases::methods()
+                crate::named_leases::methods()
             } else {
                 panic!("{path}: documented, but no route of the gateway's");
             };

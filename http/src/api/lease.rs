@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::call::{Answer, Call, ok};
 use crate::config::Role;
-use crate::http::lease as handlers;
+use crate::lease_endpoints as handlers;
 
 /// `GET api/lease`: who holds it.
 pub(super) async fn status(call: Call<'_>) -> Answer {
@@ -23,7 +23,7 @@ pub(super) async fn acquire(call: Call<'_>) -> Answer {
                 crate::link::GuardRefusal::Access(Box::new(refusal)),
             ))
         })?;
-    let client_ended = crate::http::peer_end::ended(call.socket);
+    let client_ended = crate::peer_end::ended(call.socket);
     handlers::acquire(
         call.gateway,
         &call.body,

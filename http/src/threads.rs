@@ -13,7 +13,7 @@
 //! Nothing that must finish runs here beyond a request's own future: a change, its audit line,
 //! a lease's transition are spawned on the gateway's runtime (`station::ChangeRunner`,
 //! `lease::control::shell`). The extra threads stop when their [`ConnectionThreads`] is dropped
-//! (with the [`crate::GatewayHandle`], after its `stop` has drained the connections); the
+//! (with the `GatewayHandle` of station-gateway, after its `stop` has drained the connections); the
 //! connections still open on them end with them, as on a runtime shut down.
 
 use std::future::Future;

@@ -8,7 +8,7 @@ use super::call::{Answer, Call, ok};
 use crate::error::{ApiError, ErrorKind};
 use crate::history::bucket::{Buckets, Point, PointValue, Reduce, Series, reduce_in};
 use crate::history::time_arg::{format_time, parse_time};
-use crate::http::reply::typed_response;
+use crate::reply::typed_response;
 
 /// The most buckets one query may ask for, and the most samples a `raw` query returns.
 pub const MAX_POINTS: usize = 100_000;

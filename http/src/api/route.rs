@@ -8,8 +8,8 @@ use hyper::header::HeaderMap;
 
 use super::call::Handler;
 use super::unserved::Unserved;
+use crate::body::JsonBody;
 use crate::config::Role;
-use crate::http::body::JsonBody;
 use crate::lease::Access;
 
 /// What an endpoint needs of the control lease; enforced for every request before its handler.

@@ -12,8 +12,8 @@ use station_protocol::{
 };
 
 use super::call::{Answer, Call, known_channels, ok};
+use crate::body::JsonBody;
 use crate::error::ApiError;
-use crate::http::body::JsonBody;
 use crate::link::LinkError;
 use crate::metrics::BusKind;
 use crate::station::ChangeWhat;

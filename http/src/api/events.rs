@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
+use crate::body::JsonBody;
 use crate::events::SubscriptionRequest;
 use crate::events::filter::{Deadband, FilterOptions};
-use crate::http::body::JsonBody;
 
 /// `GET api/events`: a `text/event-stream` that starts with `hello`.
 pub(super) async fn open_stream(call: Call<'_>) -> Answer {

@@ -136,7 +136,7 @@ pub(super) fn asked_delete(request: AskedFrom<'_>) -> Option<String> {
 pub(super) async fn delete(call: Call<'_>) -> Answer {
     let name = percent_decoded(call.id)?;
     call.gateway.config_files.delete(&name).await?;
-    Ok(crate::http::reply::no_content())
+    Ok(crate::reply::no_content())
 }
 
 /// A path segment or RFC 5987 value with `%XX` escapes undone; must be UTF-8.

@@ -1,38 +1,5 @@
-//! The HTTP side: the accept loop with graceful shutdown.
-//!
-//! Every request enters at [`routes`]; the endpoint table and its handlers are in `api`;
-//! answers are shaped in `reply`; request bodies in [`body`]; who a request is in
-//! [`crate::credentials`]; health, metrics and the status page in [`ops`]; HTTPS in [`tls`]; connection limits and the
-//! write timeout in [`connections`], whether a connection is idle in [`idle`]; what of a path
-//! may be logged in [`redact`]; which thread serves a connection in [`threads`].
-//!
-//! Each connection is one task, on the thread `threads` picks: hyper's HTTP/1 connection when a
-//! plain connection's first bytes leave the HTTP/2 preface, hyper-util's HTTP/1-or-2 one
-//! otherwise and on TLS, half-closed clients answered (`half_close`). The header and keep-alive
-//! timeouts are the connection's own idle deadline (`idle`), not a hyper timer per request, and
-//! the task polls it and the shutdown token only when they woke it (`gated`). The TLS handshake
-//! and the HTTP/1-or-2 connection are boxed, so a plain HTTP/1 connection's task is sized to
-//! what it holds (2.4 KB, not 9.2 KB). The gateway's `Arc` is cloned once per connection into
-//! its `Served`, which each request clones; a `TaskTracker` drains the connections on shutdown,
-//! each closing gracefully on the shutdown token or once idle too long.
-
-pub mod allow;
-mod api;
-pub mod audit_trail;
-pub mod body;
-pub mod connections;
-mod gated;
-pub mod idle;
-pub mod lease;
-pub mod named_leases;
-pub mod openapi;
-pub mod ops;
-pub mod peer_end;
-pub mod redact;
-mod reply;
-pub mod routes;
-pub mod threads;
-pub mod tls;
+//! The accept loop: [`serve`] takes connections until shutdown, gives each a task on the
+//! thread `threads` picks, and drains them; every stage of a request has its time limit.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -50,15 +17,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
-use self::body::BodyTimeouts;
-use self::connections::{
+use crate::body::BodyTimeouts;
+use crate::connections::{
     ConnectionLimits, ConnectionSlot, FirstByteDeadline, IoActivity, Refusal, SlotKind, TimedIo,
     is_reserved_request,
 };
-use self::idle::{CloseWanted, ConnectionUse, CountedBody, IdleLimits};
 use crate::error::ApiError;
-pub use api::LeaseNeed;
-pub use reply::{Body, error_response, json_bytes_response, json_response};
+use crate::idle::{CloseWanted, ConnectionUse, CountedBody, IdleLimits};
+use crate::reply::{Body, error_response};
+use crate::{body, gated, routes, threads};
 
 use crate::gateway::Gateway;
 
@@ -68,8 +35,8 @@ use crate::gateway::Gateway;
 /// Every stage of a request has a time limit: the first byte and the headers
 /// (`http.header_read_timeout_ms`, also how long a connection that never had a request may
 /// stay), the time between requests (`http.keep_alive_timeout_ms`: how long a connection,
-/// HTTP/1 or HTTP/2, that had one may stay with none in progress: [`idle`]), the TLS
-/// handshake (the header timeout), the body ([`body::with_body_limits`]), and the answer's
+/// HTTP/1 or HTTP/2, that had one may stay with none in progress: [`crate::idle`]), the TLS
+/// handshake (the header timeout), the body ([`crate::body::with_body_limits`]), and the answer's
 /// write ([`TimedIo`]). Connections are
 /// limited in all, per address and with a reserve for health checks and the lease
 /// ([`ConnectionLimits`]); at the limit the longest-idle connection makes room for a newcomer.

@@ -7,11 +7,11 @@
 use hyper::StatusCode;
 use station_protocol::{ErrorCode, StationError};
 
+use crate::allow::Allowed;
 use crate::audit::line::Outcome;
 use crate::config_files::ConfigFileError;
 use crate::credentials::AccessError;
 use crate::events::EventsError;
-use crate::http::allow::Allowed;
 use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
 use crate::numeric::NumericError;

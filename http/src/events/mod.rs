@@ -348,7 +348,7 @@ impl Events {
         let hello = json!({
             "isConnected": info.connected,
             "generation": info.generation,
-            "apiVersion": crate::api::API_VERSION,
+            "apiVersion": crate::api_version::API_VERSION,
             "streamId": &*id,
         });
         // The queue is new and at least one event long: hello always fits, as id 1.

@@ -7,13 +7,13 @@ use serde_json::{Value as Json, json};
 use station_protocol::{ChannelDescriptor, ItemResult, Value};
 
 use super::call::{Answer, Call, answered, known_channels, ok, reached_now};
+use crate::body::{JsonBody, value_text};
 use crate::config::Role;
 use crate::credentials::AccessError;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-use crate::http::body::{JsonBody, value_text};
-use crate::http::reply::json_bytes_response;
 use crate::link::ChannelTable;
+use crate::reply::json_bytes_response;
 use crate::station::{
     ChangeAnswer, ChangeWhat, ConsumingRule, Freshness, ItemError, ItemReading, ReadError,
     ReadPolicy, UnknownRule,
