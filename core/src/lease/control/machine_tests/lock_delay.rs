@@ -104,6 +104,32 @@ fn after_a_lease_that_ran_out_in_doubt_an_acquire_is_refused_for_the_lock_delay_
     assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }
 
+/// At the instant the lock-delay is over the lease is free, even before the expiry task's
+/// turn has marked it so: an acquire then is taken and installed, not seen as a lease taken
+/// over another's (cargo mutants: `is_free` without its `Locked` arm went unnoticed).
+#[test]
+fn an_acquire_at_the_instant_the_lock_delay_is_over_is_installed_before_any_deadline_turn() {
+    let now = Instant::now();
+    let mut machine = machine(false, now);
+    let lapsed = ran_out_in_doubt(&mut machine, now);
+    let over = lapsed + LOCK_DELAY;
+    assert!(matches!(machine.state(), LeaseState::Locked(_)));
+    let actions = machine.on(acquire("B", false, true), over);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
+    let actions = machine.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: over,
+            answer: Ok(Acquisition::Taken(grant("B", 6))),
+        },
+        over,
+    );
+    assert!(
+        matches!(machine.state(), LeaseState::Held(live) if live.owner == "B" && live.fence == 6),
+        "B holds it: {actions:?}"
+    );
+}
+
 /// Issue 51, item 1: the lock-delay exists because a change of the ended lease may still
 /// land, so a change without a lease waits it too: refused at admission (423, with the wait)
 /// and at the link's send guard, until the instant it is over.
