@@ -112,7 +112,7 @@ async fn idle_sockets_past_the_connection_limit_make_room_and_do_not_exhaust_des
         c.http.max_connections = limit;
         c.http.reserved_connections = reserved;
         // Every socket comes from 127.0.0.1: let it hold every slot (the per-address share is
-        // tested in tests/http_timeouts.rs).
+        // tested in tests/gateway/http_timeouts.rs).
         c.http.max_connections_per_ip = limit + reserved;
         c.http.header_read_timeout_ms = 60_000;
     })

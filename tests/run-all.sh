@@ -11,7 +11,7 @@
 #   bash tests/run-all.sh --with-services CMD  only the services part: brings up PostgreSQL and
 #                                              Redis as the full run does, runs CMD with their URLs
 #                                              exported, stops them (e.g. CMD = cargo test --test
-#                                              lease_backends)
+#                                              gateway lease_backends)
 #
 # Services: the tests keep to a database of their own on the server they find (PostgreSQL:
 # station_gateway_test, created when absent; Redis: database 15), unless LEASE_TEST_POSTGRES_URL
@@ -289,7 +289,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # The full run
 
-# The status page tests (tests/operations.rs, tests/status_page.rs) drive headless Chromium and
+# The status page tests (tests/gateway/operations.rs, tests/gateway/status_page.rs) drive headless Chromium and
 # fail without it.
 have_chromium() {
     local name
@@ -299,7 +299,7 @@ have_chromium() {
     return 1
 }
 if ! have_chromium; then
-    apt_install "the status page test (tests/operations.rs) drives headless Chromium, and none is installed" \
+    apt_install "the status page test (tests/gateway/operations.rs) drives headless Chromium, and none is installed" \
         chromium || say "without Chromium the status page test fails"
 fi
 

@@ -1,7 +1,7 @@
 //! The lease engine's one behavioural suite, run on every backend (memory, an SQLite file,
 //! Postgres, Redis): mutual exclusion, semaphore bounds, fences, expiry, wrong tokens, blocking
 //! waits and owner-token re-acquire; then faults (Redis unreachable or paused, SQLite locked)
-//! (the gateway's own lease tests are in the gateway's `tests/lease_backends.rs`).
+//! (the gateway's own lease tests are in the gateway's `tests/gateway/lease_backends.rs`).
 //!
 //! Postgres and Redis are the machine's own — the tests' own database on each, never the
 //! user's: `station_gateway_test` on PostgreSQL (`bash tests/run-all.sh` creates it when absent),
