@@ -12,7 +12,8 @@
 //!   with [`BackendUrl`], and [`LeaseBackends`], which opens each URL once.
 //! - [`engine`]: what a lab script holds: [`Lease::exclusive`], [`Lease::semaphore`],
 //!   `acquire(blocking, wait)`, `refresh`, `release`, and the scoped [`LeaseGuard`].
-//! - `plan` (private): the one acquisition decision that memory, SQLite and PostgreSQL share.
+//! - `store::plan` (private to the crate): the one acquisition decision that memory, SQLite
+//!   and PostgreSQL share.
 //! - the `station-lease` binary (`src/bin/station-lease/`, the default feature `cli`, which the
 //!   gateway leaves out): holds a lease around a command, through a gateway's HTTP or a backend.
 //!
@@ -47,7 +48,6 @@
 
 pub mod backends;
 pub mod engine;
-mod plan;
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;

@@ -17,8 +17,10 @@ use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls, Row};
 use tracing::warn;
 
-use crate::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
 use crate::sqlite::{counter_slot, max_slot};
+use crate::store::plan::{
+    AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire,
+};
 use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
 };

@@ -29,7 +29,7 @@ use redis::{FromRedisValue, Script};
 use serde::Deserialize;
 
 use self::scripts::Scripts;
-use crate::plan::duration_to_millis;
+use crate::store::plan::duration_to_millis;
 use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStore, LeaseStoreError,
     LeaseToken,

@@ -20,7 +20,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use crate::plan::{AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire};
+use crate::store::plan::{
+    AcquirePlan, SEMAPHORE_COUNTER_SLOT, SlotRow, duration_to_millis, plan_acquire,
+};
 use crate::store::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
 };

@@ -19,6 +19,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 mod memory;
+pub(crate) mod plan;
 pub(crate) mod terms;
 
 pub use memory::MemoryLeaseStore;

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
 };
-use crate::plan::{AcquirePlan, SlotRow, duration_to_millis, plan_acquire, wall_millis};
+use crate::store::plan::{AcquirePlan, SlotRow, duration_to_millis, plan_acquire, wall_millis};
 
 /// One name's rows in memory, and its fence counter.
 #[derive(Debug, Default)]
