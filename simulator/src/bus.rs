@@ -316,5 +316,4 @@ pub(crate) async fn answer(
 }
 
 #[cfg(test)]
-#[path = "bus_tests.rs"]
 mod tests;

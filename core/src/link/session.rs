@@ -430,5 +430,4 @@ fn check_kind(entry: &InFlight, response: &Response) -> Result<(), ProtocolError
 }
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
 mod tests;

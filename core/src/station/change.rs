@@ -734,5 +734,4 @@ impl ChangeRunner {
 }
 
 #[cfg(test)]
-#[path = "change/tests.rs"]
 mod tests;
