@@ -152,3 +152,97 @@ impl LinkOwnerTiming {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(ttl_ms: u64) -> TimingKeys {
+        TimingKeys {
+            ttl_ms,
+            renew_ms: None,
+            store_timeout_ms: None,
+            margin_ms: None,
+            lock_delay_ms: None,
+        }
+    }
+
+    const MAX_PROCESSING: Duration = Duration::from_secs(8);
+
+    #[test]
+    fn the_default_timing_is_all_from_the_ttl_and_keeps_every_rule() {
+        let timing = LinkOwnerTiming::configured(keys(10_000), MAX_PROCESSING);
+        assert_eq!(timing.renew_every, Duration::from_secs(10) / 3);
+        assert_eq!(timing.store_timeout, Duration::from_secs(10) / 3);
+        assert_eq!(timing.margin, Duration::from_secs(2));
+        assert_eq!(
+            timing.lock_delay,
+            Duration::from_secs(6),
+            "what keeps margin + lock-delay ≥ max processing"
+        );
+        assert_eq!(timing.check(MAX_PROCESSING), Ok(()));
+        let short = LinkOwnerTiming::configured(keys(2_000), Duration::from_millis(500));
+        assert_eq!(
+            short.lock_delay,
+            Duration::from_millis(400) + Duration::from_secs(2) / 3,
+            "at least the margin and one store timeout"
+        );
+        assert_eq!(short.check(Duration::from_millis(500)), Ok(()));
+    }
+
+    #[test]
+    fn a_renewal_that_could_not_be_tried_again_in_time_is_refused_naming_the_keys() {
+        let timing = LinkOwnerTiming::configured(
+            TimingKeys {
+                store_timeout_ms: Some(5_000),
+                ..keys(10_000)
+            },
+            MAX_PROCESSING,
+        );
+        let broken = timing.check(MAX_PROCESSING).unwrap_err();
+        assert_eq!(broken.key, "lease.link_owner_ttl_ms");
+        for key in [
+            "lease.link_owner_renew_ms",
+            "lease.link_owner_store_timeout_ms",
+            "lease.link_owner_margin_ms",
+            "3333 + 5000 + 200 ms is not below 10000 − 2000 ms",
+        ] {
+            assert!(broken.message.contains(key), "{key}: {}", broken.message);
+        }
+    }
+
+    #[test]
+    fn a_lock_delay_that_leaves_a_change_of_the_old_owner_at_the_station_is_refused() {
+        let timing = LinkOwnerTiming::configured(
+            TimingKeys {
+                lock_delay_ms: Some(1_000),
+                ..keys(10_000)
+            },
+            MAX_PROCESSING,
+        );
+        let broken = timing.check(MAX_PROCESSING).unwrap_err();
+        assert_eq!(broken.key, "lease.link_owner_lock_delay_ms");
+        assert!(
+            broken.message.contains("station.max_processing_ms")
+                && broken.message.contains("2000 + 1000 ms is below 8000 ms"),
+            "{}",
+            broken.message
+        );
+    }
+
+    #[test]
+    fn a_margin_too_small_to_cover_a_frame_on_its_way_is_refused() {
+        let timing = LinkOwnerTiming::configured(
+            TimingKeys {
+                margin_ms: Some(10),
+                lock_delay_ms: Some(10_000),
+                ..keys(10_000)
+            },
+            MAX_PROCESSING,
+        );
+        assert_eq!(
+            timing.check(MAX_PROCESSING).unwrap_err().key,
+            "lease.link_owner_margin_ms"
+        );
+    }
+}
