@@ -33,14 +33,24 @@ def module_of(src, file):
 
 
 def file_of(src, parts):
-    """The file defining the longest prefix of `parts` that is a module. A path that names no
-    module of the crate (`crate::Config`, `crate::link` re-exported from another crate) is an
-    item of `lib.rs`, which only declares and re-exports: no edge."""
+    """The file defining the longest prefix of `parts` that is a module, else `lib.rs` when it
+    defines the item named (`crate::Simulator` of a `lib.rs` that holds it). A path that names
+    neither (`crate::Config` re-exported by `lib.rs`, `crate::link` re-exported from another
+    crate) is no edge: a re-export is not a dependency of `lib.rs`'s own."""
     for n in range(len(parts), 0, -1):
         base = os.path.join(src, *parts[:n])
         for candidate in (base + ".rs", os.path.join(base, "mod.rs")):
             if os.path.isfile(candidate):
                 return os.path.relpath(candidate, src)
+    lib = os.path.join(src, "lib.rs")
+    if parts and os.path.isfile(lib):
+        defines = re.compile(
+            r"^\s*(?:pub(?:\([a-z]+\))?\s+)?(?:async\s+)?"
+            r"(?:fn|struct|enum|trait|type|const|static|union|macro_rules!)\s+" + re.escape(parts[0]) + r"\b",
+            re.M,
+        )
+        if defines.search(open(lib, encoding="utf-8").read()):
+            return "lib.rs"
     return None
 
 
