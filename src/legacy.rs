@@ -26,6 +26,8 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+mod codes;
+
 use crate::gateway::Gateway;
 use crate::lease::{Access, Admitted, LeaseError};
 use crate::link::{LinkError, LinkEvent};
@@ -487,7 +489,7 @@ fn internal(message: &str) -> Response {
 fn link_error(error: LinkError) -> Response {
     let code = match &error {
         LinkError::Station(station) => return Response::Error(station.clone()),
-        other => crate::error::legacy_code(crate::error::link_kind(other)),
+        other => codes::legacy_code(other.kind()),
     };
     Response::Error(StationError::new(code, error.to_string()))
 }

@@ -1,6 +1,9 @@
 //! The station core of Station Gateway: everything between a front end and the station, and
 //! nothing of HTTP (this crate does not depend on hyper; `cargo tree -p station-core` shows it).
 //!
+//! At the bottom, [`error_kind`]: what went wrong, as every layer gives its errors and every
+//! front end tells them (an HTTP status, a legacy code, an audit outcome).
+//!
 //! From the bottom (no circle of more than two top-level modules: `scripts/module_cycles.py`):
 //!
 //! - [`config`]: every section of the gateway's configuration, and the pure rules its checks
@@ -31,6 +34,7 @@ pub mod audit;
 pub mod cache;
 pub mod config;
 pub mod config_files;
+pub mod error_kind;
 pub mod gateway_runtime;
 pub mod history;
 pub mod lease;

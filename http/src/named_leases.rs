@@ -43,7 +43,7 @@ pub const MAX_SLOTS: u32 = 1000;
 const MAX_NAME_CHARS: usize = 200;
 const MAX_OWNER_CHARS: usize = 200;
 
-/// Why a named-lease request was refused. Its kind is given below, its status by `crate::error`.
+/// Why a named-lease request was refused. Its kind is given below, its status by `crate::error::http_status`.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NamedLeaseError {
     #[error("a lease name is 1 to 200 of the characters A-Z a-z 0-9 . _ - : @; got {0:?}")]
@@ -380,8 +380,8 @@ async fn status(gateway: &Gateway, target: &Target, query: &str) -> Result<Json,
     Ok(answer)
 }
 
-/// Each refusal's kind in the gateway's one vocabulary (`crate::error`, which gives it its
-/// status), given here so that `crate::error` needs no HTTP handler module.
+/// Each refusal's kind in the gateway's one vocabulary (`ErrorKind`; `crate::error` gives it
+/// its status), given here so that `crate::error` needs no HTTP handler module.
 impl From<NamedLeaseError> for ApiError {
     fn from(error: NamedLeaseError) -> ApiError {
         let kind = match &error {

@@ -127,7 +127,7 @@ pub fn handle(
         // A change's line is on disk before its answer leaves (a change to the station wrote its
         // own, from its own task).
         let outcome = match super::reply::error_kind(&response) {
-            Some(kind) => crate::error::audit_outcome(kind),
+            Some(kind) => Outcome::of_error(kind),
             None if response.status().is_success() => Outcome::Applied,
             None => Outcome::Refused,
         };

@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::error_kind::ErrorKind;
+
 /// What became of a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -22,6 +24,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// What a change that failed with this kind is in the audit trail: unknown where the
+    /// station did not give a readable answer to what was sent
+    /// ([`ErrorKind::leaves_outcome_unknown`]), else refused. (A list that failed halfway is
+    /// partial: that is the change's, not its error's.)
+    pub fn of_error(kind: ErrorKind) -> Outcome {
+        match kind.leaves_outcome_unknown() {
+            true => Outcome::Unknown,
+            false => Outcome::Refused,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Applied => "applied",

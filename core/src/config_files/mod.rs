@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::config::ConfigFilesConfig;
+use crate::error_kind::ErrorKind;
 use crate::link::LinkError;
 
 pub use apply::{LoadReport, configs_of, load, save};
@@ -31,7 +32,7 @@ pub use apply::{LoadReport, configs_of, load, save};
 /// The longest file name accepted (bytes).
 pub const MAX_NAME_LEN: usize = 64;
 
-/// What went wrong with a configuration file, for `error.rs` to give its status.
+/// What went wrong with a configuration file; its kind is [`ConfigFileError::kind`].
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
     #[error("bad configuration file name {0:?}: {1}")]
@@ -61,6 +62,24 @@ pub enum ConfigFileError {
     /// The gateway's own directory failed it.
     #[error("configuration files directory: {0}")]
     Io(String),
+}
+
+impl ConfigFileError {
+    /// Its kind: a bad name or file is the client's (bad request, too large), an unknown name
+    /// not found, the station's and the link's as theirs, the gateway's directory internal.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ConfigFileError::BadName(..) | ConfigFileError::BadFile(_) => ErrorKind::BadRequest,
+            ConfigFileError::NotFound(_) => ErrorKind::NotFound,
+            ConfigFileError::TooLarge { .. } => ErrorKind::TooLarge,
+            ConfigFileError::NotReached(_) => ErrorKind::StationNotReached,
+            ConfigFileError::ReadFailed(_) => ErrorKind::StationFailed,
+            ConfigFileError::Station { error, .. } => error.kind(),
+            ConfigFileError::Stopped(stopped) => stopped.error.kind(),
+            ConfigFileError::Io(_) => ErrorKind::Internal,
+            ConfigFileError::StillRunning(still) => still.kind(),
+        }
+    }
 }
 
 /// Where a load stopped, what it had applied and what it had not.

@@ -34,6 +34,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::error_kind::ErrorKind;
+
 /// The lease as anyone may see it (never the lease id): `GET lease` and the `lease` event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -119,7 +121,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_millis(30_000);
 /// The longest `waitMs` of `POST lease?waitMs=N`.
 pub const MAX_WAIT: Duration = Duration::from_millis(60_000);
 
-/// Why a lease operation or a request was refused. Its HTTP status is chosen in `crate::error`.
+/// Why a lease operation or a request was refused; its kind is [`LeaseError::kind`].
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseError {
     #[error("TtlMs must be 1000 to 600000 (milliseconds); got {0}")]
@@ -202,7 +204,37 @@ pub enum LeaseError {
     Store(#[from] LeaseStoreError),
 }
 
+/// The kind of a lease backend's error: one that could not answer (unreachable, locked,
+/// failed) leaves the lease's state unknown, never "held"; a semaphore asked for with other
+/// slots than its holders' is a conflict.
+pub fn store_error_kind(error: &LeaseStoreError) -> ErrorKind {
+    match error {
+        LeaseStoreError::CapacityConflict { .. } => ErrorKind::Conflict,
+        _ => ErrorKind::LeaseStoreUnavailable,
+    }
+}
+
 impl LeaseError {
+    /// Its kind: someone else's lease or the lock-delay a conflict for an acquisition, a change
+    /// without the lease locked, an unknown lease not found, the store's state unknown.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LeaseError::BadTtl(_) | LeaseError::BadWait(_) => ErrorKind::BadRequest,
+            LeaseError::HeldByOther { .. } | LeaseError::LockDelay { .. } => ErrorKind::Conflict,
+            LeaseError::LockedBy { .. }
+            | LeaseError::LeaseEnded { .. }
+            | LeaseError::NotCached { .. }
+            | LeaseError::Ending { .. }
+            | LeaseError::ChangeInLockDelay { .. } => ErrorKind::Locked,
+            LeaseError::SafeStatePending { .. } => ErrorKind::SafeStatePending,
+            LeaseError::NoSuchLease | LeaseError::NobodyHolds | LeaseError::AdminBreakOff => {
+                ErrorKind::NotFound
+            }
+            LeaseError::AdminTokenWrong => ErrorKind::Forbidden,
+            LeaseError::Store(_) => ErrorKind::LeaseStoreUnavailable,
+        }
+    }
+
     /// How long a client refused this should wait before it tries again, when that is known
     /// (for `Retry-After`).
     pub fn retry_after(&self) -> Option<Duration> {

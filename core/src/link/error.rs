@@ -10,6 +10,7 @@ use std::time::Duration;
 use station_protocol::{FrameError, Opcode, PayloadError, StationError};
 
 use super::guard::GuardRefusal;
+use crate::error_kind::ErrorKind;
 
 /// Why a request to the station did not get the station's answer.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -56,30 +57,29 @@ pub enum LinkError {
 }
 
 impl LinkError {
+    /// Its kind: the station's own answer by its code, the send guard's refusal locked (an
+    /// interlock's: access denied).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LinkError::Station(station) => ErrorKind::StationRefused(station.code),
+            LinkError::Disconnected(_) => ErrorKind::StationNotReached,
+            LinkError::Overloaded(_) => ErrorKind::Overloaded,
+            LinkError::ShuttingDown => ErrorKind::ShuttingDown,
+            LinkError::Timeout(_) | LinkError::WriteTimeout { .. } => ErrorKind::StationTimeout,
+            LinkError::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
+            LinkError::Protocol(_) => ErrorKind::StationFailed,
+            LinkError::Refused(GuardRefusal::Access(_)) => ErrorKind::AccessDenied,
+            LinkError::Refused(_) => ErrorKind::Locked,
+            LinkError::TooLarge(_) => ErrorKind::BadRequest,
+        }
+    }
+
     /// True when a change that failed so may still have been carried out: it was sent, and its
     /// answer never came or could not be read, or the station failed inside or its bus gave up
-    /// waiting for the device. False when the station said no, or nothing was sent. The same
-    /// rule as `error::audit_outcome` of its kind (a test there keeps them equal).
+    /// waiting for the device. False when the station said no, or nothing was sent: the rule of its
+    /// kind ([`ErrorKind::leaves_outcome_unknown`]).
     pub fn leaves_outcome_unknown(&self) -> bool {
-        match self {
-            LinkError::OutcomeUnknown(_)
-            | LinkError::WriteTimeout { .. }
-            | LinkError::Timeout(_)
-            | LinkError::Protocol(_) => true,
-            // Its internal error, a frame it could not read, a bus that gave up: the station
-            // gave no readable answer to what was sent.
-            LinkError::Station(refused) => matches!(
-                refused.code,
-                station_protocol::ErrorCode::Internal
-                    | station_protocol::ErrorCode::Malformed
-                    | station_protocol::ErrorCode::BusTimeout
-            ),
-            LinkError::Disconnected(_)
-            | LinkError::Refused(_)
-            | LinkError::Overloaded(_)
-            | LinkError::TooLarge(_)
-            | LinkError::ShuttingDown => false,
-        }
+        self.kind().leaves_outcome_unknown()
     }
 }
 

@@ -14,13 +14,13 @@ use station_protocol::ChannelDescriptor;
 use station_protocol::frame::{HEADER_LEN, TRAILER_LEN};
 use station_protocol::sample::{DATA_HEADER_LEN, MAX_SAMPLES, SampleRequest};
 
+use crate::error_kind::ErrorKind;
 use crate::lease::Admitted;
 use crate::link::{ChannelTable, LinkError, StationUrl};
 use crate::station::{Change, ChangeOrigin, ChangeWhat, Station, StillRunning};
 pub use stats::{Limits, Stats};
 
-/// Why an acquisition could not be planned or run. Its HTTP status is chosen in
-/// `crate::error`, with every other layer's.
+/// Why an acquisition could not be planned or run; its kind is [`NumericError::kind`].
 #[derive(Debug, thiserror::Error)]
 pub enum NumericError {
     /// The request asks for what cannot be: a sample count, a target.
@@ -39,6 +39,22 @@ pub enum NumericError {
     Link(#[from] LinkError),
     #[error(transparent)]
     StillRunning(#[from] StillRunning),
+}
+
+impl NumericError {
+    /// Its kind: the request's fault a bad request, an unknown sampler not found, a sample rate
+    /// no acquisition can use the station's failure, a bug internal; the link's and a change
+    /// still running as everywhere else.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            NumericError::Invalid(_) => ErrorKind::BadRequest,
+            NumericError::NoSuchSampler(_) => ErrorKind::NotFound,
+            NumericError::StationAnswer(_) => ErrorKind::StationFailed,
+            NumericError::Bug(_) => ErrorKind::Internal,
+            NumericError::Link(error) => error.kind(),
+            NumericError::StillRunning(error) => error.kind(),
+        }
+    }
 }
 
 /// The REST contract's NumericResult channel type flag.

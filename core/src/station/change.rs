@@ -403,6 +403,14 @@ pub struct ChangeReport {
 )]
 pub struct StillRunning(pub Duration);
 
+impl StillRunning {
+    /// A station that has not answered yet: a timeout (its outcome is in the audit trail once
+    /// it has one).
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        crate::error_kind::ErrorKind::StationTimeout
+    }
+}
+
 /// The longest a change's answer waits for the read-back of what it wrote (normally one round
 /// trip, the READ coalesced with others). Past it the change is answered all the same and the
 /// read-back goes on, feeding the cache when the station answers; a failed read-back changes
