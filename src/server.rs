@@ -386,10 +386,15 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     ));
     tasks.spawn(crate::http::serve(
         listeners.http,
-        gateway.clone(),
-        shutdown.clone(),
-        DRAIN,
-        connection_threads.placer(),
+        crate::http::HttpService {
+            gateway: gateway.clone(),
+            threads: connection_threads.placer(),
+        },
+        crate::http::ServeLimits::of(&gateway.config.http),
+        crate::http::Shutdown {
+            signal: shutdown.clone(),
+            drain: DRAIN,
+        },
     ));
     if let Some(listener) = listeners.legacy {
         tasks.spawn(crate::legacy::serve(

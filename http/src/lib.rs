@@ -56,4 +56,4 @@ pub use station_core::{
 
 pub use api::LeaseNeed;
 pub use reply::{Body, error_response, json_bytes_response, json_response};
-pub use serve::serve;
+pub use serve::{HttpService, ServeLimits, Shutdown, serve};

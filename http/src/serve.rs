@@ -1,5 +1,7 @@
 //! The accept loop: [`serve`] takes connections until shutdown, gives each a task on the
-//! thread `threads` picks, and drains them; every stage of a request has its time limit.
+//! thread the service's placer picks, and drains them; every stage of a request has its time
+//! limit. Its shape is hyper-util's `server_graceful.rs`: `serve(listener, service, limits,
+//! shutdown)`, the limits read once from `[http]` ([`ServeLimits::of`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -27,10 +29,73 @@ use crate::idle::{CloseWanted, ConnectionUse, CountedBody, IdleLimits};
 use crate::reply::{Body, error_response};
 use crate::{body, gated, routes, threads};
 
+use crate::config::HttpConfig;
 use crate::gateway::Gateway;
 
+/// What answers the requests ([`Gateway`], through `routes::handle`), and where each
+/// connection runs (the least busy of the connection threads: [`threads`]).
+pub struct HttpService {
+    pub gateway: Arc<Gateway>,
+    pub threads: threads::Placer,
+}
+
+/// Every limit the accept loop and its connections keep, read once from `[http]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections in all (`http.max_connections`), of them kept for health checks and the
+    /// lease (`http.reserved_connections`), and from one address.
+    pub max_connections: usize,
+    pub reserved_connections: usize,
+    pub per_ip: usize,
+    /// The first byte and a request's head, and how long a connection that never had a
+    /// request may stay (`http.header_read_timeout_ms`).
+    pub header_read: Duration,
+    /// How long a connection that had a request may stay with none in progress
+    /// (`http.keep_alive_timeout_ms`).
+    pub keep_alive: Duration,
+    /// How long an answer's write may make no progress (`http.write_timeout_ms`).
+    pub write: Duration,
+    /// A request's body (`http.body_timeout_ms`, `http.body_idle_timeout_ms`).
+    pub body: BodyTimeouts,
+}
+
+impl ServeLimits {
+    /// The limits `[http]` sets.
+    pub fn of(http: &HttpConfig) -> ServeLimits {
+        ServeLimits {
+            max_connections: http.max_connections,
+            reserved_connections: http.reserved_connections,
+            per_ip: http.per_ip_limit(),
+            header_read: Duration::from_millis(http.header_read_timeout_ms),
+            keep_alive: Duration::from_millis(http.keep_alive_timeout_ms),
+            write: Duration::from_millis(http.write_timeout_ms),
+            body: BodyTimeouts {
+                total: Duration::from_millis(http.body_timeout_ms),
+                idle: Duration::from_millis(http.body_idle_timeout_ms),
+            },
+        }
+    }
+
+    /// How long a connection may be idle: the header timeout for a head and before the first
+    /// request, the keep-alive timeout between requests.
+    fn idle(&self) -> IdleLimits {
+        IdleLimits {
+            head: self.header_read,
+            keep_alive: self.keep_alive,
+        }
+    }
+}
+
+/// How serving ends: once `signal` is cancelled, no new connection is taken and requests in
+/// flight get up to `drain` to finish.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    pub signal: CancellationToken,
+    pub drain: Duration,
+}
+
 /// Serves HTTP on `listener` until `shutdown`, then lets in-flight requests finish for up to
-/// `drain` before it returns.
+/// its drain time before it returns.
 ///
 /// Every stage of a request has a time limit: the first byte and the headers
 /// (`http.header_read_timeout_ms`, also how long a connection that never had a request may
@@ -42,20 +107,23 @@ use crate::gateway::Gateway;
 /// ([`ConnectionLimits`]); at the limit the longest-idle connection makes room for a newcomer.
 pub async fn serve(
     listener: TcpListener,
-    gateway: Arc<Gateway>,
-    shutdown: CancellationToken,
-    drain: Duration,
-    threads: threads::Placer,
+    service: HttpService,
+    limits: ServeLimits,
+    shutdown: Shutdown,
 ) {
-    let http = &gateway.config.http;
-    let builders = Arc::new(Builders::new());
+    let HttpService { gateway, threads } = service;
+    let Shutdown {
+        signal: shutdown,
+        drain,
+    } = shutdown;
+    let builders = Arc::new(Builders::new(limits));
     let connections = TaskTracker::new();
-    let limits = ConnectionLimits::new(
-        http.max_connections,
-        http.reserved_connections,
-        http.per_ip_limit(),
+    let slots = ConnectionLimits::new(
+        limits.max_connections,
+        limits.reserved_connections,
+        limits.per_ip,
     );
-    let room = Arc::new(Semaphore::new(limits.total()));
+    let room = Arc::new(Semaphore::new(slots.total()));
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -73,7 +141,7 @@ pub async fn serve(
         // Every ordinary slot taken: an idle connection makes room, of the address holding the
         // most connections the one idle the longest (its slot is given back at once, its
         // descriptor as soon as its task sees it).
-        if limits.make_room() {
+        if slots.make_room() {
             gateway.metrics.http_connections_evicted.inc();
         }
         // With every connection taken (the reserve included) and none idle, this one waits
@@ -87,7 +155,7 @@ pub async fn serve(
                 Err(_closed) => break,
             },
         };
-        let slot = match limits.admit(peer.ip()) {
+        let slot = match slots.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(refusal) => {
                 if matches!(refusal, Refusal::PerIp(_)) {
@@ -147,21 +215,24 @@ impl Connection {
     /// Serves the connection, plain or TLS, until it ends, counting and logging the timeout
     /// that ended it if one did.
     async fn serve(self, stream: TcpStream, builders: Arc<Builders>) {
-        let http = &self.gateway.config.http;
-        let header_timeout = Duration::from_millis(http.header_read_timeout_ms);
+        let limits = builders.limits;
+        let header_timeout = limits.header_read;
         let peer = self.peer;
         let timed_out = |what: &str| {
             self.gateway.metrics.http_timeouts.headers.inc();
             info!(%peer, "HTTP: closed a connection: {what} within {}", body::readable(header_timeout));
         };
-        let (io, activity) = TimedIo::new(stream, Duration::from_millis(http.write_timeout_ms));
+        let (io, activity) = TimedIo::new(stream, limits.write);
         let ended = match self.gateway.tls.clone() {
             None => {
                 // The first bytes are awaited before hyper: a client that connects and sends
                 // nothing is closed at the header timeout exactly, and counted as having
                 // sent nothing. They also tell HTTP/1 from HTTP/2.
                 let mut first = [0u8; HTTP2_PREFACE.len()];
-                let speaks = match self.before_hyper(io.get_ref().peek(&mut first)).await {
+                let speaks = match self
+                    .before_hyper(io.get_ref().peek(&mut first), limits)
+                    .await
+                {
                     Ok(Ok(n)) if n > 0 => Speaks::from_first_bytes(&first[..n]),
                     Ok(_) | Err(None) => return,
                     Err(Some(_)) => return timed_out("nothing sent"),
@@ -172,7 +243,7 @@ impl Connection {
                 // The handshake and the TLS connection boxed, as the auto builder's connection
                 // is: a plain connection's task is sized to what it holds itself, 2.4 KB
                 // against 9.2 KB with both inline (issue 30: the fan-out's memory a stream).
-                let io = match self.before_hyper(Box::pin(tls.accept(io))).await {
+                let io = match self.before_hyper(Box::pin(tls.accept(io)), limits).await {
                     Ok(Ok(io)) => io,
                     Ok(Err(error)) => {
                         debug!(%peer, "TLS handshake failed: {error}");
@@ -192,7 +263,7 @@ impl Connection {
             info!(
                 %peer,
                 "HTTP: closed a connection whose client stopped reading: its answer made no progress for {}",
-                body::readable(Duration::from_millis(http.write_timeout_ms))
+                body::readable(limits.write)
             );
             return;
         }
@@ -225,25 +296,16 @@ impl Connection {
     async fn before_hyper<T>(
         &self,
         step: impl Future<Output = T>,
+        limits: ServeLimits,
     ) -> Result<T, Option<CloseWanted>> {
         // No request yet: the header timeout.
         tokio::select! {
             done = step => Ok(done),
-            why = self.slot.usage.close_wanted(self.idle_limits(), || false) => match why {
+            why = self.slot.usage.close_wanted(limits.idle(), || false) => match why {
                 CloseWanted::IdleTooLong => Err(Some(why)),
                 CloseWanted::Evicted | CloseWanted::Done => Err(None),
             },
             _ = self.shutdown.cancelled() => Err(None),
-        }
-    }
-
-    /// How long the connection may be idle: `http.header_read_timeout_ms` for a head and
-    /// before the first request, `http.keep_alive_timeout_ms` between requests.
-    fn idle_limits(&self) -> IdleLimits {
-        let http = &self.gateway.config.http;
-        IdleLimits {
-            head: Duration::from_millis(http.header_read_timeout_ms),
-            keep_alive: Duration::from_millis(http.keep_alive_timeout_ms),
         }
     }
 
@@ -259,6 +321,7 @@ impl Connection {
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        let limits = builders.limits;
         let service = {
             // What every request on this connection needs, in one handle of the connection's
             // own: a request clones this, never the gateway's `Arc`, whose count every
@@ -266,6 +329,7 @@ impl Connection {
             // shared count pulls its cache line from the other core).
             let served = Arc::new(Served {
                 gateway: self.gateway.clone(),
+                limits: builders.clone(),
                 usage: self.slot.usage.clone(),
                 peers: routes::Peers {
                     remote: self.peer,
@@ -293,13 +357,22 @@ impl Connection {
         let io = TokioIo::new(io);
         match speaks {
             Speaks::Http1 => {
-                self.drive(builders.http1.serve_connection(io, service), activity)
-                    .await
+                self.drive(
+                    builders.http1.serve_connection(io, service),
+                    activity,
+                    limits.idle(),
+                )
+                .await
             }
             // Boxed: the auto builder's connection (HTTP/2's state with it) is about 3.5 KB,
             // and every connection's task would otherwise be sized to it (issue 30).
             Speaks::Either => {
-                Box::pin(self.drive(builders.either.serve_connection(io, service), activity)).await
+                Box::pin(self.drive(
+                    builders.either.serve_connection(io, service),
+                    activity,
+                    limits.idle(),
+                ))
+                .await
             }
         }
     }
@@ -308,13 +381,17 @@ impl Connection {
     /// long ([`IdleLimits`]: a head that does not come whole, no request at all, or none for
     /// the keep-alive timeout), once a reserved one has answered, or when the gateway shuts
     /// down; at once when evicted with nothing in progress.
-    async fn drive<C>(&self, connection: C, activity: &IoActivity) -> ConnectionEnd
+    async fn drive<C>(
+        &self,
+        connection: C,
+        activity: &IoActivity,
+        limits: IdleLimits,
+    ) -> ConnectionEnd
     where
         C: GracefulConnection,
         C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let usage = &self.slot.usage;
-        let limits = self.idle_limits();
         let header_timeout = limits.head;
         tokio::pin!(connection);
         // Once asked to close: how long the client gets to see the GOAWAY through (HTTP/2
@@ -395,19 +472,22 @@ impl Speaks {
 /// other connection's).
 struct Served {
     gateway: Arc<Gateway>,
+    /// The limits (with the builders, shared by every connection).
+    limits: Arc<Builders>,
     usage: Arc<ConnectionUse>,
     peers: routes::Peers,
     kind: SlotKind,
 }
 
-/// The connection builders, made once and shared by every connection's task.
+/// The connection builders and the limits, made once and shared by every connection's task.
 struct Builders {
     http1: hyper::server::conn::http1::Builder,
     either: hyper_util::server::conn::auto::Builder<TokioExecutor>,
+    limits: ServeLimits,
 }
 
 impl Builders {
-    fn new() -> Builders {
+    fn new(limits: ServeLimits) -> Builders {
         // The header and keep-alive timeouts are the connection's idle deadline ([`idle`]: no
         // request in progress for `http.keep_alive_timeout_ms`, or the header timeout before
         // the first request and for a head begun), one timer per connection; hyper's own
@@ -431,7 +511,11 @@ impl Builders {
             .header_read_timeout(None)
             .keep_alive(true)
             .half_close(true);
-        Builders { http1, either }
+        Builders {
+            http1,
+            either,
+            limits,
+        }
     }
 }
 
@@ -444,11 +528,12 @@ const CLOSING_GRACE: Duration = Duration::from_secs(1);
 async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
     let Served {
         gateway,
+        limits,
         usage,
         peers,
         kind,
     } = served;
-    let (peers, kind) = (*peers, *kind);
+    let (peers, kind, limits) = (*peers, *kind, limits.limits);
     let http = &gateway.config.http;
     let http1 = request.version() < Version::HTTP_2;
     let reserved = kind == SlotKind::Reserved;
@@ -456,20 +541,16 @@ async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
         gateway.metrics.http_connections_refused.reserve_only.inc();
         let error = ApiError::overloaded(format!(
             "the gateway is at its connection limit ({} connections): only health checks and renewing or releasing a lease are served now; try again shortly",
-            http.max_connections
+            limits.max_connections
         ));
         return closing(error_response(&error), http1, usage);
     }
-    let timeouts = BodyTimeouts {
-        total: Duration::from_millis(http.body_timeout_ms),
-        idle: Duration::from_millis(http.body_idle_timeout_ms),
-    };
     // A body that timed out is logged by `handle`, which knows the request's redacted path.
     // Boxed where it is made: the request's future (0.9 KB) is then moved as a pointer, not
     // copied into the body limits' scope and again into `answer`'s own box (issue 30).
     let (head, body) = request.into_parts();
     let handled = Box::pin(routes::handle(gateway, head, body, peers));
-    let (response, timed_out) = body::with_body_limits(timeouts, handled).await;
+    let (response, timed_out) = body::with_body_limits(limits.body, handled).await;
     if timed_out.is_some() {
         gateway.metrics.http_timeouts.body.inc();
         return closing(response, http1, usage);
