@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod audit_section;
+pub mod lab;
 pub mod link_owner_timing;
 mod sections;
 pub mod station_url;
