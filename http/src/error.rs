@@ -334,7 +334,9 @@ pub fn link_kind(error: &LinkError) -> ErrorKind {
         LinkError::Timeout(_) | LinkError::WriteTimeout { .. } => ErrorKind::StationTimeout,
         LinkError::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
         LinkError::Protocol(_) => ErrorKind::StationFailed,
-        LinkError::Refused(crate::link::GuardRefusal::Access(_)) => ErrorKind::AccessDenied,
+        LinkError::Refused(
+            crate::link::GuardRefusal::Forbidden(_) | crate::link::GuardRefusal::Interlock(_),
+        ) => ErrorKind::AccessDenied,
         LinkError::Refused(_) => ErrorKind::Locked,
         LinkError::TooLarge(_) => ErrorKind::BadRequest,
     }

@@ -590,15 +590,19 @@ impl Connection {
 
 /// `Err` when `guard` refuses sending now (counted).
 fn refused(shared: &Shared, guard: Option<&SendGuard>) -> Result<(), LinkError> {
-    match guard.map(SendGuard::check) {
-        Some(Err(why)) => {
+    let Some(guard) = guard else {
+        return Ok(());
+    };
+    let generation = shared.info.borrow().generation;
+    match guard.check(&shared.cache, generation).err() {
+        Some(why) => {
             shared
                 .stats
                 .refused_by_guard
                 .fetch_add(1, Ordering::Relaxed);
             Err(LinkError::Refused(why))
         }
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
