@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::command::{Command, Settled};
-use super::error::{LinkDown, LinkError, OutcomeCause};
+use super::error::{LinkDown, LinkError};
 use super::guard::SendGuard;
 use super::handshake::Framing;
 use super::info::{LinkEvent, LinkStats, PublishedInfo, StationInfo};
@@ -286,28 +286,16 @@ impl Connection {
                 self.session.take_lapsed(fence) || self.session.changes_in_flight_under(fence);
             let _ = settled.send(Settled { had_doubts });
         }
-        let not_done = LinkError::Disconnected(why.clone());
         for in_flight in self.session.drain() {
-            match in_flight.kind {
-                InFlightKind::Change { reply, .. } => {
-                    let cause = OutcomeCause::LinkDown(why.clone());
-                    let _ = reply.send(Err(LinkError::OutcomeUnknown(cause)));
-                }
-                // Its readers are among the read queue's, failed below.
-                InFlightKind::Read(_) => {}
-                other => other.fail(not_done.clone()),
+            // A READ's readers are among the read queue's, failed below.
+            if let Some((waiting, error)) = decisions::cut_off(in_flight.kind, why) {
+                waiting.answer(error);
             }
         }
-        self.reads.fail_all(&not_done);
+        self.reads.fail_all(&LinkError::Disconnected(why.clone()));
         for queued in self.changes.drain(..) {
-            match queued {
-                Queued::Change { reply, .. } | Queued::Pass { reply, .. } => {
-                    let _ = reply.send(Err(not_done.clone()));
-                }
-                Queued::Stream { parts, .. } => {
-                    let _ = parts.send(Err(not_done.clone()));
-                }
-            }
+            let (waiting, error) = decisions::never_sent(queued, why);
+            waiting.answer(error);
         }
     }
 

@@ -8,7 +8,7 @@
 use station_protocol::{ConfigureReply, Request, Response, Value};
 
 use super::super::command::PartSink;
-use super::super::error::{LinkError, OutcomeCause, ProtocolError};
+use super::super::error::{LinkDown, LinkError, OutcomeCause, ProtocolError};
 use super::super::guard::{GuardRefusal, SendGuard};
 use super::super::handshake::{self, InquiryAnswer};
 use super::super::read_queue::{ReadAnswer, ReadBatch};
@@ -290,6 +290,75 @@ pub(super) fn plan_reply(kind: InFlightKind, answer: Result<Response, ProtocolEr
             answer,
         },
     }
+}
+
+/// What a request whose time is up comes to.
+pub(super) enum Expired {
+    /// Its caller gets this error (a change's: in doubt, for up to the longest processing).
+    Answer(Waiting, LinkError),
+    /// A merged READ: its readers get this error.
+    ReadLost(ReadBatch, LinkError),
+    /// The link's own PING: the station no longer answers; the session ends.
+    Ping,
+    /// A LIST refresh's page or configuration inquiry: the refresh hears of it.
+    ListPage,
+    ConfigInquiry,
+}
+
+/// The decision on a request in flight as `kind` that went unanswered for `timeout` (the
+/// station may take up to `max_processing` over a change).
+pub(super) fn expired(
+    kind: InFlightKind,
+    timeout: std::time::Duration,
+    max_processing: std::time::Duration,
+) -> Expired {
+    match kind {
+        InFlightKind::Ping => Expired::Ping,
+        InFlightKind::Read(batch) => Expired::ReadLost(batch, LinkError::Timeout(timeout)),
+        InFlightKind::Change { reply, .. } => Expired::Answer(
+            Waiting::Reply(reply),
+            LinkError::WriteTimeout {
+                timeout,
+                max_processing,
+            },
+        ),
+        InFlightKind::Pass { reply } => {
+            Expired::Answer(Waiting::Reply(reply), LinkError::Timeout(timeout))
+        }
+        InFlightKind::Stream { parts } => {
+            Expired::Answer(Waiting::Parts(parts), LinkError::Timeout(timeout))
+        }
+        InFlightKind::ListPage { .. } => Expired::ListPage,
+        InFlightKind::ConfigInquiry => Expired::ConfigInquiry,
+    }
+}
+
+/// Who hears what of a request in flight as `kind` when the session ends for `why`: a change
+/// already sent has an unknown outcome; anything else was not done. `None`: nobody (the link's
+/// own requests, and a READ, whose readers the read queue answers).
+pub(super) fn cut_off(kind: InFlightKind, why: &LinkDown) -> Option<(Waiting, LinkError)> {
+    let not_done = || LinkError::Disconnected(why.clone());
+    match kind {
+        InFlightKind::Change { reply, .. } => Some((
+            Waiting::Reply(reply),
+            LinkError::OutcomeUnknown(OutcomeCause::LinkDown(why.clone())),
+        )),
+        InFlightKind::Pass { reply } => Some((Waiting::Reply(reply), not_done())),
+        InFlightKind::Stream { parts } => Some((Waiting::Parts(parts), not_done())),
+        InFlightKind::Read(_)
+        | InFlightKind::Ping
+        | InFlightKind::ListPage { .. }
+        | InFlightKind::ConfigInquiry => None,
+    }
+}
+
+/// Who hears what of a request still queued when the session ends for `why`: it was not done.
+pub(super) fn never_sent(queued: Queued, why: &LinkDown) -> (Waiting, LinkError) {
+    let waiting = match queued {
+        Queued::Change { reply, .. } | Queued::Pass { reply, .. } => Waiting::Reply(reply),
+        Queued::Stream { parts, .. } => Waiting::Parts(parts),
+    };
+    (waiting, LinkError::Disconnected(why.clone()))
 }
 
 /// The channel a CONFIGURE answer describes, for the table.

@@ -9,14 +9,14 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::{Connection, Shared};
-use crate::link::error::{LinkDown, LinkError};
+use crate::link::error::LinkDown;
 use crate::link::handshake;
 use crate::link::info::LinkEvent;
 use crate::link::read_queue::ReadAnswer;
 use crate::link::session::{InFlightKind, Lapse, Reply};
 
 use super::ListStep;
-use super::decisions::{self, ReadOutcome, ReplyPlan};
+use super::decisions::{self, Expired, ReadOutcome, ReplyPlan};
 
 impl Connection {
     /// Hands a frame from the station to whoever waits for it, after the reply check.
@@ -184,26 +184,15 @@ impl Connection {
             ping_timed_out |= matches!(in_flight.kind, InFlightKind::Ping);
         }
         for in_flight in expired {
-            match in_flight.kind {
-                InFlightKind::Ping => {}
-                InFlightKind::Read(batch) => self.reads.lost(batch, LinkError::Timeout(timeout)),
-                InFlightKind::Change { reply, .. } => {
-                    let _ = reply.send(Err(LinkError::WriteTimeout {
-                        timeout,
-                        max_processing: self.max_processing,
-                    }));
-                }
-                InFlightKind::Pass { reply } => {
-                    let _ = reply.send(Err(LinkError::Timeout(timeout)));
-                }
-                InFlightKind::Stream { parts } => {
-                    let _ = parts.send(Err(LinkError::Timeout(timeout)));
-                }
-                InFlightKind::ListPage { .. } => {
+            match decisions::expired(in_flight.kind, timeout, self.max_processing) {
+                Expired::Ping => {}
+                Expired::ReadLost(batch, error) => self.reads.lost(batch, error),
+                Expired::Answer(waiting, error) => waiting.answer(error),
+                Expired::ListPage => {
                     let step = self.list.on_page_timeout();
                     self.carry_out_list(shared, Some(step), now)?;
                 }
-                InFlightKind::ConfigInquiry => {
+                Expired::ConfigInquiry => {
                     warn!("the station did not answer a configuration inquiry in time");
                     let step = self.list.on_inquiry(None);
                     self.carry_out_list(shared, step, now)?;

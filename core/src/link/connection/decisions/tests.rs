@@ -348,3 +348,60 @@ fn a_list_refresh_reply_goes_to_the_refresh() {
         ReplyPlan::Nothing
     ));
 }
+
+#[tokio::test]
+async fn which_error_a_request_gets_when_its_time_is_up_or_the_session_ends() {
+    let timeout = Duration::from_secs(2);
+    let longest = Duration::from_secs(8);
+    // Unanswered in time: a change is in doubt, anything else timed out.
+    let (kind, answer) = a_change(&["VSET1"]);
+    let Expired::Answer(waiting, error) = expired(kind, timeout, longest) else {
+        panic!("a change's caller is told");
+    };
+    waiting.answer(error);
+    assert!(matches!(
+        answer.await.unwrap(),
+        Err(LinkError::WriteTimeout { timeout: t, max_processing: m }) if t == timeout && m == longest
+    ));
+    let (reply, answer) = oneshot::channel();
+    let Expired::Answer(waiting, error) = expired(InFlightKind::Pass { reply }, timeout, longest)
+    else {
+        panic!("a passed request's caller is told");
+    };
+    waiting.answer(error);
+    assert!(matches!(answer.await.unwrap(), Err(LinkError::Timeout(t)) if t == timeout));
+    assert!(matches!(
+        expired(InFlightKind::Ping, timeout, longest),
+        Expired::Ping
+    ));
+    assert!(matches!(
+        expired(InFlightKind::ConfigInquiry, timeout, longest),
+        Expired::ConfigInquiry
+    ));
+    // The session ends: a change already sent may or may not have been applied; a request
+    // not sent, or one that changes nothing, was not done.
+    let why = LinkDown::PingTimeout(timeout);
+    let (kind, answer) = a_change(&[]);
+    let (waiting, error) = cut_off(kind, &why).expect("a change's caller is told");
+    waiting.answer(error);
+    assert!(matches!(
+        answer.await.unwrap(),
+        Err(LinkError::OutcomeUnknown(OutcomeCause::LinkDown(_)))
+    ));
+    let (parts, mut frames) = mpsc::unbounded_channel();
+    let (waiting, error) =
+        cut_off(InFlightKind::Stream { parts }, &why).expect("a stream's sink is told");
+    waiting.answer(error);
+    assert!(matches!(
+        frames.recv().await,
+        Some(Err(LinkError::Disconnected(_)))
+    ));
+    assert!(cut_off(InFlightKind::Ping, &why).is_none());
+    let (queued, answer) = change(write(&["VSET1"]), None);
+    let (waiting, error) = never_sent(queued, &why);
+    waiting.answer(error);
+    assert!(matches!(
+        answer.await.unwrap(),
+        Err(LinkError::Disconnected(_))
+    ));
+}
