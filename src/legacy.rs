@@ -429,9 +429,7 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
     let readings = match gateway.station.read(&names, policy).await {
         Ok(readings) => readings,
         Err(crate::station::ReadError::AccessDenied(refusal)) => {
-            return link_error(LinkError::Refused(crate::link::GuardRefusal::Access(
-                Box::new(refusal),
-            )));
+            return link_error(LinkError::Refused(crate::link::GuardRefusal::from(refusal)));
         }
         Err(_) => return internal("the read was refused"),
     };

@@ -15,8 +15,8 @@ use tracing::{info, warn};
 
 use station_protocol::Direction;
 
-use crate::link::{ChannelTable, StationInfo};
-use crate::rules::{Action, ChannelFacts, Rules, RulesError, Subject, Unmatched};
+use crate::link::{ChannelTable, Forbidden, GuardRefusal, StationInfo};
+use crate::rules::{Action, ChannelFacts, Refusal, Rules, RulesError, Subject, Unmatched};
 
 /// The rules' view of `name` from the channel table (only its name when the table lacks it).
 pub fn channel_facts<'a>(table: &'a ChannelTable, name: &'a str) -> ChannelFacts<'a> {
@@ -350,6 +350,16 @@ pub async fn report_unmatched(
             },
             _ = live.reloaded.notified() => {}
         }
+    }
+}
+
+/// A refusal of the access rules as the link carries it: its rule and its words, as given.
+impl From<Refusal> for GuardRefusal {
+    fn from(refusal: Refusal) -> GuardRefusal {
+        GuardRefusal::Forbidden(Box::new(Forbidden {
+            by: refusal.rule,
+            message: refusal.message,
+        }))
     }
 }
 

@@ -1,7 +1,11 @@
 //! One connection's work between handshake and loss: queues the callers' commands, puts them
 //! on the wire as the window allows, and hands every reply to whoever waits for it. The
-//! decisions are the pure parts' ([`ReadQueue`], [`Session`]); this adds the frames, the value
-//! cache, the counters and the published [`StationInfo`].
+//! decisions are the pure parts': [`ReadQueue`] (which reads go out merged), [`Session`]
+//! (ids, the window, timeouts, doubt), `decisions` (which queued change goes out, judged by
+//! its send guard, and what a reply comes to: cache writes, the restart flag, which caller
+//! gets what) and `list_refresh` (the LIST refresh a configuration NOTIFY starts); this only
+//! carries them out: the frames, the value cache, the counters and the published
+//! [`StationInfo`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,19 +16,24 @@ use futures::SinkExt;
 use station_protocol::{ChangeType, ChannelDescriptor, ConfigureReply, RawFrame, Request};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{info, warn};
 
-use super::command::{Command, PartSink, Settled};
-use super::error::{LinkDown, LinkError, OutcomeCause};
+use super::command::{Command, Settled};
+use super::error::{LinkDown, LinkError};
 use super::guard::SendGuard;
 use super::handshake::Framing;
 use super::info::{LinkEvent, LinkStats, PublishedInfo, StationInfo};
 use super::owner_gate::OwnerGate;
 use super::read_queue::{CoalescePolicy, ReadQueue};
-use super::session::{self, FREE_FENCE, InFlightKind, ResponseReply, Session};
+use super::session::{self, InFlightKind, Session};
 use crate::cache::ValueCache;
 
+mod decisions;
+mod list_refresh;
 mod replies;
+
+use decisions::{Queued, Taken};
+use list_refresh::{ListRefresh, ListStep};
 
 /// What the link task shares with its handles: the published state and the value cache.
 pub struct Shared {
@@ -106,35 +115,6 @@ impl Shared {
     }
 }
 
-/// A change or passed-through request waiting for room in the window.
-enum Queued {
-    Change {
-        request: Request,
-        guard: Option<SendGuard>,
-        reply: ResponseReply,
-    },
-    Pass {
-        request: Request,
-        reply: ResponseReply,
-    },
-    /// A request answered by several frames (SAMPLE), under its send guard like a change.
-    Stream {
-        request: Request,
-        guard: Option<SendGuard>,
-        parts: PartSink,
-    },
-}
-
-/// The second half of a LIST refresh: CONFIGURE's inquiry of every listed channel, a few at
-/// a time in the room the callers' requests leave, before the new table is published.
-struct ConfigRefresh {
-    change: ChangeType,
-    channels: Vec<ChannelDescriptor>,
-    to_ask: VecDeque<String>,
-    in_flight: usize,
-    configs: Vec<ConfigureReply>,
-}
-
 /// The state of one connection, from handshake to loss.
 pub struct Connection {
     pub framed: Framing,
@@ -146,12 +126,8 @@ pub struct Connection {
     changes: VecDeque<Queued>,
     /// Who waits until the changes of a fence have left the station.
     settling: Vec<(u64, tokio::sync::oneshot::Sender<Settled>)>,
-    list_refresh_running: bool,
-    /// A configuration NOTIFY came while a LIST refresh was running: its pages may be older
-    /// than the change, so it starts over instead of publishing (SPEC.md §6.3).
-    list_refresh_stale: bool,
-    /// The configuration inquiries of a LIST refresh (still `list_refresh_running`).
-    config_refresh: Option<ConfigRefresh>,
+    /// The LIST refresh a configuration NOTIFY starts (its decisions).
+    list: ListRefresh,
     reads_turn: bool,
     codec_errors_seen: u64,
 }
@@ -175,9 +151,7 @@ impl Connection {
             reads: ReadQueue::new(policy),
             changes: VecDeque::new(),
             settling: Vec::new(),
-            list_refresh_running: false,
-            list_refresh_stale: false,
-            config_refresh: None,
+            list: ListRefresh::default(),
             reads_turn: true,
             codec_errors_seen: 0,
         }
@@ -312,28 +286,16 @@ impl Connection {
                 self.session.take_lapsed(fence) || self.session.changes_in_flight_under(fence);
             let _ = settled.send(Settled { had_doubts });
         }
-        let not_done = LinkError::Disconnected(why.clone());
         for in_flight in self.session.drain() {
-            match in_flight.kind {
-                InFlightKind::Change { reply, .. } => {
-                    let cause = OutcomeCause::LinkDown(why.clone());
-                    let _ = reply.send(Err(LinkError::OutcomeUnknown(cause)));
-                }
-                // Its readers are among the read queue's, failed below.
-                InFlightKind::Read(_) => {}
-                other => other.fail(not_done.clone()),
+            // A READ's readers are among the read queue's, failed below.
+            if let Some((waiting, error)) = decisions::cut_off(in_flight.kind, why) {
+                waiting.answer(error);
             }
         }
-        self.reads.fail_all(&not_done);
+        self.reads.fail_all(&LinkError::Disconnected(why.clone()));
         for queued in self.changes.drain(..) {
-            match queued {
-                Queued::Change { reply, .. } | Queued::Pass { reply, .. } => {
-                    let _ = reply.send(Err(not_done.clone()));
-                }
-                Queued::Stream { parts, .. } => {
-                    let _ = parts.send(Err(not_done.clone()));
-                }
-            }
+            let (waiting, error) = decisions::never_sent(queued, why);
+            waiting.answer(error);
         }
     }
 
@@ -385,91 +347,51 @@ impl Connection {
         Ok(())
     }
 
-    /// Starts the inquiries of a LIST refresh whose pages are all in.
-    fn start_config_refresh(&mut self, change: ChangeType, channels: Vec<ChannelDescriptor>) {
-        let to_ask = channels.iter().map(|ch| ch.name.clone()).collect();
-        self.config_refresh = Some(ConfigRefresh {
-            change,
-            channels,
-            to_ask,
-            in_flight: 0,
-            configs: Vec::new(),
-        });
-    }
-
-    /// Sends a LIST refresh's next inquiries (at most [`handshake::INQUIRIES_AT_ONCE`] in
-    /// flight) while the window has room; none once a NOTIFY made the refresh stale.
+    /// Sends a LIST refresh's next inquiries while the window has room, as many as the
+    /// refresh asks for.
     fn send_config_inquiries(&mut self, now: Instant) -> Result<bool, LinkDown> {
         let mut sent = false;
-        loop {
-            let Some(refresh) = self.config_refresh.as_mut() else {
-                return Ok(sent);
-            };
-            if self.list_refresh_stale
-                || refresh.in_flight >= super::handshake::INQUIRIES_AT_ONCE
-                || !self.session.has_room()
-            {
-                return Ok(sent);
-            }
-            let Some(name) = refresh.to_ask.pop_front() else {
-                return Ok(sent);
-            };
-            refresh.in_flight += 1;
+        while let Some(name) = self.list.next_inquiry(self.session.has_room()) {
             let request = super::handshake::config_inquiry(&name);
             self.send(request, InFlightKind::ConfigInquiry, now)?;
             sent = true;
         }
+        Ok(sent)
     }
 
-    /// One inquiry of the LIST refresh answered (`Some`) or lost (`None`); once all are in,
-    /// the table is published, or the refresh starts over when a NOTIFY came meanwhile.
-    fn config_inquiry_answered(
+    /// Carries out what the LIST refresh asks next: a page sent, its inquiries sent (and the
+    /// refresh ended when there are none), the new table published, or a warning.
+    fn carry_out_list(
         &mut self,
         shared: &Shared,
-        answer: Option<super::handshake::InquiryAnswer>,
+        step: Option<ListStep>,
         now: Instant,
     ) -> Result<(), LinkDown> {
-        use super::handshake::InquiryAnswer;
-        let Some(refresh) = self.config_refresh.as_mut() else {
-            return Ok(());
-        };
-        refresh.in_flight = refresh.in_flight.saturating_sub(1);
-        match answer {
-            Some(InquiryAnswer::Configured(reply)) => refresh.configs.push(*reply),
-            Some(InquiryAnswer::Unsupported) => refresh.to_ask.clear(),
-            Some(InquiryAnswer::NotConfigurable) | None => {}
+        match step {
+            None => Ok(()),
+            Some(ListStep::AskPage { change, channels }) => {
+                let request = super::handshake::list_page(channels.len());
+                self.send(request, InFlightKind::ListPage { change, channels }, now)
+            }
+            Some(ListStep::Inquire) => {
+                self.send_config_inquiries(now)?;
+                // No channels, nothing to ask: it ends here (else as they are answered).
+                let step = self.list.idle();
+                self.carry_out_list(shared, step, now)
+            }
+            Some(ListStep::Publish {
+                change,
+                channels,
+                configs,
+            }) => {
+                shared.publish_relisted(channels, &configs, change, self.generation);
+                Ok(())
+            }
+            Some(ListStep::GiveUp(why)) => {
+                warn!("{why}");
+                Ok(())
+            }
         }
-        self.config_refresh_idle(shared, now)
-    }
-
-    /// Ends a LIST refresh's inquiries once none is in flight and none is left to ask (or a
-    /// NOTIFY made them stale): the table published, or the refresh started over.
-    fn config_refresh_idle(&mut self, shared: &Shared, now: Instant) -> Result<(), LinkDown> {
-        let done = self.config_refresh.as_ref().is_some_and(|refresh| {
-            refresh.in_flight == 0 && (refresh.to_ask.is_empty() || self.list_refresh_stale)
-        });
-        if !done {
-            return Ok(());
-        }
-        let Some(refresh) = self.config_refresh.take() else {
-            return Ok(());
-        };
-        if self.list_refresh_stale {
-            self.list_refresh_stale = false;
-            let kind = InFlightKind::ListPage {
-                change: refresh.change,
-                channels: Vec::new(),
-            };
-            return self.send(super::handshake::list_page(0), kind, now);
-        }
-        self.list_refresh_running = false;
-        shared.publish_relisted(
-            refresh.channels,
-            &refresh.configs,
-            refresh.change,
-            self.generation,
-        );
-        Ok(())
     }
 
     /// Sends the READ the read queue says is due, if any.
@@ -502,59 +424,33 @@ impl Connection {
         Ok(true)
     }
 
-    /// Sends the oldest queued change or passed-through request.
+    /// Sends the oldest queued change or passed-through request that may go out now (the
+    /// decision is [`decisions::take`]'s; refused ones are answered and counted).
     fn send_change(&mut self, shared: &Shared) -> Result<bool, LinkDown> {
         while let Some(queued) = self.changes.pop_front() {
-            let (request, fence, kind) = match queued {
-                Queued::Stream {
-                    request,
-                    guard,
-                    parts,
-                } => {
-                    // The caller gave up before it was sent, or its guard refuses it: not sent.
-                    if parts.is_closed() {
-                        continue;
-                    }
-                    if let Err(why) = refused(shared, guard.as_ref()) {
-                        let _ = parts.send(Err(why));
-                        continue;
-                    }
-                    let fence = guard
-                        .as_ref()
-                        .map(|guard| guard.fence().unwrap_or(FREE_FENCE));
-                    (request, fence, InFlightKind::Stream { parts })
-                }
-                Queued::Change {
-                    request,
-                    guard,
-                    reply,
-                } => {
-                    if reply.is_closed() {
-                        // The caller gave up (timed out) before it was sent: never send it now.
-                        continue;
-                    }
-                    if let Err(why) = refused(shared, guard.as_ref()) {
-                        let _ = reply.send(Err(why));
-                        continue;
-                    }
-                    let answers_for = match &request {
-                        Request::Transact { name, .. } => vec![name.clone()],
-                        Request::Read { names } => names.clone(),
-                        _ => Vec::new(),
-                    };
-                    let fence = guard
-                        .as_ref()
-                        .map(|guard| guard.fence().unwrap_or(FREE_FENCE));
-                    let kind = InFlightKind::Change { reply, answers_for };
-                    (request, fence, kind)
-                }
-                Queued::Pass { request, reply } => {
-                    if reply.is_closed() {
-                        continue;
-                    }
-                    (request, None, InFlightKind::Pass { reply })
-                }
+            let channels = shared.info.borrow().channels.clone();
+            let judge = |guard: &SendGuard| {
+                let generation = shared.info.borrow().generation;
+                guard.check(&shared.cache, generation)
             };
+            let (request, fence, kind, stale) =
+                match decisions::take(queued, judge, |name| channels.get(name).is_some()) {
+                    Taken::Abandoned => continue,
+                    Taken::Refused { waiting, why } => {
+                        shared
+                            .stats
+                            .refused_by_guard
+                            .fetch_add(1, Ordering::Relaxed);
+                        waiting.answer(why);
+                        continue;
+                    }
+                    Taken::Send {
+                        request,
+                        fence,
+                        kind,
+                        stale,
+                    } => (request, fence, kind, stale),
+                };
             let id = self.session.take_id();
             let frame = match request.to_frame(id) {
                 Ok(frame) => frame,
@@ -563,19 +459,9 @@ impl Connection {
                     continue;
                 }
             };
-            // Only the station's own channels get a cache slot: names a legacy client makes up
-            // must not grow the cache (the station refuses them anyway).
             let now = std::time::Instant::now();
-            let channels = shared.info.borrow().channels.clone();
-            let invalidate = |name: &str| {
-                if channels.get(name).is_some() {
-                    shared.cache.invalidate(name, now);
-                }
-            };
-            match &request {
-                Request::Write { items } => items.iter().for_each(|(name, _)| invalidate(name)),
-                Request::Transact { name, .. } => invalidate(name),
-                _ => {}
+            for name in &stale {
+                shared.cache.invalidate(name, now);
             }
             self.start_send(frame)?;
             let allowance = session::allowance_of(&request);
@@ -585,20 +471,6 @@ impl Connection {
             return Ok(true);
         }
         Ok(false)
-    }
-}
-
-/// `Err` when `guard` refuses sending now (counted).
-fn refused(shared: &Shared, guard: Option<&SendGuard>) -> Result<(), LinkError> {
-    match guard.map(SendGuard::check) {
-        Some(Err(why)) => {
-            shared
-                .stats
-                .refused_by_guard
-                .fetch_add(1, Ordering::Relaxed);
-            Err(LinkError::Refused(why))
-        }
-        _ => Ok(()),
     }
 }
 

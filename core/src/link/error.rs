@@ -68,7 +68,9 @@ impl LinkError {
             LinkError::Timeout(_) | LinkError::WriteTimeout { .. } => ErrorKind::StationTimeout,
             LinkError::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
             LinkError::Protocol(_) => ErrorKind::StationFailed,
-            LinkError::Refused(GuardRefusal::Access(_)) => ErrorKind::AccessDenied,
+            LinkError::Refused(GuardRefusal::Forbidden(_) | GuardRefusal::Interlock(_)) => {
+                ErrorKind::AccessDenied
+            }
             LinkError::Refused(_) => ErrorKind::Locked,
             LinkError::TooLarge(_) => ErrorKind::BadRequest,
         }

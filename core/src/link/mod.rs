@@ -40,7 +40,10 @@ pub use crate::config::station_url::{Parity, SerialSettings, StationUrl, UrlErro
 use command::Command;
 pub use command::{Caller, Settled};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
-pub use guard::{GuardRefusal, Guarded, SendGuard};
+pub use guard::{
+    Forbidden, GuardRefusal, Guarded, Interlock, InterlockBroken, Interlocks, LeaseSnapshot,
+    LeaseWatch, SendGuard, SendMoment,
+};
 use info::InfoReader;
 pub use info::{ChannelPlace, ChannelTable, LinkEvent, LinkStats, StationInfo};
 pub use owner_gate::OwnerGate;

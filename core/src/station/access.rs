@@ -12,7 +12,9 @@ use super::change::{ChangeOrigin, ChangeWhat, FrontEnd, StepAction};
 use crate::access_rules::{AccessRules, Who, channel_facts};
 use crate::cache::ValueCache;
 use crate::lease::Admitted;
-use crate::link::{ChannelTable, GuardRefusal, LinkHandle, SendGuard};
+use crate::link::{
+    ChannelTable, Interlock as LinkInterlock, InterlockBroken, Interlocks, SendGuard,
+};
 use crate::rules::{Action, Interlock, Refusal, Rules};
 
 /// An interlock a change still needs: checked at admission and by the send guard.
@@ -133,8 +135,23 @@ pub(crate) fn decide_change(
     Ok(needed)
 }
 
+/// The interlocks `needed` as the link's send guard checks them, in the same order.
+fn interlocks_of(needed: &[Needed], max_age: Duration) -> Interlocks {
+    Interlocks {
+        conditions: needed
+            .iter()
+            .map(|need| LinkInterlock {
+                channel: need.interlock.channel.clone(),
+                value: need.interlock.value.clone(),
+            })
+            .collect(),
+        max_age,
+    }
+}
+
 /// Whether every interlock holds by the cache: a value of the current link generation, read
-/// at most `max_age` ago, equal to the one the interlock needs.
+/// at most `max_age` ago, equal to the one the interlock needs. The same decision as the send
+/// guard's ([`Interlocks::first_broken`]).
 pub(crate) fn interlocks_hold(
     needed: &[Needed],
     cache: &ValueCache,
@@ -142,49 +159,35 @@ pub(crate) fn interlocks_hold(
     now: Instant,
     max_age: Duration,
 ) -> Result<(), Refusal> {
-    for need in needed {
-        let seen = cache
-            .get(&need.interlock.channel)
-            .filter(|cached| cached.generation == generation && cached.age(now) <= max_age);
-        match seen {
-            Some(cached) if need.interlock.holds(&cached.value) => {}
-            Some(cached) => {
-                return Err(Refusal::interlock(
-                    &need.interlock,
-                    need.action,
-                    &need.channel,
-                    Some(cached.value.render()),
-                ));
-            }
-            None => {
-                return Err(Refusal::interlock(
-                    &need.interlock,
-                    need.action,
-                    &need.channel,
-                    None,
-                ));
-            }
-        }
+    match interlocks_of(needed, max_age).first_broken(cache, generation, now) {
+        None => Ok(()),
+        // The conditions are `needed`'s, in order: the index is one of them.
+        Some(broken) => Err(rendered(&needed[broken.index], &broken)),
     }
-    Ok(())
+}
+
+/// The rules' words for an interlock of `needed` that the link found broken (`None`: not one
+/// of these).
+pub(crate) fn interlock_refusal(needed: &[Needed], broken: &InterlockBroken) -> Option<Refusal> {
+    needed.get(broken.index).map(|need| rendered(need, broken))
+}
+
+fn rendered(need: &Needed, broken: &InterlockBroken) -> Refusal {
+    Refusal::interlock(
+        &need.interlock,
+        need.action,
+        &need.channel,
+        broken.seen.clone(),
+    )
 }
 
 /// The admission's guard with the interlocks checked again right before sending.
 pub(crate) fn interlocked_guard(
     original: Option<SendGuard>,
-    needed: Vec<Needed>,
-    link: LinkHandle,
+    needed: &[Needed],
     max_age: Duration,
 ) -> SendGuard {
-    let fence = original.as_ref().and_then(SendGuard::fence);
-    SendGuard::new(fence, move || {
-        if let Some(original) = &original {
-            original.check()?;
-        }
-        let generation = link.info().generation;
-        interlocks_hold(&needed, link.cache(), generation, Instant::now(), max_age)
-            .map_err(|refusal| GuardRefusal::Access(Box::new(refusal)))
-    })
+    SendGuard::with_interlocks(original, interlocks_of(needed, max_age))
 }
 
 /// The first of `names` the rules refuse `action`.
@@ -396,5 +399,34 @@ mod tests {
         let too_late = later + max_age + Duration::from_millis(1);
         assert!(interlocks_hold(&needed, &cache, 1, too_late, max_age).is_err());
         assert!(interlocks_hold(&needed, &cache, 2, later, max_age).is_err());
+    }
+
+    #[test]
+    fn an_interlock_the_link_found_broken_is_refused_in_the_rules_words() {
+        let needed = door_needed();
+        let guard = interlocked_guard(None, &needed, Duration::from_millis(500));
+        let cache = ValueCache::new();
+        let at = Instant::now();
+        cache.insert("Interlock.DOOR_CLOSED", Value::Bool(false), at, 1);
+        let broken = guard
+            .interlocks()
+            .and_then(|interlocks| interlocks.first_broken(&cache, 1, at))
+            .unwrap();
+        let refusal = interlock_refusal(&needed, &broken).unwrap();
+        assert_eq!(
+            refusal.message,
+            "forbidden: access rule \"door\" allows write on 0.4.ESH10000662.ON1 only while Interlock.DOOR_CLOSED is True, and it reads False; it was not sent"
+        );
+        assert_eq!(
+            Err(refusal),
+            interlocks_hold(&needed, &cache, 1, at, Duration::from_millis(500))
+        );
+        let carried = crate::link::GuardRefusal::from(interlock_refusal(&needed, &broken).unwrap());
+        assert_eq!(
+            carried.to_string(),
+            interlock_refusal(&needed, &broken).unwrap().message
+        );
+        let elsewhere = InterlockBroken { index: 1, ..broken };
+        assert_eq!(interlock_refusal(&needed, &elsewhere), None);
     }
 }

@@ -28,7 +28,7 @@ use super::bus::BusLanes;
 use crate::access_rules::AccessRules;
 use crate::audit::{AuditLog, ChangeFields, Outcome, RequestLine};
 use crate::lease::Admitted;
-use crate::link::{ChannelTable, GuardRefusal, LinkError, LinkHandle, SendGuard};
+use crate::link::{ChannelTable, GuardRefusal, LinkError, LinkHandle};
 use crate::rules::Refusal;
 
 /// What a change asks of the station.
@@ -549,8 +549,11 @@ impl ChangeRunner {
             admitted,
         } = change;
         let answer = match self.admit(&what, &origin, admitted).await {
-            Ok(admitted) => self.carry_out(&what, &admitted).await,
-            Err(refusal) => Err(LinkError::Refused(GuardRefusal::Access(Box::new(refusal)))),
+            Ok((admitted, needed)) => {
+                let answer = self.carry_out(&what, &admitted).await;
+                self.in_rules_words(answer, &needed)
+            }
+            Err(refusal) => Err(LinkError::Refused(GuardRefusal::from(refusal))),
         };
         let read_back =
             self.read_back(confirmed_writes(&what, &answer, &self.link.info().channels));
@@ -585,22 +588,23 @@ impl ChangeRunner {
 
     /// The access rules' admission: every channel of the change decided before anything is
     /// sent; its interlocks checked on a value read within half `interlock_max_age_ms` (read
-    /// now when there is none), and again by the send guard right before sending.
+    /// now when there is none), and again by the send guard right before sending. Returns the
+    /// admission with that guard, and the interlocks it checks (for the refusal's words).
     async fn admit(
         &self,
         what: &ChangeWhat,
         origin: &ChangeOrigin,
         admitted: Admitted,
-    ) -> Result<Admitted, Refusal> {
+    ) -> Result<(Admitted, Vec<access::Needed>), Refusal> {
         let Some(rules) = self.access.current() else {
-            return Ok(admitted);
+            return Ok((admitted, Vec::new()));
         };
         let who = access::who_of(origin, &admitted, &self.access);
         let table = self.link.info().channels.clone();
         let needed = access::decide_change(&rules, &who, what, origin.loads_file.is_some(), &table)
             .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))?;
         if needed.is_empty() {
-            return Ok(admitted);
+            return Ok((admitted, needed));
         }
         let max_age = rules.interlock_max_age();
         // A value the watcher read within half the trusted age serves; else it is read now,
@@ -637,20 +641,43 @@ impl ChangeRunner {
         let generation = self.link.info().generation;
         access::interlocks_hold(&needed, cache, generation, Instant::now(), max_age)
             .inspect_err(|refusal| self.access.count_refusal(&refusal.rule))?;
-        let guard =
-            access::interlocked_guard(admitted.guard.clone(), needed, self.link.clone(), max_age);
-        let counted = self.access.clone();
-        let guard = SendGuard::new(guard.fence(), move || {
-            guard.check().inspect_err(|refusal| {
-                if let GuardRefusal::Access(refusal) = refusal {
-                    counted.count_refusal(&refusal.rule);
+        let guard = access::interlocked_guard(admitted.guard.clone(), &needed, max_age);
+        Ok((
+            Admitted {
+                guard: Some(guard),
+                ..admitted
+            },
+            needed,
+        ))
+    }
+
+    /// `answer` with an interlock the link found broken at send time (the whole change's, or
+    /// the step's that stopped) in the access rules' words, and counted against its rule.
+    fn in_rules_words(
+        &self,
+        answer: Result<ChangeAnswer, LinkError>,
+        needed: &[access::Needed],
+    ) -> Result<ChangeAnswer, LinkError> {
+        let words = |error: LinkError| match error {
+            LinkError::Refused(GuardRefusal::Interlock(broken)) => {
+                match access::interlock_refusal(needed, &broken) {
+                    Some(refusal) => {
+                        self.access.count_refusal(&refusal.rule);
+                        LinkError::Refused(GuardRefusal::from(refusal))
+                    }
+                    None => LinkError::Refused(GuardRefusal::Interlock(broken)),
                 }
-            })
-        });
-        Ok(Admitted {
-            guard: Some(guard),
-            ..admitted
-        })
+            }
+            other => other,
+        };
+        match answer {
+            Err(error) => Err(words(error)),
+            Ok(ChangeAnswer::Stepped(mut done)) => {
+                done.stopped = done.stopped.map(|(index, error)| (index, words(error)));
+                Ok(ChangeAnswer::Stepped(done))
+            }
+            Ok(answer) => Ok(answer),
+        }
     }
 
     /// The audit line of a change refused before it was run (the lease, for a legacy client),

@@ -266,7 +266,7 @@ mod tests {
 
     /// A guard that always lets the read through.
     fn open_guard() -> SendGuard {
-        SendGuard::new(None, || Ok(()))
+        SendGuard::passing(None)
     }
 
     const GENERATION: u64 = 7;

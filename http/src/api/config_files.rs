@@ -62,7 +62,7 @@ pub(super) async fn save(call: Call<'_>) -> Answer {
         .may(&call.who(), &every, crate::rules::Action::SaveConfig)
         .map_err(|refusal| {
             ApiError::from(crate::link::LinkError::Refused(
-                crate::link::GuardRefusal::Access(Box::new(refusal)),
+                crate::link::GuardRefusal::from(refusal),
             ))
         })?;
     let channels =

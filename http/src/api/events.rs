@@ -120,7 +120,7 @@ fn may_read(call: &Call<'_>, request: &SubscriptionRequest) -> Result<(), ApiErr
         .may_read(&call.who(), &request.channels)
         .map_err(|refusal| {
             ApiError::from(crate::link::LinkError::Refused(
-                crate::link::GuardRefusal::Access(Box::new(refusal)),
+                crate::link::GuardRefusal::from(refusal),
             ))
         })
 }

@@ -122,7 +122,7 @@ pub(super) async fn query(call: Call<'_>) -> Answer {
         .may_read(&call.who(), std::slice::from_ref(&asked.channel))
         .map_err(|refusal| {
             ApiError::from(crate::link::LinkError::Refused(
-                crate::link::GuardRefusal::Access(Box::new(refusal)),
+                crate::link::GuardRefusal::from(refusal),
             ))
         })?;
     let info = call.gateway.station.info();

@@ -20,7 +20,7 @@ pub(super) async fn acquire(call: Call<'_>) -> Answer {
         .may_take_lease(&call.who())
         .map_err(|refusal| {
             crate::error::ApiError::from(crate::link::LinkError::Refused(
-                crate::link::GuardRefusal::Access(Box::new(refusal)),
+                crate::link::GuardRefusal::from(refusal),
             ))
         })?;
     let client_ended = crate::peer_end::ended(call.socket);

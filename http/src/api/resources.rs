@@ -202,7 +202,7 @@ fn read_refused(call: &Call<'_>, error: ReadError) -> ApiError {
             api
         }
         ReadError::AccessDenied(refusal) => ApiError::from(crate::link::LinkError::Refused(
-            crate::link::GuardRefusal::Access(Box::new(refusal)),
+            crate::link::GuardRefusal::from(refusal),
         )),
     }
 }

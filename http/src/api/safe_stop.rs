@@ -24,7 +24,7 @@ pub(super) async fn press(call: Call<'_>) -> Answer {
         .may_safe_stop(&call.who())
         .map_err(|refusal| {
             ApiError::from(crate::link::LinkError::Refused(
-                crate::link::GuardRefusal::Access(Box::new(refusal)),
+                crate::link::GuardRefusal::from(refusal),
             ))
         })?;
     let by = call

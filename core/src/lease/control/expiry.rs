@@ -75,7 +75,7 @@ impl ControlLease {
             owed_after: owed.map(|owed| owed.owner),
             end,
         };
-        let actions = lock(&self.machine).on(resumed, Instant::now());
+        let actions = self.on(resumed, Instant::now());
         for action in actions {
             match action {
                 Action::StoreEnd(lock_delay) => self.store_end(lock_delay).await,

@@ -3,8 +3,9 @@
 //! and the admission check with its link-side fence ([`SendGuard`]).
 //!
 //! - `machine.rs`: the decisions, pure ([`machine::LeaseMachine::on`]: event and time in,
-//!   actions out). Its state (free, held, ending) is what admission and the link's send guards
-//!   read, under one short `Mutex`. Guards check the deadline themselves, so a holder that
+//!   actions out). Its state (free, held, ending) is what admission reads, under one short
+//!   `Mutex`; every transition publishes it, under that lock, as the `LeaseSnapshot` the link's
+//!   send guards judge (a `LeaseWatch`). Guards check the deadline themselves, so a holder that
 //!   stalled past its TTL can never write, even before the expiry task has run; and a lease
 //!   past its deadline is never "free" until the gateway has finished ending it.
 //! - `shell.rs`: requests become events driven on a task of their own, one `Turn` at a time,
@@ -56,10 +57,10 @@ use super::notice::{LeaseNotice, LeaseNoticeHook};
 use super::store::LeaseStore;
 use super::{Access, LeaseError, LeaseView};
 use crate::config::SafeWrite;
-use crate::link::{Guarded, LinkHandle, SendGuard};
+use crate::link::{Guarded, LeaseWatch, LinkHandle, SendGuard};
 pub use events::{SafeStopOutcome, SafeStopState};
 use machine::LeaseMachine;
-use state::{LeaseState, guard_check};
+use state::LeaseState;
 
 /// The answer to acquire and renew: what the holder needs, the lease id included.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -160,8 +161,11 @@ impl Default for LeaseEndTiming {
 pub struct ControlLease {
     store: Arc<dyn LeaseStore>,
     name: String,
-    /// The decisions and the state admission and the send guards read.
-    machine: Arc<Mutex<LeaseMachine>>,
+    /// The decisions and the state admission reads.
+    machine: Mutex<LeaseMachine>,
+    /// The machine's state as the send guards judge it, published under `machine`'s lock on
+    /// every transition ([`ControlLease::on`]).
+    published: LeaseWatch,
     /// The send guard of every read admitted while nobody holds the lease: one check, the same
     /// for each, made once rather than for every cached read (issue 30: an allocation and a
     /// clone of `machine`'s count a request, for a guard a cached read never uses).
@@ -185,20 +189,6 @@ pub struct ControlLease {
     runtime: crate::gateway_runtime::GatewayRuntime,
 }
 
-/// The send guard of [`ControlLease::send_guard`] over `machine`: at send time it reads the
-/// state admission reads, and refuses once the lease changed hands, ran out, or (for
-/// `admitted_fence` `None`) while a lease is held or still ending.
-fn guard_over(
-    machine: &Arc<Mutex<LeaseMachine>>,
-    admitted_fence: Option<u64>,
-    what: Guarded,
-) -> SendGuard {
-    let machine = machine.clone();
-    SendGuard::new(admitted_fence, move || {
-        guard_check(lock(&machine).state(), admitted_fence, what, Instant::now())
-    })
-}
-
 impl ControlLease {
     /// The lease `name` (e.g. `control:<station>`) in `store`; changes of hands go to `events`.
     pub fn new(
@@ -206,12 +196,14 @@ impl ControlLease {
         name: impl Into<String>,
         events: broadcast::Sender<LeaseView>,
     ) -> Self {
-        let machine = Arc::new(Mutex::new(LeaseMachine::new(false, Instant::now())));
+        let machine = LeaseMachine::new(false, Instant::now());
+        let published = LeaseWatch::new(machine.state().snapshot());
         ControlLease {
             store,
             name: name.into(),
-            unfenced_read: guard_over(&machine, None, Guarded::Read),
-            machine,
+            unfenced_read: SendGuard::lease(None, Guarded::Read, published.clone()),
+            machine: Mutex::new(machine),
+            published,
             transitions: Arc::default(),
             line: Mutex::default(),
             expiry_changed: Notify::new(),
@@ -239,7 +231,18 @@ impl ControlLease {
         let machine = LeaseMachine::new(self.has_safe_state(), Instant::now())
             .with_read_back_after(self.timing.read_back_after)
             .with_lock_delay(self.timing.lock_delay);
-        *lock(&self.machine) = machine;
+        let mut current = lock(&self.machine);
+        *current = machine;
+        self.published.publish(current.state().snapshot());
+    }
+
+    /// Feeds `event` to the machine at `now` and publishes its state for the send guards
+    /// before anyone else can see it: a guard judged after this returns sees the transition.
+    fn on(&self, event: events::Event, now: Instant) -> Vec<events::Action> {
+        let mut machine = lock(&self.machine);
+        let actions = machine.on(event, now);
+        self.published.publish(machine.state().snapshot());
+        actions
     }
 
     /// Tells `hook` of every acquisition, release, expiry, break and safe state.
@@ -384,7 +387,7 @@ impl ControlLease {
         if (admitted_fence, what) == (None, Guarded::Read) {
             return self.unfenced_read.clone();
         }
-        guard_over(&self.machine, admitted_fence, what)
+        SendGuard::lease(admitted_fence, what, self.published.clone())
     }
 
     /// The 409 for the live holder (or for a lease promised to the next in line).

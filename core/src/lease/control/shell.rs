@@ -247,7 +247,7 @@ impl Turn {
         let mut reply = None;
         loop {
             while let Some(event) = events.pop_front() {
-                let actions = lock(&self.lease.machine).on(event, Instant::now());
+                let actions = self.lease.on(event, Instant::now());
                 for action in actions {
                     if let Some(next) = self.carry_out(action, &request, &mut reply).await {
                         events.push_back(next);

@@ -1,5 +1,6 @@
 //! The control lease as admission and the link's guards see it: free, held (a live lease,
-//! or one past its deadline not yet settled) or ending; and the send guard's decision.
+//! or one past its deadline not yet settled) or ending; and the snapshot of it the link's send
+//! guards judge.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,6 +9,8 @@ use tokio::time::Instant;
 use super::super::store::{LeaseGrant, LeaseToken};
 use super::super::{LeaseError, LeaseView, SafeStateStepView, SafeStateView, millis, rfc3339};
 use super::{LeaseAnswer, OtherHolder};
+use crate::link::LeaseSnapshot;
+#[cfg(test)]
 use crate::link::{GuardRefusal, Guarded};
 
 /// The live lease as this process knows it.
@@ -352,54 +355,38 @@ impl LeaseState {
     }
 }
 
+impl LeaseState {
+    /// The state as the link's send guards judge it ([`LeaseSnapshot`]), published on every
+    /// transition.
+    pub(super) fn snapshot(&self) -> LeaseSnapshot {
+        match self {
+            LeaseState::Free => LeaseSnapshot::Free,
+            LeaseState::Locked(delay) => LeaseSnapshot::LockDelay {
+                after: delay.after.clone(),
+                until: delay.until,
+            },
+            LeaseState::Held(live) => LeaseSnapshot::Held {
+                owner: live.owner.clone(),
+                fence: live.fence,
+                until: live.expires_at,
+            },
+            LeaseState::Ending(ending) => LeaseSnapshot::Ending {
+                owner: ending.owner.clone(),
+                safe_state_pending: (ending.safe_state_owed && ending.tries > 0)
+                    .then(|| (ending.tries, ending.last_error.clone().unwrap_or_default())),
+            },
+        }
+    }
+}
+
 /// The send guard's decision: may a change (or consuming read: `what`) admitted under
 /// `admitted_fence` (`None`: while nobody held the lease) be sent at `now`, given `state`?
+#[cfg(test)]
 pub(super) fn guard_check(
     state: &LeaseState,
     admitted_fence: Option<u64>,
     what: Guarded,
     now: Instant,
 ) -> Result<(), GuardRefusal> {
-    match (admitted_fence, state) {
-        (Some(admitted), LeaseState::Held(current))
-            if current.fence == admitted && current.is_live(now) =>
-        {
-            Ok(())
-        }
-        (None, LeaseState::Free) => Ok(()),
-        (None, LeaseState::Locked(delay)) if !delay.is_running(now) => Ok(()),
-        (None, LeaseState::Locked(delay)) => Err(GuardRefusal::LockDelay {
-            what,
-            after: delay.after.clone(),
-        }),
-        (Some(admitted), LeaseState::Held(current)) if current.fence != admitted => {
-            Err(GuardRefusal::ChangedHands {
-                what,
-                admitted,
-                owner: current.owner.clone(),
-                current: current.fence,
-            })
-        }
-        (Some(admitted), _) => Err(GuardRefusal::LeaseEnded { what, admitted }),
-        (None, LeaseState::Held(current)) if current.is_live(now) => Err(GuardRefusal::Leased {
-            what,
-            owner: current.owner.clone(),
-        }),
-        (None, LeaseState::Held(current)) => Err(GuardRefusal::LeasedAndEnded {
-            what,
-            owner: current.owner.clone(),
-        }),
-        (None, LeaseState::Ending(ending)) if ending.safe_state_owed && ending.tries > 0 => {
-            Err(GuardRefusal::SafeStatePending {
-                what,
-                owner: ending.owner.clone(),
-                tries: ending.tries,
-                last_error: ending.last_error.clone().unwrap_or_default(),
-            })
-        }
-        (None, LeaseState::Ending(ending)) => Err(GuardRefusal::BetweenLeases {
-            what,
-            owner: ending.owner.clone(),
-        }),
-    }
+    state.snapshot().admits(admitted_fence, what, now)
 }

@@ -1,5 +1,6 @@
 //! The receiving side of a connection: every frame from the station handed to whoever waits
-//! for it (after the reply check), notifications, and requests whose time is up.
+//! for it (after the reply check; what it comes to is `decisions::plan_reply`'s),
+//! notifications, and requests whose time is up.
 
 use std::sync::atomic::Ordering;
 
@@ -8,11 +9,14 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::{Connection, Shared};
-use crate::link::error::{LinkDown, LinkError, OutcomeCause, ProtocolError};
+use crate::link::error::LinkDown;
 use crate::link::handshake;
 use crate::link::info::LinkEvent;
 use crate::link::read_queue::ReadAnswer;
 use crate::link::session::{InFlightKind, Lapse, Reply};
+
+use super::ListStep;
+use super::decisions::{self, Expired, ReadOutcome, ReplyPlan};
 
 impl Connection {
     /// Hands a frame from the station to whoever waits for it, after the reply check.
@@ -52,172 +56,85 @@ impl Connection {
             };
         shared.stats.latency.observe(in_flight.sent_at.elapsed());
         let read_at = in_flight.sent_at.into_std();
-        match (in_flight.kind, answer) {
-            (InFlightKind::Stream { parts }, answer) => {
-                let _ = parts.send(answer.map_err(LinkError::Protocol));
+        match decisions::plan_reply(in_flight.kind, answer) {
+            ReplyPlan::Part { parts, answer } => {
+                let _ = parts.send(answer);
             }
-            (InFlightKind::Read(batch), Ok(Response::Read(results))) => {
-                for (name, result) in batch.names.iter().zip(&results) {
-                    match result {
-                        Ok(value) => {
-                            shared
-                                .cache
-                                .insert(name, value.clone(), read_at, self.generation)
-                        }
-                        Err(_) => shared.cache.read_failed(name, read_at),
-                    }
-                }
-                self.reads.answered(batch, ReadAnswer::Values(results), now);
-            }
-            (InFlightKind::Read(batch), Ok(Response::Error(error))) => {
-                self.reads.answered(batch, ReadAnswer::Refused(error), now);
-            }
-            (InFlightKind::Read(batch), Ok(other)) => {
-                // The reply check lets only READ and ERROR through for a READ.
-                let error = ProtocolError::ReadMismatch {
-                    names: batch.names.len(),
-                    answered: other.opcode(),
-                };
-                self.reads
-                    .answered_wrongly(batch, LinkError::Protocol(error), now);
-            }
-            (InFlightKind::Read(batch), Err(error @ ProtocolError::BadPayload(_))) => {
-                self.reads.lost(batch, LinkError::Protocol(error));
-            }
-            (InFlightKind::Read(batch), Err(error)) => {
-                self.reads
-                    .answered_wrongly(batch, LinkError::Protocol(error), now);
-            }
-            (InFlightKind::Change { reply, answers_for }, Ok(response)) => {
-                match &response {
-                    Response::Transact(value) => {
-                        for name in &answers_for {
-                            shared
-                                .cache
-                                .insert(name, value.clone(), read_at, self.generation);
-                        }
-                    }
-                    Response::Read(results) => {
-                        for (name, result) in answers_for.iter().zip(results) {
-                            if let Ok(value) = result {
-                                shared
-                                    .cache
-                                    .insert(name, value.clone(), read_at, self.generation);
+            ReplyPlan::Read { batch, outcome } => match outcome {
+                ReadOutcome::Answered(answer) => {
+                    if let ReadAnswer::Values(results) = &answer {
+                        for (name, result) in batch.names.iter().zip(results) {
+                            match result {
+                                Ok(value) => shared.cache.insert(
+                                    name,
+                                    value.clone(),
+                                    read_at,
+                                    self.generation,
+                                ),
+                                Err(_) => shared.cache.read_failed(name, read_at),
                             }
                         }
                     }
-                    _ => {}
+                    self.reads.answered(batch, answer, now);
                 }
-                if matches!(response, Response::Reset) {
+                ReadOutcome::Wrong(error) => self.reads.answered_wrongly(batch, error, now),
+                ReadOutcome::Lost(error) => self.reads.lost(batch, error),
+            },
+            ReplyPlan::Answer {
+                reply,
+                cache,
+                restarted,
+                configured,
+                answer,
+            } => {
+                for (name, value) in cache {
+                    shared.cache.insert(&name, value, read_at, self.generation);
+                }
+                if restarted {
                     shared.restarted.store(true, Ordering::SeqCst);
                 }
-                if let Response::Configure(configured) = &response {
+                if let Some(configured) = &configured {
                     shared.publish_configured(configured);
                 }
-                let _ = reply.send(Ok(response));
+                let _ = reply.send(answer);
             }
-            (InFlightKind::Change { reply, .. }, Err(error @ ProtocolError::BadPayload(_))) => {
-                let _ = reply.send(Err(LinkError::OutcomeUnknown(OutcomeCause::Reply(error))));
-            }
-            (InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply }, Err(error)) => {
-                let _ = reply.send(Err(LinkError::Protocol(error)));
-            }
-            (InFlightKind::Pass { reply }, Ok(response)) => {
-                if let Response::Configure(configured) = &response {
-                    shared.publish_configured(configured);
+            ReplyPlan::Nothing => {}
+            ReplyPlan::Inquiry { answer, warning } => {
+                if let Some(warning) = warning {
+                    warn!("{warning}");
                 }
-                let _ = reply.send(Ok(response));
+                let step = self.list.on_inquiry(answer);
+                self.carry_out_list(shared, step, now)?;
             }
-            (InFlightKind::Ping, _) => {}
-            (InFlightKind::ConfigInquiry, answer) => {
-                let answer = match answer {
-                    Ok(response) => match handshake::inquiry_answer(response) {
-                        Ok(answer) => Some(answer),
-                        Err(other) => {
-                            warn!(
-                                "the station answered a configuration inquiry with {:?}",
-                                other.opcode()
-                            );
-                            None
-                        }
-                    },
-                    Err(error) => {
-                        warn!(
-                            "the station's answer to a configuration inquiry is unusable ({error})"
-                        );
-                        None
-                    }
-                };
-                self.config_inquiry_answered(shared, answer, now)?;
-            }
-            (
-                InFlightKind::ListPage {
-                    change,
-                    mut channels,
-                },
+            ReplyPlan::Page {
+                change,
+                channels,
                 answer,
-            ) => match answer {
-                Ok(Response::List {
-                    total,
-                    channels: page,
-                    ..
-                }) => {
-                    if self.list_refresh_stale {
-                        self.list_refresh_stale = false;
-                        let channels = Vec::new();
-                        let request = handshake::list_page(0);
-                        self.send(request, InFlightKind::ListPage { change, channels }, now)?;
-                    } else if handshake::add_list_page(&mut channels, total, page) {
-                        let request = handshake::list_page(channels.len());
-                        self.send(request, InFlightKind::ListPage { change, channels }, now)?;
-                    } else {
-                        // Every channel's configuration before the new table is published.
-                        self.start_config_refresh(change, channels);
-                        self.send_config_inquiries(now)?;
-                        // No channels, nothing to ask: it ends here (else as they are answered).
-                        self.config_refresh_idle(shared, now)?;
-                    }
-                }
-                Ok(other) => {
-                    self.list_refresh_running = false;
-                    self.list_refresh_stale = false;
-                    warn!(
-                        "the station answered LIST with {:?}; keeping the old channel list",
-                        other.opcode()
-                    );
-                }
-                Err(error) => {
-                    self.list_refresh_running = false;
-                    self.list_refresh_stale = false;
-                    warn!(
-                        "the station's answer to LIST is unusable ({error}); keeping the old channel list"
-                    );
-                }
-            },
+            } => {
+                let step = self.list.on_page(change, channels, answer);
+                self.carry_out_list(shared, Some(step), now)?;
+            }
         }
         Ok(())
     }
 
     fn on_notify(&mut self, shared: &Shared, notify: Notify) -> Result<(), LinkDown> {
         info!("station notification: {notify:?}");
-        if let Notify::ConfigurationChanged { .. } = &notify
-            && self.list_refresh_running
-        {
-            self.list_refresh_stale = true;
-            // Inquiries waiting for room with none in flight: it starts over now.
-            self.config_refresh_idle(shared, Instant::now())?;
-        }
-        if let Notify::ConfigurationChanged { change, .. } = &notify
-            && !self.list_refresh_running
-        {
-            let kind = InFlightKind::ListPage {
-                change: *change,
-                channels: Vec::new(),
-            };
-            // Sent with the next flush; a failed send ends the session at that flush.
-            self.list_refresh_running = self
-                .send(handshake::list_page(0), kind, Instant::now())
-                .is_ok();
+        if let Notify::ConfigurationChanged { change, .. } = &notify {
+            let now = Instant::now();
+            let starts = !self.list.is_running();
+            match self.list.on_notify(*change) {
+                Some(ListStep::AskPage { change, channels }) if starts => {
+                    let kind = InFlightKind::ListPage { change, channels };
+                    // Sent with the next flush; a failed send ends the session at that flush.
+                    if self.send(handshake::list_page(0), kind, now).is_err() {
+                        self.list.page_not_sent();
+                    }
+                }
+                // A refresh running, made stale: it starts over now if it only waited for
+                // inquiries with none in flight.
+                step => self.carry_out_list(shared, step, now)?,
+            }
         }
         let _ = shared.events.send(LinkEvent::Notify(notify));
         Ok(())
@@ -267,29 +184,18 @@ impl Connection {
             ping_timed_out |= matches!(in_flight.kind, InFlightKind::Ping);
         }
         for in_flight in expired {
-            match in_flight.kind {
-                InFlightKind::Ping => {}
-                InFlightKind::Read(batch) => self.reads.lost(batch, LinkError::Timeout(timeout)),
-                InFlightKind::Change { reply, .. } => {
-                    let _ = reply.send(Err(LinkError::WriteTimeout {
-                        timeout,
-                        max_processing: self.max_processing,
-                    }));
+            match decisions::expired(in_flight.kind, timeout, self.max_processing) {
+                Expired::Ping => {}
+                Expired::ReadLost(batch, error) => self.reads.lost(batch, error),
+                Expired::Answer(waiting, error) => waiting.answer(error),
+                Expired::ListPage => {
+                    let step = self.list.on_page_timeout();
+                    self.carry_out_list(shared, Some(step), now)?;
                 }
-                InFlightKind::Pass { reply } => {
-                    let _ = reply.send(Err(LinkError::Timeout(timeout)));
-                }
-                InFlightKind::Stream { parts } => {
-                    let _ = parts.send(Err(LinkError::Timeout(timeout)));
-                }
-                InFlightKind::ListPage { .. } => {
-                    self.list_refresh_running = false;
-                    self.list_refresh_stale = false;
-                    warn!("the station did not answer LIST in time; keeping the old channel list");
-                }
-                InFlightKind::ConfigInquiry => {
+                Expired::ConfigInquiry => {
                     warn!("the station did not answer a configuration inquiry in time");
-                    self.config_inquiry_answered(shared, None, now)?;
+                    let step = self.list.on_inquiry(None);
+                    self.carry_out_list(shared, step, now)?;
                 }
             }
         }

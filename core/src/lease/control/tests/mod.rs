@@ -124,7 +124,7 @@ async fn an_acquire_the_store_takes_up_after_the_holders_deadline_ends_that_leas
     let lease = control_lease_on(store.clone());
     let (held, holders_guard) = held_by_a_with_its_guard(&lease).await;
     tokio::time::advance(TTL - Duration::from_millis(5)).await;
-    assert!(holders_guard().is_ok());
+    assert!(holders_guard.lease_check(Instant::now()).is_ok());
     *store.acquire_delay.lock().unwrap() = Duration::from_millis(20);
     let asked = tokio::spawn({
         let lease = lease.clone();
@@ -137,7 +137,7 @@ async fn an_acquire_the_store_takes_up_after_the_holders_deadline_ends_that_leas
         matches!(answer, Err(LeaseError::Ending { ref owner, .. }) if owner == "A"),
         "B got the lease before A's had ended: {answer:?}"
     );
-    assert!(holders_guard().is_err());
+    assert!(holders_guard.lease_check(Instant::now()).is_err());
     assert!(!lease.view().held);
     // A's end is finished (no safe state here); the store kept nothing of B's refused lease,
     // so the next asker takes it, with a fence past both.
@@ -177,7 +177,7 @@ async fn while_a_renewal_waits_on_the_store_past_the_deadline_nobody_else_may_ch
         Err(LeaseError::Ending { .. })
     ));
     assert!(
-        holders_guard().is_err(),
+        holders_guard.lease_check(Instant::now()).is_err(),
         "the holder's guard passed past the deadline"
     );
     // The renewal is confirmed after the deadline: it does not extend the lease.
@@ -228,7 +228,7 @@ async fn a_change_admitted_while_free_is_refused_at_the_link_while_a_lease_is_pa
     assert!(error.to_string().contains("between leases"), "{error}");
     lease.release(&held.lease_id).await.unwrap_err();
     let guard = lease.admit(Access::Change, None).unwrap().guard.unwrap();
-    assert!(guard().is_ok());
+    assert!(guard.lease_check(Instant::now()).is_ok());
 }
 
 #[tokio::test(start_paused = true)]
@@ -241,13 +241,13 @@ async fn a_change_admitted_under_fence_n_is_refused_at_the_link_once_the_lease_m
     let admitted = lease.admit(Access::Change, Some(&first.lease_id)).unwrap();
     assert_eq!(admitted.fence, Some(first.fence));
     let guard = admitted.guard.unwrap();
-    assert!(guard().is_ok());
+    assert!(guard.lease_check(Instant::now()).is_ok());
     lease.release(&first.lease_id).await.unwrap();
     let second = lease
         .acquire("B".into(), TTL, None, Duration::ZERO)
         .await
         .unwrap();
-    let refusal = guard().unwrap_err();
+    let refusal = guard.lease_check(Instant::now()).unwrap_err();
     assert_eq!(
         refusal,
         GuardRefusal::ChangedHands {
@@ -279,7 +279,13 @@ async fn a_holder_past_its_ttl_is_refused_even_before_the_expiry_task_runs() {
         .guard
         .unwrap();
     tokio::time::advance(TTL).await;
-    assert!(guard().unwrap_err().to_string().contains("ran out"));
+    assert!(
+        guard
+            .lease_check(Instant::now())
+            .unwrap_err()
+            .to_string()
+            .contains("ran out")
+    );
     let error = lease
         .admit(Access::Change, Some(&first.lease_id))
         .err()
@@ -291,12 +297,18 @@ async fn a_holder_past_its_ttl_is_refused_even_before_the_expiry_task_runs() {
 async fn a_change_admitted_while_nobody_held_it_is_refused_once_someone_takes_it() {
     let (lease, _events) = control_lease();
     let guard = lease.admit(Access::Change, None).unwrap().guard.unwrap();
-    assert!(guard().is_ok());
+    assert!(guard.lease_check(Instant::now()).is_ok());
     lease
         .acquire("B".into(), TTL, None, Duration::ZERO)
         .await
         .unwrap();
-    assert!(guard().unwrap_err().to_string().contains("leased by B"));
+    assert!(
+        guard
+            .lease_check(Instant::now())
+            .unwrap_err()
+            .to_string()
+            .contains("leased by B")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -352,10 +364,10 @@ async fn a_guard_says_whether_it_refused_a_change_or_a_read() {
         .acquire("B".into(), TTL, None, Duration::ZERO)
         .await
         .unwrap();
-    let refusal = change().unwrap_err().to_string();
+    let refusal = change.lease_check(Instant::now()).unwrap_err().to_string();
     assert!(refusal.contains("this change"), "{refusal}");
     for guard in [&read, &cached] {
-        let refusal = guard.check().unwrap_err().to_string();
+        let refusal = guard.lease_check(Instant::now()).unwrap_err().to_string();
         assert!(
             refusal.contains("this read") && refusal.contains("leased by B"),
             "{refusal}"
@@ -368,7 +380,7 @@ async fn a_guard_says_whether_it_refused_a_change_or_a_read() {
         .guard
         .unwrap();
     assert_eq!(holders.fence(), Some(held.fence));
-    assert!(holders.check().is_ok());
+    assert!(holders.lease_check(Instant::now()).is_ok());
     let holders_cached = lease
         .admit(Access::CachedRead, Some(&held.lease_id))
         .unwrap();

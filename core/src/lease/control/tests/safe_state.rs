@@ -66,7 +66,8 @@ async fn while_a_safe_state_is_pending_everyone_sees_it_and_nobody_changes_the_s
         ));
     }
     assert!(
-        guard()
+        guard
+            .lease_check(Instant::now())
             .unwrap_err()
             .to_string()
             .contains("ran out or was released")
@@ -76,7 +77,7 @@ async fn while_a_safe_state_is_pending_everyone_sees_it_and_nobody_changes_the_s
         fresh
             .guard
             .unwrap()
-            .check()
+            .lease_check(Instant::now())
             .unwrap_err()
             .to_string()
             .contains("safe state")
@@ -91,13 +92,13 @@ async fn a_free_guard_names_a_live_holder_and_one_whose_lease_just_ended_apart()
         .acquire("B".into(), TTL, None, Duration::ZERO)
         .await
         .unwrap();
-    let live = guard().unwrap_err().to_string();
+    let live = guard.lease_check(Instant::now()).unwrap_err().to_string();
     assert!(
         live.contains("leased by B before") && !live.contains("just ended"),
         "{live}"
     );
     tokio::time::advance(TTL).await;
-    let ended = guard().unwrap_err().to_string();
+    let ended = guard.lease_check(Instant::now()).unwrap_err().to_string();
     assert!(
         ended.contains("leased by B (whose lease has just ended)"),
         "{ended}"
