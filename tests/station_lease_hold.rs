@@ -909,8 +909,11 @@ async fn a_command_that_exits_leaves_no_background_job_running_once_the_lease_is
     let (args, store, key) = on_sqlite(&backend, &["--grace-ms", "2000"]).await;
     let markers = Markers::new();
     // The job traps SIGTERM to say it got it, and is still running when the command exits.
-    let body = r#"sh -c 'trap "echo term > \"$0/job-term\"; exit 0" TERM; i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done' "$M" > /dev/null 2>&1 &
+    // The command exits only once the job says its trap is set (`job-up`): a SIGTERM before
+    // that would end the job unheard, however fast the machine.
+    let body = r#"sh -c 'trap "echo term > \"$0/job-term\"; exit 0" TERM; echo up > "$0/job-up"; i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done' "$M" > /dev/null 2>&1 &
 mark job $!
+i=0; while [ ! -e "$M/job-up" ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done
 exit 4"#;
     let child = start(&markers, &strs(&args), body);
     let (code, stderr) = ended(child).await;
@@ -934,8 +937,11 @@ async fn a_background_job_that_ignores_sigterm_is_killed_after_grace_ms_before_t
     let backend = Backend::named("sqlite").await;
     let (args, store, key) = on_sqlite(&backend, &["--grace-ms", "300"]).await;
     let markers = Markers::new();
-    let body = r#"sh -c 'trap "" TERM; i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done' > /dev/null 2>&1 &
+    // As above: the command exits once the job ignores SIGTERM (`job-up`), so only SIGKILL
+    // can end it.
+    let body = r#"sh -c 'trap "" TERM; echo up > "$0/job-up"; i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done' "$M" > /dev/null 2>&1 &
 mark job $!
+i=0; while [ ! -e "$M/job-up" ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done
 exit 0"#;
     let started = Instant::now();
     let child = start(&markers, &strs(&args), body);
