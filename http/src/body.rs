@@ -1,5 +1,7 @@
 //! Request bodies: read with a size limit and time limits, parsed as JSON, and fields bound by
-//! name case-insensitively (`Name` and `name` alike), with errors that name the field.
+//! name case-insensitively (`Name` and `name` alike), with errors that name the field. Handlers
+//! read a body as its typed request ([`JsonBody::typed`], `body/typed.rs`; the types are in
+//! `requests/`), from the nodes parsed here, never parsing it again.
 //!
 //! The time limits (`http.body_timeout_ms` for the whole body from the request's arrival,
 //! `http.body_idle_timeout_ms` between two of its pieces) come from the request's scope, set
@@ -23,6 +25,7 @@ use crate::error::ApiError;
 
 mod typed;
 
+pub(crate) use typed::whole_of_float;
 pub use typed::{BodyError, Deferred, StringList, Whole, said};
 
 /// How long a request body may take.
