@@ -14,6 +14,7 @@
 
 pub mod access;
 pub mod channels;
+pub mod comm;
 pub mod config_files;
 pub mod events;
 pub mod lease;
