@@ -27,7 +27,8 @@ use super::{JsonBody, Node};
 use crate::error::ApiError;
 
 impl JsonBody {
-    /// The body as `T`, bound as described in [`typed`](self).
+    /// The body as `T`, its fields bound as this module's doc says (any letter case, `null` as
+    /// absent, unknown fields ignored, errors naming the field).
     pub fn typed<'de, T: Deserialize<'de>>(&'de self) -> Result<T, ApiError> {
         T::deserialize(NodeDeserializer {
             body: self,

@@ -44,6 +44,20 @@ impl ResourceValuesRequest {
     }
 }
 
+/// The `MaxAgeMs` of a read, as the lease admission reads it before the handler: a maximum
+/// age above 0 asks for cached values, which a non-holder may read while the lease is held.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct MaxAgeAsked {
+    pub max_age_ms: Option<Whole>,
+}
+
+impl MaxAgeAsked {
+    pub fn cached(&self) -> bool {
+        self.max_age_ms.is_some_and(|Whole(ms)| ms > 0)
+    }
+}
+
 /// `POST api/resources/value/set` and `api/resources/transact {Name, Value}`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]

@@ -113,6 +113,18 @@ fn a_subscription_reads_its_filters_and_refuses_in_the_events_words() {
             json!({"Channels": ["A"], "IntervalMs": 100, "ChannelOptions": {"A": 1}}),
             "the field ChannelOptions.A must be an object".to_owned(),
         ),
+        // The one message that changed: it read "ChannelOptions.A.the field MinIntervalMs
+        // must be …" before.
+        (
+            json!({"Channels": ["A"], "IntervalMs": 100,
+                   "ChannelOptions": {"A": {"MinIntervalMs": -1}}}),
+            "the field ChannelOptions.A.MinIntervalMs must be a whole number of 0 or more"
+                .to_owned(),
+        ),
+        (
+            json!({"Channels": ["A"], "IntervalMs": 100, "MaxIntervalMs": 1.5}),
+            "the field MaxIntervalMs must be a whole number of 0 or more".to_owned(),
+        ),
     ] {
         let refused = body(sent.clone()).typed::<SubscriptionBody>().unwrap_err();
         assert_eq!(refused.message, message, "{sent}");
