@@ -13,6 +13,7 @@
 //! first) is a [`Deferred`](crate::body::Deferred), checked in the order the conversion asks.
 
 pub mod access;
+pub mod channel_config;
 pub mod channels;
 pub mod comm;
 pub mod config_files;

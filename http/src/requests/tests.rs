@@ -229,3 +229,73 @@ fn numeric_bodies_take_the_clients_defaults_and_refuse_in_their_words() {
     let one_limit: NumericAcquireRequest = body(json!({"Usl": 1})).typed().unwrap();
     assert_eq!(one_limit.limits().unwrap(), None);
 }
+
+/// A `ChannelConfigRequest`'s fields in its own words: unknown ones refused, each wrong one
+/// named, in the order they are checked once the channel is found.
+#[test]
+fn a_channel_config_entry_refuses_in_its_own_words() {
+    use super::channel_config::{ChannelConfigRequest, ConfigText, DetailsSent};
+    use crate::config_files::settings::GivenDetail;
+
+    let entry = |sent: Json| {
+        let Json::Object(entry) = sent else {
+            panic!("not an object")
+        };
+        ChannelConfigRequest::from_entry(entry)
+    };
+    let unknown = entry(json!({"NetName": "A", "Gain": 2})).unwrap_err();
+    assert!(
+        unknown
+            .message
+            .starts_with("Gain is not a field of ChannelConfigRequest (fields: NetName, Alias"),
+        "{}",
+        unknown.message
+    );
+    // A null field is as good as absent, a field the contract has in any letter case.
+    let asked = entry(
+        json!({"netname": "A", "Gain": null, "UNIT": 5, "Enabled": "yes",
+        "Direction": "SIDEWAYS", "ChannelType": true,
+        "Details": {"Gain": 2, "Offset": 0.5, "Mode": "x", "Off": null, "Bad": [1]}}),
+    )
+    .unwrap();
+    assert_eq!(
+        asked.net_name.checked().unwrap(),
+        Some(ConfigText("A".into()))
+    );
+    assert_eq!(
+        asked.unit.checked().unwrap_err().message,
+        "Unit must be a string"
+    );
+    assert_eq!(
+        asked.enabled.checked().unwrap_err().message,
+        "Enabled must be true or false"
+    );
+    assert_eq!(
+        asked.direction.checked().unwrap_err().message,
+        "Direction \"SIDEWAYS\" is not IN, OUT or \"IN, OUT\""
+    );
+    assert_eq!(
+        asked.channel_type.checked().unwrap_err().message,
+        "ChannelType true names no channel type"
+    );
+    assert_eq!(
+        asked.details.checked().unwrap_err().message,
+        "Details.Bad: must be a number, true/false or a string"
+    );
+    let details = entry(json!({"Details": {"Gain": 2, "Offset": 0.5, "Mode": "x", "On": true}}))
+        .unwrap()
+        .details
+        .checked()
+        .unwrap();
+    assert_eq!(
+        details,
+        Some(DetailsSent(vec![
+            ("Gain".into(), GivenDetail::Integer(2)),
+            ("Mode".into(), GivenDetail::Text("x".into())),
+            ("Offset".into(), GivenDetail::Number(0.5)),
+            ("On".into(), GivenDetail::Bool(true)),
+        ]))
+    );
+    let not_object = entry(json!({"Details": 5})).unwrap().details.checked();
+    assert_eq!(not_object.unwrap_err().message, "Details must be an object");
+}
