@@ -1,14 +1,16 @@
 //! Every JSON request body as a type, one per endpoint body, named after the clients' models
 //! (`WebApiClient/Models/*.cs`; where the models and `contract.md` disagree, the clients win),
 //! and each turned here into what the core runs: a change's items, a read's names and
-//! freshness, a subscription, a lease's owner and time to live. The value checks (the channel's
-//! type and limits, a TTL's range, a deadband's shape) and the alias resolution (through
+//! freshness, a subscription, a lease's owner and time to live, a bus transaction, what a
+//! channel's configuration should become. The value checks (the channel's type and limits, a
+//! TTL's range, a deadband's shape, a bus's bytes and enums) and the alias resolution (through
 //! [`ChannelTable::get`](crate::link::ChannelTable::get)) live in these conversions, so every
 //! front end that needs them takes them from here.
 //!
 //! A body is read into its type by [`JsonBody::typed`](crate::body::JsonBody::typed): fields
 //! in any letter case, `null` as absent, unknown fields ignored (as the vendor's ASP.NET model
-//! binder ignores them), and the messages clients got from the field-by-field reads before.
+//! binder ignores them; `ChannelConfigRequest` alone refuses them, as it always did), and the
+//! messages clients got from the field-by-field reads before.
 //! A field whose check must wait for something the body does not say (a channel looked up
 //! first) is a [`Deferred`](crate::body::Deferred), checked in the order the conversion asks.
 
