@@ -1,5 +1,7 @@
 //! Request bodies: read with a size limit and time limits, parsed as JSON, and fields bound by
-//! name case-insensitively (`Name` and `name` alike), with errors that name the field.
+//! name case-insensitively (`Name` and `name` alike), with errors that name the field. Handlers
+//! read a body as its typed request ([`JsonBody::typed`], `body/typed.rs`; the types are in
+//! `requests/`), from the nodes parsed here, never parsing it again.
 //!
 //! The time limits (`http.body_timeout_ms` for the whole body from the request's arrival,
 //! `http.body_idle_timeout_ms` between two of its pieces) come from the request's scope, set
@@ -20,6 +22,11 @@ use serde_json::{Map, Value as Json};
 use tokio::time::Instant;
 
 use crate::error::ApiError;
+
+mod typed;
+
+pub(crate) use typed::whole_of_float;
+pub use typed::{BodyError, Deferred, StringList, Whole, said};
 
 /// How long a request body may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -338,9 +345,14 @@ impl JsonBody {
 
     /// The node of the field called `name`, in any letter case, unless it is absent or `null`.
     fn field(&self, name: &str) -> Option<usize> {
+        self.field_in(0, name)
+    }
+
+    /// [`JsonBody::field`] of the object at node `object` (none when it is not an object).
+    fn field_in(&self, object: usize, name: &str) -> Option<usize> {
         let name = name.as_bytes();
         let mut found: Option<(&[u8], usize)> = None;
-        for (key, value) in self.fields() {
+        for (key, value) in self.fields_of(object) {
             let Some(key) = self.string_at(key) else {
                 continue;
             };
@@ -358,11 +370,17 @@ impl JsonBody {
 
     /// The top level's fields as (name, value) nodes, in the order sent.
     fn fields(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let end = match self.nodes.first() {
+        self.fields_of(0)
+    }
+
+    /// The fields of the object at node `object` as (name, value) nodes, in the order sent;
+    /// none when it is not an object.
+    fn fields_of(&self, object: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let end = match self.nodes.get(object) {
             Some(Node::Object { end }) => *end,
             _ => 0,
         };
-        let mut at = 1;
+        let mut at = object + 1;
         std::iter::from_fn(move || {
             if at >= end {
                 return None;

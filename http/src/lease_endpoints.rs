@@ -16,14 +16,13 @@ use super::body::JsonBody;
 use super::reply::{Body, json_response};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-use crate::lease::{DEFAULT_TTL, LeaseError, MAX_TTL, MAX_WAIT, MIN_TTL};
+use crate::lease::{DEFAULT_TTL, LeaseError, MAX_WAIT};
+use crate::requests::lease::{LeaseAcquireRequest, LeaseRenewRequest};
 
 /// The header a holder sends with every request.
 pub const LEASE_ID_HEADER: HeaderName = HeaderName::from_static("x-lease-id");
 /// The header on the holder's responses: the fence its requests are admitted under.
 pub const LEASE_FENCE_HEADER: HeaderName = HeaderName::from_static("x-lease-fence");
-/// The longest owner name kept.
-const MAX_OWNER_CHARS: usize = 200;
 
 /// The `X-Lease-Id` a request carries.
 ///
@@ -62,14 +61,8 @@ pub async fn acquire(
     presented: Option<&str>,
     client_ended: impl Future<Output = ()>,
 ) -> Result<Response<Body>, ApiError> {
-    let owner = body.string("Owner")?.trim();
-    if owner.is_empty() {
-        return Err(ApiError::bad_request(
-            "the field Owner must name who takes the lease, e.g. \"TAT station 3\"",
-        ));
-    }
-    let owner: String = owner.chars().take(MAX_OWNER_CHARS).collect();
-    let ttl = ttl(body)?.unwrap_or(DEFAULT_TTL);
+    let (owner, ttl) = body.typed::<LeaseAcquireRequest>()?.owner_and_ttl()?;
+    let ttl = ttl.unwrap_or(DEFAULT_TTL);
     let wait = wait(query)?;
     let answer = gateway
         .lease
@@ -141,14 +134,7 @@ pub async fn break_lease(
 
 /// `TtlMs`, when given, in range.
 fn ttl(body: &JsonBody) -> Result<Option<Duration>, ApiError> {
-    let Some(ttl_ms) = body.optional_u64("TtlMs")? else {
-        return Ok(None);
-    };
-    let ttl = Duration::from_millis(ttl_ms);
-    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
-        return Err(LeaseError::BadTtl(ttl_ms).into());
-    }
-    Ok(Some(ttl))
+    body.typed::<LeaseRenewRequest>()?.ttl()
 }
 
 /// `waitMs` from the query (any letter case); none is no wait.
@@ -193,6 +179,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::lease::MIN_TTL;
 
     #[test]
     fn wait_comes_from_the_query_in_range() {

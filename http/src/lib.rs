@@ -44,6 +44,7 @@ pub mod ops;
 pub mod peer_end;
 pub mod redact;
 mod reply;
+pub mod requests;
 pub mod routes;
 mod serve;
 pub mod threads;

@@ -23,7 +23,7 @@ use hyper::{Method, Response};
 use serde_json::{Value as Json, json};
 
 use super::allow::Allowed;
-use super::body::{JsonBody, read_body};
+use super::body::{JsonBody, Whole, read_body};
 use super::reply::{Body, error_response, json_response};
 use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
@@ -32,6 +32,7 @@ use crate::lease::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseHolder, LeaseKind, LeaseStoreError, LeaseToken,
     MAX_WAIT, millis,
 };
+use crate::requests::lease::{NamedLeaseAcquireRequest, NamedLeaseRenewRequest};
 
 /// The header that carries a named lease's token.
 pub const LEASE_TOKEN_HEADER: &str = "x-lease-token";
@@ -41,7 +42,6 @@ pub const MAX_NAMED_TTL: Duration = Duration::from_secs(3600);
 /// Most slots a semaphore may have.
 pub const MAX_SLOTS: u32 = 1000;
 const MAX_NAME_CHARS: usize = 200;
-const MAX_OWNER_CHARS: usize = 200;
 
 /// Why a named-lease request was refused. Its kind is given below, its status by `crate::error::http_status`.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -202,9 +202,9 @@ fn presented_token(headers: &HeaderMap) -> Option<LeaseToken> {
         .map(LeaseToken::from_text)
 }
 
-fn ttl(body: &JsonBody, required: bool) -> Result<Option<Duration>, ApiError> {
-    let ttl_ms = match body.optional_u64("ttlMs")? {
-        Some(ttl_ms) => ttl_ms,
+fn ttl(ttl_ms: Option<Whole>, required: bool) -> Result<Option<Duration>, ApiError> {
+    let ttl_ms = match ttl_ms {
+        Some(Whole(ttl_ms)) => ttl_ms,
         None if required => return Err(ApiError::bad_request("the field ttlMs is missing")),
         None => return Ok(None),
     };
@@ -238,26 +238,14 @@ async fn acquire(
     body: &JsonBody,
     token: Option<LeaseToken>,
 ) -> Result<Json, ApiError> {
-    let ttl = ttl(body, true)?.unwrap_or(MIN_NAMED_TTL);
-    let wait_ms = body.optional_u64("waitMs")?.unwrap_or(0);
+    let asked: NamedLeaseAcquireRequest = body.typed()?;
+    let ttl = ttl(asked.ttl_ms, true)?.unwrap_or(MIN_NAMED_TTL);
+    let wait_ms = asked.wait_ms.checked()?.map_or(0, |Whole(ms)| ms);
     let wait = Duration::from_millis(wait_ms);
     if wait > MAX_WAIT {
         return Err(NamedLeaseError::BadWait(wait_ms).into());
     }
-    let owner = match body.get("owner") {
-        Some(_) => body
-            .string("owner")?
-            .trim()
-            .chars()
-            .take(MAX_OWNER_CHARS)
-            .collect(),
-        None => String::new(),
-    };
-    let owner = if owner.is_empty() {
-        "anonymous".to_owned()
-    } else {
-        owner
-    };
+    let owner = NamedLeaseAcquireRequest::owner(asked.owner.checked()?);
     // Its fresh token is drawn once, so that every attempt of a wait is one caller; the
     // client's token only gets back the lease it already holds.
     let mut request = AcquireRequest::new(owner, ttl);
@@ -299,7 +287,7 @@ async fn renew(
     token: Option<LeaseToken>,
 ) -> Result<Json, ApiError> {
     let token = token.ok_or(NamedLeaseError::MissingToken)?;
-    let ttl = ttl(body, false)?;
+    let ttl = ttl(body.typed::<NamedLeaseRenewRequest>()?.ttl_ms, false)?;
     let grant = gateway
         .leases
         .default_store()

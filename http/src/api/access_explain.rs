@@ -10,27 +10,20 @@ use serde_json::{Value as Json, json};
 use station_protocol::Value;
 
 use super::call::{Answer, Call, known_channels, ok};
+use crate::body::Deferred;
 use crate::config::Role;
 use crate::credentials::API_KEY_HEADER;
 use crate::error::ApiError;
-use crate::rules::{Action, Reason};
-
-fn optional_string<'a>(call: &'a Call<'_>, field: &str) -> Result<Option<&'a str>, ApiError> {
-    match call.body.get(field) {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::String(text)) => Ok(Some(text.as_str())),
-        Some(_) => Err(ApiError::bad_request(format!(
-            "the field {field} must be a string"
-        ))),
-    }
-}
+use crate::requests::access::AccessExplainRequest;
+use crate::rules::Reason;
 
 /// Who the body names: the key's name (never the key), or the user.
-fn named(call: &Call<'_>) -> Result<Option<String>, ApiError> {
-    match (
-        optional_string(call, "Key")?,
-        optional_string(call, "User")?,
-    ) {
+fn named(
+    call: &Call<'_>,
+    key: Deferred<Option<String>>,
+    user: Deferred<Option<String>>,
+) -> Result<Option<String>, ApiError> {
+    match (key.checked()?.as_deref(), user.checked()?) {
         (Some(_), Some(_)) => Err(ApiError::bad_request("give Key or User, not both")),
         (Some(key), None) => {
             let mut headers = HeaderMap::new();
@@ -50,22 +43,16 @@ fn named(call: &Call<'_>) -> Result<Option<String>, ApiError> {
 
 /// `POST /v1/access/explain`.
 pub(super) async fn explain(call: Call<'_>) -> Answer {
-    let asked = call.body.string("Action")?;
-    let action = Action::from_word(asked).ok_or_else(|| {
-        let known: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
-        ApiError::bad_request(format!(
-            "the field Action: \"{asked}\" is not an action; the actions: {}",
-            known.join(", ")
-        ))
-    })?;
-    let name = named(&call)?;
+    let asked: AccessExplainRequest = call.body.typed()?;
+    let action = asked.action()?;
+    let name = named(&call, asked.key, asked.user)?;
     let own = call.gateway.access.caller(call.headers);
     if call.gateway.access.enabled() && name != own && call.granted < Some(Role::Admin) {
         return Err(ApiError::forbidden(
             "explaining another key's or user's rights takes the admin role; leave Key and User out to explain your own",
         ));
     }
-    let address: IpAddr = match optional_string(&call, "Address")? {
+    let address: IpAddr = match asked.address.checked()?.as_deref() {
         None => call.peer.ip(),
         Some(text) => text.trim().parse().map_err(|_| {
             ApiError::bad_request(format!(
@@ -73,12 +60,8 @@ pub(super) async fn explain(call: Call<'_>) -> Answer {
             ))
         })?,
     };
-    let written = optional_string(&call, "Value")?.map(|text| Value::String(text.to_owned()));
-    let channel_asked = if action.station_wide() {
-        optional_string(&call, "Channel")?.unwrap_or("").to_owned()
-    } else {
-        call.body.string("Channel")?.to_owned()
-    };
+    let written = asked.value.checked()?.map(Value::String);
+    let channel_asked = AccessExplainRequest::channel(asked.channel, action)?;
     let Some(rules) = call.gateway.station.access_rules().current() else {
         return ok(json!({
             "allowed": true,
@@ -108,11 +91,7 @@ pub(super) async fn explain(call: Call<'_>) -> Answer {
         name,
         address: Some(address),
         group: None,
-        holds_lease: call
-            .body
-            .get("HoldsLease")
-            .and_then(Json::as_bool)
-            .unwrap_or(true),
+        holds_lease: AccessExplainRequest::holds_lease(asked.holds_lease),
     };
     let principal = rules.principal(&who.subject());
     let decision = rules.decide(&principal, &facts, action, written.as_ref());

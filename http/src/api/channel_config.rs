@@ -9,26 +9,11 @@ use station_protocol::{ChannelDescriptor, Configure, Value};
 use super::call::{Answer, Call, answered, known_channels, ok};
 use super::channels::channel_json;
 use crate::config_files::configs_of;
-use crate::config_files::settings::{
-    GivenDetail, Wanted, check_aliases, parse_direction, parse_type, settings_for,
-};
+use crate::config_files::settings::{check_aliases, settings_for};
 use crate::error::ApiError;
-use crate::link::{ChannelPlace, ChannelTable};
+use crate::link::ChannelPlace;
+use crate::requests::channel_config::{ChannelConfigRequest, Located};
 use crate::station::{ChangeAnswer, ChangeWhat, Step, StepAction, StepsDone};
-
-/// The fields of a `ChannelConfigRequest`, as the contract spells them.
-const FIELDS: &[&str] = &[
-    "NetName",
-    "Alias",
-    "Enabled",
-    "Direction",
-    "ChannelType",
-    "Description",
-    "Unit",
-    "GroupName",
-    "DeviceName",
-    "Details",
-];
 
 /// `POST api/channels/channel/configure {ChannelConfigRequest}`.
 pub(super) async fn configure_one(call: Call<'_>) -> Answer {
@@ -69,12 +54,6 @@ fn parse_body(raw: &[u8]) -> Result<Json, ApiError> {
     })
 }
 
-/// One entry located and read, not yet checked against what the channel supports.
-struct Located {
-    position: usize,
-    wanted: Wanted,
-}
-
 /// Checks every entry, then configures; the channels as they are afterwards.
 async fn configure(
     call: &Call<'_>,
@@ -90,17 +69,20 @@ async fn configure(
         }
     };
     let located = entries
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(index, entry)| {
-            locate(&table, entry).map_err(|mut error| {
-                error.message = format!("{}{}", label(index), error.message);
-                // In a list an entry naming no channel is a bad entry of the request.
-                if in_list {
-                    error.kind = crate::error::ErrorKind::BadRequest;
-                }
-                error
-            })
+            let asked = ChannelConfigRequest::from_entry(entry);
+            asked
+                .and_then(|asked| asked.locate(&table))
+                .map_err(|mut error| {
+                    error.message = format!("{}{}", label(index), error.message);
+                    // In a list an entry naming no channel is a bad entry of the request.
+                    if in_list {
+                        error.kind = crate::error::ErrorKind::BadRequest;
+                    }
+                    error
+                })
         })
         .collect::<Result<Vec<Located>, ApiError>>()?;
     let names: Vec<String> = located
@@ -210,141 +192,6 @@ fn locator(channel: &ChannelDescriptor) -> String {
     } else {
         format!("net name {:?}", channel.net_name)
     }
-}
-
-/// A field of the entry, in any letter case; null counts as absent.
-fn field<'a>(entry: &'a Map<String, Json>, name: &str) -> Option<&'a Json> {
-    entry
-        .iter()
-        .find(|(key, _)| key.eq_ignore_ascii_case(name))
-        .map(|(_, value)| value)
-        .filter(|value| !value.is_null())
-}
-
-fn text_field(entry: &Map<String, Json>, name: &str) -> Result<Option<String>, ApiError> {
-    match field(entry, name) {
-        None => Ok(None),
-        Some(Json::String(text)) => Ok(Some(text.clone())),
-        Some(_) => Err(ApiError::bad_request(format!("{name} must be a string"))),
-    }
-}
-
-/// Finds the entry's channel (`NetName` first, then `Alias`; either may also be the channel's
-/// full name) and reads what it wants, refusing fields the contract does not have.
-fn locate(table: &ChannelTable, entry: &Map<String, Json>) -> Result<Located, ApiError> {
-    if let Some((unknown, _)) = entry.iter().find(|(key, value)| {
-        !value.is_null() && !FIELDS.iter().any(|f| f.eq_ignore_ascii_case(key))
-    }) {
-        return Err(ApiError::bad_request(format!(
-            "{unknown} is not a field of ChannelConfigRequest (fields: {})",
-            FIELDS.join(", ")
-        )));
-    }
-    let net_name = text_field(entry, "NetName")?;
-    let alias = text_field(entry, "Alias")?;
-    let find = |wanted: &str, by: fn(&ChannelDescriptor) -> &str| {
-        table
-            .channels
-            .iter()
-            .position(|ch| !wanted.is_empty() && by(ch) == wanted)
-            .or_else(|| table.position(wanted))
-    };
-    let (position, rename) = match (&net_name, &alias) {
-        (Some(net_name), alias) => {
-            let found = find(net_name, |ch| &ch.net_name).ok_or_else(|| {
-                ApiError::not_found(format!("no channel with the net name {net_name:?}"))
-            })?;
-            (found, alias.clone())
-        }
-        (None, Some(alias)) => {
-            let found = find(alias, |ch| &ch.alias).ok_or_else(|| {
-                ApiError::not_found(format!("no channel with the alias {alias:?}"))
-            })?;
-            (found, None)
-        }
-        (None, None) => {
-            return Err(ApiError::bad_request(
-                "give NetName or Alias to say which channel to configure",
-            ));
-        }
-    };
-    let enabled = match field(entry, "Enabled") {
-        None => None,
-        Some(Json::Bool(on)) => Some(*on),
-        Some(_) => return Err(ApiError::bad_request("Enabled must be true or false")),
-    };
-    let direction = match field(entry, "Direction") {
-        None => None,
-        Some(value) => Some(
-            flag_text(value)
-                .as_deref()
-                .and_then(parse_direction)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "Direction {value} is not IN, OUT or \"IN, OUT\""
-                    ))
-                })?,
-        ),
-    };
-    let type_flags = match field(entry, "ChannelType") {
-        None => None,
-        Some(value) => Some(
-            flag_text(value)
-                .as_deref()
-                .and_then(parse_type)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("ChannelType {value} names no channel type"))
-                })?,
-        ),
-    };
-    let details = match field(entry, "Details") {
-        None => Vec::new(),
-        Some(Json::Object(details)) => details
-            .iter()
-            .filter(|(_, value)| !value.is_null())
-            .map(|(key, value)| Ok((key.clone(), given_detail(key, value)?)))
-            .collect::<Result<Vec<_>, ApiError>>()?,
-        Some(_) => return Err(ApiError::bad_request("Details must be an object")),
-    };
-    Ok(Located {
-        position,
-        wanted: Wanted {
-            alias: rename,
-            description: text_field(entry, "Description")?,
-            unit: text_field(entry, "Unit")?,
-            group: text_field(entry, "GroupName")?,
-            device: text_field(entry, "DeviceName")?,
-            enabled,
-            direction,
-            type_flags,
-            details,
-        },
-    })
-}
-
-/// A flags field as text: `"IN, OUT"` as it is, a number as its digits.
-fn flag_text(value: &Json) -> Option<String> {
-    match value {
-        Json::String(text) => Some(text.clone()),
-        Json::Number(number) => number.as_u64().map(|n| n.to_string()),
-        _ => None,
-    }
-}
-
-fn given_detail(key: &str, value: &Json) -> Result<GivenDetail, ApiError> {
-    Ok(match value {
-        Json::Bool(b) => GivenDetail::Bool(*b),
-        Json::String(text) => GivenDetail::Text(text.clone()),
-        Json::Number(number) => match number.as_i64() {
-            Some(i) => GivenDetail::Integer(i),
-            None => GivenDetail::Number(number.as_f64().unwrap_or(f64::NAN)),
-        },
-        _ => {
-            return Err(ApiError::bad_request(format!(
-                "Details.{key}: must be a number, true/false or a string"
-            )));
-        }
-    })
 }
 
 /// A detail's value as the contract's `Details` shows it.

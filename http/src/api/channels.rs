@@ -10,6 +10,7 @@ use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::link::ChannelPlace;
 use crate::numeric::NUMERIC_RESULT_FLAG;
+use crate::requests::channels::ChannelLookupRequest;
 
 /// The clients' `ChannelTypes.VirtualDigital` bit.
 const VIRTUAL_DIGITAL_FLAG: u32 = 1 << 2;
@@ -60,18 +61,10 @@ async fn add_numeric_result_details(gateway: &Gateway, ch: &ChannelDescriptor, j
 /// `POST api/channels/channel {NetName | Alias}`: NetName takes priority over Alias (the
 /// clients' `ChannelLookupRequest`); an alias is asked only when no NetName finds a channel.
 pub(super) async fn lookup(call: Call<'_>) -> Answer {
-    let (channels, body) = (known_channels(call.gateway)?, &call.body);
-    let net_name_asked = match body.get("NetName") {
-        None => None,
-        Some(_) => Some(body.string("NetName")?),
-    };
-    let alias_asked = match body.get("Alias") {
-        None => None,
-        Some(_) => Some(body.string("Alias")?),
-    };
-    if net_name_asked.is_none() && alias_asked.is_none() {
-        return Err(ApiError::bad_request("give the field NetName or Alias"));
-    }
+    let channels = known_channels(call.gateway)?;
+    let asked: ChannelLookupRequest = call.body.typed()?;
+    let (net_name_asked, alias_asked) = asked.asked()?;
+    let (net_name_asked, alias_asked) = (net_name_asked.as_deref(), alias_asked.as_deref());
     let by_net_name = net_name_asked.and_then(|wanted| {
         channels
             .channels

@@ -10,6 +10,7 @@ use super::route::AskedFrom;
 use crate::config_files::format::ConfigFile;
 use crate::config_files::{self, ConfigFileError, check_name};
 use crate::error::ApiError;
+use crate::requests::config_files::ConfigFileRequest;
 
 /// `GET api/application/config/list`: the files' names.
 pub(super) async fn list(call: Call<'_>) -> Answer {
@@ -25,7 +26,7 @@ pub(super) async fn loaded(call: Call<'_>) -> Answer {
 
 /// `POST api/application/config/load {FileName}`: applies the file under the lease.
 pub(super) async fn load(call: Call<'_>) -> Answer {
-    let name = call.body.string("FileName")?.to_owned();
+    let ConfigFileRequest { file_name: name } = call.body.typed()?;
     let (files, station) = (
         call.gateway.config_files.clone(),
         call.gateway.station.clone(),
@@ -49,7 +50,7 @@ pub(super) async fn load(call: Call<'_>) -> Answer {
 
 /// `POST api/application/config/save {FileName}`: the station as it is now, to a file.
 pub(super) async fn save(call: Call<'_>) -> Answer {
-    let name = call.body.string("FileName")?;
+    let ConfigFileRequest { file_name: name } = call.body.typed()?;
     let gateway = call.gateway;
     // The access rules' `save_config` over every channel the snapshot would hold.
     let every: Vec<String> = super::call::known_channels(gateway)?
@@ -66,7 +67,7 @@ pub(super) async fn save(call: Call<'_>) -> Answer {
             ))
         })?;
     let channels =
-        config_files::save(&gateway.config_files, &gateway.station, name, call.peer).await?;
+        config_files::save(&gateway.config_files, &gateway.station, &name, call.peer).await?;
     ok(json!({ "fileName": name, "channels": channels }))
 }
 

@@ -9,11 +9,13 @@ use base64::Engine;
 use serde_json::{Value as Json, json};
 
 use super::call::{Answer, Call, known_channels, ok};
+use crate::body::Deferred;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::lease::rfc3339;
 use crate::link::StationUrl;
-use crate::numeric::{self, Acquisition, Limits, Line, Measurement, Stats};
+use crate::numeric::{self, Acquisition, Line, Measurement, Stats};
+use crate::requests::numeric::{NumericAcquireRequest, NumericMeasureRequest};
 
 /// `GET api/numeric-results/channels`.
 pub(super) async fn channels(call: Call<'_>) -> Answer {
@@ -47,12 +49,10 @@ pub(super) async fn targets(call: Call<'_>) -> Answer {
 /// `POST api/numeric-results/acquire {Channel, Target, Samples, Lsl?, Usl?}`: the samples and
 /// their statistics; the kept result of `measure` is not touched.
 pub(super) async fn acquire(call: Call<'_>) -> Answer {
-    let limits = limits(&call)?;
-    let samples = call
-        .body
-        .get("Samples")
-        .map_or(Ok(1000), |v| whole(v, "Samples"))?;
-    let acquisition = run(&call, "Channel", "Target", samples).await?;
+    let asked: NumericAcquireRequest = call.body.typed()?;
+    let limits = asked.limits()?;
+    let samples = NumericAcquireRequest::samples(asked.samples)?;
+    let acquisition = run(&call, asked.channel, asked.target, samples).await?;
     let stats = Stats::of(&acquisition.samples, limits);
     publish(call.gateway, &acquisition, &stats);
     call.gateway
@@ -77,17 +77,15 @@ pub(super) async fn acquire(call: Call<'_>) -> Answer {
 /// `POST api/numeric-results/measure {ChannelNetName, TargetNetName, Samples, ReducedSet}`:
 /// kept as the channel's result; its samples only when `ReducedSet` is false.
 pub(super) async fn measure(call: Call<'_>) -> Answer {
-    let reduced = match call.body.get("ReducedSet") {
-        None => true,
-        Some(v) => v
-            .as_bool()
-            .ok_or_else(|| ApiError::bad_request("the field ReducedSet must be true or false"))?,
-    };
-    let samples = call
-        .body
-        .get("Samples")
-        .map_or(Ok(1000), |v| whole(v, "Samples"))?;
-    let acquisition = run(&call, "ChannelNetName", "TargetNetName", samples).await?;
+    let asked: NumericMeasureRequest = call.body.typed()?;
+    let (reduced, samples) = (asked.reduced(), asked.samples());
+    let acquisition = run(
+        &call,
+        asked.channel_net_name,
+        asked.target_net_name,
+        samples,
+    )
+    .await?;
     let stats = Stats::of(&acquisition.samples, None);
     publish(call.gateway, &acquisition, &stats);
     let kept = call
@@ -171,14 +169,14 @@ fn no_statistic(channel: &str, statistic: &str, count: usize) -> String {
 /// Checks the request and runs the acquisition it asks for.
 async fn run(
     call: &Call<'_>,
-    channel_field: &str,
-    target_field: &str,
+    channel: Deferred<String>,
+    target: Deferred<String>,
     samples: i64,
 ) -> Result<Acquisition, ApiError> {
     let gateway = call.gateway;
     let table = known_channels(gateway)?;
-    let sampler = numeric::find_sampler(&table, call.body.string(channel_field)?)?;
-    let target = numeric::find_target(&table, sampler, call.body.string(target_field)?)?;
+    let sampler = numeric::find_sampler(&table, &channel.checked()?)?;
+    let target = numeric::find_target(&table, sampler, &target.checked()?)?;
     let line = StationUrl::parse(&gateway.config.station.url)
         .map(|url| Line::of(&url))
         .unwrap_or(Line::Network);
@@ -234,41 +232,6 @@ fn publish(gateway: &Gateway, a: &Acquisition, stats: &Stats) {
         "numeric-result",
         &data.to_string(),
     );
-}
-
-/// `Lsl` and `Usl`: both or neither, numbers, `Lsl` below `Usl`.
-fn limits(call: &Call<'_>) -> Result<Option<Limits>, ApiError> {
-    let number = |field: &str| -> Result<Option<f64>, ApiError> {
-        call.body
-            .get(field)
-            .map(|v| {
-                v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
-                    ApiError::bad_request(format!("the field {field} must be a number"))
-                })
-            })
-            .transpose()
-    };
-    match (number("Lsl")?, number("Usl")?) {
-        (Some(lsl), Some(usl)) if lsl < usl => Ok(Some(Limits { lsl, usl })),
-        (Some(lsl), Some(usl)) => Err(ApiError::bad_request(format!(
-            "Lsl ({lsl}) must be below Usl ({usl})"
-        ))),
-        // One limit alone: no capability (Cp and Cpk need both), as the clients document.
-        _ => Ok(None),
-    }
-}
-
-/// A whole number field (may be negative, to be refused with the limit).
-fn whole(value: &Json, field: &str) -> Result<i64, ApiError> {
-    value
-        .as_i64()
-        .or_else(|| {
-            value
-                .as_f64()
-                .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
-                .map(|f| f as i64)
-        })
-        .ok_or_else(|| ApiError::bad_request(format!("the field {field} must be a whole number")))
 }
 
 /// `channel=` of the query, percent-decoded; 400 when missing.

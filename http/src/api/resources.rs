@@ -4,19 +4,20 @@
 use foldhash::{HashSet, HashSetExt};
 
 use serde_json::{Value as Json, json};
-use station_protocol::{ChannelDescriptor, ItemResult, Value};
+use station_protocol::ItemResult;
 
 use super::call::{Answer, Call, answered, known_channels, ok, reached_now};
-use crate::body::{JsonBody, value_text};
 use crate::config::Role;
 use crate::credentials::AccessError;
 use crate::error::ApiError;
-use crate::gateway::Gateway;
 use crate::link::ChannelTable;
 use crate::reply::json_bytes_response;
+use crate::requests::resources::{
+    ResourceNameRequest, ResourceValueRequest, ResourceValuesRequest, ResourceValuesSetRequest,
+};
 use crate::station::{
-    ChangeAnswer, ChangeWhat, ConsumingRule, Freshness, ItemError, ItemReading, ReadError,
-    ReadPolicy, UnknownRule,
+    ChangeAnswer, ChangeWhat, ConsumingRule, ItemError, ItemReading, ReadError, ReadPolicy,
+    UnknownRule,
 };
 
 /// `GET api/resources/names`.
@@ -45,7 +46,8 @@ pub(super) async fn value_get(call: Call<'_>) -> Answer {
 
 /// `POST api/resources/value/set {Name, Value}`.
 pub(super) async fn value_set(call: Call<'_>) -> Answer {
-    let (name, value) = named_value(call.gateway, &call.body)?;
+    let request: ResourceValueRequest = call.body.typed()?;
+    let (name, value) = request.into_item(&*known_channels(call.gateway)?)?;
     let names = vec![name.clone()];
     let report = call.change(ChangeWhat::Write(vec![(name, value)])).await?;
     let results = answered(report, ChangeAnswer::written)?;
@@ -75,7 +77,8 @@ pub(super) async fn values_set(call: Call<'_>) -> Answer {
 
 /// `POST api/resources/transact {Name, Value}`: write and read back in one step.
 pub(super) async fn transact(call: Call<'_>) -> Answer {
-    let (name, value) = named_value(call.gateway, &call.body)?;
+    let request: ResourceValueRequest = call.body.typed()?;
+    let (name, value) = request.into_item(&*known_channels(call.gateway)?)?;
     let report = call.change(ChangeWhat::Transact { name, value }).await?;
     let answer = answered(report, ChangeAnswer::transacted)?;
     ok(json!({ "value": answer.render() }))
@@ -87,54 +90,6 @@ fn check_names(channels: &ChannelTable, names: &[String]) -> Result<(), ApiError
         Some(unknown) => Err(ApiError::no_such_resource(unknown)),
         None => Ok(()),
     }
-}
-
-/// A station value from request text, by the channel's type, within the limits the station
-/// gave for the channel (its configuration, read at connect): checked here so that a batch
-/// with one value out of range sends nothing, where the station would apply the rest.
-fn checked_value(
-    channels: &ChannelTable,
-    channel: &ChannelDescriptor,
-    text: &str,
-) -> Result<Value, ApiError> {
-    let value = parse_value(channel, text)?;
-    let limits = channels
-        .config(&channel.name)
-        .and_then(|config| config.limits);
-    let number = match &value {
-        Value::Float(x) => Some(*x),
-        Value::Integer(i) => Some(*i as f64),
-        _ => None,
-    };
-    if let (Some((min, max)), Some(x)) = (limits, number)
-        && !(min..=max).contains(&x)
-    {
-        let unit = if channel.unit.is_empty() {
-            String::new()
-        } else {
-            format!(" {}", channel.unit)
-        };
-        return Err(ApiError::bad_request(format!(
-            "{}: {} is outside {} to {}{unit}",
-            channel.name,
-            value.render(),
-            Value::Float(min).render(),
-            Value::Float(max).render()
-        )));
-    }
-    Ok(value)
-}
-
-/// A station value from request text, by the channel's type.
-fn parse_value(channel: &ChannelDescriptor, text: &str) -> Result<Value, ApiError> {
-    if !channel.writable {
-        return Err(ApiError::bad_request(format!(
-            "{} is read only",
-            channel.name
-        )));
-    }
-    Value::parse_as(channel.value_type, text, &channel.options)
-        .map_err(|error| ApiError::bad_request(format!("bad value for {}: {error}", channel.name)))
 }
 
 fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<(), ApiError> {
@@ -153,7 +108,7 @@ fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<()
 /// A forced read of the body's `Name`: its value as text.
 async fn read_one(call: &Call<'_>) -> Result<String, ApiError> {
     let gateway = call.gateway;
-    let name = call.body.string("Name")?.to_owned();
+    let ResourceNameRequest { name } = call.body.typed()?;
     check_names(&reached_now(gateway)?.channels, std::slice::from_ref(&name))?;
     let names = vec![name];
     let who = call.who_if_rules();
@@ -238,20 +193,12 @@ fn first_reading_error(names: &[String], readings: &[ItemReading]) -> Result<(),
 /// read and every batch), and a `serde_json::Value` tree of two maps cost more than the rest
 /// of the request.
 async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
-    let (gateway, body, admitted, peer) = (call.gateway, &call.body, &call.admitted, call.peer);
-    let names = body.string_list("Names")?;
-    let max_age_ms = body.optional_u64("MaxAgeMs")?.unwrap_or(0);
+    let (gateway, admitted, peer) = (call.gateway, &call.admitted, call.peer);
+    let request: ResourceValuesRequest = call.body.typed()?;
+    // Only the holder reads the hardware: every value's true age goes with it.
+    let freshness = request.freshness(admitted.cache_only.is_some());
+    let names = request.names.0;
     check_names(&reached_now(gateway)?.channels, &names)?;
-    // With a maximum age, fresh cached values serve; while someone else holds the lease
-    // (admission lets a non-holder through only with a maximum age), every value comes from
-    // the cache however old, with its true age: only the holder reads the hardware.
-    let freshness = if admitted.cache_only.is_some() {
-        Freshness::CacheOnly
-    } else if max_age_ms > 0 {
-        Freshness::Within(std::time::Duration::from_millis(max_age_ms))
-    } else {
-        Freshness::Hardware
-    };
     let who = call.who_if_rules();
     let policy = ReadPolicy {
         freshness,
@@ -347,42 +294,9 @@ fn write_json_str(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-/// The `Name` and `Value` of a body, the value read as that channel's type.
-fn named_value(gateway: &Gateway, body: &JsonBody) -> Result<(String, Value), ApiError> {
-    let name = body.string("Name")?.to_owned();
-    let text = body.value_text("Value")?;
-    let channels = known_channels(gateway)?;
-    let channel = channels
-        .get(&name)
-        .ok_or_else(|| ApiError::no_such_resource(&name))?;
-    let value = checked_value(&channels, channel, &text)?;
-    Ok((name, value))
-}
-
 async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
-    let (gateway, body) = (call.gateway, &call.body);
-    let resources = body.object("Resources")?;
-    let channels = known_channels(gateway)?;
-    // Every entry checked before anything is sent: each value the gateway can tell is wrong
-    // is named, and then nothing is written.
-    let mut items = Vec::with_capacity(resources.len());
-    let mut refused = Vec::new();
-    for (name, raw) in resources {
-        let channel = channels
-            .get(name)
-            .ok_or_else(|| ApiError::no_such_resource(name))?;
-        let text = value_text(raw, &format!("Resources.{name}"))?;
-        match checked_value(&channels, channel, &text) {
-            Ok(value) => items.push((name.clone(), value)),
-            Err(error) => refused.push(error.message),
-        }
-    }
-    if !refused.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "{}; nothing was sent",
-            refused.join("; ")
-        )));
-    }
+    let request: ResourceValuesSetRequest = call.body.typed()?;
+    let items = request.into_items(&*known_channels(call.gateway)?)?;
     if items.is_empty() {
         return Ok(json!({}));
     }

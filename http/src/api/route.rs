@@ -11,6 +11,7 @@ use super::unserved::Unserved;
 use crate::body::JsonBody;
 use crate::config::Role;
 use crate::lease::Access;
+use crate::requests::resources::MaxAgeAsked;
 
 /// What an endpoint needs of the control lease; enforced for every request before its handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +33,9 @@ impl LeaseNeed {
             LeaseNeed::Open => Access::Open,
             LeaseNeed::ForcedRead => Access::ForcedRead,
             LeaseNeed::Change => Access::Change,
-            LeaseNeed::ByMaxAge => match body.optional_u64("MaxAgeMs") {
-                Ok(Some(max_age_ms)) if max_age_ms > 0 => Access::CachedRead,
+            // A body the handler will refuse asks for nothing cached.
+            LeaseNeed::ByMaxAge => match body.typed::<MaxAgeAsked>() {
+                Ok(asked) if asked.cached() => Access::CachedRead,
                 _ => Access::ForcedRead,
             },
         }

@@ -7,16 +7,12 @@ use serde_json::json;
 use super::call::{Answer, Call, ok};
 use crate::error::ApiError;
 use crate::lease::control::{SafeStopOutcome, SafeStopState};
+use crate::requests::safe_stop::SafeStopRequest;
 
 /// `POST /v1/safe-stop`: who pressed it is the caller's key or user name, else (access
 /// control off) the peer's address.
 pub(super) async fn press(call: Call<'_>) -> Answer {
-    let reason = call.body.string("Reason")?.trim().to_owned();
-    if reason.is_empty() {
-        return Err(ApiError::bad_request(
-            "the field Reason must not be blank: say why the station is being safe-stopped",
-        ));
-    }
+    let reason = call.body.typed::<SafeStopRequest>()?.reason()?;
     // The access rules' `safe_stop` right, decided by the station service like every other;
     // refused, the request's own audit line says so (403, the rule named).
     call.gateway

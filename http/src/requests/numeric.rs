@@ -1,0 +1,65 @@
+//! `api/numeric-results` bodies: `NumericMeasureRequest {ChannelNetName, TargetNetName,
+//! Samples, ReducedSet}` (the .NET client's model) and the acquisition's `{Channel, Target,
+//! Samples, Lsl?, Usl?}`. The channel and target are looked up (and checked) after the
+//! station's channel list is known, so they are read when the acquisition asks.
+
+use serde::Deserialize;
+
+use super::{Finite, Flag, Integer};
+use crate::body::Deferred;
+use crate::error::ApiError;
+use crate::numeric::Limits;
+
+/// The samples asked for when the body does not say.
+const DEFAULT_SAMPLES: i64 = 1000;
+
+/// `POST api/numeric-results/measure`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct NumericMeasureRequest {
+    pub reduced_set: Option<Flag>,
+    pub samples: Option<Integer>,
+    pub channel_net_name: Deferred<String>,
+    pub target_net_name: Deferred<String>,
+}
+
+impl NumericMeasureRequest {
+    /// Whether the samples are dropped once summed up: true unless the body says.
+    pub fn reduced(&self) -> bool {
+        self.reduced_set.is_none_or(|Flag(reduced)| reduced)
+    }
+
+    pub fn samples(&self) -> i64 {
+        self.samples.map_or(DEFAULT_SAMPLES, |Integer(n)| n)
+    }
+}
+
+/// `POST api/numeric-results/acquire`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct NumericAcquireRequest {
+    pub lsl: Option<Finite>,
+    pub usl: Option<Finite>,
+    /// Checked after the limits.
+    pub samples: Deferred<Option<Integer>>,
+    pub channel: Deferred<String>,
+    pub target: Deferred<String>,
+}
+
+impl NumericAcquireRequest {
+    /// `Lsl` and `Usl`: both or neither, `Lsl` below `Usl`; one alone is none (Cp and Cpk
+    /// need both), as the clients document.
+    pub fn limits(&self) -> Result<Option<Limits>, ApiError> {
+        match (self.lsl, self.usl) {
+            (Some(Finite(lsl)), Some(Finite(usl))) if lsl < usl => Ok(Some(Limits { lsl, usl })),
+            (Some(Finite(lsl)), Some(Finite(usl))) => Err(ApiError::bad_request(format!(
+                "Lsl ({lsl}) must be below Usl ({usl})"
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    pub fn samples(samples: Deferred<Option<Integer>>) -> Result<i64, ApiError> {
+        Ok(samples.checked()?.map_or(DEFAULT_SAMPLES, |Integer(n)| n))
+    }
+}
