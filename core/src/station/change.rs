@@ -590,7 +590,7 @@ impl ChangeRunner {
     /// sent; its interlocks checked on a value read within half `interlock_max_age_ms` (read
     /// now when there is none), and again by the send guard right before sending. Returns the
     /// admission with that guard, and the interlocks it checks (for the refusal's words).
-    async fn admit(
+    pub(super) async fn admit(
         &self,
         what: &ChangeWhat,
         origin: &ChangeOrigin,

@@ -421,3 +421,86 @@ async fn a_change_outlives_the_connection_thread_its_request_came_on() {
     shutdown.cancel();
     running.await.unwrap();
 }
+
+/// Access rules that refuse every change, or that let `VSET1` be written only while the door
+/// interlock reads `True`.
+fn rules(text: &str) -> crate::access_rules::AccessRules {
+    crate::access_rules::AccessRules::from_rules(crate::rules::Rules::compile(text, 1).unwrap())
+}
+
+const DOOR: &str = station_simulator::SimulatorHandle::DOOR_CLOSED;
+
+const VSET1_BEHIND_THE_DOOR: &str = r#"
+default = "allow"
+interlock_max_age_ms = 5000
+interlock_poll_ms = 100
+
+[channels.vset1]
+names = ["0.4.ESH10000662.VSET1"]
+
+[[rule]]
+name = "vset1-only-with-the-door-closed"
+channels = ["vset1"]
+allow = ["write"]
+interlock = { channel = "Interlock.DOOR_CLOSED", value = "True" }
+"#;
+
+/// The access rules decide a change before anything of it is sent: refused, it is audited as
+/// refused by its rule and never reaches the station.
+#[tokio::test]
+async fn a_change_the_access_rules_refuse_is_never_sent() {
+    let (station, sim, shutdown, running) = connected_station().await;
+    let station = station.with_access_rules(rules("default = \"deny\"\n"));
+    let report = station
+        .change(change(
+            ChangeWhat::Write(vec![(VSET1.into(), Value::Float(5.0))]),
+            "write",
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&report.outcome, ChangeOutcome::Refused { why } if why.contains("default")),
+        "{:?}",
+        report.outcome
+    );
+    assert!(report.answer.is_err(), "{:?}", report.answer);
+    assert!(
+        sim.write_log().is_empty(),
+        "refused, yet written: {:?}",
+        sim.write_log()
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+/// Admitted by a rule with an interlock, a change carries a send guard that judges the
+/// interlock again right before sending: the door opened after admission refuses it.
+#[tokio::test]
+async fn an_interlocked_changes_admission_gives_it_a_guard_that_rechecks_the_interlock() {
+    let (station, sim, shutdown, running) = connected_station().await;
+    let station = station.with_access_rules(rules(VSET1_BEHIND_THE_DOOR));
+    assert!(sim.set_input(DOOR, Value::Bool(true)));
+    let what = ChangeWhat::Write(vec![(VSET1.into(), Value::Float(5.0))]);
+    let (admitted, needed) = station
+        .changes
+        .admit(&what, &legacy_origin("write"), open_admission())
+        .await
+        .unwrap_or_else(|refusal| panic!("refused with the door closed: {refusal:?}"));
+    assert_eq!(needed.len(), 1, "the door's interlock");
+    let guard = admitted
+        .guard
+        .expect("an interlocked change is sent under a guard");
+    let generation = station.link.info().generation;
+    assert_eq!(guard.check(station.link.cache(), generation), Ok(()));
+    assert!(sim.set_input(DOOR, Value::Bool(false)));
+    station.link.read(vec![DOOR.into()]).await.unwrap();
+    assert!(
+        matches!(
+            guard.check(station.link.cache(), generation),
+            Err(crate::link::GuardRefusal::Interlock(_))
+        ),
+        "the door is open"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}

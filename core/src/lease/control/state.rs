@@ -390,3 +390,35 @@ pub(super) fn guard_check(
 ) -> Result<(), GuardRefusal> {
     state.snapshot().admits(admitted_fence, what, now)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ending(owed: bool, tries: u32) -> LeaseState {
+        let mut ending = EndingLease::new("A".into(), 7, owed);
+        ending.tries = tries;
+        ending.last_error = (tries > 0).then(|| "the station did not answer".to_owned());
+        LeaseState::Ending(ending)
+    }
+
+    /// The send guards are told a safe state is pending (and refuse with its tries and last
+    /// error) only while one is owed and was tried; owed and not yet tried, or not owed at all,
+    /// the station is only between leases.
+    #[test]
+    fn a_safe_state_is_pending_for_the_guards_only_while_owed_and_tried() {
+        let pending = |state: LeaseState| match state.snapshot() {
+            LeaseSnapshot::Ending {
+                safe_state_pending, ..
+            } => safe_state_pending,
+            other => panic!("not ending: {other:?}"),
+        };
+        assert_eq!(
+            pending(ending(true, 1)),
+            Some((1, "the station did not answer".to_owned()))
+        );
+        assert_eq!(pending(ending(true, 0)), None);
+        assert_eq!(pending(ending(false, 2)), None);
+        assert_eq!(pending(ending(false, 0)), None);
+    }
+}

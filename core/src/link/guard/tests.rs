@@ -189,3 +189,25 @@ fn the_lease_is_judged_before_the_interlocks() {
         Err(GuardRefusal::Interlock(_))
     ));
 }
+
+/// An interlock refusal nobody put in the rules' words says which channel and what it read,
+/// in the link's own neutral words.
+#[test]
+fn a_broken_interlock_in_neutral_words_names_the_channel_and_what_it_read() {
+    let broken = |seen: Option<&str>| {
+        InterlockBroken {
+            index: 0,
+            channel: Arc::from(DOOR),
+            seen: seen.map(str::to_owned),
+        }
+        .to_string()
+    };
+    assert_eq!(
+        broken(Some("False")),
+        "forbidden: an interlock on Interlock.DOOR_CLOSED does not hold (it reads False); it was not sent"
+    );
+    assert_eq!(
+        broken(None),
+        "forbidden: an interlock on Interlock.DOOR_CLOSED does not hold (no value read recently enough to trust); it was not sent"
+    );
+}
