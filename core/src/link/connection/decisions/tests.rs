@@ -405,3 +405,71 @@ async fn which_error_a_request_gets_when_its_time_is_up_or_the_session_ends() {
         Err(LinkError::Disconnected(_))
     ));
 }
+
+/// A TRANSACT answers for its channel (its answer goes into the cache) and makes that channel
+/// stale until then, if the station's table knows it.
+#[test]
+fn a_transact_answers_for_its_channel_and_makes_it_stale_if_known() {
+    let now = Instant::now();
+    let transact = |name: &str| Request::Transact {
+        name: name.into(),
+        value: Value::Integer(1),
+    };
+    for (name, stale) in [("VSET1", vec!["VSET1"]), ("MADE_UP", vec![])] {
+        let (queued, _answer) = change(transact(name), None);
+        match take(queued, judged_at(&LeaseSnapshot::Free, now), known) {
+            Taken::Send {
+                stale: made_stale,
+                kind: InFlightKind::Change { answers_for, .. },
+                ..
+            } => {
+                assert_eq!(answers_for, [name], "{name}");
+                assert_eq!(made_stale, stale, "{name}");
+            }
+            _ => panic!("an unguarded TRANSACT is sent"),
+        }
+    }
+}
+
+/// A CONFIGURE's answer carries the channel's configuration for the table, then goes to its
+/// caller; other answers carry none.
+#[test]
+fn a_configure_answer_carries_the_channels_configuration_for_the_table() {
+    let reply = station_protocol::ConfigureReply {
+        channel: station_protocol::ChannelDescriptor {
+            name: "VSET1".into(),
+            alias: String::new(),
+            net_name: String::new(),
+            type_flags: 1,
+            direction: station_protocol::Direction::Out,
+            unit: String::new(),
+            description: String::new(),
+            group: String::new(),
+            readable: true,
+            writable: true,
+            consuming: false,
+            value_type: station_protocol::ValueType::Float,
+            options: vec![],
+        },
+        config: station_protocol::ChannelConfig {
+            enabled: true,
+            capability: station_protocol::Direction::Out,
+            type_capability: 1,
+            device: String::new(),
+            limits: None,
+            details: Vec::new(),
+        },
+    };
+    let (kind, _answer) = a_change(&[]);
+    let ReplyPlan::Answer { configured, .. } =
+        answered(kind, Ok(Response::Configure(Box::new(reply.clone()))))
+    else {
+        panic!("a CONFIGURE's answer goes to its caller");
+    };
+    assert_eq!(configured.as_deref(), Some(&reply));
+    let (kind, _answer) = a_change(&[]);
+    let ReplyPlan::Answer { configured, .. } = answered(kind, Ok(Response::Reset)) else {
+        panic!("a RESET's answer goes to its caller");
+    };
+    assert!(configured.is_none());
+}

@@ -191,3 +191,27 @@ fn an_unusable_or_missing_answer_ends_the_refresh_so_the_next_notify_starts_anot
     refresh.page_not_sent();
     assert_eq!(refresh.on_notify(CHANGED), Some(first_page()));
 }
+
+/// A refresh runs from the NOTIFY that starts it until it publishes, and not after a first
+/// page that could not be sent.
+#[test]
+fn a_refresh_runs_from_its_notify_until_it_publishes_or_its_first_page_is_not_sent() {
+    let mut refresh = ListRefresh::default();
+    assert!(!refresh.is_running(), "none before a NOTIFY");
+    refresh.on_notify(CHANGED);
+    assert!(refresh.is_running());
+    refresh.page_not_sent();
+    assert!(!refresh.is_running(), "its first page never left");
+    refresh.on_notify(CHANGED);
+    assert_eq!(
+        refresh.on_page(CHANGED, Vec::new(), page(1, &["A"])),
+        ListStep::Inquire
+    );
+    assert!(refresh.is_running(), "inquiries still to come");
+    assert_eq!(refresh.next_inquiry(true).as_deref(), Some("A"));
+    assert!(matches!(
+        refresh.on_inquiry(None),
+        Some(ListStep::Publish { .. })
+    ));
+    assert!(!refresh.is_running(), "published");
+}
