@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use station_protocol::{
-    ChangeType, ErrorCode, ItemResult, Opcode, PayloadError, Request, Response, StationError, Value,
+    ChangeType, ChannelConfig, ChannelDescriptor, ConfigureReply, Direction, ErrorCode, ItemResult,
+    Opcode, PayloadError, Request, Response, StationError, Value, ValueType,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -435,25 +436,25 @@ fn a_transact_answers_for_its_channel_and_makes_it_stale_if_known() {
 /// caller; other answers carry none.
 #[test]
 fn a_configure_answer_carries_the_channels_configuration_for_the_table() {
-    let reply = station_protocol::ConfigureReply {
-        channel: station_protocol::ChannelDescriptor {
+    let reply = ConfigureReply {
+        channel: ChannelDescriptor {
             name: "VSET1".into(),
             alias: String::new(),
             net_name: String::new(),
             type_flags: 1,
-            direction: station_protocol::Direction::Out,
+            direction: Direction::Out,
             unit: String::new(),
             description: String::new(),
             group: String::new(),
             readable: true,
             writable: true,
             consuming: false,
-            value_type: station_protocol::ValueType::Float,
+            value_type: ValueType::Float,
             options: vec![],
         },
-        config: station_protocol::ChannelConfig {
+        config: ChannelConfig {
             enabled: true,
-            capability: station_protocol::Direction::Out,
+            capability: Direction::Out,
             type_capability: 1,
             device: String::new(),
             limits: None,
