@@ -277,34 +277,14 @@ fn a_field_types_own_words_name_the_field() {
     );
 }
 
-/// Reading a typed body costs about what the field reads cost: no second parse, one lookup a
-/// field. Not a benchmark: a guard against a typed read many times slower by design.
+/// A typed read of a body reads what the field reads read. (Its cost is the benchmark
+/// harness's to measure, not a test's: `station-bench`'s write scenarios read typed bodies.)
 #[test]
-fn a_typed_read_costs_about_what_the_field_reads_cost() {
+fn a_typed_read_reads_what_the_field_reads_read() {
     let body = body(r#"{"Names": ["0.1.ESH10000158.MON_3V3", "VSET1"], "MaxAgeMs": 600000}"#);
-    let rounds = 20_000;
-    let time = |read: &dyn Fn() -> usize| {
-        let started = std::time::Instant::now();
-        let mut total = 0;
-        for _ in 0..rounds {
-            total += std::hint::black_box(read());
-        }
-        (started.elapsed(), total)
-    };
-    let fields = || {
-        let names = body.string_list("Names").unwrap();
-        let age = body.optional_u64("MaxAgeMs").unwrap().unwrap_or(0);
-        names.len() + age as usize
-    };
-    let typed = || {
-        let read: Read = body.typed().unwrap();
-        read.names.0.len() + read.max_age_ms.map_or(0, |w| w.0) as usize
-    };
-    let best = |read: &dyn Fn() -> usize| (0..5).map(|_| time(read).0).min().unwrap();
-    let (by_fields, by_type) = (best(&fields), best(&typed));
-    assert_eq!(time(&fields).1, time(&typed).1);
-    assert!(
-        by_type < by_fields * 4,
-        "typed {by_type:?} against fields {by_fields:?} for {rounds}"
-    );
+    let names = body.string_list("Names").unwrap();
+    let age = body.optional_u64("MaxAgeMs").unwrap();
+    let read: Read = body.typed().unwrap();
+    assert_eq!(read.names.0, names);
+    assert_eq!(read.max_age_ms.map(|w| w.0), age);
 }
