@@ -473,3 +473,52 @@ impl NginxProcess {
 }
 
 static NEXT_NGINX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The gateway child's configuration: `parts` (TOML documents: the harness's own settings, then
+/// the caller's) merged table by table, a later part's key over an earlier one's, so that the
+/// caller may set a key of a table the harness already has (`--gateway-toml '[http]'
+/// --gateway-toml 'threads = 1'`) where two `[http]` headers would make the file invalid.
+pub fn merged_config(parts: &[String]) -> anyhow::Result<String> {
+    fn merge(into: &mut toml::Table, from: toml::Table) {
+        for (key, value) in from {
+            match (into.get_mut(&key), value) {
+                (Some(toml::Value::Table(existing)), toml::Value::Table(more)) => {
+                    merge(existing, more)
+                }
+                (_, value) => {
+                    into.insert(key, value);
+                }
+            }
+        }
+    }
+    let mut config = toml::Table::new();
+    for part in parts {
+        let table: toml::Table = toml::from_str(part)
+            .with_context(|| format!("the gateway's configuration is not valid TOML: {part}"))?;
+        merge(&mut config, table);
+    }
+    Ok(toml::to_string(&config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merged_config;
+
+    #[test]
+    fn a_callers_settings_join_the_harness_tables_instead_of_repeating_them() {
+        let merged = merged_config(&[
+            "[http]\nmax_connections_per_ip = 4096\n".into(),
+            "[http]\nthreads = 1\n[station]\ncoalesce_max_us = 0\n".into(),
+            "[http]\nmax_connections_per_ip = 8\n".into(),
+        ])
+        .unwrap();
+        let table: toml::Table = toml::from_str(&merged).unwrap();
+        assert_eq!(table["http"]["threads"].as_integer(), Some(1));
+        assert_eq!(
+            table["http"]["max_connections_per_ip"].as_integer(),
+            Some(8)
+        );
+        assert_eq!(table["station"]["coalesce_max_us"].as_integer(), Some(0));
+        assert!(merged_config(&["[http".into()]).is_err());
+    }
+}

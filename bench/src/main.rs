@@ -258,24 +258,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let url = format!("tcp://{}", station.addr);
         // The load generator is one host standing in for many clients: give it the whole
         // connection limit, not the one-address share (a quarter) real clients get.
-        let mut config = String::from("[http]\nmax_connections_per_ip = 4096\n");
+        let mut parts = vec![String::from("[http]\nmax_connections_per_ip = 4096\n")];
         if let Some(rules) = &args.gateway_rules {
             let rules = std::fs::canonicalize(rules)?;
-            config.push_str(&format!(
+            parts.push(format!(
                 "[access]\nrules = {:?}\n",
                 rules.display().to_string()
             ));
         }
         if let Some(extra) = &args.gateway_config {
-            let extra = std::fs::read_to_string(extra)
-                .with_context(|| format!("cannot read --gateway-config {}", extra.display()))?;
-            config.push_str(&extra);
-            config.push('\n');
+            parts
+                .push(std::fs::read_to_string(extra).with_context(|| {
+                    format!("cannot read --gateway-config {}", extra.display())
+                })?);
         }
-        for line in &args.gateway_toml {
-            config.push_str(line);
-            config.push('\n');
+        if !args.gateway_toml.is_empty() {
+            parts.push(args.gateway_toml.join("\n"));
         }
+        let config = crate::child::merged_config(&parts)?;
         let recipe = GatewayRecipe {
             binary: binary.clone(),
             station_url: url.clone(),
