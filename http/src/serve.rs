@@ -329,7 +329,7 @@ impl Connection {
             // shared count pulls its cache line from the other core).
             let served = Arc::new(Served {
                 gateway: self.gateway.clone(),
-                limits: builders.clone(),
+                builders: builders.clone(),
                 usage: self.slot.usage.clone(),
                 peers: routes::Peers {
                     remote: self.peer,
@@ -472,8 +472,8 @@ impl Speaks {
 /// other connection's).
 struct Served {
     gateway: Arc<Gateway>,
-    /// The limits (with the builders, shared by every connection).
-    limits: Arc<Builders>,
+    /// The connection builders and the limits, shared by every connection.
+    builders: Arc<Builders>,
     usage: Arc<ConnectionUse>,
     peers: routes::Peers,
     kind: SlotKind,
@@ -528,12 +528,12 @@ const CLOSING_GRACE: Duration = Duration::from_secs(1);
 async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
     let Served {
         gateway,
-        limits,
+        builders,
         usage,
         peers,
         kind,
     } = served;
-    let (peers, kind, limits) = (*peers, *kind, limits.limits);
+    let (peers, kind, limits) = (*peers, *kind, builders.limits);
     let http = &gateway.config.http;
     let http1 = request.version() < Version::HTTP_2;
     let reserved = kind == SlotKind::Reserved;

@@ -95,10 +95,8 @@ impl Lab {
     /// then what two stations may not share (an id, a control lease, a legacy address, a
     /// configuration files directory).
     pub fn from_toml(text: &str, origin: &str) -> Result<Lab, ConfigError> {
-        let mut table: toml::Table = toml::from_str(text).map_err(|error| ConfigError::Parse {
-            origin: origin.to_owned(),
-            message: super::plain_type_names(error.message()),
-        })?;
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|error| super::parse_error(&error, text, origin))?;
         let default_station = match table.remove("default_station") {
             None => None,
             Some(toml::Value::String(id)) => Some(id),

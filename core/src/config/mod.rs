@@ -81,28 +81,8 @@ impl Config {
 
     /// Parses TOML; `origin` names the source in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|error| {
-            let at = error.span().map(|span| span.start.min(text.len()));
-            let line = at.map(|at| {
-                text.as_bytes()[..at]
-                    .iter()
-                    .filter(|&&b| b == b'\n')
-                    .count()
-                    + 1
-            });
-            let key = at.and_then(|at| key_at(text, at));
-            let mut place = origin.to_owned();
-            if let Some(line) = line {
-                place.push_str(&format!(", line {line}"));
-            }
-            if let Some(key) = key {
-                place.push_str(&format!(", key {key}"));
-            }
-            ConfigError::Parse {
-                origin: place,
-                message: plain_type_names(error.message()),
-            }
-        })?;
+        let config: Config =
+            toml::from_str(text).map_err(|error| parse_error(&error, text, origin))?;
         config.validate()?;
         Ok(config)
     }
@@ -155,6 +135,31 @@ impl Config {
             Some(ms) => Duration::from_millis(ms),
             None => self.max_processing(),
         }
+    }
+}
+
+/// A TOML error in `text` (from `origin`), placed by its line and, where the line is a key,
+/// the dotted key.
+fn parse_error(error: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
+    let at = error.span().map(|span| span.start.min(text.len()));
+    let line = at.map(|at| {
+        text.as_bytes()[..at]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    });
+    let key = at.and_then(|at| key_at(text, at));
+    let mut place = origin.to_owned();
+    if let Some(line) = line {
+        place.push_str(&format!(", line {line}"));
+    }
+    if let Some(key) = key {
+        place.push_str(&format!(", key {key}"));
+    }
+    ConfigError::Parse {
+        origin: place,
+        message: plain_type_names(error.message()),
     }
 }
 

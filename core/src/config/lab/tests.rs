@@ -216,3 +216,9 @@ fn two_stations_share_no_control_lease_and_no_legacy_address() {
 fn an_empty_list_of_stations_is_refused() {
     assert!(refused("station = []\n").contains("names no station"));
 }
+
+#[test]
+fn a_file_that_is_not_toml_is_refused_at_its_line() {
+    let error = refused("[station]\nurl = \"tcp://h:1\"\nid = \n");
+    assert!(error.starts_with("lab.toml, line 3"), "{error}");
+}
