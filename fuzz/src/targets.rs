@@ -82,23 +82,39 @@ const TYPES: [ValueType; 6] = [
     ValueType::Bytes,
 ];
 
-/// Request bodies: `JsonBody::parse`, every field accessor the routes use, the lease decision,
-/// and `Value::parse_as` on the raw text and on every value the body carries.
+/// Request bodies: `JsonBody::parse`, the typed requests the routes read them as (the
+/// resources', leases', subscriptions', bus transactions', channel configurations'), the lease
+/// decision, and `Value::parse_as` on the raw text and on every value the body carries.
 pub fn request_body(data: &[u8]) {
+    use station_gateway::http::requests::{
+        access::AccessExplainRequest, channel_config::ChannelConfigRequest,
+        channels::ChannelLookupRequest, comm::BusTransactionRequest,
+        config_files::ConfigFileRequest, events::SubscriptionBody, lease::LeaseAcquireRequest,
+        lease::LeaseRenewRequest, lease::NamedLeaseAcquireRequest, lease::NamedLeaseRenewRequest,
+        numeric::NumericMeasureRequest, resources::ResourceNameRequest,
+        resources::ResourceValueRequest, resources::ResourceValuesRequest,
+        resources::ResourceValuesSetRequest,
+    };
+
     if let Ok(text) = std::str::from_utf8(data) {
         values(text);
     }
     let Ok(body) = JsonBody::parse(data) else {
         return;
     };
-    let _ = body.string("Name");
-    let _ = body.string("Owner");
-    let _ = body.string("Alias");
-    let _ = body.optional_u64("MaxAgeMs");
-    let _ = body.optional_u64("TtlMs");
-    let _ = body.optional_u64("IntervalMs");
-    let _ = body.string_list("Names");
-    let _ = body.string_list("Channels");
+    let _ = body.typed::<ResourceNameRequest>();
+    let _ = body.typed::<ResourceValuesRequest>();
+    let _ = body.typed::<LeaseAcquireRequest>();
+    let _ = body.typed::<LeaseRenewRequest>();
+    let _ = body.typed::<NamedLeaseAcquireRequest>();
+    let _ = body.typed::<NamedLeaseRenewRequest>();
+    let _ = body.typed::<SubscriptionBody>();
+    let _ = body.typed::<BusTransactionRequest>();
+    let _ = body.typed::<ChannelConfigRequest>();
+    let _ = body.typed::<ChannelLookupRequest>();
+    let _ = body.typed::<ConfigFileRequest>();
+    let _ = body.typed::<NumericMeasureRequest>();
+    let _ = body.typed::<AccessExplainRequest>();
     for need in [
         LeaseNeed::ByMaxAge,
         LeaseNeed::Change,
@@ -106,14 +122,16 @@ pub fn request_body(data: &[u8]) {
     ] {
         let _ = need.access(&body);
     }
-    if let Ok(text) = body.value_text("Value") {
-        values(&text);
+    if let Ok(asked) = body.typed::<ResourceValueRequest>() {
+        values(&asked.value.0);
     }
-    if let Ok(resources) = body.object("Resources") {
-        for (name, raw) in resources {
-            if let Ok(text) = station_gateway::http::body::value_text(raw, name) {
-                values(&text);
-            }
+    if let Ok(asked) = body.typed::<ResourceValuesSetRequest>() {
+        for text in asked
+            .resources
+            .into_values()
+            .filter_map(|text| text.checked().ok())
+        {
+            values(&text.0);
         }
     }
 }
