@@ -8,7 +8,8 @@ use super::line::{ChangeFields, Outcome, RequestLine};
 use crate::lease::{LeaseNotice, LeaseNoticeHook};
 
 /// The hook that writes every [`LeaseNotice`] to `audit` (queued and synced with its batch;
-/// the request that caused it waits for its own line, which comes after).
+/// the request that caused it waits for its own line, which comes after). Given a station's
+/// view ([`AuditLog::for_station`]), every lease line ends with that station's field.
 pub fn lease_hook(audit: AuditLog) -> LeaseNoticeHook {
     std::sync::Arc::new(move |notice: LeaseNotice<'_>| {
         audit.note_change(lease_line(&notice, SystemTime::now()))

@@ -16,6 +16,11 @@
 //! A request that changed nothing has its line rendered under the queue's lock straight into
 //! one text the writer swaps for its own. The control lease reports its changes of hands
 //! through a callback (`lease::notice`).
+//!
+//! A gateway serving several stations (issue 53) keeps one trail for all of them: each
+//! station's parts write through [`AuditLog::for_station`], a view of the same trail that ends
+//! every line it sends with ` station=<id>`. A trail not made by it writes its lines as a
+//! single-station gateway always has, without the field.
 
 pub mod files;
 pub mod lease_lines;
@@ -120,12 +125,16 @@ impl Drop for QueueHandle {
 pub struct AuditLog {
     queue: Arc<QueueHandle>,
     shared: Arc<Shared>,
+    /// Of a station's view ([`AuditLog::for_station`]): ` station=<id>`, escaped, appended to
+    /// every line this view sends. `None`: lines as they are rendered.
+    station_suffix: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditLog")
             .field("dir", &self.shared.dir)
+            .field("station_suffix", &self.station_suffix)
             .finish()
     }
 }
@@ -204,7 +213,36 @@ impl AuditLog {
         AuditLog {
             queue: Arc::new(QueueHandle(queue)),
             shared,
+            station_suffix: None,
         }
+    }
+
+    /// The same trail (its writer, queue, files, recent changes) for one station of a gateway
+    /// serving several: every line sent through this view (by [`record`](Self::record),
+    /// [`note_change`](Self::note_change), [`note`](Self::note) and
+    /// [`note_with`](Self::note_with)) ends with ` station=<id>`, the id escaped as every
+    /// field is ([`line::push_escaped`]). A view of a view names the new station only.
+    /// Reading ([`tail`](Self::tail), [`recent_changes`](Self::recent_changes)) is the whole
+    /// trail's, every station's lines.
+    pub fn for_station(&self, id: &str) -> AuditLog {
+        let mut suffix = String::with_capacity(id.len() + 9);
+        suffix.push_str(" station=");
+        line::push_escaped(&mut suffix, id);
+        AuditLog {
+            queue: self.queue.clone(),
+            shared: self.shared.clone(),
+            station_suffix: Some(suffix.into()),
+        }
+    }
+
+    /// `line` with this view's station field, if it has one (an empty line stays empty).
+    fn tagged(&self, mut line: String) -> String {
+        if let Some(suffix) = &self.station_suffix
+            && !line.is_empty()
+        {
+            line.push_str(suffix);
+        }
+        line
     }
 
     /// Appends a change's line and waits until it is on disk (written and synced), at most
@@ -212,7 +250,7 @@ impl AuditLog {
     /// (the change happened), and the failure is logged and shown on the status page.
     pub async fn record(&self, line: String) -> Result<(), String> {
         let (done, written) = oneshot::channel();
-        self.send(line, Some(done));
+        self.send(self.tagged(line), Some(done));
         match tokio::time::timeout(RECORD_LIMIT, written).await {
             Ok(result) => result.unwrap_or_else(|_| Err("the audit writer has stopped".into())),
             Err(_) => Err(format!(
@@ -225,7 +263,7 @@ impl AuditLog {
     /// Appends a change's line (synced with its batch) without waiting: the lease's own events,
     /// whose request line is recorded after them and waits for both.
     pub fn note_change(&self, line: String) {
-        self.send(line, None);
+        self.send(self.tagged(line), None);
     }
 
     /// Appends a line of a request that changed nothing, without waiting or syncing.
@@ -240,7 +278,13 @@ impl AuditLog {
         let queue = &self.queue.0;
         let mut state = lock(&queue.state);
         let was_empty = state.jobs.is_empty() && state.quiet.is_empty();
+        let start = state.quiet.len();
         render(&mut state.quiet);
+        if let Some(suffix) = &self.station_suffix
+            && state.quiet.len() > start
+        {
+            state.quiet.push_str(suffix);
+        }
         state.quiet.push('\n');
         state.quiet_lines += 1;
         // The writer is woken when this starts a batch; it then gathers for up to

@@ -408,3 +408,126 @@ async fn reads_never_rotate_a_change_out() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A line as the gateway renders it, at a fixed time `n` ms into the day.
+fn rendered(n: u64, method: &str, path: &str, change: Option<&ChangeFields>) -> String {
+    RequestLine {
+        at: std::time::UNIX_EPOCH + Duration::from_millis(1_780_064_581_000 + n),
+        ip: Some("192.168.1.55".parse().unwrap()),
+        method,
+        path,
+        status: Some(200),
+        duration: Some(Duration::from_millis(1)),
+    }
+    .render(change)
+}
+
+#[tokio::test]
+async fn two_stations_write_one_trail_each_line_naming_its_station() {
+    let log = AuditLog::memory_only();
+    let (st1, st2) = (log.for_station("st1"), log.for_station("st-2_b"));
+    let applied = ChangeFields {
+        outcome: Some(Outcome::Applied),
+        ..ChangeFields::default()
+    };
+    let lease = lease_lines::lease_line(
+        &crate::lease::LeaseNotice::Taken {
+            owner: "TAT station 3",
+            fence: 7,
+        },
+        std::time::UNIX_EPOCH + Duration::from_millis(1_780_064_581_003),
+    );
+    st1.note(&rendered(0, "GET", "/api/application/status", None));
+    st2.note_with(|out| out.push_str(&rendered(1, "GET", "/api/resources", None)));
+    st1.record(rendered(
+        2,
+        "POST",
+        "/api/resources/value/set",
+        Some(&applied),
+    ))
+    .await
+    .unwrap();
+    // The lease's own lines go through its hook, which a station's parts give their view.
+    (lease_lines::lease_hook(st2.clone()))(crate::lease::LeaseNotice::Taken {
+        owner: "TAT station 3",
+        fence: 7,
+    });
+    st2.note_change(lease.clone());
+    log.written().await;
+    let trail = log.tail(0).unwrap();
+    assert_eq!(trail.len(), 5, "{trail:#?}");
+    assert_eq!(
+        trail[0],
+        format!(
+            "{} station=st1",
+            rendered(0, "GET", "/api/application/status", None)
+        )
+    );
+    assert_eq!(
+        trail[1],
+        format!(
+            "{} station=st-2_b",
+            rendered(1, "GET", "/api/resources", None)
+        )
+    );
+    assert_eq!(
+        trail[2],
+        format!(
+            "{} station=st1",
+            rendered(2, "POST", "/api/resources/value/set", Some(&applied))
+        )
+    );
+    assert!(
+        trail[3].contains(" LEASE taken ")
+            && trail[3].ends_with(" fence=7 outcome=applied station=st-2_b"),
+        "{}",
+        trail[3]
+    );
+    assert_eq!(trail[4], format!("{lease} station=st-2_b"));
+    // Change and LEASE lines are still recognised with the station field at their end; a
+    // request that changed nothing is still not one.
+    assert!(line::is_change_line(&trail[2]));
+    assert!(line::is_change_line(&trail[3]));
+    assert!(line::is_change_line(&trail[4]));
+    assert!(!line::is_change_line(&trail[0]));
+    let recent = log.recent_changes();
+    assert_eq!(recent.len(), 3, "{recent:#?}");
+    assert!(recent.iter().all(|line| line.contains(" station=")));
+}
+
+#[tokio::test]
+async fn a_plain_trail_writes_its_lines_as_they_are() {
+    let log = AuditLog::memory_only();
+    let _station = log.for_station("st1");
+    let applied = ChangeFields {
+        outcome: Some(Outcome::Applied),
+        ..ChangeFields::default()
+    };
+    let (read, change) = (
+        rendered(0, "GET", "/api/application/status", None),
+        rendered(1, "POST", "/api/x", Some(&applied)),
+    );
+    log.note(&read);
+    log.record(change.clone()).await.unwrap();
+    log.written().await;
+    assert_eq!(log.tail(0).unwrap(), [read, change]);
+}
+
+#[tokio::test]
+async fn a_station_id_is_escaped_and_a_waiter_adds_no_line() {
+    let log = AuditLog::memory_only();
+    let odd = log.for_station("st 1\n");
+    odd.note("read");
+    // A station's view waits for the trail as any other: its waiter is no line of its own.
+    odd.written().await;
+    odd.written().await;
+    assert_eq!(log.tail(0).unwrap(), ["read station=\"st 1\\x0A\""]);
+    // A view of a view names the new station only.
+    let other = odd.for_station("st2");
+    other.note_change("x - LEASE taken - - outcome=applied".into());
+    log.written().await;
+    assert_eq!(
+        log.tail(1).unwrap(),
+        ["x - LEASE taken - - outcome=applied station=st2"]
+    );
+}
