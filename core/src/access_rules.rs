@@ -3,6 +3,11 @@
 //! changing, polled every second), a bad file refused with its line and key while the rules in
 //! force stay; the refusals counted per rule for `/metrics`. Off (no checks at all) without a
 //! rules file.
+//!
+//! A gateway serving several stations loads the one file once per station
+//! ([`AccessRules::load_for_station`]): each station's rules are those of the file without
+//! `stations` and those whose `stations = [...]` name it, and every reload keeps to that
+//! station.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -48,6 +53,8 @@ pub enum LoadError {
 
 struct Live {
     path: PathBuf,
+    /// The station whose rules these are (`None`: every rule, whatever its `stations`).
+    station: Option<String>,
     current: RwLock<Arc<Rules>>,
     /// Held by a reload from reading the file to swapping its rules in: two reloads (SIGHUP
     /// and the mtime poll) never take the same version, and a refused file takes none.
@@ -94,6 +101,7 @@ impl std::fmt::Debug for AccessRules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AccessRules")
             .field("on", &self.live.is_some())
+            .field("station", &self.station())
             .finish()
     }
 }
@@ -108,22 +116,30 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-fn read_and_compile(path: &Path, version: u64) -> Result<Rules, LoadError> {
+fn read_and_compile(path: &Path, version: u64, station: Option<&str>) -> Result<Rules, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|error| LoadError::Io {
         path: path.to_owned(),
         error,
     })?;
-    let rules = Rules::compile(&text, version).map_err(|error| LoadError::Invalid {
-        path: path.to_owned(),
-        error,
+    let rules = Rules::compile_for_station(&text, version, station).map_err(|error| {
+        LoadError::Invalid {
+            path: path.to_owned(),
+            error,
+        }
     })?;
     if !rules.anyone_may(Action::SafeStop) {
         warn!(
-            "access rules {} (version {version}): no rule allows safe_stop and the default is deny: nobody may press the safe stop (POST /v1/safe-stop); give it to those who must ([[rule]] users = [...] allow = [\"safe_stop\"])",
-            path.display()
+            "access rules {}{} (version {version}): no rule allows safe_stop and the default is deny: nobody may press the safe stop (POST /v1/safe-stop); give it to those who must ([[rule]] users = [...] allow = [\"safe_stop\"])",
+            path.display(),
+            on_station(station)
         );
     }
     Ok(rules)
+}
+
+/// ` for station ID` in the log, or nothing without a station.
+fn on_station(station: Option<&str>) -> String {
+    station.map_or_else(String::new, |id| format!(" for station {id}"))
 }
 
 impl AccessRules {
@@ -132,18 +148,30 @@ impl AccessRules {
         AccessRules::default()
     }
 
-    /// The rules of `path`, compiled; the gateway does not start with a bad file.
+    /// The rules of `path`, compiled, every one of them whatever its `stations`
+    /// ([`load_for_station`](Self::load_for_station) with `None`); the gateway does not start
+    /// with a bad file.
     pub fn load(path: &Path) -> Result<AccessRules, LoadError> {
+        AccessRules::load_for_station(path, None)
+    }
+
+    /// The rules of `path` in force on `station` of a gateway serving several: those without
+    /// `stations` and those whose `stations` name it ([`Rules::compile_for_station`]); `None`:
+    /// every rule, as [`load`](Self::load). Every [`reload`](Self::reload) keeps to the same
+    /// station. The whole file is checked whichever station loads it.
+    pub fn load_for_station(path: &Path, station: Option<&str>) -> Result<AccessRules, LoadError> {
         let read_mtime = mtime(path);
-        let rules = read_and_compile(path, 1)?;
+        let rules = read_and_compile(path, 1, station)?;
         info!(
-            "access rules {}: {} rules in force (version 1)",
+            "access rules {}{}: {} rules in force (version 1)",
             path.display(),
+            on_station(station),
             rules.rule_count()
         );
         Ok(AccessRules {
             live: Some(Arc::new(Live {
                 path: path.to_owned(),
+                station: station.map(str::to_owned),
                 current: RwLock::new(Arc::new(rules)),
                 reloading: Mutex::default(),
                 reloaded: tokio::sync::Notify::new(),
@@ -159,6 +187,7 @@ impl AccessRules {
         AccessRules {
             live: Some(Arc::new(Live {
                 path: PathBuf::new(),
+                station: rules.station().map(str::to_owned),
                 current: RwLock::new(Arc::new(rules)),
                 reloading: Mutex::default(),
                 reloaded: tokio::sync::Notify::new(),
@@ -181,6 +210,12 @@ impl AccessRules {
 
     pub fn enabled(&self) -> bool {
         self.live.is_some()
+    }
+
+    /// The station these rules were loaded for (`None`: off, or every rule whatever its
+    /// `stations`).
+    pub fn station(&self) -> Option<&str> {
+        self.live.as_ref()?.station.as_deref()
     }
 
     /// The rules in force now (`None`: off). One read lock, held only to clone the `Arc`:
@@ -206,15 +241,16 @@ impl AccessRules {
         let seen = mtime(&live.path);
         *lock(&live.read_mtime) = seen;
         let version = self.version() + 1;
-        let rules = read_and_compile(&live.path, version)?;
+        let rules = read_and_compile(&live.path, version, live.station.as_deref())?;
         let count = rules.rule_count();
         *live
             .current
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(rules);
         info!(
-            "access rules {}: reloaded, {count} rules in force (version {version})",
-            live.path.display()
+            "access rules {}{}: reloaded, {count} rules in force (version {version})",
+            live.path.display(),
+            on_station(live.station.as_deref())
         );
         live.reloaded.notify_one();
         Ok(version)
@@ -335,8 +371,9 @@ pub async fn report_unmatched(
                 if let Some((version, found)) = &seen {
                     for missing in found {
                         warn!(
-                            "access rules {} (version {version}): {missing}; a rule naming it does nothing here",
-                            live.path.display()
+                            "access rules {}{} (version {version}): {missing}; a rule naming it does nothing here",
+                            live.path.display(),
+                            on_station(live.station.as_deref())
                         );
                     }
                 }
@@ -393,6 +430,56 @@ mod tests {
         );
         std::fs::write(&path, GOOD).unwrap();
         assert_eq!(rules.reload().unwrap(), 3);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// `r1` (every station) allows writes; `st1-only` denies them on st1.
+    const TWO_STATIONS: &str = "[channels.all]\nnames = [\"*\"]\n[[rule]]\nname = \"r1\"\nchannels = [\"all\"]\nallow = [\"write\"]\n[[rule]]\nname = \"st1-only\"\nchannels = [\"all\"]\ndeny = [\"write\"]\nstations = [\"st1\"]\n";
+
+    /// Whether `rules` let anyone write `0.11.X.F1`, and the rule that says so.
+    fn write_decision(rules: &AccessRules) -> (bool, String) {
+        let current = rules.current().expect("rules in force");
+        let who = current.principal(&Who::default().subject());
+        let decision = current.decide(&who, &ChannelFacts::named("0.11.X.F1"), Action::Write, None);
+        (decision.allowed, decision.rule.to_string())
+    }
+
+    #[test]
+    fn each_station_loads_its_rules_and_a_reload_keeps_to_its_station() {
+        let dir =
+            std::env::temp_dir().join(format!("access-rules-stations-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rules.toml");
+        std::fs::write(&path, TWO_STATIONS).unwrap();
+        let st1 = AccessRules::load_for_station(&path, Some("st1")).unwrap();
+        let st2 = AccessRules::load_for_station(&path, Some("st2")).unwrap();
+        let single = AccessRules::load(&path).unwrap();
+        assert_eq!(
+            (st1.station(), st2.station(), single.station()),
+            (Some("st1"), Some("st2"), None)
+        );
+        assert_eq!(write_decision(&st1), (false, "st1-only".into()));
+        assert_eq!(write_decision(&st2), (true, "r1".into()));
+        // Without a station every rule is in force, as before `stations` existed.
+        assert_eq!(write_decision(&single), (false, "st1-only".into()));
+        // The rule moves to st2: each reload keeps its own station.
+        std::fs::write(&path, TWO_STATIONS.replace("[\"st1\"]", "[\"st2\"]")).unwrap();
+        assert_eq!(st1.reload().unwrap(), 2);
+        assert_eq!(st2.reload().unwrap(), 2);
+        assert_eq!(write_decision(&st1), (true, "r1".into()));
+        assert_eq!(write_decision(&st2), (false, "st1-only".into()));
+        // A bad station id is refused at reload too, naming the rule and the id; the rules in
+        // force stay.
+        std::fs::write(&path, TWO_STATIONS.replace("[\"st1\"]", "[\"st/1\"]")).unwrap();
+        let refused = st1.reload().unwrap_err().to_string();
+        assert!(
+            refused.contains("rule \"st1-only\".stations") && refused.contains("st/1"),
+            "{refused}"
+        );
+        assert_eq!(st1.version(), 2);
+        assert_eq!(write_decision(&st1), (true, "r1".into()));
+        let at_start = AccessRules::load_for_station(&path, Some("st2")).unwrap_err();
+        assert!(at_start.to_string().contains("st/1"), "{at_start}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

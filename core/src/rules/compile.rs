@@ -16,6 +16,7 @@ use toml::Spanned;
 
 use super::file::{RawRules, RulesError, line_of, parse};
 use super::{Action, ChannelFacts, DEFAULT_RULE, Decision, Interlock, Reason, Subject, Unmatched};
+use crate::config::lab::id_problem;
 
 /// A set of group indices, one bit each.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -138,6 +139,11 @@ pub struct Rules {
     rules: Vec<Rule>,
     /// The rules of station-wide actions (lease, reset), whatever their channels.
     station_rules: ChannelRules,
+    /// The station these rules were compiled for (`None`: every rule, whatever its
+    /// `stations`).
+    station: Option<String>,
+    /// Every station id a rule's `stations` names, the whole file's, sorted, once each.
+    stations_named: Vec<String>,
     /// Per channel (by full name, with the alias and direction it had): which rules apply.
     per_channel: DashMap<Box<str>, WorkedOut>,
 }
@@ -146,6 +152,7 @@ impl std::fmt::Debug for Rules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Rules")
             .field("version", &self.version)
+            .field("station", &self.station)
             .field("rules", &self.rules.len())
             .finish_non_exhaustive()
     }
@@ -163,8 +170,33 @@ impl Rules {
     /// Parses and compiles `text` as rules version `version`; the first mistake names its line
     /// and key, and nothing is half-built.
     pub fn compile(text: &str, version: u64) -> Result<Rules, RulesError> {
+        Rules::compile_for_station(text, version, None)
+    }
+
+    /// As [`compile`](Rules::compile), for one station of a gateway serving several: a rule
+    /// with `stations = [...]` is kept only when they name `station` (ids compared in any
+    /// letter case, as two stations' ids never differ only in case); a rule without
+    /// `stations` is kept for every station. `None` keeps every rule, whatever its
+    /// `stations` (a gateway of one station that is named nowhere). Every rule is checked,
+    /// those of other stations too: a file is good or bad whichever station reads it.
+    pub fn compile_for_station(
+        text: &str,
+        version: u64,
+        station: Option<&str>,
+    ) -> Result<Rules, RulesError> {
         let raw = parse(text)?;
-        build(text, raw, version)
+        build(text, raw, version, station)
+    }
+
+    /// The station these rules were compiled for (`None`: every rule is in force).
+    pub fn station(&self) -> Option<&str> {
+        self.station.as_deref()
+    }
+
+    /// Every station id the file's rules name in `stations` (those of rules not in force here
+    /// too), sorted, once each: the gateway may warn of one it does not serve.
+    pub fn stations_named(&self) -> &[String] {
+        &self.stations_named
     }
 
     /// No rules: everything allowed (access rules off).
@@ -408,7 +440,12 @@ fn canonical(address: IpAddr) -> IpAddr {
     }
 }
 
-fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
+fn build(
+    text: &str,
+    raw: RawRules,
+    version: u64,
+    station: Option<&str>,
+) -> Result<Rules, RulesError> {
     let default_allows = match &raw.default {
         None => false,
         Some(word) => match word.get_ref().as_str() {
@@ -537,6 +574,7 @@ fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
         });
     }
     let mut rules = Vec::new();
+    let mut stations_named: Vec<String> = Vec::new();
     let mut seen_names: HashMap<String, ()> = HashMap::new();
     for raw_rule in &raw.rule {
         let name = raw_rule.name.get_ref().trim();
@@ -661,6 +699,38 @@ fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
                 })
             }
         };
+        let mut in_force_here = true;
+        if let Some(stations) = &raw_rule.stations {
+            if stations.get_ref().is_empty() {
+                return Err(error(
+                    text,
+                    stations,
+                    format!("{key}.stations"),
+                    "the rule names no station: leave `stations` out for a rule of every station"
+                        .into(),
+                ));
+            }
+            for id in stations.get_ref() {
+                if let Some(problem) = id_problem(id.get_ref()) {
+                    return Err(error(
+                        text,
+                        id,
+                        format!("{key}.stations"),
+                        format!("{:?} cannot name a station: {problem}", id.get_ref()),
+                    ));
+                }
+                stations_named.push(id.get_ref().clone());
+            }
+            in_force_here = station.is_none_or(|here| {
+                stations
+                    .get_ref()
+                    .iter()
+                    .any(|id| id.get_ref().eq_ignore_ascii_case(here))
+            });
+        }
+        if !in_force_here {
+            continue;
+        }
         rules.push(Rule {
             name: name.into(),
             channels,
@@ -676,6 +746,8 @@ fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
             interlock,
         });
     }
+    stations_named.sort();
+    stations_named.dedup();
     let mut station_rules: ChannelRules = Default::default();
     for (index, rule) in rules.iter().enumerate() {
         for action in Action::ALL.into_iter().filter(|a| a.station_wide()) {
@@ -695,6 +767,8 @@ fn build(text: &str, raw: RawRules, version: u64) -> Result<Rules, RulesError> {
         channel_groups,
         rules,
         station_rules,
+        station: station.map(str::to_owned),
+        stations_named,
         per_channel: DashMap::new(),
     })
 }

@@ -78,6 +78,10 @@ pub(super) struct RawRule {
     pub value: Option<Spanned<String>>,
     #[serde(default)]
     pub interlock: Option<Spanned<RawInterlock>>,
+    /// Only on these stations of a gateway serving several (their `[[station]]` ids); left
+    /// out: on every station.
+    #[serde(default)]
+    pub stations: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -5,6 +5,12 @@
 //! `compile.rs` builds the matchers); decisions take no I/O and no lock beyond the per-channel
 //! cache of which rules apply. Deny wins over allow; what no rule names gets the file's
 //! default; every [`Decision`] names the rule that made it.
+//!
+//! A gateway serving several stations reads one rules file for all of them: a rule with
+//! `stations = ["st1", ...]` (ids as the `[[station]]` tables give them) is in force only on
+//! those stations, a rule without it on every one ([`Rules::compile_for_station`]). A
+//! `stations` entry that cannot be a station id is a mistake of the file, named by line and key
+//! as every other.
 
 mod compile;
 mod file;

@@ -543,3 +543,110 @@ fn a_file_that_names_safe_stop_nowhere_lets_nobody_press_it_and_says_so() {
             .allowed
     );
 }
+
+/// A lab of two stations: one rule for st1 only, one for both, the default deny.
+const TWO_STATIONS: &str = r#"
+default = "deny"
+[users]
+students = ["student"]
+[channels.all]
+names = ["*"]
+
+[[rule]]
+name = "students-read"
+channels = ["all"]
+users = ["students"]
+allow = ["read_cache"]
+
+[[rule]]
+name = "no-writes-on-st1"
+channels = ["all"]
+users = ["students"]
+deny = ["write"]
+stations = ["st1"]
+
+[[rule]]
+name = "writes-on-st2-and-st3"
+channels = ["all"]
+users = ["students"]
+allow = ["write"]
+stations = ["ST2", "st3"]
+"#;
+
+#[test]
+fn a_rule_naming_stations_is_in_force_only_on_them() {
+    let decide = |station: Option<&str>, action: Action| {
+        let rules = Rules::compile_for_station(TWO_STATIONS, 1, station).unwrap();
+        let who = rules.principal(&subject("student"));
+        rules.decide(&who, &channel(LED), action, None)
+    };
+    // st1: its deny rule; st2: the allow rule naming it (in another letter case); st4: neither,
+    // the default.
+    let st1 = decide(Some("st1"), Action::Write);
+    assert_eq!((st1.allowed, &*st1.rule), (false, "no-writes-on-st1"));
+    assert_eq!(st1.reason, Reason::Denied);
+    let st2 = decide(Some("st2"), Action::Write);
+    assert_eq!((st2.allowed, &*st2.rule), (true, "writes-on-st2-and-st3"));
+    let st4 = decide(Some("st4"), Action::Write);
+    assert_eq!((st4.allowed, &*st4.rule), (false, DEFAULT_RULE));
+    // A rule without stations: on every station.
+    for station in ["st1", "st2", "st4"] {
+        let read = decide(Some(station), Action::ReadCache);
+        assert_eq!(
+            (read.allowed, &*read.rule),
+            (true, "students-read"),
+            "{station}"
+        );
+    }
+    // No station: every rule, as a file without `stations` always was (the deny wins).
+    let everywhere = decide(None, Action::Write);
+    assert_eq!(
+        (everywhere.allowed, &*everywhere.rule),
+        (false, "no-writes-on-st1")
+    );
+    let st2 = Rules::compile_for_station(TWO_STATIONS, 1, Some("st2")).unwrap();
+    assert_eq!(st2.rule_count(), 2);
+    assert_eq!(st2.station(), Some("st2"));
+    assert_eq!(st2.stations_named(), ["ST2", "st1", "st3"]);
+    assert_eq!(Rules::compile(TWO_STATIONS, 1).unwrap().rule_count(), 3);
+}
+
+#[test]
+fn a_station_that_cannot_be_named_is_a_mistake_of_the_file_whichever_station_reads_it() {
+    let file = |stations: &str| {
+        format!(
+            "[channels.all]\nnames = [\"*\"]\n[[rule]]\nname = \"r\"\nchannels = [\"all\"]\nallow = [\"write\"]\nstations = {stations}\n"
+        )
+    };
+    for station in [None, Some("st1"), Some("st9")] {
+        let bad = Rules::compile_for_station(&file("[\"st1\", \"st 2\"]"), 1, station)
+            .expect_err("the file is refused");
+        assert_eq!(
+            (bad.line, bad.key.as_str()),
+            (7, "rule \"r\".stations"),
+            "{bad}"
+        );
+        assert!(bad.why.contains("\"st 2\""), "{bad}");
+        assert!(bad.to_string().contains("rule \"r\""), "{bad}");
+    }
+    let long = error_of(&file(&format!("[\"{}\"]", "s".repeat(65))));
+    assert!(
+        long.why.contains(&"s".repeat(65)) && long.why.contains("64"),
+        "{long}"
+    );
+    let empty_id = error_of(&file("[\"\"]"));
+    assert_eq!(empty_id.key, "rule \"r\".stations", "{empty_id}");
+    let none = error_of(&file("[]"));
+    assert_eq!(
+        (none.line, none.key.as_str()),
+        (7, "rule \"r\".stations"),
+        "{none}"
+    );
+    assert!(none.why.contains("names no station"), "{none}");
+    let not_a_list = error_of(&file("\"st1\""));
+    assert_eq!(not_a_list.line, 7, "{not_a_list}");
+    // An unknown key is still named, next to `stations`.
+    let unknown = error_of(&file("[\"st1\"]\nstaions = [\"st2\"]"));
+    assert_eq!(unknown.line, 8, "{unknown}");
+    assert!(unknown.to_string().contains("staions"), "{unknown}");
+}
