@@ -46,6 +46,10 @@ pub struct Place {
     /// postgres://..., redis://... (needs --name).
     #[arg(long, value_name = "URL")]
     pub backend: Option<String>,
+    /// One station of a gateway serving several: its control lease (or --name lease), at
+    /// <gateway>/stations/ID, as if that were the gateway's URL (STATION_GATEWAY_URL too).
+    #[arg(long, value_name = "ID")]
+    pub station: Option<String>,
     /// The gateway's control lease (`POST api/lease`); the default with --gateway.
     #[arg(long)]
     pub control: bool,
@@ -162,6 +166,10 @@ impl Place {
                         "--gateway must be an http:// or https:// URL; got {gateway:?}"
                     ));
                 }
+                let gateway = match &self.station {
+                    Some(id) => station_url(&gateway, id)?,
+                    None => gateway,
+                };
                 Ok(match name {
                     Some(name) => Target::GatewayNamed {
                         gateway,
@@ -172,6 +180,11 @@ impl Place {
                 })
             }
             (None, Some(url)) => {
+                if self.station.is_some() {
+                    return Err(
+                        "--station is a station of a gateway: use --gateway URL with it".into(),
+                    );
+                }
                 if self.control {
                     return Err(
                         "the control lease is the gateway's: use --gateway URL for it".into(),
@@ -188,6 +201,40 @@ impl Place {
             }
         }
     }
+}
+
+/// The longest station id (as the gateway's `[[station]] id`).
+pub const MAX_STATION_ID_LEN: usize = 64;
+
+/// What is wrong with `id` as a station's id (letters, digits, `-` and `_`, at most
+/// [`MAX_STATION_ID_LEN`]: the gateway's own rule, since it goes in a path), `None` if
+/// nothing.
+pub fn station_id_problem(id: &str) -> Option<String> {
+    if id.is_empty() {
+        return Some("--station needs a station's id, e.g. --station st1; got nothing".into());
+    }
+    if id.len() > MAX_STATION_ID_LEN {
+        return Some(format!(
+            "--station {id:?} is {} bytes long: a station's id is at most {MAX_STATION_ID_LEN}",
+            id.len()
+        ));
+    }
+    id.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+        .map(|bad| {
+            format!(
+                "--station {id:?} has {bad:?}: a station's id has only letters, digits, '-' and '_'"
+            )
+        })
+}
+
+/// The base URL of station `id` of the gateway at `gateway` (without a trailing `/`):
+/// `<gateway>/stations/<id>`, where every path of that station is as the gateway's own.
+pub fn station_url(gateway: &str, id: &str) -> Result<String, String> {
+    if let Some(problem) = station_id_problem(id) {
+        return Err(problem);
+    }
+    Ok(format!("{}/stations/{id}", gateway.trim_end_matches('/')))
 }
 
 /// `term`, `kill`, a name with or without `SIG` in any case (`SIGUSR1`, `hup`), or a number.
@@ -288,6 +335,119 @@ mod tests {
             let error = place(args).target().unwrap_err();
             assert!(error.contains(says), "{args:?}: {error}");
         }
+    }
+
+    #[test]
+    fn a_stations_url_is_the_gateways_with_the_station_after_it() {
+        assert_eq!(
+            station_url("http://h:5000", "st1").unwrap(),
+            "http://h:5000/stations/st1"
+        );
+        assert_eq!(
+            station_url("https://h/gw/", "St-2_b").unwrap(),
+            "https://h/gw/stations/St-2_b"
+        );
+        let longest = "s".repeat(MAX_STATION_ID_LEN);
+        assert_eq!(
+            station_url("http://h", &longest).unwrap(),
+            format!("http://h/stations/{longest}")
+        );
+    }
+
+    #[test]
+    fn a_station_id_has_letters_digits_dashes_and_underscores_only() {
+        for good in ["st1", "ST_1", "a-b", "0", &"x".repeat(64)] {
+            assert_eq!(station_id_problem(good), None, "{good}");
+        }
+        for (bad, says) in [
+            ("", "got nothing"),
+            ("st 1", "' '"),
+            ("st/1", "'/'"),
+            ("st1?x=1", "'?'"),
+            ("..", "'.'"),
+            ("stä", "'ä'"),
+            (&"x".repeat(65), "at most 64"),
+        ] {
+            let problem = station_id_problem(bad).expect(bad);
+            assert!(problem.contains(says), "{bad:?}: {problem}");
+            assert!(problem.contains("--station"), "{problem}");
+            assert!(station_url("http://h", bad).is_err());
+        }
+    }
+
+    #[test]
+    fn station_makes_the_gateway_that_stations() {
+        assert_eq!(
+            place(&["--gateway", "http://h:5000/", "--station", "st1"])
+                .target()
+                .unwrap(),
+            Target::GatewayControl {
+                gateway: "http://h:5000/stations/st1".into()
+            }
+        );
+        assert_eq!(
+            place(&["--gateway", "http://h/gw", "--station", "st2", "--control"])
+                .target()
+                .unwrap(),
+            Target::GatewayControl {
+                gateway: "http://h/gw/stations/st2".into()
+            }
+        );
+        assert_eq!(
+            place(&[
+                "--gateway",
+                "http://h",
+                "--station",
+                "st2",
+                "--name",
+                "ramp"
+            ])
+            .target()
+            .unwrap(),
+            Target::GatewayNamed {
+                gateway: "http://h/stations/st2".into(),
+                name: "ramp".into(),
+                slots: None
+            }
+        );
+        for (args, says) in [
+            (&["--gateway", "http://h", "--station", "st/1"][..], "'/'"),
+            (
+                &["--gateway", "http://h", "--station", ""][..],
+                "got nothing",
+            ),
+            (
+                &["--backend", "memory", "--name", "x", "--station", "st1"][..],
+                "use --gateway URL",
+            ),
+        ] {
+            let error = place(args).target().unwrap_err();
+            assert!(error.contains(says), "{args:?}: {error}");
+        }
+        let parsed = Cli::try_parse_from([
+            "station-lease",
+            "hold",
+            "--gateway",
+            "http://h",
+            "--station",
+            "st1",
+            "--owner",
+            "me",
+            "--ttl-ms",
+            "3000",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let Command::Hold(hold) = parsed.command else {
+            panic!("not hold")
+        };
+        assert_eq!(
+            hold.place.target().unwrap(),
+            Target::GatewayControl {
+                gateway: "http://h/stations/st1".into()
+            }
+        );
     }
 
     #[test]
