@@ -9,10 +9,14 @@
 //! status, latency), the link task (`LinkStats`), the value cache (hits and misses), the control
 //! lease (`LeaseCounters`), the legacy listener and the value history (`HistoryCounters`);
 //! gauges (queue depth, streams, subscriptions, lease held) are computed at scrape time.
+//!
+//! A gateway serving several stations renders each station's exposition as one gateway's and
+//! merges them into one, every sample labelled with its station ([`lab::merge_expositions`]).
 
 mod comm;
 mod exposition;
 mod instruments;
+pub mod lab;
 mod registry;
 
 pub use comm::{BusKind, CommMetrics};
