@@ -33,4 +33,7 @@ pub use station_http::{
     gateway_runtime, history, lease, link, logs, metrics, numeric, rules, station, timestamp,
 };
 
-pub use server::{BindError, GatewayHandle, Listener, Listeners, StartError, run, start};
+pub use server::{
+    BindError, GatewayHandle, LabListeners, Listener, Listeners, StartError, run, run_lab, start,
+    start_lab,
+};

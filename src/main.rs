@@ -7,9 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser};
+use station_gateway::config::lab::Lab;
 use station_gateway::config::{Config, EXAMPLE_CONFIG, parse_listen};
 use station_gateway::logs::BatchingWriterGuard;
-use station_gateway::{BindError, Listener, Listeners, run};
+use station_gateway::{BindError, LabListeners, Listener, run_lab};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,9 +39,11 @@ struct Args {
     #[arg(long, value_name = "URL")]
     lease_backend: Option<String>,
     /// Start an embedded simulated station and point the link at it (instead of --station):
-    /// try the gateway without hardware.
-    #[arg(long)]
-    simulator: bool,
+    /// try the gateway without hardware. `--simulator N` starts N stations, sim1...simN, each
+    /// at /stations/simK/api/...; with a config of several [[station]] tables, `--simulator`
+    /// gives each of them a simulated station.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1")]
+    simulator: Option<usize>,
     /// Where the embedded simulator serves the byte protocol, e.g. 127.0.0.1:4000.
     /// [default: a free port, logged at start as "simulator listening ADDR"]
     #[arg(long, value_name = "ADDR", requires = "simulator")]
@@ -107,7 +110,7 @@ fn one_line(error: &anyhow::Error) -> String {
 }
 
 async fn gateway_main(args: Args) -> anyhow::Result<()> {
-    if args.simulator && args.station.is_some() {
+    if args.simulator.is_some() && args.station.is_some() {
         // Both say where the link goes; taking one silently would test the wrong station.
         Args::command()
             .error(
@@ -124,81 +127,157 @@ async fn gateway_main(args: Args) -> anyhow::Result<()> {
     }
     let _log_writer = init_logging(&args.log_format)?;
 
-    let mut config = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
+    let mut lab = match &args.config {
+        Some(path) => Lab::from_file(path)?,
+        None => Lab::single(Config::default()),
     };
-    let station_named = args.station.is_some();
-    if let Some(station) = args.station {
-        config.station.url = station;
+    let configured = lab.stations.len();
+    match args.simulator {
+        Some(0) => anyhow::bail!("--simulator 0: give the number of simulated stations, 1 or more"),
+        Some(count) if count > 1 && configured > 1 && count != configured => anyhow::bail!(
+            "--simulator {count}: the configuration names {configured} stations ({}); give --simulator without a number to simulate each of them",
+            lab.ids().join(", ")
+        ),
+        Some(count) if count > 1 && configured == 1 => {
+            lab = Lab::simulated(&lab.stations[0].config, count)
+                .map_err(|error| anyhow::anyhow!("--simulator {count}: {error}"))?;
+        }
+        _ => {}
     }
-    if let Some(http) = args.http {
-        parse_listen(&http).map_err(|why| anyhow::anyhow!("--http: {why}"))?;
-        config.http.listen = http;
-    }
-    if let Some(legacy) = args.legacy {
-        parse_listen(&legacy).map_err(|why| anyhow::anyhow!("--legacy: {why}"))?;
-        config.legacy.listen = legacy;
-    }
-    if let Some(backend) = args.lease_backend {
-        config.lease.backend = backend;
-    }
-    add_api_keys(&mut config, args.api_keys);
-    if args.standby {
-        config.ha.mode = station_gateway::config::HaMode::Standby;
-    }
-
-    let _simulator = if args.simulator {
-        let configured = &config.station.url;
-        if *configured != default_station_url() {
-            tracing::warn!(
-                "--simulator: the link goes to the embedded simulator, not to station.url \
-                 {configured} from the config file"
+    let several = lab.stations.len() > 1;
+    if several {
+        // One station's address or listener cannot be given for several.
+        if args.station.is_some() {
+            anyhow::bail!(
+                "--station names one station, and the configuration has {} ({}): give each [[station]] its url in the file",
+                lab.stations.len(),
+                lab.ids().join(", ")
             );
         }
+        if args.legacy.is_some() {
+            anyhow::bail!(
+                "--legacy names one listener, and the gateway serves {} stations: give each its own [station.legacy] listen in the file",
+                lab.stations.len()
+            );
+        }
+        if args.simulator_listen.is_some() {
+            anyhow::bail!(
+                "--simulator-listen names one address, and there are {} simulated stations: each takes a free port, logged at start",
+                lab.stations.len()
+            );
+        }
+    }
+    if let Some(http) = &args.http {
+        parse_listen(http).map_err(|why| anyhow::anyhow!("--http: {why}"))?;
+    }
+    if let Some(legacy) = &args.legacy {
+        parse_listen(legacy).map_err(|why| anyhow::anyhow!("--legacy: {why}"))?;
+    }
+    let station_named = args.station.is_some();
+    for setup in &mut lab.stations {
+        let config = &mut setup.config;
+        if let Some(station) = &args.station {
+            config.station.url = station.clone();
+        }
+        if let Some(http) = &args.http {
+            config.http.listen = http.clone();
+        }
+        if let Some(legacy) = &args.legacy {
+            config.legacy.listen = legacy.clone();
+        }
+        if let Some(backend) = &args.lease_backend {
+            config.lease.backend = backend.clone();
+        }
+        add_api_keys(config, args.api_keys.clone());
+        if args.standby {
+            config.ha.mode = station_gateway::config::HaMode::Standby;
+        }
+    }
+
+    let mut _simulators = Vec::new();
+    if args.simulator.is_some() {
         let profile = match &args.simulator_profile {
             // Formatted into one line: the error already says the cause; no "Caused by" repeat.
             Some(path) => station_simulator::Profile::from_file(path)
                 .map_err(|error| anyhow::anyhow!("--simulator-profile: {error}"))?,
             None => station_simulator::Profile::default_station(),
         };
-        // The control lease is named after the station, not after its address: the embedded
-        // simulator takes a new port each start, and a lease in a lasting backend must still be
-        // found after a restart. Its serial (what HELLO will say) is known from the profile now,
-        // before the link-owner lease is claimed and the lease resumed.
-        if config.lease.name.trim().is_empty() && config.station_id().is_none() {
-            config.lease.name = simulator_lease_name(&profile.station.serial);
-            tracing::info!(
-                "--simulator: the control lease (one client at a time may change the station: \
-                 POST api/lease) is named {}, after the simulated station's serial",
-                config.lease.name
+        for setup in &mut lab.stations {
+            let mut profile = profile.clone();
+            if several {
+                // Each simulated station its own identity, as each real one has.
+                profile.station.serial = format!("{}-{}", profile.station.serial, setup.id);
+            }
+            _simulators.push(
+                start_simulator(&args, &setup.id, several, profile, &mut setup.config).await?,
             );
         }
-        let listen = args.simulator_listen.as_deref().unwrap_or("127.0.0.1:0");
-        let listen =
-            parse_listen(listen).map_err(|why| anyhow::anyhow!("--simulator-listen: {why}"))?;
-        let simulator = station_simulator::Simulator::start(profile, listen)
-            .await
-            .map_err(|error| BindError::new(Listener::Simulator, listen.to_string(), error))?;
-        // Nothing reads the embedded simulator's write log (it has no control port): a short
-        // one, so that a demo left running does not grow with every write.
-        simulator.set_history_limit(EMBEDDED_SIMULATOR_HISTORY);
-        let addr = simulator.local_addr();
-        config.station.url = format!("tcp://{addr}");
-        tracing::info!("simulator listening {addr}");
-        Some(simulator)
-    } else {
-        None
-    };
-    if !args.simulator && !station_named && config.station.url == default_station_url() {
-        tracing::info!("{}", default_station_notice(&config.station.url));
     }
-    config.validate()?;
+    if args.simulator.is_none()
+        && !station_named
+        && !several
+        && lab.stations[0].config.station.url == default_station_url()
+    {
+        tracing::info!(
+            "{}",
+            default_station_notice(&lab.stations[0].config.station.url)
+        );
+    }
+    for setup in &lab.stations {
+        setup.config.validate()?;
+    }
+    station_gateway::config::lab::check_apart(&lab.stations)?;
 
-    let listeners = Listeners::bind(&config).await?;
-    run(listeners, config, shutdown).await?;
+    let listeners = LabListeners::bind(&lab).await?;
+    run_lab(listeners, lab, shutdown).await?;
     tracing::info!("station-gateway stopped");
     Ok(())
+}
+
+/// Starts the embedded simulator of station `id` and points `config`'s link at it.
+async fn start_simulator(
+    args: &Args,
+    id: &str,
+    several: bool,
+    profile: station_simulator::Profile,
+    config: &mut Config,
+) -> anyhow::Result<station_simulator::SimulatorHandle> {
+    let configured = &config.station.url;
+    if *configured != default_station_url() {
+        tracing::warn!(
+            "--simulator: the link goes to the embedded simulator, not to station.url \
+             {configured} from the config file"
+        );
+    }
+    // The control lease is named after the station, not after its address: the embedded
+    // simulator takes a new port each start, and a lease in a lasting backend must still be
+    // found after a restart. Its serial (what HELLO will say) is known from the profile now,
+    // before the link-owner lease is claimed and the lease resumed.
+    if config.lease.name.trim().is_empty() && config.station_id().is_none() {
+        config.lease.name = simulator_lease_name(&profile.station.serial);
+        tracing::info!(
+            "--simulator: the control lease (one client at a time may change the station: \
+             POST api/lease) is named {}, after the simulated station's serial",
+            config.lease.name
+        );
+    }
+    let listen = args.simulator_listen.as_deref().unwrap_or("127.0.0.1:0");
+    let listen =
+        parse_listen(listen).map_err(|why| anyhow::anyhow!("--simulator-listen: {why}"))?;
+    let simulator = station_simulator::Simulator::start(profile, listen)
+        .await
+        .map_err(|error| BindError::new(Listener::Simulator, listen.to_string(), error))?;
+    // Nothing reads the embedded simulator's write log (it has no control port): a short
+    // one, so that a demo left running does not grow with every write.
+    simulator.set_history_limit(EMBEDDED_SIMULATOR_HISTORY);
+    let addr = simulator.local_addr();
+    config.station.url = format!("tcp://{addr}");
+    if several {
+        tracing::info!("simulator {id} listening {addr}");
+    } else {
+        tracing::info!("simulator listening {addr}");
+    }
+    Ok(simulator)
 }
 
 fn default_station_url() -> String {

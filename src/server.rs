@@ -14,11 +14,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::config::lab::Lab;
 use crate::config::{Config, HaMode};
 use crate::gateway::Gateway;
 use crate::history::archive::ArchiveReader;
 use crate::history::archive::writer::WriterSettings;
 use crate::history::recorder::{ArchivedSample, History, Limits, WallClock};
+use crate::http::lab::Stations;
 use crate::lease::control::LeaseEndTiming;
 use crate::lease::link_owner::{LinkOwnerError, LinkOwnership};
 use crate::lease::owner_state::OwnerState;
@@ -49,6 +51,54 @@ impl Listeners {
             addr => Some(bind_listener(Listener::Legacy, addr).await?),
         };
         Ok(Listeners { http, legacy })
+    }
+}
+
+/// The sockets of a gateway of one or several stations: one HTTP listener for them all, and
+/// each station's legacy listener (in the lab's order; `None` where a station has none).
+pub struct LabListeners {
+    pub http: TcpListener,
+    pub legacy: Vec<Option<TcpListener>>,
+}
+
+impl LabListeners {
+    /// Binds the HTTP address (the gateway's, `http.listen`) and each station's legacy
+    /// address; a failure names the listener, the station and the address.
+    pub async fn bind(lab: &Lab) -> Result<LabListeners, BindError> {
+        let Some(first) = lab.stations.first() else {
+            return Err(BindError::new(
+                Listener::Http,
+                "",
+                std::io::Error::other("the configuration names no station"),
+            ));
+        };
+        let Listeners { http, legacy } = Listeners::bind(&first.config).await?;
+        let mut listeners = LabListeners {
+            http,
+            legacy: vec![legacy],
+        };
+        for station in &lab.stations[1..] {
+            listeners
+                .legacy
+                .push(match station.config.legacy.listen.as_str() {
+                    "" => None,
+                    addr => Some(
+                        bind_listener(Listener::Legacy, addr)
+                            .await
+                            .map_err(|error| error.of_station(&station.id))?,
+                    ),
+                });
+        }
+        Ok(listeners)
+    }
+}
+
+impl From<Listeners> for LabListeners {
+    fn from(listeners: Listeners) -> LabListeners {
+        LabListeners {
+            http: listeners.http,
+            legacy: vec![listeners.legacy],
+        }
     }
 }
 
@@ -91,6 +141,8 @@ pub struct BindError {
     pub addr: String,
     #[source]
     pub source: std::io::Error,
+    /// The station whose listener it is, in a gateway of several.
+    pub station: Option<String>,
 }
 
 impl BindError {
@@ -99,7 +151,14 @@ impl BindError {
             listener,
             addr: addr.into(),
             source,
+            station: None,
         }
+    }
+
+    /// The same error, naming the station whose listener it is.
+    pub fn of_station(mut self, id: &str) -> BindError {
+        self.station = Some(id.to_owned());
+        self
     }
 }
 
@@ -108,7 +167,14 @@ impl std::fmt::Display for BindError {
         let (name, keys) = self.listener.describe();
         let (addr, source) = (&self.addr, &self.source);
         let hint = hint(source.kind());
-        write!(f, "cannot open {name} on {addr} ({keys}): {source}{hint}")
+        let of = match &self.station {
+            Some(id) => format!(" of station {id}"),
+            None => String::new(),
+        };
+        write!(
+            f,
+            "cannot open {name}{of} on {addr} ({keys}): {source}{hint}"
+        )
     }
 }
 
@@ -156,13 +222,19 @@ pub enum StartError {
     LinkOwnerLost,
 }
 
-/// A running gateway.
+/// A running gateway: one station, or every station of a lab.
 pub struct GatewayHandle {
+    /// The default station's (the first station's when none is the default).
     pub gateway: Arc<Gateway>,
+    /// Every station, and which path goes to which.
+    pub stations: Arc<Stations>,
     /// Whether HTTP is served with TLS (`https://`).
     pub tls: bool,
     pub http_addr: SocketAddr,
+    /// The legacy listener of `gateway`'s station.
     pub legacy_addr: Option<SocketAddr>,
+    /// Each station's legacy listener, in the lab's order.
+    pub legacy_addrs: Vec<Option<SocketAddr>>,
     tasks: JoinSet<()>,
     /// The threads serving HTTP connections besides the gateway's own: they stop when the
     /// handle is dropped, after `stop` has drained the connections and the changes.
@@ -174,16 +246,23 @@ impl GatewayHandle {
         &self.gateway.link
     }
 
+    /// The station of `id`.
+    pub fn station(&self, id: &str) -> Option<&Arc<Gateway>> {
+        self.stations.by_id(id)
+    }
+
     /// `http://ADDR` (`https://` with TLS), for clients in tests.
     pub fn base_url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}", self.http_addr)
     }
 
-    /// Waits until the station link is up.
+    /// Waits until the station link is up (of every station).
     pub async fn connected(&self) {
-        let mut info = self.gateway.link.watch_info();
-        let _ = info.wait_for(|info| info.connected).await;
+        for gateway in self.stations.gateways() {
+            let mut info = gateway.link.watch_info();
+            let _ = info.wait_for(|info| info.connected).await;
+        }
     }
 
     /// Stops accepting, finishes requests in flight (up to a few seconds), ends streams.
@@ -192,13 +271,163 @@ impl GatewayHandle {
         while self.tasks.join_next().await.is_some() {}
         // Changes still running end with the link (answered, or failed "may or may not have
         // been applied"), each with its audit line.
-        self.gateway.station.changes_ended(DRAIN).await;
+        for gateway in self.stations.gateways() {
+            gateway.station.changes_ended(DRAIN).await;
+        }
     }
 }
 
-/// Starts the gateway's tasks on `listeners`.
+/// Starts the gateway's tasks on `listeners`: one station, as `config` describes it.
 pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle, StartError> {
-    config.validate()?;
+    start_lab(listeners.into(), Lab::single(config)).await
+}
+
+/// What the stations of one gateway share: the lease backends, the audit trail, TLS, the
+/// HTTP address others reach them at, and the shutdown.
+struct Shared {
+    leases: Arc<LeaseBackends>,
+    audit: crate::audit::AuditLog,
+    tls: Option<crate::http::tls::TlsAcceptor>,
+    http_addr: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+/// Starts every station of `lab` behind one HTTP listener: each station its own link, value
+/// cache, control lease, change runner, events, history and legacy listener; the lease
+/// backends, the audit trail (each line naming its station when there are several) and the
+/// connection threads shared.
+pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandle, StartError> {
+    let Some(first) = lab.stations.first() else {
+        return Err(crate::config::ConfigError::Invalid {
+            key: "station",
+            message: "the configuration names no station".into(),
+        }
+        .into());
+    };
+    for station in &lab.stations {
+        station.config.validate()?;
+    }
+    crate::config::lab::check_apart(&lab.stations)?;
+    // The gateway-wide sections ([http], [audit], [access], the lease backend) are the same in
+    // every station's config: the first's are read.
+    let host = first.config.clone();
+    // Certificate and key files are read now, not when the config was parsed.
+    let tls = crate::http::tls::acceptor(&host.http.tls)?;
+    let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
+    let shared = Shared {
+        leases: Arc::new(
+            LeaseBackends::open(&host.lease.backend)
+                .await
+                .map_err(StartError::LeaseBackend)?,
+        ),
+        audit: crate::audit::AuditLog::open(&host.audit).map_err(StartError::Audit)?,
+        tls,
+        http_addr,
+        shutdown: CancellationToken::new(),
+    };
+    let several = lab.stations.len() > 1;
+    let ids = lab.ids();
+    let mut tasks = JoinSet::new();
+    let mut gateways = Vec::with_capacity(lab.stations.len());
+    let mut legacy_addrs = Vec::with_capacity(lab.stations.len());
+    let mut legacy = listeners.legacy.into_iter();
+    for setup in lab.stations {
+        // With several stations every audit line names its station, and a rule naming
+        // stations applies to those only.
+        let (audit, station_id) = if several {
+            (shared.audit.for_station(&setup.id), Some(setup.id.as_str()))
+        } else {
+            (shared.audit.clone(), None)
+        };
+        let gateway = start_station(setup.config, station_id, audit, &shared, &mut tasks).await?;
+        let listener = legacy.next().flatten();
+        legacy_addrs.push(match &listener {
+            Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
+            None => None,
+        });
+        if let Some(listener) = listener {
+            tasks.spawn(crate::legacy::serve(
+                listener,
+                gateway.clone(),
+                shared.shutdown.clone(),
+            ));
+        }
+        gateways.push(gateway);
+    }
+    let paths = crate::http::stations::StationPaths::new(
+        ids,
+        lab.default_station.as_deref(),
+        &host.http.path_prefix,
+    );
+    let default = paths.default_index().unwrap_or(0);
+    let stations = Arc::new(Stations::new(gateways, paths));
+    let connection_threads =
+        crate::http::threads::ConnectionThreads::start(host.http.connection_threads())
+            .map_err(StartError::ConnectionThreads)?;
+    tasks.spawn(crate::http::serve(
+        listeners.http,
+        crate::http::HttpService {
+            stations: stations.clone(),
+            threads: connection_threads.placer(),
+        },
+        crate::http::ServeLimits::of(&host.http),
+        crate::http::Shutdown {
+            signal: shared.shutdown.clone(),
+            drain: DRAIN,
+        },
+    ));
+    let scheme = if shared.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    info!(%http_addr, "HTTP listening on {scheme}://{http_addr}");
+    if several {
+        info!(
+            "serving {} stations: {}; each at {scheme}://{http_addr}{}/stations/ID/api/...",
+            stations.gateways().len(),
+            stations.paths().ids().join(", "),
+            host.http.path_prefix.trim_end_matches('/')
+        );
+    }
+    let gateway = stations.gateways()[default].clone();
+    if gateway.access.enabled() {
+        info!(
+            keys = host.access.keys.len(),
+            users = host.access.users.len(),
+            "access control on"
+        );
+    }
+    for (id, addr) in stations.paths().ids().iter().zip(&legacy_addrs) {
+        if let Some(addr) = addr {
+            if several {
+                info!(%addr, "legacy byte-protocol listener of station {id} on {addr}");
+            } else {
+                info!(%addr, "legacy byte-protocol listener on {addr}");
+            }
+        }
+    }
+    Ok(GatewayHandle {
+        tls: shared.tls.is_some(),
+        legacy_addr: legacy_addrs[default],
+        gateway,
+        stations,
+        http_addr,
+        legacy_addrs,
+        tasks,
+        _connection_threads: connection_threads,
+    })
+}
+
+/// Starts one station's tasks (`station_id`: its id in a gateway of several) (its link, link-owner lease or standby watch, control lease,
+/// access rules, events, history) and returns its [`Gateway`].
+async fn start_station(
+    config: Config,
+    station_id: Option<&str>,
+    audit: crate::audit::AuditLog,
+    shared: &Shared,
+    tasks: &mut JoinSet<()>,
+) -> Result<Arc<Gateway>, StartError> {
     let url = StationUrl::parse(&config.station.url).map_err(|error| {
         crate::config::ConfigError::Invalid {
             key: "station.url",
@@ -217,21 +446,10 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         queue_depth: config.station.queue_depth,
         client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
     };
-    // Certificate and key files are read now, not when the config was parsed.
-    let tls = crate::http::tls::acceptor(&config.http.tls)?;
     let access = crate::credentials::AccessControl::new(&config.access);
-    let shutdown = CancellationToken::new();
+    let shutdown = shared.shutdown.clone();
     let (link_task, link) = LinkTask::with_max_processing(settings, config.max_processing());
-    let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
-    let legacy_addr = match &listeners.legacy {
-        Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
-        None => None,
-    };
-    let leases = Arc::new(
-        LeaseBackends::open(&config.lease.backend)
-            .await
-            .map_err(StartError::LeaseBackend)?,
-    );
+    let leases = shared.leases.clone();
     // One gateway per station: with a backend others can reach, take the link-owner lease
     // before the link touches the station (or, a standby, watch it until it lapses).
     let standby = config.ha.mode == HaMode::Standby;
@@ -239,9 +457,13 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         .map_err(StartError::LeaseBackend)?
         .is_shared()
     {
-        let scheme = if tls.is_some() { "https" } else { "http" };
+        let scheme = if shared.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let published = match config.ha.advertise_url.as_str() {
-            "" => format!("{scheme}://{http_addr}"),
+            "" => format!("{scheme}://{}", shared.http_addr),
             url => url.trim_end_matches('/').to_owned(),
         };
         let me = owner_label(std::process::id(), &published);
@@ -275,7 +497,6 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         Some(watch) => watch.role.clone(),
         None => Arc::new(HaRole::owner()),
     };
-    let audit = crate::audit::AuditLog::open(&config.audit).map_err(StartError::Audit)?;
     let (lease_events, _) = broadcast::channel(64);
     let lease = ControlLease::new(
         leases.default_store(),
@@ -299,7 +520,10 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     let access_rules = if config.access.rules.is_empty() {
         crate::access_rules::AccessRules::off()
     } else {
-        crate::access_rules::AccessRules::load(std::path::Path::new(&config.access.rules))?
+        crate::access_rules::AccessRules::load_for_station(
+            std::path::Path::new(&config.access.rules),
+            station_id,
+        )?
     }
     .with_legacy_group(Some(&config.legacy.access_group));
     let station = crate::station::Station::new(link.clone(), audit.clone())
@@ -327,12 +551,8 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         ha,
         history,
         history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
-        tls,
+        tls: shared.tls.clone(),
     });
-    let connection_threads =
-        crate::http::threads::ConnectionThreads::start(gateway.config.http.connection_threads())
-            .map_err(StartError::ConnectionThreads)?;
-    let mut tasks = JoinSet::new();
     // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
     let link_task = match (&ownership, &standing_by) {
         (Some(ownership), _) => link_task.with_owner_gate(ownership.gate()),
@@ -384,49 +604,7 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
         lease_receiver,
         shutdown.clone(),
     ));
-    tasks.spawn(crate::http::serve(
-        listeners.http,
-        crate::http::HttpService {
-            gateway: gateway.clone(),
-            threads: connection_threads.placer(),
-        },
-        crate::http::ServeLimits::of(&gateway.config.http),
-        crate::http::Shutdown {
-            signal: shutdown.clone(),
-            drain: DRAIN,
-        },
-    ));
-    if let Some(listener) = listeners.legacy {
-        tasks.spawn(crate::legacy::serve(
-            listener,
-            gateway.clone(),
-            shutdown.clone(),
-        ));
-    }
-    let scheme = if gateway.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    info!(%http_addr, "HTTP listening on {scheme}://{http_addr}");
-    if gateway.access.enabled() {
-        info!(
-            keys = gateway.config.access.keys.len(),
-            users = gateway.config.access.users.len(),
-            "access control on"
-        );
-    }
-    if let Some(addr) = legacy_addr {
-        info!(%addr, "legacy byte-protocol listener on {addr}");
-    }
-    Ok(GatewayHandle {
-        tls: gateway.tls.is_some(),
-        gateway,
-        http_addr,
-        legacy_addr,
-        tasks,
-        _connection_threads: connection_threads,
-    })
+    Ok(gateway)
 }
 
 /// A standby's life: watch the owner's link-owner lease until it lapses, take it, wait the
@@ -535,7 +713,18 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    let handle = start(listeners, config).await?;
+    run_lab(listeners.into(), Lab::single(config), shutdown).await
+}
+
+/// Runs every station of `lab` until `shutdown` completes, then stops them gracefully. A
+/// station whose link-owner lease is lost stops the whole process (as one station's gateway
+/// does), so that a standby takes the stations over.
+pub async fn run_lab(
+    listeners: LabListeners,
+    lab: Lab,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let handle = start_lab(listeners, lab).await?;
     let stopped_by_itself = handle.gateway.shutdown.clone();
     tokio::select! {
         () = shutdown => {}

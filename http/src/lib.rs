@@ -36,6 +36,7 @@ pub mod events;
 mod gated;
 pub mod gateway;
 pub mod idle;
+pub mod lab;
 pub mod lease_endpoints;
 pub mod logs;
 pub mod named_leases;

@@ -46,26 +46,7 @@ pub fn answer(
         Operation::Healthz => json_response(
             &json!({ "status": "alive", "uptimeSeconds": gateway.started.elapsed().as_secs() }),
         ),
-        Operation::Readyz => {
-            if let Some(standing_by) = gateway.ha.standing_by() {
-                return Err(ApiError::standing_by(format!("not ready: {standing_by}")));
-            }
-            let info = gateway.link.info();
-            if let Some(why) = gateway.lease.safe_state_pending() {
-                return Err(ApiError::safe_state_pending(format!("not ready: {why}")));
-            }
-            if let Some(why) = gateway.lease.not_ready() {
-                return Err(ApiError::lease_ending(format!("not ready: {why}")));
-            }
-            if info.connected {
-                json_response(&json!({ "ready": true, "generation": info.generation }))
-            } else {
-                let why = info.last_error.as_deref().unwrap_or("connecting");
-                return Err(ApiError::station_not_reached(format!(
-                    "not ready: the station link is down: {why}"
-                )));
-            }
-        }
+        Operation::Readyz => json_response(&readiness(gateway)?),
         Operation::Metrics => text_response(
             "text/plain; version=0.0.4; charset=utf-8",
             snapshot(gateway).render(),
@@ -75,7 +56,30 @@ pub fn answer(
     })
 }
 
-fn text_response(content_type: &'static str, text: String) -> Response<Body> {
+/// Whether a station is ready to serve: its link up, no safe state owed, no lease ending,
+/// and not a standby's. `Ok` is the answer of `GET /readyz`; `Err` says why not.
+pub fn readiness(gateway: &Gateway) -> Result<Json, ApiError> {
+    if let Some(standing_by) = gateway.ha.standing_by() {
+        return Err(ApiError::standing_by(format!("not ready: {standing_by}")));
+    }
+    let info = gateway.link.info();
+    if let Some(why) = gateway.lease.safe_state_pending() {
+        return Err(ApiError::safe_state_pending(format!("not ready: {why}")));
+    }
+    if let Some(why) = gateway.lease.not_ready() {
+        return Err(ApiError::lease_ending(format!("not ready: {why}")));
+    }
+    if info.connected {
+        Ok(json!({ "ready": true, "generation": info.generation }))
+    } else {
+        let why = info.last_error.as_deref().unwrap_or("connecting");
+        Err(ApiError::station_not_reached(format!(
+            "not ready: the station link is down: {why}"
+        )))
+    }
+}
+
+pub fn text_response(content_type: &'static str, text: String) -> Response<Body> {
     let mut response = Response::new(Body::whole(text));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));

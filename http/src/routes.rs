@@ -151,7 +151,7 @@ pub fn handle(
 /// Why a request's `Host` makes it a 400, if it does (RFC 9112 §3.2): an HTTP/1.1 request
 /// without one, or with more than one. HTTP/1.0 needs none; HTTP/2 names its authority in
 /// `:authority`. One header lookup, nothing made unless refused.
-fn host_refusal(head: &Parts) -> Option<ApiError> {
+pub(crate) fn host_refusal(head: &Parts) -> Option<ApiError> {
     if head.version != Version::HTTP_11 {
         return None;
     }

@@ -30,12 +30,14 @@ use crate::reply::{Body, error_response};
 use crate::{body, gated, routes, threads};
 
 use crate::config::HttpConfig;
-use crate::gateway::Gateway;
+use crate::lab::{self, Stations};
+use crate::stations::StationRoute;
 
-/// What answers the requests ([`Gateway`], through `routes::handle`), and where each
-/// connection runs (the least busy of the connection threads: [`threads`]).
+/// What answers the requests (each station's [`crate::gateway::Gateway`], through
+/// `routes::handle`, and the lab's own paths), and where each connection runs (the least busy
+/// of the connection threads: [`threads`]).
 pub struct HttpService {
-    pub gateway: Arc<Gateway>,
+    pub stations: Arc<Stations>,
     pub threads: threads::Placer,
 }
 
@@ -111,7 +113,9 @@ pub async fn serve(
     limits: ServeLimits,
     shutdown: Shutdown,
 ) {
-    let HttpService { gateway, threads } = service;
+    let HttpService { stations, threads } = service;
+    // The connection counters are the whole gateway's: kept in the first station's metrics.
+    let gateway = stations.host().clone();
     let Shutdown {
         signal: shutdown,
         drain,
@@ -167,7 +171,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let connection = Connection {
-            gateway: gateway.clone(),
+            stations: stations.clone(),
             peer,
             local: stream.local_addr().ok(),
             socket: Some(std::os::fd::AsRawFd::as_raw_fd(&stream)),
@@ -200,7 +204,7 @@ pub async fn serve(
 
 /// One accepted connection: its client and its place in the limits.
 struct Connection {
-    gateway: Arc<Gateway>,
+    stations: Arc<Stations>,
     peer: SocketAddr,
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     local: Option<SocketAddr>,
@@ -218,12 +222,13 @@ impl Connection {
         let limits = builders.limits;
         let header_timeout = limits.header_read;
         let peer = self.peer;
+        let host = self.stations.host();
         let timed_out = |what: &str| {
-            self.gateway.metrics.http_timeouts.headers.inc();
+            host.metrics.http_timeouts.headers.inc();
             info!(%peer, "HTTP: closed a connection: {what} within {}", body::readable(header_timeout));
         };
         let (io, activity) = TimedIo::new(stream, limits.write);
-        let ended = match self.gateway.tls.clone() {
+        let ended = match host.tls.clone() {
             None => {
                 // The first bytes are awaited before hyper: a client that connects and sends
                 // nothing is closed at the header timeout exactly, and counted as having
@@ -259,7 +264,7 @@ impl Connection {
             }
         };
         if activity.write_stalled() {
-            self.gateway.metrics.http_timeouts.write.inc();
+            host.metrics.http_timeouts.write.inc();
             info!(
                 %peer,
                 "HTTP: closed a connection whose client stopped reading: its answer made no progress for {}",
@@ -328,7 +333,7 @@ impl Connection {
             // connection on every worker thread shares (issue 30: each clone and drop of a
             // shared count pulls its cache line from the other core).
             let served = Arc::new(Served {
-                gateway: self.gateway.clone(),
+                stations: self.stations.clone(),
                 builders: builders.clone(),
                 usage: self.slot.usage.clone(),
                 peers: routes::Peers {
@@ -471,7 +476,7 @@ impl Speaks {
 /// What each request on one connection is served with, shared by its requests (and by no
 /// other connection's).
 struct Served {
-    gateway: Arc<Gateway>,
+    stations: Arc<Stations>,
     /// The connection builders and the limits, shared by every connection.
     builders: Arc<Builders>,
     usage: Arc<ConnectionUse>,
@@ -527,38 +532,84 @@ const CLOSING_GRACE: Duration = Duration::from_secs(1);
 /// answer (HTTP/1: `Connection: close`; HTTP/2: GOAWAY once no request is in progress).
 async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
     let Served {
-        gateway,
+        stations,
         builders,
         usage,
         peers,
         kind,
     } = served;
     let (peers, kind, limits) = (*peers, *kind, builders.limits);
-    let http = &gateway.config.http;
+    let host = stations.host();
+    let http = &host.config.http;
     let http1 = request.version() < Version::HTTP_2;
     let reserved = kind == SlotKind::Reserved;
-    if reserved && !is_reserved_request(&http.path_prefix, request.method(), request.uri().path()) {
-        gateway.metrics.http_connections_refused.reserve_only.inc();
+    let (mut head, body) = request.into_parts();
+    // Which station the request is for: one station's paths are all its own (and also under
+    // `/stations/{id}`), so its requests pass here without a copy.
+    let index = match stations.paths().route(head.uri.path()) {
+        StationRoute::Station { index, path } => {
+            if let std::borrow::Cow::Owned(path) = path {
+                head.uri = with_path(&head.uri, &path);
+            }
+            Some(index)
+        }
+        StationRoute::Lab => None,
+        route => {
+            let error = ApiError::not_found(stations.paths().not_found(&route));
+            return error_response(&error);
+        }
+    };
+    if reserved && !is_reserved_request(&http.path_prefix, &head.method, head.uri.path()) {
+        host.metrics.http_connections_refused.reserve_only.inc();
         let error = ApiError::overloaded(format!(
             "the gateway is at its connection limit ({} connections): only health checks and renewing or releasing a lease are served now; try again shortly",
             limits.max_connections
         ));
         return closing(error_response(&error), http1, usage);
     }
+    let Some(index) = index else {
+        let below = head
+            .uri
+            .path()
+            .strip_prefix(stations.paths().prefix())
+            .unwrap_or_default();
+        let response = lab::answer(stations, &head, below);
+        return if reserved {
+            closing(response, http1, usage)
+        } else {
+            response
+        };
+    };
+    let gateway = &stations.gateways()[index];
     // A body that timed out is logged by `handle`, which knows the request's redacted path.
     // Boxed where it is made: the request's future (0.9 KB) is then moved as a pointer, not
     // copied into the body limits' scope and again into `answer`'s own box (issue 30).
-    let (head, body) = request.into_parts();
     let handled = Box::pin(routes::handle(gateway, head, body, peers));
     let (response, timed_out) = body::with_body_limits(limits.body, handled).await;
     if timed_out.is_some() {
-        gateway.metrics.http_timeouts.body.inc();
+        host.metrics.http_timeouts.body.inc();
         return closing(response, http1, usage);
     }
     if reserved {
         return closing(response, http1, usage);
     }
     response
+}
+
+/// `uri` with its path replaced by `path` (the station's own path of a
+/// `/stations/{id}/...` request), its query kept.
+fn with_path(uri: &hyper::Uri, path: &str) -> hyper::Uri {
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    // A path cut from a valid one at a `/` is valid: only if it were not would the URI stay.
+    match path_and_query.parse() {
+        Ok(path_and_query) => parts.path_and_query = Some(path_and_query),
+        Err(_) => return uri.clone(),
+    }
+    hyper::Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
 }
 
 /// `response`, and the connection closes after it: HTTP/1 by `Connection: close`, HTTP/2

@@ -54,6 +54,21 @@ impl StationPaths {
         }
     }
 
+    /// The stations' ids, in order.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// The index of the default station, if there is one.
+    pub fn default_index(&self) -> Option<usize> {
+        self.default
+    }
+
+    /// `http.path_prefix` without its trailing `/`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Whether there is more than one station (only then are the lab's paths its own).
     pub fn several(&self) -> bool {
         self.ids.len() > 1

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::TlsAcceptor;
+pub use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsConfig;
 

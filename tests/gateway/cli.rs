@@ -582,3 +582,79 @@ async fn the_readmes_first_screen_runs_the_gateway_and_its_request_answers() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run-all.sh")).unwrap();
     assert!(script.contains("'summary: %d passed, %d failed, %d skipped\\n'"));
 }
+
+#[tokio::test]
+async fn simulator_n_starts_n_stations_each_at_its_own_path() {
+    let mut gateway = RunningGateway::start(&["--simulator", "2", "--http", "127.0.0.1:0"]);
+    let first = gateway.wait_for_address("simulator sim1 listening ");
+    let second = gateway.wait_for_address("simulator sim2 listening ");
+    assert_ne!(first, second);
+    let http = gateway.wait_for("HTTP listening on http://");
+    let base = format!("http://{}", http.split_whitespace().next().unwrap());
+    let client = reqwest::Client::new();
+    // Both stations come up, each its own simulated station (its own serial).
+    let deadline = Instant::now() + START_TIMEOUT;
+    let stations = loop {
+        let stations: serde_json::Value = client
+            .get(format!("{base}/v1/stations"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if stations
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["connected"] == true)
+        {
+            break stations;
+        }
+        assert!(Instant::now() < deadline, "not both connected: {stations}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stations[0]["id"], "sim1");
+    assert_eq!(stations[1]["id"], "sim2");
+    assert_ne!(stations[0]["serial"], stations[1]["serial"], "{stations}");
+    for id in ["sim1", "sim2"] {
+        let lease = client
+            .get(format!("{base}/stations/{id}/api/lease"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(lease.status(), 200, "{id}");
+    }
+    // Several stations and none the default: /api/... names them.
+    let refused = client
+        .get(format!("{base}/api/lease"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 404);
+    assert!(refused.text().await.unwrap().contains("sim1, sim2"));
+    let (status, log) = gateway.terminate();
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
+}
+
+#[test]
+fn simulator_flags_that_name_one_station_are_refused_with_several() {
+    let output = run_to_end(&["--simulator", "0"]);
+    assert!(!output.status.success());
+    assert!(
+        text(&output.stderr).contains("--simulator 0"),
+        "{}",
+        text(&output.stderr)
+    );
+    let output = run_to_end(&["--simulator", "2", "--legacy", "127.0.0.1:0"]);
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("--legacy names one listener"), "{stderr}");
+    let output = run_to_end(&["--simulator", "3", "--simulator-listen", "127.0.0.1:0"]);
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("--simulator-listen names one address"),
+        "{stderr}"
+    );
+}

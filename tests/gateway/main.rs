@@ -25,6 +25,7 @@ mod http_answers;
 mod http_hygiene;
 mod http_timeouts;
 mod json_types;
+mod lab;
 mod lease;
 mod lease_backends;
 mod lease_end;

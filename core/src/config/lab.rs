@@ -157,6 +157,58 @@ impl Lab {
         })
     }
 
+    /// Reads and parses a configuration file ([`Lab::from_toml`]).
+    pub fn from_file(path: &std::path::Path) -> Result<Lab, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        Lab::from_toml(&text, &path.display().to_string())
+    }
+
+    /// `count` stations `sim1`…`simN` made from one station's `config` (`--simulator N`): each
+    /// its own id, control lease and configuration files directory (the gateway's with the id
+    /// under it); its `station.url` is for the caller to set. What two stations may not share
+    /// (a legacy address, a named control lease, a history archive) is refused here, by name.
+    pub fn simulated(config: &Config, count: usize) -> Result<Lab, ConfigError> {
+        let stations: Vec<StationSetup> = (1..=count)
+            .map(|number| {
+                let id = format!("sim{number}");
+                let mut config = config.clone();
+                config.station.id = id.clone();
+                config.config_files.dir = config.config_files.dir.join(&id);
+                StationSetup { id, config }
+            })
+            .collect();
+        check_apart(&stations)?;
+        Ok(Lab {
+            stations,
+            default_station: None,
+        })
+    }
+
+    /// One station, as today's single-station configuration describes it (`--station`, a file
+    /// with one `[station]`, no file at all): its id is [`single_station_id`], and it is the
+    /// default station.
+    pub fn single(config: Config) -> Lab {
+        let id = single_station_id(&config);
+        Lab {
+            stations: vec![StationSetup {
+                id: id.clone(),
+                config,
+            }],
+            default_station: Some(id),
+        }
+    }
+
+    /// The ids of the stations, in the configuration's order.
+    pub fn ids(&self) -> Vec<String> {
+        self.stations
+            .iter()
+            .map(|station| station.id.clone())
+            .collect()
+    }
+
     /// The station of `id`.
     pub fn station(&self, id: &str) -> Option<&StationSetup> {
         self.stations.iter().find(|station| station.id == id)
@@ -280,7 +332,22 @@ fn station_setup(
 
 /// What two stations may not share: an id (in any letter case: they are paths and lease
 /// names), a control lease, a legacy listener's address, a configuration files directory.
-fn check_apart(stations: &[StationSetup]) -> Result<(), ConfigError> {
+pub fn check_apart(stations: &[StationSetup]) -> Result<(), ConfigError> {
+    if stations.len() > 1
+        && let Some(station) = stations.iter().find(|station| {
+            station.config.history.enabled && !station.config.history.archive.is_empty()
+        })
+    {
+        // The archive's rows name a channel, not a station: two stations' samples of one
+        // channel name would be one series.
+        return Err(invalid(
+            "history.archive",
+            format!(
+                "the history archive keeps one station's samples (its rows name channels, not stations), and station {} would share it with the others; with several stations keep [history] in memory (archive = \"\")",
+                station.id
+            ),
+        ));
+    }
     let mut seen = BTreeSet::new();
     for station in stations {
         if !seen.insert(station.id.to_lowercase()) {

@@ -1,0 +1,198 @@
+//! The lab: every station one gateway serves, and the whole gateway's own answers once it
+//! serves several (issue 53). [`Stations`] holds each station's [`Gateway`] and which path goes
+//! to which ([`StationPaths`]); [`answer`] serves the lab's paths: `GET /v1/stations` (each
+//! station's link, lease and safe state), `/metrics` (every station's series with a `station`
+//! label), `/healthz`, `/readyz` (which stations are reached) and the lab's status page.
+
+use std::sync::Arc;
+
+use hyper::http::request::Parts;
+use hyper::{Method, Response};
+use serde_json::{Value as Json, json};
+
+use crate::allow::Allowed;
+use crate::config::Role;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::metrics::lab::{GATEWAY_WIDE_FAMILIES, merge_expositions};
+use crate::ops;
+use crate::reply::{Body, error_response, json_response};
+use crate::stations::StationPaths;
+
+/// The lab's status page: every station, its link and its lease, each linking to its own page.
+const LAB_PAGE: &str = include_str!("lab.html");
+
+/// Every station of the gateway, in the configuration's order, and which path goes to which.
+pub struct Stations {
+    gateways: Vec<Arc<Gateway>>,
+    paths: StationPaths,
+}
+
+impl Stations {
+    /// `gateways` in the order of the ids `paths` was made with.
+    pub fn new(gateways: Vec<Arc<Gateway>>, paths: StationPaths) -> Stations {
+        assert_eq!(
+            gateways.len(),
+            paths.ids().len(),
+            "one gateway for each station id"
+        );
+        assert!(
+            !gateways.is_empty(),
+            "a gateway serves at least one station"
+        );
+        Stations { gateways, paths }
+    }
+
+    pub fn gateways(&self) -> &[Arc<Gateway>] {
+        &self.gateways
+    }
+
+    pub fn paths(&self) -> &StationPaths {
+        &self.paths
+    }
+
+    /// The first station's gateway: what every station's config holds alike (`[http]`, TLS,
+    /// access control) is read from it, and the accept loop counts its connections there.
+    pub fn host(&self) -> &Arc<Gateway> {
+        &self.gateways[0]
+    }
+
+    /// The station of `id`.
+    pub fn by_id(&self, id: &str) -> Option<&Arc<Gateway>> {
+        let index = self.paths.ids().iter().position(|known| known == id)?;
+        self.gateways.get(index)
+    }
+}
+
+/// Answers a request for one of the lab's own paths (`below`: its path below
+/// `http.path_prefix`); never fails: every error is a JSON error answer.
+pub fn answer(stations: &Stations, head: &Parts, below: &str) -> Response<Body> {
+    match answer_or_refuse(stations, head, below) {
+        Ok(response) => response,
+        Err(error) => error_response(&error),
+    }
+}
+
+fn answer_or_refuse(
+    stations: &Stations,
+    head: &Parts,
+    below: &str,
+) -> Result<Response<Body>, ApiError> {
+    if let Some(refusal) = crate::routes::host_refusal(head) {
+        return Err(refusal);
+    }
+    if head.method != Method::GET && head.method != Method::HEAD {
+        return Err(ApiError::method_not_allowed(
+            format!("{} is not allowed here; use GET", head.method),
+            Allowed::GET_AND_HEAD,
+        ));
+    }
+    let host = stations.host();
+    Ok(match below {
+        "/v1/stations" => {
+            // Who holds which station's lease: what `GET api/lease` shows a reader.
+            host.access.authorize(&head.headers, Some(Role::Read))?;
+            json_response(&Json::Array(station_views(stations)))
+        }
+        "/metrics" => ops::text_response(
+            "text/plain; version=0.0.4; charset=utf-8",
+            lab_metrics(stations),
+        ),
+        "/healthz" => json_response(&json!({
+            "status": "alive",
+            "uptimeSeconds": host.started.elapsed().as_secs(),
+            "stations": stations.gateways.len(),
+        })),
+        "/readyz" => return readiness(stations),
+        _ => ops::text_response("text/html; charset=utf-8", LAB_PAGE.to_owned()),
+    })
+}
+
+/// `GET /readyz` of the lab: 200 when every station is ready, else 503 naming each station
+/// that is not, and why.
+fn readiness(stations: &Stations) -> Result<Response<Body>, ApiError> {
+    let mut not_ready = Vec::new();
+    let mut ready = Vec::new();
+    for (id, gateway) in stations.paths.ids().iter().zip(&stations.gateways) {
+        match ops::readiness(gateway) {
+            Ok(_) => ready.push(id.as_str()),
+            Err(why) => not_ready.push(format!("{id}: {}", why.message)),
+        }
+    }
+    if not_ready.is_empty() {
+        return Ok(json_response(&json!({ "ready": true, "stations": ready })));
+    }
+    Err(ApiError::station_not_reached(format!(
+        "not ready: {} of {} stations ({}); ready: {}",
+        not_ready.len(),
+        stations.gateways.len(),
+        not_ready.join("; "),
+        if ready.is_empty() {
+            "none".to_owned()
+        } else {
+            ready.join(", ")
+        }
+    )))
+}
+
+/// Every station as `GET /v1/stations` shows it.
+pub fn station_views(stations: &Stations) -> Vec<Json> {
+    let prefix = stations.paths.prefix();
+    let default = stations.paths.default_index();
+    stations
+        .paths
+        .ids()
+        .iter()
+        .zip(&stations.gateways)
+        .enumerate()
+        .map(|(index, (id, gateway))| {
+            let info = gateway.link.info();
+            let hello = info.hello.as_ref();
+            let lease = gateway.lease.view();
+            json!({
+                "id": id,
+                "path": format!("{prefix}/stations/{id}"),
+                "default": default == Some(index),
+                "connected": info.connected,
+                "lastError": info.last_error,
+                "ready": ops::readiness(gateway).is_ok(),
+                "standby": gateway.ha.standing_by(),
+                "name": hello.map(|h| h.station.clone()),
+                "serial": hello.map(|h| h.serial.clone()),
+                "holder": lease.owner,
+                "expiresInMs": lease.expires_in_ms,
+                "lockDelayMs": lease.lock_delay_ms,
+                "lockDelayReason": lease.lock_delay_reason,
+                "safeState": {
+                    "channels": gateway
+                        .config
+                        .lease
+                        .safe_state
+                        .iter()
+                        .map(|write| write.channel.as_str())
+                        .collect::<Vec<_>>(),
+                    "owed": lease.safe_state,
+                },
+                "leaseName": gateway.lease.name(),
+            })
+        })
+        .collect()
+}
+
+/// Every station's `/metrics`, in one exposition with a `station` label on each station's
+/// series; the process's own families (build, uptime, connections) once, unlabelled.
+fn lab_metrics(stations: &Stations) -> String {
+    let renders: Vec<String> = stations
+        .gateways
+        .iter()
+        .map(|gateway| ops::snapshot(gateway).render())
+        .collect();
+    let labelled: Vec<(&str, &str)> = stations
+        .paths
+        .ids()
+        .iter()
+        .map(String::as_str)
+        .zip(renders.iter().map(String::as_str))
+        .collect();
+    merge_expositions(&labelled, GATEWAY_WIDE_FAMILIES)
+}

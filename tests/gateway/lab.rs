@@ -1,0 +1,448 @@
+//! Several stations in one gateway (issue 53): each at `/stations/{id}/...`, each with its own
+//! lease, link and queue, so that two holders work at once, a change never reaches the other
+//! station and a station that stops answering delays nobody else; and the lab's own view
+//! (`/v1/stations`, `/metrics`, `/readyz`, the audit trail naming stations).
+
+use std::time::Duration;
+
+use serde_json::{Value as Json, json};
+use station_gateway::config::lab::{Lab, StationSetup};
+use station_gateway::{Config, GatewayHandle, LabListeners};
+use station_simulator::SimulatorHandle;
+use tokio::net::TcpListener;
+
+use station_gateway::link::LinkStats;
+
+use crate::common::{VSET1, config_for, default_simulator, until, within};
+
+/// Two simulated stations, `st1` and `st2`, in one gateway.
+struct Lab2 {
+    sims: [SimulatorHandle; 2],
+    gateway: GatewayHandle,
+    http: reqwest::Client,
+}
+
+/// Station `id`'s config pointing at `sim`.
+fn station(id: &str, sim: &SimulatorHandle, tweak: &impl Fn(&mut Config)) -> StationSetup {
+    let config = config_for(sim, |config| {
+        config.station.id = id.into();
+        config.config_files.dir = std::env::temp_dir()
+            .join(format!("lab-test-{}", std::process::id()))
+            .join(id);
+        tweak(config);
+    });
+    StationSetup {
+        id: id.into(),
+        config,
+    }
+}
+
+async fn lab2(default_station: Option<&str>, tweak: impl Fn(&mut Config)) -> Lab2 {
+    lab2_with(default_station, false, tweak).await
+}
+
+/// Two stations; with `legacy`, each with a legacy listener of its own.
+async fn lab2_with(
+    default_station: Option<&str>,
+    legacy: bool,
+    tweak: impl Fn(&mut Config),
+) -> Lab2 {
+    let sims = [default_simulator().await, default_simulator().await];
+    let lab = Lab {
+        stations: vec![
+            station("st1", &sims[0], &tweak),
+            station("st2", &sims[1], &tweak),
+        ],
+        default_station: default_station.map(str::to_owned),
+    };
+    let listeners = LabListeners {
+        http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        legacy: match legacy {
+            true => vec![
+                Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+                Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            ],
+            false => vec![None, None],
+        },
+    };
+    let gateway = station_gateway::start_lab(listeners, lab).await.unwrap();
+    within(
+        Duration::from_secs(10),
+        "both stations to connect",
+        gateway.connected(),
+    )
+    .await;
+    Lab2 {
+        sims,
+        gateway,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Lab2 {
+    /// A request to `path` (from the gateway's root) with an optional lease id and body.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        lease: Option<&str>,
+        body: Option<Json>,
+    ) -> (u16, Json) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.gateway.base_url()));
+        if let Some(lease) = lease {
+            request = request.header("X-Lease-Id", lease);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Json::Null))
+    }
+
+    async fn text(&self, path: &str) -> (u16, String) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.gateway.base_url()))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// Takes station `id`'s control lease for `owner`; its lease id.
+    async fn take(&self, id: &str, owner: &str) -> String {
+        let (status, body) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/stations/{id}/api/lease"),
+                None,
+                Some(json!({ "Owner": owner, "TtlMs": 30000 })),
+            )
+            .await;
+        assert_eq!(status, 200, "{owner} taking {id}'s lease: {body}");
+        body["leaseId"].as_str().unwrap().to_owned()
+    }
+
+    async fn set(&self, id: &str, lease: &str, value: &str) -> (u16, Json) {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/stations/{id}/api/resources/value/set"),
+            Some(lease),
+            Some(json!({ "Name": VSET1, "Value": value })),
+        )
+        .await
+    }
+}
+
+#[tokio::test]
+async fn two_holders_at_once_and_a_change_never_reaches_the_other_station() {
+    let lab = lab2(None, |_| {}).await;
+    let first = lab.take("st1", "first bench").await;
+    let second = lab.take("st2", "second bench").await;
+    assert_eq!(lab.set("st1", &first, "100").await.0, 200);
+    assert_eq!(lab.set("st2", &second, "200").await.0, 200);
+    // Each lease opens its own station only: st1's lease id at st2 is a stranger's.
+    let (status, body) = lab.set("st2", &first, "300").await;
+    assert_eq!(status, 423, "st1's holder writing to st2: {body}");
+    let writes = |sim: &SimulatorHandle| -> Vec<String> {
+        sim.write_log()
+            .iter()
+            .map(|write| format!("{}={}", write.channel, write.value))
+            .collect()
+    };
+    assert_eq!(writes(&lab.sims[0]), [format!("{VSET1}=100")]);
+    assert_eq!(writes(&lab.sims[1]), [format!("{VSET1}=200")]);
+    // Each station's lease is its own, named after its id.
+    let (_, lease) = lab
+        .call(reqwest::Method::GET, "/stations/st1/api/lease", None, None)
+        .await;
+    assert_eq!(lease["owner"], "first bench", "{lease}");
+    assert_eq!(
+        lab.gateway.station("st2").unwrap().lease.name(),
+        "control:station:st2"
+    );
+}
+
+#[tokio::test]
+async fn a_station_that_stops_answering_delays_no_other_station() {
+    // st1's requests wait long for an answer: while one hangs, st2 must be served.
+    let lab = lab2(None, |config| config.station.request_timeout_ms = 20_000).await;
+    let holder = lab.take("st2", "bench two").await;
+    lab.sims[0].set_stall(true);
+    let forced = json!({ "Names": [VSET1], "MaxAgeMs": 0 });
+    let st1 = lab.gateway.station("st1").unwrap().clone();
+    let frames = || LinkStats::get(&st1.link.stats().frames_sent);
+    let before = frames();
+    let hung = lab.call(
+        reqwest::Method::POST,
+        "/stations/st1/api/resources/values/get",
+        None,
+        Some(forced.clone()),
+    );
+    tokio::pin!(hung);
+    // st1's forced read is sent, and waits for the stalled station.
+    tokio::select! {
+        answer = &mut hung => panic!("st1 answered while stalled: {answer:?}"),
+        () = until(Duration::from_secs(10), "st1's read to be sent", || frames() > before) => {}
+    }
+    // While it hangs, st2's forced reads, a renewal and a change all complete: nothing of st2
+    // waits behind st1's queue. (Were they one queue, these would wait out st1's 20 s.)
+    let st2 = async {
+        for _ in 0..5 {
+            let (status, body) = lab
+                .call(
+                    reqwest::Method::POST,
+                    "/stations/st2/api/resources/values/get",
+                    Some(&holder),
+                    Some(forced.clone()),
+                )
+                .await;
+            assert_eq!(status, 200, "st2's forced read: {body}");
+        }
+        let (status, body) = lab
+            .call(
+                reqwest::Method::PUT,
+                &format!("/stations/st2/api/lease/{holder}"),
+                None,
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(status, 200, "st2's renewal: {body}");
+        assert_eq!(lab.set("st2", &holder, "42").await.0, 200);
+    };
+    tokio::select! {
+        answer = &mut hung => panic!("st1's read ended before st2 was served: {answer:?}"),
+        () = st2 => {}
+    }
+    lab.sims[0].set_stall(false);
+}
+
+#[tokio::test]
+async fn the_lab_answers_for_every_station_and_a_path_without_one_names_them() {
+    let lab = lab2(None, |_| {}).await;
+    // No default station: a station's path without one is refused, naming the stations.
+    let (status, body) = lab
+        .call(reqwest::Method::GET, "/api/lease", None, None)
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let message = body["message"].as_str().unwrap_or_default().to_owned() + &body.to_string();
+    assert!(message.contains("st1, st2"), "{body}");
+    let (status, body) = lab
+        .call(reqwest::Method::GET, "/stations/st9/api/lease", None, None)
+        .await;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.to_string().contains("no station \\\"st9\\\""),
+        "{body}"
+    );
+
+    let holder = lab.take("st2", "bench two").await;
+    let (status, stations) = lab
+        .call(reqwest::Method::GET, "/v1/stations", None, None)
+        .await;
+    assert_eq!(status, 200, "{stations}");
+    let ids: Vec<_> = stations
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("st1"), json!("st2")]);
+    assert_eq!(stations[0]["connected"], true, "{stations}");
+    assert_eq!(stations[0]["holder"], Json::Null, "{stations}");
+    assert_eq!(stations[1]["holder"], "bench two", "{stations}");
+    assert!(
+        stations[1]["expiresInMs"].as_u64().unwrap() > 0,
+        "{stations}"
+    );
+    assert_eq!(stations[1]["path"], "/stations/st2", "{stations}");
+
+    let (status, metrics) = lab.text("/metrics").await;
+    assert_eq!(status, 200);
+    for id in ["st1", "st2"] {
+        assert!(
+            metrics.contains(&format!(
+                "station_gateway_link_connected{{station=\"{id}\"}} 1"
+            )),
+            "{id} missing from {metrics}"
+        );
+    }
+    let (status, ready) = lab.call(reqwest::Method::GET, "/readyz", None, None).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["stations"], json!(["st1", "st2"]));
+    // One station down: /readyz says which.
+    lab.sims[0].shutdown();
+    let st1 = lab.gateway.station("st1").unwrap().clone();
+    let mut info = st1.link.watch_info();
+    within(
+        Duration::from_secs(10),
+        "st1's link to go down",
+        info.wait_for(|i| !i.connected),
+    )
+    .await
+    .unwrap();
+    let (status, ready) = lab.call(reqwest::Method::GET, "/readyz", None, None).await;
+    assert_eq!(status, 503, "{ready}");
+    let text = ready.to_string();
+    assert!(
+        text.contains("st1:") && text.contains("ready: st2"),
+        "{ready}"
+    );
+    let _ = holder;
+    // The lab's page lists the stations from v1/stations.
+    let (status, page) = lab.text("/").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("v1/stations"), "{page}");
+}
+
+#[tokio::test]
+async fn a_default_station_serves_the_paths_without_a_station() {
+    let lab = lab2(Some("st2"), |_| {}).await;
+    let holder = lab.take("st2", "bench").await;
+    let (status, lease) = lab
+        .call(reqwest::Method::GET, "/api/lease", None, None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(lease["owner"], "bench", "{lease}");
+    assert_eq!(lab.set("st2", &holder, "7").await.0, 200);
+    assert_eq!(lab.sims[1].write_log().len(), 1);
+    assert!(lab.sims[0].write_log().is_empty());
+}
+
+#[tokio::test]
+async fn one_station_also_answers_under_its_station_path() {
+    let rig = crate::common::rig(|config| config.station.id = "bench-7".into()).await;
+    let base = rig.gateway.base_url();
+    let direct = rig
+        .http
+        .get(format!("{base}/api/lease"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), 200);
+    let prefixed = rig
+        .http
+        .get(format!("{base}/stations/bench-7/api/lease"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(prefixed.status(), 200);
+    // With one station the operations are its own, as before.
+    let (status, metrics) = rig.get_text("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("station_gateway_link_connected 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn every_audit_line_names_its_station() {
+    let lab = lab2(None, |_| {}).await;
+    let first = lab.take("st1", "first bench").await;
+    let second = lab.take("st2", "second bench").await;
+    assert_eq!(lab.set("st1", &first, "11").await.0, 200);
+    assert_eq!(lab.set("st2", &second, "22").await.0, 200);
+    let (status, lines) = lab
+        .call(
+            reqwest::Method::GET,
+            "/stations/st1/api/audit/log?tail=0",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{lines}");
+    let lines: Vec<&str> = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .collect();
+    let change = |value: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .copied()
+            .filter(|line| line.contains(&format!("asked={VSET1}={value}")))
+            .collect()
+    };
+    // One trail for the lab: each station's change there once, naming its station.
+    let (one, two) = (change("11"), change("22"));
+    assert_eq!(one.len(), 1, "{lines:?}");
+    assert_eq!(two.len(), 1, "{lines:?}");
+    assert!(one[0].ends_with(" station=st1"), "{}", one[0]);
+    assert!(two[0].ends_with(" station=st2"), "{}", two[0]);
+    // The lease's own lines and plain requests too.
+    let leases: Vec<_> = lines.iter().filter(|l| l.contains(" LEASE ")).collect();
+    assert!(!leases.is_empty(), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.ends_with(" station=st1") || l.ends_with(" station=st2")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_access_rule_naming_a_station_binds_that_station_only() {
+    let dir = std::env::temp_dir().join(format!("lab-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!(
+            r#"
+default = "allow"
+[channels.vset]
+names = ["{VSET1}"]
+[[rule]]
+name = "st1-vset-is-read-only"
+stations = ["st1"]
+channels = ["vset"]
+deny = ["write"]
+"#
+        ),
+    )
+    .unwrap();
+    let path = rules.display().to_string();
+    let lab = lab2(None, move |config| config.access.rules = path.clone()).await;
+    let first = lab.take("st1", "first bench").await;
+    let second = lab.take("st2", "second bench").await;
+    let (status, body) = lab.set("st1", &first, "5").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.to_string().contains("st1-vset-is-read-only"), "{body}");
+    assert_eq!(lab.set("st2", &second, "5").await.0, 200);
+    assert!(lab.sims[0].write_log().is_empty());
+    assert_eq!(lab.sims[1].write_log().len(), 1);
+}
+
+#[tokio::test]
+async fn each_station_has_its_own_legacy_listener_bound_by_its_own_lease() {
+    use station_protocol::{ErrorCode, Value};
+    use station_simulator::{ClientError, StationClient};
+    let lab = lab2_with(None, true, |_| {}).await;
+    let addrs: Vec<_> = lab
+        .gateway
+        .legacy_addrs
+        .iter()
+        .map(|a| a.unwrap())
+        .collect();
+    let _held = lab.take("st1", "sequence A").await;
+    let mut one = StationClient::connect(addrs[0]).await.unwrap();
+    one.hello("test").await.unwrap();
+    match one.write_one(VSET1, Value::Float(7.0)).await {
+        Err(ClientError::Station(error)) => {
+            assert_eq!(error.code, ErrorCode::Locked);
+            assert!(error.message.contains("sequence A"), "{}", error.message);
+        }
+        other => panic!("expected LOCKED at st1's legacy port, got {other:?}"),
+    }
+    // st2's lease is free: its legacy client changes st2, and only st2.
+    let mut two = StationClient::connect(addrs[1]).await.unwrap();
+    two.hello("test").await.unwrap();
+    two.write_one(VSET1, Value::Float(8.0)).await.unwrap();
+    assert!(lab.sims[0].write_log().is_empty());
+    assert_eq!(lab.sims[1].write_log().len(), 1);
+}
