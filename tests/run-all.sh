@@ -357,21 +357,30 @@ fi
 if $python_ready; then
     export STATION_GATEWAY_BIN=${STATION_GATEWAY_BIN:-$target_dir/debug/station-gateway}
     export PYTHONDONTWRITEBYTECODE=1
-    step "pytest tests/python (gateway: $STATION_GATEWAY_BIN)"
-    status=0
-    "$venv/bin/python" -m pytest tests/python -q 2>&1 | tee "$work/pytest.log" || status=$?
-    # pytest's last line: `3 failed, 80 passed, 1 skipped, 2 errors in 41.20s`.
-    result=$(grep -E '[0-9]+ (passed|failed|skipped|errors?)' "$work/pytest.log" | tail -1 || true)
-    count() { grep -oE "[0-9]+ $1" <<<"$result" | grep -oE '^[0-9]+' || echo 0; }
-    py_passed=$(count passed)
-    py_failed=$(($(count failed) + $(count 'errors?')))
-    py_skipped=$(count skipped)
-    case $status in
-        0) ;;
-        5) failed+=("pytest tests/python (no tests collected)") ;;
-        *) failed+=("pytest tests/python (exit $status)") ;;
-    esac
-    if ((status != 0 && py_failed == 0)); then py_failed=1; fi
+    # Twice: against a one-station gateway, then the unchanged suite against one station of a
+    # gateway of two, through its base URL http://ADDR/stations/sim2 (issue 53).
+    for lab in "" sim2; do
+        if [[ -z $lab ]]; then
+            step "pytest tests/python (gateway: $STATION_GATEWAY_BIN)"
+        else
+            step "pytest tests/python against station $lab of a gateway of two (STATION_GATEWAY_LAB=$lab)"
+        fi
+        status=0
+        STATION_GATEWAY_LAB=$lab "$venv/bin/python" -m pytest tests/python -q 2>&1 | tee "$work/pytest.log" || status=$?
+        # pytest's last line: `3 failed, 80 passed, 1 skipped, 2 errors in 41.20s`.
+        result=$(grep -E '[0-9]+ (passed|failed|skipped|errors?)' "$work/pytest.log" | tail -1 || true)
+        count() { grep -oE "[0-9]+ $1" <<<"$result" | grep -oE '^[0-9]+' || echo 0; }
+        py_passed=$((py_passed + $(count passed)))
+        run_failed=$(($(count failed) + $(count 'errors?')))
+        py_skipped=$((py_skipped + $(count skipped)))
+        case $status in
+            0) ;;
+            5) failed+=("pytest tests/python${lab:+ (station $lab)} (no tests collected)") ;;
+            *) failed+=("pytest tests/python${lab:+ (station $lab)} (exit $status)") ;;
+        esac
+        if ((status != 0 && run_failed == 0)); then run_failed=1; fi
+        py_failed=$((py_failed + run_failed))
+    done
     # A skip is not a pass: it is counted in the summary as skipped, and none is expected.
 fi
 
@@ -381,7 +390,7 @@ step "summary"
 printf 'rust (cargo test --workspace): %d passed, %d failed, %d skipped (opt-in #[ignore] tests, such as the soak test)\n' \
     "$rust_passed" "$rust_failed" "$rust_ignored"
 if $python_ready; then
-    printf 'python (pytest tests/python): %d passed, %d failed, %d skipped\n' \
+    printf 'python (pytest tests/python, one station and station sim2 of two): %d passed, %d failed, %d skipped\n' \
         "$py_passed" "$py_failed" "$py_skipped"
 else
     printf 'python (pytest tests/python): did not run\n'

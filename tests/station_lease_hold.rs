@@ -32,60 +32,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 /// The `station-lease` binary, built for this test run.
 fn station_lease_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
-        let mut build = std::process::Command::new(cargo);
-        // Not the variables cargo sets for this test (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...):
-        // build scripts that read them would see them change and rebuild, here and in the
-        // next `cargo test`, every time.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            if [
-                "CARGO_MANIFEST_",
-                "CARGO_PKG_",
-                "CARGO_CRATE_",
-                "CARGO_BIN_",
-                "CARGO_TARGET_TMPDIR",
-            ]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
-                || [
-                    "CARGO_PRIMARY_PACKAGE",
-                    "CARGO_RUSTC_CURRENT_DIR",
-                    "OUT_DIR",
-                ]
-                .contains(&&*name)
-            {
-                build.env_remove(&*name);
-            }
-        }
-        let output = build
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "station-lease",
-                "--bin",
-                "station-lease",
-                "--message-format=json-render-diagnostics",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("cargo runs");
-        assert!(
-            output.status.success(),
-            "cargo build -p station-lease --bin station-lease failed: {}",
-            output.status
-        );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Json>(line).ok())
-            .filter(|message| message["reason"] == "compiler-artifact")
-            .filter(|message| message["target"]["name"] == "station-lease")
-            .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-            .expect("cargo names the station-lease executable it built")
-    })
+    BIN.get_or_init(|| common::workspace_bin("station-lease", "station-lease"))
 }
 
 /// A directory of this test's own for the command's marker files.
@@ -1071,4 +1018,95 @@ exit 3"#
     assert_eq!(markers.read("int").trim(), "int", "Ctrl-C reached it");
     assert!(!running(job.0), "the job (pid {}) still runs", job.0);
     assert!(store.current(&key).await.unwrap().is_none(), "released");
+}
+
+/// `hold --station ID` against a gateway of two stations: the lease is that station's, the
+/// command's `STATION_GATEWAY_URL` is the station's base URL, and its change reaches that
+/// station and no other.
+#[tokio::test]
+async fn hold_station_takes_that_stations_lease_and_the_command_changes_only_it() {
+    use station_gateway::config::lab::{Lab, StationSetup};
+    let sims = [
+        common::default_simulator().await,
+        common::default_simulator().await,
+    ];
+    let stations = ["st1", "st2"]
+        .iter()
+        .zip(&sims)
+        .map(|(id, sim)| StationSetup {
+            id: (*id).into(),
+            config: common::config_for(sim, |config| {
+                config.station.id = (*id).into();
+                config.config_files.dir = std::env::temp_dir()
+                    .join(format!("hold-lab-{}", std::process::id()))
+                    .join(id);
+            }),
+        })
+        .collect();
+    let gateway = station_gateway::start_lab(
+        station_gateway::LabListeners {
+            http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: vec![None, None],
+        },
+        Lab {
+            stations,
+            default_station: None,
+        },
+    )
+    .await
+    .unwrap();
+    within(LIMIT, "both stations to connect", gateway.connected()).await;
+    let base = gateway.base_url();
+    let markers = Markers::new();
+    let body = format!(
+        r#"command -v curl > /dev/null || {{ mark write "no curl on PATH: the command needs it"; exit 1; }}
+mark url "$STATION_GATEWAY_URL"
+code=$(curl -s -o /dev/null -w '%{{http_code}}' -X POST -H 'Content-Type: application/json' \
+  -H "X-Lease-Id: $STATION_LEASE_ID" -d '{{"Name": "{VSET1}", "Value": "9"}}' \
+  "$STATION_GATEWAY_URL/api/resources/value/set")
+mark write "$code"
+{WAIT_FOR_GO}
+exit 0"#
+    );
+    let args = [
+        "hold",
+        "--gateway",
+        &base,
+        "--station",
+        "st2",
+        "--owner",
+        "lab script",
+        "--ttl-ms",
+        "3000",
+    ];
+    let child = start(&markers, &args, &body);
+    markers.appears("write").await;
+    assert_eq!(markers.read("write").trim(), "200", "the holder's write");
+    assert_eq!(markers.read("url").trim(), format!("{base}/stations/st2"));
+    let http = reqwest::Client::new();
+    let lease = |id: &str| {
+        let url = format!("{base}/stations/{id}/api/lease");
+        let http = http.clone();
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<Json>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(lease("st2").await["owner"], "lab script");
+    assert_eq!(lease("st1").await["held"], false);
+    std::fs::write(markers.path("go"), "").unwrap();
+    let (code, stderr) = ended(child).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(sims[1].write_log().len(), 1);
+    assert!(sims[0].write_log().is_empty());
+    assert_eq!(
+        lease("st2").await["held"],
+        false,
+        "released after the command"
+    );
 }

@@ -287,3 +287,61 @@ impl Rig {
         assert_eq!(response.status(), 200);
     }
 }
+
+/// The binary `bin` of the workspace's package `package`, built with the cargo running the
+/// tests (quick when it is up to date); its path from cargo's own answer. `cargo test` of
+/// this crate builds no other package's binaries.
+pub fn workspace_bin(package: &str, bin: &str) -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
+    let mut build = std::process::Command::new(cargo);
+    // Not the variables cargo sets for this test (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...):
+    // build scripts that read them would see them change and rebuild, here and in the
+    // next `cargo test`, every time.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if [
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+            || [
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&&*name)
+        {
+            build.env_remove(&*name);
+        }
+    }
+    let output = build
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            package,
+            "--bin",
+            bin,
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo build -p {package} --bin {bin} failed: {}",
+        output.status
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Json>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter(|message| message["target"]["name"] == bin)
+        .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo names the {bin} executable it built"))
+}

@@ -658,3 +658,25 @@ fn simulator_flags_that_name_one_station_are_refused_with_several() {
         "{stderr}"
     );
 }
+
+/// The README's lab check (`scripts/lab-check.sh`) passes: two station-sim processes behind
+/// one gateway, two holders, a change that stays on its station, one station stopped with
+/// SIGSTOP slowing nobody, and both in `/v1/stations` and `/metrics`.
+#[test]
+fn the_readmes_lab_check_passes() {
+    let sim = crate::common::workspace_bin("station-simulator", "station-sim");
+    let output = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/lab-check.sh"))
+        .env("GATEWAY_BIN", env!("CARGO_BIN_EXE_station-gateway"))
+        .env("SIM_BIN", sim)
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash runs");
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success() && stdout.ends_with("lab check passed\n"),
+        "{}\n{stdout}\n{}",
+        output.status,
+        text(&output.stderr)
+    );
+}

@@ -446,3 +446,84 @@ async fn each_station_has_its_own_legacy_listener_bound_by_its_own_lease() {
     assert!(lab.sims[0].write_log().is_empty());
     assert_eq!(lab.sims[1].write_log().len(), 1);
 }
+
+/// A standby of two stations whose owners are two gateways: when one owner dies, the standby
+/// takes over its station alone, after the lock-delay, and the other station stays with its
+/// living owner.
+#[tokio::test]
+async fn a_standby_of_several_stations_takes_over_only_the_station_its_owner_lost() {
+    use crate::common::backends::Backend;
+    use station_gateway::config::HaMode;
+    let backend = Backend::named("sqlite").await;
+    let token = station_gateway::lease::LeaseToken::random();
+    let suffix = &token.as_str()[..10];
+    let sims = [default_simulator().await, default_simulator().await];
+    let ids = [format!("a-{suffix}"), format!("b-{suffix}")];
+    let timing = |config: &mut Config| {
+        config.lease.backend = backend.url.clone();
+        config.lease.link_owner_ttl_ms = 2_000;
+        config.lease.link_owner_lock_delay_ms = Some(2_500);
+        config.station.request_timeout_ms = 1_000;
+        config.station.max_processing_ms = Some(1_000);
+    };
+    let setups: Vec<StationSetup> = ids
+        .iter()
+        .zip(&sims)
+        .map(|(id, sim)| station(id, sim, &timing))
+        .collect();
+    // Each station's owner: a gateway of its own.
+    let owner_a = crate::common::start_gateway(setups[0].config.clone()).await;
+    let owner_b = crate::common::start_gateway(setups[1].config.clone()).await;
+    let mut standing = setups.clone();
+    for setup in &mut standing {
+        setup.config.ha.mode = HaMode::Standby;
+    }
+    let standby = station_gateway::start_lab(
+        LabListeners {
+            http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: vec![None, None],
+        },
+        Lab {
+            stations: standing,
+            default_station: None,
+        },
+    )
+    .await
+    .expect("a standby of both stations starts while others own them");
+    let http = reqwest::Client::new();
+    let lease_at = |gateway: &GatewayHandle, path: String| {
+        let url = format!("{}{path}", gateway.base_url());
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().status().as_u16() }
+    };
+    let path = |id: &str| format!("/stations/{id}/api/lease");
+    assert_eq!(lease_at(&standby, path(&ids[0])).await, 503);
+    assert_eq!(lease_at(&standby, path(&ids[1])).await, 503);
+
+    // Station a's owner dies (nothing released, as after kill -9).
+    drop(owner_a);
+    within(
+        Duration::from_secs(15),
+        "the standby to take station a over",
+        async {
+            while lease_at(&standby, path(&ids[0])).await != 200 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+    // Station b is still its living owner's: the standby keeps standing by for it.
+    assert_eq!(lease_at(&standby, path(&ids[1])).await, 503);
+    assert_eq!(lease_at(&owner_b, "/api/lease".into()).await, 200);
+    let views = http
+        .get(format!("{}/v1/stations", standby.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json::<Json>()
+        .await
+        .unwrap();
+    assert_eq!(views[0]["standby"], Json::Null, "{views}");
+    assert!(views[1]["standby"].is_string(), "{views}");
+    drop(backend);
+}

@@ -4,6 +4,10 @@ One gateway for the whole session: the already-built `station-gateway --simulato
 127.0.0.1:0` (STATION_GATEWAY_BIN, default target/debug/station-gateway). It is stopped with
 SIGTERM at the end, and must exit 0 within a few seconds (graceful shutdown).
 
+With STATION_GATEWAY_LAB=ID (e.g. sim2) the session's gateway serves two simulated stations
+(`--simulator 2`) and every client of the session uses the station's base URL,
+http://ADDR/stations/ID: the unchanged suite against one station of a lab (issue 53).
+
 Fixtures other test files reuse (the lease and event-stream suites build on these):
 - `gateway`         the session's GatewayProcess (`.url`, `.log`, `.proc`)
 - `gateway_url`     its base URL, e.g. http://127.0.0.1:41234
@@ -28,11 +32,16 @@ from gatewayproc import STOP_TIMEOUT_S, GatewayProcess, start_gateway
 from simproc import SimProcess
 
 CLIENT_TIMEOUT_S = 15.0
+LAB_STATION = station.LAB_STATION
+LAB_PREFIX = f"/stations/{LAB_STATION}" if LAB_STATION else ""
 
 
 @pytest.fixture(scope="session")
 def gateway() -> Iterator[GatewayProcess]:
-    process = start_gateway()
+    if LAB_STATION:
+        process = start_gateway(stations=2, prefix=LAB_PREFIX)
+    else:
+        process = start_gateway()
     yield process
     code, took = process.stop(signal.SIGTERM, timeout=STOP_TIMEOUT_S)
     assert code == 0, f"station-gateway exited {code} on SIGTERM; log:\n{process.log_text()}"
@@ -41,7 +50,7 @@ def gateway() -> Iterator[GatewayProcess]:
 
 @pytest.fixture(scope="session")
 def gateway_url(gateway: GatewayProcess) -> str:
-    return gateway.url
+    return gateway.url + LAB_PREFIX
 
 
 @pytest.fixture

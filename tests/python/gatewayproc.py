@@ -155,11 +155,13 @@ class GatewayProcess:
 
 
 def start_gateway(*extra_args: str, simulator: bool = True, wait_connected: bool = True,
-                  prefix: str = "") -> GatewayProcess:
-    """A gateway on a port the OS picks, up and (by default) connected to its embedded simulator."""
+                  prefix: str = "", stations: int = 1) -> GatewayProcess:
+    """A gateway on a port the OS picks, up and (by default) connected to its embedded simulator;
+    `stations` > 1: that many simulated stations (`--simulator N`, sim1...simN), and `prefix`
+    names the one waited for (e.g. "/stations/sim2")."""
     args = ["--http", "127.0.0.1:0"]
     if simulator:
-        args.insert(0, "--simulator")
+        args[:0] = ["--simulator"] if stations == 1 else ["--simulator", str(stations)]
     gateway = GatewayProcess([*args, *extra_args])
     try:
         gateway.wait_listening()

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
+
+# STATION_GATEWAY_LAB=ID (e.g. sim2): the session's gateway serves two simulated stations and
+# its clients use station ID's base URL, http://ADDR/stations/ID (conftest.py); "" otherwise.
+LAB_STATION = os.environ.get("STATION_GATEWAY_LAB", "")
 
 MON_3V3 = "0.1.ESH10000158.MON_3V3"
 MON_1V8 = "0.1.ESH10000158.MON_1V8"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlparse
 
 import pytest
 from accordionq2 import AccordionQ2ApiError, AccordionQ2Client
@@ -149,11 +150,17 @@ def test_a_client_mistake_is_never_a_500(gateway_url: str, path: str, body: str)
     assert answer.error
 
 
+def split_base(gateway_url: str) -> tuple[str, str]:
+    """The base URL's host and port, and its path (a station's `/stations/ID`, or empty)."""
+    parsed = urlparse(gateway_url)
+    return parsed.netloc, parsed.path.rstrip("/")
+
+
 def test_body_over_one_mib_is_413(gateway_url: str) -> None:
     body = json.dumps({"Name": "x" * (ONE_MIB + 100)}).encode()
-    host = gateway_url.removeprefix("http://")
+    host, base = split_base(gateway_url)
     request = (
-        f"POST /api/resources/value/get HTTP/1.1\r\nHost: {host}\r\n"
+        f"POST {base}/api/resources/value/get HTTP/1.1\r\nHost: {host}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     status, answer = parse_status(raw_exchange(gateway_url, request))
@@ -162,11 +169,11 @@ def test_body_over_one_mib_is_413(gateway_url: str) -> None:
 
 
 def test_chunked_body_over_one_mib_is_413(gateway_url: str) -> None:
-    host = gateway_url.removeprefix("http://")
+    host, base = split_base(gateway_url)
     chunk = b"x" * 65536
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(ONE_MIB // len(chunk) + 2))
     request = (
-        f"POST /api/resources/values/set HTTP/1.1\r\nHost: {host}\r\n"
+        f"POST {base}/api/resources/values/set HTTP/1.1\r\nHost: {host}\r\n"
         "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     ).encode() + chunks + b"0\r\n\r\n"
     status, answer = parse_status(raw_exchange(gateway_url, request))

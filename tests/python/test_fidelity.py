@@ -34,8 +34,9 @@ def test_physical_system_is_the_name_and_address_the_client_reached(client: Acco
 
 
 def test_physical_system_host_follows_the_host_header(client_factory, gateway_url: str) -> None:
-    port = urlparse(gateway_url).port
-    by_name = client_factory(f"http://localhost:{port}").modules.get_physical_system()
+    parsed = urlparse(gateway_url)
+    by_name = client_factory(f"http://localhost:{parsed.port}{parsed.path}").modules.get_physical_system()
+    port = parsed.port
     assert by_name.host == "localhost", by_name
     for sent, expected in [(f"station3.local:{port}", "station3"), ("Lab-Gateway.example.com", "Lab-Gateway.example.com")]:
         answer = station.raw_request(gateway_url, "GET", "api/modules/physical-system", headers={"Host": sent})
