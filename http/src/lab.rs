@@ -1,23 +1,27 @@
 //! The lab: every station one gateway serves, and the whole gateway's own answers once it
 //! serves several (issue 53). [`Stations`] holds each station's [`Gateway`] and which path goes
 //! to which ([`StationPaths`]); [`answer`] serves the lab's paths: `GET /v1/stations` (each
-//! station's link, lease and safe state), `/metrics` (every station's series with a `station`
+//! station's link, lease and safe state), `/v1/stations/events` (the lab's one event stream,
+//! [`stream`]), `/metrics` (every station's series with a `station`
 //! label), `/healthz`, `/readyz` (which stations are reached) and the lab's status page.
 
 use std::sync::Arc;
 
+use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
 use hyper::http::request::Parts;
 use hyper::{Method, Response};
 use serde_json::{Value as Json, json};
 
 use crate::allow::Allowed;
 use crate::config::Role;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
 use crate::metrics::lab::{GATEWAY_WIDE_FAMILIES, merge_expositions};
 use crate::ops;
 use crate::reply::{Body, error_response, json_response};
 use crate::stations::StationPaths;
+
+pub mod stream;
 
 /// The lab's status page: every station, its link and its lease, each linking to its own page.
 const LAB_PAGE: &str = include_str!("lab.html");
@@ -26,6 +30,8 @@ const LAB_PAGE: &str = include_str!("lab.html");
 pub struct Stations {
     gateways: Vec<Arc<Gateway>>,
     paths: StationPaths,
+    /// The lab event streams open now.
+    lab_streams: stream::OpenStreams,
 }
 
 impl Stations {
@@ -40,7 +46,11 @@ impl Stations {
             !gateways.is_empty(),
             "a gateway serves at least one station"
         );
-        Stations { gateways, paths }
+        Stations {
+            gateways,
+            paths,
+            lab_streams: stream::OpenStreams::default(),
+        }
     }
 
     pub fn gateways(&self) -> &[Arc<Gateway>] {
@@ -66,15 +76,33 @@ impl Stations {
 
 /// Answers a request for one of the lab's own paths (`below`: its path below
 /// `http.path_prefix`); never fails: every error is a JSON error answer.
-pub fn answer(stations: &Stations, head: &Parts, below: &str) -> Response<Body> {
+pub fn answer(stations: &Arc<Stations>, head: &Parts, below: &str) -> Response<Body> {
     match answer_or_refuse(stations, head, below) {
         Ok(response) => response,
-        Err(error) => error_response(&error),
+        Err(error) => {
+            let mut response = error_response(&error);
+            let access = &stations.host().access;
+            // As for a station's request (`ops::finish`): counted, and challenged for Basic.
+            match error.kind {
+                ErrorKind::Unauthorized => {
+                    stations.host().metrics.access_unauthenticated.inc();
+                    if access.basic_enabled() {
+                        response.headers_mut().insert(
+                            WWW_AUTHENTICATE,
+                            HeaderValue::from_static(crate::credentials::BASIC_CHALLENGE),
+                        );
+                    }
+                }
+                ErrorKind::Forbidden => stations.host().metrics.access_forbidden.inc(),
+                _ => {}
+            }
+            response
+        }
     }
 }
 
 fn answer_or_refuse(
-    stations: &Stations,
+    stations: &Arc<Stations>,
     head: &Parts,
     below: &str,
 ) -> Result<Response<Body>, ApiError> {
@@ -88,12 +116,14 @@ fn answer_or_refuse(
         ));
     }
     let host = stations.host();
+    // As a station's own: health and readiness open to all (load balancers, systemd), the
+    // rest (who holds which lease, metrics, the page) to a reader.
+    if !matches!(below, "/healthz" | "/readyz") {
+        host.access.authorize(&head.headers, Some(Role::Read))?;
+    }
     Ok(match below {
-        "/v1/stations" => {
-            // Who holds which station's lease: what `GET api/lease` shows a reader.
-            host.access.authorize(&head.headers, Some(Role::Read))?;
-            json_response(&Json::Array(station_views(stations)))
-        }
+        "/v1/stations" => json_response(&Json::Array(station_views(stations))),
+        "/v1/stations/events" => stream::open(stations)?,
         "/metrics" => ops::text_response(
             "text/plain; version=0.0.4; charset=utf-8",
             lab_metrics(stations),

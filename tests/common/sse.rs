@@ -47,9 +47,12 @@ impl Sse {
     }
 
     async fn open_with(http: &reqwest::Client, base_url: &str, key: Option<&str>) -> Result<Sse> {
-        let mut request = http
-            .get(format!("{base_url}/api/events"))
-            .header("Accept", "text/event-stream");
+        Sse::open_url(http, &format!("{base_url}/api/events"), key).await
+    }
+
+    /// Opens the event stream at `url` (the lab's, `http://ADDR/v1/stations/events`).
+    pub async fn open_url(http: &reqwest::Client, url: &str, key: Option<&str>) -> Result<Sse> {
+        let mut request = http.get(url).header("Accept", "text/event-stream");
         if let Some(key) = key {
             request = request.header("X-Api-Key", key);
         }

@@ -527,3 +527,66 @@ async fn a_standby_of_several_stations_takes_over_only_the_station_its_owner_los
     assert!(views[1]["standby"].is_string(), "{views}");
     drop(backend);
 }
+
+#[tokio::test]
+async fn the_lab_stream_tells_every_stations_lease_and_link_naming_the_station() {
+    use crate::common::Sse;
+    let lab = lab2(None, |_| {}).await;
+    let url = format!("{}/v1/stations/events", lab.gateway.base_url());
+    let mut stream = Sse::open_url(&lab.http, &url, None).await.unwrap();
+    let wait = Duration::from_secs(10);
+    let first = stream.next(wait).await.unwrap().expect("a first event");
+    assert_eq!(first.name, "stations");
+    assert_eq!(first.data[1]["id"], "st2", "{}", first.data);
+    lab.take("st2", "bench two").await;
+    let lease = stream.next_named("lease", wait).await.unwrap();
+    assert_eq!(lease.data["station"], "st2", "{}", lease.data);
+    assert_eq!(lease.data["owner"], "bench two", "{}", lease.data);
+    lab.sims[0].shutdown();
+    let down = stream.next_named("connection", wait).await.unwrap();
+    assert_eq!(down.data["station"], "st1", "{}", down.data);
+    assert_eq!(down.data["isConnected"], false, "{}", down.data);
+    // A station's own stream is still its own.
+    let own = Sse::open_at(
+        &lab.http,
+        &format!("{}/stations/st2", lab.gateway.base_url()),
+    )
+    .await
+    .unwrap();
+    drop(own);
+}
+
+#[tokio::test]
+async fn the_labs_paths_need_a_reader_as_a_stations_do_health_and_readiness_open() {
+    use station_gateway::config::{ApiKey, Role};
+    const KEY: &str = "lab-reader-key-0123456789";
+    let lab = lab2(None, |config| {
+        config.access.keys = vec![ApiKey {
+            key: KEY.into(),
+            role: Role::Read,
+            name: "reader".into(),
+        }];
+    })
+    .await;
+    for path in ["/v1/stations", "/metrics", "/", "/v1/stations/events"] {
+        let url = format!("{}{path}", lab.gateway.base_url());
+        let refused = lab.http.get(&url).send().await.unwrap();
+        assert_eq!(refused.status(), 401, "{path} without a key");
+        let answered = lab
+            .http
+            .get(&url)
+            .header("X-Api-Key", KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answered.status(), 200, "{path} with a reader's key");
+    }
+    for path in ["/healthz", "/readyz"] {
+        let url = format!("{}{path}", lab.gateway.base_url());
+        assert_eq!(
+            lab.http.get(&url).send().await.unwrap().status(),
+            200,
+            "{path}"
+        );
+    }
+}
