@@ -286,6 +286,9 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
 /// HTTP address others reach them at, and the shutdown.
 struct Shared {
     leases: Arc<LeaseBackends>,
+    /// With several stations: which serves which physical station, for a lease backend no
+    /// other gateway shares (a shared one says it through each station's link-owner lease).
+    identities: Option<Arc<crate::lease::lab_identities::LabIdentities>>,
     audit: crate::audit::AuditLog,
     tls: Option<crate::http::tls::TlsAcceptor>,
     http_addr: SocketAddr,
@@ -321,6 +324,7 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
                 .map_err(StartError::LeaseBackend)?,
         ),
         audit: crate::audit::AuditLog::open(&host.audit).map_err(StartError::Audit)?,
+        identities: (lab.stations.len() > 1).then(crate::lease::lab_identities::LabIdentities::new),
         tls,
         http_addr,
         shutdown: CancellationToken::new(),
@@ -466,10 +470,24 @@ async fn start_station(
             "" => format!("{scheme}://{}", shared.http_addr),
             url => url.trim_end_matches('/').to_owned(),
         };
+        // A station of several is reached at its own base URL: where a standby points its
+        // clients, and what tells this station's leases from its neighbours'.
+        let published = match station_id {
+            Some(id) => format!("{published}/stations/{id}"),
+            None => published,
+        };
         let me = owner_label(std::process::id(), &published);
         let timing = config.link_owner_timing();
         let name = config.link_owner_key();
-        let state = match config.lease.link_owner_state_path() {
+        // Each station of several its own state file (each is locked by its owner).
+        let state_path = config
+            .lease
+            .link_owner_state_path()
+            .map(|path| match station_id {
+                Some(id) => crate::config::lab::station_file(&path, id),
+                None => path,
+            });
+        let state = match state_path {
             Some(path) => Some(OwnerState::open(&path).map_err(LinkOwnerError::from)?),
             None => None,
         };
@@ -492,6 +510,22 @@ async fn start_station(
         }
     } else {
         (None, None)
+    };
+    // Several stations on a backend only this process sees: the stations of this gateway
+    // still never serve one physical station twice.
+    let identity_gate = match (&ownership, &standing_by, &shared.identities) {
+        (None, None, Some(identities)) => {
+            let gate = Arc::new(crate::link::OwnerGate::open_for_good(
+                tokio::time::Instant::now(),
+            ));
+            tasks.spawn(identities.clone().serve(
+                station_id.unwrap_or_default().to_owned(),
+                gate.clone(),
+                shutdown.clone(),
+            ));
+            Some(gate)
+        }
+        _ => None,
     };
     let ha = match &standing_by {
         Some(watch) => watch.role.clone(),
@@ -557,7 +591,10 @@ async fn start_station(
     let link_task = match (&ownership, &standing_by) {
         (Some(ownership), _) => link_task.with_owner_gate(ownership.gate()),
         (None, Some(watch)) => link_task.with_owner_gate(watch.gate.clone()),
-        (None, None) => link_task,
+        (None, None) => match identity_gate {
+            Some(gate) => link_task.with_owner_gate(gate),
+            None => link_task,
+        },
     };
     if let Some(ownership) = ownership {
         tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));

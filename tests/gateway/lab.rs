@@ -590,3 +590,176 @@ async fn the_labs_paths_need_a_reader_as_a_stations_do_health_and_readiness_open
         );
     }
 }
+
+/// Two stations of one gateway whose addresses reach one physical station (here one simulator
+/// by 127.0.0.1 and by localhost): only one of them may serve it, the other refuses, naming
+/// why, on every lease backend (the promise: one owner of a station's link).
+async fn two_stations_at_one_physical_station(backend: &str) {
+    let sim = default_simulator().await;
+    let port = sim.local_addr().port();
+    let at = |id: &str, host: &str| {
+        let mut setup = station(id, &sim, &|config: &mut Config| {
+            config.lease.backend = backend.to_owned();
+        });
+        setup.config.station.url = format!("tcp://{host}:{port}");
+        setup
+    };
+    let token = station_gateway::lease::LeaseToken::random();
+    let suffix = &token.as_str()[..8];
+    let lab = Lab {
+        stations: vec![
+            at(&format!("one-{suffix}"), "127.0.0.1"),
+            at(&format!("two-{suffix}"), "localhost"),
+        ],
+        default_station: None,
+    };
+    let gateway = station_gateway::start_lab(
+        LabListeners {
+            http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: vec![None, None],
+        },
+        lab,
+    )
+    .await
+    .unwrap();
+    let gateways = gateway.stations.gateways().to_vec();
+    // One serves; the other's link is refused after its HELLO, naming the station.
+    let refused = |index: usize| {
+        gateways[index]
+            .link
+            .info()
+            .last_error
+            .as_deref()
+            .is_some_and(|why| why.contains("ESH"))
+    };
+    crate::common::until(
+        Duration::from_secs(15),
+        "one station to serve and the other to be refused",
+        || {
+            let connected: Vec<bool> = gateways.iter().map(|g| g.link.info().connected).collect();
+            (connected[0] && refused(1)) || (connected[1] && refused(0))
+        },
+    )
+    .await;
+    let connected: Vec<bool> = gateways.iter().map(|g| g.link.info().connected).collect();
+    assert_eq!(
+        connected.iter().filter(|c| **c).count(),
+        1,
+        "both stations serve one physical station: {connected:?}; {:?}",
+        gateways
+            .iter()
+            .map(|g| g.link.info().last_error.clone())
+            .collect::<Vec<_>>()
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn two_stations_at_one_physical_station_are_refused_in_memory() {
+    two_stations_at_one_physical_station("memory").await;
+}
+
+#[tokio::test]
+async fn two_stations_at_one_physical_station_are_refused_on_sqlite() {
+    let backend = crate::common::backends::Backend::named("sqlite").await;
+    two_stations_at_one_physical_station(&backend.url).await;
+}
+
+/// Each station of several keeps its own link-owner state file beside the configured one
+/// (one file, locked by its owner, cannot serve two stations' leases).
+#[tokio::test]
+async fn each_station_keeps_its_own_link_owner_state_file() {
+    let backend = crate::common::backends::Backend::named("sqlite").await;
+    let dir = std::env::temp_dir().join(format!(
+        "lab-state-{}",
+        &station_gateway::lease::LeaseToken::random().as_str()[..10]
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("link-owner.state");
+    let url = backend.url.clone();
+    let path = state.display().to_string();
+    let lab = lab2(None, move |config| {
+        config.lease.backend = url.clone();
+        config.lease.link_owner_state = path.clone();
+    })
+    .await;
+    for id in ["st1", "st2"] {
+        let own = dir.join(format!("link-owner-{id}.state"));
+        assert!(own.exists(), "{} missing", own.display());
+    }
+    assert!(!state.exists(), "the gateway-wide file is no station's");
+    lab.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A station of several publishes its own base URL with its link-owner lease: a standby of
+/// that station points its clients at `…/stations/{id}`, where the station answers.
+#[tokio::test]
+async fn a_standby_points_clients_at_the_stations_own_base_url() {
+    use station_gateway::config::HaMode;
+    let backend = crate::common::backends::Backend::named("sqlite").await;
+    let url = backend.url.clone();
+    let token = station_gateway::lease::LeaseToken::random();
+    let suffix = token.as_str()[..8].to_owned();
+    let sims = [default_simulator().await, default_simulator().await];
+    let ids = [format!("p-{suffix}"), format!("q-{suffix}")];
+    let shared = move |config: &mut Config| config.lease.backend = url.clone();
+    let setups: Vec<StationSetup> = ids
+        .iter()
+        .zip(&sims)
+        .map(|(id, sim)| station(id, sim, &shared))
+        .collect();
+    let owner = station_gateway::start_lab(
+        LabListeners {
+            http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: vec![None, None],
+        },
+        Lab {
+            stations: setups.clone(),
+            default_station: None,
+        },
+    )
+    .await
+    .unwrap();
+    within(
+        Duration::from_secs(10),
+        "the owner to connect",
+        owner.connected(),
+    )
+    .await;
+    let mut standby_config = setups[1].config.clone();
+    standby_config.ha.mode = HaMode::Standby;
+    let standby = station_gateway::start(
+        station_gateway::Listeners {
+            http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: None,
+        },
+        standby_config,
+    )
+    .await
+    .unwrap();
+    let expected = format!("{}/stations/{}", owner.base_url(), ids[1]);
+    let http = reqwest::Client::new();
+    let mut body = String::new();
+    within(
+        Duration::from_secs(10),
+        "the standby to name the owner",
+        async {
+            loop {
+                let answer = http
+                    .get(format!("{}/api/lease", standby.base_url()))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(answer.status(), 503);
+                body = answer.text().await.unwrap();
+                if body.contains(&expected) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    assert!(body.contains(&expected), "{body}");
+}

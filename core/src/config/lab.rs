@@ -215,6 +215,20 @@ impl Lab {
     }
 }
 
+/// Station `id`'s own file beside `path` (`link-owner.state` → `link-owner-st1.state`): a
+/// file one station locks or owns, where a gateway of one station has one.
+pub fn station_file(path: &std::path::Path, id: &str) -> std::path::PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(extension) => format!("{stem}-{id}.{}", extension.to_string_lossy()),
+        None => format!("{stem}-{id}"),
+    };
+    path.with_file_name(name)
+}
+
 /// `text` without its top-level `default_station = ...` line, which a single-station
 /// [`Config`] does not know.
 fn without_default_station(text: &str) -> String {

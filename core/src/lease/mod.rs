@@ -15,6 +15,7 @@
 //! backend is for surviving restarts and for the named leases that lab scripts share.
 
 pub mod control;
+pub mod lab_identities;
 pub mod link_owner;
 pub mod notice;
 pub mod owner_state;

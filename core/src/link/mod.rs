@@ -46,7 +46,7 @@ pub use guard::{
 };
 use info::InfoReader;
 pub use info::{ChannelPlace, ChannelTable, LinkEvent, LinkStats, StationInfo};
-pub use owner_gate::OwnerGate;
+pub use owner_gate::{IdentityVerdict, OwnerGate};
 pub use settings::LinkSettings;
 pub use task::LinkTask;
 

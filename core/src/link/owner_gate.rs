@@ -16,6 +16,9 @@ use tokio::time::Instant;
 /// not serve that station (another gateway owns it, however each is configured).
 pub type IdentityVerdict = Result<(), String>;
 
+/// How long a gate [`OwnerGate::open_for_good`] stays open: a hundred years.
+const FOR_GOOD_NANOS: u64 = 100 * 365 * 24 * 3600 * 1_000_000_000;
+
 /// This gateway's hold on the station's link, as the link checks it.
 #[derive(Debug)]
 pub struct OwnerGate {
@@ -46,6 +49,15 @@ impl OwnerGate {
             standing_by: std::sync::Mutex::new(None),
             reopened: watch::channel(0).0,
         }
+    }
+
+    /// A gate no lease closes, for a station of a gateway of several whose lease backend no
+    /// other gateway shares: it only asks, after each HELLO, whether another station of this
+    /// gateway serves the same physical station already (`lease::lab_identities`).
+    pub fn open_for_good(now: Instant) -> OwnerGate {
+        let gate = OwnerGate::new(now);
+        gate.until_nanos.store(FOR_GOOD_NANOS, Ordering::Release);
+        gate
     }
 
     /// The station's identity: may the link serve the station that said `identity` in its

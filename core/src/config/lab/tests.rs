@@ -222,3 +222,16 @@ fn a_file_that_is_not_toml_is_refused_at_its_line() {
     let error = refused("[station]\nurl = \"tcp://h:1\"\nid = \n");
     assert!(error.starts_with("lab.toml, line 3"), "{error}");
 }
+
+#[test]
+fn a_stations_own_file_is_named_after_the_gateways_with_its_id() {
+    use std::path::Path;
+    assert_eq!(
+        station_file(Path::new("/var/lib/gw/link-owner.state"), "st1"),
+        Path::new("/var/lib/gw/link-owner-st1.state")
+    );
+    assert_eq!(
+        station_file(Path::new("state/owner"), "b-2"),
+        Path::new("state/owner-b-2")
+    );
+}

@@ -1,0 +1,190 @@
+//! One physical station, one station of the gateway: in a gateway of several stations, two
+//! `[[station]]` tables may reach one physical station by two addresses (an IP and a host
+//! name, TCP and a serial console server). With a lease backend other gateways share, each
+//! station's link-owner lease already refuses the second (`link_owner.rs`: the station's own
+//! lease, named after HELLO's identity). With one only this process sees, [`LabIdentities`]
+//! does it in memory: after each HELLO a station's link asks its gate ([`OwnerGate`]) whether
+//! it may serve the identity it met, and the first station to claim an identity keeps it until
+//! its link meets another station or the gateway stops; the other stands by, and serves once
+//! the identity is free again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::identity_key;
+use crate::link::{IdentityVerdict, OwnerGate};
+
+/// Which station of this gateway serves which physical station (by its HELLO identity).
+#[derive(Debug, Default)]
+pub struct LabIdentities {
+    /// identity key → the id of the station serving it.
+    held: Mutex<HashMap<String, String>>,
+    /// Bumped when an identity is let go: a station standing by for it asks again.
+    released: watch::Sender<u64>,
+}
+
+/// Station `station` asks to serve the physical station that said `identity`: granted when no
+/// other station holds it; what `station` held before is let go (a link meets one station at a
+/// time). `true` in the second place when something was let go.
+pub fn claim(
+    held: &mut HashMap<String, String>,
+    station: &str,
+    identity: &str,
+) -> (IdentityVerdict, bool) {
+    let key = identity_key(identity);
+    if let Some(other) = held.get(&key)
+        && other != station
+    {
+        return (
+            Err(format!(
+                "station {other} of this gateway already serves the station {identity} (reached by another address): a physical station may be one station of the gateway only; station {station} stands by until {other} no longer serves it"
+            )),
+            false,
+        );
+    }
+    let before = held.len();
+    held.retain(|held_key, holder| holder != station || *held_key == key);
+    let let_go = held.len() < before;
+    held.insert(key, station.to_owned());
+    (Ok(()), let_go)
+}
+
+impl LabIdentities {
+    pub fn new() -> Arc<LabIdentities> {
+        Arc::new(LabIdentities::default())
+    }
+
+    fn claim(&self, station: &str, identity: &str) -> IdentityVerdict {
+        let (verdict, let_go) = claim(
+            &mut self.held.lock().unwrap_or_else(PoisonError::into_inner),
+            station,
+            identity,
+        );
+        if let_go {
+            self.released.send_modify(|n| *n += 1);
+        }
+        verdict
+    }
+
+    /// Lets go of whatever `station` serves (it stops).
+    fn release(&self, station: &str) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = held.len();
+        held.retain(|_, holder| holder != station);
+        if held.len() < before {
+            self.released.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Decides station `station`'s link's identities (asked through `gate`) until `shutdown`.
+    pub async fn serve(
+        self: Arc<LabIdentities>,
+        station: String,
+        gate: Arc<OwnerGate>,
+        shutdown: CancellationToken,
+    ) {
+        let mut asked = gate.identities_asked();
+        // An identity asked before this task first ran is decided at once.
+        asked.mark_changed();
+        let mut released = self.released.subscribe();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = asked.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let Some(identity) = asked.borrow_and_update().clone() else {
+                        continue;
+                    };
+                    let verdict = self.claim(&station, &identity);
+                    if let Err(why) = &verdict {
+                        warn!("{why}");
+                    }
+                    gate.decide_identity(identity, verdict);
+                }
+                changed = released.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    if let Some(identity) = gate.refused_identity()
+                        && self.claim(&station, &identity).is_ok()
+                    {
+                        info!("station {station} serves the station {identity} now: no other station of this gateway does");
+                        gate.decide_identity(identity, Ok(()));
+                    }
+                }
+            }
+        }
+        self.release(&station);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_station_to_meet_an_identity_keeps_it_and_the_other_is_refused_naming_both() {
+        let mut held = HashMap::new();
+        assert_eq!(claim(&mut held, "st1", "HVS-3 ESH1"), (Ok(()), false));
+        let (verdict, let_go) = claim(&mut held, "st2", "hvs-3  esh1");
+        let why = verdict.unwrap_err();
+        assert!(!let_go);
+        assert!(
+            why.contains("station st1 of this gateway already serves the station hvs-3  esh1"),
+            "{why}"
+        );
+        assert!(why.contains("station st2 stands by"), "{why}");
+        // Asked again by its holder: still its own, nothing let go.
+        assert_eq!(claim(&mut held, "st1", "HVS-3 ESH1"), (Ok(()), false));
+    }
+
+    #[test]
+    fn a_station_that_meets_another_identity_lets_the_first_go() {
+        let mut held = HashMap::new();
+        assert!(claim(&mut held, "st1", "A").0.is_ok());
+        assert!(claim(&mut held, "st2", "A").0.is_err());
+        // st1's link now meets station B: A is free for st2.
+        assert_eq!(claim(&mut held, "st1", "B"), (Ok(()), true));
+        assert_eq!(claim(&mut held, "st2", "A"), (Ok(()), false));
+        assert_eq!(held.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_station_standing_by_serves_once_the_other_lets_the_identity_go() {
+        let identities = LabIdentities::new();
+        let now = tokio::time::Instant::now();
+        let (one, two) = (
+            Arc::new(OwnerGate::open_for_good(now)),
+            Arc::new(OwnerGate::open_for_good(now)),
+        );
+        let shutdown = CancellationToken::new();
+        let stop_one = CancellationToken::new();
+        tokio::spawn(
+            identities
+                .clone()
+                .serve("st1".into(), one.clone(), stop_one.clone()),
+        );
+        tokio::spawn(
+            identities
+                .clone()
+                .serve("st2".into(), two.clone(), shutdown.clone()),
+        );
+        let limit = std::time::Duration::from_secs(5);
+        assert_eq!(one.verify_identity("S", limit).await, Ok(()));
+        assert!(two.verify_identity("S", limit).await.is_err());
+        assert!(two.standing_by().is_some());
+        // st1 stops: st2 is told it may serve S.
+        let mut reopened = two.reopenings();
+        stop_one.cancel();
+        reopened.changed().await.unwrap();
+        assert_eq!(two.standing_by(), None);
+        assert_eq!(two.verify_identity("S", limit).await, Ok(()));
+        shutdown.cancel();
+    }
+}
