@@ -2,10 +2,14 @@
 //! serves several (issue 53). [`Stations`] holds each station's [`Gateway`] and which path goes
 //! to which ([`StationPaths`]); [`answer`] serves the lab's paths: `GET /v1/stations` (each
 //! station's link, lease and safe state), `/v1/stations/events` (the lab's one event stream,
-//! [`stream`]), `/metrics` (every station's series with a `station`
+//! [`stream`]), `POST /v1/safe-stop` (every station's safe stop at once, [`safe_stop`]),
+//! `/metrics` (every station's series with a `station`
 //! label), `/healthz`, `/readyz` (which stations are reached) and the lab's status page.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+
+use hyper::body::Incoming;
 
 use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
 use hyper::http::request::Parts;
@@ -21,6 +25,7 @@ use crate::ops;
 use crate::reply::{Body, error_response, json_response};
 use crate::stations::StationPaths;
 
+pub mod safe_stop;
 pub mod stream;
 
 /// The lab's status page: every station, its link and its lease, each linking to its own page.
@@ -76,8 +81,22 @@ impl Stations {
 
 /// Answers a request for one of the lab's own paths (`below`: its path below
 /// `http.path_prefix`); never fails: every error is a JSON error answer.
-pub fn answer(stations: &Arc<Stations>, head: &Parts, below: &str) -> Response<Body> {
-    match answer_or_refuse(stations, head, below) {
+pub async fn answer(
+    stations: &Arc<Stations>,
+    head: &Parts,
+    body: Incoming,
+    peer: SocketAddr,
+    below: &str,
+) -> Response<Body> {
+    let answered = if below == "/v1/safe-stop" {
+        match crate::routes::host_refusal(head) {
+            Some(refusal) => Err(refusal),
+            None => safe_stop::press(stations, head, body, peer).await,
+        }
+    } else {
+        answer_or_refuse(stations, head, below)
+    };
+    match answered {
         Ok(response) => response,
         Err(error) => {
             let mut response = error_response(&error);

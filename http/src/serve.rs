@@ -573,8 +573,13 @@ async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
             .path()
             .strip_prefix(stations.paths().prefix())
             .unwrap_or_default();
-        let response = lab::answer(stations, &head, below);
-        return if reserved {
+        let below = below.to_owned();
+        let answered = Box::pin(lab::answer(stations, &head, body, peers.remote, &below));
+        let (response, timed_out) = body::with_body_limits(limits.body, answered).await;
+        if timed_out.is_some() {
+            host.metrics.http_timeouts.body.inc();
+        }
+        return if reserved || timed_out.is_some() {
             closing(response, http1, usage)
         } else {
             response

@@ -763,3 +763,95 @@ async fn a_standby_points_clients_at_the_stations_own_base_url() {
     .await;
     assert!(body.contains(&expected), "{body}");
 }
+
+/// `POST /v1/safe-stop` of a gateway of several stations safe-stops every one: each holder's
+/// lease ends, each station gets its safe state, and each audit line names its station.
+#[tokio::test]
+async fn the_labs_safe_stop_stops_every_station() {
+    use station_gateway::config::SafeWrite;
+    use station_protocol::Value;
+    const ON1: &str = "0.4.ESH10000662.ON1";
+    let lab = lab2(None, |config| {
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    })
+    .await;
+    for (id, owner) in [("st1", "bench one"), ("st2", "bench two")] {
+        let lease = lab.take(id, owner).await;
+        let (status, body) = lab
+            .call(
+                reqwest::Method::POST,
+                &format!("/stations/{id}/api/resources/value/set"),
+                Some(&lease),
+                Some(json!({ "Name": ON1, "Value": "True" })),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = lab
+        .call(
+            reqwest::Method::POST,
+            "/v1/safe-stop",
+            None,
+            Some(json!({ "Reason": "fire drill" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["stopped"], true, "{body}");
+    for (index, id) in ["st1", "st2"].iter().enumerate() {
+        let stop = &body["stations"][index];
+        assert_eq!(stop["station"], *id, "{body}");
+        assert_eq!(stop["safeState"]["confirmed"], true, "{body}");
+        assert!(stop["leaseEnded"]["owner"].is_string(), "{body}");
+        let (_, lease) = lab
+            .call(
+                reqwest::Method::GET,
+                &format!("/stations/{id}/api/lease"),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(lease["held"], false, "{id}: {lease}");
+        let last = lab.sims[index].write_log().last().cloned().unwrap();
+        assert_eq!(
+            (last.channel.as_str(), last.value),
+            (ON1, Value::Bool(false)),
+            "{id}"
+        );
+    }
+    let (_, lines) = lab
+        .call(
+            reqwest::Method::GET,
+            "/stations/st1/api/audit/log?tail=0",
+            None,
+            None,
+        )
+        .await;
+    for id in ["st1", "st2"] {
+        assert!(
+            lines
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Json::as_str)
+                .any(|line| {
+                    line.contains("POST /v1/safe-stop 200 ")
+                        && line.ends_with(&format!(" station={id}"))
+                }),
+            "no safe-stop line of {id}: {lines}"
+        );
+    }
+    // Blank reasons are refused, naming the field, and stop nothing.
+    let (status, body) = lab
+        .call(
+            reqwest::Method::POST,
+            "/v1/safe-stop",
+            None,
+            Some(json!({ "Reason": " " })),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("Reason"), "{body}");
+}

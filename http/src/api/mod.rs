@@ -21,7 +21,7 @@ mod modules;
 mod numeric;
 mod resources;
 mod route;
-mod safe_stop;
+pub(crate) mod safe_stop;
 mod unserved;
 
 use foldhash::{HashMap, HashMapExt};

@@ -46,7 +46,7 @@ pub(super) async fn press(call: Call<'_>) -> Answer {
 
 /// The answer: the lease ended (or none held), and the safe state's writes and whether the
 /// station confirmed them.
-fn answer(
+pub(crate) fn answer(
     by: &str,
     reason: &str,
     outcome: &SafeStopOutcome,
