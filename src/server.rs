@@ -364,7 +364,7 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         &host.http.path_prefix,
     );
     let default = paths.default_index().unwrap_or(0);
-    let stations = Arc::new(Stations::new(gateways, paths));
+    let stations = Arc::new(Stations::new(gateways, paths, shared.audit.clone()));
     let connection_threads =
         crate::http::threads::ConnectionThreads::start(host.http.connection_threads())
             .map_err(StartError::ConnectionThreads)?;

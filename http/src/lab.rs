@@ -37,11 +37,18 @@ pub struct Stations {
     paths: StationPaths,
     /// The lab event streams open now.
     lab_streams: stream::OpenStreams,
+    /// The audit trail as the whole gateway writes it (its lines name no station).
+    audit: crate::audit::AuditLog,
 }
 
 impl Stations {
-    /// `gateways` in the order of the ids `paths` was made with.
-    pub fn new(gateways: Vec<Arc<Gateway>>, paths: StationPaths) -> Stations {
+    /// `gateways` in the order of the ids `paths` was made with; `audit` the trail they share,
+    /// as the whole gateway writes it.
+    pub fn new(
+        gateways: Vec<Arc<Gateway>>,
+        paths: StationPaths,
+        audit: crate::audit::AuditLog,
+    ) -> Stations {
         assert_eq!(
             gateways.len(),
             paths.ids().len(),
@@ -55,6 +62,7 @@ impl Stations {
             gateways,
             paths,
             lab_streams: stream::OpenStreams::default(),
+            audit,
         }
     }
 
@@ -70,6 +78,22 @@ impl Stations {
     /// access control) is read from it, and the accept loop counts its connections there.
     pub fn host(&self) -> &Arc<Gateway> {
         &self.gateways[0]
+    }
+
+    /// A request for a station's path that no station takes (`/stations/{unknown}/...`, or a
+    /// station's path with several stations and no default): its line in the audit trail, as
+    /// every `api/` request has one, naming no station.
+    pub fn note_unrouted(&self, head: &Parts, peer: SocketAddr, status: hyper::StatusCode) {
+        let path = crate::redact::loggable_path(head.uri.path());
+        let line = crate::audit::RequestLine {
+            at: std::time::SystemTime::now(),
+            ip: Some(peer.ip()),
+            method: head.method.as_str(),
+            path: &path,
+            status: Some(status.as_u16()),
+            duration: None,
+        };
+        self.audit.note_with(|out| line.render_into(out, None));
     }
 
     /// The station of `id`.

@@ -556,7 +556,13 @@ async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
         StationRoute::Lab => None,
         route => {
             let error = ApiError::not_found(stations.paths().not_found(&route));
-            return error_response(&error);
+            let response = error_response(&error);
+            stations.note_unrouted(&head, peers.remote, response.status());
+            return if reserved {
+                closing(response, http1, usage)
+            } else {
+                response
+            };
         }
     };
     if reserved && !is_reserved_request(&http.path_prefix, &head.method, head.uri.path()) {

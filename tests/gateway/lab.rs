@@ -238,6 +238,28 @@ async fn the_lab_answers_for_every_station_and_a_path_without_one_names_them() {
         body.to_string().contains("no station \\\"st9\\\""),
         "{body}"
     );
+    // Both are in the audit trail, as every api/ request is, naming no station.
+    let (_, lines) = lab
+        .call(
+            reqwest::Method::GET,
+            "/stations/st1/api/audit/log?tail=0",
+            None,
+            None,
+        )
+        .await;
+    let lines: Vec<&str> = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .collect();
+    for unrouted in [" GET /api/lease 404 ", " GET /stations/st9/api/lease 404 "] {
+        let line = lines.iter().find(|line| line.contains(unrouted));
+        assert!(
+            line.is_some_and(|line| !line.contains("station=")),
+            "{unrouted}: {lines:?}"
+        );
+    }
 
     let holder = lab.take("st2", "bench two").await;
     let (status, stations) = lab
