@@ -877,3 +877,56 @@ async fn the_labs_safe_stop_stops_every_station() {
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("Reason"), "{body}");
 }
+
+/// The lab's status page, as a browser shows it: a row for each station with its link and its
+/// lease holder, linking to the station's own page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lab_page_lists_every_station_in_headless_chromium() {
+    let chromium = crate::operations::chromium()
+        .unwrap_or_else(|reason| panic!("the lab page test needs headless Chromium: {reason}"));
+    let lab = lab2(None, |_| {}).await;
+    lab.take("st2", "bench two").await;
+    let profile = std::env::temp_dir().join(format!("sg-chromium-lab-{}", std::process::id()));
+    std::fs::create_dir_all(&profile).unwrap();
+    let run = tokio::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("{}/", lab.gateway.base_url()))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = within(Duration::from_secs(60), "chromium to finish", run)
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    let dom = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let row = |id: &str| -> String {
+        dom.split("<tr")
+            .find(|row| row.contains(&format!("data-station=\"{id}\"")))
+            .unwrap_or_else(|| panic!("no row for {id}:\n{dom}"))
+            .to_owned()
+    };
+    let (one, two) = (row("st1"), row("st2"));
+    assert!(one.contains("href=\"/stations/st1/\""), "{one}");
+    assert!(
+        one.contains(">connected<") && one.contains(">free<"),
+        "{one}"
+    );
+    assert!(two.contains("bench two"), "{two}");
+}

@@ -525,7 +525,7 @@ async fn tls_round_trip_with_a_self_signed_certificate() {
 
 /// The Chromium binary; without one the status page test fails with this reason (never a
 /// silent pass: a green run must mean the page was seen working).
-fn chromium() -> Result<String, String> {
+pub(crate) fn chromium() -> Result<String, String> {
     const NAMES: [&str; 3] = ["chromium", "chromium-browser", "google-chrome"];
     NAMES
         .into_iter()
