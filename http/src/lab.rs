@@ -3,14 +3,13 @@
 //! to which ([`StationPaths`]); [`answer`] serves the lab's paths: `GET /v1/stations` (each
 //! station's link, lease and safe state), `/v1/stations/events` (the lab's one event stream,
 //! [`stream`]), `POST /v1/safe-stop` (every station's safe stop at once, [`safe_stop`]),
-//! `/metrics` (every station's series with a `station`
-//! label), `/healthz`, `/readyz` (which stations are reached) and the lab's status page.
+//! `/metrics` (every station's series with a `station` label), `/healthz`, `/readyz` (which
+//! stations are reached) and the lab's status page.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-
 use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
 use hyper::http::request::Parts;
 use hyper::{Method, Response};
