@@ -65,6 +65,11 @@ pub struct LabArgs {
     /// all alike; medians are reported.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
+    /// Read each station at the gateway's own `/api/...` instead of `/stations/simK/api/...`
+    /// (only where every gateway serves one station), to see what the station segment's
+    /// routing costs a request.
+    #[arg(long)]
+    pub plain_paths: bool,
     /// An environment variable for the gateways only, KEY=VALUE (repeatable).
     #[arg(long, value_name = "KEY=VALUE")]
     pub gateway_env: Vec<String>,
@@ -147,6 +152,16 @@ pub fn lab_config(stations: &[(usize, SocketAddr)], files: &Path) -> String {
         ));
     }
     config
+}
+
+/// The path a cached read of station `index` is sent to: under `/stations/<id>`, or (`plain`)
+/// the gateway's own, for a gateway of one station.
+pub fn read_path(index: usize, plain: bool) -> String {
+    if plain {
+        VALUES_GET.to_owned()
+    } else {
+        format!("/stations/{}{VALUES_GET}", station_id(index))
+    }
 }
 
 /// Which station each load connection reads (connection i: station i mod `stations`).
@@ -308,10 +323,11 @@ async fn workers(
     conns: usize,
     station_gateway: &[SocketAddr],
     request: &Bytes,
+    plain: bool,
 ) -> anyhow::Result<Vec<RestWorker>> {
     let mut workers = Vec::with_capacity(conns);
     for station in connection_stations(conns, station_gateway.len()) {
-        let path = format!("/stations/{}{VALUES_GET}", station_id(station));
+        let path = read_path(station, plain);
         workers.push(RestWorker::open(station_gateway[station], &path, request).await?);
     }
     Ok(workers)
@@ -410,7 +426,7 @@ async fn measure(
         max_per_worker: u64::MAX,
     };
     let mut errors = Vec::new();
-    let load = workers(args.conns, &station_gateway, &request).await?;
+    let load = workers(args.conns, &station_gateway, &request, args.plain_paths).await?;
     let cpu = cpu_of(&pids);
     let saturated = drive(load, bounds).await;
     let saturated_us = cpu_per_request(
@@ -419,7 +435,7 @@ async fn measure(
         &mut errors,
         "saturated",
     );
-    let load = workers(args.conns, &station_gateway, &request).await?;
+    let load = workers(args.conns, &station_gateway, &request, args.plain_paths).await?;
     let cpu = cpu_of(&pids);
     let paced = drive_paced(load, bounds, args.rate).await;
     let paced_us = cpu_per_request(
@@ -470,6 +486,13 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         env.push((key.to_owned(), value.to_owned()));
     }
     let setups = setups(&args.stations, args.processes);
+    if args.plain_paths
+        && setups
+            .iter()
+            .any(|s| matches!(s, Setup::OneGateway(n) if *n > 1))
+    {
+        bail!("--plain-paths: a gateway of several stations has no plain /api/... for each");
+    }
     if setups.is_empty() {
         bail!("nothing to measure: give --stations N (N ≥ 1) or --processes N (N ≥ 2)");
     }
@@ -650,6 +673,15 @@ mod tests {
         );
         assert!(parse_addresses("nothing").is_err());
         assert!(parse_addresses(&format!("{STATIONS_READY}127.0.0.1")).is_err());
+    }
+
+    #[test]
+    fn a_read_goes_under_its_stations_path_unless_plain() {
+        assert_eq!(
+            read_path(2, false),
+            "/stations/sim3/api/resources/values/get"
+        );
+        assert_eq!(read_path(2, true), "/api/resources/values/get");
     }
 
     #[test]
