@@ -39,13 +39,26 @@ impl GatewayProcess {
         env: &[(String, String)],
         extra: &[&str],
     ) -> anyhow::Result<GatewayProcess> {
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend(["--station", station_url]);
+        args.extend(["--http", "127.0.0.1:0", "--legacy", "127.0.0.1:0"]);
+        GatewayProcess::spawn_args(binary, env, &args, true).await
+    }
+
+    /// Spawns `binary ARGS` as they are (e.g. `--config FILE` alone, the stations and the
+    /// HTTP address in the file) and waits (up to 20 s) until it logged the HTTP address it
+    /// bound; with `wait_for_legacy`, a moment more for the legacy listener's line that follows it.
+    pub async fn spawn_args(
+        binary: &Path,
+        env: &[(String, String)],
+        args: &[&str],
+        wait_for_legacy: bool,
+    ) -> anyhow::Result<GatewayProcess> {
         let spawned = Instant::now();
         let mut child = Command::new(binary)
             .env("RUST_LOG", "info")
             .envs(env.iter().cloned())
-            .args(extra)
-            .args(["--station", station_url])
-            .args(["--http", "127.0.0.1:0", "--legacy", "127.0.0.1:0"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -78,7 +91,7 @@ impl GatewayProcess {
                 }
                 if http.is_none() {
                     http = addr_after(&line, "HTTP listening on http://");
-                    if http.is_some() {
+                    if http.is_some() && wait_for_legacy {
                         // The legacy line follows the HTTP line; give it a moment.
                         line.clear();
                         let next = tokio::time::timeout(
@@ -281,7 +294,7 @@ fn number_after(text: &str, marker: &str) -> anyhow::Result<u64> {
 
 /// Starts this binary with `args` and waits (up to 10 s) for the stderr line holding `ready`;
 /// the rest of stderr is read and dropped so the child never blocks on a full pipe.
-async fn spawn_helper(args: &[&str], ready: &str) -> anyhow::Result<(Child, String)> {
+pub(crate) async fn spawn_helper(args: &[&str], ready: &str) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(args)
         .stdin(Stdio::null())

@@ -2,13 +2,15 @@
 //! runs the scenarios of issue 8 each beside a baseline measured in the same run, prints a
 //! markdown table and writes it into `BENCHMARKS.md`.
 //!
-//! `cargo run --release -p station-bench -- --all`
+//! `cargo run --release -p station-bench -- --all`; `station-bench lab` measures one gateway
+//! serving several stations (`lab.rs`).
 
 mod bus;
 mod child;
 mod deadband;
 mod floor;
 mod http;
+mod lab;
 mod load;
 mod report;
 mod sampling;
@@ -51,6 +53,8 @@ const SCENARIOS: [&str; 15] = [
 #[derive(Parser, Debug)]
 #[command(about = "Station Gateway benchmarks: each scenario beside its baseline, on loopback")]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Run every scenario and write the results into BENCHMARKS.md.
     #[arg(long)]
     all: bool,
@@ -121,6 +125,10 @@ struct Args {
     /// process and nothing else (the harness runs the station itself this way).
     #[arg(long, hide = true)]
     serve_station: bool,
+    /// Internal: serve N default stations, each with a serial of its own, in this process and
+    /// nothing else (`station-bench lab` runs its stations this way).
+    #[arg(long, value_name = "N", hide = true)]
+    serve_stations: Option<usize>,
     /// TOML appended to the gateway child's configuration file (repeatable), e.g.
     /// `--gateway-toml '[station]' --gateway-toml 'coalesce_max_us = 0'` to measure a setting.
     #[arg(long, value_name = "LINE")]
@@ -128,6 +136,15 @@ struct Args {
     /// A note to put beside the results (e.g. what else was running).
     #[arg(long)]
     note: Vec<String>,
+}
+
+/// Measurements other than the scenarios.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// One gateway serving N stations (issue 53): start-up to /readyz, idle memory and CPU, CPU
+    /// a request under a cached read spread over the stations; and N stations in one gateway
+    /// beside N gateways of one station each. Prints; writes nothing.
+    Lab(lab::LabArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -145,6 +162,13 @@ fn main() -> anyhow::Result<()> {
     }
     if args.serve_station {
         return runtime.block_on(serve_station());
+    }
+    if let Some(count) = args.serve_stations {
+        return runtime.block_on(lab::serve_stations(count));
+    }
+    if let Some(Command::Lab(lab)) = args.command {
+        raise_file_limit();
+        return runtime.block_on(lab::run(lab));
     }
     runtime.block_on(run(args))
 }
