@@ -157,6 +157,13 @@ fn answer_or_refuse(
             Allowed::GET_AND_HEAD,
         ));
     }
+    // The API's description (a station's API, the same for every station) is public, as
+    // a station's own is.
+    if below == "/openapi.json"
+        && let Some(document) = crate::openapi::answer("", &head.method, below)
+    {
+        return Ok(document);
+    }
     let host = stations.host();
     // As a station's own: health and readiness open to all (load balancers, systemd), the
     // rest (who holds which lease, metrics, the page) to a reader.

@@ -11,8 +11,9 @@
 use std::borrow::Cow;
 
 /// Paths (below the prefix) that are the whole gateway's once it serves several stations.
-const LAB_PATHS: [&str; 9] = [
+const LAB_PATHS: [&str; 10] = [
     "/v1/stations",
+    "/openapi.json",
     "/v1/safe-stop",
     "/v1/stations/events",
     "/metrics",

@@ -314,6 +314,10 @@ async fn the_lab_answers_for_every_station_and_a_path_without_one_names_them() {
         "{ready}"
     );
     let _ = holder;
+    // The API's description is the lab's too (a station's, public).
+    let (status, document) = lab.text("/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(document.contains("\"openapi\""), "{document}");
     // The lab's page lists the stations from v1/stations.
     let (status, page) = lab.text("/").await;
     assert_eq!(status, 200);
