@@ -23,8 +23,8 @@ use crate::link::{IdentityVerdict, OwnerGate};
 pub struct LabIdentities {
     /// identity key → the id of the station serving it.
     held: Mutex<HashMap<String, String>>,
-    /// Bumped when an identity is let go: a station standing by for it asks again.
-    released: watch::Sender<u64>,
+    /// Told when an identity is let go: a station standing by for it asks again.
+    released: watch::Sender<()>,
 }
 
 /// Station `station` asks to serve the physical station that said `identity`: granted when no
@@ -65,7 +65,7 @@ impl LabIdentities {
             identity,
         );
         if let_go {
-            self.released.send_modify(|n| *n += 1);
+            self.released.send_replace(());
         }
         verdict
     }
@@ -76,7 +76,7 @@ impl LabIdentities {
         let before = held.len();
         held.retain(|_, holder| holder != station);
         if held.len() < before {
-            self.released.send_modify(|n| *n += 1);
+            self.released.send_replace(());
         }
     }
 
@@ -182,9 +182,45 @@ mod tests {
         // st1 stops: st2 is told it may serve S.
         let mut reopened = two.reopenings();
         stop_one.cancel();
-        reopened.changed().await.unwrap();
+        tokio::time::timeout(limit, reopened.changed())
+            .await
+            .expect("st2 told that S is free")
+            .unwrap();
         assert_eq!(two.standing_by(), None);
         assert_eq!(two.verify_identity("S", limit).await, Ok(()));
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_station_standing_by_serves_once_the_other_meets_another_station() {
+        let identities = LabIdentities::new();
+        let now = tokio::time::Instant::now();
+        let (one, two) = (
+            Arc::new(OwnerGate::open_for_good(now)),
+            Arc::new(OwnerGate::open_for_good(now)),
+        );
+        let shutdown = CancellationToken::new();
+        tokio::spawn(
+            identities
+                .clone()
+                .serve("st1".into(), one.clone(), shutdown.clone()),
+        );
+        tokio::spawn(
+            identities
+                .clone()
+                .serve("st2".into(), two.clone(), shutdown.clone()),
+        );
+        let limit = std::time::Duration::from_secs(5);
+        assert_eq!(one.verify_identity("S", limit).await, Ok(()));
+        assert!(two.verify_identity("S", limit).await.is_err());
+        // st1's link now meets another station: S is let go, and st2 is told.
+        let mut reopened = two.reopenings();
+        assert_eq!(one.verify_identity("T", limit).await, Ok(()));
+        tokio::time::timeout(limit, reopened.changed())
+            .await
+            .expect("st2 told that S is free")
+            .unwrap();
+        assert_eq!(two.standing_by(), None);
         shutdown.cancel();
     }
 }

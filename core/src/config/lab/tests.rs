@@ -235,3 +235,53 @@ fn a_stations_own_file_is_named_after_the_gateways_with_its_id() {
         Path::new("state/owner-b-2")
     );
 }
+
+#[test]
+fn an_id_may_be_64_characters_and_no_more() {
+    assert_eq!(id_problem(&"a".repeat(MAX_ID_LEN)), None);
+    assert!(id_problem(&"a".repeat(MAX_ID_LEN + 1)).is_some());
+}
+
+#[test]
+fn one_station_table_is_the_default_and_ids_are_in_order() {
+    let one = lab("[[station]]\nid = \"only\"\nurl = \"tcp://127.0.0.1:7001\"\n");
+    assert_eq!(one.default_station.as_deref(), Some("only"));
+    assert_eq!(one.ids(), ["only"]);
+    let two = lab(TWO);
+    assert_eq!(two.ids(), ["st1", "st2"]);
+    assert_eq!(two.default_station, None);
+}
+
+#[test]
+fn a_one_station_file_still_refuses_an_unknown_top_level_key() {
+    let why = refused("bogus = 1\n[station]\nurl = \"tcp://127.0.0.1:7001\"\n");
+    assert!(why.contains("bogus"), "{why}");
+}
+
+#[test]
+fn a_history_archive_is_one_stations_only() {
+    let mut one = Config::default();
+    one.history.archive = "postgres://db/history".into();
+    // One station may keep its archive, as a one-station gateway always could.
+    let single = Lab::single(one.clone());
+    check_apart(&single.stations).unwrap();
+    let mut other = Config::default();
+    other.station.id = "two".into();
+    other.config_files.dir = PathBuf::from("elsewhere");
+    other.lease.name = "control:two".into();
+    let both = [
+        StationSetup {
+            id: "one".into(),
+            config: one,
+        },
+        StationSetup {
+            id: "two".into(),
+            config: other,
+        },
+    ];
+    let why = check_apart(&both).unwrap_err().to_string();
+    assert!(
+        why.contains("history.archive") && why.contains("station one"),
+        "{why}"
+    );
+}

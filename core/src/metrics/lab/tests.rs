@@ -336,3 +336,26 @@ fn a_label_block_ends_at_the_first_brace_outside_quotes() {
     );
     assert_eq!(label_block_end("m{a=\"} 1", 1), None);
 }
+
+#[test]
+fn a_comma_or_station_inside_a_quoted_value_is_text_and_labels_pass_as_they_came() {
+    let st1 = "\
+# HELP t_total Things.
+# TYPE t_total counter
+t_total{path=\"a,station=b\"} 1
+t_total{a=\"1\", b=\"2\"} 2
+";
+    assert_eq!(
+        merge_expositions(&[("st1", st1)], &[]),
+        "\
+# HELP t_total Things.
+# TYPE t_total counter
+t_total{station=\"st1\",path=\"a,station=b\"} 1
+t_total{station=\"st1\",a=\"1\", b=\"2\"} 2
+"
+    );
+    assert_eq!(
+        labels("path=\"a,station=b\",k=\"v\""),
+        [("path", "path=\"a,station=b\""), ("k", "k=\"v\"")]
+    );
+}
