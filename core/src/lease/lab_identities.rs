@@ -70,14 +70,13 @@ impl LabIdentities {
         verdict
     }
 
-    /// Lets go of whatever `station` serves (it stops).
+    /// Lets go of whatever `station` serves (it stops), and tells the stations standing by.
     fn release(&self, station: &str) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = held.len();
-        held.retain(|_, holder| holder != station);
-        if held.len() < before {
-            self.released.send_replace(());
-        }
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|_, holder| holder != station);
+        self.released.send_replace(());
     }
 
     /// Decides station `station`'s link's identities (asked through `gate`) until `shutdown`.
