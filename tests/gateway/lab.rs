@@ -934,3 +934,37 @@ async fn the_lab_page_lists_every_station_in_headless_chromium() {
     );
     assert!(two.contains("bench two"), "{two}");
 }
+
+/// The lab's event streams count against `events.max_streams`: one past it is refused with
+/// 503, and a stream whose reader went makes room again.
+#[tokio::test]
+async fn the_lab_streams_are_limited_and_a_closed_one_makes_room() {
+    use crate::common::Sse;
+    let lab = lab2(None, |config| config.events.max_streams = 1).await;
+    let url = format!("{}/v1/stations/events", lab.gateway.base_url());
+    let first = Sse::open_url(&lab.http, &url, None).await.unwrap();
+    let refused = lab.http.get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.text().await.unwrap().contains("events.max_streams"));
+    drop(first);
+    // The reader went: its stream ends when the gateway next writes to it (a ping, every 5 s:
+    // the first write after the client's close is taken by the kernel, the second fails), and
+    // its task gives its place back.
+    let mut again = None;
+    within(
+        Duration::from_secs(25),
+        "room for a new lab stream",
+        async {
+            loop {
+                let response = lab.http.get(&url).send().await.unwrap();
+                if response.status() == 200 {
+                    again = Some(response);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    assert!(again.is_some());
+}

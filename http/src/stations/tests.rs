@@ -102,3 +102,14 @@ fn the_labs_own_paths_are_the_whole_gateways_only_with_several_stations() {
         station(0, "/api/lease")
     );
 }
+
+#[test]
+fn the_ids_the_default_and_the_prefix_are_as_configured() {
+    let paths = two(Some("st2"), "/gw/");
+    assert_eq!(paths.ids(), ["st1", "st2"]);
+    assert_eq!(paths.default_index(), Some(1));
+    assert_eq!(paths.prefix(), "/gw");
+    assert_eq!(two(Some("st1"), "").default_index(), Some(0));
+    assert_eq!(two(None, "").default_index(), None);
+    assert_eq!(two(Some("nope"), "").prefix(), "");
+}
