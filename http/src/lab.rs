@@ -1,6 +1,6 @@
 //! The lab: every station one gateway serves, and the whole gateway's own answers once it
-//! serves several (issue 53). [`Stations`] holds each station's [`Gateway`] and which path goes
-//! to which ([`StationPaths`]); [`answer`] serves the lab's paths: `GET /v1/stations` (each
+//! serves several (issue 53). [`Stations`] ([`roster`]) holds each station's gateway and which
+//! path goes to which; [`answer`] serves the lab's paths: `GET /v1/stations` (each
 //! station's link, lease and safe state), `/v1/stations/events` (the lab's one event stream,
 //! [`stream`]), `POST /v1/safe-stop` (every station's safe stop at once, [`safe_stop`]),
 //! `/metrics` (every station's series with a `station` label), `/healthz`, `/readyz` (which
@@ -18,89 +18,18 @@ use serde_json::{Value as Json, json};
 use crate::allow::Allowed;
 use crate::config::Role;
 use crate::error::{ApiError, ErrorKind};
-use crate::gateway::Gateway;
 use crate::metrics::lab::{GATEWAY_WIDE_FAMILIES, merge_expositions};
 use crate::ops;
 use crate::reply::{Body, error_response, json_response};
-use crate::stations::StationPaths;
 
+pub mod roster;
 pub mod safe_stop;
 pub mod stream;
 
+pub use roster::{Stations, station_views};
+
 /// The lab's status page: every station, its link and its lease, each linking to its own page.
 const LAB_PAGE: &str = include_str!("lab.html");
-
-/// Every station of the gateway, in the configuration's order, and which path goes to which.
-pub struct Stations {
-    gateways: Vec<Arc<Gateway>>,
-    paths: StationPaths,
-    /// The lab event streams open now.
-    lab_streams: stream::OpenStreams,
-    /// The audit trail as the whole gateway writes it (its lines name no station).
-    audit: crate::audit::AuditLog,
-}
-
-impl Stations {
-    /// `gateways` in the order of the ids `paths` was made with; `audit` the trail they share,
-    /// as the whole gateway writes it.
-    pub fn new(
-        gateways: Vec<Arc<Gateway>>,
-        paths: StationPaths,
-        audit: crate::audit::AuditLog,
-    ) -> Stations {
-        assert_eq!(
-            gateways.len(),
-            paths.ids().len(),
-            "one gateway for each station id"
-        );
-        assert!(
-            !gateways.is_empty(),
-            "a gateway serves at least one station"
-        );
-        Stations {
-            gateways,
-            paths,
-            lab_streams: stream::OpenStreams::default(),
-            audit,
-        }
-    }
-
-    pub fn gateways(&self) -> &[Arc<Gateway>] {
-        &self.gateways
-    }
-
-    pub fn paths(&self) -> &StationPaths {
-        &self.paths
-    }
-
-    /// The first station's gateway: what every station's config holds alike (`[http]`, TLS,
-    /// access control) is read from it, and the accept loop counts its connections there.
-    pub fn host(&self) -> &Arc<Gateway> {
-        &self.gateways[0]
-    }
-
-    /// A request for a station's path that no station takes (`/stations/{unknown}/...`, or a
-    /// station's path with several stations and no default): its line in the audit trail, as
-    /// every `api/` request has one, naming no station.
-    pub fn note_unrouted(&self, head: &Parts, peer: SocketAddr, status: hyper::StatusCode) {
-        let path = crate::redact::loggable_path(head.uri.path());
-        let line = crate::audit::RequestLine {
-            at: std::time::SystemTime::now(),
-            ip: Some(peer.ip()),
-            method: head.method.as_str(),
-            path: &path,
-            status: Some(status.as_u16()),
-            duration: None,
-        };
-        self.audit.note_with(|out| line.render_into(out, None));
-    }
-
-    /// The station of `id`.
-    pub fn by_id(&self, id: &str) -> Option<&Arc<Gateway>> {
-        let index = self.paths.ids().iter().position(|known| known == id)?;
-        self.gateways.get(index)
-    }
-}
 
 /// Answers a request for one of the lab's own paths (`below`: its path below
 /// `http.path_prefix`); never fails: every error is a JSON error answer.
@@ -180,7 +109,7 @@ fn answer_or_refuse(
         "/healthz" => json_response(&json!({
             "status": "alive",
             "uptimeSeconds": host.started.elapsed().as_secs(),
-            "stations": stations.gateways.len(),
+            "stations": stations.gateways().len(),
         })),
         "/readyz" => return readiness(stations),
         _ => ops::text_response("text/html; charset=utf-8", LAB_PAGE.to_owned()),
@@ -192,7 +121,7 @@ fn answer_or_refuse(
 fn readiness(stations: &Stations) -> Result<Response<Body>, ApiError> {
     let mut not_ready = Vec::new();
     let mut ready = Vec::new();
-    for (id, gateway) in stations.paths.ids().iter().zip(&stations.gateways) {
+    for (id, gateway) in stations.paths().ids().iter().zip(stations.gateways()) {
         match ops::readiness(gateway) {
             Ok(_) => ready.push(id.as_str()),
             Err(why) => not_ready.push(format!("{id}: {}", why.message)),
@@ -204,7 +133,7 @@ fn readiness(stations: &Stations) -> Result<Response<Body>, ApiError> {
     Err(ApiError::station_not_reached(format!(
         "not ready: {} of {} stations ({}); ready: {}",
         not_ready.len(),
-        stations.gateways.len(),
+        stations.gateways().len(),
         not_ready.join("; "),
         if ready.is_empty() {
             "none".to_owned()
@@ -214,60 +143,16 @@ fn readiness(stations: &Stations) -> Result<Response<Body>, ApiError> {
     )))
 }
 
-/// Every station as `GET /v1/stations` shows it.
-pub fn station_views(stations: &Stations) -> Vec<Json> {
-    let prefix = stations.paths.prefix();
-    let default = stations.paths.default_index();
-    stations
-        .paths
-        .ids()
-        .iter()
-        .zip(&stations.gateways)
-        .enumerate()
-        .map(|(index, (id, gateway))| {
-            let info = gateway.link.info();
-            let hello = info.hello.as_ref();
-            let lease = gateway.lease.view();
-            json!({
-                "id": id,
-                "path": format!("{prefix}/stations/{id}"),
-                "default": default == Some(index),
-                "connected": info.connected,
-                "lastError": info.last_error,
-                "ready": ops::readiness(gateway).is_ok(),
-                "standby": gateway.ha.standing_by(),
-                "name": hello.map(|h| h.station.clone()),
-                "serial": hello.map(|h| h.serial.clone()),
-                "holder": lease.owner,
-                "expiresInMs": lease.expires_in_ms,
-                "lockDelayMs": lease.lock_delay_ms,
-                "lockDelayReason": lease.lock_delay_reason,
-                "safeState": {
-                    "channels": gateway
-                        .config
-                        .lease
-                        .safe_state
-                        .iter()
-                        .map(|write| write.channel.as_str())
-                        .collect::<Vec<_>>(),
-                    "owed": lease.safe_state,
-                },
-                "leaseName": gateway.lease.name(),
-            })
-        })
-        .collect()
-}
-
 /// Every station's `/metrics`, in one exposition with a `station` label on each station's
 /// series; the process's own families (build, uptime, connections) once, unlabelled.
 fn lab_metrics(stations: &Stations) -> String {
     let renders: Vec<String> = stations
-        .gateways
+        .gateways()
         .iter()
         .map(|gateway| ops::snapshot(gateway).render())
         .collect();
     let labelled: Vec<(&str, &str)> = stations
-        .paths
+        .paths()
         .ids()
         .iter()
         .map(String::as_str)

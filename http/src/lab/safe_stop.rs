@@ -16,7 +16,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{Value as Json, json};
 
-use super::Stations;
+use super::roster::Stations;
 use crate::allow::Allowed;
 use crate::audit::{ChangeFields, Outcome, RequestLine};
 use crate::body::{JsonBody, read_body};

@@ -27,7 +27,7 @@ use crate::lease::LeaseView;
 use crate::link::LinkEvent;
 use crate::reply::Body;
 
-use super::Stations;
+use super::roster::Stations;
 
 /// Events a lab stream holds for a slow reader before it is closed.
 const QUEUE: usize = 256;
@@ -96,7 +96,10 @@ pub fn open(stations: &Arc<Stations>) -> Result<Response<Body>, ApiError> {
     }
     let counted = Counted(stations.clone());
     let (sender, receiver) = mpsc::channel::<Bytes>(QUEUE);
-    let first = event_frame("stations", &Json::Array(super::station_views(stations)));
+    let first = event_frame(
+        "stations",
+        &Json::Array(super::roster::station_views(stations)),
+    );
     let _ = sender.try_send(first);
     let sources = stations
         .paths()

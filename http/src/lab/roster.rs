@@ -1,0 +1,129 @@
+//! The roster: every station one gateway serves, in the configuration's order, each station's
+//! [`Gateway`] and which path goes to which ([`StationPaths`]), and how `GET /v1/stations` shows
+//! them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::http::request::Parts;
+use serde_json::{Value as Json, json};
+
+use crate::gateway::Gateway;
+use crate::ops;
+use crate::stations::StationPaths;
+
+/// Every station of the gateway, in the configuration's order, and which path goes to which.
+pub struct Stations {
+    gateways: Vec<Arc<Gateway>>,
+    paths: StationPaths,
+    /// The lab event streams open now.
+    pub(super) lab_streams: super::stream::OpenStreams,
+    /// The audit trail as the whole gateway writes it (its lines name no station).
+    audit: crate::audit::AuditLog,
+}
+
+impl Stations {
+    /// `gateways` in the order of the ids `paths` was made with; `audit` the trail they share,
+    /// as the whole gateway writes it.
+    pub fn new(
+        gateways: Vec<Arc<Gateway>>,
+        paths: StationPaths,
+        audit: crate::audit::AuditLog,
+    ) -> Stations {
+        assert_eq!(
+            gateways.len(),
+            paths.ids().len(),
+            "one gateway for each station id"
+        );
+        assert!(
+            !gateways.is_empty(),
+            "a gateway serves at least one station"
+        );
+        Stations {
+            gateways,
+            paths,
+            lab_streams: super::stream::OpenStreams::default(),
+            audit,
+        }
+    }
+
+    pub fn gateways(&self) -> &[Arc<Gateway>] {
+        &self.gateways
+    }
+
+    pub fn paths(&self) -> &StationPaths {
+        &self.paths
+    }
+
+    /// The first station's gateway: what every station's config holds alike (`[http]`, TLS,
+    /// access control) is read from it, and the accept loop counts its connections there.
+    pub fn host(&self) -> &Arc<Gateway> {
+        &self.gateways[0]
+    }
+
+    /// A request for a station's path that no station takes (`/stations/{unknown}/...`, or a
+    /// station's path with several stations and no default): its line in the audit trail, as
+    /// every `api/` request has one, naming no station.
+    pub fn note_unrouted(&self, head: &Parts, peer: SocketAddr, status: hyper::StatusCode) {
+        let path = crate::redact::loggable_path(head.uri.path());
+        let line = crate::audit::RequestLine {
+            at: std::time::SystemTime::now(),
+            ip: Some(peer.ip()),
+            method: head.method.as_str(),
+            path: &path,
+            status: Some(status.as_u16()),
+            duration: None,
+        };
+        self.audit.note_with(|out| line.render_into(out, None));
+    }
+
+    /// The station of `id`.
+    pub fn by_id(&self, id: &str) -> Option<&Arc<Gateway>> {
+        let index = self.paths.ids().iter().position(|known| known == id)?;
+        self.gateways.get(index)
+    }
+}
+
+/// Every station as `GET /v1/stations` shows it.
+pub fn station_views(stations: &Stations) -> Vec<Json> {
+    let prefix = stations.paths.prefix();
+    let default = stations.paths.default_index();
+    stations
+        .paths
+        .ids()
+        .iter()
+        .zip(&stations.gateways)
+        .enumerate()
+        .map(|(index, (id, gateway))| {
+            let info = gateway.link.info();
+            let hello = info.hello.as_ref();
+            let lease = gateway.lease.view();
+            json!({
+                "id": id,
+                "path": format!("{prefix}/stations/{id}"),
+                "default": default == Some(index),
+                "connected": info.connected,
+                "lastError": info.last_error,
+                "ready": ops::readiness(gateway).is_ok(),
+                "standby": gateway.ha.standing_by(),
+                "name": hello.map(|h| h.station.clone()),
+                "serial": hello.map(|h| h.serial.clone()),
+                "holder": lease.owner,
+                "expiresInMs": lease.expires_in_ms,
+                "lockDelayMs": lease.lock_delay_ms,
+                "lockDelayReason": lease.lock_delay_reason,
+                "safeState": {
+                    "channels": gateway
+                        .config
+                        .lease
+                        .safe_state
+                        .iter()
+                        .map(|write| write.channel.as_str())
+                        .collect::<Vec<_>>(),
+                    "owed": lease.safe_state,
+                },
+                "leaseName": gateway.lease.name(),
+            })
+        })
+        .collect()
+}
