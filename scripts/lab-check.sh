@@ -57,8 +57,13 @@ wait_for() {
 VSET1=0.4.ESH10000662.VSET1
 V='{"Names": ["'$VSET1'"], "MaxAgeMs": 0}'
 
+# Two stations, two identities: the default profile with a serial of each station's own (two
+# simulators of one serial are one physical station to the gateway, which serves it once).
+"$SIM_BIN" --print-default-profile > "$work/profile.toml"
+grep -q '^serial = "ESH10000023"$' "$work/profile.toml" || fail "the default profile's serial is not ESH10000023"
 for n in 1 2; do
-    "$SIM_BIN" --listen 127.0.0.1:0 > "$work/sim$n.out" 2>&1 &
+    sed "0,/^serial = \"ESH10000023\"\$/s//serial = \"ESH1000002$n-LAB\"/" "$work/profile.toml" > "$work/profile$n.toml"
+    "$SIM_BIN" --listen 127.0.0.1:0 --profile "$work/profile$n.toml" > "$work/sim$n.out" 2>&1 &
     pids+=($!)
     eval "sim${n}_pid=$!"
 done
