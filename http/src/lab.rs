@@ -10,14 +10,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
 use hyper::http::request::Parts;
 use hyper::{Method, Response};
 use serde_json::{Value as Json, json};
 
 use crate::allow::Allowed;
 use crate::config::Role;
-use crate::error::{ApiError, ErrorKind};
+use crate::error::ApiError;
 use crate::metrics::lab::{GATEWAY_WIDE_FAMILIES, merge_expositions};
 use crate::ops;
 use crate::reply::{Body, error_response, json_response};
@@ -52,21 +51,8 @@ pub async fn answer(
         Ok(response) => response,
         Err(error) => {
             let mut response = error_response(&error);
-            let access = &stations.host().access;
-            // As for a station's request (`ops::finish`): counted, and challenged for Basic.
-            match error.kind {
-                ErrorKind::Unauthorized => {
-                    stations.host().metrics.access_unauthenticated.inc();
-                    if access.basic_enabled() {
-                        response.headers_mut().insert(
-                            WWW_AUTHENTICATE,
-                            HeaderValue::from_static(crate::credentials::BASIC_CHALLENGE),
-                        );
-                    }
-                }
-                ErrorKind::Forbidden => stations.host().metrics.access_forbidden.inc(),
-                _ => {}
-            }
+            // As for a station's request: counted, and challenged for Basic.
+            ops::access_refusal(stations.host(), &mut response);
             response
         }
     }

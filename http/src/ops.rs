@@ -323,6 +323,18 @@ pub fn finish(
         Some(ErrorKind::Conflict) if Some(slot) == api::lease_acquire_slot() => {
             metrics.lease_refused_held.inc()
         }
+        _ => access_refusal(gateway, response),
+    }
+    if let Some(path) = access_path {
+        access_log(method, path, peer, status, elapsed);
+    }
+}
+
+/// An access control refusal answered: counted, and a 401 challenged while Basic users are
+/// configured (a station's requests through [`finish`], the lab's own in `lab.rs`).
+pub fn access_refusal(gateway: &Gateway, response: &mut Response<Body>) {
+    let metrics = &gateway.metrics;
+    match error_kind(response) {
         Some(ErrorKind::Unauthorized) => {
             metrics.access_unauthenticated.inc();
             if gateway.access.basic_enabled() {
@@ -333,9 +345,6 @@ pub fn finish(
         }
         Some(ErrorKind::Forbidden) => metrics.access_forbidden.inc(),
         _ => {}
-    }
-    if let Some(path) = access_path {
-        access_log(method, path, peer, status, elapsed);
     }
 }
 

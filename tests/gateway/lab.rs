@@ -112,6 +112,26 @@ impl Lab2 {
         (response.status().as_u16(), response.text().await.unwrap())
     }
 
+    /// The lab's whole audit trail, read through station st1 (one trail for every station).
+    async fn audit_lines(&self) -> Vec<String> {
+        let (status, lines) = self
+            .call(
+                reqwest::Method::GET,
+                "/stations/st1/api/audit/log?tail=0",
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{lines}");
+        lines
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Json::as_str)
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Takes station `id`'s control lease for `owner`; its lease id.
     async fn take(&self, id: &str, owner: &str) -> String {
         let (status, body) = self
@@ -239,20 +259,7 @@ async fn the_lab_answers_for_every_station_and_a_path_without_one_names_them() {
         "{body}"
     );
     // Both are in the audit trail, as every api/ request is, naming no station.
-    let (_, lines) = lab
-        .call(
-            reqwest::Method::GET,
-            "/stations/st1/api/audit/log?tail=0",
-            None,
-            None,
-        )
-        .await;
-    let lines: Vec<&str> = lines
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Json::as_str)
-        .collect();
+    let lines = lab.audit_lines().await;
     for unrouted in [" GET /api/lease 404 ", " GET /stations/st9/api/lease 404 "] {
         let line = lines.iter().find(|line| line.contains(unrouted));
         assert!(
@@ -372,25 +379,11 @@ async fn every_audit_line_names_its_station() {
     let second = lab.take("st2", "second bench").await;
     assert_eq!(lab.set("st1", &first, "11").await.0, 200);
     assert_eq!(lab.set("st2", &second, "22").await.0, 200);
-    let (status, lines) = lab
-        .call(
-            reqwest::Method::GET,
-            "/stations/st1/api/audit/log?tail=0",
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{lines}");
-    let lines: Vec<&str> = lines
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Json::as_str)
-        .collect();
+    let lines = lab.audit_lines().await;
     let change = |value: &str| -> Vec<&str> {
         lines
             .iter()
-            .copied()
+            .map(String::as_str)
             .filter(|line| line.contains(&format!("asked={VSET1}={value}")))
             .collect()
     };
@@ -847,26 +840,14 @@ async fn the_labs_safe_stop_stops_every_station() {
             "{id}"
         );
     }
-    let (_, lines) = lab
-        .call(
-            reqwest::Method::GET,
-            "/stations/st1/api/audit/log?tail=0",
-            None,
-            None,
-        )
-        .await;
+    let lines = lab.audit_lines().await;
     for id in ["st1", "st2"] {
         assert!(
-            lines
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(Json::as_str)
-                .any(|line| {
-                    line.contains("POST /v1/safe-stop 200 ")
-                        && line.ends_with(&format!(" station={id}"))
-                }),
-            "no safe-stop line of {id}: {lines}"
+            lines.iter().any(|line| {
+                line.contains("POST /v1/safe-stop 200 ")
+                    && line.ends_with(&format!(" station={id}"))
+            }),
+            "no safe-stop line of {id}: {lines:?}"
         );
     }
     // Blank reasons are refused, naming the field, and stop nothing.
@@ -886,40 +867,13 @@ async fn the_labs_safe_stop_stops_every_station() {
 /// lease holder, linking to the station's own page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lab_page_lists_every_station_in_headless_chromium() {
-    let chromium = crate::operations::chromium()
-        .unwrap_or_else(|reason| panic!("the lab page test needs headless Chromium: {reason}"));
     let lab = lab2(None, |_| {}).await;
     lab.take("st2", "bench two").await;
-    let profile = std::env::temp_dir().join(format!("sg-chromium-lab-{}", std::process::id()));
-    std::fs::create_dir_all(&profile).unwrap();
-    let run = tokio::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=3000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("{}/", lab.gateway.base_url()))
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = within(Duration::from_secs(60), "chromium to finish", run)
-        .await
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&profile);
-    let dom = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let dom = crate::operations::dump_dom(
+        &format!("{}/", lab.gateway.base_url()),
+        &["--virtual-time-budget=3000"],
+    )
+    .await;
     let row = |id: &str| -> String {
         dom.split("<tr")
             .find(|row| row.contains(&format!("data-station=\"{id}\"")))

@@ -547,35 +547,36 @@ pub(crate) fn chromium() -> Result<String, String> {
         })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_status_page_shows_live_values_in_headless_chromium() {
-    let chromium = chromium()
-        .unwrap_or_else(|reason| panic!("the status page test needs headless Chromium: {reason}"));
-    let rig = rig(|c| c.status_page.interval_ms = 200).await;
-    let profile = std::env::temp_dir().join(format!("sg-chromium-{}", std::process::id()));
+/// The flags every headless Chromium of the tests runs with.
+pub(crate) const HEADLESS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+];
+
+/// The DOM headless Chromium makes of `url` with `extra` flags (a virtual time budget, a
+/// window size), in a profile of its own; fails with the reason when there is no Chromium,
+/// when it fails, or when it takes over 60 s.
+pub(crate) async fn dump_dom(url: &str, extra: &[&str]) -> String {
+    let chromium =
+        chromium().unwrap_or_else(|reason| panic!("this test needs headless Chromium: {reason}"));
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let profile = std::env::temp_dir().join(format!(
+        "sg-chromium-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&profile).unwrap();
-    // `?snapshot`: the page closes its event stream after the first values; with the stream
-    // open, Chromium's virtual time would never run out and --dump-dom would never come.
-    let url = format!("{}/?snapshot", rig.gateway.base_url());
     let run = tokio::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-        ])
+        .args(HEADLESS)
         .arg(format!("--user-data-dir={}", profile.display()))
-        // 25 s: past the page's subscription renewal (20 s), which must not bring the stream
-        // back after the snapshot closed it; at 1 280 px, where every table must fit its card.
-        .args([
-            "--window-size=1280,900",
-            "--virtual-time-budget=25000",
-            "--dump-dom",
-        ])
+        .args(extra)
+        .arg("--dump-dom")
         .arg(url)
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -585,13 +586,27 @@ async fn the_status_page_shows_live_values_in_headless_chromium() {
         .expect("chromium did not finish within 60 s")
         .unwrap();
     let _ = std::fs::remove_dir_all(&profile);
-    let dom = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
         "chromium failed: {}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_shows_live_values_in_headless_chromium() {
+    let rig = rig(|c| c.status_page.interval_ms = 200).await;
+    // `?snapshot`: the page closes its event stream after the first values; with the stream
+    // open, Chromium's virtual time would never run out and --dump-dom would never come.
+    // 25 s: past the page's subscription renewal (20 s), which must not bring the stream
+    // back after the snapshot closed it; at 1 280 px, where every table must fit its card.
+    let dom = dump_dom(
+        &format!("{}/?snapshot", rig.gateway.base_url()),
+        &["--window-size=1280,900", "--virtual-time-budget=25000"],
+    )
+    .await;
     // The row for MON_3V3 got a live value from the event stream.
     let row = dom
         .split("<tr")

@@ -150,18 +150,8 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
     let profile = std::env::temp_dir().join(format!("sg-cdp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
     let mut browser = tokio::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-            "--remote-debugging-port=0",
-        ])
+        .args(crate::operations::HEADLESS)
+        .args(["--hide-scrollbars", "--remote-debugging-port=0"])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("about:blank")
         .stdin(Stdio::null())

@@ -154,72 +154,60 @@ mod tests {
         assert_eq!(held.len(), 2);
     }
 
-    #[tokio::test]
-    async fn a_station_standing_by_serves_once_the_other_lets_the_identity_go() {
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+    /// Two stations' gates, each decided by the registry until its token is cancelled, after
+    /// st1 took identity S and st2 was refused it; st2's reopenings, watched from then on.
+    async fn st1_holds_s_and_st2_stands_by(
+        stop_one: &CancellationToken,
+        stop_two: &CancellationToken,
+    ) -> (Arc<OwnerGate>, Arc<OwnerGate>, watch::Receiver<u64>) {
         let identities = LabIdentities::new();
         let now = tokio::time::Instant::now();
         let (one, two) = (
             Arc::new(OwnerGate::open_for_good(now)),
             Arc::new(OwnerGate::open_for_good(now)),
         );
-        let shutdown = CancellationToken::new();
-        let stop_one = CancellationToken::new();
         tokio::spawn(
             identities
                 .clone()
                 .serve("st1".into(), one.clone(), stop_one.clone()),
         );
-        tokio::spawn(
-            identities
-                .clone()
-                .serve("st2".into(), two.clone(), shutdown.clone()),
-        );
-        let limit = std::time::Duration::from_secs(5);
-        assert_eq!(one.verify_identity("S", limit).await, Ok(()));
-        assert!(two.verify_identity("S", limit).await.is_err());
+        tokio::spawn(identities.serve("st2".into(), two.clone(), stop_two.clone()));
+        assert_eq!(one.verify_identity("S", LIMIT).await, Ok(()));
+        assert!(two.verify_identity("S", LIMIT).await.is_err());
         assert!(two.standing_by().is_some());
-        // st1 stops: st2 is told it may serve S.
-        let mut reopened = two.reopenings();
-        stop_one.cancel();
-        tokio::time::timeout(limit, reopened.changed())
+        let reopened = two.reopenings();
+        (one, two, reopened)
+    }
+
+    /// Waits until st2 is told it may serve S again.
+    async fn told_s_is_free(two: &OwnerGate, reopened: &mut watch::Receiver<u64>) {
+        tokio::time::timeout(LIMIT, reopened.changed())
             .await
             .expect("st2 told that S is free")
             .unwrap();
         assert_eq!(two.standing_by(), None);
-        assert_eq!(two.verify_identity("S", limit).await, Ok(()));
-        shutdown.cancel();
+        assert_eq!(two.verify_identity("S", LIMIT).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_station_standing_by_serves_once_the_other_lets_the_identity_go() {
+        let (stop_one, stop_two) = (CancellationToken::new(), CancellationToken::new());
+        let (_one, two, mut reopened) = st1_holds_s_and_st2_stands_by(&stop_one, &stop_two).await;
+        // st1 stops.
+        stop_one.cancel();
+        told_s_is_free(&two, &mut reopened).await;
+        stop_two.cancel();
     }
 
     #[tokio::test]
     async fn a_station_standing_by_serves_once_the_other_meets_another_station() {
-        let identities = LabIdentities::new();
-        let now = tokio::time::Instant::now();
-        let (one, two) = (
-            Arc::new(OwnerGate::open_for_good(now)),
-            Arc::new(OwnerGate::open_for_good(now)),
-        );
-        let shutdown = CancellationToken::new();
-        tokio::spawn(
-            identities
-                .clone()
-                .serve("st1".into(), one.clone(), shutdown.clone()),
-        );
-        tokio::spawn(
-            identities
-                .clone()
-                .serve("st2".into(), two.clone(), shutdown.clone()),
-        );
-        let limit = std::time::Duration::from_secs(5);
-        assert_eq!(one.verify_identity("S", limit).await, Ok(()));
-        assert!(two.verify_identity("S", limit).await.is_err());
-        // st1's link now meets another station: S is let go, and st2 is told.
-        let mut reopened = two.reopenings();
-        assert_eq!(one.verify_identity("T", limit).await, Ok(()));
-        tokio::time::timeout(limit, reopened.changed())
-            .await
-            .expect("st2 told that S is free")
-            .unwrap();
-        assert_eq!(two.standing_by(), None);
-        shutdown.cancel();
+        let stop = CancellationToken::new();
+        let (one, two, mut reopened) = st1_holds_s_and_st2_stands_by(&stop, &stop).await;
+        // st1's link now meets another station: S is let go.
+        assert_eq!(one.verify_identity("T", LIMIT).await, Ok(()));
+        told_s_is_free(&two, &mut reopened).await;
+        stop.cancel();
     }
 }

@@ -13,40 +13,47 @@ use crate::requests::safe_stop::SafeStopRequest;
 /// control off) the peer's address.
 pub(super) async fn press(call: Call<'_>) -> Answer {
     let reason = call.body.typed::<SafeStopRequest>()?.reason()?;
-    // The access rules' `safe_stop` right, decided by the station service like every other;
-    // refused, the request's own audit line says so (403, the rule named).
-    call.gateway
-        .station
-        .may_safe_stop(&call.who())
-        .map_err(|refusal| {
-            ApiError::from(crate::link::LinkError::Refused(
-                crate::link::GuardRefusal::from(refusal),
-            ))
-        })?;
     let by = call
         .gateway
         .access
         .caller(call.headers)
         .unwrap_or_else(|| format!("a client at {}", call.peer.ip()));
-    let outcome = call
-        .gateway
+    ok(stop(call.gateway, &call.who(), &by, &reason).await?)
+}
+
+/// One station's safe stop, pressed by `who` (named `by` in the lease's end and the answer):
+/// the access rules' `safe_stop` right, decided by the station service like every other
+/// (refused: 403, the rule named), then the lease's end and the safe state
+/// (`ControlLease::safe_stop`, on a task nobody cancels). `POST /v1/safe-stop` of a station
+/// and of the lab (`lab/safe_stop.rs`) both come here.
+pub(crate) async fn stop(
+    gateway: &crate::gateway::Gateway,
+    who: &crate::access_rules::Who,
+    by: &str,
+    reason: &str,
+) -> Result<serde_json::Value, ApiError> {
+    gateway.station.may_safe_stop(who).map_err(|refusal| {
+        ApiError::from(crate::link::LinkError::Refused(
+            crate::link::GuardRefusal::from(refusal),
+        ))
+    })?;
+    let outcome = gateway
         .lease
-        .safe_stop(by.clone(), reason.clone())
+        .safe_stop(by.to_owned(), reason.to_owned())
         .await?;
-    let writes: Vec<String> = call
-        .gateway
+    let writes: Vec<String> = gateway
         .config
         .lease
         .safe_state
         .iter()
         .map(|w| format!("{}={}", w.channel, w.value))
         .collect();
-    ok(answer(&by, &reason, &outcome, writes))
+    Ok(answer(by, reason, &outcome, writes))
 }
 
 /// The answer: the lease ended (or none held), and the safe state's writes and whether the
 /// station confirmed them.
-pub(crate) fn answer(
+fn answer(
     by: &str,
     reason: &str,
     outcome: &SafeStopOutcome,

@@ -29,7 +29,8 @@ use super::Events;
 /// How often an idle stream sends a `:` comment; the contract asks for at least every 10 s.
 pub const PING_INTERVAL: Duration = Duration::from_secs(5);
 
-const PING: &[u8] = b": ping\n\n";
+/// The comment an idle stream sends.
+pub const PING: &[u8] = b": ping\n\n";
 
 /// What became of one event offered to a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -123,28 +123,7 @@ impl Press {
             group: None,
             holds_lease: false,
         };
-        gateway.station.may_safe_stop(&who).map_err(|refusal| {
-            ApiError::from(crate::link::LinkError::Refused(
-                crate::link::GuardRefusal::from(refusal),
-            ))
-        })?;
-        let outcome = gateway
-            .lease
-            .safe_stop(self.by.clone(), self.reason.clone())
-            .await?;
-        let writes: Vec<String> = gateway
-            .config
-            .lease
-            .safe_state
-            .iter()
-            .map(|w| format!("{}={}", w.channel, w.value))
-            .collect();
-        Ok(crate::api::safe_stop::answer(
-            &self.by,
-            &self.reason,
-            &outcome,
-            writes,
-        ))
+        crate::api::safe_stop::stop(gateway, &who, &self.by, &self.reason).await
     }
 }
 

@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::StreamBody;
@@ -31,9 +30,7 @@ use super::roster::Stations;
 
 /// Events a lab stream holds for a slow reader before it is closed.
 const QUEUE: usize = 256;
-/// How often an idle stream sends a `:` comment (as a station's stream does).
-const PING_INTERVAL: Duration = crate::events::sse::PING_INTERVAL;
-const PING: &[u8] = b": ping\n\n";
+use crate::events::sse::{PING, PING_INTERVAL};
 
 /// One event of the lab stream, as sent.
 pub fn event_frame(name: &str, data: &Json) -> Bytes {
