@@ -323,7 +323,7 @@ pub fn finish(
         Some(ErrorKind::Conflict) if Some(slot) == api::lease_acquire_slot() => {
             metrics.lease_refused_held.inc()
         }
-        _ => access_refusal(gateway, response),
+        kind => count_access_refusal(gateway, kind, response),
     }
     if let Some(path) = access_path {
         access_log(method, path, peer, status, elapsed);
@@ -333,8 +333,13 @@ pub fn finish(
 /// An access control refusal answered: counted, and a 401 challenged while Basic users are
 /// configured (a station's requests through [`finish`], the lab's own in `lab.rs`).
 pub fn access_refusal(gateway: &Gateway, response: &mut Response<Body>) {
+    count_access_refusal(gateway, error_kind(response), response);
+}
+
+/// [`access_refusal`] with the answer's error kind already read.
+fn count_access_refusal(gateway: &Gateway, kind: Option<ErrorKind>, response: &mut Response<Body>) {
     let metrics = &gateway.metrics;
-    match error_kind(response) {
+    match kind {
         Some(ErrorKind::Unauthorized) => {
             metrics.access_unauthenticated.inc();
             if gateway.access.basic_enabled() {
