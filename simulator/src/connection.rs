@@ -117,6 +117,7 @@ where
         let stream = stream_tx.clone();
         let closed = cancel.clone();
         tokio::spawn(async move {
+            let _working = crate::shared::Working::start(shared.clone());
             let parsed = Request::from_frame(&frame);
             // A malformed request is answered at once; SAMPLE's channel latency is its rate's.
             let work = match &parsed {

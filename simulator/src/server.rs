@@ -331,6 +331,13 @@ impl SimulatorHandle {
         self.shared.stats.abandoned.load(Ordering::SeqCst)
     }
 
+    /// Requests the station has read and is still working on (not yet carried out, answered
+    /// or abandoned), a closed connection's included: a test waits on this for "the request is
+    /// at the station now" before it breaks the link.
+    pub fn requests_in_progress(&self) -> u64 {
+        self.shared.stats.working.load(Ordering::SeqCst)
+    }
+
     /// A power cycle: every connection dropped, the station back to its power-on state
     /// (outputs off, settings at their defaults, channel list as in the profile).
     pub fn restart(&self) {

@@ -124,6 +124,25 @@ pub(crate) struct Stats {
     pub resets: AtomicU64,
     /// Requests abandoned because their connection closed before they were carried out.
     pub abandoned: AtomicU64,
+    /// Requests read and not yet carried out or abandoned (a closed connection's included,
+    /// while a station that ignores SPEC.md §4 still works on them).
+    pub working: AtomicU64,
+}
+
+/// Counts a request as being worked on until dropped.
+pub(crate) struct Working(std::sync::Arc<Shared>);
+
+impl Working {
+    pub(crate) fn start(shared: std::sync::Arc<Shared>) -> Working {
+        shared.stats.working.fetch_add(1, Ordering::SeqCst);
+        Working(shared)
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.0.stats.working.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The NumericResult channels acquiring now.
