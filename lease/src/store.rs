@@ -34,7 +34,9 @@ pub use terms::{
 /// [`holders`]: LeaseStore::holders
 pub trait LeaseStore: Send + Sync {
     /// Tries once to take a slot of `name`. With the token of a live holder it renews that
-    /// holder's lease (`Acquisition::Renewed`) instead of refusing.
+    /// holder's lease (`Acquisition::Renewed`) instead of refusing, and its owner text becomes
+    /// the request's, in the same write: a holder rewrites what it keeps in its owner text
+    /// atomically (same token, same fence).
     fn try_acquire_kind<'a>(
         &'a self,
         kind: LeaseKind,

@@ -19,8 +19,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use station_lease::engine::MAX_BACKOFF;
 use station_lease::{
-    BackendUrl, Lease, LeaseGuardError, LeaseKind, LeaseStore, LeaseToken, MemoryLeaseStore,
-    RedisLeaseStore,
+    AcquireRequest, Acquisition, BackendUrl, Lease, LeaseGuardError, LeaseKind, LeaseStore,
+    LeaseToken, MemoryLeaseStore, RedisLeaseStore,
 };
 use tokio::time::Instant;
 
@@ -368,6 +368,46 @@ async fn an_owner_token_reacquires_its_own_lease(store: Arc<dyn LeaseStore>) -> 
     Ok(())
 }
 
+/// An acquire with the holder's token renews its lease and replaces its owner text in one
+/// write, same token and fence: what a record kept as a lease's owner text (the station's
+/// ledger of duties) is rewritten without a moment when it is not there.
+async fn a_holders_acquire_rewrites_its_owner_text_in_place(
+    store: Arc<dyn LeaseStore>,
+) -> Result<()> {
+    for kind in [LeaseKind::Exclusive, LeaseKind::Semaphore { slots: 1 }] {
+        let name = unique("rewrite");
+        let first = match store
+            .try_acquire_kind(
+                kind,
+                &name,
+                AcquireRequest::new("version 1".to_owned(), LONG),
+            )
+            .await?
+        {
+            Acquisition::Taken(grant) => grant,
+            other => anyhow::bail!("{kind:?}: not taken: {other:?}"),
+        };
+        let again =
+            AcquireRequest::new("version 2".to_owned(), LONG).with_retry_token(first.token.clone());
+        let second = match store.try_acquire_kind(kind, &name, again).await? {
+            Acquisition::Renewed(grant) => grant,
+            other => anyhow::bail!("{kind:?}: not renewed: {other:?}"),
+        };
+        ensure!(
+            (second.owner.as_str(), second.fence, &second.token)
+                == ("version 2", first.fence, &first.token),
+            "{kind:?}: {second:?}"
+        );
+        let held = store.holders(kind, &name).await?;
+        ensure!(
+            held.len() == 1 && held[0].owner == "version 2",
+            "{kind:?}: the store keeps {held:?}"
+        );
+        ensure!(store.release_kind(kind, &name, &first.token).await?);
+    }
+    Ok(())
+}
+
 async fn a_guard_acquires_and_releases(store: Arc<dyn LeaseStore>) -> Result<()> {
     let name = unique("guard");
     let guard = Lease::exclusive(store.clone(), name.clone(), LONG)
@@ -562,6 +602,11 @@ macro_rules! behaviour_suite {
             #[tokio::test]
             async fn a_guard_acquires_and_releases() {
                 run(super::a_guard_acquires_and_releases).await;
+            }
+
+            #[tokio::test]
+            async fn a_holders_acquire_rewrites_its_owner_text_in_place() {
+                run(super::a_holders_acquire_rewrites_its_owner_text_in_place).await;
             }
         }
     };

@@ -45,6 +45,7 @@ if current then
   local held = cjson.decode(current)
   if held.token == token or (retry ~= '' and held.token == retry) then
     held.ttl = ttl
+    held.owner = owner
     redis.call('SET', KEYS[1], cjson.encode(held), 'PX', ttl)
     held.outcome = 'renewed'
     held.expires_in = ttl
@@ -117,6 +118,7 @@ local mine = redis.call('HGET', KEYS[2], own)
 if mine and redis.call('ZSCORE', KEYS[1], own) then
   local held = cjson.decode(mine)
   held.ttl = ttl
+  held.owner = owner
   redis.call('ZADD', KEYS[1], now + ttl, own)
   redis.call('HSET', KEYS[2], own, cjson.encode(held))
   keep_until_last()

@@ -118,9 +118,12 @@ pub(crate) fn plan_acquire(
         }
     }
     if let Some(mine) = live.iter().find(|row| request.is_own(&row.holder)) {
+        // The holder's own words about itself replace the old ones, in the same write: an
+        // acquire with the holder's token is also how a holder rewrites its owner text at once.
         return AcquirePlan::Renew(SlotRow {
             expires_at: now + ttl_ms,
             ttl_ms,
+            owner: request.owner.clone(),
             ..(*mine).clone()
         });
     }
