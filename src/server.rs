@@ -514,19 +514,17 @@ async fn start_station(
     // Several stations on a backend only this process sees: the stations of this gateway
     // still never serve one physical station twice.
     let identity_gate = match (&ownership, &standing_by, &shared.identities) {
-        (None, None, Some(identities)) => {
-            let gate = Arc::new(crate::link::OwnerGate::open_for_good(
+        (None, None, Some(identities)) => Some((
+            identities.clone(),
+            Arc::new(crate::link::OwnerGate::open_for_good(
                 tokio::time::Instant::now(),
-            ));
-            tasks.spawn(identities.clone().serve(
-                station_id.unwrap_or_default().to_owned(),
-                gate.clone(),
-                shutdown.clone(),
-            ));
-            Some(gate)
-        }
+            )),
+        )),
         _ => None,
     };
+    // Someone else may read what the station is owed (a restart, a standby, another gateway,
+    // another station of this one): its ledger is kept, and read when the link meets it.
+    let ledger_kept = ownership.is_some() || standing_by.is_some() || identity_gate.is_some();
     let ha = match &standing_by {
         Some(watch) => watch.role.clone(),
         None => Arc::new(HaRole::owner()),
@@ -544,6 +542,10 @@ async fn start_station(
     })
     .with_safe_state(link.clone(), config.lease.safe_state.clone())
     .with_notices(crate::audit::lease_lines::lease_hook(audit.clone()));
+    let lease = match ledger_kept {
+        true => lease.with_station_ledger(),
+        false => lease,
+    };
     // With a backend that outlives the process, the lease held before a restart is still held:
     // never start believing nobody holds it when the backend cannot say. (A standby resumes
     // it when it takes over.)
@@ -551,6 +553,16 @@ async fn start_station(
         lease.resume().await.map_err(StartError::LeaseResume)?;
     }
     let lease = Arc::new(lease);
+    let adopter = adopter_of(&lease);
+    let identity_gate = identity_gate.map(|(identities, gate)| {
+        tasks.spawn(identities.serve(
+            station_id.unwrap_or_default().to_owned(),
+            gate.clone(),
+            Some(adopter.clone()),
+            shutdown.clone(),
+        ));
+        gate
+    });
     let access_rules = if config.access.rules.is_empty() {
         crate::access_rules::AccessRules::off()
     } else {
@@ -597,7 +609,11 @@ async fn start_station(
         },
     };
     if let Some(ownership) = ownership {
-        tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
+        tasks.spawn(
+            ownership
+                .with_adopter(adopter)
+                .keep(shutdown.clone(), shutdown.clone()),
+        );
     }
     if let Some(watch) = standing_by {
         tasks.spawn(stand_by(watch, gateway.clone()));
@@ -654,9 +670,13 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
     let Some(taken) = watch.until_lapsed(&shutdown).await else {
         return;
     };
-    // Renewals (and the station identity's verdict the link waits for) go on meanwhile.
+    // Renewals (and the station identity's verdict the link waits for, which reads the
+    // station's ledger once the control lease is resumed) go on meanwhile.
     let gate = taken.ownership.gate();
-    let keep = taken.ownership.keep(shutdown.clone(), shutdown.clone());
+    let keep = taken
+        .ownership
+        .with_adopter(adopter_of(&gateway.lease))
+        .keep(shutdown.clone(), shutdown.clone());
     tokio::pin!(keep);
     let resumed = async {
         // After a lapse, the lock-delay first: a holder's request still queued at a paused old
@@ -695,6 +715,16 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
         "failover: this gateway owns the station now"
     );
     keep.await;
+}
+
+/// What reads the station's ledger and takes its duties over once the link met the station:
+/// the control lease's [`ControlLease::adopt_station`].
+fn adopter_of(lease: &Arc<ControlLease>) -> crate::lease::ledger::Adopter {
+    let lease = lease.clone();
+    Arc::new(move |identity: String| {
+        let lease = lease.clone();
+        Box::pin(async move { lease.adopt_station(&identity).await })
+    })
 }
 
 /// The samples the archive's queue holds while the writer is busy (a COPY, a stalled

@@ -18,6 +18,7 @@ mod comm;
 mod configuration;
 mod consuming_reads;
 mod deadband;
+mod duties;
 mod events;
 mod faults;
 mod history;

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::ledger::Adopter;
 use crate::config::identity_key;
 use crate::link::{IdentityVerdict, OwnerGate};
 
@@ -79,11 +80,14 @@ impl LabIdentities {
         self.released.send_replace(());
     }
 
-    /// Decides station `station`'s link's identities (asked through `gate`) until `shutdown`.
+    /// Decides station `station`'s link's identities (asked through `gate`) until `shutdown`:
+    /// an identity no other station serves is claimed, then `adopt` takes the station's ledger
+    /// over, and only then may the link serve it.
     pub async fn serve(
         self: Arc<LabIdentities>,
         station: String,
         gate: Arc<OwnerGate>,
+        adopt: Option<Adopter>,
         shutdown: CancellationToken,
     ) {
         let mut asked = gate.identities_asked();
@@ -100,7 +104,10 @@ impl LabIdentities {
                     let Some(identity) = asked.borrow_and_update().clone() else {
                         continue;
                     };
-                    let verdict = self.claim(&station, &identity);
+                    let verdict = match self.claim(&station, &identity) {
+                        Ok(()) => adopted(adopt.as_ref(), &identity).await,
+                        refused => refused,
+                    };
                     if let Err(why) = &verdict {
                         warn!("{why}");
                     }
@@ -113,13 +120,24 @@ impl LabIdentities {
                     if let Some(identity) = gate.refused_identity()
                         && self.claim(&station, &identity).is_ok()
                     {
-                        info!("station {station} serves the station {identity} now: no other station of this gateway does");
-                        gate.decide_identity(identity, Ok(()));
+                        let verdict = adopted(adopt.as_ref(), &identity).await;
+                        if verdict.is_ok() {
+                            info!("station {station} serves the station {identity} now: no other station of this gateway does");
+                        }
+                        gate.decide_identity(identity, verdict);
                     }
                 }
             }
         }
         self.release(&station);
+    }
+}
+
+/// The station's ledger taken over by `adopt`, if any.
+async fn adopted(adopt: Option<&Adopter>, identity: &str) -> IdentityVerdict {
+    match adopt {
+        Some(adopt) => adopt(identity.to_owned()).await,
+        None => Ok(()),
     }
 }
 
@@ -171,9 +189,9 @@ mod tests {
         tokio::spawn(
             identities
                 .clone()
-                .serve("st1".into(), one.clone(), stop_one.clone()),
+                .serve("st1".into(), one.clone(), None, stop_one.clone()),
         );
-        tokio::spawn(identities.serve("st2".into(), two.clone(), stop_two.clone()));
+        tokio::spawn(identities.serve("st2".into(), two.clone(), None, stop_two.clone()));
         assert_eq!(one.verify_identity("S", LIMIT).await, Ok(()));
         assert!(two.verify_identity("S", LIMIT).await.is_err());
         assert!(two.standing_by().is_some());

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::ledger::Adopter;
 use super::owner_state::{OwnerState, OwnerStateError};
 use super::seconds_left;
 use super::store::{
@@ -95,6 +96,9 @@ pub struct LinkOwnership {
     station_id: Option<String>,
     /// The fence this gateway took the lease with.
     fence: u64,
+    /// What takes the station's ledger over once the station's lease is claimed, before the
+    /// link may serve it.
+    adopt: Option<Adopter>,
     /// Whether it was its own lease from before a restart (taken back with the state file).
     taken_back: bool,
     /// When the last confirmed renewal (or the claim) was sent.
@@ -192,6 +196,7 @@ impl LinkOwnership {
                     waited_lock_delay: false,
                     station_retry_in: None,
                     station_id: None,
+                    adopt: None,
                 }))
             }
             Acquisition::HeldByOther(holder) => Ok(Err(holder)),
@@ -248,6 +253,30 @@ impl LinkOwnership {
     pub fn with_station_id(mut self, station_id: Option<String>) -> LinkOwnership {
         self.station_id = station_id;
         self
+    }
+
+    /// Once it claimed a station's lease, `adopt` takes the station's ledger over before the
+    /// link may serve it.
+    pub fn with_adopter(mut self, adopt: Adopter) -> LinkOwnership {
+        self.adopt = Some(adopt);
+        self
+    }
+
+    /// Claims the station `said` (its lease) and takes its ledger over: `Err` says why the
+    /// link may not serve it yet. The ledger is read within the store's time bound: a store
+    /// slower than that is answered as one that could not say, and the link asks again.
+    async fn serve_station(&mut self, said: &str) -> Result<(), String> {
+        self.claim_station(said).await?;
+        let Some(adopt) = &self.adopt else {
+            return Ok(());
+        };
+        match tokio::time::timeout(self.timing.store_timeout, adopt(said.to_owned())).await {
+            Ok(verdict) => verdict,
+            Err(_) => Err(format!(
+                "the lease backend did not say within {} ms what the station {said} is owed",
+                self.timing.store_timeout.as_millis()
+            )),
+        }
     }
 
     /// Opens the gate, after the lock-delay `delay` when this gateway took over a lease that
@@ -460,7 +489,7 @@ impl LinkOwnership {
                     }
                     let asked = identities.borrow_and_update().clone();
                     if let Some(identity) = asked {
-                        let verdict = self.claim_station(&identity).await;
+                        let verdict = self.serve_station(&identity).await;
                         if let Err(why) = &verdict {
                             warn!("{why}");
                         }
@@ -478,7 +507,7 @@ impl LinkOwnership {
             // Standing by for a station another gateway owns: try its lease again (the store
             // only; the link does not touch the station meanwhile).
             if let Some(identity) = self.gate.refused_identity() {
-                let verdict = self.claim_station(&identity).await;
+                let verdict = self.serve_station(&identity).await;
                 if verdict.is_ok() {
                     info!("the station {identity} is free again: this gateway takes it over");
                 }

@@ -16,6 +16,7 @@
 
 pub mod control;
 pub mod lab_identities;
+pub mod ledger;
 pub mod link_owner;
 pub mod notice;
 pub mod owner_state;
@@ -184,9 +185,10 @@ pub enum LeaseError {
     /// land (a station that ignores SPEC.md §4), so the next holder waits. 409 with
     /// `Retry-After`: not now.
     #[error(
-        "{after}'s lease {why}: a new lease waits the lock-delay (lease.lock_delay_ms), another {} ({} ms), so that none of its late changes can land in the next one; try again then or wait with ?waitMs=N", seconds_left(*.wait), .wait.as_millis()
+        "{after} {why}: a new lease waits the lock-delay (lease.lock_delay_ms), another {} ({} ms), so that no late change can land in the next one; try again then or wait with ?waitMs=N", seconds_left(*.wait), .wait.as_millis()
     )]
     LockDelay {
+        /// What the delay follows: `A's lease`, or a change made without a lease.
         after: String,
         why: &'static str,
         wait: Duration,
@@ -194,13 +196,20 @@ pub enum LeaseError {
     /// A change or forced read sent without a lease within that lock-delay: 423 with
     /// `Retry-After`.
     #[error(
-        "{after}'s lease {why}: no change and no hardware read until the lock-delay (lease.lock_delay_ms) is over, another {} ({} ms), so that none of its late changes can land after this one; try again then", seconds_left(*.wait), .wait.as_millis()
+        "{after} {why}: no change and no hardware read until the lock-delay (lease.lock_delay_ms) is over, another {} ({} ms), so that no late change can land after this one; try again then", seconds_left(*.wait), .wait.as_millis()
     )]
     ChangeInLockDelay {
         after: String,
         why: &'static str,
         wait: Duration,
     },
+    /// An acquisition before this gateway's link has met the station: it does not know yet
+    /// what the station is owed (its ledger is read when the link meets it). 503 with
+    /// `Retry-After`.
+    #[error(
+        "this gateway has not reached the station since it began serving it, so it does not know yet what the station is owed (a safe state, a lock-delay or changes in doubt left by whoever served it before): no lease is granted until its link has reached the station; try again in a moment, or wait in line with ?waitMs=N"
+    )]
+    StationNotMet { retry_in: Duration },
     #[error("{0}")]
     Store(#[from] LeaseStoreError),
 }
@@ -233,6 +242,7 @@ impl LeaseError {
             }
             LeaseError::AdminTokenWrong => ErrorKind::Forbidden,
             LeaseError::Store(_) => ErrorKind::LeaseStoreUnavailable,
+            LeaseError::StationNotMet { .. } => ErrorKind::StationNotReached,
         }
     }
 
@@ -243,6 +253,7 @@ impl LeaseError {
             LeaseError::LockDelay { wait, .. } | LeaseError::ChangeInLockDelay { wait, .. } => {
                 Some(*wait)
             }
+            LeaseError::StationNotMet { retry_in } => Some(*retry_in),
             _ => None,
         }
     }

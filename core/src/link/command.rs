@@ -4,6 +4,7 @@
 use station_protocol::{ItemResult, Request, Response, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::doubts::{Doubt, SettleScope};
 use super::error::LinkError;
 use super::guard::SendGuard;
 
@@ -32,20 +33,31 @@ pub(crate) enum Command {
         guard: Option<SendGuard>,
         parts: PartSink,
     },
-    /// Answered once no change admitted under `fence` may still be at the station.
+    /// Answered once no change that `scope` covers may still be at the station.
     Settle {
-        fence: u64,
+        scope: SettleScope,
         reply: oneshot::Sender<Settled>,
     },
+    /// Changes a gateway before this one left in doubt at the station: each stays in doubt
+    /// until its instant, as one of this gateway's would.
+    Inherit { doubts: Vec<Doubt> },
 }
 
-/// The answer to a settle: nothing of the fence may still be at the station, and whether a
-/// change of it left doubt unanswered on the way (it outlived `station.max_processing_ms`, or
-/// the connection ended while it was at the station): a station that ignores SPEC.md §4 may
-/// still carry it out, so the next holder waits the lock-delay.
+/// The answer to a settle: nothing the settle waited for may still be at the station by the
+/// station's contract, and when the last of those changes left doubt unanswered (it outlived
+/// `station.max_processing_ms` since it was sent, whatever became of the connection it was sent
+/// on), if one did: a station that breaks its contract may still carry it out, so the next
+/// holder waits the lock-delay, counted from then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Settled {
-    pub had_doubts: bool,
+    pub lapsed_at: Option<tokio::time::Instant>,
+}
+
+impl Settled {
+    /// Whether a change the settle waited for left doubt unanswered.
+    pub fn had_doubts(&self) -> bool {
+        self.lapsed_at.is_some()
+    }
 }
 
 /// A client connection, by its peer address: who asked for a read.

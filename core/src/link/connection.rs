@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::command::{Command, Settled};
+use super::doubts::{DoubtBook, SettleScope};
 use super::error::{LinkDown, LinkError};
 use super::guard::SendGuard;
 use super::handshake::Framing;
@@ -47,6 +48,19 @@ pub struct Shared {
     /// With a shared lease backend: this gateway's hold on the station's link, checked right
     /// before any frame is written (`None`: the only gateway there can be).
     pub owner: Option<Arc<OwnerGate>>,
+    /// The station's changes in doubt, published whenever they change (the ledger of what the
+    /// station is owed records them).
+    pub doubts: tokio::sync::watch::Sender<Arc<Vec<super::doubts::Doubt>>>,
+}
+
+impl Shared {
+    /// Publishes `book`'s doubts when they changed since `seen` (its version then).
+    pub fn publish_doubts(&self, book: &DoubtBook, seen: &mut u64) {
+        if book.version() != *seen {
+            *seen = book.version();
+            self.doubts.send_replace(Arc::new(book.doubts()));
+        }
+    }
 }
 
 impl Shared {
@@ -115,6 +129,9 @@ impl Shared {
     }
 }
 
+/// One settle waiting: until no change its scope covers may still be at the station.
+pub type Settling = (SettleScope, tokio::sync::oneshot::Sender<Settled>);
+
 /// The state of one connection, from handshake to loss.
 pub struct Connection {
     pub framed: Framing,
@@ -124,8 +141,8 @@ pub struct Connection {
     session: Session,
     reads: ReadQueue,
     changes: VecDeque<Queued>,
-    /// Who waits until the changes of a fence have left the station.
-    settling: Vec<(u64, tokio::sync::oneshot::Sender<Settled>)>,
+    /// Who waits until the changes a scope covers have left the station.
+    settling: Vec<Settling>,
     /// The LIST refresh a configuration NOTIFY starts (its decisions).
     list: ListRefresh,
     reads_turn: bool,
@@ -133,13 +150,16 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// `timeouts`: the request timeout, and the longest the station may take over a request.
+    /// `timeouts`: the request timeout, and the longest the station may take over a request;
+    /// `doubts` and `settling`: the station's changes in doubt and the settles waiting, from
+    /// the connections before this one.
     pub fn new(
         framed: Framing,
         generation: u64,
         window: usize,
         timeouts: (Duration, Duration),
         policy: CoalescePolicy,
+        (doubts, settling): (DoubtBook, Vec<Settling>),
     ) -> Connection {
         let (request_timeout, max_processing) = timeouts;
         Connection {
@@ -147,10 +167,10 @@ impl Connection {
             generation,
             request_timeout,
             max_processing,
-            session: Session::new(window, request_timeout, max_processing),
+            session: Session::new(window, request_timeout, max_processing).with_doubts(doubts),
             reads: ReadQueue::new(policy),
             changes: VecDeque::new(),
-            settling: Vec::new(),
+            settling,
             list: ListRefresh::default(),
             reads_turn: true,
             codec_errors_seen: 0,
@@ -160,6 +180,11 @@ impl Connection {
     /// Request ids from `next` on (the handshake used those below).
     pub fn ids_from(&mut self, next: u32) {
         self.session.ids_from(next);
+    }
+
+    /// The station's changes in doubt, as they are now.
+    pub fn doubts(&self) -> &DoubtBook {
+        self.session.doubts()
     }
 
     /// When the next request in flight times out.
@@ -200,21 +225,22 @@ impl Connection {
                 guard,
                 parts,
             }),
-            Command::Settle { fence, reply } => self.settling.push((fence, reply)),
+            Command::Settle { scope, reply } => self.settling.push((scope, reply)),
+            Command::Inherit { doubts } => self.session.inherit(doubts),
         }
         self.answer_settled();
     }
 
-    /// Answers who waits for a fence none of whose changes may still be at the station.
+    /// Answers who waits for a scope none of whose changes may still be at the station.
     fn answer_settled(&mut self) {
         let session = &self.session;
         let (settled, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.settling)
             .into_iter()
-            .partition(|(fence, _)| !session.changes_in_flight_under(*fence));
+            .partition(|(scope, _)| !session.changes_at_the_station(*scope));
         self.settling = waiting;
-        for (fence, reply) in settled {
-            let had_doubts = self.session.take_lapsed(fence);
-            let _ = reply.send(Settled { had_doubts });
+        for (scope, reply) in settled {
+            let lapsed_at = self.session.take_lapsed(scope);
+            let _ = reply.send(Settled { lapsed_at });
         }
     }
 
@@ -278,14 +304,10 @@ impl Connection {
 
     /// Answers everything in flight and queued when the session ends: a change already sent
     /// has an unknown outcome; everything else was not done.
-    pub fn fail_everything(&mut self, why: &LinkDown) {
-        // The link is reset: nothing of this session is at the station any more, unless the
-        // station ignores SPEC.md §4 (a change of the fence that lapsed, or still unanswered).
-        for (fence, settled) in std::mem::take(&mut self.settling) {
-            let had_doubts =
-                self.session.take_lapsed(fence) || self.session.changes_in_flight_under(fence);
-            let _ = settled.send(Settled { had_doubts });
-        }
+    /// The session ended for `why`: everything queued and in flight is answered, a change
+    /// still at the station stays in doubt, and the station's doubts and the settles still
+    /// waiting go back to the link task, which answers them as time settles the doubts.
+    pub fn fail_everything(&mut self, why: &LinkDown) -> (DoubtBook, Vec<Settling>) {
         for in_flight in self.session.drain() {
             // A READ's readers are among the read queue's, failed below.
             if let Some((waiting, error)) = decisions::cut_off(in_flight.kind, why) {
@@ -297,6 +319,10 @@ impl Connection {
             let (waiting, error) = decisions::never_sent(queued, why);
             waiting.answer(error);
         }
+        (
+            self.session.take_doubts(),
+            std::mem::take(&mut self.settling),
+        )
     }
 
     pub fn count_codec_errors(&mut self, shared: &Shared) {

@@ -23,10 +23,11 @@ pub enum LinkError {
     /// A change the station did not answer in time: in doubt, for it may still carry it out.
     #[error(
         "the station did not answer the write within {} ms; it may or may not have been \
-         applied, and the station may still apply it: the gateway holds back the end of the \
-         lease it was made under (the safe state, the next holder) until the station answers \
-         it, at most {} ms after it was sent (station.max_processing_ms), and then resets the \
-         link; read the channel to find out",
+         applied, and the station may still apply it until it answers or {} ms after it was \
+         sent (station.max_processing_ms): until then the gateway holds back what would follow \
+         it (the end of the lease it was made under with its safe state, or the next lease \
+         when it was made without one), and should it stay unanswered the next holder also \
+         waits the lock-delay (lease.lock_delay_ms); read the channel to find out",
         .timeout.as_millis(),
         .max_processing.as_millis()
     )]
@@ -36,7 +37,7 @@ pub enum LinkError {
     },
     /// A change was sent, then the link broke (or its answer was unreadable).
     #[error(
-        "the link to the station dropped after the write was sent ({0}); it may or may not have been applied: read the channel to find out"
+        "the link to the station dropped after the write was sent ({0}); it may or may not have been applied, and a station that did not see the connection close (a serial line) may still apply it: the gateway holds back what would follow it until station.max_processing_ms after it was sent; read the channel to find out"
     )]
     OutcomeUnknown(OutcomeCause),
     /// The station answered, and said no.
@@ -232,7 +233,10 @@ mod tests {
         assert_eq!(
             cut.to_string(),
             "the link to the station dropped after the write was sent (the station closed the \
-             connection); it may or may not have been applied: read the channel to find out"
+             connection); it may or may not have been applied, and a station that did not see \
+             the connection close (a serial line) may still apply it: the gateway holds back \
+             what would follow it until station.max_processing_ms after it was sent; read the \
+             channel to find out"
         );
         let unreadable = LinkError::OutcomeUnknown(OutcomeCause::Reply(ProtocolError::BadPayload(
             PayloadError::Truncated("a status"),
@@ -259,10 +263,11 @@ mod tests {
         assert_eq!(
             in_doubt.to_string(),
             "the station did not answer the write within 2000 ms; it may or may not have been \
-             applied, and the station may still apply it: the gateway holds back the end of the \
-             lease it was made under (the safe state, the next holder) until the station answers \
-             it, at most 8000 ms after it was sent (station.max_processing_ms), and then resets \
-             the link; read the channel to find out"
+             applied, and the station may still apply it until it answers or 8000 ms after it \
+             was sent (station.max_processing_ms): until then the gateway holds back what would \
+             follow it (the end of the lease it was made under with its safe state, or the next \
+             lease when it was made without one), and should it stay unanswered the next holder \
+             also waits the lock-delay (lease.lock_delay_ms); read the channel to find out"
         );
         let reset = LinkDown::ChangeInDoubt {
             fence: 7,

@@ -265,7 +265,7 @@ pub enum GuardRefusal {
     BetweenLeases { what: Guarded, owner: String },
     /// Admitted while nobody held the lease; the lock-delay after `after`'s lease runs now.
     #[error(
-        "the station waits the lock-delay after {after}'s lease (one of its changes may still land); no change until it is over; this {what} was not sent"
+        "the station waits the lock-delay after {after} (a change of it may still land); no change until it is over; this {what} was not sent"
     )]
     LockDelay { what: Guarded, after: String },
     /// Admitted while nobody held the lease; the safe state after `owner`'s lease, taken

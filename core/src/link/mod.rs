@@ -18,6 +18,7 @@
 
 mod command;
 mod connection;
+mod doubts;
 mod error;
 mod guard;
 mod handshake;
@@ -39,6 +40,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 pub use crate::config::station_url::{Parity, SerialSettings, StationUrl, UrlError};
 use command::Command;
 pub use command::{Caller, Settled};
+pub use doubts::{Doubt, SettleScope};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use guard::{
     Forbidden, GuardRefusal, Guarded, Interlock, InterlockBroken, Interlocks, LeaseSnapshot,
@@ -63,6 +65,8 @@ pub struct LinkHandle {
     request_timeout: Duration,
     /// The longest the station may take over a request (`station.max_processing_ms`).
     max_processing: Duration,
+    /// The station's changes in doubt, as the link task last published them.
+    doubts: watch::Receiver<Arc<Vec<Doubt>>>,
 }
 
 impl LinkHandle {
@@ -235,23 +239,32 @@ impl LinkHandle {
         }
     }
 
-    /// Returns once no change admitted under the lease with `fence` (`None`: while nobody held
-    /// it) may still be at the station: each was answered, or it is in doubt (timed out) and
-    /// was answered late or outlived `station.max_processing_ms` since it was sent. A change
-    /// still in doubt at that bound while this waits makes the link reset (close the
-    /// connection, and reopen it) before this returns: the station abandons or finishes a
-    /// closed connection's requests before it takes the next one's (SPEC.md §4), so nothing of
-    /// that fence lands after. Changes of that fence still queued are not waited for: their
-    /// send guard refuses them once the lease has ended, which the caller makes sure of first.
-    /// Never fails: with no link, nothing is at the station. Says whether a change of the
-    /// fence left doubt unanswered ([`Settled::had_doubts`]).
-    pub async fn settle(&self, fence: Option<u64>) -> Settled {
+    /// Returns once no change that `scope` covers (one lease's fence at its end; every fence
+    /// before a grant) may still be at the station: each was answered, or it is in doubt
+    /// (timed out, or at the station when its connection ended) and was answered late or
+    /// outlived `station.max_processing_ms` since it was sent — whatever happened to the link
+    /// meanwhile, for a station on a serial line never sees a close and one may ignore it. A
+    /// change of this connection still in doubt at that bound while this waits makes the link
+    /// reset (close the connection, and reopen it) before this returns: a station that keeps
+    /// SPEC.md §4 abandons a closed connection's requests. Changes still queued are not waited
+    /// for: their send guard refuses them once the lease has ended, which the caller makes
+    /// sure of first. Never fails. Says when the last of those changes left doubt unanswered
+    /// ([`Settled::lapsed_at`]), if one did.
+    pub async fn settle(&self, scope: SettleScope) -> Settled {
         let (reply, settled) = oneshot::channel();
-        let fence = fence.unwrap_or(session::FREE_FENCE);
-        match self.commands.send(Command::Settle { fence, reply }).await {
+        match self.commands.send(Command::Settle { scope, reply }).await {
             Ok(()) => settled.await.unwrap_or_default(),
             Err(_) => Settled::default(),
         }
+    }
+
+    /// Changes a gateway before this one left in doubt at the station (from the ledger of what
+    /// the station is owed): each is waited for by settles, as this gateway's own would be.
+    pub async fn inherit_doubts(&self, doubts: Vec<Doubt>) {
+        if doubts.is_empty() {
+            return;
+        }
+        let _ = self.commands.send(Command::Inherit { doubts }).await;
     }
 
     /// Runs an acquisition (SAMPLE, SPEC.md §6.12) under `guard`: the samples in order and the
@@ -348,6 +361,12 @@ impl LinkHandle {
     /// A receiver that sees every new [`StationInfo`].
     pub fn watch_info(&self) -> watch::Receiver<Arc<StationInfo>> {
         self.info.watch()
+    }
+
+    /// The station's changes in doubt, whenever they change (for the ledger of what the
+    /// station is owed).
+    pub fn watch_doubts(&self) -> watch::Receiver<Arc<Vec<Doubt>>> {
+        self.doubts.clone()
     }
 
     pub fn subscribe_events(&self) -> broadcast::Receiver<LinkEvent> {

@@ -4,20 +4,22 @@
 //!
 //! A change (anything sent under a send guard: a write, a consuming read, a SAMPLE) answered
 //! 504 is in doubt, not lost: the station may still carry it out. It stays in doubt, counted
-//! under its fence, until its late answer comes (dropped, but it settles it), the session ends,
-//! or `station.max_processing_ms` has passed since it was sent (a SAMPLE: since its last
-//! frame). At that bound [`Session::lapse_doubts`] decides: if a lease's settle waits for its
-//! fence, the link is reset (`LinkDown::ChangeInDoubt`: the sending side closed, on TCP the
-//! station's close awaited, then the usual reconnect), else it leaves doubt with a warning.
-//! The reset is sound because a station abandons a closed connection's unfinished requests
-//! (SPEC.md §4, which the simulator keeps); on a serial line `max_processing_ms` is the only
-//! bound. What a settle reports (`had_doubts`) comes from [`Session::take_lapsed`].
+//! under its fence in the station's [`DoubtBook`] (which the session borrows from the link task
+//! and gives back when it ends), until its late answer comes (dropped, but it settles it) or
+//! `station.max_processing_ms` has passed since it was sent (a SAMPLE: since its last frame);
+//! a change still at the station when the session ends stays in doubt the same way, for a
+//! station on a serial line never sees the close and a station may ignore one. At that bound
+//! [`Session::lapse_doubts`] decides: if a lease's settle waits for its fence and it was sent on
+//! this connection, the link is reset (`LinkDown::ChangeInDoubt`: the sending side closed, on
+//! TCP the station's close awaited, then the usual reconnect); else it leaves doubt with a
+//! warning. Either way it lapsed, and what a settle reports (`Settled::lapsed_at`) comes from
+//! [`Session::take_lapsed`]: the lease machine's lock-delay runs from it.
 //!
 //! A SAMPLE is a streaming request (`InFlightKind::Stream`): each data frame keeps it in flight
 //! with its deadline counted again, and the first gives its window slot back, so other requests
 //! go out between its frames even on a window of 1.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use station_protocol::{ChangeType, ChannelDescriptor, Opcode, PayloadError, Response};
@@ -25,20 +27,13 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::command::PartSink;
+pub use super::doubts::SettleScope;
+use super::doubts::{DoubtBook, Lapsed};
 use super::error::{LinkError, ProtocolError};
 use super::read_queue::ReadBatch;
 
 /// The fence key of a change admitted while nobody held the lease (lease fences start at 1).
 pub const FREE_FENCE: u64 = 0;
-
-/// A change (or consuming read, or SAMPLE) the station did not answer in time: it is in
-/// doubt, not lost, for the station may still carry it out.
-struct InDoubt {
-    fence: u64,
-    /// When the longest the station may take over it (`station.max_processing_ms`) has passed
-    /// since it was sent (a SAMPLE: since its last frame).
-    until: Instant,
-}
 
 /// Where the answer to a change or passed-through request goes.
 pub type ResponseReply = oneshot::Sender<Result<Response, LinkError>>;
@@ -130,13 +125,10 @@ pub struct Session {
     busy: usize,
     /// Changes in flight per lease fence ([`FREE_FENCE`]: admitted while nobody held it).
     fences: HashMap<u64, usize>,
-    /// Changes in doubt, by request id: they timed out unanswered and the station may still
-    /// carry them out, so they count as at the station (under their fence) until their late
-    /// reply comes, the session ends (the link is reset), or `max_processing` has passed.
-    in_doubt: HashMap<u32, InDoubt>,
-    /// Fences with a change that left doubt unanswered (it outlived `max_processing`), until
-    /// a settle of the fence takes them ([`Session::take_lapsed`]).
-    lapsed: HashSet<u64>,
+    /// The station's changes in doubt (this connection's and those of connections before it):
+    /// they count as at the station (under their fence) until their late reply comes or
+    /// `max_processing` has passed since they were sent.
+    doubts: DoubtBook,
     /// The longest the station may take over a request (`station.max_processing_ms`).
     max_processing: Duration,
     ping_outstanding: bool,
@@ -155,11 +147,17 @@ impl Session {
             in_flight: HashMap::new(),
             busy: 0,
             fences: HashMap::new(),
-            in_doubt: HashMap::new(),
-            lapsed: HashSet::new(),
+            doubts: DoubtBook::default(),
             ping_outstanding: false,
             late_replies: 0,
         }
+    }
+
+    /// The session, keeping the station's changes in doubt in `doubts` (those of connections
+    /// before it, from the link task).
+    pub fn with_doubts(mut self, doubts: DoubtBook) -> Session {
+        self.doubts = doubts;
+        self
     }
 
     /// Ids from `next` on: those below went out before this session (the handshake's), and a
@@ -173,7 +171,7 @@ impl Session {
         loop {
             let id = self.next_id;
             self.next_id = self.next_id.checked_add(1).unwrap_or(1);
-            if !self.in_flight.contains_key(&id) && !self.in_doubt.contains_key(&id) {
+            if !self.in_flight.contains_key(&id) && !self.doubts.holds_id(id) {
                 return id;
             }
         }
@@ -220,8 +218,7 @@ impl Session {
     /// longest the station may take over it.
     pub fn next_deadline(&self) -> Option<Instant> {
         let in_flight = self.in_flight.values().map(|f| f.deadline);
-        let in_doubt = self.in_doubt.values().map(|d| d.until);
-        in_flight.chain(in_doubt).min()
+        in_flight.chain(self.doubts.next_lapse()).min()
     }
 
     /// Whether a PING is on the wire.
@@ -234,19 +231,21 @@ impl Session {
         self.late_replies
     }
 
-    /// Whether changes admitted under lease `fence` ([`FREE_FENCE`]: while nobody held it)
-    /// may still be at the station: sent and not yet answered, or in doubt (timed out, not
-    /// answered late, and `max_processing` not yet passed). The end of a lease waits until
-    /// this is false.
-    pub fn changes_in_flight_under(&self, fence: u64) -> bool {
-        self.fences.get(&fence).is_some_and(|&count| count > 0)
-            || self.in_doubt.values().any(|d| d.fence == fence)
+    /// Whether changes that `scope` covers ([`FREE_FENCE`]: admitted while nobody held the
+    /// lease) may still be at the station: sent and not yet answered, or in doubt (timed out
+    /// or sent on a connection that ended, not answered late, and `max_processing` not yet
+    /// passed). The end of a lease, and a new grant, wait until this is false.
+    pub fn changes_at_the_station(&self, scope: SettleScope) -> bool {
+        self.fences
+            .iter()
+            .any(|(&fence, &count)| count > 0 && scope.covers(fence))
+            || self.doubts.holds(scope)
     }
 
     /// Whether a change of `fence` is in doubt (timed out and not answered since).
     #[cfg(test)]
     pub fn in_doubt_under(&self, fence: u64) -> bool {
-        self.in_doubt.values().any(|d| d.fence == fence)
+        self.doubts.holds(SettleScope::Fence(fence))
     }
 
     /// The one check of a reply: its id is in flight, and it answers what was asked (the
@@ -289,7 +288,7 @@ impl Session {
         }
         let Some(entry) = self.remove(request_id) else {
             // A change in doubt's late answer settles it.
-            self.in_doubt.remove(&request_id);
+            self.doubts.answered(request_id);
             self.late_replies += 1;
             return Reply::Unknown;
         };
@@ -318,10 +317,8 @@ impl Session {
             .collect();
         for (id, entry) in &expired {
             if let Some(fence) = entry.fence {
-                // The deadline is a request timeout (and its allowance) after it was sent, or
-                // after its last frame.
-                let until = entry.deadline - self.timeout - entry.allowance + self.max_processing;
-                self.in_doubt.insert(*id, InDoubt { fence, until });
+                let until = self.doubt_bound(entry);
+                self.doubts.add(*id, fence, until);
             }
         }
         expired.into_iter().map(|(_, entry)| entry).collect()
@@ -330,40 +327,64 @@ impl Session {
     /// Takes out every change in doubt that has outlived, at `now`, the longest the station
     /// may take over it: by the station's contract it was carried out or never will be, but
     /// the gateway cannot tell which. When someone waits for its fence (`waited_for`: a lease's
-    /// end), the link must be reset before they go on, so that it cannot land after them
-    /// (SPEC.md §4); otherwise it just leaves doubt.
+    /// end, a grant) and it was sent on this connection, the link is reset before they go on,
+    /// so that a station that keeps SPEC.md §4 abandons it should it be slower than it says;
+    /// otherwise it just leaves doubt. Either way the lapse is remembered for the settle.
     pub fn lapse_doubts(&mut self, now: Instant, waited_for: impl Fn(u64) -> bool) -> Lapse {
-        let lapsed: Vec<u32> = self
-            .in_doubt
-            .iter()
-            .filter(|(_, d)| d.until <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        let fences: Vec<u64> = lapsed
-            .into_iter()
-            .filter_map(|id| self.in_doubt.remove(&id).map(|d| d.fence))
-            .collect();
-        self.lapsed.extend(fences.iter().copied());
-        match fences.iter().find(|&&fence| waited_for(fence)) {
+        let Lapsed { current, orphaned } = self.doubts.lapse(now);
+        match current.iter().find(|&&fence| waited_for(fence)) {
             Some(&fence) => Lapse::Reset { fence },
-            None => Lapse::Forgotten(fences),
+            None => Lapse::Forgotten(current.into_iter().chain(orphaned).collect()),
         }
     }
 
-    /// Whether a change of `fence` left doubt unanswered since the last time this was asked
-    /// of it (it outlived `max_processing`): the settle of a lease's end asks, for its
-    /// lock-delay.
-    pub fn take_lapsed(&mut self, fence: u64) -> bool {
-        self.lapsed.remove(&fence)
+    /// When the last change that `scope` covers left doubt unanswered (it outlived
+    /// `max_processing`), if one did since the last time this was asked of its fences: the
+    /// settle of a lease's end (or of a grant) asks, for its lock-delay.
+    pub fn take_lapsed(&mut self, scope: SettleScope) -> Option<Instant> {
+        self.doubts.take_lapsed(scope)
     }
 
-    /// Takes out everything in flight, when the session ends. Nothing is in doubt any more:
-    /// the station abandons or finishes a closed connection's requests before it takes the
-    /// next connection's (SPEC.md §4).
+    /// The instant after which the station can no longer carry out the change `entry` by its
+    /// contract: `max_processing` after it was sent (a SAMPLE: after its last frame; the
+    /// deadline is a request timeout and its allowance after that).
+    fn doubt_bound(&self, entry: &InFlight) -> Instant {
+        entry.deadline - self.timeout - entry.allowance + self.max_processing
+    }
+
+    /// Takes out everything in flight, when the session ends. A change among them stays in
+    /// doubt until the station can no longer carry it out by its contract (a station on a
+    /// serial line never sees the close, and one may ignore it), and so does every change in
+    /// doubt already: only time settles them now.
     pub fn drain(&mut self) -> Vec<InFlight> {
-        self.in_doubt.clear();
         let ids: Vec<u32> = self.in_flight.keys().copied().collect();
-        ids.into_iter().filter_map(|id| self.remove(id)).collect()
+        let drained: Vec<InFlight> = ids.into_iter().filter_map(|id| self.remove(id)).collect();
+        self.doubts.connection_ended();
+        for entry in &drained {
+            if let Some(fence) = entry.fence {
+                let until = self.doubt_bound(entry);
+                self.doubts.orphan(fence, until);
+            }
+        }
+        drained
+    }
+
+    /// Changes a gateway before this one left in doubt: only time settles them.
+    pub fn inherit(&mut self, doubts: Vec<super::doubts::Doubt>) {
+        for doubt in doubts {
+            self.doubts.orphan(doubt.fence, doubt.until);
+        }
+    }
+
+    /// The station's changes in doubt, as they are now.
+    pub fn doubts(&self) -> &DoubtBook {
+        &self.doubts
+    }
+
+    /// The station's changes in doubt, given back to the link task when the session ends
+    /// (after [`Session::drain`]).
+    pub fn take_doubts(&mut self) -> DoubtBook {
+        std::mem::take(&mut self.doubts)
     }
 
     fn remove(&mut self, id: u32) -> Option<InFlight> {

@@ -17,7 +17,8 @@ use tracing::{info, warn};
 
 use super::LinkHandle;
 use super::command::{Command, Settled};
-use super::connection::{Connection, Shared};
+use super::connection::{Connection, Settling, Shared};
+use super::doubts::DoubtBook;
 use super::error::{LinkDown, LinkError};
 use super::handshake::{self, Connected};
 use super::info::{ChannelTable, LinkEvent, LinkStats, PublishedInfo, StationInfo};
@@ -37,6 +38,19 @@ pub struct LinkTask {
     max_processing: Duration,
     commands: mpsc::Receiver<Command>,
     shared: Shared,
+    /// What outlives a connection: the station's changes in doubt and the settles waiting.
+    between: BetweenSessions,
+    /// The version of the doubts last published.
+    doubts_published: u64,
+}
+
+/// What the link task keeps while no session runs, and lends to each session.
+#[derive(Default)]
+struct BetweenSessions {
+    /// The station's changes in doubt, across connections.
+    doubts: DoubtBook,
+    /// Settles waiting, answered as time settles the doubts.
+    settling: Vec<Settling>,
 }
 
 /// Why a session with the station ended.
@@ -66,6 +80,7 @@ impl LinkTask {
             ..StationInfo::default()
         });
         let (events, _) = broadcast::channel(256);
+        let (doubts_tx, doubts) = watch::channel(Arc::default());
         let cache = Arc::new(ValueCache::new());
         let stats = Arc::new(LinkStats::default());
         let handle = LinkHandle {
@@ -76,6 +91,7 @@ impl LinkTask {
             stats: stats.clone(),
             request_timeout: settings.request_timeout,
             max_processing,
+            doubts,
         };
         let task = LinkTask {
             settings,
@@ -88,7 +104,10 @@ impl LinkTask {
                 stats,
                 restarted: Default::default(),
                 owner: None,
+                doubts: doubts_tx,
             },
+            between: BetweenSessions::default(),
+            doubts_published: 0,
         };
         (task, handle)
     }
@@ -120,12 +139,16 @@ impl LinkTask {
                         handshake::connect(&self.settings, self.shared.owner.as_deref());
                     tokio::pin!(connecting);
                     loop {
+                        self.shared
+                            .publish_doubts(&self.between.doubts, &mut self.doubts_published);
+                        let next_lapse = self.between.doubts.next_lapse();
                         tokio::select! {
                             biased;
                             _ = shutdown.cancelled() => return,
                             result = &mut connecting => break result,
-                            Some(command) = self.commands.recv() => {
-                                command.fail(LinkError::Disconnected(down.clone()));
+                            Some(command) = self.commands.recv() => self.between.take(command, &down),
+                            _ = sleep_until_opt(next_lapse), if next_lapse.is_some() => {
+                                self.between.lapse(self.max_processing);
                             }
                         }
                     }
@@ -149,6 +172,9 @@ impl LinkTask {
             let pause = tokio::time::sleep(backoff);
             tokio::pin!(pause);
             loop {
+                self.shared
+                    .publish_doubts(&self.between.doubts, &mut self.doubts_published);
+                let next_lapse = self.between.doubts.next_lapse();
                 tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => return,
@@ -157,7 +183,10 @@ impl LinkTask {
                         backoff = self.settings.reconnect_min;
                         break;
                     }
-                    Some(command) = self.commands.recv() => command.fail(LinkError::Disconnected(down.clone())),
+                    Some(command) = self.commands.recv() => self.between.take(command, &down),
+                    _ = sleep_until_opt(next_lapse), if next_lapse.is_some() => {
+                        self.between.lapse(self.max_processing);
+                    }
                 }
             }
             backoff = (backoff * 2).min(self.settings.reconnect_max);
@@ -243,7 +272,11 @@ impl LinkTask {
             max_names: settings.max_names_per_read,
         };
         let timeouts = (settings.request_timeout, self.max_processing);
-        let mut c = Connection::new(framed, generation, window, timeouts, policy);
+        let carried = (
+            std::mem::take(&mut self.between.doubts),
+            std::mem::take(&mut self.between.settling),
+        );
+        let mut c = Connection::new(framed, generation, window, timeouts, policy, carried);
         c.ids_from(next_id);
         let end = self.session_loop(&mut c, shutdown).await;
         if let SessionEnd::Lost(LinkDown::ChangeInDoubt { .. }) = &end {
@@ -260,19 +293,21 @@ impl LinkTask {
             SessionEnd::Lost(why) => why.clone(),
             SessionEnd::Shutdown => LinkDown::ShuttingDown,
         };
-        c.fail_everything(&why);
+        (self.between.doubts, self.between.settling) = c.fail_everything(&why);
+        self.between.answer_settled();
         while let Ok(command) = self.commands.try_recv() {
-            command.fail(LinkError::Disconnected(why.clone()));
+            self.between.take(command, &why);
         }
         end
     }
-
     async fn session_loop(
         &mut self,
         c: &mut Connection,
         shutdown: &CancellationToken,
     ) -> SessionEnd {
         loop {
+            self.shared
+                .publish_doubts(c.doubts(), &mut self.doubts_published);
             if let Err(why) = c.dispatch(&self.shared).await {
                 return SessionEnd::Lost(why);
             }
@@ -337,6 +372,52 @@ impl LinkTask {
     }
 }
 
+impl BetweenSessions {
+    /// A command: a settle waits for the doubts (answered at once when
+    /// nothing it covers is in doubt), inherited doubts join the book, anything else fails.
+    fn take(&mut self, command: Command, down: &LinkDown) {
+        match command {
+            Command::Settle { scope, reply } => {
+                self.settling.push((scope, reply));
+                self.answer_settled();
+            }
+            Command::Inherit { doubts } => {
+                for doubt in doubts {
+                    self.doubts.orphan(doubt.fence, doubt.until);
+                }
+            }
+            other => other.fail(LinkError::Disconnected(down.clone())),
+        }
+    }
+
+    /// While no session runs: doubts whose bound has passed lapse, and the settles nothing
+    /// holds any more are answered.
+    fn lapse(&mut self, max_processing: Duration) {
+        let lapsed = self.doubts.lapse(Instant::now());
+        for fence in lapsed.current.iter().chain(&lapsed.orphaned) {
+            warn!(
+                fence,
+                "a change still at the station when the link went down is unanswered {} ms after it was sent (station.max_processing_ms): the station has carried it out or never will",
+                max_processing.as_millis()
+            );
+        }
+        self.answer_settled();
+    }
+
+    /// Answers the settles waiting while no session runs whose changes are no longer in doubt.
+    fn answer_settled(&mut self) {
+        let doubts = &self.doubts;
+        let (settled, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.settling)
+            .into_iter()
+            .partition(|(scope, _)| !doubts.holds(*scope));
+        self.settling = waiting;
+        for (scope, reply) in settled {
+            let lapsed_at = self.doubts.take_lapsed(scope);
+            let _ = reply.send(Settled { lapsed_at });
+        }
+    }
+}
+
 impl Command {
     /// Answers a command the task cannot serve with `error`.
     fn fail(self, error: LinkError) {
@@ -350,9 +431,9 @@ impl Command {
             Command::Stream { parts, .. } => {
                 let _ = parts.send(Err(error));
             }
-            // No session: nothing of any lease is at the station.
-            Command::Settle { reply, .. } => {
-                let _ = reply.send(Settled::default());
+            // Never failed: `LinkTask::offline` keeps them.
+            Command::Settle { .. } | Command::Inherit { .. } => {
+                debug_assert!(false, "a settle or an inheritance is never failed");
             }
         }
     }

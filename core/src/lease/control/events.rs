@@ -13,7 +13,7 @@ use super::LeaseAnswer;
 use super::read_back::Differs;
 pub(super) use super::state::ReadBackRound;
 use super::state::{StoredEnd, StoredLockDelay};
-use crate::link::LinkError;
+use crate::link::{LinkError, SettleScope};
 
 /// Who a new lease is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,9 +109,10 @@ pub(super) enum Event {
         releasing: Releasing,
         answer: Result<bool, LeaseStoreError>,
     },
-    /// The changes of the fence `Settle` named have left the station; `had_doubts`: one of them
-    /// left doubt unanswered (outlived `station.max_processing_ms`, or the link went down).
-    ChangesSettled { had_doubts: bool },
+    /// The changes `Settle` waited for have left the station; `lapsed_at`: when the last of
+    /// them left doubt unanswered (it outlived `station.max_processing_ms` since it was sent,
+    /// whatever became of the link), if one did.
+    ChangesSettled { lapsed_at: Option<Instant> },
     /// The station's answer to the safe state: `Err` says why it is not confirmed.
     SafeStateAnswered(Result<(), SafeStateError>),
     /// The safe state's channels read back from the hardware: those that differ from it
@@ -121,12 +122,16 @@ pub(super) enum Event {
     Unclaimed { fence: u64 },
     /// The station link is up (`connected`) or down, in its `generation`.
     Link { connected: bool, generation: u64 },
-    /// At start (or a standby's takeover): the store's live lease (asked at `asked_at`) or the
-    /// owner of a lease that lapsed while the gateway was down and whose safe state is owed,
-    /// and what the store keeps of the last lease's end (`end`, read after `asked_at`).
+    /// At start (or a standby's takeover): the store's live lease, if any (asked at
+    /// `asked_at`).
     Resumed {
         held: Option<LeaseGrant>,
         asked_at: Instant,
+    },
+    /// The link met the station and its ledger was read: the owner of a lease that ended unseen
+    /// whose safe state is owed, and what the ledger keeps of the last lease's end (the
+    /// lock-delay in force, an end nobody recorded). Leases may be granted from now on.
+    Adopted {
         owed_after: Option<String>,
         end: StoredEnd,
     },
@@ -251,9 +256,10 @@ pub(super) enum Action {
     /// the lock-delay it owes, if any (kept there until it is over by the store's clock; also
     /// one a restart or takeover found owed), then clears the mark that its end is pending.
     StoreEnd(Option<StoredLockDelay>),
-    /// Waits until no change admitted under `fence` (`None`: while nobody held it) may still
-    /// be at the station; then [`Event::ChangesSettled { had_doubts: false }`].
-    Settle(Option<u64>),
+    /// Waits until no change `scope` covers (one lease's fence at its end; every change before
+    /// a grant or a safe stop with nobody holding the lease) may still be at the station; then
+    /// [`Event::ChangesSettled`].
+    Settle(SettleScope),
     /// Writes the safe state owed after `after`'s lease; then [`Event::SafeStateAnswered`].
     SendSafeState {
         after: String,

@@ -9,79 +9,42 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::super::store::AcquireRequest;
-use super::super::{LeaseError, LeaseStoreError};
+use super::super::LeaseError;
 use super::events::{Action, Event, SafeStateError};
 use super::read_back::{self, Differs};
-use super::state::{LeaseState, SafeStateStep, StoredEnd};
+use super::state::{LeaseState, SafeStateStep};
 use super::{ControlLease, SafeState, lock};
-
-/// How long the store remembers that a safe state is owed (a gateway down longer than this
-/// forgets it).
-const SAFE_STATE_OWED_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+use crate::link::LinkHandle;
 
 impl ControlLease {
-    /// The store's name for "a safe state is owed for this lease".
-    fn owed_name(&self) -> String {
-        format!("{}:safe-state-owed", self.name)
-    }
-
-    /// Loads the store's live lease, if any (a backend that outlives the process), and a safe
-    /// state still owed for a lease that lapsed while the gateway was down.
+    /// Loads the store's live lease, if any (a backend that outlives the process): its holder
+    /// goes on. What the station is owed otherwise (a safe state, a lock-delay, an end nobody
+    /// recorded, changes in doubt) is read from its ledger when the link meets it
+    /// ([`ControlLease::adopt_station`]).
     pub async fn resume(&self) -> Result<(), LeaseError> {
         let _turn = self.transitions.lock().await;
         let asked_at = Instant::now();
         let held = self.store.current(&self.name).await?;
-        let owed = match held {
-            Some(_) => None,
-            None => self.store.current(&self.owed_name()).await?,
-        };
         if let Some(grant) = &held {
             info!(owner = %grant.owner, fence = grant.fence, "control lease resumed from the store");
-        } else if let Some(owed) = &owed {
-            if !self.has_safe_state() {
-                self.store.release(&self.owed_name(), &owed.token).await?;
-            } else {
-                warn!(
-                    owner = %owed.owner,
-                    "{}'s control lease lapsed while the gateway was down: the safe state is applied as soon as the station is reached",
-                    owed.owner
-                );
+        }
+        self.resumed_live
+            .store(held.is_some(), std::sync::atomic::Ordering::Release);
+        let actions = self.on(Event::Resumed { held, asked_at }, Instant::now());
+        debug_assert!(actions.is_empty(), "resuming asked for {actions:?}");
+        // The ledger of the station this control lease served last, read now.
+        if let Some(adopted) = self.resume_ledger().await? {
+            for action in self.on(adopted, Instant::now()) {
+                match action {
+                    Action::StoreEnd(lock_delay) => self.store_end(lock_delay).await,
+                    Action::Publish(view) => self.publish(view),
+                    Action::HandOver => {}
+                    other => debug_assert!(false, "resuming asked for {other:?}"),
+                }
             }
+            self.write_ledger().await;
         }
-        // The lease's end as the store keeps it: a lock-delay in force, or an end nobody
-        // recorded (the gateway before stopped, or the owner a standby takes over from died).
-        let end = match held {
-            Some(_) => StoredEnd::default(),
-            None => self.stored_end().await?,
-        };
-        if let Some(delay) = &end.lock_delay {
-            warn!(
-                after = %delay.after,
-                "the lock-delay after {}'s lease (it {}) goes on from the lease store: {} ms left",
-                delay.after,
-                delay.why.text(),
-                delay.left.as_millis()
-            );
-        } else if let (None, Some(owner)) = (&held, &end.end_pending) {
-            warn!(
-                owner = %owner,
-                "{owner}'s control lease ended while no gateway could record how: a new lease waits the lock-delay"
-            );
-        }
-        let resumed = Event::Resumed {
-            held,
-            asked_at,
-            owed_after: owed.map(|owed| owed.owner),
-            end,
-        };
-        let actions = self.on(resumed, Instant::now());
-        for action in actions {
-            match action {
-                Action::StoreEnd(lock_delay) => self.store_end(lock_delay).await,
-                other => debug_assert!(false, "resuming asked for {other:?}"),
-            }
-        }
+        self.resumed.send_replace(true);
         self.expiry_changed.notify_one();
         Ok(())
     }
@@ -135,6 +98,12 @@ impl ControlLease {
     /// of a transition.
     pub async fn run_expiry(self: Arc<Self>, shutdown: CancellationToken) {
         let mut station = self.safe_state.as_ref().map(|s| s.link.watch_info());
+        // The station's changes in doubt, recorded in its ledger as they change.
+        let mut doubts = self
+            .link
+            .as_ref()
+            .filter(|_| self.ledger_kept())
+            .map(LinkHandle::watch_doubts);
         if let Some(station) = &station {
             let info = station.borrow().clone();
             let baseline = Event::Link {
@@ -161,9 +130,27 @@ impl ControlLease {
                     None => std::future::pending().await,
                 }
             };
+            let doubts_changed = async {
+                match doubts.as_mut() {
+                    Some(doubts) => {
+                        if doubts.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let event = tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = self.expiry_changed.notified() => continue,
+                () = doubts_changed => {
+                    let Some(now) = doubts.as_mut().map(|d| d.borrow_and_update().clone()) else {
+                        continue;
+                    };
+                    let _turn = self.turn().await;
+                    self.record_doubts(&now, Instant::now()).await;
+                    continue;
+                }
                 () = link_changed => {
                     let Some(station) = station.as_ref() else { continue };
                     let info = station.borrow();
@@ -172,33 +159,6 @@ impl ControlLease {
                 () = due => Event::Deadline,
             };
             self.turn().await.feed(event).await;
-        }
-    }
-
-    /// Marks in the store that a safe state is owed should the lease about to be taken lapse.
-    pub(super) async fn remember_safe_state_owed(
-        &self,
-        owner: &str,
-    ) -> Result<(), LeaseStoreError> {
-        let owed = self.owed_name();
-        if self.store.current(&owed).await?.is_none() {
-            let request = AcquireRequest::new(owner.to_owned(), SAFE_STATE_OWED_TTL);
-            self.store.try_acquire(&owed, request).await?;
-        }
-        Ok(())
-    }
-
-    /// Clears the store's mark that a safe state is owed.
-    pub(super) async fn forget_safe_state_owed(&self) {
-        let owed = self.owed_name();
-        let cleared = async {
-            if let Some(mark) = self.store.current(&owed).await? {
-                self.store.release(&owed, &mark.token).await?;
-            }
-            Ok::<(), LeaseStoreError>(())
-        };
-        if let Err(error) = cleared.await {
-            warn!("the lease store could not clear its safe-state mark: {error}");
         }
     }
 

@@ -25,9 +25,17 @@ use super::state::{
     EndingLease, LeaseState, LiveLease, LockDelay, LockDelayWhy, SafeStateStep, StoredEnd,
     StoredLockDelay,
 };
+use crate::link::SettleScope;
 
 mod read_back;
 mod safe_stop;
+
+/// What a lock-delay follows when the change left in doubt was no lease's (or one a gateway
+/// before this one left at the station): what a refusal names.
+pub(super) const LEASELESS_CHANGE: &str = "a change made without a lease";
+
+/// What a refusal before the station's ledger is read tells the client to wait.
+const STATION_NOT_MET_RETRY: Duration = Duration::from_secs(1);
 
 /// The first wait between tries of the safe state, and the longest.
 pub(super) const SAFE_STATE_FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -59,6 +67,9 @@ pub(super) struct LeaseMachine {
     /// How long a new lease (and a change without one) waits after a lease one of whose
     /// changes may still land (`lease.lock_delay_ms`).
     lock_delay: Duration,
+    /// Whether the station's ledger has been read (or none is kept): until then no lease is
+    /// granted, for what the station is owed is not known.
+    station_known: bool,
 }
 
 impl LeaseMachine {
@@ -75,7 +86,15 @@ impl LeaseMachine {
             stopping: None,
             read_back_after: Duration::ZERO,
             lock_delay: Duration::ZERO,
+            station_known: true,
         }
+    }
+
+    /// The machine, granting no lease until the station's ledger is read
+    /// ([`Event::Adopted`]).
+    pub(super) fn with_station_unknown(mut self) -> LeaseMachine {
+        self.station_known = false;
+        self
     }
 
     /// The machine, with a new lease waiting `lock_delay` after one one of whose changes may
@@ -119,7 +138,8 @@ impl LeaseMachine {
                 expires_in: live.expires_in(now),
             },
             None => self
-                .lock_delay_at(now)
+                .station_unknown()
+                .or(self.lock_delay_at(now))
                 .or(self.state.between_leases(now))
                 .unwrap_or(LeaseError::HeldByOther {
                     owner: "a client that waited for it".into(),
@@ -138,7 +158,9 @@ impl LeaseMachine {
                 wait,
                 line_empty,
             } => self.acquire(owner, ttl, presented.as_deref(), wait, line_empty, now),
-            Event::NextInLine { ticket, .. } if self.lock_delay_at(now).is_some() => {
+            Event::NextInLine { ticket, .. }
+                if self.lock_delay_at(now).is_some() || !self.station_known =>
+            {
                 vec![Action::BackInLine(ticket)]
             }
             Event::NextInLine { ticket, owner, ttl } => self.take(
@@ -200,7 +222,7 @@ impl LeaseMachine {
                 releasing,
                 answer,
             } => self.released(&token, releasing, answer, now),
-            Event::ChangesSettled { had_doubts } => self.changes_settled(had_doubts, now),
+            Event::ChangesSettled { lapsed_at } => self.changes_settled(lapsed_at, now),
             Event::SafeStateAnswered(result) => self.safe_state_answered(result, now),
             Event::SafeStateReadBack(result) => self.safe_state_read_back(result, now),
             Event::Unclaimed { fence } => match &self.state {
@@ -229,33 +251,31 @@ impl LeaseMachine {
                     self.try_safe_state(now)
                 }
             },
-            Event::Resumed {
-                held,
-                asked_at,
-                owed_after,
-                end,
-            } => self.resumed(held, asked_at, owed_after, end, now),
+            Event::Resumed { held, asked_at } => self.resumed(held, asked_at),
+            Event::Adopted { owed_after, end } => self.adopted(owed_after, end, now),
         }
     }
 
-    /// At start or a takeover: the store's live lease goes on; else a safe state owed is
-    /// applied, and the lock-delay the store keeps is honoured for what it has left by the
-    /// store's clock (counted from `now`, after the store answered: never shorter here). A
-    /// lease the store no longer holds whose end was never recorded may have left a change in
-    /// doubt: the next holder waits the whole lock-delay from `now`, recorded in the store so
-    /// that a second restart honours it too.
-    fn resumed(
-        &mut self,
-        held: Option<LeaseGrant>,
-        asked_at: Instant,
-        owed_after: Option<String>,
-        end: StoredEnd,
-        now: Instant,
-    ) -> Vec<Action> {
+    /// At start (or a takeover): the store's live lease goes on. What the station is owed
+    /// otherwise comes with its ledger ([`Self::adopted`]).
+    fn resumed(&mut self, held: Option<LeaseGrant>, asked_at: Instant) -> Vec<Action> {
         if let Some(grant) = held {
             self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
-            return Vec::new();
         }
+        Vec::new()
+    }
+
+    /// The link met the station and its ledger was read: a safe state owed is applied, and the
+    /// lock-delay it keeps is honoured for what it has left by the store's clock (counted from
+    /// `now`, after the store answered: never shorter here). A lease whose end nobody recorded
+    /// may have left a change in doubt: the next holder waits the whole lock-delay from `now`,
+    /// recorded so that a second restart honours it too. What this gateway already owes (a
+    /// lease ending, a lock-delay) is kept, the longer delay of the two in force; a lease
+    /// still held here when the ledger owes the station more (another gateway served it
+    /// meanwhile under another name) ends as run out, the ledger's duties taken into its end.
+    /// From now on leases may be granted.
+    fn adopted(&mut self, owed_after: Option<String>, end: StoredEnd, now: Instant) -> Vec<Action> {
+        self.station_known = true;
         let fence = end.lock_delay.as_ref().map_or(0, |stored| stored.fence);
         let stored = end.lock_delay.map(|stored| LockDelay {
             until: now + stored.left,
@@ -271,31 +291,56 @@ impl LeaseMachine {
                 after: owner,
                 why: LockDelayWhy::LostTrack,
             });
-        let lock_delay = match (stored, lost_track) {
-            (Some(stored), Some(lost)) if stored.until >= lost.until => Some(stored),
-            (_, Some(lost)) => Some(lost),
-            (stored, None) => stored,
+        let lock_delay = longer(stored, lost_track).filter(|delay| delay.until > now);
+        let owed_after = owed_after.filter(|_| self.has_safe_state);
+        let mut actions = Vec::new();
+        if let LeaseState::Held(live) = &self.state
+            && (owed_after.is_some() || lock_delay.is_some())
+        {
+            let live = live.clone();
+            actions.push(Action::Forget(live.token.clone()));
+            actions.extend(self.end(live, EndCause::RanOut, now));
         }
-        .filter(|delay| delay.until > now);
-        if let Some(owner) = owed_after.filter(|_| self.has_safe_state) {
-            // Recorded when this end is finished, after the safe state.
-            let mut ending = EndingLease::new(owner, 0, true);
-            ending.ended_at = Some(now);
-            ending.lock_delay = lock_delay;
-            self.state = LeaseState::Ending(ending);
-            self.retry_now(now);
-            return Vec::new();
+        match &mut self.state {
+            LeaseState::Held(_) => {}
+            LeaseState::Ending(ending) => {
+                if owed_after.is_some() && !ending.safe_state_owed {
+                    ending.safe_state_owed = true;
+                    ending.step = SafeStateStep::Write;
+                }
+                ending.lock_delay = longer(ending.lock_delay.take(), lock_delay);
+            }
+            LeaseState::Free | LeaseState::Locked(_) => {
+                let running = match &self.state {
+                    LeaseState::Locked(delay) => Some(delay.clone()),
+                    _ => None,
+                };
+                let lock_delay = longer(running, lock_delay).filter(|delay| delay.until > now);
+                if let Some(owner) = owed_after {
+                    // Recorded when this end is finished, after the safe state.
+                    let mut ending = EndingLease::new(owner, 0, true);
+                    ending.ended_at = Some(now);
+                    ending.lock_delay = lock_delay;
+                    self.state = LeaseState::Ending(ending);
+                    self.retry_now(now);
+                    return actions;
+                }
+                let record = lock_delay
+                    .as_ref()
+                    .map(|delay| stored_lock_delay(delay, fence, now));
+                if let Some(delay) = lock_delay {
+                    self.state = LeaseState::Locked(delay);
+                }
+                if end.end_pending.is_some() || record.is_some() {
+                    actions.push(Action::StoreEnd(record));
+                }
+                actions.push(Action::Publish(self.free_view(now)));
+                if self.state.is_free(now) {
+                    actions.push(Action::HandOver);
+                }
+            }
         }
-        let record = lock_delay
-            .as_ref()
-            .map(|delay| stored_lock_delay(delay, fence, now));
-        if let Some(delay) = lock_delay {
-            self.state = LeaseState::Locked(delay);
-        }
-        match end.end_pending {
-            Some(_) => vec![Action::StoreEnd(record)],
-            None => Vec::new(),
-        }
+        actions
     }
 
     fn acquire(
@@ -308,15 +353,21 @@ impl LeaseMachine {
         now: Instant,
     ) -> Vec<Action> {
         if let Some(live) = presented.and_then(|p| self.live_lease(p, now)) {
+            // A renewal: the lease keeps its holder's name, whatever this request calls it.
             return vec![Action::Take {
                 grantee: None,
-                request: AcquireRequest::new(owner, ttl).with_retry_token(live.token.clone()),
+                request: AcquireRequest::new(live.owner.clone(), ttl)
+                    .with_retry_token(live.token.clone()),
                 asked_at: now,
                 remember_owed: false,
                 mark_end_pending: false,
             }];
         }
-        let refusal = match self.lock_delay_at(now).or(self.state.between_leases(now)) {
+        let refusal = match self
+            .station_unknown()
+            .or(self.lock_delay_at(now))
+            .or(self.state.between_leases(now))
+        {
             Some(refusal) => refusal,
             None if line_empty => {
                 return self.take(
@@ -380,19 +431,43 @@ impl LeaseMachine {
         }
         let live = LiveLease::from_grant(grant, asked_at);
         let answer = live.answer(now);
-        let (owner, fence) = (live.owner.clone(), live.fence);
         self.state = LeaseState::Held(live);
         if !taken {
             return vec![Action::Grant { grantee, answer }];
         }
         // Changes admitted while nobody held it are refused at the link from now on; the
-        // holder gets its id (and so can make its first change) once those already sent have
-        // left the station.
+        // holder gets its id (and so can make its first change) once every change that may
+        // still be at the station has left it, whoever made it.
         self.granting = Some(grantee);
-        vec![
-            Action::Record(Record::Taken { owner, fence }),
-            Action::Settle(None),
-        ]
+        vec![Action::Settle(SettleScope::Every)]
+    }
+
+    /// The lease just taken for `grantee` waited for the changes still at the station, and
+    /// one of them left doubt unanswered: until the lock-delay after it is over, nobody may
+    /// have the lease. It goes back to the store unused (nobody has its id), the delay is
+    /// recorded, and `grantee` is answered as while any lock-delay runs.
+    fn grant_withheld(&mut self, grantee: Grantee, delay: LockDelay, now: Instant) -> Vec<Action> {
+        let LeaseState::Held(live) = &self.state else {
+            return Vec::new();
+        };
+        let mut actions = vec![Action::Forget(live.token.clone())];
+        let record = stored_lock_delay(&delay, 0, now);
+        self.state = LeaseState::Locked(delay);
+        if self.has_safe_state {
+            actions.push(Action::ForgetOwed);
+        }
+        actions.push(Action::Publish(self.free_view(now)));
+        if !self.lock_delay.is_zero() {
+            actions.push(Action::StoreEnd(Some(record)));
+        }
+        actions.push(match grantee {
+            Grantee::Requester { wait: true } => Action::Answer(Answer::Queued),
+            Grantee::Requester { wait: false } => {
+                Action::Answer(Answer::Refused(self.held_by_other(now)))
+            }
+            Grantee::Waiter(ticket) => Action::BackInLine(ticket),
+        });
+        actions
     }
 
     /// The store took a new lease (`new`) while this gateway's lease had not ended here: asked
@@ -563,34 +638,55 @@ impl LeaseMachine {
             fence: live.fence,
             cause,
         }));
-        actions.push(Action::Settle(Some(live.fence)));
+        actions.push(Action::Settle(SettleScope::Fence(live.fence)));
         actions
     }
 
-    /// Changes of the fence asked have left the station: a new lease goes to its grantee; an
-    /// ended one gets its safe state, or is finished.
-    fn changes_settled(&mut self, had_doubts: bool, now: Instant) -> Vec<Action> {
-        if let (LeaseState::Ending(ending), true) = (&mut self.state, had_doubts) {
-            // A change of it left doubt unanswered: a station that ignores SPEC.md §4 may still
-            // carry it out, so the next holder waits, counted from now.
-            ending.lock_delay = Some(LockDelay {
-                until: now + self.lock_delay,
-                after: ending.owner.clone(),
-                why: LockDelayWhy::ChangesInDoubt,
-            });
+    /// The changes the settle waited for have left the station (`lapsed_at`: when the last of
+    /// them left doubt unanswered, if one did): a new lease goes to its grantee, unless the
+    /// lock-delay after such a doubt still runs; an ended one gets its safe state, or is
+    /// finished.
+    fn changes_settled(&mut self, lapsed_at: Option<Instant>, now: Instant) -> Vec<Action> {
+        // A station that breaks its contract may still carry out a change that left doubt:
+        // until the lock-delay after that is over, nobody else's change may follow it.
+        let delay_until = lapsed_at
+            .map(|lapsed| lapsed + self.lock_delay)
+            .filter(|until| *until > now);
+        if let (LeaseState::Ending(ending), Some(_)) = (&mut self.state, lapsed_at) {
+            if let Some(until) = delay_until {
+                ending.lock_delay = Some(LockDelay {
+                    until,
+                    after: ending.owner.clone(),
+                    why: LockDelayWhy::ChangesInDoubt,
+                });
+            }
             // One of them may still land: the safe state is written, not only read back.
             if ending.step == SafeStateStep::Check {
                 ending.step = SafeStateStep::Write;
             }
         }
         match (&self.state, self.granting.take()) {
-            (LeaseState::Held(live), Some(grantee)) => vec![
-                Action::Publish(live.view(now)),
-                Action::Grant {
-                    grantee,
-                    answer: live.answer(now),
-                },
-            ],
+            (LeaseState::Held(live), Some(grantee)) => match delay_until {
+                Some(until) => {
+                    let delay = LockDelay {
+                        until,
+                        after: LEASELESS_CHANGE.into(),
+                        why: LockDelayWhy::LeaselessDoubt,
+                    };
+                    self.grant_withheld(grantee, delay, now)
+                }
+                None => {
+                    let (owner, fence) = (live.owner.clone(), live.fence);
+                    vec![
+                        Action::Record(Record::Taken { owner, fence }),
+                        Action::Publish(live.view(now)),
+                        Action::Grant {
+                            grantee,
+                            answer: live.answer(now),
+                        },
+                    ]
+                }
+            },
             (LeaseState::Ending(ending), _) if ending.safe_state_owed => {
                 self.retry_now(now);
                 self.try_safe_state(now)
@@ -739,6 +835,13 @@ impl LeaseMachine {
         }
     }
 
+    /// The refusal of a new lease while the station's ledger is not read yet, if so.
+    fn station_unknown(&self) -> Option<LeaseError> {
+        (!self.station_known).then_some(LeaseError::StationNotMet {
+            retry_in: STATION_NOT_MET_RETRY,
+        })
+    }
+
     /// The refusal of a new lease while the lock-delay runs at `now`, if it does.
     fn lock_delay_at(&self, now: Instant) -> Option<LeaseError> {
         self.state.lock_delay(now).map(|delay| delay.refusal(now))
@@ -766,6 +869,15 @@ fn stored_lock_delay(delay: &LockDelay, fence: u64, now: Instant) -> StoredLockD
         fence,
         why: delay.why,
         left: delay.until.saturating_duration_since(now),
+    }
+}
+
+/// The lock-delay of the two that ends later.
+fn longer(a: Option<LockDelay>, b: Option<LockDelay>) -> Option<LockDelay> {
+    match (a, b) {
+        (Some(a), Some(b)) if a.until >= b.until => Some(a),
+        (_, Some(b)) => Some(b),
+        (a, None) => a,
     }
 }
 

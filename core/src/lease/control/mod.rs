@@ -30,13 +30,14 @@
 //! left first. A renewal the store confirms only after the local deadline is undone and
 //! refused (404).
 //!
-//! - `end_record.rs`: the end as the store keeps it for a restart or a standby's takeover: the
-//!   lock-delay in force (`<name>:lock-delay`, timed by the store's clock) and the mark that a
-//!   lease's end is pending (`<name>:end-pending`).
+//! - `ledger.rs`: the station's ledger of duties (`lease/ledger.rs`) as this control lease
+//!   keeps it in the store, under the station's identity: the safe state owed, a lease's end
+//!   pending, the lock-delay in force, the changes in doubt; read and taken over when the link
+//!   first meets the station ([`ControlLease::adopt_station`]), whoever served it before.
 
-mod end_record;
 mod events;
 mod expiry;
+mod ledger;
 mod machine;
 #[cfg(test)]
 mod machine_tests;
@@ -187,6 +188,13 @@ pub struct ControlLease {
     /// Where each transition runs: the gateway's own runtime, not a request's connection
     /// thread.
     runtime: crate::gateway_runtime::GatewayRuntime,
+    /// The station's ledger of duties as this gateway keeps it.
+    ledger: Mutex<ledger::Ledger>,
+    /// Set once the lease was resumed from the store (a standby's, once it took over): the
+    /// station's ledger is read after.
+    resumed: tokio::sync::watch::Sender<bool>,
+    /// Whether resuming found a live lease of this control lease in the store.
+    resumed_live: std::sync::atomic::AtomicBool,
 }
 
 impl ControlLease {
@@ -214,6 +222,9 @@ impl ControlLease {
             notices: None,
             timing: LeaseEndTiming::default(),
             runtime: crate::gateway_runtime::GatewayRuntime::current(),
+            ledger: Mutex::default(),
+            resumed: tokio::sync::watch::channel(false).0,
+            resumed_live: Default::default(),
         }
     }
 
@@ -228,9 +239,12 @@ impl ControlLease {
     }
 
     fn reset_machine(&mut self) {
-        let machine = LeaseMachine::new(self.has_safe_state(), Instant::now())
+        let mut machine = LeaseMachine::new(self.has_safe_state(), Instant::now())
             .with_read_back_after(self.timing.read_back_after)
             .with_lock_delay(self.timing.lock_delay);
+        if self.ledger_kept() {
+            machine = machine.with_station_unknown();
+        }
         let mut current = lock(&self.machine);
         *current = machine;
         self.published.publish(current.state().snapshot());

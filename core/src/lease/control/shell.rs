@@ -283,12 +283,9 @@ impl Turn {
                 mark_end_pending,
             } => {
                 let answer = async {
-                    if remember_owed {
-                        lease.remember_safe_state_owed(&request.owner).await?;
-                    }
-                    if mark_end_pending {
-                        lease.mark_end_pending(&request.owner).await?;
-                    }
+                    lease
+                        .mark_taking(&request.owner, remember_owed, mark_end_pending)
+                        .await?;
                     lease.store.try_acquire(&lease.name, request).await
                 };
                 let answer = answer.await;
@@ -325,12 +322,12 @@ impl Turn {
             }
             Action::ForgetOwed => lease.forget_safe_state_owed().await,
             Action::StoreEnd(lock_delay) => lease.store_end(lock_delay).await,
-            Action::Settle(fence) => {
-                let had_doubts = match &lease.link {
-                    Some(link) => link.settle(fence).await.had_doubts,
-                    None => false,
+            Action::Settle(scope) => {
+                let lapsed_at = match &lease.link {
+                    Some(link) => link.settle(scope).await.lapsed_at,
+                    None => None,
                 };
-                return Some(Event::ChangesSettled { had_doubts });
+                return Some(Event::ChangesSettled { lapsed_at });
             }
             Action::SendSafeState { after } => {
                 let result = lease.apply_safe_state(&after).await;

@@ -116,10 +116,19 @@ impl LockDelay {
         self.until > now
     }
 
+    /// What the delay follows, as a refusal names it: `A's lease`, or a change made without
+    /// a lease.
+    pub(super) fn subject(&self) -> String {
+        match self.why {
+            LockDelayWhy::LeaselessDoubt => self.after.clone(),
+            _ => format!("{}'s lease", self.after),
+        }
+    }
+
     /// The refusal of a new lease (409, with how long to wait).
     pub(super) fn refusal(&self, now: Instant) -> LeaseError {
         LeaseError::LockDelay {
-            after: self.after.clone(),
+            after: self.subject(),
             why: self.why.text(),
             wait: self.until.saturating_duration_since(now),
         }
@@ -129,7 +138,7 @@ impl LockDelay {
     /// wait).
     pub(super) fn change_refusal(&self, now: Instant) -> LeaseError {
         LeaseError::ChangeInLockDelay {
-            after: self.after.clone(),
+            after: self.subject(),
             why: self.why.text(),
             wait: self.until.saturating_duration_since(now),
         }
@@ -138,8 +147,8 @@ impl LockDelay {
     /// Why, in the words of `GET lease`.
     pub(super) fn reason(&self) -> String {
         format!(
-            "{}'s lease {}: one of its changes may still land at the station, so no new lease and no change is taken until the lock-delay (lease.lock_delay_ms) is over",
-            self.after,
+            "{} {}: it may still land at the station, so no new lease and no change is taken until the lock-delay (lease.lock_delay_ms) is over",
+            self.subject(),
             self.why.text()
         )
     }
@@ -160,6 +169,10 @@ pub(super) enum LockDelayWhy {
     /// A restart or a standby's takeover found it ended in the store with no end recorded:
     /// how it ended (and whether a change of it is still in doubt) is unknown.
     LostTrack,
+    /// A change made without a lease (or one a gateway before this one left at the station)
+    /// outlived `station.max_processing_ms` unanswered: it delays the next grant as a
+    /// holder's would.
+    LeaselessDoubt,
 }
 
 impl LockDelayWhy {
@@ -172,6 +185,7 @@ impl LockDelayWhy {
             LockDelayWhy::LostTrack => {
                 "ended while no gateway recorded how (found ended in the store after a restart or a standby's takeover)"
             }
+            LockDelayWhy::LeaselessDoubt => "was left in doubt",
         }
     }
 
@@ -183,6 +197,7 @@ impl LockDelayWhy {
             LockDelayWhy::SafeStopped => "safe-stopped",
             LockDelayWhy::ChangesInDoubt => "changes-in-doubt",
             LockDelayWhy::LostTrack => "lost-track",
+            LockDelayWhy::LeaselessDoubt => "leaseless-doubt",
         }
     }
 
@@ -194,6 +209,7 @@ impl LockDelayWhy {
             LockDelayWhy::Broken,
             LockDelayWhy::SafeStopped,
             LockDelayWhy::ChangesInDoubt,
+            LockDelayWhy::LeaselessDoubt,
         ]
         .into_iter()
         .find(|why| why.code() == code)
@@ -362,7 +378,7 @@ impl LeaseState {
         match self {
             LeaseState::Free => LeaseSnapshot::Free,
             LeaseState::Locked(delay) => LeaseSnapshot::LockDelay {
-                after: delay.after.clone(),
+                after: delay.subject(),
                 until: delay.until,
             },
             LeaseState::Held(live) => LeaseSnapshot::Held {

@@ -149,7 +149,7 @@ impl Connection {
         let timeout = self.request_timeout;
         let now = Instant::now();
         let settling = &self.settling;
-        let waited_for = |fence: u64| settling.iter().any(|(waits, _)| *waits == fence);
+        let waited_for = |fence: u64| settling.iter().any(|(scope, _)| scope.covers(fence));
         match self.session.lapse_doubts(now, waited_for) {
             Lapse::Reset { fence } => {
                 warn!(

@@ -15,6 +15,7 @@ fn shared() -> Shared {
         stats: Arc::new(LinkStats::default()),
         restarted: Default::default(),
         owner: None,
+        doubts: tokio::sync::watch::channel(Default::default()).0,
     }
 }
 
@@ -36,6 +37,7 @@ async fn nothing_is_written_once_this_gateway_cannot_prove_it_owns_the_link() {
         4,
         (Duration::from_secs(2), Duration::from_secs(8)),
         policy,
+        Default::default(),
     );
     let now = Instant::now();
     let gate = Arc::new(OwnerGate::new(now));
@@ -94,6 +96,7 @@ async fn an_unreadable_list_reply_ends_the_refresh_so_the_next_change_starts_ano
         4,
         (timeout, 4 * timeout),
         policy,
+        Default::default(),
     );
     let shared = shared();
     for attempt in ["first", "second"] {
@@ -163,6 +166,7 @@ async fn a_change_notified_during_a_refresh_starts_it_over_instead_of_publishing
         4,
         (timeout, 4 * timeout),
         policy,
+        Default::default(),
     );
     let shared = shared();
     let mut events = shared.events.subscribe();
@@ -250,6 +254,7 @@ fn connection(stream: Box<dyn StationStream>, timeout: Duration) -> Connection {
         4,
         (timeout, 4 * timeout),
         policy,
+        Default::default(),
     )
 }
 
@@ -302,7 +307,7 @@ async fn a_settle_still_waiting_when_a_change_in_doubt_outlives_the_longest_proc
     a_write_in_doubt(&mut c, &mut station, &shared, 7, timeout).await;
     let (settle, mut settled) = tokio::sync::oneshot::channel();
     c.enqueue(Command::Settle {
-        fence: 7,
+        scope: SettleScope::Fence(7),
         reply: settle,
     });
     c.dispatch(&shared).await.unwrap();
@@ -314,12 +319,20 @@ async fn a_settle_still_waiting_when_a_change_in_doubt_outlives_the_longest_proc
         matches!(reset, LinkDown::ChangeInDoubt { fence: 7, .. }),
         "{reset}"
     );
-    c.fail_everything(&reset);
-    let settled = settled.await.expect("settled by the reset");
-    assert!(
-        settled.had_doubts,
+    let lapsed_at = Instant::now();
+    let (mut doubts, settling) = c.fail_everything(&reset);
+    assert_eq!(
+        settling.len(),
+        1,
+        "the settle goes back to the link task with the station's doubts"
+    );
+    assert!(!doubts.holds(SettleScope::Fence(7)), "no longer in doubt");
+    assert_eq!(
+        doubts.take_lapsed(SettleScope::Fence(7)),
+        Some(lapsed_at),
         "the change in doubt was cut off, not answered"
     );
+    drop(settled);
 }
 
 #[tokio::test(start_paused = true)]
@@ -335,18 +348,18 @@ async fn a_change_in_doubt_nobody_waits_for_leaves_doubt_at_the_longest_processi
         .expect("nobody waits for it: no reset");
     let (settle, settled) = tokio::sync::oneshot::channel();
     c.enqueue(Command::Settle {
-        fence: 7,
+        scope: SettleScope::Fence(7),
         reply: settle,
     });
     let settled = settled.await.expect("settled at once");
-    assert!(settled.had_doubts, "it left doubt unanswered");
+    assert!(settled.had_doubts(), "it left doubt unanswered");
     // Told once: the next settle of the fence has nothing left in doubt.
     let (settle, settled) = tokio::sync::oneshot::channel();
     c.enqueue(Command::Settle {
-        fence: 7,
+        scope: SettleScope::Fence(7),
         reply: settle,
     });
-    assert!(!settled.await.unwrap().had_doubts);
+    assert!(!settled.await.unwrap().had_doubts());
 }
 
 /// Issue 28: a LIST refresh asks every listed channel's configuration (at most
@@ -369,6 +382,7 @@ async fn a_refresh_asks_every_channels_configuration_and_starts_over_on_a_notify
         16,
         (timeout, 4 * timeout),
         policy,
+        Default::default(),
     );
     let shared = shared();
     let names: Vec<String> = (0..10).map(|i| format!("CH{i}")).collect();

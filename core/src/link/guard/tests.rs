@@ -89,12 +89,12 @@ fn a_change_admitted_while_nobody_held_it_waits_for_no_lease() {
     let refusal = |lease: LeaseSnapshot, at: Instant| lease.admits(None, Guarded::Read, at);
     assert_eq!(refusal(LeaseSnapshot::Free, now), Ok(()));
     let delay = LeaseSnapshot::LockDelay {
-        after: "A".into(),
+        after: "A's lease".into(),
         until: later,
     };
     assert_eq!(
         refusal(delay.clone(), now).unwrap_err().to_string(),
-        "the station waits the lock-delay after A's lease (one of its changes may still land); no change until it is over; this read was not sent"
+        "the station waits the lock-delay after A's lease (a change of it may still land); no change until it is over; this read was not sent"
     );
     assert_eq!(refusal(delay, later), Ok(()));
     assert!(matches!(

@@ -159,24 +159,24 @@ fn changes_admitted_under_a_fence_are_known_to_be_in_flight_until_answered() {
     let second = change(&mut session, Some(7), now);
     change(&mut session, Some(8), now);
     change(&mut session, None, now);
-    assert!(session.changes_in_flight_under(7));
-    assert!(!session.changes_in_flight_under(6));
+    assert!(session.changes_at_the_station(SettleScope::Fence(7)));
+    assert!(!session.changes_at_the_station(SettleScope::Fence(6)));
     session.verify_reply(first, Ok(Response::Write(vec![])));
     assert!(
-        session.changes_in_flight_under(7),
+        session.changes_at_the_station(SettleScope::Fence(7)),
         "one is still at the station"
     );
     session.verify_reply(second, Ok(Response::Write(vec![])));
-    assert!(!session.changes_in_flight_under(7));
-    assert!(session.changes_in_flight_under(8));
+    assert!(!session.changes_at_the_station(SettleScope::Fence(7)));
+    assert!(session.changes_at_the_station(SettleScope::Fence(8)));
     session.expired(now + TIMEOUT);
     assert!(
-        session.changes_in_flight_under(8) && session.in_doubt_under(8),
+        session.changes_at_the_station(SettleScope::Fence(8)) && session.in_doubt_under(8),
         "timed out, but the station may still apply it: in doubt"
     );
     session.expired(now + 2 * TIMEOUT);
     assert!(
-        session.changes_in_flight_under(8),
+        session.changes_at_the_station(SettleScope::Fence(8)),
         "a second timeout is no reason to take it as lost"
     );
     assert_eq!(session.next_deadline(), Some(now + MAX_PROCESSING));
@@ -194,14 +194,18 @@ fn changes_admitted_under_a_fence_are_known_to_be_in_flight_until_answered() {
         Lapse::Forgotten(vec![8])
     );
     assert!(
-        !session.changes_in_flight_under(8),
+        !session.changes_at_the_station(SettleScope::Fence(8)),
         "unanswered for the longest the station may take: it was carried out or never will be"
     );
     assert_eq!(session.next_deadline(), None);
     // The lease's end learns of it once, for its lock-delay.
-    assert!(!session.take_lapsed(7));
-    assert!(session.take_lapsed(8));
-    assert!(!session.take_lapsed(8));
+    assert_eq!(session.take_lapsed(SettleScope::Fence(7)), None);
+    assert_eq!(
+        session.take_lapsed(SettleScope::Fence(8)),
+        Some(now + MAX_PROCESSING),
+        "lapsed at its bound"
+    );
+    assert_eq!(session.take_lapsed(SettleScope::Fence(8)), None);
 }
 
 #[test]
@@ -212,12 +216,12 @@ fn a_change_in_doubt_answered_late_leaves_nothing_lapsed() {
     session.expired(now + TIMEOUT);
     assert!(session.in_doubt_under(8));
     session.verify_reply(1, Ok(Response::Write(vec![Ok(())])));
-    assert!(!session.changes_in_flight_under(8));
+    assert!(!session.changes_at_the_station(SettleScope::Fence(8)));
     assert_eq!(
         session.lapse_doubts(now + MAX_PROCESSING, |_| true),
         Lapse::Forgotten(vec![])
     );
-    assert!(!session.take_lapsed(8));
+    assert_eq!(session.take_lapsed(SettleScope::Every), None);
 }
 
 #[test]
@@ -241,7 +245,7 @@ fn a_change_in_doubt_whose_fence_is_waited_for_past_the_longest_processing_asks_
         session.lapse_doubts(later + MAX_PROCESSING, waited_for),
         Lapse::Reset { fence: 6 }
     );
-    assert!(!session.changes_in_flight_under(6));
+    assert!(!session.changes_at_the_station(SettleScope::Fence(6)));
 }
 
 #[test]
@@ -274,15 +278,15 @@ fn the_longest_processing_is_never_shorter_than_the_request_timeout() {
 }
 
 #[test]
-fn a_timed_out_change_is_settled_by_its_late_answer_or_the_end_of_the_session() {
+fn a_timed_out_change_is_settled_by_its_late_answer_or_by_time_never_by_the_end_of_the_session() {
     let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
     let now = Instant::now();
     let late = change(&mut session, Some(3), now);
     let lost = change(&mut session, Some(4), now);
     change(&mut session, Some(FREE_FENCE), now);
     session.expired(now + TIMEOUT);
-    assert!(session.changes_in_flight_under(3));
-    assert!(session.changes_in_flight_under(FREE_FENCE));
+    assert!(session.changes_at_the_station(SettleScope::Fence(3)));
+    assert!(session.changes_at_the_station(SettleScope::Fence(FREE_FENCE)));
     assert_ne!(
         session.take_id(),
         late,
@@ -293,14 +297,68 @@ fn a_timed_out_change_is_settled_by_its_late_answer_or_the_end_of_the_session() 
         Reply::Unknown
     ));
     assert!(
-        !session.changes_in_flight_under(3),
+        !session.changes_at_the_station(SettleScope::Fence(3)),
         "answered late: settled"
     );
-    assert!(session.changes_in_flight_under(4));
-    let _ = lost;
+    assert!(session.changes_at_the_station(SettleScope::Fence(4)));
     session.drain();
-    assert!(!session.changes_in_flight_under(4), "the session ended");
-    assert!(!session.changes_in_flight_under(FREE_FENCE));
+    let mut next = Session::new(4, TIMEOUT, MAX_PROCESSING).with_doubts(session.take_doubts());
+    assert!(
+        next.changes_at_the_station(SettleScope::Fence(4))
+            && next.changes_at_the_station(SettleScope::Fence(FREE_FENCE)),
+        "the connection ended, but a station on a serial line never sees that: still in doubt"
+    );
+    assert!(
+        matches!(
+            next.verify_reply(lost, Ok(Response::Write(vec![Ok(())]))),
+            Reply::Unknown
+        ) && next.changes_at_the_station(SettleScope::Fence(4)),
+        "an answer with its id on the next connection is not its answer"
+    );
+    assert_eq!(next.next_deadline(), Some(now + MAX_PROCESSING));
+    next.lapse_doubts(now + MAX_PROCESSING, |_| true);
+    assert!(!next.changes_at_the_station(SettleScope::Every));
+}
+
+#[test]
+fn a_change_still_unanswered_when_the_session_ends_is_in_doubt_until_the_longest_processing() {
+    let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
+    let sent = Instant::now();
+    change(&mut session, Some(6), sent);
+    change(&mut session, None, sent);
+    let drained = session.drain();
+    assert_eq!(drained.len(), 2, "both answered by the end of the session");
+    let mut next = Session::new(4, TIMEOUT, MAX_PROCESSING).with_doubts(session.take_doubts());
+    assert!(next.changes_at_the_station(SettleScope::Fence(6)));
+    assert!(
+        !next.changes_at_the_station(SettleScope::Fence(FREE_FENCE)),
+        "a request sent under no guard (a read) is no change"
+    );
+    assert_eq!(next.next_deadline(), Some(sent + MAX_PROCESSING));
+    assert_eq!(
+        next.lapse_doubts(sent + MAX_PROCESSING, |_| true),
+        Lapse::Forgotten(vec![6]),
+        "sent on a connection that ended: no reset of this one settles it"
+    );
+    assert_eq!(
+        next.take_lapsed(SettleScope::Every),
+        Some(sent + MAX_PROCESSING)
+    );
+}
+
+#[test]
+fn inherited_doubts_are_waited_for_until_their_instant() {
+    let now = Instant::now();
+    let mut session = Session::new(4, TIMEOUT, MAX_PROCESSING);
+    session.inherit(vec![crate::link::Doubt {
+        fence: 12,
+        until: now + TIMEOUT,
+    }]);
+    assert!(session.changes_at_the_station(SettleScope::Every));
+    assert!(!session.changes_at_the_station(SettleScope::Fence(11)));
+    assert_eq!(session.next_deadline(), Some(now + TIMEOUT));
+    session.lapse_doubts(now + TIMEOUT, |_| true);
+    assert!(!session.changes_at_the_station(SettleScope::Every));
 }
 
 fn data(index: u32, n: usize) -> Response {
@@ -354,7 +412,7 @@ fn a_stream_frees_its_window_slot_with_its_first_frame_and_stays_in_flight_until
             "the deadline counts from the last frame"
         );
         assert!(
-            session.changes_in_flight_under(3),
+            session.changes_at_the_station(SettleScope::Fence(3)),
             "still at the station under its fence"
         );
     }
@@ -374,7 +432,7 @@ fn a_stream_frees_its_window_slot_with_its_first_frame_and_stays_in_flight_until
         session.verify_reply(id, Ok(end)),
         Reply::Answer(_, Response::Sample(_))
     ));
-    assert!(!session.changes_in_flight_under(3));
+    assert!(!session.changes_at_the_station(SettleScope::Fence(3)));
     assert!(!session.has_room(), "the end frame frees no slot twice");
     assert!(matches!(
         session.verify_reply(other, Ok(Response::Write(vec![Ok(())]))),

@@ -73,7 +73,7 @@ impl LeaseMachine {
                     ending.lock_delay = Some(delay.clone()).filter(|delay| delay.is_running(now));
                 }
                 self.state = LeaseState::Ending(ending);
-                actions.push(Action::Settle(None));
+                actions.push(Action::Settle(crate::link::SettleScope::Every));
             }
         }
         actions

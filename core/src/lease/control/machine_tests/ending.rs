@@ -36,7 +36,7 @@ fn a_release_ends_the_lease_without_the_safe_state_then_frees_it_for_the_next_in
                     cause: EndCause::Released,
                     ..
                 }),
-                Action::Settle(Some(3)),
+                Action::Settle(SettleScope::Fence(3)),
                 Action::Answer(Answer::Released),
             ]
         ),
@@ -44,7 +44,7 @@ fn a_release_ends_the_lease_without_the_safe_state_then_frees_it_for_the_next_in
     );
     assert_eq!(ending_of(&machine), ("A".into(), false, 0));
     assert_eq!(machine.next_wake(), None);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(is_finish(&actions, true), "{actions:?}");
     assert!(is_free(&machine));
 }
@@ -80,7 +80,7 @@ fn a_release_the_store_did_not_know_ran_out_and_one_it_could_not_answer_changes_
                     cause: EndCause::RanOut,
                     ..
                 }),
-                Action::Settle(Some(3)),
+                Action::Settle(SettleScope::Fence(3)),
                 Action::Answer(Answer::Refused(LeaseError::NoSuchLease)),
             ]
         ),
@@ -135,7 +135,7 @@ fn the_admin_break_ends_whoever_holds_it_and_says_what_it_broke() {
             &actions[..],
             [
                 Action::Record(Record::Ended { fence: 5, cause: EndCause::Broken { .. }, .. }),
-                Action::Settle(Some(5)),
+                Action::Settle(SettleScope::Fence(5)),
                 Action::Answer(Answer::Broken(view)),
             ] if view.owner.as_deref() == Some("A")
         ),
@@ -162,14 +162,14 @@ fn a_lease_past_its_deadline_runs_out_its_changes_settle_then_the_safe_state_the
             [
                 Action::Forget(ended),
                 Action::Record(Record::Ended { fence: 6, cause: EndCause::RanOut, .. }),
-                Action::Settle(Some(6)),
+                Action::Settle(SettleScope::Fence(6)),
             ] if *ended == token
         ),
         "{actions:?}"
     );
     assert_eq!(ending_of(&machine), ("A".into(), true, 0));
     let settled = past + Duration::from_secs(3);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, settled);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, settled);
     assert!(
         matches!(&actions[..], [Action::SendSafeState { after }] if after == "A"),
         "{actions:?}"
@@ -202,7 +202,7 @@ fn a_safe_state_not_confirmed_is_retried_with_a_doubling_back_off_and_shown_mean
     held_by(&mut machine, "A", 6, now);
     let mut at = now + TTL;
     machine.on(Event::Deadline, at);
-    machine.on(Event::ChangesSettled { had_doubts: false }, at);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, at);
     let mut waits = Vec::new();
     for tries in 1..=8 {
         let failure = SafeStateError::NoChannel("ON1".into());
@@ -265,7 +265,7 @@ fn a_station_that_comes_back_gets_the_safe_state_at_once() {
     held_by(&mut machine, "A", 6, now);
     let at = now + TTL;
     machine.on(Event::Deadline, at);
-    machine.on(Event::ChangesSettled { had_doubts: false }, at);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, at);
     for _ in 0..3 {
         machine.on(
             Event::SafeStateAnswered(Err(SafeStateError::Refused(vec![(
@@ -320,7 +320,7 @@ fn a_station_that_comes_back_while_a_released_lease_settles_gets_no_safe_state()
     machine.on(link(false, 1), now);
     let actions = machine.on(link(true, 2), now);
     assert!(actions.is_empty(), "{actions:?}");
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(is_finish(&actions, true), "{actions:?}");
 }
 
@@ -346,9 +346,9 @@ fn the_free_lease_goes_to_the_first_in_line_once_the_free_changes_settle() {
         },
         now,
     );
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(
-        matches!(&actions[..], [Action::Publish(_), Action::Grant { grantee: Grantee::Waiter(9), answer }] if answer.owner == "B"),
+        matches!(&actions[..], [Action::Record(Record::Taken { .. }), Action::Publish(_), Action::Grant { grantee: Grantee::Waiter(9), answer }] if answer.owner == "B"),
         "{actions:?}"
     );
     // A waiter the store does not serve goes back to the front of the line.
@@ -385,7 +385,7 @@ fn a_lease_nobody_claimed_is_ended_at_once_and_goes_to_the_next_in_line() {
             [
                 Action::Forget(forgotten),
                 Action::Record(Record::Ended { fence: 8, cause: EndCause::Unclaimed, .. }),
-                Action::Settle(Some(8)),
+                Action::Settle(SettleScope::Fence(8)),
             ] if *forgotten == token
         ),
         "{actions:?}"
@@ -393,7 +393,7 @@ fn a_lease_nobody_claimed_is_ended_at_once_and_goes_to_the_next_in_line() {
     // Nobody used it: no safe state is owed for it.
     assert_eq!(ending_of(&machine), ("B".into(), false, 0));
     assert!(is_finish(
-        &machine.on(Event::ChangesSettled { had_doubts: false }, now),
+        &machine.on(Event::ChangesSettled { lapsed_at: None }, now),
         true
     ));
 }
@@ -410,34 +410,30 @@ fn a_lease_being_ended_that_the_expiry_task_finds_unfinished_is_finished() {
     assert!(machine.on(Event::SafeStateAnswered(Ok(())), now).is_empty());
     assert!(
         machine
-            .on(Event::ChangesSettled { had_doubts: false }, now)
+            .on(Event::ChangesSettled { lapsed_at: None }, now)
             .is_empty()
     );
 }
 
 #[test]
-fn resuming_takes_the_stores_lease_or_the_safe_state_owed() {
+fn resuming_takes_the_stores_lease_and_the_ledger_the_safe_state_owed() {
     let now = Instant::now();
     let mut machine = LeaseMachine::new(true, now);
     let resumed = Event::Resumed {
         held: Some(grant("A", 11)),
         asked_at: now,
-        owed_after: Some("Z".into()),
-        end: StoredEnd::default(),
     };
     assert!(machine.on(resumed, now).is_empty());
     assert_eq!(fence_held(&machine), Some(11));
     assert_eq!(machine.next_wake(), Some(now + TTL));
 
     let later = now + Duration::from_secs(60);
-    let mut owed = LeaseMachine::new(true, now);
-    let resumed = Event::Resumed {
-        held: None,
-        asked_at: later,
+    let mut owed = LeaseMachine::new(true, now).with_station_unknown();
+    let adopted = Event::Adopted {
         owed_after: Some("Z".into()),
         end: StoredEnd::default(),
     };
-    assert!(owed.on(resumed, later).is_empty());
+    assert!(owed.on(adopted, later).is_empty());
     assert_eq!(ending_of(&owed), ("Z".into(), true, 0));
     assert_eq!(owed.next_wake(), Some(later), "tried at once");
     assert!(
@@ -445,13 +441,14 @@ fn resuming_takes_the_stores_lease_or_the_safe_state_owed() {
     );
 
     let mut no_safe_state = LeaseMachine::new(false, now);
-    let resumed = Event::Resumed {
-        held: None,
-        asked_at: now,
+    let adopted = Event::Adopted {
         owed_after: Some("Z".into()),
         end: StoredEnd::default(),
     };
-    assert!(no_safe_state.on(resumed, now).is_empty());
+    assert!(matches!(
+        &no_safe_state.on(adopted, now)[..],
+        [Action::Publish(_), Action::HandOver]
+    ));
     assert!(is_free(&no_safe_state));
     assert_eq!(no_safe_state.next_wake(), None);
 }

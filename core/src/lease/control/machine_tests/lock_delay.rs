@@ -12,9 +12,13 @@ fn machine(has_safe_state: bool, now: Instant) -> LeaseMachine {
     LeaseMachine::new(has_safe_state, now).with_lock_delay(LOCK_DELAY)
 }
 
+/// Whose lease the lock-delay follows (its refusal says `A's lease`), why, and the wait.
 fn lock_delay_of(actions: &[Action]) -> (String, &'static str, Duration) {
     match refusal(actions) {
-        LeaseError::LockDelay { after, why, wait } => (after.clone(), *why, *wait),
+        LeaseError::LockDelay { after, why, wait } => {
+            let owner = after.strip_suffix("'s lease").unwrap_or(after);
+            (owner.to_owned(), *why, *wait)
+        }
         other => panic!("not a lock-delay: {other:?}"),
     }
 }
@@ -25,7 +29,12 @@ fn ran_out_in_doubt(machine: &mut LeaseMachine, now: Instant) -> Instant {
     held_by(machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
+    let actions = machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(lapsed),
+        },
+        lapsed,
+    );
     assert!(
         matches!(
             &actions[..],
@@ -62,7 +71,7 @@ fn a_lease_that_ran_out_with_every_change_answered_frees_at_once() {
     held_by(&mut machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, lapsed);
     assert!(is_clean_finish(&actions), "{actions:?}");
     assert!(matches!(machine.state(), LeaseState::Free));
     assert_eq!(machine.free_view(lapsed), LeaseView::nobody());
@@ -144,7 +153,7 @@ fn during_the_lock_delay_a_change_without_a_lease_is_refused_at_admission_and_at
             assert_eq!(
                 (after.as_str(), why, wait),
                 (
-                    "A",
+                    "A's lease",
                     "ended with changes in doubt",
                     Duration::from_millis(2000)
                 )
@@ -154,7 +163,7 @@ fn during_the_lock_delay_a_change_without_a_lease_is_refused_at_admission_and_at
     }
     assert!(matches!(
         guard_check(machine.state(), None, Guarded::Change, asked),
-        Err(GuardRefusal::LockDelay { ref after, .. }) if after == "A"
+        Err(GuardRefusal::LockDelay { ref after, .. }) if after == "A's lease"
     ));
     assert!(matches!(
         guard_check(machine.state(), Some(5), Guarded::Change, asked),
@@ -232,7 +241,7 @@ fn a_clean_release_has_no_lock_delay() {
     let mut machine = machine(false, now);
     let token = held_by(&mut machine, "A", 5, now);
     released(&mut machine, token, now);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(
         is_clean_finish(&actions),
         "free, its end recorded clean in the store, the next in line: {actions:?}"
@@ -258,7 +267,12 @@ fn a_release_whose_change_left_doubt_unanswered_waits_the_lock_delay_from_the_se
     let token = held_by(&mut machine, "A", 5, now);
     released(&mut machine, token, now);
     let settled = now + Duration::from_secs(8);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, settled);
+    let actions = machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(settled),
+        },
+        settled,
+    );
     assert!(
         matches!(
             &actions[..],
@@ -291,7 +305,7 @@ fn a_broken_lease_with_every_change_answered_frees_at_once() {
         },
         now,
     );
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(is_clean_finish(&actions), "{actions:?}");
     let actions = machine.on(acquire("B", false, true), now);
     assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
@@ -318,7 +332,7 @@ fn a_safe_stop_never_starts_a_lock_delay_with_a_lease_or_without_and_with_a_safe
     let mut machine = self::machine(false, now);
     held_by(&mut machine, "A", 5, now);
     machine.on(stop(), now);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(is_clean_finish(&actions), "{actions:?}");
     taken(&mut machine);
     // A safe state, a lease held.
@@ -330,7 +344,7 @@ fn a_safe_stop_never_starts_a_lock_delay_with_a_lease_or_without_and_with_a_safe
     // A safe state, nobody holding it, and the station not in it: read back, then written.
     let mut machine = machine_with_safe_state(now);
     machine.on(stop(), now);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(
         matches!(&actions[..], [Action::ReadBackSafeState]),
         "{actions:?}"
@@ -354,7 +368,7 @@ fn machine_with_safe_state(now: Instant) -> LeaseMachine {
 /// Settles (nothing in doubt), writes and reads back the safe state owed, all at `at`: free
 /// at once, recorded clean.
 fn finish_safe_state(machine: &mut LeaseMachine, at: Instant) {
-    machine.on(Event::ChangesSettled { had_doubts: false }, at);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, at);
     machine.on(Event::SafeStateAnswered(Ok(())), at);
     let actions = read_back_right_twice(machine, at);
     assert!(
@@ -381,7 +395,12 @@ fn a_safe_stop_while_a_lease_is_ending_keeps_its_lock_delay_as_it_is() {
     held_by(&mut machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
+    let actions = machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(lapsed),
+        },
+        lapsed,
+    );
     assert!(
         matches!(&actions[..], [Action::SendSafeState { .. }]),
         "{actions:?}"
@@ -422,7 +441,12 @@ fn the_lock_delay_counts_from_the_settle_so_a_long_safe_state_leaves_none_to_wai
     held_by(&mut machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
+    machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(lapsed),
+        },
+        lapsed,
+    );
     let done = lapsed + LOCK_DELAY;
     machine.on(Event::SafeStateAnswered(Ok(())), done);
     let actions = read_back_right_twice(&mut machine, done);
@@ -441,16 +465,25 @@ fn a_lock_delay_of_zero_is_none() {
     held_by(&mut machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
+    let actions = machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(lapsed),
+        },
+        lapsed,
+    );
     assert!(is_finish(&actions, false), "{actions:?}");
     let actions = machine.on(acquire("B", false, true), lapsed);
     assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }
 
+/// A change made without a lease that left doubt unanswered delays the next grant exactly as
+/// a holder's change would: the lease just taken goes back to the store unused, the requester
+/// is refused the lock-delay (or waits in line), and the delay runs from when the doubt lapsed.
 #[test]
-fn a_new_lease_taken_while_free_ignores_doubts_of_the_changes_admitted_meanwhile() {
+fn a_new_lease_whose_settle_finds_a_lease_less_change_left_in_doubt_waits_the_lock_delay() {
     let now = Instant::now();
-    let mut machine = machine(false, now);
+    let new_machine = machine;
+    let mut machine = new_machine(false, now);
     machine.on(acquire("A", false, true), now);
     machine.on(
         Event::Taken {
@@ -460,12 +493,79 @@ fn a_new_lease_taken_while_free_ignores_doubts_of_the_changes_admitted_meanwhile
         },
         now,
     );
-    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, now);
+    let lapsed = now + Duration::from_millis(400);
+    let settled = now + Duration::from_millis(500);
+    let actions = machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(lapsed),
+        },
+        settled,
+    );
+    let left = LOCK_DELAY - Duration::from_millis(100);
+    match &actions[..] {
+        [
+            Action::Forget(_),
+            Action::Publish(view),
+            Action::StoreEnd(Some(stored)),
+            Action::Answer(Answer::Refused(LeaseError::LockDelay { after, why, wait })),
+        ] => {
+            assert!(!view.held && view.lock_delay_ms == Some(2900), "{view:?}");
+            assert_eq!(stored.why, LockDelayWhy::LeaselessDoubt);
+            assert_eq!(stored.left, left);
+            assert_eq!(
+                (after.as_str(), *why, *wait),
+                ("a change made without a lease", "was left in doubt", left)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fence_held(&machine), None, "nobody has the lease taken");
+    assert!(matches!(
+        machine.state().between_leases(settled),
+        Some(LeaseError::ChangeInLockDelay { .. })
+    ));
+    // Waiting in line, it is queued; a waiter goes back to the front of the line.
+    let mut waiting = new_machine(false, now);
+    waiting.on(acquire("A", true, true), now);
+    waiting.on(
+        Event::Taken {
+            grantee: Some(Grantee::Requester { wait: true }),
+            asked_at: now,
+            answer: Ok(Acquisition::Taken(grant("A", 5))),
+        },
+        now,
+    );
+    let actions = waiting.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(now),
+        },
+        now,
+    );
     assert!(
-        matches!(&actions[..], [Action::Publish(_), Action::Grant { .. }]),
+        matches!(actions.last(), Some(Action::Answer(Answer::Queued))),
         "{actions:?}"
     );
-    assert_eq!(fence_held(&machine), Some(5));
+    // A lapse longer ago than the lock-delay delays nothing.
+    let mut late = new_machine(false, now);
+    late.on(acquire("A", false, true), now);
+    late.on(
+        Event::Taken {
+            grantee: Some(REQUESTER),
+            asked_at: now,
+            answer: Ok(Acquisition::Taken(grant("A", 5))),
+        },
+        now,
+    );
+    let actions = late.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(now),
+        },
+        now + LOCK_DELAY,
+    );
+    assert!(
+        matches!(actions.last(), Some(Action::Grant { .. })),
+        "{actions:?}"
+    );
 }
 
 #[test]
@@ -477,7 +577,12 @@ fn an_acquire_while_an_end_is_finished_says_when_it_ended_and_the_lock_delay_lef
     held_by(&mut machine, "A", 5, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    machine.on(Event::ChangesSettled { had_doubts: true }, lapsed);
+    machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(lapsed),
+        },
+        lapsed,
+    );
     machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
     read_back_right(&mut machine, lapsed);
     // Waiting for the second read back, 3 s after it ran out.
@@ -495,11 +600,10 @@ fn an_acquire_while_an_end_is_finished_says_when_it_ended_and_the_lock_delay_lef
     assert!(message.contains("A's lease has just ended"), "{message}");
 }
 
+/// The station's ledger read at `at`, keeping `end`: what the machine asks.
 fn resumed_with(machine: &mut LeaseMachine, end: StoredEnd, at: Instant) -> Vec<Action> {
     machine.on(
-        Event::Resumed {
-            held: None,
-            asked_at: at,
+        Event::Adopted {
             owed_after: None,
             end,
         },
@@ -525,8 +629,12 @@ fn a_lock_delay_the_store_keeps_goes_on_after_a_restart_for_what_it_has_left() {
         lock_delay: Some(stored("A", LockDelayWhy::ChangesInDoubt, left)),
         end_pending: None,
     };
-    // Already in the store: nothing to write.
-    assert!(resumed_with(&mut machine, end, now).is_empty());
+    // Recorded in this gateway's ledger, the new lease's view published, nobody handed it.
+    let actions = resumed_with(&mut machine, end, now);
+    assert!(
+        matches!(&actions[..], [Action::StoreEnd(Some(record)), Action::Publish(view)] if record.left == left && view.lock_delay_ms == Some(1200)),
+        "{actions:?}"
+    );
     assert!(is_free(&machine));
     let actions = machine.on(acquire("B", false, true), now);
     assert_eq!(
@@ -552,7 +660,7 @@ fn a_lease_found_ended_with_no_end_recorded_waits_the_whole_lock_delay_and_recor
     let actions = resumed_with(&mut machine, end, now);
     let lost = stored("A", LockDelayWhy::LostTrack, LOCK_DELAY);
     assert!(
-        matches!(&actions[..], [Action::StoreEnd(Some(record))] if *record == StoredLockDelay { fence: 0, ..lost.clone() }),
+        matches!(&actions[..], [Action::StoreEnd(Some(record)), Action::Publish(_)] if *record == StoredLockDelay { fence: 0, ..lost.clone() }),
         "{actions:?}"
     );
     let (after, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), now));
@@ -574,7 +682,7 @@ fn a_restart_honours_the_longer_of_the_recorded_delay_and_an_unrecorded_end() {
     };
     let actions = resumed_with(&mut recorded_longer, end, now);
     assert!(
-        matches!(&actions[..], [Action::StoreEnd(Some(record))] if record.why == LockDelayWhy::RanOut && record.left == LOCK_DELAY * 2),
+        matches!(&actions[..], [Action::StoreEnd(Some(record)), Action::Publish(_)] if record.why == LockDelayWhy::RanOut && record.left == LOCK_DELAY * 2),
         "{actions:?}"
     );
     let mut unrecorded_longer = machine(false, now);
@@ -588,23 +696,104 @@ fn a_restart_honours_the_longer_of_the_recorded_delay_and_an_unrecorded_end() {
 }
 
 #[test]
-fn a_live_lease_in_the_store_is_resumed_whatever_the_end_marks_say() {
+fn a_live_lease_in_the_store_is_resumed_and_its_own_ledger_changes_nothing() {
     let now = Instant::now();
-    let mut machine = machine(false, now);
+    let mut machine = machine(false, now).with_station_unknown();
     let actions = machine.on(
         Event::Resumed {
             held: Some(grant("A", 11)),
             asked_at: now,
-            owed_after: None,
-            end: StoredEnd {
-                lock_delay: None,
-                end_pending: Some("A".into()),
-            },
         },
         now,
     );
     assert!(actions.is_empty(), "{actions:?}");
+    // Its own ledger's end marks are its own lease's: the shell passes none for it.
+    let actions = resumed_with(&mut machine, StoredEnd::default(), now);
+    assert!(actions.is_empty(), "{actions:?}");
     assert_eq!(fence_held(&machine), Some(11));
+}
+
+/// The ledger of the station met says another control lease's holder left it a safe state
+/// and a lock-delay (a gateway that named the station otherwise served it), while a lease of
+/// this one is still held here: that lease ends as run out, and its end carries the ledger's
+/// lock-delay.
+#[test]
+fn a_lease_held_here_when_the_ledger_owes_the_station_more_ends_with_those_duties() {
+    let now = Instant::now();
+    let mut machine = machine_with_safe_state(now).with_station_unknown();
+    machine.on(
+        Event::Resumed {
+            held: Some(grant("A", 11)),
+            asked_at: now,
+        },
+        now,
+    );
+    let actions = machine.on(
+        Event::Adopted {
+            owed_after: Some("Z".into()),
+            end: StoredEnd {
+                lock_delay: Some(stored("Z", LockDelayWhy::ChangesInDoubt, LOCK_DELAY * 2)),
+                end_pending: None,
+            },
+        },
+        now,
+    );
+    assert!(
+        matches!(
+            &actions[..],
+            [
+                Action::Forget(_),
+                Action::Record(Record::Ended {
+                    cause: EndCause::RanOut,
+                    ..
+                }),
+                Action::Settle(SettleScope::Fence(11))
+            ]
+        ),
+        "{actions:?}"
+    );
+    machine.on(Event::ChangesSettled { lapsed_at: None }, now);
+    machine.on(Event::SafeStateAnswered(Ok(())), now);
+    read_back_right_twice(&mut machine, now);
+    let (after, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), now));
+    assert_eq!(
+        (after.as_str(), why, wait),
+        ("Z", "ended with changes in doubt", LOCK_DELAY * 2)
+    );
+}
+
+/// Until the station's ledger is read no lease is granted (503, try again in a second), a
+/// request waiting in line waits, and the first in line is served once it is read.
+#[test]
+fn no_lease_is_granted_before_the_stations_ledger_is_read() {
+    let now = Instant::now();
+    let mut machine = machine(false, now).with_station_unknown();
+    let actions = machine.on(acquire("B", false, true), now);
+    assert!(
+        matches!(refusal(&actions), LeaseError::StationNotMet { retry_in } if *retry_in == Duration::from_secs(1)),
+        "{actions:?}"
+    );
+    let actions = machine.on(acquire("B", true, true), now);
+    assert!(
+        matches!(&actions[..], [Action::Answer(Answer::Queued)]),
+        "{actions:?}"
+    );
+    let next = Event::NextInLine {
+        ticket: 3,
+        owner: "B".into(),
+        ttl: TTL,
+    };
+    assert!(matches!(
+        &machine.on(next, now)[..],
+        [Action::BackInLine(3)]
+    ));
+    let actions = resumed_with(&mut machine, StoredEnd::default(), now);
+    assert!(
+        matches!(&actions[..], [Action::Publish(_), Action::HandOver]),
+        "{actions:?}"
+    );
+    let actions = machine.on(acquire("B", false, true), now);
+    assert!(matches!(&actions[..], [Action::Take { .. }]), "{actions:?}");
 }
 
 #[test]
@@ -612,9 +801,7 @@ fn a_safe_state_owed_at_a_restart_is_applied_first_then_the_lost_tracks_delay_is
     let now = Instant::now();
     let mut machine = machine_with_safe_state(now);
     let actions = machine.on(
-        Event::Resumed {
-            held: None,
-            asked_at: now,
+        Event::Adopted {
             owed_after: Some("A".into()),
             end: StoredEnd {
                 lock_delay: None,
@@ -646,7 +833,10 @@ fn with_the_lock_delay_off_a_restart_only_clears_an_end_mark_and_takes_mark_noth
     };
     let actions = resumed_with(&mut machine, end, now);
     assert!(
-        matches!(&actions[..], [Action::StoreEnd(None)]),
+        matches!(
+            &actions[..],
+            [Action::StoreEnd(None), Action::Publish(_), Action::HandOver]
+        ),
         "{actions:?}"
     );
     let actions = machine.on(acquire("B", false, true), now);
@@ -672,7 +862,11 @@ fn a_recorded_lock_delay_with_nothing_left_is_none() {
         lock_delay: Some(stored("A", LockDelayWhy::ChangesInDoubt, Duration::ZERO)),
         end_pending: None,
     };
-    assert!(resumed_with(&mut machine, end, now).is_empty());
+    let actions = resumed_with(&mut machine, end, now);
+    assert!(
+        matches!(&actions[..], [Action::Publish(_), Action::HandOver]),
+        "{actions:?}"
+    );
     assert_eq!(machine.next_wake(), None);
     assert_eq!(machine.free_view(now).lock_delay_ms, None);
     let actions = machine.on(acquire("B", false, true), now);

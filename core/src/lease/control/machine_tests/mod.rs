@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::link::SettleScope;
+
 use super::super::store::{Acquisition, LeaseGrant, LeaseHolder, LeaseToken};
 use super::super::{LeaseError, LeaseStoreError, LeaseView};
 use super::events::{Action, Answer, EndCause, Event, Grantee, Record, Releasing, SafeStateError};
@@ -72,7 +74,7 @@ fn held_by(machine: &mut LeaseMachine, owner: &str, fence: u64, now: Instant) ->
         },
         now,
     );
-    machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     token
 }
 
@@ -173,15 +175,19 @@ fn a_free_lease_is_taken_from_the_store_and_granted_once_the_free_changes_have_s
         now,
     );
     assert!(
-        matches!(&actions[..], [Action::Record(Record::Taken { owner, fence: 7 }), Action::Settle(None)] if owner == "A"),
-        "{actions:?}"
+        matches!(&actions[..], [Action::Settle(SettleScope::Every)]),
+        "every change still at the station, whoever made it, leaves it first: {actions:?}"
     );
     // Held from now on: the link refuses changes admitted while it was free.
     assert_eq!(fence_held(&machine), Some(7));
     let later = now + Duration::from_secs(1);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, later);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, later);
     match &actions[..] {
-        [Action::Publish(view), Action::Grant { grantee, answer }] => {
+        [
+            Action::Record(Record::Taken { owner, fence: 7 }),
+            Action::Publish(view),
+            Action::Grant { grantee, answer },
+        ] if owner == "A" => {
             assert!(view.held && view.owner.as_deref() == Some("A"));
             assert_eq!(*grantee, REQUESTER);
             assert_eq!((answer.fence, answer.expires_in_ms), (7, 9_000));
@@ -192,7 +198,7 @@ fn a_free_lease_is_taken_from_the_store_and_granted_once_the_free_changes_have_s
     // Settled once: a second answer grants nothing.
     assert!(
         machine
-            .on(Event::ChangesSettled { had_doubts: false }, later)
+            .on(Event::ChangesSettled { lapsed_at: None }, later)
             .is_empty()
     );
 }
@@ -326,7 +332,7 @@ fn a_new_lease_the_store_took_over_one_not_yet_ended_here_ends_that_one_first() 
                     Action::Forget(handed_back),
                     Action::Forget(ended),
                     Action::Record(Record::Ended { fence: 2, cause: EndCause::RanOut, .. }),
-                    Action::Settle(Some(2)),
+                    Action::Settle(SettleScope::Fence(2)),
                     _,
                 ] if *handed_back == new_token && *ended == token
             ),
@@ -335,7 +341,7 @@ fn a_new_lease_the_store_took_over_one_not_yet_ended_here_ends_that_one_first() 
         assert_eq!(ending_of(&machine), ("A".into(), true, 0));
         // Nothing of the new lease is left: no grant follows the settle of A's changes.
         let actions = machine.on(
-            Event::ChangesSettled { had_doubts: false },
+            Event::ChangesSettled { lapsed_at: None },
             deadline + Duration::from_millis(2),
         );
         assert!(
@@ -371,7 +377,7 @@ fn a_new_lease_the_store_took_over_a_live_one_ends_the_live_one_as_run_out() {
                 Action::Forget(handed_back),
                 Action::Forget(ended),
                 Action::Record(Record::Ended { fence: 2, cause: EndCause::RanOut, .. }),
-                Action::Settle(Some(2)),
+                Action::Settle(SettleScope::Fence(2)),
                 Action::Answer(Answer::Refused(LeaseError::Ending { owner, .. })),
             ] if *handed_back == new_token && *ended == token && owner == "A"
         ),
@@ -495,7 +501,7 @@ fn a_store_that_took_anew_instead_of_renewing_ends_the_old_lease_and_frees_the_n
             [
                 Action::Forget(forgotten),
                 Action::Record(Record::Ended { fence: 4, cause: EndCause::RanOut, .. }),
-                Action::Settle(Some(4)),
+                Action::Settle(SettleScope::Fence(4)),
                 Action::Answer(Answer::Refused(LeaseError::NoSuchLease)),
             ] if *forgotten == stray_token
         ),
@@ -574,7 +580,7 @@ fn a_renewal_confirmed_after_the_deadline_ends_the_lease_as_run_out() {
                 Action::Record(Record::RenewedTooLate { fence: 2, .. }),
                 Action::Forget(undone),
                 Action::Record(Record::Ended { fence: 2, cause: EndCause::RanOut, .. }),
-                Action::Settle(Some(2)),
+                Action::Settle(SettleScope::Fence(2)),
                 Action::Answer(Answer::Refused(LeaseError::NoSuchLease)),
             ] if *undone == token
         ),
@@ -614,7 +620,7 @@ fn a_renewal_the_store_says_ended_runs_out_and_one_it_cannot_answer_changes_noth
                     cause: EndCause::RanOut,
                     ..
                 }),
-                Action::Settle(Some(2)),
+                Action::Settle(SettleScope::Fence(2)),
                 Action::Answer(Answer::Refused(LeaseError::NoSuchLease)),
             ]
         ),
@@ -684,7 +690,7 @@ fn a_store_answer_about_a_lease_no_longer_held_changes_nothing() {
         },
         now,
     );
-    machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     held_by(&mut machine, "B", 2, now);
     let renewed = LeaseGrant {
         token: stale.clone(),

@@ -17,7 +17,7 @@ fn confirmed() -> (LeaseMachine, Instant) {
     held_by(&mut machine, "A", 6, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, lapsed);
     let actions = machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
     assert!(
         matches!(
@@ -214,7 +214,7 @@ fn a_safe_stop_whose_safe_state_is_found_otherwise_right_after_its_writes_is_ans
         },
         now,
     );
-    machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     let failure = SafeStateError::NoChannel("ON1".into());
     machine.on(Event::SafeStateAnswered(Err(failure)), now);
     // The retry is written and confirmed, then found otherwise right away.

@@ -45,7 +45,7 @@ fn a_safe_stop_ends_the_held_lease_tells_its_holder_and_answers_once_the_safe_st
                 fence: 7,
                 cause,
             }),
-            Action::Settle(Some(7)),
+            Action::Settle(SettleScope::Fence(7)),
         ] => {
             assert_eq!(*stopped, stopped_record(Some(("A", 7))));
             assert_eq!(*forgotten, token);
@@ -61,7 +61,7 @@ fn a_safe_stop_ends_the_held_lease_tells_its_holder_and_answers_once_the_safe_st
     }
     // Refused from this instant, the safe state owed although the holder did nothing wrong.
     assert_eq!(ending_of(&machine), ("A".into(), true, 0));
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(
         matches!(&actions[..], [Action::SendSafeState { after }] if after == "A"),
         "{actions:?}"
@@ -89,14 +89,14 @@ fn a_safe_stop_with_nobody_holding_applies_the_safe_state_after_the_changes_admi
     let mut machine = LeaseMachine::new(true, now);
     let actions = machine.on(safe_stop(), now);
     assert!(
-        matches!(&actions[..], [Action::Record(r), Action::Settle(None)] if *r == stopped_record(None)),
+        matches!(&actions[..], [Action::Record(r), Action::Settle(SettleScope::Every)] if *r == stopped_record(None)),
         "{actions:?}"
     );
     // Nobody's change races it meanwhile.
     let (_, owed, _) = ending_of(&machine);
     assert!(owed);
     // Read back first: a station not in the safe state gets it written.
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(
         matches!(&actions[..], [Action::ReadBackSafeState]),
         "{actions:?}"
@@ -137,9 +137,12 @@ fn without_a_safe_state_a_safe_stop_still_ends_the_lease_and_says_none_is_config
 
     held_by(&mut machine, "B", 2, now);
     let actions = machine.on(safe_stop(), now);
-    assert!(matches!(actions.last(), Some(Action::Settle(Some(2)))));
+    assert!(matches!(
+        actions.last(),
+        Some(Action::Settle(SettleScope::Fence(2)))
+    ));
     assert_eq!(ending_of(&machine), ("B".into(), false, 0));
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert_eq!(
         *stop_answer(&actions),
         SafeStopOutcome {
@@ -156,7 +159,7 @@ fn a_safe_state_that_fails_is_answered_not_confirmed_and_stays_owed() {
     let mut machine = LeaseMachine::new(true, now);
     held_by(&mut machine, "A", 3, now);
     machine.on(safe_stop(), now);
-    machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     let failure = SafeStateError::NoChannel("ON1".into());
     let actions = machine.on(Event::SafeStateAnswered(Err(failure)), now);
     match &stop_answer(&actions).safe_state {
@@ -175,7 +178,7 @@ fn a_safe_stop_while_a_safe_state_is_pending_tries_it_at_once() {
     held_by(&mut machine, "A", 4, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, lapsed);
     let failure = SafeStateError::NoChannel("ON1".into());
     machine.on(Event::SafeStateAnswered(Err(failure.clone())), lapsed);
     machine.on(Event::SafeStateAnswered(Err(failure)), lapsed);
@@ -196,7 +199,7 @@ fn a_safe_stop_with_nobody_holding_and_the_safe_state_in_place_writes_nothing_an
     let now = Instant::now();
     let mut machine = LeaseMachine::new(true, now).with_lock_delay(Duration::from_secs(3));
     machine.on(safe_stop(), now);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: false }, now);
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     assert!(
         matches!(&actions[..], [Action::ReadBackSafeState]),
         "{actions:?}"
@@ -226,7 +229,12 @@ fn a_safe_stop_with_nobody_holding_whose_settle_left_doubt_writes_the_safe_state
     let now = Instant::now();
     let mut machine = LeaseMachine::new(true, now);
     machine.on(safe_stop(), now);
-    let actions = machine.on(Event::ChangesSettled { had_doubts: true }, now);
+    let actions = machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(now),
+        },
+        now,
+    );
     assert!(
         matches!(&actions[..], [Action::SendSafeState { .. }]),
         "a change in doubt may still land: written, not only read back: {actions:?}"
@@ -242,7 +250,7 @@ fn a_safe_stop_while_the_second_read_back_is_awaited_is_answered_at_once_and_cha
     held_by(&mut machine, "A", 4, now);
     let lapsed = now + TTL;
     machine.on(Event::Deadline, lapsed);
-    machine.on(Event::ChangesSettled { had_doubts: false }, lapsed);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, lapsed);
     machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
     read_back_right(&mut machine, lapsed);
     let second_at = lapsed + READ_BACK_AFTER;
@@ -294,7 +302,7 @@ fn driven(
     while let Some(event) = next.take() {
         let actions = machine.on(event, at);
         next = match actions.last() {
-            Some(Action::Settle(_)) => Some(Event::ChangesSettled { had_doubts: false }),
+            Some(Action::Settle(_)) => Some(Event::ChangesSettled { lapsed_at: None }),
             Some(Action::SendSafeState { .. }) => {
                 station.writes += 1;
                 station.safe = true;

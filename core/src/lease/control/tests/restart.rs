@@ -1,26 +1,43 @@
-//! The lock-delay across a restart on one store (issue 49, 2), in memory on paused time: a new
-//! control lease on the store a stopped one used honours the lock-delay it kept, and one whose
-//! last lease ended with no end recorded waits the whole lock-delay.
+//! The lock-delay across a restart on one store, in memory on paused time: a new control lease
+//! on the store a stopped one used honours the lock-delay the station's ledger kept, one whose
+//! last lease ended with no end recorded waits the whole lock-delay, and so does one that takes
+//! the station over under another name.
+
+use crate::lease::store::LeaseStore;
 
 use super::*;
 use crate::lease::control::state::{LockDelayWhy, StoredLockDelay};
 
 const LOCK_DELAY: Duration = Duration::from_secs(5);
 
-/// A gateway's control lease on `store` with the lock-delay, resumed from it, its expiry task
-/// running until `shutdown`.
+/// What the station these gateways serve says in its HELLO.
+const STATION: &str = "HVS-3 ESH1";
+
+/// A gateway's control lease on `store` with the lock-delay, resumed from it and the station's
+/// ledger read (its link met the station), its expiry task running until `shutdown`.
 async fn gateway_on(
+    store: Arc<MemoryLeaseStore>,
+    shutdown: &CancellationToken,
+) -> Arc<ControlLease> {
+    gateway_named("control:test", store, shutdown).await
+}
+
+async fn gateway_named(
+    name: &str,
     store: Arc<MemoryLeaseStore>,
     shutdown: &CancellationToken,
 ) -> Arc<ControlLease> {
     let (events, _) = broadcast::channel(64);
     let lease = Arc::new(
-        ControlLease::new(store, "control:test", events).with_end_timing(LeaseEndTiming {
-            lock_delay: LOCK_DELAY,
-            ..LeaseEndTiming::default()
-        }),
+        ControlLease::new(store, name, events)
+            .with_end_timing(LeaseEndTiming {
+                lock_delay: LOCK_DELAY,
+                ..LeaseEndTiming::default()
+            })
+            .with_station_ledger(),
     );
     lease.resume().await.unwrap();
+    lease.adopt_station(STATION).await.unwrap();
     tokio::spawn(lease.clone().run_expiry(shutdown.clone()));
     lease
 }
@@ -31,7 +48,10 @@ async fn take(lease: &Arc<ControlLease>, owner: &str) -> Result<LeaseAnswer, Lea
 
 fn lock_delay(refused: Result<LeaseAnswer, LeaseError>) -> (String, &'static str, Duration) {
     match refused {
-        Err(LeaseError::LockDelay { after, why, wait }) => (after, why, wait),
+        Err(LeaseError::LockDelay { after, why, wait }) => {
+            let owner = after.strip_suffix("'s lease").unwrap_or(&after).to_owned();
+            (owner, why, wait)
+        }
         other => panic!("not refused the lock-delay: {other:?}"),
     }
 }
@@ -118,6 +138,50 @@ async fn a_lease_that_ended_with_no_end_recorded_makes_a_restart_wait_the_whole_
     let (after, _, wait) = lock_delay(take(&third, "B").await);
     assert_eq!((after.as_str(), wait), ("A", Duration::from_secs(4)));
     third_run.cancel();
+}
+
+/// The gateway that served the station dies while A holds the lease; another, whose control
+/// lease has another name (another `station.id`, a lab that names the station otherwise),
+/// takes the station over: A's lease is ended in the store (it cannot be served under two
+/// names), and the next holder waits the whole lock-delay, as after a restart.
+#[tokio::test(start_paused = true)]
+async fn a_gateway_that_takes_the_station_over_under_another_name_waits_the_lock_delay() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let first_run = CancellationToken::new();
+    let first = gateway_on(store.clone(), &first_run).await;
+    take(&first, "A").await.unwrap();
+    first_run.cancel();
+    drop(first);
+
+    let second_run = CancellationToken::new();
+    let second = gateway_named("control:station:st1", store.clone(), &second_run).await;
+    assert!(
+        store.current("control:test").await.unwrap().is_none(),
+        "A's lease under the other name is ended"
+    );
+    let (after, why, wait) = lock_delay(take(&second, "B").await);
+    assert_eq!((after.as_str(), wait), ("A", LOCK_DELAY));
+    assert!(why.contains("takeover"), "{why}");
+    assert_eq!(second.station_served().as_deref(), Some("hvs-3 esh1"));
+    second_run.cancel();
+}
+
+/// Before its link met the station a gateway that keeps the station's ledger grants no lease:
+/// it does not know yet what the station is owed.
+#[tokio::test(start_paused = true)]
+async fn no_lease_is_granted_before_the_link_met_the_station() {
+    let (events, _) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(Arc::new(MemoryLeaseStore::new()), "control:test", events)
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    assert!(matches!(
+        take(&lease, "A").await,
+        Err(LeaseError::StationNotMet { .. })
+    ));
+    lease.adopt_station(STATION).await.unwrap();
+    assert_eq!(take(&lease, "A").await.unwrap().owner, "A");
 }
 
 #[tokio::test(start_paused = true)]

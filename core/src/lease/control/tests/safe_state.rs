@@ -108,22 +108,29 @@ async fn a_free_guard_names_a_live_holder_and_one_whose_lease_just_ended_apart()
 #[tokio::test(start_paused = true)]
 async fn a_safe_state_owed_from_before_a_restart_is_between_leases_until_its_first_try_fails() {
     let store = Arc::new(MemoryLeaseStore::new());
-    let owed = AcquireRequest::new("A".to_owned(), Duration::from_secs(3600));
+    let record = crate::lease::ledger::StationDuties {
+        safe_state_owed: Some("A".into()),
+        ..crate::lease::ledger::StationDuties::none("control:test")
+    };
+    let owed = AcquireRequest::new(record.encode(), crate::lease::ledger::RECORD_TTL);
     store
-        .try_acquire("control:test:safe-state-owed", owed)
+        .try_acquire(&crate::lease::ledger::record_name("HVS-3 ESH1"), owed)
         .await
         .unwrap();
     let (events, _receiver) = broadcast::channel(64);
     let lease = Arc::new(
-        ControlLease::new(store, "control:test", events).with_safe_state(
-            unreached_link(),
-            vec![SafeWrite {
-                channel: "ON1".into(),
-                value: "False".into(),
-            }],
-        ),
+        ControlLease::new(store, "control:test", events)
+            .with_safe_state(
+                unreached_link(),
+                vec![SafeWrite {
+                    channel: "ON1".into(),
+                    value: "False".into(),
+                }],
+            )
+            .with_station_ledger(),
     );
     lease.resume().await.unwrap();
+    lease.adopt_station("HVS-3 ESH1").await.unwrap();
     // Owed, not yet tried: between leases (423), not yet "pending" (503).
     assert!(matches!(
         lease.admit(Access::Change, None),
