@@ -343,7 +343,12 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         } else {
             (shared.audit.clone(), None)
         };
-        let gateway = start_station(setup.config, station_id, audit, &shared, &mut tasks).await?;
+        let named = StationNames {
+            several: station_id,
+            id: &setup.id,
+            served: &ids,
+        };
+        let gateway = start_station(setup.config, named, audit, &shared, &mut tasks).await?;
         let listener = legacy.next().flatten();
         legacy_addrs.push(match &listener {
             Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
@@ -423,15 +428,25 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
     })
 }
 
-/// Starts one station's tasks (`station_id`: its id in a gateway of several) (its link, link-owner lease or standby watch, control lease,
+/// What a station is called: its id in a gateway of several (in its published URL, its state
+/// file, the lab's identities), its id whatever the count (the access rules are compiled for
+/// it), and every station the gateway serves.
+struct StationNames<'a> {
+    several: Option<&'a str>,
+    id: &'a str,
+    served: &'a [String],
+}
+
+/// Starts one station's tasks (its link, link-owner lease or standby watch, control lease,
 /// access rules, events, history) and returns its [`Gateway`].
 async fn start_station(
     config: Config,
-    station_id: Option<&str>,
+    named: StationNames<'_>,
     audit: crate::audit::AuditLog,
     shared: &Shared,
     tasks: &mut JoinSet<()>,
 ) -> Result<Arc<Gateway>, StartError> {
+    let station_id = named.several;
     let url = StationUrl::parse(&config.station.url).map_err(|error| {
         crate::config::ConfigError::Invalid {
             key: "station.url",
@@ -554,9 +569,12 @@ async fn start_station(
     let access_rules = if config.access.rules.is_empty() {
         crate::access_rules::AccessRules::off()
     } else {
+        // Compiled for the station's id however many stations this gateway serves: a rule
+        // naming only other stations is never in force here.
         crate::access_rules::AccessRules::load_for_station(
             std::path::Path::new(&config.access.rules),
-            station_id,
+            Some(named.id),
+            named.served,
         )?
     }
     .with_legacy_group(Some(&config.legacy.access_group));

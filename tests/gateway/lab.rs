@@ -421,6 +421,12 @@ name = "st1-vset-is-read-only"
 stations = ["st1"]
 channels = ["vset"]
 deny = ["write"]
+
+[[rule]]
+name = "st3-vset-is-read-only"
+stations = ["st3"]
+channels = ["vset"]
+deny = ["write"]
 "#
         ),
     )
@@ -435,6 +441,21 @@ deny = ["write"]
     assert_eq!(lab.set("st2", &second, "5").await.0, 200);
     assert!(lab.sims[0].write_log().is_empty());
     assert_eq!(lab.sims[1].write_log().len(), 1);
+    // The rule for st3, a station this gateway does not serve, is in force nowhere: each
+    // station's view says so.
+    let (status, views) = lab
+        .call(reqwest::Method::GET, "/v1/stations", None, None)
+        .await;
+    assert_eq!(status, 200, "{views}");
+    for view in views.as_array().unwrap() {
+        let rules = &view["accessRules"];
+        assert_eq!(rules["version"], 1, "{view}");
+        let reported = rules["rulesForOtherStations"].to_string();
+        assert!(
+            reported.contains("st3-vset-is-read-only") && !reported.contains("st1-vset"),
+            "{view}"
+        );
+    }
 }
 
 #[tokio::test]
