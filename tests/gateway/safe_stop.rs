@@ -291,3 +291,27 @@ async fn with_access_control_a_read_key_may_not_press_it_and_a_control_key_may()
         "{lines:#?}"
     );
 }
+
+/// A reason is shown back in the answer, the lease's end and the audit trail: one with a
+/// control character is refused, naming the field, and nothing is stopped.
+#[tokio::test]
+async fn a_reason_with_control_characters_is_refused_naming_the_field() {
+    let rig = rig(|config| config.lease.safe_state = safe_state()).await;
+    rig.take_lease("bench 4").await;
+    let url = format!("{}/v1/safe-stop", rig.gateway.base_url());
+    for reason in ["\u{0}\u{0}", "smoke\u{1b}[2J"] {
+        let (status, answer) = post(&rig.http, url.clone(), &[], json!({"Reason": reason})).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("the field Reason holds the control character"),
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        rig.gateway.gateway.lease.view().owner.as_deref(),
+        Some("bench 4")
+    );
+}

@@ -36,7 +36,10 @@ fn named(
                 .map(Some)
                 .ok_or_else(|| ApiError::bad_request("the field Key names no configured API key"))
         }
-        (None, Some(user)) => Ok(Some(user.to_owned())),
+        (None, Some(user)) => {
+            crate::requests::refuse_control_characters("User", &user)?;
+            Ok(Some(user.to_owned()))
+        }
         (None, None) => Ok(call.gateway.access.caller(call.headers)),
     }
 }
