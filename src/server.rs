@@ -585,6 +585,12 @@ async fn start_station(
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
     let config_files_config = config.config_files.clone();
+    // The gate the link checks (below), also asked by every door that acts on the station.
+    let link_gate = match (&ownership, &standing_by) {
+        (Some(ownership), _) => Some(ownership.gate()),
+        (None, Some(watch)) => Some(watch.gate.clone()),
+        (None, None) => identity_gate,
+    };
     let gateway = Arc::new(Gateway {
         config,
         link,
@@ -601,18 +607,15 @@ async fn start_station(
         config_files: crate::config_files::ConfigFiles::new(&config_files_config),
         numeric: Default::default(),
         ha,
+        link_gate: link_gate.clone(),
         history,
         history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
         tls: shared.tls.clone(),
     });
     // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
-    let link_task = match (&ownership, &standing_by) {
-        (Some(ownership), _) => link_task.with_owner_gate(ownership.gate()),
-        (None, Some(watch)) => link_task.with_owner_gate(watch.gate.clone()),
-        (None, None) => match identity_gate {
-            Some(gate) => link_task.with_owner_gate(gate),
-            None => link_task,
-        },
+    let link_task = match link_gate {
+        Some(gate) => link_task.with_owner_gate(gate),
+        None => link_task,
     };
     if let Some(ownership) = ownership {
         tasks.spawn(ownership.keep(shutdown.clone(), shutdown.clone()));
