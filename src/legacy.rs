@@ -353,6 +353,16 @@ async fn change(
     let mut origin = ChangeOrigin::new(FrontEnd::Legacy { operation }, peer, Instant::now());
     origin.caller = Some("legacy".into());
     origin.asked = Some(asked);
+    // Asked first: does this process own the station's link now? If not, the answer names
+    // who serves the station.
+    if let Err(not_owner) = gateway.owns_link() {
+        let message = not_owner.to_string();
+        gateway.station.record_refused(origin, &message).await;
+        return Response::Error(StationError::new(
+            codes::legacy_code(not_owner.kind()),
+            message,
+        ));
+    }
     let admitted = match legacy_policy(gateway, Access::Change) {
         LegacyPolicy::Locked(message) => {
             gateway.station.record_refused(origin, &message).await;

@@ -343,7 +343,12 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         } else {
             (shared.audit.clone(), None)
         };
-        let gateway = start_station(setup.config, station_id, audit, &shared, &mut tasks).await?;
+        let named = StationNames {
+            several: station_id,
+            id: &setup.id,
+            served: &ids,
+        };
+        let gateway = start_station(setup.config, named, audit, &shared, &mut tasks).await?;
         let listener = legacy.next().flatten();
         legacy_addrs.push(match &listener {
             Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
@@ -423,15 +428,25 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
     })
 }
 
-/// Starts one station's tasks (`station_id`: its id in a gateway of several) (its link, link-owner lease or standby watch, control lease,
+/// What a station is called: its id in a gateway of several (in its published URL, its state
+/// file, the lab's identities), its id whatever the count (the access rules are compiled for
+/// it), and every station the gateway serves.
+struct StationNames<'a> {
+    several: Option<&'a str>,
+    id: &'a str,
+    served: &'a [String],
+}
+
+/// Starts one station's tasks (its link, link-owner lease or standby watch, control lease,
 /// access rules, events, history) and returns its [`Gateway`].
 async fn start_station(
     config: Config,
-    station_id: Option<&str>,
+    named: StationNames<'_>,
     audit: crate::audit::AuditLog,
     shared: &Shared,
     tasks: &mut JoinSet<()>,
 ) -> Result<Arc<Gateway>, StartError> {
+    let station_id = named.several;
     let url = StationUrl::parse(&config.station.url).map_err(|error| {
         crate::config::ConfigError::Invalid {
             key: "station.url",
@@ -566,9 +581,12 @@ async fn start_station(
     let access_rules = if config.access.rules.is_empty() {
         crate::access_rules::AccessRules::off()
     } else {
+        // Compiled for the station's id however many stations this gateway serves: a rule
+        // naming only other stations is never in force here.
         crate::access_rules::AccessRules::load_for_station(
             std::path::Path::new(&config.access.rules),
-            station_id,
+            Some(named.id),
+            named.served,
         )?
     }
     .with_legacy_group(Some(&config.legacy.access_group));
@@ -579,6 +597,12 @@ async fn start_station(
         crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
     let config_files_config = config.config_files.clone();
+    // The gate the link checks (below), also asked by every door that acts on the station.
+    let link_gate = match (&ownership, &standing_by) {
+        (Some(ownership), _) => Some(ownership.gate()),
+        (None, Some(watch)) => Some(watch.gate.clone()),
+        (None, None) => identity_gate,
+    };
     let gateway = Arc::new(Gateway {
         config,
         link,
@@ -595,18 +619,15 @@ async fn start_station(
         config_files: crate::config_files::ConfigFiles::new(&config_files_config),
         numeric: Default::default(),
         ha,
+        link_gate: link_gate.clone(),
         history,
         history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
         tls: shared.tls.clone(),
     });
     // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
-    let link_task = match (&ownership, &standing_by) {
-        (Some(ownership), _) => link_task.with_owner_gate(ownership.gate()),
-        (None, Some(watch)) => link_task.with_owner_gate(watch.gate.clone()),
-        (None, None) => match identity_gate {
-            Some(gate) => link_task.with_owner_gate(gate),
-            None => link_task,
-        },
+    let link_task = match link_gate {
+        Some(gate) => link_task.with_owner_gate(gate),
+        None => link_task,
     };
     if let Some(ownership) = ownership {
         tasks.spawn(

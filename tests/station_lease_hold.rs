@@ -276,7 +276,14 @@ exit 3"#;
 
 #[tokio::test]
 async fn a_safe_stop_while_the_command_runs_ends_it_with_exit_70() {
-    let rig = rig(|_| {}).await;
+    // A safe state to apply, so that the press is answered 200 once it is read back.
+    let rig = rig(|c| {
+        c.lease.safe_state = vec![station_gateway::config::SafeWrite {
+            channel: common::VSET1.into(),
+            value: "0".into(),
+        }]
+    })
+    .await;
     let markers = Markers::new();
     let body = r#"trap 'mark term term; exit 0' TERM
 mark up up

@@ -4,10 +4,13 @@
 //! force stay; the refusals counted per rule for `/metrics`. Off (no checks at all) without a
 //! rules file.
 //!
-//! A gateway serving several stations loads the one file once per station
-//! ([`AccessRules::load_for_station`]): each station's rules are those of the file without
-//! `stations` and those whose `stations = [...]` name it, and every reload keeps to that
-//! station.
+//! The gateway loads the one file once per station it serves, for that station's id
+//! ([`AccessRules::load_for_station`]), however many stations it serves: each station's rules
+//! are those of the file without `stations` and those whose `stations = [...]` name it, and
+//! every reload keeps to that station. A rule whose `stations` name no station the gateway
+//! serves is in force nowhere: every load and reload warns of it, and
+//! [`AccessRules::unserved`] lists it for `v1/access/explain`, the status page and
+//! `v1/stations`.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -55,6 +58,8 @@ struct Live {
     path: PathBuf,
     /// The station whose rules these are (`None`: every rule, whatever its `stations`).
     station: Option<String>,
+    /// Every station the gateway serves: a rule naming none of them is reported.
+    served: Vec<String>,
     current: RwLock<Arc<Rules>>,
     /// Held by a reload from reading the file to swapping its rules in: two reloads (SIGHUP
     /// and the mtime poll) never take the same version, and a refused file takes none.
@@ -116,7 +121,12 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-fn read_and_compile(path: &Path, version: u64, station: Option<&str>) -> Result<Rules, LoadError> {
+fn read_and_compile(
+    path: &Path,
+    version: u64,
+    station: Option<&str>,
+    served: &[String],
+) -> Result<Rules, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|error| LoadError::Io {
         path: path.to_owned(),
         error,
@@ -132,6 +142,14 @@ fn read_and_compile(path: &Path, version: u64, station: Option<&str>) -> Result<
             "access rules {}{} (version {version}): no rule allows safe_stop and the default is deny: nobody may press the safe stop (POST /v1/safe-stop); give it to those who must ([[rule]] users = [...] allow = [\"safe_stop\"])",
             path.display(),
             on_station(station)
+        );
+    }
+    for unserved in rules.unserved(served) {
+        warn!(
+            "access rules {}{} (version {version}): {unserved} (it serves {})",
+            path.display(),
+            on_station(station),
+            served.join(", ")
         );
     }
     Ok(rules)
@@ -152,16 +170,22 @@ impl AccessRules {
     /// ([`load_for_station`](Self::load_for_station) with `None`); the gateway does not start
     /// with a bad file.
     pub fn load(path: &Path) -> Result<AccessRules, LoadError> {
-        AccessRules::load_for_station(path, None)
+        AccessRules::load_for_station(path, None, &[])
     }
 
-    /// The rules of `path` in force on `station` of a gateway serving several: those without
-    /// `stations` and those whose `stations` name it ([`Rules::compile_for_station`]); `None`:
-    /// every rule, as [`load`](Self::load). Every [`reload`](Self::reload) keeps to the same
-    /// station. The whole file is checked whichever station loads it.
-    pub fn load_for_station(path: &Path, station: Option<&str>) -> Result<AccessRules, LoadError> {
+    /// The rules of `path` in force on `station`: those without `stations` and those whose
+    /// `stations` name it ([`Rules::compile_for_station`]); `None`: every rule, as
+    /// [`load`](Self::load). `served` is every station the gateway serves: a rule whose
+    /// `stations` name none of them is logged at this load and every reload, and listed by
+    /// [`unserved`](Self::unserved). Every [`reload`](Self::reload) keeps to the same station.
+    /// The whole file is checked whichever station loads it.
+    pub fn load_for_station(
+        path: &Path,
+        station: Option<&str>,
+        served: &[String],
+    ) -> Result<AccessRules, LoadError> {
         let read_mtime = mtime(path);
-        let rules = read_and_compile(path, 1, station)?;
+        let rules = read_and_compile(path, 1, station, served)?;
         info!(
             "access rules {}{}: {} rules in force (version 1)",
             path.display(),
@@ -172,6 +196,7 @@ impl AccessRules {
             live: Some(Arc::new(Live {
                 path: path.to_owned(),
                 station: station.map(str::to_owned),
+                served: served.to_vec(),
                 current: RwLock::new(Arc::new(rules)),
                 reloading: Mutex::default(),
                 reloaded: tokio::sync::Notify::new(),
@@ -188,6 +213,7 @@ impl AccessRules {
             live: Some(Arc::new(Live {
                 path: PathBuf::new(),
                 station: rules.station().map(str::to_owned),
+                served: Vec::new(),
                 current: RwLock::new(Arc::new(rules)),
                 reloading: Mutex::default(),
                 reloaded: tokio::sync::Notify::new(),
@@ -218,6 +244,21 @@ impl AccessRules {
         self.live.as_ref()?.station.as_deref()
     }
 
+    /// The rules in force whose `stations` name no station this gateway serves (none while
+    /// off, or loaded without the stations served): in force nowhere here.
+    pub fn unserved(&self) -> Vec<crate::rules::UnservedRule> {
+        match (&self.live, self.current()) {
+            (Some(live), Some(rules)) if !live.served.is_empty() => rules.unserved(&live.served),
+            _ => Vec::new(),
+        }
+    }
+
+    /// [`unserved`](Self::unserved), each as the load's warning says it: for
+    /// `v1/access/explain`, `status.json` and `v1/stations` (`rulesForOtherStations`).
+    pub fn unserved_said(&self) -> Vec<String> {
+        self.unserved().iter().map(ToString::to_string).collect()
+    }
+
     /// The rules in force now (`None`: off). One read lock, held only to clone the `Arc`:
     /// a decision uses one whole version, never half of a reload.
     pub fn current(&self) -> Option<Arc<Rules>> {
@@ -241,7 +282,7 @@ impl AccessRules {
         let seen = mtime(&live.path);
         *lock(&live.read_mtime) = seen;
         let version = self.version() + 1;
-        let rules = read_and_compile(&live.path, version, live.station.as_deref())?;
+        let rules = read_and_compile(&live.path, version, live.station.as_deref(), &live.served)?;
         let count = rules.rule_count();
         *live
             .current
@@ -451,8 +492,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("rules.toml");
         std::fs::write(&path, TWO_STATIONS).unwrap();
-        let st1 = AccessRules::load_for_station(&path, Some("st1")).unwrap();
-        let st2 = AccessRules::load_for_station(&path, Some("st2")).unwrap();
+        let st1 = AccessRules::load_for_station(&path, Some("st1"), &[]).unwrap();
+        let st2 = AccessRules::load_for_station(&path, Some("st2"), &[]).unwrap();
         let single = AccessRules::load(&path).unwrap();
         assert_eq!(
             (st1.station(), st2.station(), single.station()),
@@ -478,8 +519,39 @@ mod tests {
         );
         assert_eq!(st1.version(), 2);
         assert_eq!(write_decision(&st1), (true, "r1".into()));
-        let at_start = AccessRules::load_for_station(&path, Some("st2")).unwrap_err();
+        let at_start = AccessRules::load_for_station(&path, Some("st2"), &[]).unwrap_err();
         assert!(at_start.to_string().contains("st/1"), "{at_start}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_rules_for_stations_the_gateway_does_not_serve_are_listed_and_follow_a_reload() {
+        let dir =
+            std::env::temp_dir().join(format!("access-rules-unserved-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rules.toml");
+        let for_st2 = TWO_STATIONS.replace("[\"st1\"]", "[\"st2\"]");
+        std::fs::write(&path, &for_st2).unwrap();
+        let served = ["st1".to_owned()];
+        let st1 = AccessRules::load_for_station(&path, Some("st1"), &served).unwrap();
+        // The rule for st2 is not in force on st1, and is listed as for no station served.
+        assert_eq!(write_decision(&st1), (true, "r1".into()));
+        let unserved: Vec<String> = st1.unserved().iter().map(|r| r.rule.clone()).collect();
+        assert_eq!(unserved, ["st1-only"]);
+        let said = st1.unserved_said();
+        assert!(
+            said.len() == 1 && said[0].starts_with("rule \"st1-only\".stations: [\"st2\"]"),
+            "{said:?}"
+        );
+        // Not listed without the stations served, nor while off.
+        let unknown = AccessRules::load_for_station(&path, Some("st1"), &[]).unwrap();
+        assert!(unknown.unserved().is_empty());
+        assert!(AccessRules::off().unserved().is_empty());
+        // Named st1 again: nothing to report after the reload.
+        std::fs::write(&path, TWO_STATIONS).unwrap();
+        st1.reload().unwrap();
+        assert!(st1.unserved().is_empty());
+        assert_eq!(write_decision(&st1), (false, "st1-only".into()));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -250,6 +250,12 @@ impl From<LeaseError> for ApiError {
     }
 }
 
+impl From<crate::lease::link_custody::NotLinkOwner> for ApiError {
+    fn from(error: crate::lease::link_custody::NotLinkOwner) -> ApiError {
+        ApiError::new(error.kind(), error.to_string())
+    }
+}
+
 impl From<AccessError> for ApiError {
     fn from(error: AccessError) -> ApiError {
         let kind = match &error {

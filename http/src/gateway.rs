@@ -40,10 +40,24 @@ pub struct Gateway {
     pub numeric: crate::numeric::NumericResults,
     /// Owner of the station, or a standby (`[ha] mode`) until it takes over.
     pub ha: Arc<crate::lease::standby::HaRole>,
+    /// The link's own owner gate, when it has one (a shared lease backend, or a station of
+    /// several): whether the link stands by on the station's identity.
+    pub link_gate: Option<Arc<crate::link::OwnerGate>>,
     /// The value history (`[history]`), while enabled.
     pub history: Option<Arc<crate::history::recorder::History>>,
     /// The value history's archive, for times memory no longer holds (`[history] archive`).
     pub history_archive: Option<Arc<crate::history::archive::ArchiveReader>>,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Gateway {
+    /// Does this process own this station's link now? Every door that acts on the station
+    /// asks it first: a safe stop (`api/safe_stop.rs`, for the station's press and the lab's),
+    /// a change (`routes.rs` before the lease's admission, `legacy.rs`) and a lease's end
+    /// (release, break). `Err` (503 on HTTP) names who serves the station: the gateway a
+    /// standby stands by for, or the gateway or station of this lab its link stands by for.
+    pub fn owns_link(&self) -> Result<(), crate::lease::link_custody::NotLinkOwner> {
+        crate::lease::link_custody::owns_link(&self.ha, self.link_gate.as_deref())
+    }
 }

@@ -245,7 +245,7 @@ async fn acquire(
     if wait > MAX_WAIT {
         return Err(NamedLeaseError::BadWait(wait_ms).into());
     }
-    let owner = NamedLeaseAcquireRequest::owner(asked.owner.checked()?);
+    let owner = NamedLeaseAcquireRequest::owner(asked.owner.checked()?)?;
     // Its fresh token is drawn once, so that every attempt of a wait is one caller; the
     // client's token only gets back the lease it already holds.
     let mut request = AcquireRequest::new(owner, ttl);

@@ -235,6 +235,7 @@ fn access_json(gateway: &Gateway, viewer: &crate::access_rules::Who, channels: &
         "lease": { "allowed": lease.allowed, "rule": &*lease.rule },
         "safeStop": { "allowed": safe_stop.allowed, "rule": &*safe_stop.rule },
         "unmatched": unmatched,
+        "rulesForOtherStations": gateway.station.access_rules().unserved_said(),
     })
 }
 

@@ -109,6 +109,21 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
     response
 }
 
+/// An error answer that carries what was done besides: `details` (a JSON object) with the
+/// error's `error` and `status` added, status, headers and kind as [`error_response`]'s. For an
+/// action that ended short of what was asked (a safe stop whose safe state is not confirmed):
+/// the client sees the failure and everything it needs to know of what did happen.
+pub fn error_response_with(error: &ApiError, mut details: serde_json::Value) -> Response<Body> {
+    let mut response = error_response(error);
+    if let Some(object) = details.as_object_mut() {
+        object.insert("error".into(), error.message.clone().into());
+        object.insert("status".into(), error.status().as_u16().into());
+        *response.body_mut() =
+            Body::whole(serde_json::to_vec(&details).unwrap_or_else(|_| b"null".to_vec()));
+    }
+    response
+}
+
 /// The kind of error an answer tells, when it is one.
 pub fn error_kind<B>(response: &Response<B>) -> Option<ErrorKind> {
     response.extensions().get::<ErrorKind>().copied()

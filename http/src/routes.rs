@@ -272,6 +272,11 @@ fn route_and_answer<'a>(
         {
             return Err(ApiError::standing_by(why));
         }
+        // A change asks first whether this process owns the station's link now (a link standing
+        // by on the station's identity does not): 503 naming who serves it.
+        if endpoint.lease == api::LeaseNeed::Change {
+            gateway.owns_link()?;
+        }
         let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
             let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
             // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is

@@ -975,3 +975,110 @@ async fn an_acquisition_is_judged_as_a_hardware_read_of_its_target() {
         "{message}"
     );
 }
+
+/// Students may switch HV on, on station st2 only; the default denies the rest.
+const HV_ON_ST2_ONLY: &str = r#"
+default = "deny"
+[users]
+students = ["student"]
+[channels.hv_on]
+names = ["0.4.ESH10000662.ON*"]
+
+[[rule]]
+name = "students-drive-hv-on-st2"
+stations = ["st2"]
+channels = ["hv_on"]
+users = ["students"]
+allow = ["read_hardware", "write"]
+"#;
+
+/// A gateway of one station named `st1`, by one `[[station]]` table (`table`) or by a
+/// one-station file's `station.id`, with the rules at `rules`.
+async fn one_station_named_st1(table: bool, rules: &Path) -> Rig {
+    let sim = default_simulator().await;
+    let config = config_for(&sim, |c| {
+        with_rules(c, rules);
+        c.station.id = "st1".into();
+    });
+    let gateway = if table {
+        let lab = station_gateway::config::lab::Lab {
+            stations: vec![station_gateway::config::lab::StationSetup {
+                id: "st1".into(),
+                config,
+            }],
+            default_station: Some("st1".into()),
+        };
+        let listeners = station_gateway::LabListeners {
+            http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: vec![None],
+        };
+        station_gateway::start_lab(listeners, lab).await.unwrap()
+    } else {
+        station_gateway::start(
+            station_gateway::Listeners {
+                http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+                legacy: None,
+            },
+            config,
+        )
+        .await
+        .unwrap()
+    };
+    within(
+        Duration::from_secs(10),
+        "the gateway to connect",
+        gateway.connected(),
+    )
+    .await;
+    Rig {
+        sim,
+        gateway,
+        http: reqwest::Client::new(),
+    }
+}
+
+/// A rule for station st2 is not in force on a gateway whose only station is st1, whether it
+/// is one `[[station]]` table or a `[station]` with `id = "st1"`: the student is refused by
+/// the default, nothing reaches the station, and explain and the status page name the rule as
+/// one for a station this gateway does not serve.
+#[tokio::test]
+async fn a_rule_for_another_station_is_not_in_force_on_a_gateway_of_one_named_station() {
+    let path = rules_file("one-named-station", HV_ON_ST2_ONLY);
+    for table in [true, false] {
+        let rig = one_station_named_st1(table, &path).await;
+        rig.sim.clear_write_log();
+        let (status, body) = set(&rig, STUDENT, ON1, "True", None).await;
+        assert_eq!(status, 403, "table {table}: {body}");
+        assert!(error_of(&body).contains("default"), "{body}");
+        assert!(rig.sim.write_log().is_empty(), "{:?}", rig.sim.write_log());
+        let (status, body) = keyed(
+            &rig,
+            ADMIN,
+            "/v1/access/explain",
+            json!({ "User": "student", "Channel": ON1, "Action": "write", "Value": "True" }),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["allowed"], false, "{body}");
+        assert_eq!(body["rule"], "default", "{body}");
+        let reported = body["rulesForOtherStations"].to_string();
+        assert!(
+            reported.contains("students-drive-hv-on-st2") && reported.contains("st2"),
+            "{body}"
+        );
+        let status: Json = rig
+            .http
+            .get(format!("{}/status.json", rig.gateway.base_url()))
+            .header("X-Api-Key", ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let shown = status["access"]["rulesForOtherStations"].to_string();
+        assert!(shown.contains("students-drive-hv-on-st2"), "{status}");
+        rig.gateway.stop().await;
+    }
+}

@@ -421,6 +421,12 @@ name = "st1-vset-is-read-only"
 stations = ["st1"]
 channels = ["vset"]
 deny = ["write"]
+
+[[rule]]
+name = "st3-vset-is-read-only"
+stations = ["st3"]
+channels = ["vset"]
+deny = ["write"]
 "#
         ),
     )
@@ -435,6 +441,21 @@ deny = ["write"]
     assert_eq!(lab.set("st2", &second, "5").await.0, 200);
     assert!(lab.sims[0].write_log().is_empty());
     assert_eq!(lab.sims[1].write_log().len(), 1);
+    // The rule for st3, a station this gateway does not serve, is in force nowhere: each
+    // station's view says so.
+    let (status, views) = lab
+        .call(reqwest::Method::GET, "/v1/stations", None, None)
+        .await;
+    assert_eq!(status, 200, "{views}");
+    for view in views.as_array().unwrap() {
+        let rules = &view["accessRules"];
+        assert_eq!(rules["version"], 1, "{view}");
+        let reported = rules["rulesForOtherStations"].to_string();
+        assert!(
+            reported.contains("st3-vset-is-read-only") && !reported.contains("st1-vset"),
+            "{view}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -921,4 +942,298 @@ async fn the_lab_streams_are_limited_and_a_closed_one_makes_room() {
     )
     .await;
     assert!(again.is_some());
+}
+
+/// The lab's safe stop with one station hung: every station's outcome in the answer, and a 503
+/// naming the station whose safe state is not confirmed, never 200 "safe-stopped every
+/// station".
+#[tokio::test]
+async fn the_labs_safe_stop_with_a_station_hung_is_503_naming_it_with_every_outcome() {
+    use station_gateway::config::SafeWrite;
+    const ON1: &str = "0.4.ESH10000662.ON1";
+    let lab = lab2(None, |config| {
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+        config.station.request_timeout_ms = 300;
+        config.station.max_processing_ms = Some(300);
+    })
+    .await;
+    lab.take("st1", "bench one").await;
+    lab.take("st2", "bench two").await;
+    lab.sims[1].set_stall(true);
+    let (status, body) = within(
+        Duration::from_secs(20),
+        "the lab's safe stop to answer",
+        lab.call(
+            reqwest::Method::POST,
+            "/v1/safe-stop",
+            None,
+            Some(json!({ "Reason": "rack 2 smoking" })),
+        ),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["stopped"], false, "{body}");
+    assert_eq!(body["status"], 503, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.contains("NOT safe-stopped: st2") && !message.contains("st1,"),
+        "{body}"
+    );
+    let (one, two) = (&body["stations"][0], &body["stations"][1]);
+    assert_eq!(one["station"], "st1", "{body}");
+    assert_eq!(one["stopped"], true, "{body}");
+    assert_eq!(one["safeState"]["confirmed"], true, "{body}");
+    assert!(one.get("status").is_none(), "{body}");
+    assert_eq!(two["station"], "st2", "{body}");
+    assert_eq!(two["stopped"], false, "{body}");
+    assert_eq!(two["status"], 503, "{body}");
+    assert_eq!(two["safeState"]["confirmed"], false, "{body}");
+    assert_eq!(two["leaseEnded"]["owner"], "bench two", "{body}");
+    lab.sims[1].set_stall(false);
+}
+
+/// A `--standby` lab gateway owns neither station's link: its `POST /v1/safe-stop` is 503
+/// naming the owner for each station, and reaches neither station, instead of 200
+/// "safe-stopped every station".
+#[tokio::test]
+async fn a_standby_labs_safe_stop_is_503_naming_the_owner_and_reaches_no_station() {
+    use station_gateway::config::{HaMode, SafeWrite};
+    const ON1: &str = "0.4.ESH10000662.ON1";
+    let backend = crate::common::backends::Backend::named("sqlite").await;
+    let url = backend.url.clone();
+    let token = station_gateway::lease::LeaseToken::random();
+    let suffix = token.as_str()[..8].to_owned();
+    let sims = [default_simulator().await, default_simulator().await];
+    let ids = [format!("a-{suffix}"), format!("b-{suffix}")];
+    let shared = move |config: &mut Config| {
+        config.lease.backend = url.clone();
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    };
+    let setups: Vec<StationSetup> = ids
+        .iter()
+        .zip(&sims)
+        .map(|(id, sim)| station(id, sim, &shared))
+        .collect();
+    let start = |setups: Vec<StationSetup>| async move {
+        station_gateway::start_lab(
+            LabListeners {
+                http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+                legacy: vec![None, None],
+            },
+            Lab {
+                stations: setups,
+                default_station: None,
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let owner = start(setups.clone()).await;
+    within(
+        Duration::from_secs(10),
+        "the owner to connect",
+        owner.connected(),
+    )
+    .await;
+    let standby = start(
+        setups
+            .into_iter()
+            .map(|mut setup| {
+                setup.config.ha.mode = HaMode::Standby;
+                setup
+            })
+            .collect(),
+    )
+    .await;
+    for sim in &sims {
+        sim.clear_write_log();
+    }
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{}/v1/safe-stop", standby.base_url()))
+        .json(&json!({ "Reason": "pressed on the wrong gateway" }))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Json = response.json().await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["stopped"], false, "{body}");
+    for (index, id) in ids.iter().enumerate() {
+        let stop = &body["stations"][index];
+        assert_eq!(stop["station"], *id, "{body}");
+        assert_eq!(stop["status"], 503, "{body}");
+        let error = stop["error"].as_str().unwrap();
+        assert!(
+            error.contains("standby") && error.contains("another gateway owns the station"),
+            "{body}"
+        );
+    }
+    for sim in &sims {
+        assert!(sim.write_log().is_empty(), "{:?}", sim.write_log());
+    }
+    // The owner's stations are as they were: nobody's lease ended, nothing owed.
+    for gateway in owner.stations.gateways() {
+        assert!(gateway.lease.safe_state_pending().is_none());
+    }
+    standby.stop().await;
+    owner.stop().await;
+}
+
+/// Two stations of one gateway reach one physical station; the one standing by on its identity
+/// (no `--standby`) owns no link: its safe stop, a change, a lease's release and a legacy write
+/// are each refused with 503 (ERROR on the legacy port) naming the station that serves it,
+/// and the lab's press answers 503 with that station's refusal beside the other's outcome.
+#[tokio::test]
+async fn a_station_standing_by_on_its_identity_refuses_every_door_naming_the_one_that_serves() {
+    use station_gateway::config::SafeWrite;
+    use station_protocol::Value;
+    use station_simulator::{ClientError, StationClient};
+    const ON1: &str = "0.4.ESH10000662.ON1";
+    let sim = default_simulator().await;
+    let port = sim.local_addr().port();
+    let at = |id: &str, host: &str| {
+        let mut setup = station(id, &sim, &|config: &mut Config| {
+            config.lease.safe_state = vec![SafeWrite {
+                channel: ON1.into(),
+                value: "False".into(),
+            }];
+        });
+        setup.config.station.url = format!("tcp://{host}:{port}");
+        setup
+    };
+    let gateway = station_gateway::start_lab(
+        LabListeners {
+            http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: vec![
+                Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+                Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            ],
+        },
+        Lab {
+            stations: vec![at("one", "127.0.0.1"), at("two", "localhost")],
+            default_station: None,
+        },
+    )
+    .await
+    .unwrap();
+    let gateways = gateway.stations.gateways().to_vec();
+    crate::common::until(
+        Duration::from_secs(15),
+        "one station to serve and the other to stand by",
+        || {
+            gateways.iter().any(|g| g.link.info().connected)
+                && gateways.iter().any(|g| {
+                    g.link
+                        .info()
+                        .last_error
+                        .as_deref()
+                        .is_some_and(|why| why.contains("already serves"))
+                })
+        },
+    )
+    .await;
+    let serving = usize::from(!gateways[0].link.info().connected);
+    let (serves, stands) = (["one", "two"][serving], ["one", "two"][1 - serving]);
+    let names_the_server =
+        |text: &str| text.contains(&format!("station {serves} of this gateway already serves"));
+    // Its lease, taken before anyone asked it to act.
+    let http = reqwest::Client::new();
+    let base = gateway.base_url();
+    let taken: Json = http
+        .post(format!("{base}/stations/{stands}/api/lease"))
+        .json(&json!({ "Owner": "bench", "TtlMs": 30000 }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease = taken["leaseId"].as_str().expect("a lease").to_owned();
+    sim.clear_write_log();
+    let answer = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        (status, response.json::<Json>().await.unwrap())
+    };
+    // A change under its lease.
+    let (status, body) = answer(
+        http.post(format!("{base}/stations/{stands}/api/resources/value/set"))
+            .header("X-Lease-Id", &lease)
+            .json(&json!({ "Name": ON1, "Value": "True" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(names_the_server(body["error"].as_str().unwrap()), "{body}");
+    // Its lease's release.
+    let (status, body) = answer(
+        http.delete(format!("{base}/stations/{stands}/api/lease/{lease}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(names_the_server(body["error"].as_str().unwrap()), "{body}");
+    // Its own safe stop.
+    let (status, body) = answer(
+        http.post(format!("{base}/stations/{stands}/v1/safe-stop"))
+            .json(&json!({ "Reason": "drill" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(names_the_server(body["error"].as_str().unwrap()), "{body}");
+    // A legacy client's write.
+    let legacy = gateway.legacy_addrs[1 - serving].unwrap();
+    let mut client = StationClient::connect(legacy).await.unwrap();
+    match client.write_one(ON1, Value::Bool(true)).await {
+        Err(ClientError::Station(error)) => {
+            assert!(names_the_server(&error.message), "{}", error.message)
+        }
+        other => panic!("a legacy write through a station standing by: {other:?}"),
+    }
+    // The lab's press: the serving station stopped and confirmed, the other refused.
+    let (status, body) = answer(
+        http.post(format!("{base}/v1/safe-stop"))
+            .json(&json!({ "Reason": "drill" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    let stop = |id: &str| {
+        body["stations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|stop| stop["station"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(stop(serves)["safeState"]["confirmed"], true, "{body}");
+    assert_eq!(stop(stands)["status"], 503, "{body}");
+    assert!(
+        names_the_server(stop(stands)["error"].as_str().unwrap()),
+        "{body}"
+    );
+    // Nothing but the serving station's safe state reached the station.
+    let log = sim.write_log();
+    assert!(
+        log.iter()
+            .all(|w| w.channel == ON1 && w.value == Value::Bool(false)),
+        "{log:?}"
+    );
+    gateway.stop().await;
 }

@@ -792,3 +792,52 @@ async fn a_lease_backend_that_cannot_answer_gives_503_never_held() -> Result<()>
     let _ = std::fs::remove_file(&path);
     Ok(())
 }
+
+/// An owner is shown back to everyone (`GET api/lease`, every 409 and 423, the status page,
+/// the audit trail): one made of control characters is refused, naming the field, and takes
+/// nothing; a named lease's owner the same.
+#[tokio::test]
+async fn an_owner_with_control_characters_is_refused_naming_the_field() {
+    let rig = rig(|_| {}).await;
+    let base = rig.gateway.base_url();
+    for owner in ["\u{0}\u{0}\u{0}", "\u{1b}[31mroot\u{1b}[0m", "bench\u{7}"] {
+        let response = rig
+            .http
+            .post(format!("{base}/api/lease"))
+            .json(&json!({ "Owner": owner, "TtlMs": 10000 }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Json = response.json().await.unwrap();
+        assert_eq!(status, 400, "{owner:?}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("the field Owner holds the control character"),
+            "{body}"
+        );
+        let response = rig
+            .http
+            .post(format!("{base}/v1/leases/bench-job"))
+            .json(&json!({ "ttlMs": 10000, "owner": owner }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Json = response.json().await.unwrap();
+        assert_eq!(status, 400, "{owner:?}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("the field owner holds the control character"),
+            "{body}"
+        );
+    }
+    assert_eq!(rig.gateway.gateway.lease.view().owner, None);
+    let (status, body) = rig.get("../v1/leases/bench-job").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["held"], false, "{body}");
+}

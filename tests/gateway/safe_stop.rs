@@ -234,15 +234,23 @@ async fn a_safe_stop_with_nobody_holding_still_applies_the_safe_state_and_a_reas
     );
 }
 
+/// With no safe state configured the press still ends the lease, but nothing makes the station
+/// safe: 501, saying so, never a 200 a script would take for "the station is safe".
 #[tokio::test]
-async fn a_safe_stop_without_a_safe_state_still_ends_the_lease() {
+async fn a_safe_stop_without_a_safe_state_ends_the_lease_and_is_not_answered_done() {
     let rig = rig(|_| {}).await;
     let id = rig.take_lease("bench 1").await;
     let url = format!("{}/v1/safe-stop", rig.gateway.base_url());
     let (status, answer) = post(&rig.http, url, &[], json!({"Reason": "test"})).await;
-    assert_eq!(status, 200, "{answer}");
+    assert_eq!(status, 501, "{answer}");
+    assert_eq!(answer["stopped"], false, "{answer}");
     assert_eq!(answer["leaseEnded"]["owner"], "bench 1", "{answer}");
     assert_eq!(answer["safeState"]["configured"], false, "{answer}");
+    let error = answer["error"].as_str().unwrap();
+    assert!(
+        error.contains("no safe state is configured") && error.contains("nothing was written"),
+        "{answer}"
+    );
     let (status, body) = post(
         &rig.http,
         rig.url("resources/value/set"),
@@ -289,5 +297,66 @@ async fn with_access_control_a_read_key_may_not_press_it_and_a_control_key_may()
             .iter()
             .any(|l| l.contains("safe-stop") && l.contains("bench 3") && l.contains("drill")),
         "{lines:#?}"
+    );
+}
+
+/// A station that does not answer: the press ends the lease, the safe state cannot be
+/// confirmed, and the answer is 503 saying so (the gateway keeps trying), never 200.
+#[tokio::test]
+async fn a_safe_stop_the_station_does_not_confirm_is_answered_503_and_its_safe_state_stays_owed() {
+    let rig = rig(|config| {
+        config.lease.safe_state = safe_state();
+        config.station.request_timeout_ms = 300;
+        config.station.max_processing_ms = Some(300);
+    })
+    .await;
+    rig.take_lease("bench 2").await;
+    rig.sim.set_stall(true);
+    let url = format!("{}/v1/safe-stop", rig.gateway.base_url());
+    let (status, answer) = within(
+        BOUND,
+        "the safe stop's answer",
+        post(&rig.http, url, &[], json!({"Reason": "station hung"})),
+    )
+    .await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["stopped"], false, "{answer}");
+    assert_eq!(answer["leaseEnded"]["owner"], "bench 2", "{answer}");
+    assert_eq!(answer["safeState"]["confirmed"], false, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("NOT confirmed"),
+        "{answer}"
+    );
+    assert!(rig.gateway.gateway.lease.safe_state_pending().is_some());
+    // Once the station answers again the gateway finishes the duty it kept.
+    rig.sim.set_stall(false);
+    let lease = rig.gateway.gateway.lease.clone();
+    common::until(BOUND, "the safe state to be done", || {
+        lease.safe_state_pending().is_none()
+    })
+    .await;
+}
+
+/// A reason is shown back in the answer, the lease's end and the audit trail: one with a
+/// control character is refused, naming the field, and nothing is stopped.
+#[tokio::test]
+async fn a_reason_with_control_characters_is_refused_naming_the_field() {
+    let rig = rig(|config| config.lease.safe_state = safe_state()).await;
+    rig.take_lease("bench 4").await;
+    let url = format!("{}/v1/safe-stop", rig.gateway.base_url());
+    for reason in ["\u{0}\u{0}", "smoke\u{1b}[2J"] {
+        let (status, answer) = post(&rig.http, url.clone(), &[], json!({"Reason": reason})).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("the field Reason holds the control character"),
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        rig.gateway.gateway.lease.view().owner.as_deref(),
+        Some("bench 4")
     );
 }

@@ -17,6 +17,7 @@
 pub mod control;
 pub mod lab_identities;
 pub mod ledger;
+pub mod link_custody;
 pub mod link_owner;
 pub mod notice;
 pub mod owner_state;

@@ -144,6 +144,9 @@ pub struct Rules {
     station: Option<String>,
     /// Every station id a rule's `stations` names, the whole file's, sorted, once each.
     stations_named: Vec<String>,
+    /// Every rule of the file with `stations` (those not in force here too), in file order:
+    /// its name and its `stations` as written.
+    scoped: Vec<(String, Vec<String>)>,
     /// Per channel (by full name, with the alias and direction it had): which rules apply.
     per_channel: DashMap<Box<str>, WorkedOut>,
 }
@@ -173,12 +176,13 @@ impl Rules {
         Rules::compile_for_station(text, version, None)
     }
 
-    /// As [`compile`](Rules::compile), for one station of a gateway serving several: a rule
-    /// with `stations = [...]` is kept only when they name `station` (ids compared in any
-    /// letter case, as two stations' ids never differ only in case); a rule without
-    /// `stations` is kept for every station. `None` keeps every rule, whatever its
-    /// `stations` (a gateway of one station that is named nowhere). Every rule is checked,
-    /// those of other stations too: a file is good or bad whichever station reads it.
+    /// As [`compile`](Rules::compile), for one station (the gateway compiles for each of its
+    /// stations, however many it serves): a rule with `stations = [...]` is kept only when they
+    /// name `station` (ids compared in any letter case, as two stations' ids never differ only
+    /// in case); a rule without `stations` is kept for every station. `None` keeps every rule,
+    /// whatever its `stations` (a reader that guards no station, e.g. a check of the file).
+    /// Every rule is checked, those of other stations too: a file is good or bad whichever
+    /// station reads it.
     pub fn compile_for_station(
         text: &str,
         version: u64,
@@ -197,6 +201,25 @@ impl Rules {
     /// too), sorted, once each: the gateway may warn of one it does not serve.
     pub fn stations_named(&self) -> &[String] {
         &self.stations_named
+    }
+
+    /// The rules of the file whose `stations` name none of `served` (ids compared in any letter
+    /// case), in file order: in force on no station of a gateway serving `served`.
+    pub fn unserved<S: AsRef<str>>(&self, served: &[S]) -> Vec<super::UnservedRule> {
+        self.scoped
+            .iter()
+            .filter(|(_, stations)| {
+                !stations.iter().any(|id| {
+                    served
+                        .iter()
+                        .any(|here| here.as_ref().eq_ignore_ascii_case(id))
+                })
+            })
+            .map(|(rule, stations)| super::UnservedRule {
+                rule: rule.clone(),
+                stations: stations.clone(),
+            })
+            .collect()
     }
 
     /// No rules: everything allowed (access rules off).
@@ -575,6 +598,7 @@ fn build(
     }
     let mut rules = Vec::new();
     let mut stations_named: Vec<String> = Vec::new();
+    let mut scoped = Vec::new();
     let mut seen_names: HashMap<String, ()> = HashMap::new();
     for raw_rule in &raw.rule {
         let name = raw_rule.name.get_ref().trim();
@@ -721,6 +745,14 @@ fn build(
                 }
                 stations_named.push(id.get_ref().clone());
             }
+            scoped.push((
+                name.to_owned(),
+                stations
+                    .get_ref()
+                    .iter()
+                    .map(|id| id.get_ref().clone())
+                    .collect(),
+            ));
             in_force_here = station.is_none_or(|here| {
                 stations
                     .get_ref()
@@ -769,6 +801,7 @@ fn build(
         station_rules,
         station: station.map(str::to_owned),
         stations_named,
+        scoped,
         per_channel: DashMap::new(),
     })
 }

@@ -6,11 +6,13 @@
 //! cache of which rules apply. Deny wins over allow; what no rule names gets the file's
 //! default; every [`Decision`] names the rule that made it.
 //!
-//! A gateway serving several stations reads one rules file for all of them: a rule with
-//! `stations = ["st1", ...]` (ids as the `[[station]]` tables give them) is in force only on
-//! those stations, a rule without it on every one ([`Rules::compile_for_station`]). A
+//! A gateway reads one rules file for all its stations, one or several: a rule with
+//! `stations = ["st1", ...]` (ids as the gateway gives its stations: a `[[station]]` table's,
+//! or a one-station file's `station.id`) is in force only on those stations, a rule without
+//! it on every one ([`Rules::compile_for_station`]). A
 //! `stations` entry that cannot be a station id is a mistake of the file, named by line and key
-//! as every other.
+//! as every other. A rule whose `stations` name none of the stations a gateway serves is in
+//! force nowhere there; [`Rules::unserved`] lists it, so the gateway can say so.
 
 mod compile;
 mod file;
@@ -187,6 +189,29 @@ impl fmt::Display for Unmatched {
                 self.group
             ),
         }
+    }
+}
+
+/// A rule whose `stations` name none of the stations a gateway serves: in force nowhere there
+/// (a mistyped id, or a file shared with other gateways). Not an error, since the same file may
+/// serve other gateways, but reported at every load and shown beside the rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnservedRule {
+    /// The rule's name.
+    pub rule: String,
+    /// Its `stations`, as written.
+    pub stations: Vec<String>,
+}
+
+impl fmt::Display for UnservedRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let named: Vec<String> = self.stations.iter().map(|id| format!("{id:?}")).collect();
+        write!(
+            f,
+            "rule \"{}\".stations: [{}] names no station this gateway serves; the rule is in force nowhere here",
+            self.rule,
+            named.join(", ")
+        )
     }
 }
 

@@ -612,6 +612,32 @@ fn a_rule_naming_stations_is_in_force_only_on_them() {
 }
 
 #[test]
+fn a_rule_naming_only_stations_not_served_is_listed_as_unserved() {
+    let rules = Rules::compile_for_station(TWO_STATIONS, 1, Some("st1")).unwrap();
+    // A gateway of st1 alone: the rule for st2 and st3 is in force nowhere here.
+    let unserved = rules.unserved(&["st1"]);
+    assert_eq!(
+        unserved,
+        [UnservedRule {
+            rule: "writes-on-st2-and-st3".into(),
+            stations: vec!["ST2".into(), "st3".into()],
+        }]
+    );
+    let said = unserved[0].to_string();
+    assert!(
+        said.contains("rule \"writes-on-st2-and-st3\".stations")
+            && said.contains("\"ST2\", \"st3\"")
+            && said.contains("no station this gateway serves"),
+        "{said}"
+    );
+    // One id it serves, in any letter case, is enough; rules without `stations` never are.
+    assert!(rules.unserved(&["st1", "St3"]).is_empty());
+    assert!(rules.unserved(&["st2".to_owned()]).len() == 1);
+    assert_eq!(rules.unserved(&["st2"])[0].rule, "no-writes-on-st1");
+    assert_eq!(rules.unserved(&["st9"]).len(), 2);
+}
+
+#[test]
 fn a_station_that_cannot_be_named_is_a_mistake_of_the_file_whichever_station_reads_it() {
     let file = |stations: &str| {
         format!(

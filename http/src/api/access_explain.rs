@@ -1,7 +1,7 @@
 //! `POST /v1/access/explain {"Key" or "User", "Address", "Channel", "Action"}`: what the access
 //! rules in force decide for that caller, address, channel and action, and the rule that
-//! decided (with the interlocks an allowed change still needs), and what of the rules matches
-//! no channel of the station. Explaining another identity than one's own takes the admin role.
+//! decided (with the interlocks an allowed change still needs), what of the rules matches no
+//! channel of the station, and which rules name only stations this gateway does not serve. Explaining another identity than one's own takes the admin role.
 
 use std::net::IpAddr;
 
@@ -36,7 +36,10 @@ fn named(
                 .map(Some)
                 .ok_or_else(|| ApiError::bad_request("the field Key names no configured API key"))
         }
-        (None, Some(user)) => Ok(Some(user.to_owned())),
+        (None, Some(user)) => {
+            crate::requests::refuse_control_characters("User", &user)?;
+            Ok(Some(user.to_owned()))
+        }
         (None, None) => Ok(call.gateway.access.caller(call.headers)),
     }
 }
@@ -120,5 +123,7 @@ pub(super) async fn explain(call: Call<'_>) -> Answer {
         // What of the rules matches no channel of this station (a mistyped serial or glob):
         // a rule naming it does nothing here.
         "unmatched": unmatched,
+        // Rules whose `stations` name no station this gateway serves: in force nowhere here.
+        "rulesForOtherStations": call.gateway.station.access_rules().unserved_said(),
     }))
 }

@@ -41,12 +41,15 @@ pub(super) async fn renew(call: Call<'_>) -> Answer {
 
 /// `DELETE api/lease/{id}`: release it.
 pub(super) async fn release(call: Call<'_>) -> Answer {
+    // A lease's end is the link owner's to carry out: asked first.
+    call.gateway.owns_link()?;
     ok(handlers::release(call.gateway, call.id).await?)
 }
 
 /// `DELETE api/lease`: the admin break. An admin's credentials are the authority to break the
 /// lease; without them, the bearer admin token.
 pub(super) async fn break_lease(call: Call<'_>) -> Answer {
+    call.gateway.owns_link()?;
     if call.granted == Some(Role::Admin) {
         return ok(json!({ "broken": call.gateway.lease.break_lease(call.peer).await? }));
     }

@@ -123,7 +123,21 @@ pub fn station_views(stations: &Stations) -> Vec<Json> {
                     "owed": lease.safe_state,
                 },
                 "leaseName": gateway.lease.name(),
+                "accessRules": access_rules_view(gateway),
             })
         })
         .collect()
+}
+
+/// A station's access rules as `GET /v1/stations` shows them: the version in force and the
+/// rules that name only stations this gateway does not serve; `null` without a rules file.
+fn access_rules_view(gateway: &Gateway) -> Json {
+    let rules = gateway.station.access_rules();
+    if !rules.enabled() {
+        return Json::Null;
+    }
+    json!({
+        "version": rules.version(),
+        "rulesForOtherStations": rules.unserved_said(),
+    })
 }

@@ -4,6 +4,13 @@
 //! its audit line naming the station). Whoever may press a station's may press the lab's
 //! (role `control`; each station's access rules decide its own `safe_stop` right).
 //!
+//! The answer names every station's outcome, and is 200 only when every station's safe state
+//! was confirmed in place (written and read back right, or read back right already). Otherwise
+//! its status is that of what kept the stations short of it when they all share it (403 a
+//! station's access rules refused the caller, 501 a station has no safe state configured, 503
+//! a station's safe state is not confirmed yet, or a station this process does not own the
+//! link of, its owner named), and 503 when they differ; each station's entry says its own.
+//!
 //! The stops run on a task of their own, started before anything is awaited: a client that
 //! hangs up stops no station less.
 
@@ -18,16 +25,17 @@ use serde_json::{Value as Json, json};
 
 use super::roster::Stations;
 use crate::allow::Allowed;
+use crate::api::safe_stop::Stopped;
 use crate::audit::{ChangeFields, Outcome, RequestLine};
 use crate::body::{JsonBody, read_body};
 use crate::config::Role;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
-use crate::reply::{Body, json_response};
+use crate::reply::{Body, error_response_with, json_response};
 use crate::requests::safe_stop::SafeStopRequest;
 
-/// What one station's stop came to: its answer, or why it was not stopped.
-type StationStop = Result<Json, ApiError>;
+/// What one station's stop came to: its answer, or why it was not stopped at all.
+type StationStop = Result<Stopped, ApiError>;
 
 /// `POST /v1/safe-stop` of the lab.
 pub async fn press(
@@ -93,8 +101,11 @@ impl Press {
     async fn stop(&self, gateway: &Arc<Gateway>) -> StationStop {
         let stopped = self.stop_unrecorded(gateway).await;
         let (status, outcome) = match &stopped {
-            Ok(_) => (StatusCode::OK, Outcome::Applied),
-            Err(error) => (error.status(), Outcome::of_error(error.kind)),
+            Ok(Stopped { short: None, .. }) => (StatusCode::OK, Outcome::Applied),
+            Ok(Stopped {
+                short: Some(error), ..
+            })
+            | Err(error) => (error.status(), Outcome::of_error(error.kind)),
         };
         let line = RequestLine {
             at: SystemTime::now(),
@@ -127,49 +138,92 @@ impl Press {
     }
 }
 
-/// Every station's answer; 200 when every station stopped, else the status of the first that
-/// did not, with every station's answer all the same.
+/// Every station's answer, each naming its station (and, short of confirmed, its status and
+/// error); 200 only when every station's safe state was confirmed in place, else the status
+/// of [`lab_kind`].
 fn answer(stations: &Stations, stops: Vec<StationStop>) -> Response<Body> {
-    let mut failed: Option<StatusCode> = None;
+    let mut short = Vec::new();
     let each: Vec<Json> = stations
         .paths()
         .ids()
         .iter()
         .zip(stops)
-        .map(|(id, stop)| match stop {
-            Ok(mut answer) => {
-                answer["station"] = json!(id);
-                answer
+        .map(|(id, stop)| {
+            let (mut entry, error) = match stop {
+                Ok(Stopped {
+                    answer,
+                    short: None,
+                }) => (answer, None),
+                Ok(Stopped {
+                    answer,
+                    short: Some(error),
+                }) => (answer, Some(error)),
+                Err(error) => (json!({ "stopped": false }), Some(error)),
+            };
+            entry["station"] = json!(id);
+            if let Some(error) = error {
+                entry["status"] = json!(error.status().as_u16());
+                entry["error"] = json!(error.message);
+                short.push((id.as_str(), error.kind));
             }
-            Err(error) => {
-                failed.get_or_insert(error.status());
-                json!({ "station": id, "stopped": false, "error": error.message })
-            }
+            entry
         })
         .collect();
-    let not_stopped: Vec<&str> = each
-        .iter()
-        .filter(|stop| stop["stopped"] != true)
-        .filter_map(|stop| stop["station"].as_str())
-        .collect();
-    let message = if not_stopped.is_empty() {
-        format!(
-            "safe-stopped every station ({})",
-            stations.paths().ids().join(", ")
-        )
-    } else {
-        format!(
-            "NOT safe-stopped: {} (see each station's error); the others are",
-            not_stopped.join(", ")
-        )
+    let kinds: Vec<ErrorKind> = short.iter().map(|(_, kind)| *kind).collect();
+    let body = |message: String| {
+        json!({
+            "stopped": short.is_empty(),
+            "stations": each,
+            "message": message,
+        })
     };
-    let mut response = json_response(&json!({
-        "stopped": not_stopped.is_empty(),
-        "stations": each,
-        "message": message,
-    }));
-    if let Some(status) = failed {
-        *response.status_mut() = status;
+    match lab_kind(&kinds) {
+        None => json_response(&body(format!(
+            "safe-stopped every station, each safe state confirmed ({})",
+            stations.paths().ids().join(", ")
+        ))),
+        Some(kind) => {
+            let named: Vec<&str> = short.iter().map(|(id, _)| *id).collect();
+            let message = format!(
+                "NOT safe-stopped: {} (see each station's error); the others are",
+                named.join(", ")
+            );
+            error_response_with(&ApiError::new(kind, message.clone()), body(message))
+        }
     }
-    response
+}
+
+/// The kind of the lab's answer from the kinds of the stations whose safe state was not
+/// confirmed in place: `None` (200) when there are none; their kind when they all share one;
+/// otherwise [`ErrorKind::SafeStatePending`] (503: not every station is confirmed safe, for
+/// reasons each station's entry gives).
+pub fn lab_kind(short: &[ErrorKind]) -> Option<ErrorKind> {
+    let first = *short.first()?;
+    Some(if short.iter().all(|kind| *kind == first) {
+        first
+    } else {
+        ErrorKind::SafeStatePending
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_labs_press_is_200_only_when_no_station_fell_short() {
+        assert_eq!(lab_kind(&[]), None);
+        assert_eq!(
+            lab_kind(&[ErrorKind::StandingBy, ErrorKind::StandingBy]),
+            Some(ErrorKind::StandingBy)
+        );
+        assert_eq!(
+            lab_kind(&[ErrorKind::AccessDenied]),
+            Some(ErrorKind::AccessDenied)
+        );
+        assert_eq!(
+            lab_kind(&[ErrorKind::NotOffered, ErrorKind::AccessDenied]),
+            Some(ErrorKind::SafeStatePending)
+        );
+    }
 }

@@ -33,6 +33,7 @@ impl LeaseAcquireRequest {
                 "the field Owner must name who takes the lease, e.g. \"TAT station 3\"",
             ));
         }
+        super::refuse_control_characters("Owner", owner)?;
         let owner = owner.chars().take(MAX_OWNER_CHARS).collect();
         Ok((owner, control_ttl(self.ttl_ms.checked()?)?))
     }
@@ -74,20 +75,17 @@ pub struct NamedLeaseAcquireRequest {
 }
 
 impl NamedLeaseAcquireRequest {
-    /// The owner as kept: trimmed, at most [`MAX_OWNER_CHARS`], `anonymous` for none.
-    pub fn owner(owner: Option<String>) -> String {
-        let owner: String = owner
-            .as_deref()
-            .unwrap_or_default()
-            .trim()
-            .chars()
-            .take(MAX_OWNER_CHARS)
-            .collect();
-        if owner.is_empty() {
+    /// The owner as kept: trimmed, at most [`MAX_OWNER_CHARS`], `anonymous` for none; one
+    /// with a control character is refused (400 naming `owner`).
+    pub fn owner(owner: Option<String>) -> Result<String, ApiError> {
+        let owner = owner.as_deref().unwrap_or_default().trim();
+        super::refuse_control_characters("owner", owner)?;
+        let owner: String = owner.chars().take(MAX_OWNER_CHARS).collect();
+        Ok(if owner.is_empty() {
             "anonymous".to_owned()
         } else {
             owner
-        }
+        })
     }
 }
 

@@ -30,6 +30,32 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Visitor};
 
+use crate::error::ApiError;
+
+/// Refuses (400 naming `field`) text that holds a control character (NUL, ESC, DEL, the C1
+/// range, or a bidirectional override): an owner's or a reason's text is shown back in answers
+/// and refusals, on the status page, in the log and the audit trail, where such a character
+/// hides or rewrites what is shown.
+pub fn refuse_control_characters(field: &str, text: &str) -> Result<(), ApiError> {
+    let Some((at, bad)) = text
+        .chars()
+        .enumerate()
+        .find(|(_, c)| c.is_control() || is_bidi_control(*c))
+    else {
+        return Ok(());
+    };
+    Err(ApiError::bad_request(format!(
+        "the field {field} holds the control character U+{:04X} (character {}): it is shown back in answers, logs and the audit trail, so it must be printable text",
+        u32::from(bad),
+        at + 1
+    )))
+}
+
+/// The Unicode characters that reorder text as it is shown (embeddings, overrides, isolates).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+}
+
 /// A station value as the clients send it: text as it is, a number as its JSON text, a
 /// boolean as `True` or `False` (the station's text format).
 #[derive(Debug, Clone, PartialEq, Eq)]

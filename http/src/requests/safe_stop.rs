@@ -1,4 +1,4 @@
-//! `POST /v1/safe-stop {Reason}`: why the station is being safe-stopped, never blank.
+//! `POST /v1/safe-stop {Reason}`: why the station is being safe-stopped, never blank, printable.
 
 use serde::Deserialize;
 
@@ -11,7 +11,8 @@ pub struct SafeStopRequest {
 }
 
 impl SafeStopRequest {
-    /// The reason, trimmed.
+    /// The reason, trimmed; never blank, and printable text (it is echoed back in the answer,
+    /// the lease's end and the audit trail).
     pub fn reason(self) -> Result<String, ApiError> {
         let reason = self.reason.trim();
         if reason.is_empty() {
@@ -19,6 +20,7 @@ impl SafeStopRequest {
                 "the field Reason must not be blank: say why the station is being safe-stopped",
             ));
         }
+        super::refuse_control_characters("Reason", reason)?;
         Ok(reason.to_owned())
     }
 }

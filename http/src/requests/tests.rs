@@ -166,7 +166,10 @@ fn the_control_leases_owner_is_checked_before_its_ttl() {
 fn a_named_leases_owner_is_anonymous_unless_given() {
     let owner = |sent: Json| {
         let asked: NamedLeaseAcquireRequest = body(sent).typed().unwrap();
-        asked.owner.checked().map(NamedLeaseAcquireRequest::owner)
+        asked
+            .owner
+            .checked()
+            .and_then(NamedLeaseAcquireRequest::owner)
     };
     assert_eq!(owner(json!({"ttlMs": 1000})).unwrap(), "anonymous");
     assert_eq!(owner(json!({"owner": "  "})).unwrap(), "anonymous");
@@ -175,6 +178,64 @@ fn a_named_leases_owner_is_anonymous_unless_given() {
         owner(json!({"owner": 5})).unwrap_err().message,
         "the field owner must be a string"
     );
+}
+
+#[test]
+fn owners_and_reasons_with_control_characters_are_refused_naming_the_field() {
+    for bad in [
+        "\u{0}",
+        "\u{1b}[2J",
+        "bench\u{7f}",
+        "a\u{85}b",
+        "x\u{202e}gnp.exe",
+    ] {
+        let control: LeaseAcquireRequest = body(json!({"Owner": format!("TAT {bad}")}))
+            .typed()
+            .unwrap();
+        let refused = control.owner_and_ttl().unwrap_err();
+        assert_eq!(refused.kind, crate::error::ErrorKind::BadRequest);
+        assert!(
+            refused
+                .message
+                .starts_with("the field Owner holds the control character U+"),
+            "{bad:?}: {}",
+            refused.message
+        );
+        let named: NamedLeaseAcquireRequest = body(json!({"owner": bad})).typed().unwrap();
+        let refused = named
+            .owner
+            .checked()
+            .and_then(NamedLeaseAcquireRequest::owner)
+            .unwrap_err();
+        assert!(
+            refused.message.starts_with("the field owner holds"),
+            "{}",
+            refused.message
+        );
+        let stop: super::safe_stop::SafeStopRequest =
+            body(json!({"Reason": format!("smoke {bad}")}))
+                .typed()
+                .unwrap();
+        let refused = stop.reason().unwrap_err();
+        assert!(
+            refused.message.starts_with("the field Reason holds"),
+            "{}",
+            refused.message
+        );
+    }
+    // Where it is, and which one.
+    let nul: LeaseAcquireRequest = body(json!({"Owner": "ab\u{0}"})).typed().unwrap();
+    assert!(
+        nul.owner_and_ttl()
+            .unwrap_err()
+            .message
+            .contains("U+0000 (character 3)")
+    );
+    // Printable text of any script is welcome.
+    let fine: LeaseAcquireRequest = body(json!({"Owner": "Prüfplatz 3 — 试验台"}))
+        .typed()
+        .unwrap();
+    assert_eq!(fine.owner_and_ttl().unwrap().0, "Prüfplatz 3 — 试验台");
 }
 
 #[test]

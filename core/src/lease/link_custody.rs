@@ -1,0 +1,86 @@
+//! Does this process own this station's link now? The one question every door that acts on a
+//! station asks first — a safe stop (the station's and the lab's), a change (REST and the
+//! legacy port), a lease's end (release, break) — so that a door that cannot act says so,
+//! naming who serves the station, instead of answering "done" for what never reached it.
+//!
+//! Two things say "not this process": a standby ([`HaRole`], `--standby`) while another
+//! gateway holds the link-owner lease, and a link standing by on the station's identity
+//! ([`OwnerGate::standing_by`]): the station it met is served by another gateway (the station's
+//! own link-owner lease on a shared backend, `link_owner.rs`) or by another station of this
+//! gateway (`lab_identities.rs`), or this gateway still waits out the lock-delay after taking
+//! the station's lease over.
+
+use crate::error_kind::ErrorKind;
+use crate::link::OwnerGate;
+
+use super::standby::HaRole;
+
+/// Why a door may not act on the station: this process does not own its link now. The message
+/// names who does (and where it serves) when that is known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotLinkOwner(String);
+
+impl NotLinkOwner {
+    /// 503 on HTTP, as a standby's answer to any request is.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::StandingBy
+    }
+}
+
+/// `Ok` when this process owns the station's link now: neither a standby (`role`) nor a link
+/// standing by on the station's identity (`gate`, the link's own, when it has one).
+pub fn owns_link(role: &HaRole, gate: Option<&OwnerGate>) -> Result<(), NotLinkOwner> {
+    if let Some(why) = role.standing_by() {
+        return Err(NotLinkOwner(why));
+    }
+    match gate.and_then(OwnerGate::standing_by) {
+        Some(why) => Err(NotLinkOwner(format!(
+            "this gateway does not serve the station now, so nothing it was asked reached it: {why}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn an_owner_with_no_gate_or_an_open_one_owns_the_link() {
+        assert_eq!(owns_link(&HaRole::owner(), None), Ok(()));
+        let gate = OwnerGate::open_for_good(Instant::now());
+        assert_eq!(owns_link(&HaRole::owner(), Some(&gate)), Ok(()));
+        // A closed gate alone (a renewal late, the lock-delay of its own link-owner lease)
+        // is this process's link still: the link holds what it sends until it opens.
+        let closed = OwnerGate::new(Instant::now());
+        assert_eq!(owns_link(&HaRole::owner(), Some(&closed)), Ok(()));
+    }
+
+    #[test]
+    fn a_standby_does_not_own_the_link_and_says_who_does() {
+        let refused = owns_link(&HaRole::standby(), None).unwrap_err();
+        assert!(refused.to_string().contains("standby"), "{refused}");
+        assert_eq!(refused.kind(), ErrorKind::StandingBy);
+        let role = HaRole::standby();
+        role.took_over();
+        assert_eq!(owns_link(&role, None), Ok(()));
+    }
+
+    #[test]
+    fn a_link_standing_by_on_the_stations_identity_does_not_own_it_and_names_the_other() {
+        let gate = OwnerGate::open_for_good(Instant::now());
+        let other = "station st1 of this gateway already serves the station HVS-3 ESH1";
+        gate.decide_identity("hvs-3 esh1".into(), Err(other.into()));
+        let refused = owns_link(&HaRole::owner(), Some(&gate)).unwrap_err();
+        assert!(
+            refused.to_string().contains(other) && refused.to_string().contains("nothing"),
+            "{refused}"
+        );
+        // Accepted again (the other let go): it owns the link.
+        gate.decide_identity("hvs-3 esh1".into(), Ok(()));
+        assert_eq!(owns_link(&HaRole::owner(), Some(&gate)), Ok(()));
+    }
+}
