@@ -1143,24 +1143,26 @@ async fn a_station_standing_by_on_its_identity_refuses_every_door_naming_the_one
     let (serves, stands) = (["one", "two"][serving], ["one", "two"][1 - serving]);
     let names_the_server =
         |text: &str| text.contains(&format!("station {serves} of this gateway already serves"));
-    // Its lease, taken before anyone asked it to act.
     let http = reqwest::Client::new();
     let base = gateway.base_url();
-    let taken: Json = http
-        .post(format!("{base}/stations/{stands}/api/lease"))
-        .json(&json!({ "Owner": "bench", "TtlMs": 30000 }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let lease = taken["leaseId"].as_str().expect("a lease").to_owned();
     sim.clear_write_log();
     let answer = |response: reqwest::Response| async move {
         let status = response.status().as_u16();
         (status, response.json::<Json>().await.unwrap())
     };
+    // A lease, which is for changing a station this process does not serve.
+    let (status, body) = answer(
+        http.post(format!("{base}/stations/{stands}/api/lease"))
+            .json(&json!({ "Owner": "bench", "TtlMs": 30000 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(names_the_server(body["error"].as_str().unwrap()), "{body}");
+    // Whatever lease id a client presents (one it took before the station stood by).
+    let lease = "0123456789abcdef0123456789abcdef".to_owned();
     // A change under its lease.
     let (status, body) = answer(
         http.post(format!("{base}/stations/{stands}/api/resources/value/set"))
