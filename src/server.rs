@@ -236,6 +236,11 @@ pub struct GatewayHandle {
     /// Each station's legacy listener, in the lab's order.
     pub legacy_addrs: Vec<Option<SocketAddr>>,
     tasks: JoinSet<()>,
+    /// The tasks that keep each station's link-owner lease (and a standby's watch): they stop
+    /// last, once what was still at each station is in its ledger.
+    owner_tasks: JoinSet<()>,
+    /// Stops `owner_tasks`: they release the link-owner leases.
+    release: CancellationToken,
     /// The threads serving HTTP connections besides the gateway's own: they stop when the
     /// handle is dropped, after `stop` has drained the connections and the changes.
     _connection_threads: crate::http::threads::ConnectionThreads,
@@ -265,7 +270,10 @@ impl GatewayHandle {
         }
     }
 
-    /// Stops accepting, finishes requests in flight (up to a few seconds), ends streams.
+    /// Stops accepting, finishes requests in flight (up to a few seconds), ends streams; then,
+    /// while it still owns each station's link, writes what is still at the station into its
+    /// ledger, and only then lets the link-owner leases go: a standby that takes over at once
+    /// finds every change it must wait for.
     pub async fn stop(mut self) {
         self.gateway.shutdown.cancel();
         while self.tasks.join_next().await.is_some() {}
@@ -274,6 +282,14 @@ impl GatewayHandle {
         for gateway in self.stations.gateways() {
             gateway.station.changes_ended(DRAIN).await;
         }
+        for gateway in self.stations.gateways() {
+            let owned = gateway.link_gate.as_ref().is_none_or(|gate| {
+                gate.owned_at(tokio::time::Instant::now()) && gate.standing_by().is_none()
+            }) && gateway.ha.standing_by().is_none();
+            gateway.lease.flush_ledger(owned, DRAIN).await;
+        }
+        self.release.cancel();
+        while self.owner_tasks.join_next().await.is_some() {}
     }
 }
 
@@ -293,6 +309,8 @@ struct Shared {
     tls: Option<crate::http::tls::TlsAcceptor>,
     http_addr: SocketAddr,
     shutdown: CancellationToken,
+    /// Stops the link-owner tasks, after everything else (`GatewayHandle::stop`).
+    release: CancellationToken,
 }
 
 /// Starts every station of `lab` behind one HTTP listener: each station its own link, value
@@ -328,10 +346,12 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         tls,
         http_addr,
         shutdown: CancellationToken::new(),
+        release: CancellationToken::new(),
     };
     let several = lab.stations.len() > 1;
     let ids = lab.ids();
     let mut tasks = JoinSet::new();
+    let mut owner_tasks = JoinSet::new();
     let mut gateways = Vec::with_capacity(lab.stations.len());
     let mut legacy_addrs = Vec::with_capacity(lab.stations.len());
     let mut legacy = listeners.legacy.into_iter();
@@ -348,7 +368,14 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
             id: &setup.id,
             served: &ids,
         };
-        let gateway = start_station(setup.config, named, audit, &shared, &mut tasks).await?;
+        let gateway = start_station(
+            setup.config,
+            named,
+            audit,
+            &shared,
+            (&mut tasks, &mut owner_tasks),
+        )
+        .await?;
         let listener = legacy.next().flatten();
         legacy_addrs.push(match &listener {
             Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
@@ -424,6 +451,8 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         http_addr,
         legacy_addrs,
         tasks,
+        owner_tasks,
+        release: shared.release.clone(),
         _connection_threads: connection_threads,
     })
 }
@@ -444,7 +473,7 @@ async fn start_station(
     named: StationNames<'_>,
     audit: crate::audit::AuditLog,
     shared: &Shared,
-    tasks: &mut JoinSet<()>,
+    (tasks, owner_tasks): (&mut JoinSet<()>, &mut JoinSet<()>),
 ) -> Result<Arc<Gateway>, StartError> {
     let station_id = named.several;
     let url = StationUrl::parse(&config.station.url).map_err(|error| {
@@ -630,14 +659,20 @@ async fn start_station(
         None => link_task,
     };
     if let Some(ownership) = ownership {
-        tasks.spawn(
+        if ownership.taken_back() {
+            gateway
+                .lease
+                .after_a_crash(gateway.config.max_processing())
+                .await;
+        }
+        owner_tasks.spawn(
             ownership
                 .with_adopter(adopter)
-                .keep(shutdown.clone(), shutdown.clone()),
+                .keep(shared.release.clone(), shutdown.clone()),
         );
     }
     if let Some(watch) = standing_by {
-        tasks.spawn(stand_by(watch, gateway.clone()));
+        owner_tasks.spawn(stand_by(watch, gateway.clone(), shared.release.clone()));
     }
     tasks.spawn(link_task.run(shutdown.clone()));
     access_rules.spawn_reloader(shutdown.clone());
@@ -685,7 +720,7 @@ async fn start_station(
 /// lock-delay (after a lapse), resume the control lease from the store (its holder keeps its id and fence; a safe state owed is
 /// applied by the lease task once the link is up), and only then serve, announcing the
 /// failover in the audit trail. From then on it owns the station like any owner.
-async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
+async fn stand_by(watch: Standby, gateway: Arc<Gateway>, release: CancellationToken) {
     let shutdown = gateway.shutdown.clone();
     let (me, retry) = (watch.me.clone(), watch.timing.renew_every);
     let Some(taken) = watch.until_lapsed(&shutdown).await else {
@@ -697,7 +732,7 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>) {
     let keep = taken
         .ownership
         .with_adopter(adopter_of(&gateway.lease))
-        .keep(shutdown.clone(), shutdown.clone());
+        .keep(release, shutdown.clone());
     tokio::pin!(keep);
     let resumed = async {
         // After a lapse, the lock-delay first: a holder's request still queued at a paused old

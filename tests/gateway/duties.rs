@@ -544,3 +544,175 @@ async fn a_lab_that_names_the_station_otherwise_applies_the_safe_state_owed_when
     );
     lab.stop().await;
 }
+
+/// A gateway process is killed (-9) while a change made without a lease is at a station that
+/// carries it out anyway, and is started again at once with its link-owner state file (it takes
+/// its own leases back, no lock-delay). The crashed run left no record of that change: the
+/// restarted gateway counts whatever the crashed run may have had at the station as in doubt,
+/// so B, who asks for the lease right after the restart, is granted only after it can no
+/// longer land.
+#[tokio::test]
+async fn a_change_at_the_station_when_its_gateway_crashed_lands_before_the_next_holders() {
+    let backend = Backend::named("sqlite").await;
+    let station = Station::start(Line::Tcp, Duration::from_millis(1200)).await;
+    let state = std::env::temp_dir().join(format!(
+        "gateway-duties-crash-{}.state",
+        &LeaseToken::random().as_str()[..12]
+    ));
+    let config = station.config(|config| {
+        config.station.id = format!("crash-{}", &LeaseToken::random().as_str()[..8]);
+        config.lease.backend = backend.url.clone();
+        config.lease.link_owner_state = state.display().to_string();
+    });
+    let http = reqwest::Client::new();
+    let ready = |base: String| {
+        let http = http.clone();
+        within(BOUND, "the gateway process to be ready", async move {
+            while !http
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let first = common::process::GatewayProcess::start(&config).unwrap();
+    ready(first.base_url.clone()).await;
+    let set = |base: &str, lease: Option<&str>, value: &str| {
+        let mut request = http
+            .post(format!("{base}/api/resources/value/set"))
+            .json(&serde_json::json!({ "Name": ON1, "Value": value }));
+        if let Some(lease) = lease {
+            request = request.header("X-Lease-Id", lease);
+        }
+        request.send()
+    };
+    // VSET1 (the slow one) and ON1 in one write, sent without a lease.
+    let batch = http
+        .post(format!("{}/api/resources/values/set", first.base_url))
+        .json(&serde_json::json!({ "Resources": { VSET1: "100", ON1: "True" } }))
+        .send();
+    let writing = tokio::spawn(batch);
+    until(BOUND, "the lease-less change to be at the station", || {
+        station.sim.requests_in_progress() > 0
+    })
+    .await;
+    first.signal("-KILL").unwrap();
+    drop(first);
+    let _ = writing.await;
+    let second = common::process::GatewayProcess::start(&config).unwrap();
+    let base = second.base_url.clone();
+    let lease = within(BOUND, "B to get the lease after the restart", async {
+        loop {
+            let asked = http
+                .post(format!("{base}/api/lease"))
+                .json(&serde_json::json!({ "Owner": "TAT station 4", "TtlMs": 60000 }))
+                .send()
+                .await;
+            if let Ok(asked) = asked
+                && asked.status() == 200
+            {
+                let answer: serde_json::Value = asked.json().await.unwrap();
+                return answer["leaseId"].as_str().unwrap().to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    let answer = within(BOUND, "B's write", async {
+        loop {
+            let response = set(&base, Some(&lease), "False").await.unwrap();
+            if response.status() != 503 {
+                return response.status();
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    assert_eq!(answer, 200);
+    until(BOUND, "the station to finish every request", || {
+        station.sim.requests_in_progress() == 0 && station.on1_writes().len() >= 2
+    })
+    .await;
+    let _ = std::fs::remove_file(&state);
+    assert_eq!(
+        station.on1_writes(),
+        [Value::Bool(true), Value::Bool(false)],
+        "the crashed run's change landed inside B's lease"
+    );
+}
+
+/// The owner stops cleanly (SIGTERM, or `stop`) while a change made without a lease is at a
+/// station that carries it out anyway; its standby takes over at once (a clean stop owes no
+/// lock-delay). The change is in the station's ledger, so the standby grants B the lease only
+/// once it can no longer land.
+#[tokio::test]
+async fn a_change_at_the_station_when_its_owner_stopped_cleanly_is_waited_for_by_the_standby() {
+    let backend = Backend::named("sqlite").await;
+    let station = Station::start(Line::Tcp, Duration::from_millis(1200)).await;
+    let id = format!("clean-{}", &LeaseToken::random().as_str()[..8]);
+    let owner_config = station.config(|config| {
+        config.station.id = id.clone();
+        config.lease.backend = backend.url.clone();
+        short_takeover(config);
+    });
+    let mut standby_config = owner_config.clone();
+    standby_config.ha.mode = HaMode::Standby;
+    let owner = start_gateway(owner_config).await;
+    let standby = station_gateway::start(
+        station_gateway::Listeners {
+            http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            legacy: None,
+        },
+        standby_config,
+    )
+    .await
+    .expect("a standby starts");
+    let writing = {
+        let gateway = owner.gateway.clone();
+        tokio::spawn(async move {
+            let guard = gateway.lease.admit(Access::Change, None).unwrap().guard;
+            let items = vec![
+                (VSET1.into(), Value::Float(100.0)),
+                (ON1.into(), Value::Bool(true)),
+            ];
+            gateway.link.write(items, guard).await.map(drop)
+        })
+    };
+    until(BOUND, "the lease-less change to be at the station", || {
+        station.sim.requests_in_progress() > 0
+    })
+    .await;
+    owner.stop().await;
+    let _ = writing.await;
+    let http = reqwest::Client::new();
+    let lease = within(BOUND, "the standby to grant B the lease", async {
+        loop {
+            let asked = http
+                .post(format!("{}/api/lease", standby.base_url()))
+                .json(&serde_json::json!({ "Owner": "TAT station 4", "TtlMs": 60000 }))
+                .send()
+                .await
+                .unwrap();
+            if asked.status() == 200 {
+                let answer: serde_json::Value = asked.json().await.unwrap();
+                return answer["leaseId"].as_str().unwrap().to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    switch_on1_off(&standby, &lease).await;
+    until(BOUND, "the station to finish every request", || {
+        station.sim.requests_in_progress() == 0 && station.on1_writes().len() >= 2
+    })
+    .await;
+    assert_eq!(
+        station.on1_writes(),
+        [Value::Bool(true), Value::Bool(false)],
+        "the change at the station when its owner stopped landed inside B's lease"
+    );
+    standby.stop().await;
+}

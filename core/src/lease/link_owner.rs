@@ -309,6 +309,13 @@ impl LinkOwnership {
             .renewed(self.confirmed_sent_at, self.timing.ttl, self.timing.margin);
     }
 
+    /// Whether this gateway took its own link-owner lease back from a run before it that did
+    /// not release it (a crash, with the state file): that run may have left changes at the
+    /// station.
+    pub fn taken_back(&self) -> bool {
+        self.taken_back
+    }
+
     /// The gate the link checks before every frame (`LinkTask::with_owner_gate`).
     pub fn gate(&self) -> Arc<OwnerGate> {
         self.gate.clone()

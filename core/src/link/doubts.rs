@@ -14,6 +14,11 @@ use std::collections::HashMap;
 
 use tokio::time::Instant;
 
+/// The fence of a change whose lease is not known: one a gateway before this one left at the
+/// station (a crashed run of this gateway, or a gateway that served the station under another
+/// control lease, whose fences are not this one's). Every settle waits for it.
+pub const ANY_FENCE: u64 = u64::MAX;
+
 /// Whose changes a settle waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettleScope {
@@ -29,7 +34,7 @@ impl SettleScope {
     /// Whether a change admitted under `fence` is among those this scope waits for.
     pub fn covers(self, fence: u64) -> bool {
         match self {
-            SettleScope::Fence(waited) => waited == fence,
+            SettleScope::Fence(waited) => waited == fence || fence == ANY_FENCE,
             SettleScope::Every => true,
         }
     }
@@ -195,6 +200,10 @@ mod tests {
         assert!(SettleScope::Fence(3).covers(3));
         assert!(!SettleScope::Fence(3).covers(4));
         assert!(SettleScope::Every.covers(0) && SettleScope::Every.covers(9));
+        assert!(
+            SettleScope::Fence(3).covers(ANY_FENCE) && SettleScope::Every.covers(ANY_FENCE),
+            "a change of an unknown lease is waited for by every settle"
+        );
     }
 
     #[test]

@@ -295,6 +295,9 @@ impl LinkTask {
         };
         (self.between.doubts, self.between.settling) = c.fail_everything(&why);
         self.between.answer_settled();
+        // What is still at the station as the session ends, for the ledger (a clean stop too).
+        self.shared
+            .publish_doubts(&self.between.doubts, &mut self.doubts_published);
         while let Ok(command) = self.commands.try_recv() {
             self.between.take(command, &why);
         }

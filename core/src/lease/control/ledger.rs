@@ -22,12 +22,7 @@ use super::super::store::{AcquireRequest, Acquisition, LeaseStore};
 use super::ControlLease;
 use super::events::Event;
 use super::state::{LockDelayWhy, StoredEnd, StoredLockDelay};
-use crate::link::Doubt;
-
-/// The fence an inherited change in doubt is counted under when another control lease made it:
-/// fences are that lease's own, so it is waited for by a grant's settle, never by the end of one
-/// of this gateway's leases.
-pub(super) const FOREIGN_FENCE: u64 = u64::MAX;
+use crate::link::{ANY_FENCE, Doubt};
 
 /// This gateway's copy of the station's record, and where it is kept.
 #[derive(Debug, Default)]
@@ -258,7 +253,8 @@ impl ControlLease {
             .doubts
             .iter()
             .map(|doubt| Doubt {
-                fence: if foreign { FOREIGN_FENCE } else { doubt.fence },
+                // Another control lease's fences are not this one's.
+                fence: if foreign { ANY_FENCE } else { doubt.fence },
                 until: now + doubt.left,
             })
             .collect();
@@ -381,6 +377,55 @@ impl ControlLease {
             ledger.duties.end_pending = None;
         }
         self.write_ledger().await;
+    }
+
+    /// This gateway's run before took its leases back after a crash: whatever it had at the
+    /// station when it died (a change sent and not yet answered leaves no record) may still
+    /// land until the longest the station may take, `max_processing` from now. Every settle
+    /// waits for that, so neither the next grant nor the end of the lease it resumed comes
+    /// before it.
+    pub async fn after_a_crash(&self, max_processing: std::time::Duration) {
+        warn!(
+            "this gateway took its link back after a crash: whatever the crashed run had at the station counts as in doubt for another {} ms (station.max_processing_ms)",
+            max_processing.as_millis()
+        );
+        if let Some(link) = &self.link {
+            let until = Instant::now() + max_processing;
+            link.inherit_doubts(vec![Doubt {
+                fence: ANY_FENCE,
+                until,
+            }])
+            .await;
+        }
+    }
+
+    /// At a clean stop, once the link has stopped: what was still at the station goes into
+    /// the ledger, so that whoever serves the station next waits for it. Only while this
+    /// process still owns the station's link (`owned`); bounded by `limit`.
+    pub async fn flush_ledger(
+        self: &std::sync::Arc<Self>,
+        owned: bool,
+        limit: std::time::Duration,
+    ) {
+        if !owned || !self.ledger_kept() {
+            return;
+        }
+        let Some(doubts) = self
+            .link
+            .as_ref()
+            .map(|link| link.watch_doubts().borrow().clone())
+        else {
+            return;
+        };
+        let flushed = async {
+            let _turn = self.turn().await;
+            self.record_doubts(&doubts, Instant::now()).await;
+        };
+        if tokio::time::timeout(limit, flushed).await.is_err() {
+            warn!(
+                "the station's ledger was not written before the gateway stopped: the next gateway waits for what it finds"
+            );
+        }
     }
 
     /// The station's changes in doubt changed (`doubts`, at `now`): the record keeps them.
