@@ -492,7 +492,8 @@ async fn a_paused_owner_writes_nothing_once_the_standby_took_over(backend: &str)
     .await;
     ensure!(
         answers.iter().all(|&status| status != 200),
-        "a write queued at the paused owner was applied after it woke: {answers:?}"
+        "a write queued at the paused owner was applied after it woke: {answers:?}; its log:\n{}",
+        owner.log_tail()
     );
     owner.ended_within(Duration::from_secs(10)).await?;
     let log = sim.write_log();
