@@ -1,7 +1,8 @@
 //! The request entry: every HTTP request comes in here, is matched against the route table
 //! (`api/mod.rs`: the operations `/healthz`, `/metrics`, ..., named leases, the REST
-//! endpoints), passes access control and the lease admission in one place as its row says,
-//! and goes to its endpoint's handler.
+//! endpoints), passes the browser's check (a change from a page of another site is refused:
+//! `browser.rs`), access control, its body's type and the lease admission in one place as its
+//! row says, and goes to its endpoint's handler.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -12,9 +13,10 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, Version};
 
 use super::allow::Allowed;
-use super::api::{self, AskedFrom, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
+use super::api::{self, AskedFrom, AuditClass, Authority, Call, NotRouted, Route};
 use super::audit_trail::{self, Noted};
-use super::body::{JsonBody, read_body};
+use super::body::{JsonBody, media_type, read_body};
+use super::browser::{self, RequestSite};
 use super::lease_endpoints::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops;
 use super::reply::{Body, error_response};
@@ -45,6 +47,8 @@ struct RequestFacts<'a> {
     /// Its path as logged, lease ids hidden.
     audit_path: &'a str,
     started: Instant,
+    /// Where its browser says it comes from.
+    site: RequestSite,
 }
 
 /// Answers one request; never fails: every error becomes a JSON error answer.
@@ -65,6 +69,7 @@ pub fn handle(
     head: Parts,
     body: Incoming,
     peers: Peers,
+    site: RequestSite,
 ) -> impl Future<Output = Response<Body>> + Send + '_ {
     async move {
         let peer = peers.remote;
@@ -91,6 +96,7 @@ pub fn handle(
                 presented,
                 audit_path: &audit_path,
                 started,
+                site,
             },
             &mut noted,
         )
@@ -222,6 +228,14 @@ fn route_and_answer<'a>(
         noted.slot = Some(api::slot(position));
         noted.audited |= route.audit() != AuditClass::Unaudited;
         noted.change = route.audit() == AuditClass::Change;
+        // A page of another site changes nothing: refused before access control (a browser
+        // sends cached Basic credentials with it) and before the body is read.
+        if facts.site == RequestSite::Elsewhere && route.can_change(&parts.method) {
+            if noted.change {
+                noted.caller = gateway.access.caller(&parts.headers);
+            }
+            return Err(browser::cross_site_refusal(parts, gateway.tls.is_some()));
+        }
         let needed = route.needed_role(&parts.method);
         // The one place access control is checked: before the body is read and before the lease
         // admission. 401 without valid credentials, 403 for a role too low.
@@ -274,12 +288,15 @@ fn route_and_answer<'a>(
         }
         let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
             let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
+            if let Some(expected) = endpoint.body.media_type() {
+                media_type::check(&parts.headers, expected, &bytes, endpoint.label)?;
+            }
             // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is
             // its handler's to read.
-            if endpoint.body == BodyKind::Raw {
-                (JsonBody::empty(), bytes)
-            } else {
+            if endpoint.body.parsed_before() {
                 (JsonBody::from_bytes(bytes.clone())?, bytes)
+            } else {
+                (JsonBody::empty(), bytes)
             }
         } else {
             (JsonBody::empty(), bytes::Bytes::new())
