@@ -605,6 +605,80 @@ mod tests {
         assert!(checked > 80, "only {checked} operations");
     }
 
+    /// `docs/openapi.json` says what a browser's requests may get: 421 on every operation (a
+    /// host the gateway is not known by), 403 on every one a page of another site may not
+    /// send, 415 on every one that reads a body of a type, as the table's rows decide.
+    #[test]
+    fn the_openapi_document_tells_the_browser_refusals_where_they_apply() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::super::openapi::OPENAPI_JSON).unwrap();
+        let template = |path: &str| -> String {
+            path.split('/')
+                .map(|s| if s.starts_with('{') { "{id}" } else { s })
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        let mut checked = 0;
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in operations.as_object().unwrap() {
+                if !["get", "post", "put", "delete"].contains(&method.as_str()) {
+                    continue;
+                }
+                let method: Method = method.to_uppercase().parse().unwrap();
+                let responses = &operation["responses"];
+                assert!(responses.get("421").is_some(), "{method} {path}: no 421");
+                let route = match path.strip_prefix("/api/") {
+                    Some(below) => find(&method, &template(below))
+                        .map(|(_, route, _)| route)
+                        .ok(),
+                    None if path.starts_with("/v1/leases/")
+                        || path.starts_with("/v1/semaphores/") =>
+                    {
+                        Some(named_leases().1)
+                    }
+                    None => find_operation(path).map(|(_, route, _)| route),
+                };
+                let Some(route) = route else {
+                    assert_eq!(path, "/openapi.json");
+                    continue;
+                };
+                let documents = |status: &str| {
+                    responses
+                        .get(status)
+                        .and_then(|r| r["description"].as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                assert_eq!(
+                    documents("403").contains("http.allowed_origins"),
+                    route.can_change(&method),
+                    "{method} {path}: {}",
+                    documents("403")
+                );
+                let expected = match route {
+                    Route::Api(endpoint) | Route::V1(endpoint) => {
+                        endpoint.body.media_type().filter(|_| {
+                            matches!(endpoint.method, Method::POST | Method::PUT)
+                                && operation.get("requestBody").is_some()
+                        })
+                    }
+                    Route::NamedLeases { .. } => matches!(method, Method::POST | Method::PUT)
+                        .then_some(crate::body::media_type::MediaType::Json),
+                    Route::Operation { .. } => None,
+                };
+                match expected {
+                    Some(media_type) => assert!(
+                        documents("415").contains(media_type.essence()),
+                        "{method} {path}: its 415"
+                    ),
+                    None => assert!(responses.get("415").is_none(), "{method} {path}"),
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 80, "only {checked} operations");
+    }
+
     #[test]
     fn a_paths_allow_is_every_row_it_has_the_shape_of() {
         assert_eq!(allowed("lease").listed(), "GET, POST, DELETE");

@@ -227,11 +227,14 @@ impl Route {
     /// change, or a read of the hardware, which may consume what it reads), the lease (acquire,
     /// renew, release, break), a safe stop, a configuration file (an upload, a save, a
     /// delete: the control role), a named lease. A web page of another site may not send one
-    /// (`browser.rs`); the operations and the reads that touch nothing it may.
+    /// (`browser.rs`); a GET, the operations and the reads that touch nothing it may.
     pub(crate) fn can_change(&self, method: &Method) -> bool {
+        if matches!(*method, Method::GET | Method::HEAD) {
+            return false;
+        }
         match self {
             Route::Operation { .. } => false,
-            Route::NamedLeases { .. } => !matches!(*method, Method::GET | Method::HEAD),
+            Route::NamedLeases { .. } => true,
             Route::Api(endpoint) | Route::V1(endpoint) => {
                 endpoint.audit == AuditClass::Change
                     || endpoint.lease != LeaseNeed::Open
