@@ -24,7 +24,7 @@ use hyper::header::{
     ACCESS_CONTROL_REQUEST_METHOD, HOST, HeaderMap, HeaderValue, ORIGIN, VARY,
 };
 use hyper::http::request::Parts;
-use hyper::{Method, Response};
+use hyper::{Method, Response, Version};
 
 use crate::config::HttpConfig;
 use crate::config::web_origin::{
@@ -98,7 +98,7 @@ impl BrowserRules {
     /// `Host`, or its `:authority` on HTTP/2 and an absolute request target). Before routing,
     /// for every path.
     pub fn host_refusal(&self, head: &Parts) -> Option<ApiError> {
-        if let Some(malformed) = crate::routes::host_refusal(head) {
+        if let Some(malformed) = malformed_host(head) {
             return Some(malformed);
         }
         if let Some(authority) = head.uri.authority()
@@ -235,6 +235,25 @@ impl BrowserRules {
     }
 }
 
+/// Why a request's `Host` makes it a 400, if it does (RFC 9112 §3.2): an HTTP/1.1 request
+/// without one, or with more than one. HTTP/1.0 needs none; HTTP/2 names its authority in
+/// `:authority`. One header lookup, nothing made unless refused.
+pub(crate) fn malformed_host(head: &Parts) -> Option<ApiError> {
+    if head.version != Version::HTTP_11 {
+        return None;
+    }
+    let mut hosts = head.headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), None) => None,
+        (None, _) => Some(ApiError::bad_request(
+            "an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2); this one has none: send Host: the gateway's host and port",
+        )),
+        (Some(_), Some(_)) => Some(ApiError::bad_request(
+            "an HTTP/1.1 request carries exactly one Host header (RFC 9112 section 3.2); this one has several",
+        )),
+    }
+}
+
 /// Lets the page of `origin` (a listed one: [`BrowserRules::cors_origin`]) read `response`.
 pub fn allow_origin(response: &mut Response<Body>, origin: HeaderValue) {
     let headers = response.headers_mut();
@@ -339,9 +358,9 @@ mod tests {
 
     #[test]
     fn hosts_are_ip_addresses_own_names_or_listed_ones() {
-        let rules = rules(|http| http.allowed_hosts = vec!["gw.lab".into(), "*.bench".into()]);
+        let known = rules(|http| http.allowed_hosts = vec!["gw.lab".into(), "*.bench".into()]);
         let status = |host: &str| {
-            rules
+            known
                 .host_refusal(&head(Method::GET, "/api/lease", &[("host", host)]))
                 .map(|refusal| refusal.status().as_u16())
         };
@@ -373,16 +392,16 @@ mod tests {
             "http://rebind.evil.example/api/lease",
             &[("host", "127.0.0.1")],
         );
-        assert_eq!(rules.host_refusal(&absolute).unwrap().status(), 421);
+        assert_eq!(known.host_refusal(&absolute).unwrap().status(), 421);
         let none = head(Method::GET, "/api/lease", &[]);
-        assert_eq!(rules.host_refusal(&none).unwrap().status(), 400);
-        let message = rules
+        assert_eq!(known.host_refusal(&none).unwrap().status(), 400);
+        let message = known
             .host_refusal(&head(Method::GET, "/", &[("host", "evil.example")]))
             .unwrap()
             .message;
         assert!(message.contains("http.allowed_hosts"), "{message}");
         assert!(message.contains("\"evil.example\""), "{message}");
-        let open = super::tests::rules(|http| http.allowed_hosts = vec!["*".into()]);
+        let open = rules(|http| http.allowed_hosts = vec!["*".into()]);
         assert!(
             open.host_refusal(&head(Method::GET, "/", &[("host", "anything")]))
                 .is_none()

@@ -42,7 +42,7 @@ pub async fn answer(
     site: RequestSite,
 ) -> Response<Body> {
     let answered = if below == "/v1/safe-stop" {
-        if let Some(refusal) = crate::routes::host_refusal(head) {
+        if let Some(refusal) = crate::browser::malformed_host(head) {
             Err(refusal)
         } else if site == RequestSite::Elsewhere && head.method == Method::POST {
             // A page of another site presses no station's safe stop; the refusal is in the
@@ -73,7 +73,7 @@ fn answer_or_refuse(
     head: &Parts,
     below: &str,
 ) -> Result<Response<Body>, ApiError> {
-    if let Some(refusal) = crate::routes::host_refusal(head) {
+    if let Some(refusal) = crate::browser::malformed_host(head) {
         return Err(refusal);
     }
     if head.method != Method::GET && head.method != Method::HEAD {

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::header::HOST;
 use hyper::http::request::Parts;
 use hyper::{Method, Response, Version};
 
@@ -76,7 +75,7 @@ pub fn handle(
         // The API's own description, public like the contract it describes.
         let prefix = &gateway.config.http.path_prefix;
         if let Some(doc) = super::openapi::answer(prefix, &head.method, head.uri.path())
-            && host_refusal(&head).is_none()
+            && browser::malformed_host(&head).is_none()
         {
             return doc;
         }
@@ -154,25 +153,6 @@ pub fn handle(
     }
 }
 
-/// Why a request's `Host` makes it a 400, if it does (RFC 9112 §3.2): an HTTP/1.1 request
-/// without one, or with more than one. HTTP/1.0 needs none; HTTP/2 names its authority in
-/// `:authority`. One header lookup, nothing made unless refused.
-pub(crate) fn host_refusal(head: &Parts) -> Option<ApiError> {
-    if head.version != Version::HTTP_11 {
-        return None;
-    }
-    let mut hosts = head.headers.get_all(HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (Some(_), None) => None,
-        (None, _) => Some(ApiError::bad_request(
-            "an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2); this one has none: send Host: the gateway's host and port",
-        )),
-        (Some(_), Some(_)) => Some(ApiError::bad_request(
-            "an HTTP/1.1 request carries exactly one Host header (RFC 9112 section 3.2); this one has several",
-        )),
-    }
-}
-
 /// Routes the request and answers it (an async block, as [`handle`]).
 #[allow(
     clippy::manual_async_fn,
@@ -195,7 +175,7 @@ fn route_and_answer<'a>(
             .map(|rest| rest.trim_end_matches('/'));
         // Every api/ request is in the audit trail, a 404 or 405 too.
         noted.audited = below_api.is_some();
-        if let Some(refusal) = host_refusal(parts) {
+        if let Some(refusal) = browser::malformed_host(parts) {
             return Err(refusal);
         }
         // Health, readiness, metrics and the status page live beside api/, and so do named leases

@@ -543,20 +543,23 @@ const CLOSING_GRACE: Duration = Duration::from_secs(1);
 async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
     let browser = &served.browser;
     let (head, body) = request.into_parts();
-    if let Some(refusal) = browser.host_refusal(&head) {
-        let response = error_response(&refusal);
-        served
-            .stations
-            .note_unrouted(&head, served.peers.remote, response.status());
-        let http1 = head.version < Version::HTTP_2;
+    let answered_here = match browser.host_refusal(&head) {
+        Some(refusal) => {
+            let response = error_response(&refusal);
+            served
+                .stations
+                .note_unrouted(&head, served.peers.remote, response.status());
+            Some(response)
+        }
+        None => browser.preflight(&head),
+    };
+    if let Some(response) = answered_here {
+        // A reserved connection serves what the reserve is for, then closes.
         return if served.kind == SlotKind::Reserved {
-            closing(response, http1, &served.usage)
+            closing(response, head.version < Version::HTTP_2, &served.usage)
         } else {
             response
         };
-    }
-    if let Some(preflight) = browser.preflight(&head) {
-        return preflight;
     }
     let site = browser.site(&head);
     let cors = browser.cors_origin(&head);
