@@ -55,7 +55,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 fn post_raw(path: &str, extra_headers: &str, body: &[u8]) -> Vec<u8> {
     let mut request = format!(
-        "POST /api/{path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST /api/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -67,7 +67,7 @@ fn post_raw(path: &str, extra_headers: &str, body: &[u8]) -> Vec<u8> {
 async fn a_client_that_sends_half_a_header_and_stalls_is_disconnected() {
     let rig = rig(|c| c.http.header_read_timeout_ms = 300).await;
     let mut half = TcpStream::connect(rig.gateway.http_addr).await.unwrap();
-    half.write_all(b"GET /api/capabilities HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+    half.write_all(b"GET /api/capabilities HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         .await
         .unwrap();
     let took = closed_within(&mut half, Duration::from_secs(3)).await;
@@ -198,7 +198,7 @@ async fn oversized_bodies_are_413_with_or_without_a_length() {
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("1024-byte limit"), "{text}");
     // Chunked, so the size is only known while reading.
-    let mut chunked = b"POST /api/resources/value/get HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+    let mut chunked = b"POST /api/resources/value/get HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
     for _ in 0..8 {
         chunked.extend_from_slice(format!("200\r\n{}\r\n", "y".repeat(0x200)).as_bytes());
     }
@@ -208,7 +208,7 @@ async fn oversized_bodies_are_413_with_or_without_a_length() {
     // A declared length far over the limit is refused without waiting for the bytes.
     let (status, text) = raw(
         &rig,
-        b"POST /api/resources/value/get HTTP/1.1\r\nHost: t\r\nContent-Length: 999999999\r\n\r\n{",
+        b"POST /api/resources/value/get HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 999999999\r\n\r\n{",
     )
     .await;
     assert_eq!(status, 413, "{text}");
@@ -220,7 +220,7 @@ async fn a_body_in_pieces_is_read_whole() {
     let rig = rig(|_| {}).await;
     let body =
         br#"{"Names": ["0.1.ESH10000158.MON_3V3", "0.1.ESH10000158.MON_3V3"], "MaxAgeMs": 0}"#;
-    let mut chunked = b"POST /api/resources/values/get HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+    let mut chunked = b"POST /api/resources/values/get HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
     for piece in [&body[..5], &body[5..30], &body[30..31], &body[31..]] {
         chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
         chunked.extend_from_slice(piece);
@@ -281,7 +281,7 @@ async fn invalid_utf8_in_names_is_400() {
     // Non-UTF-8 in a path segment: no such subscription or lease, not a crash.
     for path in ["subscriptions/%FF%FE", "lease/%C3%28"] {
         let request =
-            format!("DELETE /api/{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            format!("DELETE /api/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         let (status, text) = raw(&rig, request.as_bytes()).await;
         assert_eq!(status, 404, "{path}: {text}");
     }

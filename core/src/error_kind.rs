@@ -20,6 +20,9 @@ pub enum ErrorKind {
     /// The access rules refuse this caller this action on a channel (the message names the
     /// channel and the rule, and the interlock's channel and value when that is why). 403.
     AccessDenied,
+    /// A change sent by a web page of another site (its `Origin` is not the gateway's own nor
+    /// one `http.allowed_origins` lists, or the browser says `Sec-Fetch-Site: cross-site`). 403.
+    CrossSite,
     /// No such endpoint, resource, lease, file or subscription. 404.
     NotFound,
     /// The path exists, with other methods. 405.
@@ -30,6 +33,13 @@ pub enum ErrorKind {
     Conflict,
     /// The request or its file is over a limit of size. 413.
     TooLarge,
+    /// The request's body is not of the type its endpoint reads (JSON, or a multipart upload):
+    /// the message names the type to send. 415.
+    UnsupportedMediaType,
+    /// The request names a host (`Host`, HTTP/2's `:authority`) the gateway is not known by:
+    /// what a page on a name re-pointed at the gateway (DNS rebinding) sends. The message
+    /// names `http.allowed_hosts`. 421.
+    UnknownHost,
     /// The station is locked by the lease's holder (or between leases), or the send guard
     /// refused a change at the link. 423.
     Locked,
@@ -84,11 +94,14 @@ impl ErrorKind {
             Unauthorized,
             Forbidden,
             AccessDenied,
+            CrossSite,
             NotFound,
             MethodNotAllowed,
             BodyTimeout,
             Conflict,
             TooLarge,
+            UnsupportedMediaType,
+            UnknownHost,
             Locked,
             LimitReached,
             Internal,
@@ -119,11 +132,14 @@ impl ErrorKind {
                 | Unauthorized
                 | Forbidden
                 | AccessDenied
+                | CrossSite
                 | NotFound
                 | MethodNotAllowed
                 | BodyTimeout
                 | Conflict
                 | TooLarge
+                | UnsupportedMediaType
+                | UnknownHost
                 | Locked
                 | LimitReached
                 | Internal

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::error::ApiError;
 
+pub mod media_type;
 mod typed;
 
 pub(crate) use typed::whole_of_float;

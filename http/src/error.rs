@@ -22,12 +22,16 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorKind::Forbidden | ErrorKind::AccessDenied => StatusCode::FORBIDDEN,
+        ErrorKind::Forbidden | ErrorKind::AccessDenied | ErrorKind::CrossSite => {
+            StatusCode::FORBIDDEN
+        }
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorKind::UnknownHost => StatusCode::MISDIRECTED_REQUEST,
         ErrorKind::Locked => StatusCode::LOCKED,
         ErrorKind::LimitReached => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -15,6 +15,7 @@ use hyper::{Method, Response};
 use serde_json::{Value as Json, json};
 
 use crate::allow::Allowed;
+use crate::browser::{RequestSite, cross_site_refusal};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::metrics::lab::{GATEWAY_WIDE_FAMILIES, merge_expositions};
@@ -38,11 +39,20 @@ pub async fn answer(
     body: Incoming,
     peer: SocketAddr,
     below: &str,
+    site: RequestSite,
 ) -> Response<Body> {
     let answered = if below == "/v1/safe-stop" {
-        match crate::routes::host_refusal(head) {
-            Some(refusal) => Err(refusal),
-            None => safe_stop::press(stations, head, body, peer).await,
+        if let Some(refusal) = crate::browser::malformed_host(head) {
+            Err(refusal)
+        } else if site == RequestSite::Elsewhere && head.method == Method::POST {
+            // A page of another site presses no station's safe stop; the refusal is in the
+            // trail as the press would have been.
+            let refusal = cross_site_refusal(head, stations.host().tls.is_some());
+            let caller = stations.host().access.caller(&head.headers);
+            stations.note_refused_change(head, peer, refusal.status(), caller);
+            Err(refusal)
+        } else {
+            safe_stop::press(stations, head, body, peer).await
         }
     } else {
         answer_or_refuse(stations, head, below)
@@ -63,7 +73,7 @@ fn answer_or_refuse(
     head: &Parts,
     below: &str,
 ) -> Result<Response<Body>, ApiError> {
-    if let Some(refusal) = crate::routes::host_refusal(head) {
+    if let Some(refusal) = crate::browser::malformed_host(head) {
         return Err(refusal);
     }
     if head.method != Method::GET && head.method != Method::HEAD {

@@ -6,7 +6,8 @@
 //!
 //! Every request enters at [`routes`]; the endpoint table and its handlers are in `api`;
 //! answers are shaped in `reply`; request bodies in [`body`]; who a request is in
-//! [`credentials`]; health, metrics and the status page in [`ops`]; HTTPS in [`tls`];
+//! [`credentials`]; what a browser may ask (known host names, no changes from other sites,
+//! CORS) in [`browser`]; health, metrics and the status page in [`ops`]; HTTPS in [`tls`];
 //! connection limits and the write timeout in [`connections`], whether a connection is idle in [`idle`]; what of a path
 //! may be logged in [`redact`]; which thread serves a connection in [`threads`]; which station a
 //! path is for, in a gateway of several, in [`stations`] (issue 53; not yet used by the server).
@@ -29,6 +30,7 @@ mod api;
 mod api_version;
 pub mod audit_trail;
 pub mod body;
+pub mod browser;
 pub mod connections;
 pub mod credentials;
 pub mod error;

@@ -23,6 +23,7 @@ use hyper::{Method, Response};
 use serde_json::{Value as Json, json};
 
 use super::allow::Allowed;
+use super::body::media_type::{self, MediaType};
 use super::body::{JsonBody, Whole, read_body};
 use super::reply::{Body, error_response, json_response};
 use crate::error::{ApiError, ErrorKind};
@@ -149,7 +150,10 @@ async fn answer(
         ),
     };
     let json = if matches!(parts.method, Method::POST | Method::PUT) {
-        JsonBody::from_bytes(read_body(body, gateway.config.http.max_body_bytes).await?)?
+        let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
+        let what = format!("{} {path}", parts.method);
+        media_type::check(&parts.headers, MediaType::Json, &bytes, &what)?;
+        JsonBody::from_bytes(bytes)?
     } else {
         JsonBody::empty()
     };

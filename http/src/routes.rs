@@ -1,20 +1,21 @@
 //! The request entry: every HTTP request comes in here, is matched against the route table
 //! (`api/mod.rs`: the operations `/healthz`, `/metrics`, ..., named leases, the REST
-//! endpoints), passes access control and the lease admission in one place as its row says,
-//! and goes to its endpoint's handler.
+//! endpoints), passes the browser's check (a change from a page of another site is refused:
+//! `browser.rs`), access control, its body's type and the lease admission in one place as its
+//! row says, and goes to its endpoint's handler.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::header::HOST;
 use hyper::http::request::Parts;
 use hyper::{Method, Response, Version};
 
 use super::allow::Allowed;
-use super::api::{self, AskedFrom, AuditClass, Authority, BodyKind, Call, NotRouted, Route};
+use super::api::{self, AskedFrom, AuditClass, Authority, Call, NotRouted, Route};
 use super::audit_trail::{self, Noted};
-use super::body::{JsonBody, read_body};
+use super::body::{JsonBody, media_type, read_body};
+use super::browser::{self, RequestSite};
 use super::lease_endpoints::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops;
 use super::reply::{Body, error_response};
@@ -45,6 +46,8 @@ struct RequestFacts<'a> {
     /// Its path as logged, lease ids hidden.
     audit_path: &'a str,
     started: Instant,
+    /// Where its browser says it comes from.
+    site: RequestSite,
 }
 
 /// Answers one request; never fails: every error becomes a JSON error answer.
@@ -65,13 +68,14 @@ pub fn handle(
     head: Parts,
     body: Incoming,
     peers: Peers,
+    site: RequestSite,
 ) -> impl Future<Output = Response<Body>> + Send + '_ {
     async move {
         let peer = peers.remote;
         // The API's own description, public like the contract it describes.
         let prefix = &gateway.config.http.path_prefix;
         if let Some(doc) = super::openapi::answer(prefix, &head.method, head.uri.path())
-            && host_refusal(&head).is_none()
+            && browser::malformed_host(&head).is_none()
         {
             return doc;
         }
@@ -91,6 +95,7 @@ pub fn handle(
                 presented,
                 audit_path: &audit_path,
                 started,
+                site,
             },
             &mut noted,
         )
@@ -148,25 +153,6 @@ pub fn handle(
     }
 }
 
-/// Why a request's `Host` makes it a 400, if it does (RFC 9112 §3.2): an HTTP/1.1 request
-/// without one, or with more than one. HTTP/1.0 needs none; HTTP/2 names its authority in
-/// `:authority`. One header lookup, nothing made unless refused.
-pub(crate) fn host_refusal(head: &Parts) -> Option<ApiError> {
-    if head.version != Version::HTTP_11 {
-        return None;
-    }
-    let mut hosts = head.headers.get_all(HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (Some(_), None) => None,
-        (None, _) => Some(ApiError::bad_request(
-            "an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2); this one has none: send Host: the gateway's host and port",
-        )),
-        (Some(_), Some(_)) => Some(ApiError::bad_request(
-            "an HTTP/1.1 request carries exactly one Host header (RFC 9112 section 3.2); this one has several",
-        )),
-    }
-}
-
 /// Routes the request and answers it (an async block, as [`handle`]).
 #[allow(
     clippy::manual_async_fn,
@@ -189,7 +175,7 @@ fn route_and_answer<'a>(
             .map(|rest| rest.trim_end_matches('/'));
         // Every api/ request is in the audit trail, a 404 or 405 too.
         noted.audited = below_api.is_some();
-        if let Some(refusal) = host_refusal(parts) {
+        if let Some(refusal) = browser::malformed_host(parts) {
             return Err(refusal);
         }
         // Health, readiness, metrics and the status page live beside api/, and so do named leases
@@ -222,6 +208,14 @@ fn route_and_answer<'a>(
         noted.slot = Some(api::slot(position));
         noted.audited |= route.audit() != AuditClass::Unaudited;
         noted.change = route.audit() == AuditClass::Change;
+        // A page of another site changes nothing: refused before access control (a browser
+        // sends cached Basic credentials with it) and before the body is read.
+        if facts.site == RequestSite::Elsewhere && route.can_change(&parts.method) {
+            if noted.change {
+                noted.caller = gateway.access.caller(&parts.headers);
+            }
+            return Err(browser::cross_site_refusal(parts, gateway.tls.is_some()));
+        }
         let needed = route.needed_role(&parts.method);
         // The one place access control is checked: before the body is read and before the lease
         // admission. 401 without valid credentials, 403 for a role too low.
@@ -279,12 +273,15 @@ fn route_and_answer<'a>(
         }
         let (json, raw) = if matches!(endpoint.method, Method::POST | Method::PUT) {
             let bytes = read_body(body, gateway.config.http.max_body_bytes).await?;
+            if let Some(expected) = endpoint.body.media_type() {
+                media_type::check(&parts.headers, expected, &bytes, endpoint.label)?;
+            }
             // A body that is not a JSON object (a list, an upload, an unserved endpoint's form) is
             // its handler's to read.
-            if endpoint.body == BodyKind::Raw {
-                (JsonBody::empty(), bytes)
-            } else {
+            if endpoint.body.parsed_before() {
                 (JsonBody::from_bytes(bytes.clone())?, bytes)
+            } else {
+                (JsonBody::empty(), bytes)
             }
         } else {
             (JsonBody::empty(), bytes::Bytes::new())

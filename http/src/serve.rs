@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
 use crate::body::BodyTimeouts;
+use crate::browser::{self, BrowserRules, RequestSite};
 use crate::connections::{
     ConnectionLimits, ConnectionSlot, FirstByteDeadline, IoActivity, Refusal, SlotKind, TimedIo,
     is_reserved_request,
@@ -116,6 +117,10 @@ pub async fn serve(
     let HttpService { stations, threads } = service;
     // The connection counters are the whole gateway's: kept in the first station's metrics.
     let gateway = stations.host().clone();
+    let browser = Arc::new(BrowserRules::new(
+        &gateway.config.http,
+        gateway.tls.is_some(),
+    ));
     let Shutdown {
         signal: shutdown,
         drain,
@@ -172,6 +177,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let connection = Connection {
             stations: stations.clone(),
+            browser: browser.clone(),
             peer,
             local: stream.local_addr().ok(),
             socket: Some(std::os::fd::AsRawFd::as_raw_fd(&stream)),
@@ -205,6 +211,7 @@ pub async fn serve(
 /// One accepted connection: its client and its place in the limits.
 struct Connection {
     stations: Arc<Stations>,
+    browser: Arc<BrowserRules>,
     peer: SocketAddr,
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     local: Option<SocketAddr>,
@@ -334,6 +341,7 @@ impl Connection {
             // shared count pulls its cache line from the other core).
             let served = Arc::new(Served {
                 stations: self.stations.clone(),
+                browser: self.browser.clone(),
                 builders: builders.clone(),
                 usage: self.slot.usage.clone(),
                 peers: routes::Peers {
@@ -477,6 +485,8 @@ impl Speaks {
 /// other connection's).
 struct Served {
     stations: Arc<Stations>,
+    /// What a browser may ask: the host names, the sites, CORS (`[http]`).
+    browser: Arc<BrowserRules>,
     /// The connection builders and the limits, shared by every connection.
     builders: Arc<Builders>,
     usage: Arc<ConnectionUse>,
@@ -527,23 +537,61 @@ impl Builders {
 /// The longest an idle connection asked to close may take to finish closing.
 const CLOSING_GRACE: Duration = Duration::from_secs(1);
 
+/// Answers one request: first what its browser may ask (a host name the gateway is not known
+/// by is 421, on every path, before routing; a CORS preflight is answered here), then
+/// [`answer_routed`]; a page of a listed origin may read the answer (CORS).
+async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
+    let browser = &served.browser;
+    let (head, body) = request.into_parts();
+    let answered_here = match browser.host_refusal(&head) {
+        Some(refusal) => {
+            let response = error_response(&refusal);
+            served
+                .stations
+                .note_unrouted(&head, served.peers.remote, response.status());
+            Some(response)
+        }
+        None => browser.preflight(&head),
+    };
+    if let Some(response) = answered_here {
+        // A reserved connection serves what the reserve is for, then closes.
+        return if served.kind == SlotKind::Reserved {
+            closing(response, head.version < Version::HTTP_2, &served.usage)
+        } else {
+            response
+        };
+    }
+    let site = browser.site(&head);
+    let cors = browser.cors_origin(&head);
+    let mut response = answer_routed(served, head, body, site).await;
+    if let Some(origin) = cors {
+        browser::allow_origin(&mut response, origin);
+    }
+    response
+}
+
 /// Answers one request within the body time limits; on a reserved connection only what the
 /// reserve is for. A timed-out body and a reserved connection end the connection after the
 /// answer (HTTP/1: `Connection: close`; HTTP/2: GOAWAY once no request is in progress).
-async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
+async fn answer_routed(
+    served: &Served,
+    mut head: hyper::http::request::Parts,
+    body: Incoming,
+    site: RequestSite,
+) -> Response<Body> {
     let Served {
         stations,
         builders,
         usage,
         peers,
         kind,
+        ..
     } = served;
     let (peers, kind, limits) = (*peers, *kind, builders.limits);
     let host = stations.host();
     let http = &host.config.http;
-    let http1 = request.version() < Version::HTTP_2;
+    let http1 = head.version < Version::HTTP_2;
     let reserved = kind == SlotKind::Reserved;
-    let (mut head, body) = request.into_parts();
     // Which station the request is for: one station's paths are all its own (and also under
     // `/stations/{id}`), so its requests pass here without a copy.
     let index = match stations.paths().route(head.uri.path()) {
@@ -580,7 +628,14 @@ async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
             .strip_prefix(stations.paths().prefix())
             .unwrap_or_default();
         let below = below.to_owned();
-        let answered = Box::pin(lab::answer(stations, &head, body, peers.remote, &below));
+        let answered = Box::pin(lab::answer(
+            stations,
+            &head,
+            body,
+            peers.remote,
+            &below,
+            site,
+        ));
         let (response, timed_out) = body::with_body_limits(limits.body, answered).await;
         if timed_out.is_some() {
             host.metrics.http_timeouts.body.inc();
@@ -595,7 +650,7 @@ async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
     // A body that timed out is logged by `handle`, which knows the request's redacted path.
     // Boxed where it is made: the request's future (0.9 KB) is then moved as a pointer, not
     // copied into the body limits' scope and again into `answer`'s own box (issue 30).
-    let handled = Box::pin(routes::handle(gateway, head, body, peers));
+    let handled = Box::pin(routes::handle(gateway, head, body, peers, site));
     let (response, timed_out) = body::with_body_limits(limits.body, handled).await;
     if timed_out.is_some() {
         host.metrics.http_timeouts.body.inc();

@@ -9,7 +9,10 @@ use station_protocol::ErrorCode;
 pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
     match kind {
         ErrorKind::StationRefused(code) => code,
-        ErrorKind::BadRequest | ErrorKind::TooLarge => ErrorCode::BadValue,
+        ErrorKind::BadRequest
+        | ErrorKind::TooLarge
+        | ErrorKind::UnsupportedMediaType
+        | ErrorKind::UnknownHost => ErrorCode::BadValue,
         ErrorKind::NotFound => ErrorCode::UnknownChannel,
         ErrorKind::MethodNotAllowed | ErrorKind::NotOffered | ErrorKind::AreaNotOffered => {
             ErrorCode::Unsupported
@@ -18,6 +21,7 @@ pub fn legacy_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::Unauthorized
         | ErrorKind::Forbidden
         | ErrorKind::AccessDenied
+        | ErrorKind::CrossSite
         | ErrorKind::Locked
         | ErrorKind::SafeStatePending
         | ErrorKind::LeaseEnding => ErrorCode::Locked,
@@ -58,11 +62,14 @@ mod tests {
             (Unauthorized, 401, C::Locked, Refused),
             (Forbidden, 403, C::Locked, Refused),
             (AccessDenied, 403, C::Locked, Refused),
+            (CrossSite, 403, C::Locked, Refused),
             (NotFound, 404, C::UnknownChannel, Refused),
             (MethodNotAllowed, 405, C::Unsupported, Refused),
             (BodyTimeout, 408, C::Malformed, Refused),
             (Conflict, 409, C::Busy, Refused),
             (TooLarge, 413, C::BadValue, Refused),
+            (UnsupportedMediaType, 415, C::BadValue, Refused),
+            (UnknownHost, 421, C::BadValue, Refused),
             (Locked, 423, C::Locked, Refused),
             (LimitReached, 429, C::Busy, Refused),
             (Internal, 500, C::Internal, Refused),

@@ -33,7 +33,7 @@ async fn post_raw(rig: &Rig, path: &str, body: serde_json::Value) -> tokio::net:
         .await
         .unwrap();
     let request = format!(
-        "POST /api/{path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /api/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();

@@ -546,18 +546,26 @@ async fn the_readmes_first_screen_runs_the_gateway_and_its_request_answers() {
             other => panic!("/readyz did not answer 200 within {START_TIMEOUT:?}: {other:?}"),
         }
     }
-    // 2. The one request, as curl sends `-d` (a POST), to the address the gateway took.
+    // 2. The one request, as curl sends `--json` (a POST of the body as application/json, which
+    // a JSON endpoint requires), to the address the gateway took.
     let request = shell_words(request);
     let [curl, url, data, body] = &request[..] else {
-        panic!("expected `curl URL -d BODY`: {request:?}");
+        panic!("expected `curl URL --json BODY`: {request:?}");
     };
-    assert_eq!((curl.as_str(), data.as_str()), ("curl", "-d"));
+    assert_eq!((curl.as_str(), data.as_str()), ("curl", "--json"));
     let url = url.replace(&default_http, &addr);
     assert!(
         url.contains(&addr),
         "{url} is not at the default address {default_http}"
     );
-    let answer = client.post(&url).body(body.clone()).send().await.unwrap();
+    let answer = client
+        .post(&url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(answer.status(), 200);
     let answer: serde_json::Value = answer.json().await.unwrap();
     let value: f64 = answer["value"].as_str().unwrap().parse().unwrap();

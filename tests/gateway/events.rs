@@ -273,6 +273,7 @@ async fn requests_out_of_bounds_get_clear_4xx_answers() -> Result<()> {
     let response = rig
         .http
         .post(rig.url("subscriptions"))
+        .header("Content-Type", "application/json")
         .body("{not json")
         .send()
         .await?;
@@ -601,7 +602,7 @@ async fn a_stream_whose_reader_stops_reading_does_not_delay_the_others() -> Resu
     let mut stuck = socket.connect(rig.gateway.http_addr).await?;
     stuck
         .write_all(
-            b"GET /api/events HTTP/1.1\r\nHost: gateway\r\nAccept: text/event-stream\r\n\r\n",
+            b"GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n",
         )
         .await?;
     let mut head = vec![0u8; 4096];

@@ -97,7 +97,7 @@ async fn exchange(to: SocketAddr, request: &[u8], half_close: bool) -> Option<An
 
 fn post(path: &str, body: &str) -> Vec<u8> {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -123,13 +123,13 @@ async fn a_lease_request_whose_client_half_closed_after_it_is_answered() {
     the_id_holds_the_lease(&rig, exchange(addr, &post("/api/lease", TAKE), true).await).await;
     // With `Connection: close` too, and a read that needs no body.
     let closing = format!(
-        "POST /api/lease HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{TAKE}",
+        "POST /api/lease HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{TAKE}",
         TAKE.len()
     );
     the_id_holds_the_lease(&rig, exchange(addr, closing.as_bytes(), true).await).await;
     let read = exchange(
         addr,
-        b"GET /api/capabilities HTTP/1.1\r\nHost: t\r\n\r\n",
+        b"GET /api/capabilities HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         true,
     )
     .await;
@@ -184,17 +184,17 @@ async fn a_request_whose_client_half_closed_before_its_body_was_whole_is_not_act
     let addr = rig.gateway.http_addr;
     // A declared length not reached, and a chunked body without its last chunk.
     let short = format!(
-        "POST /api/lease HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{}",
+        "POST /api/lease HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
         TAKE.len() + 10,
         TAKE
     );
     let unfinished = format!(
-        "POST /api/lease HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{TAKE}\r\n",
+        "POST /api/lease HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{TAKE}\r\n",
         TAKE.len()
     );
     let set = format!(r#"{{"Name": "{VSET1}", "Value": "3"}}"#);
     let short_set = format!(
-        "POST /api/resources/value/set HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{set}",
+        "POST /api/resources/value/set HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{set}",
         set.len() + 1
     );
     for request in [short, unfinished, short_set] {
@@ -274,7 +274,8 @@ async fn a_405_names_the_methods_of_its_path_in_allow() {
         ("GET /v1/safe-stop", "POST"),
         ("PATCH /v1/leases/job", "GET, POST, PUT, DELETE"),
     ] {
-        let request = format!("{request_line} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+        let request =
+            format!("{request_line} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n");
         let answer = exchange(addr, request.as_bytes(), false)
             .await
             .unwrap_or_else(|| panic!("{request_line}: no answer"));
@@ -286,9 +287,13 @@ async fn a_405_names_the_methods_of_its_path_in_allow() {
         );
     }
     // An answer that is not a 405 names no methods.
-    let answer = exchange(addr, b"GET /api/lease HTTP/1.1\r\nHost: t\r\n\r\n", false)
-        .await
-        .unwrap();
+    let answer = exchange(
+        addr,
+        b"GET /api/lease HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        false,
+    )
+    .await
+    .unwrap();
     assert_eq!((answer.status, answer.header("allow")), (200, None));
 }
 
@@ -301,7 +306,7 @@ async fn an_http11_request_without_host_is_400_naming_the_header() {
         "GET /healthz HTTP/1.1\r\n\r\n".to_owned(),
         "GET /openapi.json HTTP/1.1\r\n\r\n".to_owned(),
         format!(
-            "POST /api/lease HTTP/1.1\r\nContent-Length: {}\r\n\r\n{TAKE}",
+            "POST /api/lease HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{TAKE}",
             TAKE.len()
         ),
         // Two are as wrong as none.
@@ -326,7 +331,7 @@ async fn an_http11_request_without_host_is_400_naming_the_header() {
 /// Sends `GET /healthz` on `stream` and reads its 200.
 async fn healthz_on<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, what: &str) {
     stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await
         .unwrap();
     let answer = read_answer(stream, false)
@@ -348,7 +353,7 @@ async fn an_idle_keep_alive_connection_outlives_the_header_timeout() {
 
     // A head begun after an idle spell is still cut at the header timeout.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         .await
         .unwrap();
     let took = closed_within(&mut kept, Duration::from_secs(5)).await;

@@ -1239,3 +1239,136 @@ async fn a_station_standing_by_on_its_identity_refuses_every_door_naming_the_one
     );
     gateway.stop().await;
 }
+
+/// The lab's own paths are doors too: a name the gateway is not known by is 421 on every one
+/// (and on each station's), a page of another site cannot press the lab's safe stop (403, in
+/// the trail, no station touched), its body must be JSON, and the lab page's own safe-stop
+/// button, in headless Chromium, still stops every station.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_labs_paths_refuse_unknown_names_and_other_sites_and_its_page_still_stops_every_station()
+ {
+    use station_gateway::config::SafeWrite;
+    const ON1: &str = "0.4.ESH10000662.ON1";
+    let lab = lab2(None, |config| {
+        config.lease.safe_state = vec![SafeWrite {
+            channel: ON1.into(),
+            value: "False".into(),
+        }];
+    })
+    .await;
+    for sim in &lab.sims {
+        sim.clear_write_log();
+    }
+    let base = lab.gateway.base_url();
+    let port = lab.gateway.http_addr.port();
+    for path in [
+        "/",
+        "/v1/stations",
+        "/metrics",
+        "/readyz",
+        "/stations/st1/api/capabilities",
+        "/stations/st2/",
+    ] {
+        let answer = lab
+            .http
+            .get(format!("{base}{path}"))
+            .header("Host", format!("rebind.evil.example:{port}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 421, "{path}");
+    }
+    let press = |origin: Option<&str>, content_type: &str, body: &str| {
+        let mut request = lab
+            .http
+            .post(format!("{base}/v1/safe-stop"))
+            .header("Content-Type", content_type)
+            .body(body.to_owned());
+        if let Some(origin) = origin {
+            request = request.header("Origin", origin);
+        }
+        request.send()
+    };
+    let refused = press(
+        Some("http://evil.example"),
+        "text/plain",
+        r#"{"Reason": "a page of another site"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 403);
+    let why: Json = refused.json().await.unwrap();
+    assert!(
+        why["error"]
+            .as_str()
+            .unwrap()
+            .contains("http.allowed_origins"),
+        "{why}"
+    );
+    let not_json = press(None, "text/plain", r#"{"Reason": "no type"}"#)
+        .await
+        .unwrap();
+    assert_eq!(not_json.status(), 415);
+    for sim in &lab.sims {
+        assert!(sim.write_log().is_empty(), "a station was stopped");
+    }
+    let lines = lab.audit_lines().await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("POST /v1/safe-stop 403 ") && l.contains("outcome=refused")),
+        "{lines:#?}"
+    );
+
+    // The lab page's own button, from the gateway's own origin.
+    let holders = [
+        lab.take("st1", "bench one").await,
+        lab.take("st2", "bench two").await,
+    ];
+    let mut headless = crate::status_page::Headless::start(&[]).await;
+    let page = headless.devtools.new_page(1200, 900).await;
+    headless
+        .devtools
+        .call(
+            Some(&page),
+            "Page.navigate",
+            json!({ "url": format!("{base}/") }),
+        )
+        .await;
+    let pressed = within(Duration::from_secs(20), "the lab page's safe stop", async {
+        loop {
+            let state = headless
+                .devtools
+                .evaluate(
+                    &page,
+                    "document.readyState === 'complete' && document.getElementById('safe-stop') \
+                     ? (window.pressed || (window.prompt = () => 'lab page test', \
+                        window.confirm = () => true, \
+                        document.getElementById('safe-stop').click(), window.pressed = 'yes'), \
+                        document.getElementById('safe-stop-result').textContent) : ''",
+                )
+                .await;
+            let text = state.as_str().unwrap_or_default().to_owned();
+            if text.starts_with("safe-stopped") {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(pressed.contains("every station"), "{pressed}");
+    for (index, id) in ["st1", "st2"].iter().enumerate() {
+        let (_, lease) = lab
+            .call(
+                reqwest::Method::GET,
+                &format!("/stations/{id}/api/lease"),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(lease["held"], false, "{}: {lease}", holders[index]);
+        let writes = lab.sims[index].write_log();
+        assert!(writes.iter().any(|w| w.channel == ON1), "{id}: {writes:?}");
+    }
+    headless.close().await;
+}

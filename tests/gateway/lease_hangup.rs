@@ -243,7 +243,7 @@ async fn a_release_whose_client_hangs_up_still_ends_the_lease(backend: &str) -> 
 
     let stream = send_raw(
         &gateway,
-        format!("DELETE /api/lease/{id} HTTP/1.1\r\nHost: gateway\r\nContent-Length: 0\r\n\r\n"),
+        format!("DELETE /api/lease/{id} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"),
     )
     .await;
     until_ending(&lease).await;
@@ -277,7 +277,7 @@ async fn an_admin_break_whose_client_hangs_up_still_ends_the_lease(backend: &str
     let stream = send_raw(
         &gateway,
         format!(
-            "DELETE /api/lease HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: 0\r\n\r\n"
+            "DELETE /api/lease HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: 0\r\n\r\n"
         ),
     )
     .await;

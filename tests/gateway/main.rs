@@ -11,6 +11,7 @@ mod common;
 mod access_rules;
 mod application;
 mod audit;
+mod browser;
 mod change_ownership;
 mod changes_in_doubt;
 mod cli;

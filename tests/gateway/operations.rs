@@ -708,7 +708,7 @@ fn the_binary_logs_json_with_an_access_line_per_request() {
     use std::io::{Read, Write};
     write!(
         stream,
-        "PUT /api/lease/very-secret-lease-id HTTP/1.1\r\nHost: x\r\nX-Api-Key: not-a-real-key\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        "PUT /api/lease/very-secret-lease-id HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Api-Key: not-a-real-key\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     )
     .unwrap();
     let mut answer = String::new();
@@ -838,7 +838,8 @@ fn blocking_get(addr: &str, path: &str, headers: &str) -> u16 {
         return 0;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{headers}Connection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n");
     if stream.write_all(request.as_bytes()).is_err() {
         return 0;
     }

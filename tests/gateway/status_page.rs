@@ -17,24 +17,8 @@ use serde_json::{Value as Json, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-/// The Chromium binary; without one this test fails saying so (never a silent pass).
-fn chromium() -> String {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|name| {
-            std::process::Command::new(name)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .expect("the status page test needs headless Chromium (apt-get install chromium)")
-        .to_owned()
-}
-
 /// One WebSocket connection to Chromium's DevTools endpoint, text frames only.
-struct DevTools {
+pub(crate) struct DevTools {
     stream: TcpStream,
     next_id: u64,
 }
@@ -102,7 +86,7 @@ impl DevTools {
     }
 
     /// One DevTools command (of a page's session when given); its result.
-    async fn call(&mut self, session: Option<&str>, method: &str, params: Json) -> Json {
+    pub(crate) async fn call(&mut self, session: Option<&str>, method: &str, params: Json) -> Json {
         let id = self.next_id;
         self.next_id += 1;
         let mut command = json!({ "id": id, "method": method, "params": params });
@@ -119,7 +103,7 @@ impl DevTools {
         }
     }
 
-    async fn evaluate(&mut self, session: &str, expression: &str) -> Json {
+    pub(crate) async fn evaluate(&mut self, session: &str, expression: &str) -> Json {
         let result = self
             .call(
                 Some(session),
@@ -129,11 +113,125 @@ impl DevTools {
             .await;
         result["result"]["value"].clone()
     }
+
+    /// The value of `expression` once the promise it makes has settled (a page's `fetch`).
+    pub(crate) async fn evaluate_awaited(&mut self, session: &str, expression: &str) -> Json {
+        let result = self
+            .call(
+                Some(session),
+                "Runtime.evaluate",
+                json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
+            )
+            .await;
+        assert!(
+            result["exceptionDetails"].is_null(),
+            "{expression}: {result}"
+        );
+        result["result"]["value"].clone()
+    }
+
+    /// A new page (about:blank) of `width` x `height` pixels: its session.
+    pub(crate) async fn new_page(&mut self, width: u32, height: u32) -> String {
+        let target = self
+            .call(None, "Target.createTarget", json!({ "url": "about:blank" }))
+            .await["targetId"]
+            .clone();
+        let session = self
+            .call(
+                None,
+                "Target.attachToTarget",
+                json!({ "targetId": target, "flatten": true }),
+            )
+            .await["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        self.call(
+            Some(&session),
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false }),
+        )
+        .await;
+        session
+    }
+}
+
+/// A headless Chromium driven over DevTools, in a profile of its own (removed when it is
+/// dropped, the browser with it); fails with the reason when there is no Chromium (never a
+/// silent pass).
+pub(crate) struct Headless {
+    browser: tokio::process::Child,
+    pub(crate) devtools: DevTools,
+    profile: std::path::PathBuf,
+}
+
+impl Headless {
+    /// Starts Chromium with `extra` flags and connects to its DevTools endpoint.
+    pub(crate) async fn start(extra: &[&str]) -> Headless {
+        let chromium = crate::operations::chromium()
+            .unwrap_or_else(|reason| panic!("this test needs headless Chromium: {reason}"));
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let profile = std::env::temp_dir().join(format!(
+            "sg-cdp-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&profile);
+        let mut browser = tokio::process::Command::new(chromium)
+            .args(crate::operations::HEADLESS)
+            .args(["--hide-scrollbars", "--remote-debugging-port=0"])
+            .args(extra)
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(browser.stderr.take().unwrap()).lines();
+        let ws_url = within(
+            Duration::from_secs(30),
+            "Chromium's DevTools address",
+            async {
+                loop {
+                    let line = stderr.next_line().await.unwrap().expect("Chromium exited");
+                    if let Some(at) = line.find("ws://") {
+                        return line[at..].trim().to_owned();
+                    }
+                }
+            },
+        )
+        .await;
+        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+        let devtools = DevTools::connect(&ws_url).await;
+        Headless {
+            browser,
+            devtools,
+            profile,
+        }
+    }
+
+    /// Closes the browser and waits (at most 10 s) for it to exit.
+    pub(crate) async fn close(mut self) {
+        let _ = self.devtools.call(None, "Browser.close", json!({})).await;
+        let _ = within(
+            Duration::from_secs(10),
+            "Chromium to exit",
+            self.browser.wait(),
+        )
+        .await;
+    }
+}
+
+impl Drop for Headless {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() {
-    let chromium = chromium();
     let rig = rig(|c| {
         c.status_page.interval_ms = 200;
         // For the safe stop at the end: its second read back waits this long.
@@ -147,35 +245,7 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
         c.history.interval_ms = 50;
     })
     .await;
-    let profile = std::env::temp_dir().join(format!("sg-cdp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&profile);
-    let mut browser = tokio::process::Command::new(chromium)
-        .args(crate::operations::HEADLESS)
-        .args(["--hide-scrollbars", "--remote-debugging-port=0"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("about:blank")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(browser.stderr.take().unwrap()).lines();
-    let ws_url = within(
-        Duration::from_secs(30),
-        "Chromium's DevTools address",
-        async {
-            loop {
-                let line = stderr.next_line().await.unwrap().expect("Chromium exited");
-                if let Some(at) = line.find("ws://") {
-                    return line[at..].trim().to_owned();
-                }
-            }
-        },
-    )
-    .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    let mut devtools = DevTools::connect(&ws_url).await;
+    let mut headless = Headless::start(&[]).await;
 
     // HV1 ramps up under a lease (50 V/s) while the page watches; someone else is refused.
     let lease = rig.take_lease("bench 3 ramp test").await;
@@ -193,27 +263,8 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
     let (status, _) = rig.write(VSET1, "2000").await;
     assert_eq!(status, 423);
 
-    let target = devtools
-        .call(None, "Target.createTarget", json!({ "url": "about:blank" }))
-        .await["targetId"]
-        .clone();
-    let session = devtools
-        .call(
-            None,
-            "Target.attachToTarget",
-            json!({ "targetId": target, "flatten": true }),
-        )
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    devtools
-        .call(
-            Some(&session),
-            "Emulation.setDeviceMetricsOverride",
-            json!({ "width": 1400, "height": 1100, "deviceScaleFactor": 1, "mobile": false }),
-        )
-        .await;
+    let devtools = &mut headless.devtools;
+    let session = devtools.new_page(1400, 1100).await;
     let recorded = format!(
         "{}/v1/history?channel={VMON1}&from=-1m&fn=raw",
         rig.gateway.base_url()
@@ -308,9 +359,7 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
         },
     )
     .await;
-    let _ = devtools.call(None, "Browser.close", json!({})).await;
-    let _ = within(Duration::from_secs(10), "Chromium to exit", browser.wait()).await;
-    let _ = std::fs::remove_dir_all(&profile);
+    headless.close().await;
     let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let path = artifacts.join("status-page.png");

@@ -33,15 +33,24 @@ def test_physical_system_is_the_name_and_address_the_client_reached(client: Acco
     assert len(system.modules) == 5
 
 
-def test_physical_system_host_follows_the_host_header(client_factory, gateway_url: str) -> None:
+def test_physical_system_host_follows_the_host_header(client_factory, gateway_factory,
+                                                      gateway_url: str, tmp_path: Path) -> None:
     parsed = urlparse(gateway_url)
     by_name = client_factory(f"http://localhost:{parsed.port}{parsed.path}").modules.get_physical_system()
-    port = parsed.port
     assert by_name.host == "localhost", by_name
+    # Names other than the gateway's own are answered once http.allowed_hosts lists them (any
+    # other is 421: what a page on a name re-pointed at the gateway would send).
+    config = tmp_path / "gateway.toml"
+    config.write_text('[http]\nallowed_hosts = ["station3.local", "lab-gateway.example.com"]\n')
+    named = gateway_factory("--config", str(config))
+    port = urlparse(named.url).port
     for sent, expected in [(f"station3.local:{port}", "station3"), ("Lab-Gateway.example.com", "Lab-Gateway.example.com")]:
-        answer = station.raw_request(gateway_url, "GET", "api/modules/physical-system", headers={"Host": sent})
+        answer = station.raw_request(named.url, "GET", "api/modules/physical-system", headers={"Host": sent})
         assert answer.status == 200, answer
         assert answer.json()["host"] == expected, answer.json()
+    refused = station.raw_request(named.url, "GET", "api/modules/physical-system", headers={"Host": "other.example.com"})
+    assert refused.status == 421, refused
+    assert "http.allowed_hosts" in refused.json()["error"], refused
 
 
 def test_a_configured_host_name_overrides_the_host_header(gateway_factory, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ pub mod link_owner_timing;
 mod sections;
 pub mod station_url;
 mod validate;
+pub mod web_origin;
 
 pub use audit_section::AuditConfig;
 pub use sections::{

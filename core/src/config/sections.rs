@@ -77,6 +77,15 @@ pub struct HttpConfig {
     /// Threads serving HTTP connections, the gateway's own included (`http::threads`); 0: one
     /// per core; at most [`MAX_HTTP_THREADS`].
     pub threads: usize,
+    /// Host names the gateway may be reached by (`Host`, HTTP/2's `:authority`) besides any IP
+    /// address and its own names (`localhost`, the machine's host name, the listen address,
+    /// `host_name`); `*.domain` for every name below a domain; `"*"` turns the check off.
+    /// Anything else is 421: what a page on a name re-pointed at the gateway sends.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`) of web pages on other sites that may use the API from
+    /// a browser: CORS is answered for them alone, and only they (and the gateway's own pages)
+    /// may send a change from a browser.
+    pub allowed_origins: Vec<String>,
     pub tls: TlsConfig,
 }
 
@@ -374,6 +383,8 @@ impl Default for HttpConfig {
             reserved_connections: 16,
             host_name: String::new(),
             threads: 0,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             tls: TlsConfig::default(),
         }
     }

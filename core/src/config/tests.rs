@@ -264,3 +264,53 @@ fn http_threads_are_one_per_core_at_zero_as_set_otherwise_and_at_most_256() {
         "{error}"
     );
 }
+
+#[test]
+fn allowed_hosts_and_origins_are_checked_naming_the_key_and_the_entry() {
+    let config = Config::from_toml(
+        "[http]\nallowed_hosts = [\"gw.lab\", \"*.bench.lab\"]\nallowed_origins = [\"https://dash.lab\", \"http://10.0.0.7:8080\"]\n",
+        "x.toml",
+    )
+    .unwrap();
+    assert_eq!(config.http.allowed_hosts, ["gw.lab", "*.bench.lab"]);
+    assert!(Config::from_toml("[http]\nallowed_hosts = [\"*\"]\n", "x.toml").is_ok());
+    for (toml, key, entry) in [
+        (
+            "allowed_hosts = [\"gw.lab:5000\"]",
+            "http.allowed_hosts",
+            "gw.lab:5000",
+        ),
+        (
+            "allowed_hosts = [\"gw/lab\"]",
+            "http.allowed_hosts",
+            "gw/lab",
+        ),
+        ("allowed_origins = [\"*\"]", "http.allowed_origins", "\"*\""),
+        (
+            "allowed_origins = [\"null\"]",
+            "http.allowed_origins",
+            "null",
+        ),
+        (
+            "allowed_origins = [\"dash.lab\"]",
+            "http.allowed_origins",
+            "dash.lab",
+        ),
+        (
+            "allowed_origins = [\"https://dash.lab/\"]",
+            "http.allowed_origins",
+            "dash.lab/",
+        ),
+        (
+            "allowed_origins = [\"ftp://dash.lab\"]",
+            "http.allowed_origins",
+            "ftp://",
+        ),
+    ] {
+        let error = Config::from_toml(&format!("[http]\n{toml}\n"), "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(key), "{toml}: {error}");
+        assert!(error.contains(entry), "{toml}: {error}");
+    }
+}

@@ -160,6 +160,24 @@ impl HttpConfig {
                 return Err(invalid(key, "must be 1 to 3600000 (ms)"));
             }
         }
+        for host in &self.allowed_hosts {
+            if host != "*" {
+                super::web_origin::check_host_pattern(host)
+                    .map_err(|why| invalid("http.allowed_hosts", format!("{host:?} {why}")))?;
+            }
+        }
+        for origin in &self.allowed_origins {
+            if origin == "*" || origin == "null" {
+                return Err(invalid(
+                    "http.allowed_origins",
+                    format!(
+                        "{origin:?} would let any web page change the station: list each origin as scheme://host[:port]"
+                    ),
+                ));
+            }
+            super::web_origin::WebOrigin::parse(origin)
+                .map_err(|why| invalid("http.allowed_origins", format!("{origin:?} {why}")))?;
+        }
         if self.tls.enabled() {
             if self.tls.cert.is_empty() {
                 return Err(invalid(

@@ -62,7 +62,8 @@ macro_rules! or_default {
 /// `endpoint!(METHOD "path/{id}", Role, LeaseNeed, area::handler)`: one REST [`Endpoint`], its
 /// metric label made from its method and path, its body JSON, audited as a change when it
 /// changes the station, opened by credentials with its role. A row says otherwise with
-/// `, body: Raw`, `, audit: Change`, `, authority: AdminTokenOrCredentials` (in this order).
+/// `, body: JsonRaw` or `, body: Multipart`, `, audit: Change`, `, authority:
+/// AdminTokenOrCredentials` (in this order).
 macro_rules! endpoint {
     ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path
         $(, body: $body:ident)? $(, audit: $audit:ident)? $(, asked: $asked:path)?
@@ -174,8 +175,8 @@ pub(crate) static ROUTES: &[Route] = &[
     endpoint!(POST "resources/transact", Control, Change, resources::transact),
     endpoint!(GET "channels", Read, Open, channels::list),
     endpoint!(POST "channels/channel", Read, Open, channels::lookup),
-    endpoint!(POST "channels/channel/configure", Control, Change, channel_config::configure_one, body: Raw),
-    endpoint!(POST "channels/configure", Control, Change, channel_config::configure_many, body: Raw),
+    endpoint!(POST "channels/channel/configure", Control, Change, channel_config::configure_one, body: JsonRaw),
+    endpoint!(POST "channels/configure", Control, Change, channel_config::configure_many, body: JsonRaw),
     endpoint!(GET "modules", Read, Open, modules::list),
     endpoint!(GET "modules/loaded", Read, Open, modules::list),
     endpoint!(GET "modules/physical-system", Read, Open, modules::physical_system),
@@ -192,7 +193,7 @@ pub(crate) static ROUTES: &[Route] = &[
     endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save),
     endpoint!(GET "application/config/download/{id}", Read, Open, config_files::download),
     // Replacing or deleting the file the holder is about to load is a change: the lease's.
-    endpoint!(POST "application/config/upload", Control, Change, config_files::upload, body: Raw, asked: config_files::asked_upload),
+    endpoint!(POST "application/config/upload", Control, Change, config_files::upload, body: Multipart, asked: config_files::asked_upload),
     endpoint!(DELETE "application/config/{id}", Control, Change, config_files::delete, asked: config_files::asked_delete),
     endpoint!(GET "events", Read, Open, events::open_stream),
     endpoint!(POST "subscriptions", Read, Open, events::subscribe),
@@ -604,6 +605,80 @@ mod tests {
         assert!(checked > 80, "only {checked} operations");
     }
 
+    /// `docs/openapi.json` says what a browser's requests may get: 421 on every operation (a
+    /// host the gateway is not known by), 403 on every one a page of another site may not
+    /// send, 415 on every one that reads a body of a type, as the table's rows decide.
+    #[test]
+    fn the_openapi_document_tells_the_browser_refusals_where_they_apply() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::super::openapi::OPENAPI_JSON).unwrap();
+        let template = |path: &str| -> String {
+            path.split('/')
+                .map(|s| if s.starts_with('{') { "{id}" } else { s })
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        let mut checked = 0;
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in operations.as_object().unwrap() {
+                if !["get", "post", "put", "delete"].contains(&method.as_str()) {
+                    continue;
+                }
+                let method: Method = method.to_uppercase().parse().unwrap();
+                let responses = &operation["responses"];
+                assert!(responses.get("421").is_some(), "{method} {path}: no 421");
+                let route = match path.strip_prefix("/api/") {
+                    Some(below) => find(&method, &template(below))
+                        .map(|(_, route, _)| route)
+                        .ok(),
+                    None if path.starts_with("/v1/leases/")
+                        || path.starts_with("/v1/semaphores/") =>
+                    {
+                        Some(named_leases().1)
+                    }
+                    None => find_operation(path).map(|(_, route, _)| route),
+                };
+                let Some(route) = route else {
+                    assert_eq!(path, "/openapi.json");
+                    continue;
+                };
+                let documents = |status: &str| {
+                    responses
+                        .get(status)
+                        .and_then(|r| r["description"].as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                assert_eq!(
+                    documents("403").contains("http.allowed_origins"),
+                    route.can_change(&method),
+                    "{method} {path}: {}",
+                    documents("403")
+                );
+                let expected = match route {
+                    Route::Api(endpoint) | Route::V1(endpoint) => {
+                        endpoint.body.media_type().filter(|_| {
+                            matches!(endpoint.method, Method::POST | Method::PUT)
+                                && operation.get("requestBody").is_some()
+                        })
+                    }
+                    Route::NamedLeases { .. } => matches!(method, Method::POST | Method::PUT)
+                        .then_some(crate::body::media_type::MediaType::Json),
+                    Route::Operation { .. } => None,
+                };
+                match expected {
+                    Some(media_type) => assert!(
+                        documents("415").contains(media_type.essence()),
+                        "{method} {path}: its 415"
+                    ),
+                    None => assert!(responses.get("415").is_none(), "{method} {path}"),
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 80, "only {checked} operations");
+    }
+
     #[test]
     fn a_paths_allow_is_every_row_it_has_the_shape_of() {
         assert_eq!(allowed("lease").listed(), "GET, POST, DELETE");
@@ -612,6 +687,66 @@ mod tests {
         // A file called "list" is a file too.
         assert_eq!(allowed("application/config/list").listed(), "GET, DELETE");
         assert!(allowed("nope").is_empty());
+    }
+
+    /// What a web page of another site may not send: every change of the station, the lease's
+    /// own (acquire, renew, release, break), the safe stop, the configuration files (upload,
+    /// save, delete), the hardware reads (a read may consume what it reads), named leases
+    /// other than their status; everything else (reads of what the gateway holds, channel
+    /// lookups, subscriptions, the operations) it may.
+    #[test]
+    fn the_rows_say_which_requests_can_change_something() {
+        let guarded: Vec<&str> = ROUTES
+            .iter()
+            .filter_map(|route| match route {
+                Route::Api(endpoint) | Route::V1(endpoint) => {
+                    route.can_change(&endpoint.method).then_some(endpoint.label)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            guarded,
+            [
+                "POST /v1/safe-stop",
+                "POST api/resources/value/get",
+                "POST api/resources/value/set",
+                "POST api/resources/values/get",
+                "POST api/resources/values/set",
+                "POST api/resources/transact",
+                "POST api/channels/channel/configure",
+                "POST api/channels/configure",
+                "POST api/application/reset",
+                "POST api/application/config/load",
+                "POST api/application/config/save",
+                "POST api/application/config/upload",
+                "DELETE api/application/config/{id}",
+                "POST api/lease",
+                "DELETE api/lease",
+                "PUT api/lease/{id}",
+                "DELETE api/lease/{id}",
+                "POST api/numeric-results/acquire",
+                "POST api/numeric-results/measure",
+                "POST api/comm/i2c",
+                "POST api/comm/uart",
+                "POST api/comm/spi",
+            ]
+        );
+        for endpoint in endpoints().filter(|e| e.audit == AuditClass::Change) {
+            assert!(guarded.contains(&endpoint.label), "{endpoint:?}");
+        }
+        let (_, named, _) = named_leases();
+        for (method, guarded) in [
+            (Method::GET, false),
+            (Method::HEAD, false),
+            (Method::POST, true),
+            (Method::PUT, true),
+            (Method::DELETE, true),
+        ] {
+            assert_eq!(named.can_change(&method), guarded, "{method}");
+        }
+        let (_, status_page, _) = find_operation("/").unwrap();
+        assert!(!status_page.can_change(&Method::POST));
     }
 
     #[test]
@@ -631,16 +766,16 @@ mod tests {
     /// requests are audited as changes, which endpoint the admin token opens.
     #[test]
     fn body_kind_audit_class_and_authority_are_the_rows_own() {
-        let raw: Vec<&str> = endpoints()
-            .filter(|e| e.body == BodyKind::Raw && e.unserved.is_none())
-            .map(|e| e.label)
+        let read_by_handler: Vec<(&str, BodyKind)> = endpoints()
+            .filter(|e| e.body != BodyKind::Json && e.unserved.is_none())
+            .map(|e| (e.label, e.body))
             .collect();
         assert_eq!(
-            raw,
+            read_by_handler,
             [
-                "POST api/channels/channel/configure",
-                "POST api/channels/configure",
-                "POST api/application/config/upload",
+                ("POST api/channels/channel/configure", BodyKind::JsonRaw),
+                ("POST api/channels/configure", BodyKind::JsonRaw),
+                ("POST api/application/config/upload", BodyKind::Multipart),
             ]
         );
         for endpoint in endpoints() {

@@ -9,6 +9,7 @@ use hyper::header::HeaderMap;
 use super::call::Handler;
 use super::unserved::Unserved;
 use crate::body::JsonBody;
+use crate::body::media_type::MediaType;
 use crate::config::Role;
 use crate::lease::Access;
 use crate::requests::resources::MaxAgeAsked;
@@ -42,14 +43,36 @@ impl LeaseNeed {
     }
 }
 
-/// How a POST's or PUT's body is read before the handler.
+/// How a POST's or PUT's body is read before the handler, and the type it must be sent as
+/// (415 otherwise: `body/media_type.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BodyKind {
     /// One JSON object, bound case-insensitively (`Call::body`); anything else is a 400.
     Json,
-    /// Not judged: a list, a file upload, an unserved endpoint's form. The handler reads
-    /// `Call::raw`, and `Call::body` is empty.
+    /// JSON the handler reads itself from `Call::raw` (a channel's configuration, or a list
+    /// of them); `Call::body` is empty.
+    JsonRaw,
+    /// A file upload as `multipart/form-data`, read by the handler from `Call::raw`.
+    Multipart,
+    /// Not judged: an unserved endpoint's file or form. The handler reads `Call::raw`, and
+    /// `Call::body` is empty.
     Raw,
+}
+
+impl BodyKind {
+    /// The type a body must be sent as; `None`: any.
+    pub(crate) fn media_type(self) -> Option<MediaType> {
+        match self {
+            BodyKind::Json | BodyKind::JsonRaw => Some(MediaType::Json),
+            BodyKind::Multipart => Some(MediaType::Multipart),
+            BodyKind::Raw => None,
+        }
+    }
+
+    /// Whether its JSON object is parsed before the handler (`Call::body`).
+    pub(crate) fn parsed_before(self) -> bool {
+        self == BodyKind::Json
+    }
 }
 
 /// What the audit trail keeps of a request.
@@ -197,6 +220,26 @@ impl Route {
         match self {
             Route::Api(endpoint) | Route::V1(endpoint) => endpoint.authority,
             Route::Operation { .. } | Route::NamedLeases { .. } => Authority::Credentials,
+        }
+    }
+
+    /// Whether a request of this row with `method` can change something: the station (a
+    /// change, or a read of the hardware, which may consume what it reads), the lease (acquire,
+    /// renew, release, break), a safe stop, a configuration file (an upload, a save, a
+    /// delete: the control role), a named lease. A web page of another site may not send one
+    /// (`browser.rs`); a GET, the operations and the reads that touch nothing it may.
+    pub(crate) fn can_change(&self, method: &Method) -> bool {
+        if matches!(*method, Method::GET | Method::HEAD) {
+            return false;
+        }
+        match self {
+            Route::Operation { .. } => false,
+            Route::NamedLeases { .. } => true,
+            Route::Api(endpoint) | Route::V1(endpoint) => {
+                endpoint.audit == AuditClass::Change
+                    || endpoint.lease != LeaseNeed::Open
+                    || endpoint.role >= Role::Control
+            }
         }
     }
 

@@ -77,6 +77,33 @@ impl Stations {
         self.audit.note_with(|out| line.render_into(out, None));
     }
 
+    /// A change of the lab's own (its safe stop) refused before it reached any station: its
+    /// line in the audit trail, with its caller and the refusal, naming no station.
+    pub fn note_refused_change(
+        &self,
+        head: &Parts,
+        peer: SocketAddr,
+        status: hyper::StatusCode,
+        caller: Option<String>,
+    ) {
+        let path = crate::redact::loggable_path(head.uri.path());
+        let line = crate::audit::RequestLine {
+            at: std::time::SystemTime::now(),
+            ip: Some(peer.ip()),
+            method: head.method.as_str(),
+            path: &path,
+            status: Some(status.as_u16()),
+            duration: None,
+        };
+        let fields = crate::audit::ChangeFields {
+            caller,
+            outcome: Some(crate::audit::Outcome::Refused),
+            ..crate::audit::ChangeFields::default()
+        };
+        self.audit
+            .note_with(|out| line.render_into(out, Some(&fields)));
+    }
+
     /// The station of `id`.
     pub fn by_id(&self, id: &str) -> Option<&Arc<Gateway>> {
         let index = self.paths.ids().iter().position(|known| known == id)?;

@@ -54,6 +54,12 @@ pub async fn press(
     host.access.authorize(&head.headers, Some(Role::Control))?;
     let started = Instant::now();
     let bytes = read_body(body, host.config.http.max_body_bytes).await?;
+    crate::body::media_type::check(
+        &head.headers,
+        crate::body::media_type::MediaType::Json,
+        &bytes,
+        "POST /v1/safe-stop",
+    )?;
     let json = JsonBody::from_bytes(bytes)?;
     let reason = json.typed::<SafeStopRequest>()?.reason()?;
     let caller = host.access.caller(&head.headers);
