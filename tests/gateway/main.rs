@@ -20,6 +20,7 @@ mod consuming_reads;
 mod deadband;
 mod events;
 mod faults;
+mod fidelity;
 mod history;
 mod http_answers;
 mod http_hygiene;

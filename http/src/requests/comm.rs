@@ -62,7 +62,8 @@ struct UartFields {
 }
 
 impl BusTransactionRequest {
-    /// The bus request the body asks of `kind`, or a 400 naming the field at fault.
+    /// The bus request the body asks of `kind`, or a 400 naming the field at fault (404 for a
+    /// device no channel is).
     pub fn into_bus_request(
         self,
         channels: &ChannelTable,
@@ -84,8 +85,11 @@ impl BusTransactionRequest {
             termination_byte,
             timeout_ms,
         } = self;
+        // A device no channel is is 404, as the clients' docs answer a channel that does not
+        // exist (`docs/error-handling.md` of the .NET client: "404 Not Found: Channel, resource,
+        // or config file does not exist"); one that is not this kind of bus is a bad field.
         let channel = channels.get(&device).ok_or_else(|| {
-            ApiError::bad_request(format!("DeviceName: no such device: {device}"))
+            ApiError::not_found(format!("DeviceName: no such device: {device:?}"))
         })?;
         if channel.type_flags & kind.type_flag() == 0 {
             return Err(ApiError::bad_request(format!(
