@@ -111,7 +111,10 @@ async fn every_channel_type_name_of_the_dotnet_client_is_a_type_and_one_a_channe
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("no type"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("no type"),
+        "{body}"
+    );
     let (_, channels) = rig.get("channels").await;
     assert_ne!(channel(&channels, VSET1)["description"], "not to be kept");
     assert!(rig.sim.write_log().is_empty(), "{:?}", rig.sim.write_log());

@@ -102,7 +102,11 @@ pub(super) async fn log(call: Call<'_>) -> Answer {
             })?;
         }
     }
-    ok(json!(crate::logs::recent_lines(tail)))
+    // In a gateway of several stations, this station's lines only.
+    ok(json!(crate::logs::recent_lines(
+        call.gateway.lab_station_id.as_deref(),
+        tail
+    )))
 }
 
 /// `POST api/application/reset`: restarts the station's application through the link (RESET),
@@ -118,7 +122,9 @@ pub(super) async fn reset(call: Call<'_>) -> Answer {
     let report = call.change(ChangeWhat::Reset { requester }).await?;
     match report.answer {
         Ok(_) => {
-            tracing::info!(peer = %call.peer, "the station's application was reset");
+            call.gateway.log_span.in_scope(
+                || tracing::info!(peer = %call.peer, "the station's application was reset"),
+            );
             ok(json!({}))
         }
         Err(LinkError::Station(error)) if error.code == ErrorCode::Unsupported => {

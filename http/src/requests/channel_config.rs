@@ -13,7 +13,8 @@ use station_protocol::{ChannelDescriptor, Direction};
 
 use crate::body::{Deferred, JsonBody, said};
 use crate::config_files::settings::{
-    GivenDetail, TYPE_FLAG_NAMES, UNDEFINED_TYPE, Wanted, names_no_type, parse_direction, parse_type,
+    GivenDetail, TYPE_FLAG_NAMES, UNDEFINED_TYPE, Wanted, names_no_type, parse_direction,
+    parse_type,
 };
 use crate::error::ApiError;
 use crate::link::ChannelTable;

@@ -347,13 +347,20 @@ fn every_channel_type_name_of_the_clients_enum_is_read_as_its_bit() {
         ("Calibration", 26),
     ];
     for (name, shift) in declared {
-        assert_eq!(channel_type(json!(name)).unwrap(), Some(1u32 << shift), "{name}");
+        assert_eq!(
+            channel_type(json!(name)).unwrap(),
+            Some(1u32 << shift),
+            "{name}"
+        );
         assert_eq!(
             channel_type(json!(name.to_ascii_lowercase())).unwrap(),
             Some(1u32 << shift),
             "{name} in lower case"
         );
-        assert_eq!(channel_type(json!(1u32 << shift)).unwrap(), Some(1u32 << shift));
+        assert_eq!(
+            channel_type(json!(1u32 << shift)).unwrap(),
+            Some(1u32 << shift)
+        );
     }
     assert_eq!(
         channel_type(json!("NumericResult, Waveform")).unwrap(),
