@@ -231,3 +231,22 @@ def test_a_short_read_raises_the_clients_error(station_sim: SimProcess, gateway_
         assert answer.status == 200 and body["numberOfBytesReceived"] == 1 and body["received"] == "45", body
     finally:
         station_sim.control("shortread off")
+
+
+def test_the_rest_api_pages_bus_example_runs_as_written(gateway_url: str) -> None:
+    """docs/rest-api.md's example of the bus calls, run as a user would paste it (against this
+    session's gateway): accordionq2 5.28.1 takes every argument it shows, `comm.uart`'s
+    `use_termination_byte` included (accordionq2/comm.py)."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "rest-api.md"
+    text = page.read_text(encoding="utf-8")
+    section = text.split("## Bus transactions", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.S)
+    assert example, "docs/rest-api.md has no python example of the bus calls"
+    code = example.group(1).replace('"http://127.0.0.1:5000"', repr(gateway_url))
+    assert repr(gateway_url) in code, code
+    namespace: dict = {}
+    exec(compile(code, str(page), "exec"), namespace)  # noqa: S102 - the page's own example
+    namespace["c"].close()

@@ -1,5 +1,5 @@
 //! The audit trail: one line for every request (`timestamp ip method path status duration`,
-//! as the reference clients document it), and for every change (REST, legacy port, the
+//! as the .NET client's `docs/api/audit.md` documents it), and for every change (REST, legacy port, the
 //! lease's own acquisitions, releases, expiries, breaks and safe states) who asked, under which
 //! lease owner and fence, and what came of it. `GET api/audit/log?tail=N` reads it.
 //!

@@ -54,7 +54,8 @@ pub struct HttpConfig {
     pub header_read_timeout_ms: u64,
     /// How long a connection that has served a request is kept with no request in progress:
     /// an HTTP/1 keep-alive connection between requests, an HTTP/2 one with no open stream.
-    /// 120 s by default, as the vendor's WebApi keeps them (and its clients assume).
+    /// 120 s by default: longer than the 60 s after which `accordionq2` 5.28.1 reopens an idle
+    /// connection itself (`accordionq2/_base.py`, `IDLE_REOPEN_SECONDS`).
     pub keep_alive_timeout_ms: u64,
     /// How long a client may take to send a whole request body, from its headers' arrival.
     pub body_timeout_ms: u64,

@@ -81,7 +81,9 @@ pub(super) async fn status(call: Call<'_>) -> Answer {
     ok(Json::String(status.into()))
 }
 
-/// Lines `GET api/application/log` returns without `tail`, as the reference clients default.
+/// Lines `GET api/application/log` returns without `tail`, as both clients default it
+/// (`get_system_log(tail=100)` in `accordionq2/application.py` 5.28.1, `GetSystemLogAsync(int
+/// tail = 100)` in the .NET client's `WebApiClient/Groups/ApplicationGroup.cs` at c57e05b).
 const DEFAULT_TAIL: usize = 100;
 
 /// `GET api/application/log?tail=N`: the gateway's own recent log lines, newest last; `tail=0`

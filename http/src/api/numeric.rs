@@ -138,7 +138,9 @@ pub(super) async fn result(call: Call<'_>) -> Answer {
             };
         }
     };
-    // The clients bind a number (.NET `double`, Python `float`): a statistic the samples cannot
+    // The clients bind a number (.NET `double`: `GetMeanAsync` and the others in
+    // `WebApiClient/Groups/NumericResultsGroup.cs` at 9195343; Python `float`:
+    // `_get_stat` in `accordionq2/numeric_results.py` 5.28.1): a statistic the samples cannot
     // give is refused saying why, never a 200 with `null`.
     match value {
         Some(value) => ok(json!(value)),
