@@ -3,15 +3,18 @@
 //! and a type the channel cannot hold refused saying so (`docs/api/channels.md`: within the
 //! channel's `ChannelTypeCapability`), and a bus device or a list entry naming no channel 404
 //! (`docs/error-handling.md`: "404 Not Found: Channel, resource, or config file does not
-//! exist").
+//! exist"); an acquisition the station times itself follows its own time up to
+//! `station.max_operation_ms`, not one request's timeout.
 
 use serde_json::{Value as Json, json};
 
 use crate::common::{VSET1, rig};
 
-/// The default profile's buses and a NumericResult channel.
+/// The default profile's buses and a NumericResult channel (10 kHz) with one of its targets.
 const I2C: &str = "0.ESH10000023.I2C09";
+const UART: &str = "0.ESH10000023.UART01";
 const NUMERIC: &str = "0.1.ESH10000158.NumericResult";
+const MON_3V3: &str = "0.1.ESH10000158.MON_3V3";
 
 /// Every name of the .NET client's `ChannelTypes` but `Undefined`, in its order.
 const CHANNEL_TYPE_NAMES: [&str; 26] = [
@@ -187,4 +190,68 @@ async fn a_list_with_an_entry_naming_no_channel_is_404_as_one_alone_and_changes_
         channel(&channels, VSET1)["description"],
         "changed by a bad list"
     );
+}
+
+/// An acquisition the station times itself follows its own time, not one request's timeout
+/// (neither client caps `Samples`: the .NET client's `NumericResultModels.cs`, accordionq2's
+/// `numeric_results.py`): 10 000 samples at 10 kHz (1 s) with a request timeout of 500 ms are
+/// measured, in frames that each come within half a request timeout.
+#[tokio::test]
+async fn a_measurement_longer_than_the_request_timeout_follows_its_own_time() {
+    let rig = rig(|config| config.station.request_timeout_ms = 500).await;
+    let started = std::time::Instant::now();
+    let (status, body) = rig
+        .post(
+            "numeric-results/measure",
+            json!({
+                "ChannelNetName": NUMERIC, "TargetNetName": MON_3V3,
+                "Samples": 10_000, "ReducedSet": false,
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["sampleCount"], 10_000, "{body}");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    let (status, samples) = rig
+        .get(&format!("numeric-results/result/samples?channel={NUMERIC}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(samples.as_array().map(Vec::len), Some(10_000));
+}
+
+/// Past `station.max_operation_ms` an operation the station times itself is refused before
+/// anything is sent, naming the key: an acquisition (with the largest count that fits) and a
+/// UART receive's `TimeoutMs`.
+#[tokio::test]
+async fn an_operation_longer_than_max_operation_ms_is_400_naming_it() {
+    let rig = rig(|config| config.station.max_operation_ms = 1_000).await;
+    let (status, body) = rig
+        .post(
+            "numeric-results/measure",
+            json!({ "ChannelNetName": NUMERIC, "TargetNetName": MON_3V3, "Samples": 50_000 }),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.contains("station.max_operation_ms = 1000 ms")
+            && message.contains("at most 10000 samples fit"),
+        "{message}"
+    );
+    let (status, body) = rig
+        .post(
+            "comm/uart",
+            json!({
+                "DeviceName": UART, "Action": "Receive", "BaudRate": 9600,
+                "NumberOfBytesToReceive": 8, "TimeoutMs": 1_001,
+            }),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.contains("0 to 1000") && message.contains("(station.max_operation_ms)"),
+        "{message}"
+    );
+    assert!(rig.sim.write_log().is_empty(), "{:?}", rig.sim.write_log());
 }

@@ -183,13 +183,17 @@ async fn run(
         .map(|url| Line::of(&url))
         .unwrap_or(Line::Network);
     let info = gateway.numeric.info(&gateway.station, sampler).await?;
-    let count = numeric::check_count(samples, info.rate, line, gateway.link.request_timeout())?;
+    // The acquisition's own time may be up to `station.max_operation_ms`: the link waits for
+    // it on top of the request timeout, frame by frame (each frame sized to come within half
+    // a request timeout), and the station service's bound on the change follows it.
+    let count = numeric::check_count(samples, info.rate, line, gateway.config.max_operation())?;
     let plan = numeric::Plan {
         sampler: sampler.name.clone(),
         target,
         count,
         rate: info.rate,
         line,
+        frame_samples: line.frame_samples(info.rate, gateway.link.request_timeout()),
     };
     gateway
         .numeric
