@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{Instrument as _, info};
 
 use crate::config::lab::Lab;
 use crate::config::{Config, HaMode};
@@ -358,10 +358,16 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
     for setup in lab.stations {
         // With several stations every audit line names its station, and a rule naming
         // stations applies to those only.
-        let (audit, station_id) = if several {
-            (shared.audit.for_station(&setup.id), Some(setup.id.as_str()))
+        // ... and every task of it runs in a span naming it, so that each station's log
+        // lines are its own (`api/application/log`; the human format shows `station{id=..}`).
+        let (audit, station_id, span) = if several {
+            (
+                shared.audit.for_station(&setup.id),
+                Some(setup.id.as_str()),
+                tracing::error_span!(crate::logs::STATION_SPAN, id = setup.id.as_str()),
+            )
         } else {
-            (shared.audit.clone(), None)
+            (shared.audit.clone(), None, tracing::Span::none())
         };
         let named = StationNames {
             several: station_id,
@@ -375,6 +381,7 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
             &shared,
             (&mut tasks, &mut owner_tasks),
         )
+        .instrument(span)
         .await?;
         let listener = legacy.next().flatten();
         legacy_addrs.push(match &listener {
@@ -599,12 +606,16 @@ async fn start_station(
     let lease = Arc::new(lease);
     let adopter = adopter_of(&lease);
     let identity_gate = identity_gate.map(|(identities, gate)| {
-        tasks.spawn(identities.serve(
-            station_id.unwrap_or_default().to_owned(),
-            gate.clone(),
-            Some(adopter.clone()),
-            shutdown.clone(),
-        ));
+        tasks.spawn(
+            identities
+                .serve(
+                    station_id.unwrap_or_default().to_owned(),
+                    gate.clone(),
+                    Some(adopter.clone()),
+                    shutdown.clone(),
+                )
+                .in_current_span(),
+        );
         gate
     });
     let access_rules = if config.access.rules.is_empty() {
@@ -652,6 +663,8 @@ async fn start_station(
         history,
         history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
         tls: shared.tls.clone(),
+        lab_station_id: station_id.map(str::to_owned),
+        log_span: tracing::Span::current(),
     });
     // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
     let link_task = match link_gate {
@@ -668,51 +681,70 @@ async fn start_station(
         owner_tasks.spawn(
             ownership
                 .with_adopter(adopter)
-                .keep(shared.release.clone(), shutdown.clone()),
+                .keep(shared.release.clone(), shutdown.clone())
+                .in_current_span(),
         );
     }
     if let Some(watch) = standing_by {
-        owner_tasks.spawn(stand_by(watch, gateway.clone(), shared.release.clone()));
+        owner_tasks
+            .spawn(stand_by(watch, gateway.clone(), shared.release.clone()).in_current_span());
     }
-    tasks.spawn(link_task.run(shutdown.clone()));
+    tasks.spawn(link_task.run(shutdown.clone()).in_current_span());
     access_rules.spawn_reloader(shutdown.clone());
-    tasks.spawn(crate::access_rules::report_unmatched(
-        access_rules.clone(),
-        gateway.link.watch_info(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(crate::station::watch_interlocks(
-        gateway.station.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(gateway.lease.clone().run_expiry(shutdown.clone()));
-    tasks.spawn(crate::events::scheduler::run(
-        gateway.events.clone(),
-        shutdown.clone(),
-    ));
-    if let (Some(history), Some((_, queue, settings))) = (&gateway.history, archive) {
-        tasks.spawn(crate::history::archive::writer::run(
-            history.clone(),
-            queue,
-            settings,
+    tasks.spawn(
+        crate::access_rules::report_unmatched(
+            access_rules.clone(),
+            gateway.link.watch_info(),
             shutdown.clone(),
-        ));
+        )
+        .in_current_span(),
+    );
+    tasks.spawn(
+        crate::station::watch_interlocks(gateway.station.clone(), shutdown.clone())
+            .in_current_span(),
+    );
+    tasks.spawn(
+        gateway
+            .lease
+            .clone()
+            .run_expiry(shutdown.clone())
+            .in_current_span(),
+    );
+    tasks.spawn(
+        crate::events::scheduler::run(gateway.events.clone(), shutdown.clone()).in_current_span(),
+    );
+    if let (Some(history), Some((_, queue, settings))) = (&gateway.history, archive) {
+        tasks.spawn(
+            crate::history::archive::writer::run(
+                history.clone(),
+                queue,
+                settings,
+                shutdown.clone(),
+            )
+            .in_current_span(),
+        );
     }
     if let Some(history) = &gateway.history {
-        tasks.spawn(crate::history::task::run(
-            history.clone(),
-            gateway.station.clone(),
-            gateway.link.watch_info(),
-            gateway.config.history.clone(),
-            shutdown.clone(),
-        ));
+        tasks.spawn(
+            crate::history::task::run(
+                history.clone(),
+                gateway.station.clone(),
+                gateway.link.watch_info(),
+                gateway.config.history.clone(),
+                shutdown.clone(),
+            )
+            .in_current_span(),
+        );
     }
-    tasks.spawn(crate::events::relay::run(
-        gateway.events.clone(),
-        link_events,
-        lease_receiver,
-        shutdown.clone(),
-    ));
+    tasks.spawn(
+        crate::events::relay::run(
+            gateway.events.clone(),
+            link_events,
+            lease_receiver,
+            shutdown.clone(),
+        )
+        .in_current_span(),
+    );
     Ok(gateway)
 }
 

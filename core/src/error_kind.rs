@@ -51,7 +51,8 @@ pub enum ErrorKind {
     NotOffered,
     /// A documented group or path a station reached over the byte protocol cannot offer
     /// (files, firmware, system, media, calibration, ...); the message says why. 404, as a
-    /// WebApi without the group answers (the clients ask Capabilities first and catch 404).
+    /// WebApi without the group answers (the .NET client's `docs/error-handling.md`: 404 for
+    /// what does not exist).
     AreaNotOffered,
     /// The station answered the request with an error of this code. Its status by the code:
     /// 404 no such channel or device, 400 a value or setting it refuses, 409 busy or locked,

@@ -2,23 +2,32 @@
 //! request: a change, its audit line, a lease's transition. A request may run on a connection
 //! thread's runtime (`http::threads`), which stops when the gateway's handle is dropped; this
 //! work goes where the link and the lease live, and ends as the gateway does, not as a
-//! connection's thread does.
+//! connection's thread does. It runs in the span it was made in: in a gateway of several
+//! stations, its station's, so what such work logs is that station's (`api/application/log`).
 
 use std::future::Future;
 
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
+use tracing::{Instrument as _, Span};
 
-/// Where work that must finish is spawned; cheap to clone.
+/// Where work that must finish is spawned, and the span it runs in; cheap to clone.
 #[derive(Clone, Debug)]
-pub struct GatewayRuntime(Option<Handle>);
+pub struct GatewayRuntime {
+    handle: Option<Handle>,
+    span: Span,
+}
 
 impl GatewayRuntime {
-    /// The runtime this is called on: made where the gateway starts. Outside any runtime (a
-    /// test building a part alone), each spawn goes to the runtime it is called on.
+    /// The runtime this is called on, and the span it is called in: made where the gateway
+    /// starts (a station's). Outside any runtime (a test building a part alone), each spawn
+    /// goes to the runtime it is called on.
     pub fn current() -> GatewayRuntime {
-        GatewayRuntime(Handle::try_current().ok())
+        GatewayRuntime {
+            handle: Handle::try_current().ok(),
+            span: Span::current(),
+        }
     }
 
     /// Runs `task` on the gateway's runtime.
@@ -27,7 +36,8 @@ impl GatewayRuntime {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        match &self.0 {
+        let task = task.instrument(self.span.clone());
+        match &self.handle {
             Some(runtime) => runtime.spawn(task),
             None => tokio::spawn(task),
         }
@@ -39,7 +49,8 @@ impl GatewayRuntime {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        match &self.0 {
+        let task = task.instrument(self.span.clone());
+        match &self.handle {
             Some(runtime) => tracker.spawn_on(task, runtime),
             None => tracker.spawn(task),
         }

@@ -91,7 +91,8 @@ pub fn rfc3339_millis(at: SystemTime) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// `2026-05-29 14:23:01.442`, UTC: the audit line's timestamp, as the clients document it.
+/// `2026-05-29 14:23:01.442`, UTC: the audit line's timestamp, as the .NET client's
+/// `docs/api/audit.md` shows it.
 pub fn audit_millis(at: SystemTime) -> String {
     let mut out = String::with_capacity(23);
     push_audit_millis(&mut out, at);

@@ -198,10 +198,12 @@ impl ChangeLine {
         // Boxed: the record's future is large, and only changes wait for it.
         if let Err(why) = Box::pin(gateway.audit.record(self.line)).await {
             // The change happened (or not) as answered; only its record failed: say so loudly.
-            error!(
-                "{why}; the change {} is answered without its audit line",
-                self.what
-            );
+            gateway.log_span.in_scope(|| {
+                error!(
+                    "{why}; the change {} is answered without its audit line",
+                    self.what
+                )
+            });
         }
     }
 }

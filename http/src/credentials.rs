@@ -10,7 +10,8 @@ use subtle::ConstantTimeEq;
 
 use crate::config::{AccessConfig, Role};
 
-/// The header API keys travel in (the reference client's `default_headers`).
+/// The header API keys travel in (`default_headers={"X-Api-Key": ...}`, as `accordionq2/client.py`
+/// 5.28.1 shows it).
 pub const API_KEY_HEADER: &str = "x-api-key";
 /// The `WWW-Authenticate` challenge sent with a 401 while Basic users are configured.
 pub const BASIC_CHALLENGE: &str = "Basic realm=\"station-gateway\", charset=\"UTF-8\"";

@@ -40,8 +40,8 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::StationRefused(code) => match code {
             ErrorCode::UnknownChannel => StatusCode::NOT_FOUND,
             // Nothing on the bus acknowledged the address: the hardware's error, which the
-            // clients document as the vendor's 500 ("the hardware manager encountered an
-            // error"), not a 404 that says the channel does not exist. Not 502: that says a
+            // .NET client's `docs/error-handling.md` documents as the vendor's 500 ("Hardware
+            // manager encountered an error"), not a 404 that says the channel does not exist. Not 502: that says a
             // change may or may not have been applied, and a NAKed transaction was not.
             ErrorCode::Nak => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,

@@ -49,6 +49,12 @@ pub struct Gateway {
     pub history_archive: Option<Arc<crate::history::archive::ArchiveReader>>,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// This station's id in a gateway of several (`None` alone): its `api/application/log`
+    /// holds only its own lines.
+    pub lab_station_id: Option<String>,
+    /// The span this station's tasks run in, in a gateway of several (`logs::STATION_SPAN`,
+    /// disabled alone): a line logged for one of its requests is logged in it too.
+    pub log_span: tracing::Span,
 }
 
 impl Gateway {

@@ -14,7 +14,10 @@
 //! without its formatting machinery (coloured output still goes through `tracing`).
 //!
 //! The last [`RECENT_LINES`] lines other than access lines are also kept in memory
-//! ([`recent_lines`]) for `GET api/application/log`.
+//! ([`recent_lines`]) for `GET api/application/log`, each with the station it is of: in a
+//! gateway of several stations, each station's tasks run in a [`STATION_SPAN`] span naming it
+//! (the human format shows it as `station{id=st2}:`), [`StationSpans`] tells the writer which
+//! station's span an event is in, and a station's `api/application/log` holds only its lines.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -29,6 +32,8 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::{FormatFields, Writer};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::numtext;
 
@@ -46,32 +51,129 @@ pub const ACCESS_TARGET: &str = "access";
 /// push out the link, lease and start-up lines a user asks the log for).
 pub const RECENT_LINES: usize = 1000;
 
+/// The name of the span a station's tasks run in, in a gateway of several; its one field,
+/// `id`, is the station's id.
+pub const STATION_SPAN: &str = "station";
+
+/// A recent line and the station whose span it was logged in (`None`: the gateway's own).
+type RecentLine = (Option<Arc<str>>, String);
+
 /// The bounded ring of recent lines, oldest first.
-static RECENT: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+static RECENT: Mutex<VecDeque<RecentLine>> = Mutex::new(VecDeque::new());
+
+std::thread_local! {
+    /// The stations whose spans this thread is in, innermost last ([`StationSpans`]).
+    static ENTERED_STATIONS: std::cell::RefCell<Vec<Arc<str>>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+/// The station whose span this thread is in now, if any.
+fn entered_station() -> Option<Arc<str>> {
+    ENTERED_STATIONS.with(|entered| entered.borrow().last().cloned())
+}
 
 /// Keeps `line` (one formatted log line) in the ring, dropping the oldest beyond `capacity`.
-fn keep_recent(ring: &Mutex<VecDeque<String>>, line: &[u8], capacity: usize) {
+fn keep_recent(
+    ring: &Mutex<VecDeque<RecentLine>>,
+    station: Option<Arc<str>>,
+    line: &[u8],
+    capacity: usize,
+) {
     let text = String::from_utf8_lossy(line);
     let text = text.trim_end_matches(['\r', '\n']);
     let mut ring = ring.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     while ring.len() >= capacity {
         ring.pop_front();
     }
-    ring.push_back(text.to_owned());
+    ring.push_back((station, text.to_owned()));
 }
 
-/// The last `tail` lines the gateway logged (all it keeps for 0), oldest first.
-pub fn recent_lines(tail: usize) -> Vec<String> {
-    last_of(&RECENT, tail)
+/// The last `tail` lines the gateway logged (all it keeps for 0), oldest first: of `station`
+/// only (lines logged in its [`STATION_SPAN`]) when given, every line otherwise.
+pub fn recent_lines(station: Option<&str>, tail: usize) -> Vec<String> {
+    last_of(&RECENT, station, tail)
 }
 
-fn last_of(ring: &Mutex<VecDeque<String>>, tail: usize) -> Vec<String> {
+fn last_of(ring: &Mutex<VecDeque<RecentLine>>, station: Option<&str>, tail: usize) -> Vec<String> {
     let ring = ring.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let ours = |of: &Option<Arc<str>>| station.is_none_or(|wanted| of.as_deref() == Some(wanted));
+    let count = ring.iter().filter(|(of, _)| ours(of)).count();
     let skip = match tail {
         0 => 0,
-        tail => ring.len().saturating_sub(tail),
+        tail => count.saturating_sub(tail),
     };
-    ring.iter().skip(skip).cloned().collect()
+    ring.iter()
+        .filter(|(of, _)| ours(of))
+        .skip(skip)
+        .map(|(_, line)| line.clone())
+        .collect()
+}
+
+/// The layer that knows which station's span a thread is in: a [`STATION_SPAN`] span keeps
+/// its `id` when made, and entering and leaving it push and pop the id on this thread, so the
+/// writer, called on the event's own thread, keeps each line with its station. A task of a
+/// station runs instrumented with its span (entered at every poll), so every line it logs is
+/// that station's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StationSpans;
+
+/// A station span's id, kept in the span's extensions.
+struct StationOfSpan(Arc<str>);
+
+/// Reads a station span's `id` field.
+struct IdVisitor(Option<String>);
+
+impl Visit for IdVisitor {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "id" {
+            self.0 = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "id" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for StationSpans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() != STATION_SPAN {
+            return;
+        }
+        let mut visitor = IdVisitor(None);
+        attrs.record(&mut visitor);
+        if let (Some(station), Some(span)) = (visitor.0, ctx.span(id)) {
+            span.extensions_mut()
+                .insert(StationOfSpan(Arc::from(station)));
+        }
+    }
+
+    fn on_enter(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(StationOfSpan(station)) = span.extensions().get::<StationOfSpan>()
+        {
+            ENTERED_STATIONS.with(|entered| entered.borrow_mut().push(station.clone()));
+        }
+    }
+
+    fn on_exit(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && span.extensions().get::<StationOfSpan>().is_some()
+        {
+            ENTERED_STATIONS.with(|entered| entered.borrow_mut().pop());
+        }
+    }
 }
 
 #[derive(Default)]
@@ -203,7 +305,7 @@ pub struct LineWriter<'a> {
 impl Write for LineWriter<'_> {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         if self.urgent {
-            keep_recent(&RECENT, line, RECENT_LINES);
+            keep_recent(&RECENT, entered_station(), line, RECENT_LINES);
         }
         let mut pending = self.shared.lock();
         if pending.bytes.len() + line.len() > MAX_BUFFERED {
@@ -405,8 +507,12 @@ pub fn install<W: Write + Send + 'static>(
         .with_ansi(ansi)
         .with_writer(writer);
     let installed = match format {
-        "json" => builder.json().try_init(),
-        _ => builder.fmt_fields(EscapedFields).try_init(),
+        "json" => builder.json().finish().with(StationSpans).try_init(),
+        _ => builder
+            .fmt_fields(EscapedFields)
+            .finish()
+            .with(StationSpans)
+            .try_init(),
     };
     installed.map_err(|error| LogSetupError::Install(error.to_string()))?;
     if let Some(format) = access {
@@ -763,14 +869,78 @@ mod tests {
         assert_eq!(text.matches('x').count(), 8 * (1024 * 1024 - 1));
     }
 
+    /// In a gateway of several stations each line is kept with the station whose span it was
+    /// logged in (a task of the station, instrumented with it, or a call in its scope): a
+    /// station's `api/application/log` holds only its own, a gateway of one (no station span)
+    /// every line.
+    #[test]
+    fn each_line_is_kept_with_the_station_whose_span_it_was_logged_in() {
+        use tracing::Instrument as _;
+        let (writer, guard) = batching_writer(std::io::sink());
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .fmt_fields(EscapedFields)
+            .finish()
+            .with(StationSpans);
+        let marker = "kept-with-its-station";
+        tracing::subscriber::with_default(subscriber, || {
+            let st1 = tracing::info_span!(STATION_SPAN, id = "st1");
+            let st2 = tracing::info_span!(STATION_SPAN, id = "st2");
+            tracing::warn!("{marker}: the gateway's own");
+            st1.in_scope(|| tracing::warn!("{marker}: one of st1"));
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(
+                async {
+                    tokio::task::yield_now().await;
+                    tracing::warn!("{marker}: one of st2's task");
+                    // A span inside the station's is still the station's.
+                    tracing::info_span!("inner")
+                        .in_scope(|| tracing::warn!("{marker}: st2, deeper"));
+                }
+                .instrument(st2.clone()),
+            );
+            tracing::warn!("{marker}: the gateway's again");
+        });
+        drop(guard);
+        let ours = |station: Option<&str>| -> Vec<String> {
+            recent_lines(station, 0)
+                .into_iter()
+                .filter(|line| line.contains(marker))
+                .map(|line| line.split(": ").last().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(ours(Some("st1")), ["one of st1"]);
+        assert_eq!(ours(Some("st2")), ["one of st2's task", "st2, deeper"]);
+        assert_eq!(ours(Some("st3")), Vec::<String>::new());
+        assert_eq!(
+            ours(None),
+            [
+                "the gateway's own",
+                "one of st1",
+                "one of st2's task",
+                "st2, deeper",
+                "the gateway's again"
+            ]
+        );
+        let st1_line = recent_lines(Some("st1"), 0)
+            .into_iter()
+            .find(|line| line.contains(marker))
+            .unwrap();
+        assert!(st1_line.contains("station{id=\"st1\"}:"), "{st1_line}");
+    }
+
     #[test]
     fn the_recent_ring_keeps_the_newest_lines_last() {
         let ring = Mutex::new(VecDeque::new());
         for n in 0..5 {
-            keep_recent(&ring, format!("line {n}\n").as_bytes(), 3);
+            keep_recent(&ring, None, format!("line {n}\n").as_bytes(), 3);
         }
-        assert_eq!(last_of(&ring, 0), ["line 2", "line 3", "line 4"]);
-        assert_eq!(last_of(&ring, 2), ["line 3", "line 4"]);
-        assert_eq!(last_of(&ring, 10), ["line 2", "line 3", "line 4"]);
+        assert_eq!(last_of(&ring, None, 0), ["line 2", "line 3", "line 4"]);
+        assert_eq!(last_of(&ring, None, 2), ["line 3", "line 4"]);
+        assert_eq!(last_of(&ring, None, 10), ["line 2", "line 3", "line 4"]);
     }
 }

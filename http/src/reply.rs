@@ -87,7 +87,8 @@ pub fn no_content() -> Response<Body> {
     response
 }
 
-/// An error answer: `{"error": message, "status": code}`; the reference client shows `error`.
+/// An error answer: `{"error": message, "status": code}`; both clients show `error` (the first
+/// key `accordionq2/_base.py` 5.28.1 looks at, the one the .NET client's `ApiGroupBase.cs` reads).
 /// Its kind goes with it in the response's extensions, for the metrics ([`error_kind`]).
 pub fn error_response(error: &ApiError) -> Response<Body> {
     let status = error.status();

@@ -83,8 +83,11 @@ pub fn handle(
         let (method, log_access) = (&head.method, ops::access_log_enabled());
         let presented = presented_lease_id(&head.headers);
         // Lease ids hidden: the audit trail is readable by admins, a lease id is its holder's. The
-        // access line shows the same path: redacted once for both.
-        let audit_path = super::redact::loggable_path(head.uri.path());
+        // access line shows the same path: redacted once for both. The path as the client sent
+        // it (a lab's `/stations/{id}/...` with its station's segment).
+        let sent_path = head.extensions.get::<super::stations::SentPath>();
+        let audit_path =
+            super::redact::loggable_path(sent_path.map_or(head.uri.path(), |sent| &sent.0));
         let mut noted = Noted::default();
         let mut response = match route_and_answer(
             gateway,
@@ -112,13 +115,15 @@ pub fn handle(
             set_fence_header(&mut response, fence);
         }
         if let Some(timed_out) = super::body::timed_out() {
-            info!(
-                %peer,
-                method = %method,
-                path = %audit_path,
-                "HTTP: answered 408 and closing the connection: {}",
-                timed_out.message()
-            );
+            gateway.log_span.in_scope(|| {
+                info!(
+                    %peer,
+                    method = %method,
+                    path = %audit_path,
+                    "HTTP: answered 408 and closing the connection: {}",
+                    timed_out.message()
+                )
+            });
         }
         ops::finish(
             gateway,

@@ -597,7 +597,9 @@ async fn answer_routed(
     let index = match stations.paths().route(head.uri.path()) {
         StationRoute::Station { index, path } => {
             if let std::borrow::Cow::Owned(path) = path {
+                let sent = crate::stations::SentPath(head.uri.path().to_owned());
                 head.uri = with_path(&head.uri, &path);
+                head.extensions.insert(sent);
             }
             Some(index)
         }

@@ -10,6 +10,12 @@
 
 use std::borrow::Cow;
 
+/// The path a request came with, kept in its extensions when its station's segment was cut
+/// (`/stations/st2/api/...` served as `/api/...`): its audit and access lines show the path as
+/// its client sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentPath(pub String);
+
 /// Paths (below the prefix) that are the whole gateway's once it serves several stations.
 const LAB_PATHS: [&str; 10] = [
     "/v1/stations",

@@ -342,7 +342,8 @@ async fn healthz_on<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, what: &st
 
 #[tokio::test]
 async fn an_idle_keep_alive_connection_outlives_the_header_timeout() {
-    // The keep-alive timeout at its default, 120 s, as the clients assume.
+    // The keep-alive timeout at its default, 120 s (longer than accordionq2 5.28.1 keeps an idle
+    // connection before it reopens one itself, 60 s: `accordionq2/_base.py`).
     let rig = rig(|c| c.http.header_read_timeout_ms = 200).await;
     let addr = rig.gateway.http_addr;
     let mut kept = TcpStream::connect(addr).await.unwrap();

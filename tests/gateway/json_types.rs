@@ -1,5 +1,7 @@
-//! Every response's JSON types against the types the .NET reference client binds
-//! (`tests/data/dotnet_models.json`, written from its `WebApiClient/Models/*.cs`): a string where
+//! Every response's JSON types against the types the reference clients bind
+//! (`tests/data/dotnet_models.json`, each row re-derived from the .NET client's
+//! `WebApiClient/Models/*.cs` at a named commit, or from `accordionq2` 5.28.1, or marked the
+//! gateway's own; a test here keeps every row naming a source of one of those forms): a string where
 //! .NET binds an int, a number above 255 where it binds a byte, an enum name it does not know,
 //! all fail here, as they would throw in `JsonConvert.DeserializeObject`; a field the model has
 //! (not nullable) that the answer lacks fails too, as .NET would silently read its default
@@ -210,6 +212,110 @@ fn timespan_binds(text: &str) -> bool {
     let fraction_ok = fraction
         .is_none_or(|f| (1..=7).contains(&f.len()) && f.bytes().all(|b| b.is_ascii_digit()));
     clock_ok && fraction_ok
+}
+
+/// The .NET client's repository, the one repository the table's rows may cite.
+const DOTNET_REPO: &str = "esharpab/esharp-accordion-projects-webapiclient";
+
+/// Whether `source` (an entry of the table's `sources`) is of a form the table allows: a file
+/// of the .NET client's repository at a full commit id, a file of the Python package
+/// `accordionq2` 5.28.1 (the version the suite installs), or the gateway's own shape, naming
+/// the page of this repository that documents it and why it is its own. What is wrong, if any.
+fn source_form_is_wrong(source: &Json) -> Option<String> {
+    let field = |key: &str| source.get(key).and_then(Json::as_str);
+    let keys: BTreeSet<&str> = source.as_object()?.keys().map(String::as_str).collect();
+    let is_commit = |c: &str| c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit());
+    if keys == BTreeSet::from(["repo", "file", "commit"]) {
+        let (repo, file, commit) = (field("repo")?, field("file")?, field("commit")?);
+        return (repo != DOTNET_REPO || !file.starts_with("WebApiClient/") || !is_commit(commit))
+            .then(|| format!("not a file of {DOTNET_REPO} at a full commit id"));
+    }
+    if keys == BTreeSet::from(["package", "version", "file"]) {
+        let ok = field("package") == Some("accordionq2")
+            && field("version") == Some("5.28.1")
+            && field("file").is_some_and(|f| f.starts_with("accordionq2/") && f.ends_with(".py"));
+        return (!ok).then(|| "not a module of accordionq2 5.28.1".to_owned());
+    }
+    if keys == BTreeSet::from(["gateway", "why"]) {
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(field("gateway")?);
+        let ok = page.is_file() && field("why").is_some_and(|why| !why.trim().is_empty());
+        return (!ok).then(|| "the gateway's own needs a page of this repository and a why".into());
+    }
+    Some(format!("keys {keys:?} are no allowed form"))
+}
+
+/// Every row of the reference table (each enum, model, endpoint and event, and each field a
+/// model takes from elsewhere) names a source, and every source is of an allowed form: a type
+/// that came from nowhere has no row.
+#[test]
+fn every_row_of_the_reference_table_names_a_source_of_an_allowed_form() {
+    let table = Table::load().0;
+    let sources = table["sources"].as_object().expect("the table has sources");
+    for (name, source) in sources {
+        if let Some(wrong) = source_form_is_wrong(source) {
+            panic!("source {name} ({source}): {wrong}");
+        }
+    }
+    let mut cited = BTreeSet::new();
+    let mut cite = |row: String, key: Option<&Json>| {
+        let key = key
+            .and_then(Json::as_str)
+            .unwrap_or_else(|| panic!("{row} names no source"));
+        assert!(sources.contains_key(key), "{row} names {key}, not a source");
+        cited.insert(key.to_owned());
+    };
+    for (name, en) in table["enums"].as_object().unwrap() {
+        cite(format!("enum {name}"), en.get("source"));
+    }
+    for (name, model) in table["models"].as_object().unwrap() {
+        cite(format!("model {name}"), model.get("source"));
+        for (field, key) in model["fieldSources"].as_object().into_iter().flatten() {
+            assert!(
+                model["fields"].get(field).is_some(),
+                "{name}.{field} has a source but no row"
+            );
+            cite(format!("field {name}.{field}"), Some(key));
+        }
+    }
+    let endpoints = table["endpoints"].as_object().unwrap();
+    let endpoint_sources = table["endpointSources"].as_object().unwrap();
+    assert_eq!(
+        endpoints.keys().collect::<Vec<_>>(),
+        endpoint_sources.keys().collect::<Vec<_>>(),
+        "every endpoint has one source, in the same order"
+    );
+    for (label, key) in endpoint_sources {
+        cite(format!("endpoint {label}"), Some(key));
+    }
+    let events = table["events"].as_object().unwrap();
+    for event in events.keys() {
+        cite(format!("event {event}"), table["eventSources"].get(event));
+    }
+    let unused: Vec<_> = sources.keys().filter(|k| !cited.contains(*k)).collect();
+    assert!(unused.is_empty(), "sources no row names: {unused:?}");
+    // The forms are checked, not just present.
+    for (bad, why) in [
+        (
+            json!({"repo": DOTNET_REPO, "file": "WebApiClient/Models/X.cs", "commit": "7356d81"}),
+            "short commit",
+        ),
+        (
+            json!({"repo": "someone/else", "file": "WebApiClient/X.cs", "commit": "0".repeat(40)}),
+            "another repository",
+        ),
+        (
+            json!({"package": "accordionq2", "version": "5.27.0", "file": "accordionq2/models.py"}),
+            "another version",
+        ),
+        (
+            json!({"gateway": "docs/no-such-page.md", "why": "x"}),
+            "no such page",
+        ),
+        (json!({"gateway": "docs/rest-api.md", "why": " "}), "no why"),
+        (json!({"file": "WebApiClient/Models/X.cs"}), "no form"),
+    ] {
+        assert!(source_form_is_wrong(&bad).is_some(), "{why}: {bad}");
+    }
 }
 
 #[test]

@@ -112,12 +112,13 @@ impl Lab2 {
         (response.status().as_u16(), response.text().await.unwrap())
     }
 
-    /// The lab's whole audit trail, read through station st1 (one trail for every station).
-    async fn audit_lines(&self) -> Vec<String> {
+    /// Station `id`'s audit log, as its client reads it (`GET api/audit/log`): its own lines
+    /// of the lab's one trail.
+    async fn audit_lines_of(&self, id: &str) -> Vec<String> {
         let (status, lines) = self
             .call(
                 reqwest::Method::GET,
-                "/stations/st1/api/audit/log?tail=0",
+                &format!("/stations/{id}/api/audit/log?tail=0"),
                 None,
                 None,
             )
@@ -242,7 +243,12 @@ async fn a_station_that_stops_answering_delays_no_other_station() {
 
 #[tokio::test]
 async fn the_lab_answers_for_every_station_and_a_path_without_one_names_them() {
-    let lab = lab2(None, |_| {}).await;
+    let audit_dir = std::env::temp_dir().join(format!("lab-unrouted-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&audit_dir);
+    let lab = lab2(None, |config| {
+        config.audit.dir = audit_dir.display().to_string();
+    })
+    .await;
     // No default station: a station's path without one is refused, naming the stations.
     let (status, body) = lab
         .call(reqwest::Method::GET, "/api/lease", None, None)
@@ -258,14 +264,33 @@ async fn the_lab_answers_for_every_station_and_a_path_without_one_names_them() {
         body.to_string().contains("no station \\\"st9\\\""),
         "{body}"
     );
-    // Both are in the audit trail, as every api/ request is, naming no station.
-    let lines = lab.audit_lines().await;
+    // Both are in the lab's audit trail, as every api/ request is, naming no station; no
+    // station's log holds them.
+    // Once these are answered, what came before is written (and each read has its line).
+    lab.audit_lines_of("st1").await;
+    lab.audit_lines_of("st2").await;
+    let trail = std::fs::read_to_string(audit_dir.join("audit.log")).unwrap();
     for unrouted in [" GET /api/lease 404 ", " GET /stations/st9/api/lease 404 "] {
-        let line = lines.iter().find(|line| line.contains(unrouted));
+        let line = trail.lines().find(|line| line.contains(unrouted));
         assert!(
             line.is_some_and(|line| !line.contains("station=")),
-            "{unrouted}: {lines:?}"
+            "{unrouted}: {trail}"
         );
+        for id in ["st1", "st2"] {
+            // Read from the files: the station's own lines (its earlier reads of it) only.
+            let lines = lab.audit_lines_of(id).await;
+            assert!(
+                !lines.is_empty()
+                    && lines
+                        .iter()
+                        .all(|line| line.ends_with(&format!(" station={id}"))),
+                "{id}: {lines:?}"
+            );
+            assert!(
+                !lines.iter().any(|line| line.contains(unrouted)),
+                "{id}: {lines:?}"
+            );
+        }
     }
 
     let holder = lab.take("st2", "bench two").await;
@@ -372,35 +397,74 @@ async fn one_station_also_answers_under_its_station_path() {
     );
 }
 
+/// A station's `api/audit/log` is that station's: its own lines only, each the documented
+/// six fields first (`timestamp ip method path status duration`, the .NET client's
+/// `docs/api/audit.md`) with the path as its client sent it, `/stations/{id}` included, and
+/// the extra fields (a change's, then `station=`) after them.
 #[tokio::test]
-async fn every_audit_line_names_its_station() {
-    let lab = lab2(None, |_| {}).await;
+async fn each_stations_audit_log_holds_its_own_lines_with_the_path_as_sent() {
+    let lab = lab2(Some("st1"), |_| {}).await;
     let first = lab.take("st1", "first bench").await;
     let second = lab.take("st2", "second bench").await;
     assert_eq!(lab.set("st1", &first, "11").await.0, 200);
     assert_eq!(lab.set("st2", &second, "22").await.0, 200);
-    let lines = lab.audit_lines().await;
-    let change = |value: &str| -> Vec<&str> {
-        lines
-            .iter()
-            .map(String::as_str)
-            .filter(|line| line.contains(&format!("asked={VSET1}={value}")))
-            .collect()
-    };
-    // One trail for the lab: each station's change there once, naming its station.
-    let (one, two) = (change("11"), change("22"));
-    assert_eq!(one.len(), 1, "{lines:?}");
-    assert_eq!(two.len(), 1, "{lines:?}");
-    assert!(one[0].ends_with(" station=st1"), "{}", one[0]);
-    assert!(two[0].ends_with(" station=st2"), "{}", two[0]);
-    // The lease's own lines and plain requests too.
-    let leases: Vec<_> = lines.iter().filter(|l| l.contains(" LEASE ")).collect();
-    assert!(!leases.is_empty(), "{lines:?}");
+    // The default station also serves the paths without a station: as they were sent.
+    let (status, _) = lab
+        .call(reqwest::Method::GET, "/api/lease", None, None)
+        .await;
+    assert_eq!(status, 200);
+    for (id, mine, theirs) in [("st1", "11", "22"), ("st2", "22", "11")] {
+        let lines = lab.audit_lines_of(id).await;
+        let changes = |value: &str| -> Vec<&String> {
+            lines
+                .iter()
+                .filter(|line| line.contains(&format!("asked={VSET1}={value}")))
+                .collect()
+        };
+        let (own, other) = (changes(mine), changes(theirs));
+        assert_eq!(own.len(), 1, "{id}: {lines:?}");
+        assert!(
+            other.is_empty(),
+            "{id} holds another station's change: {lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .all(|line| line.ends_with(&format!(" station={id}"))),
+            "{id}: {lines:?}"
+        );
+        assert!(
+            lines.iter().any(|line| line.contains(" LEASE ")),
+            "{id}: {lines:?}"
+        );
+        // timestamp (`2026-05-29 14:23:01.442`, two words) ip method path status duration,
+        // then the change's fields.
+        let fields: Vec<&str> = own[0].split(' ').skip(1).collect();
+        assert_eq!(fields[1], "127.0.0.1", "{}", own[0]);
+        assert_eq!(
+            (fields[2], fields[3], fields[4]),
+            (
+                "POST",
+                format!("/stations/{id}/api/resources/value/set").as_str(),
+                "200"
+            ),
+            "{}",
+            own[0]
+        );
+        assert!(fields[5].ends_with("ms"), "{}", own[0]);
+        assert!(fields[6].starts_with("caller="), "{}", own[0]);
+        // Every request line of it is its own path, as sent.
+        for line in lines.iter().filter(|line| !line.contains(" LEASE ")) {
+            let path = line.split(' ').nth(4).unwrap();
+            let as_sent = path.starts_with(&format!("/stations/{id}/api/"))
+                || (id == "st1" && path.starts_with("/api/"));
+            assert!(as_sent, "{id}: {line}");
+        }
+    }
+    let st1 = lab.audit_lines_of("st1").await;
     assert!(
-        lines
-            .iter()
-            .all(|l| l.ends_with(" station=st1") || l.ends_with(" station=st2")),
-        "{lines:?}"
+        st1.iter().any(|line| line.contains(" GET /api/lease 200 ")),
+        "{st1:?}"
     );
 }
 
@@ -861,8 +925,8 @@ async fn the_labs_safe_stop_stops_every_station() {
             "{id}"
         );
     }
-    let lines = lab.audit_lines().await;
     for id in ["st1", "st2"] {
+        let lines = lab.audit_lines_of(id).await;
         assert!(
             lines.iter().any(|line| {
                 line.contains("POST /v1/safe-stop 200 ")
@@ -1249,11 +1313,17 @@ async fn the_labs_paths_refuse_unknown_names_and_other_sites_and_its_page_still_
  {
     use station_gateway::config::SafeWrite;
     const ON1: &str = "0.4.ESH10000662.ON1";
+    let audit_dir = std::env::temp_dir().join(format!(
+        "lab-other-sites-{}-{}",
+        std::process::id(),
+        &station_gateway::lease::LeaseToken::random().as_str()[..8]
+    ));
     let lab = lab2(None, |config| {
         config.lease.safe_state = vec![SafeWrite {
             channel: ON1.into(),
             value: "False".into(),
         }];
+        config.audit.dir = audit_dir.display().to_string();
     })
     .await;
     for sim in &lab.sims {
@@ -1312,12 +1382,15 @@ async fn the_labs_paths_refuse_unknown_names_and_other_sites_and_its_page_still_
     for sim in &lab.sims {
         assert!(sim.write_log().is_empty(), "a station was stopped");
     }
-    let lines = lab.audit_lines().await;
+    // The lab's own refusal is in the lab's trail (no station's log holds it); once a
+    // station's read is answered, what came before is written.
+    lab.audit_lines_of("st1").await;
+    let trail = std::fs::read_to_string(audit_dir.join("audit.log")).unwrap();
     assert!(
-        lines
-            .iter()
+        trail
+            .lines()
             .any(|l| l.contains("POST /v1/safe-stop 403 ") && l.contains("outcome=refused")),
-        "{lines:#?}"
+        "{trail}"
     );
 
     // The lab page's own button, from the gateway's own origin.

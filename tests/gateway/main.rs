@@ -22,6 +22,7 @@ mod deadband;
 mod duties;
 mod events;
 mod faults;
+mod fidelity;
 mod history;
 mod http_answers;
 mod http_hygiene;

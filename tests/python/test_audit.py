@@ -15,6 +15,8 @@ import station
 from station import LAB_STATION, raw_request, wait_for
 
 OWNER = "TAT station 3 (audit)"
+# The path each line shows, as the client sent it: a lab's station's with its /stations/ID.
+API = f"/stations/{LAB_STATION}/api" if LAB_STATION else "/api"
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ \S+ \S+ (\d{3}|-) (\d+ms|-)( .*)?$")
 
 
@@ -46,18 +48,18 @@ def test_writes_show_owner_and_fence_and_a_refused_write_shows_refused(
         assert refused.value.status_code == 423
         lines = holder.audit.get_audit_log(tail=50)
     if LAB_STATION:
-        # One trail for a lab's stations: every line ends naming its station.
+        # A lab's station's log holds its own lines only, each ending naming it.
         assert all(line.endswith(f" station={LAB_STATION}") for line in lines), lines
         lines = [line.removesuffix(f" station={LAB_STATION}") for line in lines]
     assert all(LINE.match(line) for line in lines), lines
     owner_field = 'owner="TAT station 3 (audit)"'
-    applied = [l for l in lines if "POST /api/resources/value/set 200 " in l and f"{station.VSET1}=321" in l]
+    applied = [l for l in lines if f"POST {API}/resources/value/set 200 " in l and f"{station.VSET1}=321" in l]
     assert len(applied) == 1, lines
     assert f"{owner_field} fence={fence} outcome=applied" in applied[0], applied[0]
-    listed = [l for l in lines if "POST /api/resources/values/set 200 " in l]
+    listed = [l for l in lines if f"POST {API}/resources/values/set 200 " in l]
     assert listed and f"fence={fence} outcome=applied" in listed[-1], lines
     assert f"{station.ON1}=False" in listed[-1], listed[-1]
-    refusals = [l for l in lines if "POST /api/resources/value/set 423 " in l and f"{station.VSET1}=999" in l]
+    refusals = [l for l in lines if f"POST {API}/resources/value/set 423 " in l and f"{station.VSET1}=999" in l]
     assert len(refusals) == 1, lines
     assert refusals[0].endswith(f"owner=- fence=- outcome=refused asked={station.VSET1}=999"), refusals[0]
     # The lease's own events, named by owner and fence; never the lease id.
@@ -79,7 +81,7 @@ def test_tail_counts_lines_and_zero_is_the_whole_file(client: AccordionQ2Client,
     assert len(default) == 100 if len(whole) > 101 else len(default) == len(whole) - 1, (len(default), len(whole))
     assert len(whole) >= len(five)
     # The reads before were answered before the log was read: they are in it.
-    assert "GET /api/audit/log 200 " in whole[-1], whole[-1]
+    assert f"GET {API}/audit/log 200 " in whole[-1], whole[-1]
     bad = raw_request(gateway_url, "GET", "api/audit/log?tail=-1")
     assert bad.status == 400
     assert "tail" in json.loads(bad.body)["error"]

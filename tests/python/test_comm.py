@@ -128,7 +128,6 @@ def bad(gateway_url: str, path: str, body: dict) -> str:
 
 
 @pytest.mark.parametrize("path, body, field", [
-    ("api/comm/i2c", {"DeviceName": "No.Such.Bus", "Address": "50", "Action": "Scan"}, "DeviceName"),
     ("api/comm/i2c", {"DeviceName": UART, "Address": "50", "Action": "Scan"}, "DeviceName"),
     ("api/comm/spi", {"DeviceName": I2C, "Action": "Receive", "NumberOfBytesToReceive": 1}, "DeviceName"),
     ("api/comm/i2c", {"DeviceName": I2C, "Address": "80", "Action": "Receive", "NumberOfBytesToReceive": 1},
@@ -154,9 +153,17 @@ def test_bad_input_through_the_client_is_a_400_too(client: AccordionQ2Client) ->
     assert "Address" in message, message
     message = refused(lambda: client.comm.i2c(I2C, address=EEPROM, action=BusActions.SEND), 400)
     assert "DataToSend" in message, message
+
+
+def test_a_device_no_channel_is_is_404_as_the_clients_docs_answer_a_missing_channel(
+        client: AccordionQ2Client) -> None:
+    # The .NET client's docs/error-handling.md: "404 Not Found: Channel, resource, or config
+    # file does not exist".
     message = refused(lambda: client.comm.spi("No.Such.Bus", action=BusActions.RECEIVE,
-                                              number_of_bytes_to_receive=1), 400)
+                                              number_of_bytes_to_receive=1), 404)
     assert "DeviceName" in message, message
+    message = refused(lambda: client.comm.i2c("No.Such.Bus", address=0, action=BusActions.SCAN), 404)
+    assert "No.Such.Bus" in message, message
 
 
 def test_keys_bind_in_any_case_and_hex_in_either_case(gateway_url: str) -> None:
@@ -224,3 +231,22 @@ def test_a_short_read_raises_the_clients_error(station_sim: SimProcess, gateway_
         assert answer.status == 200 and body["numberOfBytesReceived"] == 1 and body["received"] == "45", body
     finally:
         station_sim.control("shortread off")
+
+
+def test_the_rest_api_pages_bus_example_runs_as_written(gateway_url: str) -> None:
+    """docs/rest-api.md's example of the bus calls, run as a user would paste it (against this
+    session's gateway): accordionq2 5.28.1 takes every argument it shows, `comm.uart`'s
+    `use_termination_byte` included (accordionq2/comm.py)."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "rest-api.md"
+    text = page.read_text(encoding="utf-8")
+    section = text.split("## Bus transactions", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.S)
+    assert example, "docs/rest-api.md has no python example of the bus calls"
+    code = example.group(1).replace('"http://127.0.0.1:5000"', repr(gateway_url))
+    assert repr(gateway_url) in code, code
+    namespace: dict = {}
+    exec(compile(code, str(page), "exec"), namespace)  # noqa: S102 - the page's own example
+    namespace["c"].close()

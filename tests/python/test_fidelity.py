@@ -169,6 +169,21 @@ def test_application_log_is_the_gateways_recent_lines_newest_last(gateway_factor
         assert caught.value.status_code == 400 and "tail" in str(caught.value), caught.value
 
 
+def test_a_lab_stations_application_log_holds_its_own_lines_only(gateway_factory) -> None:
+    # In a lab each station's tasks log in a span naming it; a station's log is its lines.
+    gateway = gateway_factory(stations=2, prefix="/stations/sim2")
+    gateway.wait_connected(prefix="/stations/sim1")
+    logs = {}
+    for sim, other in (("sim1", "sim2"), ("sim2", "sim1")):
+        with AccordionQ2Client(f"{gateway.url}/stations/{sim}", timeout=15.0) as client:
+            lines = client.application.get_system_log(tail=0)
+        assert any("station link up" in line for line in lines), (sim, lines)
+        assert all(f'station{{id="{sim}"}}' in line for line in lines), (sim, lines)
+        assert not any(f'station{{id="{other}"}}' in line for line in lines), (sim, lines)
+        logs[sim] = lines
+    assert not set(logs["sim1"]) & set(logs["sim2"])
+
+
 def test_application_reset_restarts_the_station_and_needs_the_lease(gateway_factory, client_factory) -> None:
     from test_events import Events
 

@@ -154,6 +154,17 @@ pub fn rotated_path(dir: &Path, name: &str, index: u32) -> PathBuf {
 /// The last `tail` lines of the current file `name` (`0`: all of them), read from disk. A
 /// line cut by a crash mid-write (no newline yet) is left out.
 pub fn tail_of_file(dir: &Path, name: &str, tail: usize) -> io::Result<Vec<String>> {
+    tail_of_file_where(dir, name, tail, |_| true)
+}
+
+/// The last `tail` lines of the current file `name` that `keep` accepts (`0`: all of them),
+/// read back from the end only as far as needed to find them.
+pub fn tail_of_file_where(
+    dir: &Path,
+    name: &str,
+    tail: usize,
+    keep: impl Fn(&[u8]) -> bool,
+) -> io::Result<Vec<String>> {
     let mut file = match File::open(dir.join(name)) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -181,6 +192,7 @@ pub fn tail_of_file(dir: &Path, name: &str, tail: usize) -> io::Result<Vec<Strin
         if start > 0 && !lines.is_empty() {
             lines.remove(0); // maybe cut at `start`
         }
+        lines.retain(|line| keep(line));
         if tail == 0 || lines.len() >= tail || start == 0 {
             let from = if tail == 0 {
                 0
@@ -241,7 +253,12 @@ impl MemoryLines {
 
     /// The last `tail` lines (`0`: all), oldest first.
     pub fn tail(&self, tail: usize) -> Vec<String> {
-        let lines = self.text.split_terminator('\n');
+        self.tail_where(tail, |_| true)
+    }
+
+    /// The last `tail` lines that `keep` accepts (`0`: all of them), oldest first.
+    pub fn tail_where(&self, tail: usize, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let lines = self.text.split_terminator('\n').filter(|line| keep(line));
         let skip = match tail {
             0 => 0,
             _ => lines.clone().count().saturating_sub(tail),

@@ -1,4 +1,4 @@
-//! One audit line: `timestamp ip method path status duration` as the reference clients
+//! One audit line: `timestamp ip method path status duration` as the .NET client's `docs/api/audit.md`
 //! document it, then, for changes, `key=value` fields (caller, lease owner and fence, outcome,
 //! what was asked). Every field is escaped: no control or format character, no unquoted
 //! space, and so never a second line nor one that displays as something else.

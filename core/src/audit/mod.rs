@@ -1,5 +1,5 @@
 //! The audit trail: one line for every request (`timestamp ip method path status duration`,
-//! as the reference clients document it), and for every change (REST, legacy port, the
+//! as the .NET client's `docs/api/audit.md` documents it), and for every change (REST, legacy port, the
 //! lease's own acquisitions, releases, expiries, breaks and safe states) who asked, under which
 //! lease owner and fence, and what came of it. `GET api/audit/log?tail=N` reads it.
 //!
@@ -17,10 +17,11 @@
 //! one text the writer swaps for its own. The control lease reports its changes of hands
 //! through a callback (`lease::notice`).
 //!
-//! A gateway serving several stations (issue 53) keeps one trail for all of them: each
-//! station's parts write through [`AuditLog::for_station`], a view of the same trail that ends
-//! every line it sends with ` station=<id>`. A trail not made by it writes its lines as a
-//! single-station gateway always has, without the field.
+//! A gateway serving several stations keeps one trail for all of them: each station's parts
+//! write through [`AuditLog::for_station`], a view of the same trail that ends every line it
+//! sends with ` station=<id>` (after the documented six fields and a change's own), and reads
+//! back only the lines ending so. A trail not made by it writes its lines as a single-station
+//! gateway always has, without the field, and reads them all.
 
 pub mod files;
 pub mod lease_lines;
@@ -222,8 +223,8 @@ impl AuditLog {
     /// [`note_change`](Self::note_change), [`note`](Self::note) and
     /// [`note_with`](Self::note_with)) ends with ` station=<id>`, the id escaped as every
     /// field is ([`line::push_escaped`]). A view of a view names the new station only.
-    /// Reading ([`tail`](Self::tail), [`recent_changes`](Self::recent_changes)) is the whole
-    /// trail's, every station's lines.
+    /// [`tail`](Self::tail) reads this station's lines only; [`recent_changes`]
+    /// (Self::recent_changes) is the whole trail's, every station's lines.
     pub fn for_station(&self, id: &str) -> AuditLog {
         let mut suffix = String::with_capacity(id.len() + 9);
         suffix.push_str(" station=");
@@ -313,16 +314,22 @@ impl AuditLog {
     }
 
     /// The last `tail` lines of the trail (`0`: all of both current files): the requests'
-    /// and the changes' merged in time order.
+    /// and the changes' merged in time order. A station's view ([`AuditLog::for_station`])
+    /// reads its own station's lines only: a lab's station answers `api/audit/log` as a
+    /// station of its own would.
     pub fn tail(&self, tail: usize) -> std::io::Result<Vec<String>> {
+        let suffix = self.station_suffix.as_deref();
+        let ours = |line: &str| suffix.is_none_or(|suffix| line.ends_with(suffix));
+        let ours_bytes =
+            |line: &[u8]| suffix.is_none_or(|suffix| line.ends_with(suffix.as_bytes()));
         let (requests, changes) = match &self.shared.dir {
             Some(dir) => (
-                files::tail_of_file(dir, REQUESTS, tail)?,
-                files::tail_of_file(dir, CHANGES, tail)?,
+                files::tail_of_file_where(dir, REQUESTS, tail, ours_bytes)?,
+                files::tail_of_file_where(dir, CHANGES, tail, ours_bytes)?,
             ),
             None => (
-                lock(&self.shared.memory.requests).tail(tail),
-                lock(&self.shared.memory.changes).tail(tail),
+                lock(&self.shared.memory.requests).tail_where(tail, ours),
+                lock(&self.shared.memory.changes).tail_where(tail, ours),
             ),
         };
         Ok(files::merged_in_time_order(requests, changes, tail))

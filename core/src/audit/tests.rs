@@ -493,6 +493,14 @@ async fn two_stations_write_one_trail_each_line_naming_its_station() {
     let recent = log.recent_changes();
     assert_eq!(recent.len(), 3, "{recent:#?}");
     assert!(recent.iter().all(|line| line.contains(" station=")));
+    // A station's view reads its own lines only, its tail counted in them.
+    assert_eq!(st1.tail(0).unwrap(), [trail[0].clone(), trail[2].clone()]);
+    assert_eq!(
+        st2.tail(0).unwrap(),
+        [trail[1].clone(), trail[3].clone(), trail[4].clone()]
+    );
+    assert_eq!(st2.tail(2).unwrap(), [trail[3].clone(), trail[4].clone()]);
+    assert_eq!(st1.tail(1).unwrap(), [trail[2].clone()]);
 }
 
 #[tokio::test]

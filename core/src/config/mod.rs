@@ -17,9 +17,10 @@ pub mod web_origin;
 
 pub use audit_section::AuditConfig;
 pub use sections::{
-    AccessConfig, ApiKey, ConfigFilesConfig, EventsConfig, HaConfig, HaMode, HistoryConfig,
-    HttpConfig, LeaseConfig, LegacyConfig, MAX_HTTP_THREADS, Role, SafeWrite, StationConfig,
-    StatusPageConfig, TlsConfig, User, valid_table_name,
+    AccessConfig, ApiKey, ConfigFilesConfig, DEFAULT_MAX_OPERATION_MS, EventsConfig, HaConfig,
+    HaMode, HistoryConfig, HttpConfig, LeaseConfig, LegacyConfig, MAX_HTTP_THREADS,
+    MOST_MAX_OPERATION_MS, Role, SafeWrite, StationConfig, StatusPageConfig, TlsConfig, User,
+    valid_table_name,
 };
 
 /// A station's identity as its lease names it and as identities are compared: lower case,
@@ -128,6 +129,11 @@ impl Config {
             Some(ms) => Duration::from_millis(ms),
             None => MAX_PROCESSING_PER_TIMEOUT * self.request_timeout(),
         }
+    }
+
+    /// `station.max_operation_ms`: the longest an operation the station times itself may take.
+    pub fn max_operation(&self) -> Duration {
+        Duration::from_millis(self.station.max_operation_ms)
     }
 
     /// `lease.lock_delay_ms`, or `station.max_processing_ms` when not set.

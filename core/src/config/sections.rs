@@ -23,6 +23,12 @@ pub struct StationConfig {
     /// this long after it was sent; the end of a lease waits for its changes in doubt that
     /// long at most, then resets the link. `None`: 4 × `request_timeout_ms`.
     pub max_processing_ms: Option<u64>,
+    /// The longest an operation the station times itself may take: a NumericResult
+    /// acquisition (its samples at the channel's rate, or on a serial line the wire) and a UART
+    /// receive (`TimeoutMs`). Longer is refused with 400 naming this key. The link waits for
+    /// such an operation its own time on top of `request_timeout_ms`; the end of a lease waits
+    /// for one still running, as for any change of it.
+    pub max_operation_ms: u64,
     /// How long one connection attempt may take.
     pub connect_timeout_ms: u64,
     /// First and longest pause between reconnection attempts.
@@ -39,6 +45,11 @@ pub struct StationConfig {
     pub queue_depth: usize,
 }
 
+/// `station.max_operation_ms` by default: five minutes.
+pub const DEFAULT_MAX_OPERATION_MS: u64 = 300_000;
+/// The largest `station.max_operation_ms`: an hour.
+pub const MOST_MAX_OPERATION_MS: u64 = 3_600_000;
+
 /// The most threads `http.threads` may ask for.
 pub const MAX_HTTP_THREADS: usize = 256;
 
@@ -54,7 +65,8 @@ pub struct HttpConfig {
     pub header_read_timeout_ms: u64,
     /// How long a connection that has served a request is kept with no request in progress:
     /// an HTTP/1 keep-alive connection between requests, an HTTP/2 one with no open stream.
-    /// 120 s by default, as the vendor's WebApi keeps them (and its clients assume).
+    /// 120 s by default: longer than the 60 s after which `accordionq2` 5.28.1 reopens an idle
+    /// connection itself (`accordionq2/_base.py`, `IDLE_REOPEN_SECONDS`).
     pub keep_alive_timeout_ms: u64,
     /// How long a client may take to send a whole request body, from its headers' arrival.
     pub body_timeout_ms: u64,
@@ -356,6 +368,7 @@ impl Default for StationConfig {
             id: String::new(),
             request_timeout_ms: 2000,
             max_processing_ms: None,
+            max_operation_ms: DEFAULT_MAX_OPERATION_MS,
             connect_timeout_ms: 2000,
             reconnect_min_ms: 100,
             reconnect_max_ms: 5000,

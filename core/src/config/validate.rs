@@ -80,6 +80,12 @@ impl StationConfig {
                 "must be at least station.request_timeout_ms and at most 3600000 (1 h)",
             ));
         }
+        if !(1..=super::sections::MOST_MAX_OPERATION_MS).contains(&self.max_operation_ms) {
+            return Err(invalid(
+                "station.max_operation_ms",
+                "must be 1 to 3600000 (1 h)",
+            ));
+        }
         if self.connect_timeout_ms == 0 {
             return Err(invalid("station.connect_timeout_ms", "must be above 0"));
         }

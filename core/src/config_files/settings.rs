@@ -43,7 +43,11 @@ pub fn check_aliases<'a>(
     Ok(())
 }
 
-/// Names of the channel type flags, as the REST contract's `channelType` lists them.
+/// Every name of the clients' `ChannelTypes` flags and its bit, in the enum's order: the .NET
+/// client's `WebApiClient/Models/Enums.cs` (esharpab/esharp-accordion-projects-webapiclient at
+/// c0cf42f) and the Python client's `accordionq2/enums.py` (`ChannelTypes`, accordionq2 5.28.1)
+/// have the same 26 names and bits (bit 9 has none), besides `Undefined` (0, no type), which
+/// [`UNDEFINED_TYPE`] names.
 pub const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
     (1, "Analog"),
     (1 << 1, "Digital"),
@@ -62,7 +66,31 @@ pub const TYPE_FLAG_NAMES: &[(u32, &str)] = &[
     (1 << 15, "I2C"),
     (1 << 16, "ByteStream"),
     (1 << 17, "Socket"),
+    (1 << 18, "Waveform"),
+    (1 << 19, "NumericResult"),
+    (1 << 20, "PseudoDigital"),
+    (1 << 21, "Image"),
+    (1 << 22, "Audio"),
+    (1 << 23, "Video"),
     (1 << 24, "Instrument"),
+    (1 << 25, "NumericResults"),
+    (1 << 26, "Calibration"),
+];
+
+/// The clients' name for no type at all (`ChannelTypes.Undefined = 0`).
+pub const UNDEFINED_TYPE: &str = "Undefined";
+
+/// Channel types whose own operations a station reached over the byte protocol does not have
+/// (protocol/SPEC.md has no operation for them, and the gateway answers their endpoints 404,
+/// `http/src/api/unserved.rs`): a channel of such a type could be listed, but not used as one.
+/// What a refusal of such a type adds to its message.
+pub const TYPES_WITHOUT_OPERATIONS: &[(u32, &str)] = &[
+    (1 << 17, "socket transactions (comm/socket)"),
+    (1 << 21, "media (media/...)"),
+    (1 << 22, "media (media/...)"),
+    (1 << 23, "media (media/...)"),
+    (1 << 24, "instruments (instruments)"),
+    (1 << 26, "calibration tables (calibration/...)"),
 ];
 
 /// `"Analog, Current"` for the flags set; a bit without a name as its number.
@@ -87,7 +115,7 @@ pub fn type_names(flags: u32) -> String {
 }
 
 /// Type flags from `"Analog, Current"` (names in any case, or bit values); `None` if a part
-/// is neither or nothing is set.
+/// is neither or nothing is set (`Undefined`, `0`: see [`names_no_type`]).
 pub fn parse_type(text: &str) -> Option<u32> {
     let mut flags = 0u32;
     for part in text.split(',').map(str::trim) {
@@ -95,10 +123,19 @@ pub fn parse_type(text: &str) -> Option<u32> {
             .iter()
             .find(|(_, name)| name.eq_ignore_ascii_case(part))
             .map(|(bit, _)| *bit)
+            .or_else(|| part.eq_ignore_ascii_case(UNDEFINED_TYPE).then_some(0))
             .or_else(|| part.parse::<u32>().ok())?;
         flags |= bit;
     }
     (flags != 0).then_some(flags)
+}
+
+/// Whether `text` is the clients' `Undefined` (or `0`): a name of the enum, but no type a
+/// channel can be given.
+pub fn names_no_type(text: &str) -> bool {
+    text.split(',').map(str::trim).all(|part| {
+        part.eq_ignore_ascii_case(UNDEFINED_TYPE) || part.parse::<u32>().is_ok_and(|n| n == 0)
+    })
 }
 
 /// A direction from `"IN"`, `"OUT"`, `"IN, OUT"` (any case) or `1`..`3`.
@@ -180,11 +217,7 @@ pub fn settings_for(
     }
     if let Some(flags) = wanted.type_flags {
         if flags & !config.type_capability != 0 {
-            return Err(format!(
-                "ChannelType: {} is outside the channel's type capability {}",
-                type_names(flags),
-                type_names(config.type_capability)
-            ));
+            return Err(type_outside_capability(flags, config.type_capability));
         }
         if flags != channel.type_flags {
             settings.push(("type".into(), Value::Integer(i64::from(flags))));
@@ -230,6 +263,34 @@ pub fn settings_for(
         }
     }
     Ok(settings)
+}
+
+/// Why a channel cannot be given the type `flags`: the station says which types the channel
+/// can hold (CONFIGURE's type capability, SPEC.md §6.13), and the clients' docs say the type
+/// must be within it (`docs/api/channels.md`, `ChannelConfigRequest.ChannelType`); a type the
+/// byte protocol has no operations for says so too.
+fn type_outside_capability(flags: u32, capability: u32) -> String {
+    let outside = flags & !capability;
+    let mut message = format!(
+        "ChannelType: {} is outside the channel's type capability {}: this station's channel \
+         cannot hold {}",
+        type_names(flags),
+        type_names(capability),
+        type_names(outside)
+    );
+    let mut groups: Vec<&str> = TYPES_WITHOUT_OPERATIONS
+        .iter()
+        .filter(|(bit, _)| outside & bit != 0)
+        .map(|(_, group)| *group)
+        .collect();
+    groups.dedup();
+    if !groups.is_empty() {
+        message.push_str(&format!(
+            "; a station reached over the byte protocol has no operations for {} either",
+            groups.join(", ")
+        ));
+    }
+    message
 }
 
 /// The details whose values are names from a fixed list, as the clients' `ChannelDetailsDto`
@@ -362,6 +423,57 @@ mod tests {
             vec![("detail.PullType".into(), Value::String("Down".into()))]
         );
         assert_eq!(pull("NONE").unwrap(), vec![]);
+    }
+
+    /// A type outside the channel's capability names what it cannot hold; one the byte
+    /// protocol has no operations for (media, calibration, ...) says that too.
+    #[test]
+    fn a_type_the_channel_cannot_hold_is_named_with_why() {
+        let (descriptor, config) = channel();
+        let typed = |flags: u32| {
+            settings_for(
+                &descriptor,
+                &config,
+                &Wanted {
+                    type_flags: Some(flags),
+                    ..Wanted::default()
+                },
+            )
+        };
+        assert_eq!(typed(4).unwrap(), vec![("type".into(), Value::Integer(4))]);
+        assert_eq!(typed(2).unwrap(), vec![]);
+        let numeric = typed(1 << 19).unwrap_err();
+        assert_eq!(
+            numeric,
+            "ChannelType: NumericResult is outside the channel's type capability Digital, \
+             VirtualDigital: this station's channel cannot hold NumericResult"
+        );
+        let media = typed((1 << 21) | (1 << 22) | 2).unwrap_err();
+        assert!(
+            media.contains("cannot hold Image, Audio")
+                && media.ends_with(
+                    "a station reached over the byte protocol has no operations for media \
+                     (media/...) either"
+                ),
+            "{media}"
+        );
+        let calibration = typed(1 << 26).unwrap_err();
+        assert!(
+            calibration.contains("calibration tables (calibration/...)"),
+            "{calibration}"
+        );
+    }
+
+    /// The names are the clients' enum's, so a type the station reports reads back by name.
+    #[test]
+    fn type_names_and_parse_type_are_each_others_inverse() {
+        for (bit, name) in TYPE_FLAG_NAMES {
+            assert_eq!(type_names(*bit), *name);
+            assert_eq!(parse_type(name), Some(*bit));
+        }
+        assert_eq!(type_names(1 << 9), "512");
+        assert_eq!(parse_type("Undefined"), None);
+        assert!(names_no_type("Undefined") && names_no_type("0") && !names_no_type("Analog"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use station_protocol::ChannelDescriptor;
 use station_protocol::frame::{HEADER_LEN, TRAILER_LEN};
-use station_protocol::sample::{DATA_HEADER_LEN, MAX_SAMPLES, SampleRequest};
+use station_protocol::sample::{DATA_HEADER_LEN, MAX_FRAME_SAMPLES, MAX_SAMPLES, SampleRequest};
 
 use crate::error_kind::ErrorKind;
 use crate::lease::Admitted;
@@ -83,11 +83,21 @@ impl Line {
         }
     }
 
-    /// Samples per data frame the gateway asks for on this line (0: as many as fit).
-    pub fn frame_samples(self) -> u16 {
+    /// Samples per data frame the gateway asks for on this line at `rate` (0: as many as fit):
+    /// at most what half of `request_timeout` holds, so that every frame, the first one too,
+    /// comes well within the request timeout of the one before it, however long the whole
+    /// acquisition (the link times a SAMPLE frame by frame, SPEC.md §6.12); on a serial line
+    /// also at most [`SERIAL_FRAME_SAMPLES`].
+    pub fn frame_samples(self, rate: f64, request_timeout: Duration) -> u16 {
+        let per_sample = (1.0 / rate).max(self.seconds_per_sample());
+        let fit = (request_timeout.as_secs_f64() / 2.0 / per_sample).floor();
+        let most = match self {
+            Line::Network => MAX_FRAME_SAMPLES as f64,
+            Line::Serial { .. } => f64::from(SERIAL_FRAME_SAMPLES),
+        };
         match self {
-            Line::Network => 0,
-            Line::Serial { .. } => SERIAL_FRAME_SAMPLES,
+            Line::Network if fit >= most => 0,
+            _ => fit.clamp(1.0, most) as u16,
         }
     }
 
@@ -111,13 +121,14 @@ pub fn expected_duration(count: u32, rate: f64, line: Line) -> Duration {
     Duration::from_secs_f64(sampling.max(wire))
 }
 
-/// Checks a requested sample count: 1 to 100 000, and done within `timeout`; otherwise the
-/// refusal names the limit (and the largest count that fits).
+/// Checks a requested sample count: 1 to 100 000, and done within `max_operation`
+/// (`station.max_operation_ms`); otherwise the refusal names the limit (and the largest count
+/// that fits).
 pub fn check_count(
     samples: i64,
     rate: f64,
     line: Line,
-    timeout: Duration,
+    max_operation: Duration,
 ) -> Result<u32, NumericError> {
     let count = u32::try_from(samples)
         .ok()
@@ -126,15 +137,15 @@ pub fn check_count(
             NumericError::Invalid(format!("Samples must be 1 to {MAX_SAMPLES}; got {samples}"))
         })?;
     let took = expected_duration(count, rate, line);
-    if took > timeout {
+    if took > max_operation {
         let per_sample = (1.0 / rate).max(line.seconds_per_sample());
         let fits =
-            ((timeout.as_secs_f64() / per_sample).floor() as u64).min(u64::from(MAX_SAMPLES));
+            ((max_operation.as_secs_f64() / per_sample).floor() as u64).min(u64::from(MAX_SAMPLES));
         return Err(NumericError::Invalid(format!(
-            "{count} samples at {rate} Hz take about {:.0} ms, longer than one request to the \
-             station may (station.request_timeout_ms = {} ms); at most {fits} samples fit",
+            "{count} samples at {rate} Hz take about {:.0} ms, longer than an operation of the \
+             station may take (station.max_operation_ms = {} ms); at most {fits} samples fit",
             took.as_secs_f64() * 1000.0,
-            timeout.as_millis()
+            max_operation.as_millis()
         )));
     }
     Ok(count)
@@ -204,6 +215,8 @@ pub struct Plan {
     /// The sampler's rate, samples per second.
     pub rate: f64,
     pub line: Line,
+    /// Samples per data frame to ask for ([`Line::frame_samples`]).
+    pub frame_samples: u16,
 }
 
 /// One acquisition as the station delivered it.
@@ -303,6 +316,7 @@ impl NumericResults {
             count,
             rate,
             line,
+            frame_samples,
         } = plan;
         let sampler = sampler.as_str();
         let target = target.as_str();
@@ -315,7 +329,7 @@ impl NumericResults {
             channel: sampler.to_owned(),
             target: target.to_owned(),
             count,
-            frame_samples: line.frame_samples(),
+            frame_samples,
         };
         let asked = std::time::Instant::now();
         let expected = expected_duration(count, rate, line);
@@ -382,6 +396,59 @@ mod tests {
         assert_eq!(
             check_count(100_000, 50_000.0, Line::Network, t).unwrap(),
             100_000
+        );
+    }
+
+    /// The limit is `station.max_operation_ms`, not one request's timeout: 50 000 samples at
+    /// 10 kHz (5 s) fit the default five minutes; 100 000 at 100 Hz (1 000 s) do not.
+    #[test]
+    fn a_count_is_limited_by_the_longest_operation_not_by_one_request() {
+        let five_minutes = Duration::from_millis(crate::config::DEFAULT_MAX_OPERATION_MS);
+        assert_eq!(
+            check_count(50_000, 10_000.0, Line::Network, five_minutes).unwrap(),
+            50_000
+        );
+        let error = check_count(100_000, 100.0, Line::Network, five_minutes).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("station.max_operation_ms = 300000 ms")
+                && message.contains("at most 30000 samples fit"),
+            "{message}"
+        );
+    }
+
+    /// Every data frame, the first too, takes at most half a request timeout to gather (and to
+    /// cross a serial line), whatever the rate: the link times a SAMPLE frame by frame.
+    #[test]
+    fn frames_are_sized_to_come_within_half_a_request_timeout() {
+        let timeout = Duration::from_secs(2);
+        for rate in [1.0, 10.0, 100.0, 1_000.0, 10_000.0, 50_000.0, 1_000_000.0] {
+            for line in [
+                Line::Network,
+                Line::Serial { baud: 9_600 },
+                Line::Serial { baud: 115_200 },
+            ] {
+                let asked = line.frame_samples(rate, timeout);
+                let samples = match asked {
+                    0 => MAX_FRAME_SAMPLES as u32,
+                    n => u32::from(n),
+                };
+                let takes = expected_duration(samples, rate, line);
+                assert!(
+                    samples == 1 || takes <= timeout / 2,
+                    "{rate} Hz on {line:?}: {samples} samples take {takes:?}"
+                );
+                if let Line::Serial { .. } = line {
+                    assert!((1..=SERIAL_FRAME_SAMPLES).contains(&asked), "{asked}");
+                }
+            }
+        }
+        // Fast enough: as many as fit (network), the serial frame (115 200 baud).
+        assert_eq!(Line::Network.frame_samples(50_000.0, timeout), 0);
+        assert_eq!(Line::Network.frame_samples(1_000.0, timeout), 1_000);
+        assert_eq!(
+            Line::Serial { baud: 115_200 }.frame_samples(10_000.0, timeout),
+            SERIAL_FRAME_SAMPLES
         );
     }
 

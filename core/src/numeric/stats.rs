@@ -132,7 +132,8 @@ impl Stats {
         }
     }
 
-    /// As the clients read it: `count`, the statistics (null when unknown), and `cp`/`cpk`
+    /// As `accordionq2/numeric_results.py` 5.28.1 lists it (`NumericAcquisition.stats`):
+    /// `count`, the statistics (null when unknown), and `cp`/`cpk`
     /// only when limits were given.
     pub fn to_json(&self) -> Json {
         let mut doc = json!({

@@ -81,7 +81,9 @@ pub(super) async fn status(call: Call<'_>) -> Answer {
     ok(Json::String(status.into()))
 }
 
-/// Lines `GET api/application/log` returns without `tail`, as the reference clients default.
+/// Lines `GET api/application/log` returns without `tail`, as both clients default it
+/// (`get_system_log(tail=100)` in `accordionq2/application.py` 5.28.1, `GetSystemLogAsync(int
+/// tail = 100)` in the .NET client's `WebApiClient/Groups/ApplicationGroup.cs` at c57e05b).
 const DEFAULT_TAIL: usize = 100;
 
 /// `GET api/application/log?tail=N`: the gateway's own recent log lines, newest last; `tail=0`
@@ -102,7 +104,11 @@ pub(super) async fn log(call: Call<'_>) -> Answer {
             })?;
         }
     }
-    ok(json!(crate::logs::recent_lines(tail)))
+    // In a gateway of several stations, this station's lines only.
+    ok(json!(crate::logs::recent_lines(
+        call.gateway.lab_station_id.as_deref(),
+        tail
+    )))
 }
 
 /// `POST api/application/reset`: restarts the station's application through the link (RESET),
@@ -118,7 +124,9 @@ pub(super) async fn reset(call: Call<'_>) -> Answer {
     let report = call.change(ChangeWhat::Reset { requester }).await?;
     match report.answer {
         Ok(_) => {
-            tracing::info!(peer = %call.peer, "the station's application was reset");
+            call.gateway.log_span.in_scope(
+                || tracing::info!(peer = %call.peer, "the station's application was reset"),
+            );
             ok(json!({}))
         }
         Err(LinkError::Station(error)) if error.code == ErrorCode::Unsupported => {

@@ -5,7 +5,8 @@ use serde_json::Value as Json;
 use super::call::{Answer, Call, ok};
 use crate::error::ApiError;
 
-/// The `tail` when none is asked for, as the reference clients document it.
+/// The `tail` when none is asked for, as both clients default it (`get_audit_log(tail=100)` in
+/// `accordionq2/audit.py` 5.28.1; the .NET client's `docs/api/audit.md`: "Default: 100").
 const DEFAULT_TAIL: usize = 100;
 
 /// `GET api/audit/log?tail=N`: the last `N` lines of the trail, changes and other requests

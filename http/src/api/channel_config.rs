@@ -76,11 +76,10 @@ async fn configure(
             asked
                 .and_then(|asked| asked.locate(&table))
                 .map_err(|mut error| {
+                    // An entry naming no channel is 404 in a list as alone: the clients' docs
+                    // answer a channel that does not exist with 404 (the .NET client's
+                    // `docs/error-handling.md`), and nothing of the list is sent either way.
                     error.message = format!("{}{}", label(index), error.message);
-                    // In a list an entry naming no channel is a bad entry of the request.
-                    if in_list {
-                        error.kind = crate::error::ErrorKind::BadRequest;
-                    }
                     error
                 })
         })

@@ -1,5 +1,7 @@
 //! `api/application/config/...`: station configuration files, kept by the gateway: list,
-//! what was loaded, load, save, download, upload (multipart, as the clients send it), delete.
+//! what was loaded, load, save, download, upload (multipart, as the clients send it:
+//! `_post_multipart` in `accordionq2/_base.py` 5.28.1, `PostMultipartAsync` in the .NET
+//! client's `WebApiClient/Internal/ApiGroupBase.cs`), delete.
 
 use hyper::Response;
 use hyper::header::{CONTENT_DISPOSITION, CONTENT_TYPE, HeaderValue};

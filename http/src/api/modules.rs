@@ -50,7 +50,9 @@ pub(super) async fn physical_system(call: Call<'_>) -> Answer {
                 "index": m.index,
                 "name": m.name,
                 "productID": m.product_id,
-                // The .NET client binds a byte; the station's own number is sent as it is.
+                // The .NET client binds a byte (`PhysicalModuleDto.Revision` in
+                // `WebApiClient/Models/PhysicalSystemDto.cs`); the station's own number is sent
+                // as it is.
                 "revision": m.revision,
                 "serialNumber": m.serial,
             })

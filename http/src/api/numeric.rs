@@ -138,7 +138,9 @@ pub(super) async fn result(call: Call<'_>) -> Answer {
             };
         }
     };
-    // The clients bind a number (.NET `double`, Python `float`): a statistic the samples cannot
+    // The clients bind a number (.NET `double`: `GetMeanAsync` and the others in
+    // `WebApiClient/Groups/NumericResultsGroup.cs` at 9195343; Python `float`:
+    // `_get_stat` in `accordionq2/numeric_results.py` 5.28.1): a statistic the samples cannot
     // give is refused saying why, never a 200 with `null`.
     match value {
         Some(value) => ok(json!(value)),
@@ -181,13 +183,17 @@ async fn run(
         .map(|url| Line::of(&url))
         .unwrap_or(Line::Network);
     let info = gateway.numeric.info(&gateway.station, sampler).await?;
-    let count = numeric::check_count(samples, info.rate, line, gateway.link.request_timeout())?;
+    // The acquisition's own time may be up to `station.max_operation_ms`: the link waits for
+    // it on top of the request timeout, frame by frame (each frame sized to come within half
+    // a request timeout), and the station service's bound on the change follows it.
+    let count = numeric::check_count(samples, info.rate, line, gateway.config.max_operation())?;
     let plan = numeric::Plan {
         sampler: sampler.name.clone(),
         target,
         count,
         rate: info.rate,
         line,
+        frame_samples: line.frame_samples(info.rate, gateway.link.request_timeout()),
     };
     gateway
         .numeric

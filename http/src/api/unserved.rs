@@ -1,7 +1,10 @@
 //! The documented WebApi paths this gateway does not serve, on purpose: those a station behind
-//! the byte protocol cannot offer answer 404 as a WebApi without the group does (the clients
-//! ask `capabilities.features` first and catch 404), with the reason in the body, so it never
-//! reads as "no such file" or "no result yet"; those other work will serve answer 501.
+//! the byte protocol cannot offer answer 404 as a WebApi without the group does (the .NET
+//! client's `docs/error-handling.md`: 404 for what does not exist), with the reason in the body,
+//! so it never reads as "no such file" or "no result yet"; those other work will serve answer
+//! 501. Neither client asks `capabilities` before a call (accordionq2 5.28.1 has no call of it;
+//! the .NET client's `CapabilitiesGroup.cs` at 946d679 offers it to the caller, and answers its
+//! own 404 as "no features"): a caller learns of a missing group from this 404.
 
 use super::call::{Answer, Call};
 use crate::error::ApiError;

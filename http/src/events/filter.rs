@@ -2,7 +2,8 @@
 //! (subscription, channel) against the value last sent, with times passed in.
 //!
 //! A subscription without options sends every channel every tick, as the reference clients
-//! expect. With options, a channel's value passes when:
+//! document a subscription ("values of the named channels about every interval":
+//! `accordionq2/subscriptions.py` 5.28.1, `WebApiClient/Groups/SubscriptionsGroup.cs` at 7e52c61). With options, a channel's value passes when:
 //! - nothing was sent for it yet, or its status changed (a read error, a different error, a
 //!   value coming back): always, whatever the other options say;
 //! - its heartbeat is due (`MaxIntervalMs` since the value last sent): always;

@@ -420,7 +420,7 @@ async fn read_channels(
 ) -> Outcomes {
     let mut outcomes: Outcomes = (0..count).map(|_| None).collect();
     // A NumericResult channel's results come from an acquisition, never as a value: always in
-    // `errors`, as the clients document.
+    // `errors`.
     let table = events.station().info().channels.clone();
     let (numeric, wanted): (Vec<&Wanted>, Vec<&Wanted>) = wanted.iter().partition(|channel| {
         table

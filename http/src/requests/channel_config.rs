@@ -12,7 +12,10 @@ use serde_json::{Map, Value as Json};
 use station_protocol::{ChannelDescriptor, Direction};
 
 use crate::body::{Deferred, JsonBody, said};
-use crate::config_files::settings::{GivenDetail, Wanted, parse_direction, parse_type};
+use crate::config_files::settings::{
+    GivenDetail, TYPE_FLAG_NAMES, UNDEFINED_TYPE, Wanted, names_no_type, parse_direction,
+    parse_type,
+};
 use crate::error::ApiError;
 use crate::link::ChannelTable;
 
@@ -177,18 +180,39 @@ impl<'de> Deserialize<'de> for DirectionSent {
     }
 }
 
-/// `ChannelType`: the clients' `ChannelTypes` flags by name or number.
+/// `ChannelType`: the clients' `ChannelTypes` flags by name (every name of the enum, any case,
+/// `"Analog, Current"` for several, as Newtonsoft's `StringEnumConverter` writes a `[Flags]`
+/// enum) or number. `Undefined` is a name of the enum but gives a channel no type: refused
+/// saying so. Whether the channel can hold the type is checked with the channel's own
+/// capability later (`settings_for`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelTypeSent(pub u32);
 
 impl<'de> Deserialize<'de> for ChannelTypeSent {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Json::deserialize(deserializer)?;
-        flag_text(&value)
-            .as_deref()
-            .and_then(parse_type)
-            .map(ChannelTypeSent)
-            .ok_or_else(|| said("", format_args!(" {value} names no channel type")))
+        let text = flag_text(&value);
+        if let Some(flags) = text.as_deref().and_then(parse_type) {
+            return Ok(ChannelTypeSent(flags));
+        }
+        if text.as_deref().is_some_and(names_no_type) {
+            return Err(said(
+                "",
+                format_args!(
+                    " {value} is {UNDEFINED_TYPE}, no type: give the type the channel is to have, \
+                     within its channelTypeCapability"
+                ),
+            ));
+        }
+        let names: Vec<&str> = TYPE_FLAG_NAMES.iter().map(|(_, name)| *name).collect();
+        Err(said(
+            "",
+            format_args!(
+                " {value} names no channel type; the types are {} (several joined by \", \"), or \
+                 their bit values",
+                names.join(", ")
+            ),
+        ))
     }
 }
 

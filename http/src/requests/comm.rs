@@ -48,6 +48,36 @@ pub struct LinkTimes {
     pub max_processing: Duration,
     /// `station.request_timeout_ms`: what the station is given on top of the receive's time.
     pub request_timeout: Duration,
+    /// `station.max_operation_ms`: the longest an operation the station times itself may take.
+    pub max_operation: Duration,
+}
+
+impl LinkTimes {
+    /// The longest `TimeoutMs` a UART receive may ask for, and what it is bounded by: at most
+    /// `station.max_operation_ms`, and for now also `station.max_processing_ms` less
+    /// `station.request_timeout_ms`. A change the station did not answer in time is in doubt
+    /// until `max_processing_ms` after it was sent (the link's `Session::expired`), without the
+    /// receive's own time: a longer receive could still be carried out after its doubt ended,
+    /// when nothing waits for it any more. Once the link counts a request's own time in its
+    /// doubt, only `max_operation` bounds it.
+    pub fn uart_timeout_limit(self) -> (u64, &'static str) {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let in_doubt_bound = ms(self.max_processing).saturating_sub(ms(self.request_timeout));
+        let operation = ms(self.max_operation).min(u64::from(MAX_BUS_TIMEOUT_MS));
+        if operation <= in_doubt_bound {
+            (
+                operation,
+                "the longest operation of the station (station.max_operation_ms)",
+            )
+        } else {
+            (
+                in_doubt_bound,
+                "station.max_processing_ms less station.request_timeout_ms: a receive must be \
+                 over within the longest the station may take over any request, which a lease's \
+                 end and a change in doubt count on",
+            )
+        }
+    }
 }
 
 /// A UART's line settings as sent.
@@ -62,7 +92,8 @@ struct UartFields {
 }
 
 impl BusTransactionRequest {
-    /// The bus request the body asks of `kind`, or a 400 naming the field at fault.
+    /// The bus request the body asks of `kind`, or a 400 naming the field at fault (404 for a
+    /// device no channel is).
     pub fn into_bus_request(
         self,
         channels: &ChannelTable,
@@ -84,8 +115,11 @@ impl BusTransactionRequest {
             termination_byte,
             timeout_ms,
         } = self;
+        // A device no channel is is 404, as the clients' docs answer a channel that does not
+        // exist (`docs/error-handling.md` of the .NET client: "404 Not Found: Channel, resource,
+        // or config file does not exist"); one that is not this kind of bus is a bad field.
         let channel = channels.get(&device).ok_or_else(|| {
-            ApiError::bad_request(format!("DeviceName: no such device: {device}"))
+            ApiError::not_found(format!("DeviceName: no such device: {device:?}"))
         })?;
         if channel.type_flags & kind.type_flag() == 0 {
             return Err(ApiError::bad_request(format!(
@@ -204,23 +238,19 @@ fn uart_line(fields: UartFields, times: LinkTimes) -> Result<UartLine, ApiError>
         .checked()?
         .map_or(b'\n', |BusByte(byte)| byte);
     let timeout = whole_or(fields.timeout_ms, 1000)?;
-    // The station takes the receive's own time on top of a request's; the transaction must
-    // still be over within the longest the station may take over any request
-    // (`station.max_processing_ms`), which the lease's end and the lock-delay count on.
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let most = ms(times.max_processing)
-        .saturating_sub(ms(times.request_timeout))
-        .min(u64::from(MAX_BUS_TIMEOUT_MS));
+    // The link waits for the receive's own time on top of a request's (its allowance).
+    let (most, bound) = times.uart_timeout_limit();
     let timeout_ms = u64::try_from(timeout)
         .ok()
         .filter(|t| *t <= most)
         .ok_or_else(|| {
             ApiError::bad_request(format!(
-                "TimeoutMs must be 0 to {most}, not {timeout}: a transaction must end within \
-                 station.max_processing_ms ({} ms), and the station is given \
-                 station.request_timeout_ms ({} ms) on top of the receive's own time",
-                ms(times.max_processing),
-                ms(times.request_timeout)
+                "TimeoutMs must be 0 to {most}, not {timeout}: the most is {bound} \
+                 (station.max_operation_ms {} ms, station.max_processing_ms {} ms, \
+                 station.request_timeout_ms {} ms)",
+                times.max_operation.as_millis(),
+                times.max_processing.as_millis(),
+                times.request_timeout.as_millis()
             ))
         })?;
     Ok(UartLine {

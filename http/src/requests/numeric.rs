@@ -48,7 +48,8 @@ pub struct NumericAcquireRequest {
 
 impl NumericAcquireRequest {
     /// `Lsl` and `Usl`: both or neither, `Lsl` below `Usl`; one alone is none (Cp and Cpk
-    /// need both), as the clients document.
+    /// need both), as `NumericResultsGroup.acquire` in `accordionq2/numeric_results.py` 5.28.1
+    /// documents ("With both limits, cp and cpk are in the statistics").
     pub fn limits(&self) -> Result<Option<Limits>, ApiError> {
         match (self.lsl, self.usl) {
             (Some(Finite(lsl)), Some(Finite(usl))) if lsl < usl => Ok(Some(Limits { lsl, usl })),

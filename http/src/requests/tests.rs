@@ -335,9 +335,10 @@ fn a_channel_config_entry_refuses_in_its_own_words() {
         asked.direction.checked().unwrap_err().message,
         "Direction \"SIDEWAYS\" is not IN, OUT or \"IN, OUT\""
     );
-    assert_eq!(
-        asked.channel_type.checked().unwrap_err().message,
-        "ChannelType true names no channel type"
+    let wrong_type = asked.channel_type.checked().unwrap_err().message;
+    assert!(
+        wrong_type.starts_with("ChannelType true names no channel type; the types are Analog,"),
+        "{wrong_type}"
     );
     assert_eq!(
         asked.details.checked().unwrap_err().message,
@@ -359,4 +360,80 @@ fn a_channel_config_entry_refuses_in_its_own_words() {
     );
     let not_object = entry(json!({"Details": 5})).unwrap().details.checked();
     assert_eq!(not_object.unwrap_err().message, "Details must be an object");
+}
+
+/// Every name of the clients' `ChannelTypes` (the .NET client's `WebApiClient/Models/Enums.cs`,
+/// the Python client's `enums.py`), as Newtonsoft sends it, is a channel type: alone, several
+/// joined by ", ", in any case; `Undefined` is a name of the enum but no type, and says so.
+#[test]
+fn every_channel_type_name_of_the_clients_enum_is_read_as_its_bit() {
+    use super::channel_config::{ChannelConfigRequest, ChannelTypeSent};
+    let channel_type = |sent: Json| {
+        let Json::Object(entry) = json!({"NetName": "A", "ChannelType": sent}) else {
+            unreachable!()
+        };
+        ChannelConfigRequest::from_entry(entry)
+            .unwrap()
+            .channel_type
+            .checked()
+            .map(|sent| sent.map(|ChannelTypeSent(flags)| flags))
+    };
+    // The enum as the .NET client declares it: name = bit.
+    let declared = [
+        ("Analog", 0),
+        ("Digital", 1),
+        ("VirtualDigital", 2),
+        ("Temperature", 3),
+        ("Multiplexer", 4),
+        ("Resistance", 5),
+        ("Counter", 6),
+        ("Frequency", 7),
+        ("Actuator", 8),
+        ("Register", 10),
+        ("Current", 11),
+        ("Ratiometric", 12),
+        ("UART", 13),
+        ("SPI", 14),
+        ("I2C", 15),
+        ("ByteStream", 16),
+        ("Socket", 17),
+        ("Waveform", 18),
+        ("NumericResult", 19),
+        ("PseudoDigital", 20),
+        ("Image", 21),
+        ("Audio", 22),
+        ("Video", 23),
+        ("Instrument", 24),
+        ("NumericResults", 25),
+        ("Calibration", 26),
+    ];
+    for (name, shift) in declared {
+        assert_eq!(
+            channel_type(json!(name)).unwrap(),
+            Some(1u32 << shift),
+            "{name}"
+        );
+        assert_eq!(
+            channel_type(json!(name.to_ascii_lowercase())).unwrap(),
+            Some(1u32 << shift),
+            "{name} in lower case"
+        );
+        assert_eq!(
+            channel_type(json!(1u32 << shift)).unwrap(),
+            Some(1u32 << shift)
+        );
+    }
+    assert_eq!(
+        channel_type(json!("NumericResult, Waveform")).unwrap(),
+        Some((1 << 19) | (1 << 18))
+    );
+    for undefined in [json!("Undefined"), json!(0)] {
+        let message = channel_type(undefined).unwrap_err().message;
+        assert!(message.contains("is Undefined, no type"), "{message}");
+    }
+    let message = channel_type(json!("Hologram")).unwrap_err().message;
+    assert!(
+        message.contains("names no channel type") && message.contains("Calibration"),
+        "{message}"
+    );
 }
