@@ -255,3 +255,64 @@ async fn an_operation_longer_than_max_operation_ms_is_400_naming_it() {
     );
     assert!(rig.sim.write_log().is_empty(), "{:?}", rig.sim.write_log());
 }
+
+/// A lease's end waits for an acquisition of it only until the station has started it (its
+/// first samples): what follows is data, nothing the station could still change. A safe stop
+/// pressed 300 ms into a 3 s measurement under the lease is answered well before the
+/// measurement ends, and the measurement still delivers every sample to its caller.
+#[tokio::test]
+async fn a_safe_stop_during_a_long_acquisition_does_not_wait_for_it_to_end() {
+    let rig = rig(|config| {
+        config.station.request_timeout_ms = 500;
+        config.lease.safe_state = vec![station_gateway::config::SafeWrite {
+            channel: "0.4.ESH10000662.ON1".into(),
+            value: "False".into(),
+        }];
+    })
+    .await;
+    let lease = rig.take_lease("TAT station 3").await;
+    let measuring = {
+        let http = rig.http.clone();
+        let url = rig.url("numeric-results/measure");
+        let lease = lease.clone();
+        tokio::spawn(async move {
+            let response = http
+                .post(url)
+                .header("X-Lease-Id", lease)
+                .json(&json!({
+                    "ChannelNetName": NUMERIC, "TargetNetName": MON_3V3,
+                    "Samples": 30_000, "ReducedSet": false,
+                }))
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), std::time::Instant::now())
+        })
+    };
+    // Once the station works on it (its first samples come within half a request timeout).
+    crate::common::until(
+        std::time::Duration::from_secs(10),
+        "the acquisition to be at the station",
+        || rig.sim.requests_in_progress() > 0,
+    )
+    .await;
+    let pressed = std::time::Instant::now();
+    let response = rig
+        .http
+        .post(format!("{}/v1/safe-stop", rig.gateway.base_url()))
+        .json(&json!({ "Reason": "drill" }))
+        .send()
+        .await
+        .unwrap();
+    let answered = std::time::Instant::now();
+    let status = response.status().as_u16();
+    let body: Json = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (measured, ended) = measuring.await.unwrap();
+    assert!(
+        answered < ended,
+        "the safe stop was answered {:?} after it was pressed, once the 3 s acquisition had ended: its lease's end waited for the whole acquisition",
+        answered - pressed
+    );
+    assert_eq!(measured, 200, "the measurement runs to its end");
+}

@@ -69,10 +69,6 @@ pub enum InFlightKind {
 pub struct InFlight {
     pub sent_at: Instant,
     pub deadline: Instant,
-    /// The time the station takes over this request by its own asking, beyond the request
-    /// timeout (a UART receive's `TimeoutMs`): in its deadline, not in how long a change may
-    /// stay in doubt, which `max_processing` from its sending bounds for every request.
-    pub allowance: Duration,
     /// What was asked, to check the reply against.
     pub asked: Opcode,
     /// For a change, the lease fence its send guard admitted it under.
@@ -178,7 +174,8 @@ impl Session {
     }
 
     /// Remembers that request `id` asking `asked` was sent at `now`; it times out a request
-    /// timeout plus `allowance` later (see [`InFlight::allowance`]).
+    /// timeout plus `allowance` later: the time the station takes over it by its own asking
+    /// (a UART receive's `TimeoutMs`), which also keeps it in doubt that much longer.
     pub fn track(
         &mut self,
         id: u32,
@@ -198,7 +195,6 @@ impl Session {
         let entry = InFlight {
             sent_at: now,
             deadline: now + self.timeout + allowance,
-            allowance,
             asked,
             fence,
             kind,
@@ -280,6 +276,11 @@ impl Session {
             if !entry.released {
                 entry.released = true;
                 self.busy -= 1;
+                // The station has started the acquisition: what follows is data, nothing it
+                // could still change, so the end of its lease no longer waits for it.
+                if let Some(fence) = entry.fence.take() {
+                    self.release_fence(fence);
+                }
             }
             if let Ok(response) = reply {
                 return Reply::Part(parts, response);
@@ -346,10 +347,11 @@ impl Session {
     }
 
     /// The instant after which the station can no longer carry out the change `entry` by its
-    /// contract: `max_processing` after it was sent (a SAMPLE: after its last frame; the
-    /// deadline is a request timeout and its allowance after that).
+    /// contract: `max_processing` after it was sent, and the time it takes by its own asking
+    /// (a UART receive's `TimeoutMs`, its allowance) on top: the station is carrying it out
+    /// until then. The deadline is a request timeout and the allowance after the sending.
     fn doubt_bound(&self, entry: &InFlight) -> Instant {
-        entry.deadline - self.timeout - entry.allowance + self.max_processing
+        entry.deadline - self.timeout + self.max_processing
     }
 
     /// Takes out everything in flight, when the session ends. A change among them stays in
@@ -399,9 +401,14 @@ impl Session {
             _ if entry.released => {}
             _ => self.busy -= 1,
         }
-        if let Some(fence) = entry.fence
-            && let Some(count) = self.fences.get_mut(&fence)
-        {
+        if let Some(fence) = entry.fence {
+            self.release_fence(fence);
+        }
+    }
+
+    /// One change of `fence` no longer in flight.
+    fn release_fence(&mut self, fence: u64) {
+        if let Some(count) = self.fences.get_mut(&fence) {
             *count -= 1;
             if *count == 0 {
                 self.fences.remove(&fence);

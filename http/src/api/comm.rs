@@ -40,8 +40,6 @@ async fn transaction(call: &Call<'_>, kind: BusKind) -> Answer {
     }
     let asked: BusTransactionRequest = call.body.typed()?;
     let times = LinkTimes {
-        max_processing: gateway.link.max_processing(),
-        request_timeout: gateway.link.request_timeout(),
         max_operation: gateway.config.max_operation(),
     };
     let request = asked.into_bus_request(&*known_channels(gateway)?, kind, times)?;

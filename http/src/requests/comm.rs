@@ -44,39 +44,21 @@ pub struct BusTransactionRequest {
 /// The link's times a UART transaction's `TimeoutMs` must fit in.
 #[derive(Debug, Clone, Copy)]
 pub struct LinkTimes {
-    /// `station.max_processing_ms`: the longest the station may take over any request.
-    pub max_processing: Duration,
-    /// `station.request_timeout_ms`: what the station is given on top of the receive's time.
-    pub request_timeout: Duration,
     /// `station.max_operation_ms`: the longest an operation the station times itself may take.
     pub max_operation: Duration,
 }
 
 impl LinkTimes {
-    /// The longest `TimeoutMs` a UART receive may ask for, and what it is bounded by: at most
-    /// `station.max_operation_ms`, and for now also `station.max_processing_ms` less
-    /// `station.request_timeout_ms`. A change the station did not answer in time is in doubt
-    /// until `max_processing_ms` after it was sent (the link's `Session::expired`), without the
-    /// receive's own time: a longer receive could still be carried out after its doubt ended,
-    /// when nothing waits for it any more. Once the link counts a request's own time in its
-    /// doubt, only `max_operation` bounds it.
+    /// The longest `TimeoutMs` a UART receive may ask for, and what it is bounded by:
+    /// `station.max_operation_ms`. A receive the station did not answer in time stays in doubt
+    /// for its own time and `max_processing_ms` more (the link's `Session::expired`), so a lease's
+    /// end waits for it however long it asked to wait.
     pub fn uart_timeout_limit(self) -> (u64, &'static str) {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let in_doubt_bound = ms(self.max_processing).saturating_sub(ms(self.request_timeout));
-        let operation = ms(self.max_operation).min(u64::from(MAX_BUS_TIMEOUT_MS));
-        if operation <= in_doubt_bound {
-            (
-                operation,
-                "the longest operation of the station (station.max_operation_ms)",
-            )
-        } else {
-            (
-                in_doubt_bound,
-                "station.max_processing_ms less station.request_timeout_ms: a receive must be \
-                 over within the longest the station may take over any request, which a lease's \
-                 end and a change in doubt count on",
-            )
-        }
+        (
+            ms(self.max_operation).min(u64::from(MAX_BUS_TIMEOUT_MS)),
+            "the longest operation of the station (station.max_operation_ms)",
+        )
     }
 }
 
@@ -245,12 +227,7 @@ fn uart_line(fields: UartFields, times: LinkTimes) -> Result<UartLine, ApiError>
         .filter(|t| *t <= most)
         .ok_or_else(|| {
             ApiError::bad_request(format!(
-                "TimeoutMs must be 0 to {most}, not {timeout}: the most is {bound} \
-                 (station.max_operation_ms {} ms, station.max_processing_ms {} ms, \
-                 station.request_timeout_ms {} ms)",
-                times.max_operation.as_millis(),
-                times.max_processing.as_millis(),
-                times.request_timeout.as_millis()
+                "TimeoutMs must be 0 to {most}, not {timeout}: the most is {bound}"
             ))
         })?;
     Ok(UartLine {

@@ -249,22 +249,30 @@ fn a_change_in_doubt_whose_fence_is_waited_for_past_the_longest_processing_asks_
 }
 
 #[test]
-fn a_sample_that_falls_silent_is_in_doubt_from_its_last_frame() {
+fn a_sample_is_a_change_until_its_first_frame_and_data_after_it() {
     let mut session = Session::new(2, TIMEOUT, MAX_PROCESSING);
     let t0 = Instant::now();
+    // Silent from the start: the station may still start it, a change in doubt.
+    let (silent, _rx) = stream(&mut session, Some(8), t0);
+    assert_eq!(session.expired(t0 + TIMEOUT).len(), 1);
+    assert!(session.in_doubt_under(8));
+    assert_eq!(
+        session.lapse_doubts(t0 + MAX_PROCESSING, |_| true),
+        Lapse::Reset { fence: 8 }
+    );
+    let _ = silent;
+    // Started: its first frame ends its count under the lease; a lease's end waits no longer,
+    // and should it fall silent after, nothing of it is in doubt.
     let (id, _rx) = stream(&mut session, Some(9), t0);
-    let last_frame = t0 + Duration::from_secs(5);
+    assert!(session.changes_at_the_station(SettleScope::Fence(9)));
+    let first_frame = t0 + Duration::from_secs(5);
     assert!(matches!(
-        session.verify_reply_at(id, Ok(data(0, 1)), last_frame),
+        session.verify_reply_at(id, Ok(data(0, 1)), first_frame),
         Reply::Part(..)
     ));
-    assert_eq!(session.expired(last_frame + TIMEOUT).len(), 1);
-    assert!(session.in_doubt_under(9));
-    assert_eq!(session.next_deadline(), Some(last_frame + MAX_PROCESSING));
-    assert_eq!(
-        session.lapse_doubts(last_frame + MAX_PROCESSING, |_| true),
-        Lapse::Reset { fence: 9 }
-    );
+    assert!(!session.changes_at_the_station(SettleScope::Fence(9)));
+    assert_eq!(session.expired(first_frame + TIMEOUT).len(), 1);
+    assert!(!session.in_doubt_under(9));
 }
 
 #[test]
@@ -412,8 +420,8 @@ fn a_stream_frees_its_window_slot_with_its_first_frame_and_stays_in_flight_until
             "the deadline counts from the last frame"
         );
         assert!(
-            session.changes_at_the_station(SettleScope::Fence(3)),
-            "still at the station under its fence"
+            !session.changes_at_the_station(SettleScope::Fence(3)),
+            "started: data from now on, no longer a change its lease's end waits for"
         );
     }
     assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), 3);
@@ -483,7 +491,7 @@ fn a_sample_frame_for_a_request_of_another_kind_is_a_mismatch() {
 /// A request with an allowance (a UART receive's own time) times out that much later, but a
 /// change of it stays in doubt only until `max_processing` after it was sent, as every change.
 #[test]
-fn an_allowance_moves_the_deadline_but_not_the_end_of_doubt() {
+fn an_allowance_moves_the_deadline_and_the_end_of_doubt() {
     let mut session = Session::new(2, TIMEOUT, MAX_PROCESSING);
     let t0 = Instant::now();
     let (reply, _answer) = oneshot::channel();
@@ -499,7 +507,11 @@ fn an_allowance_moves_the_deadline_but_not_the_end_of_doubt() {
     let expired = session.expired(t0 + TIMEOUT + allowance);
     assert_eq!(expired.len(), 1);
     assert!(session.in_doubt_under(4));
-    assert_eq!(session.next_deadline(), Some(t0 + MAX_PROCESSING));
+    assert_eq!(
+        session.next_deadline(),
+        Some(t0 + allowance + MAX_PROCESSING),
+        "the station carries a receive out for its own time too"
+    );
 }
 
 #[test]
