@@ -22,11 +22,11 @@ use super::events::{
     SafeStopState,
 };
 use super::state::{
-    EndingLease, LeaseState, LiveLease, LockDelay, LockDelayWhy, SafeStateStep, StoredEnd,
-    StoredLockDelay,
+    LeaseState, LiveLease, LockDelay, LockDelayWhy, SafeStateStep, StoredLockDelay,
 };
 use crate::link::SettleScope;
 
+mod adopt;
 mod read_back;
 mod safe_stop;
 
@@ -254,93 +254,6 @@ impl LeaseMachine {
             Event::Resumed { held, asked_at } => self.resumed(held, asked_at),
             Event::Adopted { owed_after, end } => self.adopted(owed_after, end, now),
         }
-    }
-
-    /// At start (or a takeover): the store's live lease goes on. What the station is owed
-    /// otherwise comes with its ledger ([`Self::adopted`]).
-    fn resumed(&mut self, held: Option<LeaseGrant>, asked_at: Instant) -> Vec<Action> {
-        if let Some(grant) = held {
-            self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
-        }
-        Vec::new()
-    }
-
-    /// The link met the station and its ledger was read: a safe state owed is applied, and the
-    /// lock-delay it keeps is honoured for what it has left by the store's clock (counted from
-    /// `now`, after the store answered: never shorter here). A lease whose end nobody recorded
-    /// may have left a change in doubt: the next holder waits the whole lock-delay from `now`,
-    /// recorded so that a second restart honours it too. What this gateway already owes (a
-    /// lease ending, a lock-delay) is kept, the longer delay of the two in force; a lease
-    /// still held here when the ledger owes the station more (another gateway served it
-    /// meanwhile under another name) ends as run out, the ledger's duties taken into its end.
-    /// From now on leases may be granted.
-    fn adopted(&mut self, owed_after: Option<String>, end: StoredEnd, now: Instant) -> Vec<Action> {
-        self.station_known = true;
-        let fence = end.lock_delay.as_ref().map_or(0, |stored| stored.fence);
-        let stored = end.lock_delay.map(|stored| LockDelay {
-            until: now + stored.left,
-            after: stored.after,
-            why: stored.why,
-        });
-        let lost_track = end
-            .end_pending
-            .clone()
-            .filter(|_| !self.lock_delay.is_zero())
-            .map(|owner| LockDelay {
-                until: now + self.lock_delay,
-                after: owner,
-                why: LockDelayWhy::LostTrack,
-            });
-        let lock_delay = longer(stored, lost_track).filter(|delay| delay.until > now);
-        let owed_after = owed_after.filter(|_| self.has_safe_state);
-        let mut actions = Vec::new();
-        if let LeaseState::Held(live) = &self.state
-            && (owed_after.is_some() || lock_delay.is_some())
-        {
-            let live = live.clone();
-            actions.push(Action::Forget(live.token.clone()));
-            actions.extend(self.end(live, EndCause::RanOut, now));
-        }
-        match &mut self.state {
-            LeaseState::Held(_) => {}
-            LeaseState::Ending(ending) => {
-                if owed_after.is_some() && !ending.safe_state_owed {
-                    ending.safe_state_owed = true;
-                    ending.step = SafeStateStep::Write;
-                }
-                ending.lock_delay = longer(ending.lock_delay.take(), lock_delay);
-            }
-            LeaseState::Free | LeaseState::Locked(_) => {
-                let running = match &self.state {
-                    LeaseState::Locked(delay) => Some(delay.clone()),
-                    _ => None,
-                };
-                let lock_delay = longer(running, lock_delay).filter(|delay| delay.until > now);
-                if let Some(owner) = owed_after {
-                    // Recorded when this end is finished, after the safe state.
-                    let mut ending = EndingLease::new(owner, 0, true);
-                    ending.ended_at = Some(now);
-                    ending.lock_delay = lock_delay;
-                    self.state = LeaseState::Ending(ending);
-                    self.retry_now(now);
-                    return actions;
-                }
-                let record = lock_delay
-                    .as_ref()
-                    .map(|delay| stored_lock_delay(delay, fence, now));
-                if let Some(delay) = lock_delay {
-                    self.state = LeaseState::Locked(delay);
-                }
-                if end.end_pending.is_some() || record.is_some() {
-                    actions.push(Action::StoreEnd(record));
-                }
-                actions.push(Action::Publish(self.free_view(now)));
-                if self.state.is_free(now) {
-                    actions.push(Action::HandOver);
-                }
-            }
-        }
-        actions
     }
 
     fn acquire(
@@ -620,7 +533,7 @@ impl LeaseMachine {
     /// safe-stopped) and one is configured, then it is free and goes to the next in line
     /// ([`Self::finish`]). However it ended, it frees at once when every change of it was
     /// answered: the lock-delay is only for a change left in doubt ([`Self::changes_settled`]).
-    fn end(&mut self, live: LiveLease, cause: EndCause, now: Instant) -> Vec<Action> {
+    pub(super) fn end(&mut self, live: LiveLease, cause: EndCause, now: Instant) -> Vec<Action> {
         let owed = cause.owes_safe_state() && self.has_safe_state;
         let mut ending = live.ending(owed);
         ending.ended_at = Some(now);
@@ -700,7 +613,7 @@ impl LeaseMachine {
         }
     }
 
-    fn retry_now(&mut self, now: Instant) {
+    pub(super) fn retry_now(&mut self, now: Instant) {
         self.retry = SafeStateRetry {
             next_try: now,
             backoff: SAFE_STATE_FIRST_BACKOFF,
@@ -863,21 +776,12 @@ impl LeaseMachine {
 }
 
 /// The lock-delay `delay` as the store keeps it at `now` (after the lease with `fence`).
-fn stored_lock_delay(delay: &LockDelay, fence: u64, now: Instant) -> StoredLockDelay {
+pub(super) fn stored_lock_delay(delay: &LockDelay, fence: u64, now: Instant) -> StoredLockDelay {
     StoredLockDelay {
         after: delay.after.clone(),
         fence,
         why: delay.why,
         left: delay.until.saturating_duration_since(now),
-    }
-}
-
-/// The lock-delay of the two that ends later.
-fn longer(a: Option<LockDelay>, b: Option<LockDelay>) -> Option<LockDelay> {
-    match (a, b) {
-        (Some(a), Some(b)) if a.until >= b.until => Some(a),
-        (_, Some(b)) => Some(b),
-        (a, None) => a,
     }
 }
 
