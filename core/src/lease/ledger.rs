@@ -253,6 +253,7 @@ mod tests {
     #[test]
     fn nothing_owed_is_nothing_and_unreadable_text_is_an_error() {
         let none = StationDuties::none("control:x");
+        assert_eq!(none.lease, "control:x", "it names its control lease");
         assert!(!none.owes_anything());
         assert_eq!(StationDuties::decode(&none.encode(), RECORD_TTL), Ok(none));
         assert!(StationDuties::decode("not json", RECORD_TTL).is_err());
@@ -262,6 +263,12 @@ mod tests {
     fn a_stations_record_is_named_after_its_identity_whatever_its_case_and_spacing() {
         assert_eq!(record_name("HVS-3  ESH1"), "duties:station:hvs-3 esh1");
         assert_eq!(record_name("hvs-3 esh1 "), record_name("HVS-3 ESH1"));
+    }
+
+    /// The documented 30 days: a station nobody serves for a month is owed nothing any more.
+    #[test]
+    fn a_record_is_kept_thirty_days_after_its_last_write() {
+        assert_eq!(RECORD_TTL, Duration::from_secs(30 * 86_400));
     }
 
     #[test]
