@@ -232,9 +232,8 @@ impl Session {
     /// or sent on a connection that ended, not answered late, and `max_processing` not yet
     /// passed). The end of a lease, and a new grant, wait until this is false.
     pub fn changes_at_the_station(&self, scope: SettleScope) -> bool {
-        self.fences
-            .iter()
-            .any(|(&fence, &count)| count > 0 && scope.covers(fence))
+        // (A fence leaves the map when its last change does.)
+        self.fences.keys().any(|&fence| scope.covers(fence))
             || self.doubts.holds(scope)
     }
 
