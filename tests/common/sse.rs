@@ -23,7 +23,13 @@ pub struct Sse {
     buf: Vec<u8>,
     /// Comment lines (`: ping`) seen so far.
     pub pings: usize,
+    /// The id of the last event read that had one (a resumed stream's `hello` has none).
+    pub last_id: u64,
 }
+
+/// How many events a stream can number: an id's last ten digits are the event's place in its
+/// stream (docs/events.md, "Ids").
+pub const SEQUENCE_SPAN: u64 = 10_000_000_000;
 
 impl Sse {
     pub async fn open(rig: &Rig) -> Result<Sse> {
@@ -73,6 +79,7 @@ impl Sse {
             response,
             buf: Vec::new(),
             pings: 0,
+            last_id: 0,
         })
     }
 
@@ -84,7 +91,7 @@ impl Sse {
             .await?
             .context("the stream ended before hello")?;
         assert_eq!(hello.name, "hello");
-        assert_eq!(hello.id, 1);
+        assert_eq!(hello.id % SEQUENCE_SPAN, 1, "a new stream's first event");
         Ok((sse, hello.data))
     }
 
@@ -114,6 +121,9 @@ impl Sse {
                     continue;
                 }
                 assert_eq!(data.len(), 1, "one data line per event: {text}");
+                if id != 0 {
+                    self.last_id = id;
+                }
                 return Ok(Some(Event {
                     id,
                     name,

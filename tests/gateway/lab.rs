@@ -869,8 +869,10 @@ async fn the_labs_safe_stop_stops_every_station() {
 async fn the_lab_page_lists_every_station_in_headless_chromium() {
     let lab = lab2(None, |_| {}).await;
     lab.take("st2", "bench two").await;
+    // `?snapshot`: the page closes its event stream once the stations are shown; with the
+    // stream open, Chromium's virtual time would never run out.
     let dom = crate::operations::dump_dom(
-        &format!("{}/", lab.gateway.base_url()),
+        &format!("{}/?snapshot", lab.gateway.base_url()),
         &["--virtual-time-budget=3000"],
     )
     .await;
