@@ -58,9 +58,19 @@ impl Sse {
 
     /// Opens the event stream at `url` (the lab's, `http://ADDR/v1/stations/events`).
     pub async fn open_url(http: &reqwest::Client, url: &str, key: Option<&str>) -> Result<Sse> {
+        let headers: Vec<(&str, &str)> = key.map(|key| ("X-Api-Key", key)).into_iter().collect();
+        Sse::open_with_headers(http, url, &headers).await
+    }
+
+    /// Opens the event stream at `url` with `headers` (a `Last-Event-ID`, an API key).
+    pub async fn open_with_headers(
+        http: &reqwest::Client,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Sse> {
         let mut request = http.get(url).header("Accept", "text/event-stream");
-        if let Some(key) = key {
-            request = request.header("X-Api-Key", key);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let response = request.send().await?;
         if response.status() != 200 {

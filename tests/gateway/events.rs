@@ -745,7 +745,7 @@ async fn an_idle_stream_gets_a_ping_comment_within_ten_seconds() -> Result<()> {
 }
 
 #[tokio::test]
-async fn shutdown_ends_open_streams_promptly() -> Result<()> {
+async fn shutdown_ends_open_streams_promptly_saying_so_last() -> Result<()> {
     let rig = rig(|_| {}).await;
     let (mut sse, hello) = Sse::open_hello(&rig).await?;
     subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
@@ -761,14 +761,19 @@ async fn shutdown_ends_open_streams_promptly() -> Result<()> {
         "stop took {:?}",
         started.elapsed()
     );
+    // Each stream's last event says why it ends, so its reader knows to reconnect.
     for stream in [&mut sse, &mut idle] {
+        let mut last = None;
         loop {
             match stream.next(Duration::from_secs(1)).await {
-                Ok(Some(_)) => {}
+                Ok(Some(event)) => last = Some(event),
                 Ok(None) => break,
                 Err(error) => bail!("the stream did not end cleanly: {error:#}"),
             }
         }
+        let last = last.context("no event before the end")?;
+        assert_eq!(last.name, "closed", "{last:?}");
+        assert_eq!(last.data["reason"], "shutdown", "{}", last.data);
     }
     Ok(())
 }

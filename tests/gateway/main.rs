@@ -18,6 +18,7 @@ mod comm;
 mod configuration;
 mod consuming_reads;
 mod deadband;
+mod event_resume;
 mod events;
 mod faults;
 mod history;

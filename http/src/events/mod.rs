@@ -440,7 +440,8 @@ impl Events {
                     let sink = entry.sink.clone();
                     let hello = Frame {
                         own: bytes::Bytes::from(format!(
-                            "event: hello\ndata: {}\n\n",
+                            "event: hello\nretry: {}\ndata: {}\n\n",
+                            sse::RECONNECT_AFTER_MS,
                             resume::hello_data(info.connected, info.generation, &sink.id, true)
                         )),
                         tail: None,
@@ -496,7 +497,7 @@ impl Events {
         };
         let (sink, receiver) = StreamSink::new(id.clone(), shape);
         let hello = resume::hello_data(info.connected, info.generation, &id, false);
-        sink.push("hello", &hello);
+        sink.push_shared(&SharedEvent::hello(&hello));
         registry.streams.insert(
             id.clone(),
             StreamEntry {

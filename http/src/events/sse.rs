@@ -44,6 +44,11 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// The comment an idle stream sends.
 pub const PING: &[u8] = b": ping\n\n";
 
+/// How soon a browser's `EventSource` reconnects after its stream broke (the `retry:` field of
+/// every `hello`): a second rather than its default three, so a blip costs the reader little.
+/// Clients that do not know the field ignore it.
+pub const RECONNECT_AFTER_MS: u64 = 1000;
+
 /// The most a connection's socket holds that it has not sent yet. Past it a write waits, so
 /// the backlog of a reader that is slow (or of a network that is) stays in its stream's queue,
 /// where a subscription's values merge and the reader gets the newest, instead of in the
@@ -93,6 +98,14 @@ impl SharedEvent {
         SharedEvent {
             name,
             tail: Bytes::from(tail),
+        }
+    }
+
+    /// A `hello`: its data, and how soon to reconnect ([`RECONNECT_AFTER_MS`]).
+    pub fn hello(data: &str) -> SharedEvent {
+        SharedEvent {
+            name: "hello",
+            tail: Bytes::from(format!("{data}\nretry: {RECONNECT_AFTER_MS}\n\n")),
         }
     }
 }
