@@ -49,13 +49,15 @@ pub const PING: &[u8] = b": ping\n\n";
 /// Clients that do not know the field ignore it.
 pub const RECONNECT_AFTER_MS: u64 = 1000;
 
-/// The most a connection's socket holds that it has not sent yet. Past it a write waits, so
-/// the backlog of a reader that is slow (or of a network that is) stays in its stream's queue,
-/// where a subscription's values merge and the reader gets the newest, instead of in the
-/// kernel's send buffer, which grows to `net.ipv4.tcp_wmem`'s largest (4 MB by default) of
-/// values as old as the time it takes to drain. Big enough not to slow a reader that keeps up,
-/// or a large REST answer, on a LAN.
-pub const UNSENT_LIMIT: u32 = 16 * 1024;
+/// The most a connection's socket holds that it has not sent yet. Past it a write waits (until
+/// half of it went out), so the backlog of a reader that is slow (or of a network that is)
+/// stays in its stream's queue, where a subscription's values merge and the reader gets the
+/// newest, instead of in the kernel's send buffer, which grows to `net.ipv4.tcp_wmem`'s
+/// largest (4 MB by default) of values as old as the time it takes to drain. What is in flight
+/// is not limited, so neither is a reader that keeps up nor a large REST answer; a write that
+/// waits makes progress once 2 KB went out, so a reader taking less than that in
+/// `http.write_timeout_ms` (200 B/s by default) is closed as one that stopped reading.
+pub const UNSENT_LIMIT: u32 = 4 * 1024;
 
 /// Limits what `socket` holds unsent to [`UNSENT_LIMIT`] (`TCP_NOTSENT_LOWAT`, Linux); set on
 /// every connection when it is accepted, as it cannot be known then which will carry a stream.
