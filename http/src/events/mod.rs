@@ -465,8 +465,7 @@ impl Events {
                                 }
                                 sse::Resumed::Lost { .. } => StreamStart::Gap(GapReason::Buffer),
                             };
-                            let guard =
-                                sse::StreamGuard::new(Arc::downgrade(self), sink.id.clone());
+                            let guard = sse::StreamGuard::new(Arc::downgrade(self), &receiver);
                             drop(registry);
                             return Ok((
                                 sse::OpenedStream {
@@ -516,11 +515,12 @@ impl Events {
             _ => StreamStart::New,
         };
         drop(registry);
+        let guard = sse::StreamGuard::new(Arc::downgrade(self), &receiver);
         Ok((
             sse::OpenedStream {
                 sink,
                 receiver,
-                guard: sse::StreamGuard::new(Arc::downgrade(self), id),
+                guard,
             },
             start,
         ))
@@ -589,9 +589,18 @@ impl Events {
         )
     }
 
-    /// The body of stream `id` was dropped: its reader went away. Kept for the reader to
-    /// resume within `events.resume_grace_ms` (ended at once when that is 0).
-    pub(crate) fn detached(&self, id: &str) {
+    /// The body of stream `id` attached as `attachment` was dropped: its reader went away.
+    /// Kept for the reader to resume within `events.resume_grace_ms` (ended at once when that
+    /// is 0); nothing to do when another body has resumed it since.
+    pub(crate) fn detached(&self, id: &str, attachment: u64) {
+        let resumed_since = self
+            .registry()
+            .streams
+            .get(id)
+            .is_some_and(|entry| !entry.sink.is_attachment(attachment));
+        if resumed_since {
+            return;
+        }
         if self.resume_grace.is_zero() || self.shutdown.is_cancelled() {
             self.close_stream(id);
         } else {
@@ -1113,6 +1122,26 @@ mod tests {
         let (opened, _) = open(&events, None);
         drop(opened.into_body(CancellationToken::new()));
         assert_eq!(events.stream_count(), 0);
+    }
+
+    /// A connection the gateway has not seen die yet: the reader resumes on a new one, and the
+    /// old body, dropped later, leaves the resumed stream alone (even with no grace).
+    #[tokio::test]
+    async fn the_old_body_of_a_stream_resumed_elsewhere_leaves_it_alone_when_dropped() {
+        let events = events(EventsConfig {
+            resume_grace_ms: 0,
+            ..EventsConfig::default()
+        });
+        let (mut old, _) = open(&events, None);
+        let hello = drain(&mut old.receiver)[0].0.unwrap();
+        let old_body = old.into_body(CancellationToken::new());
+        let (mut resumed, start) = open(&events, Some(hello));
+        assert_eq!(start, StreamStart::Resumed { replayed: 0 });
+        drop(old_body);
+        assert_eq!(events.stream_count(), 1);
+        events.broadcast("lease", "{}");
+        let got = drain(&mut resumed.receiver);
+        assert_eq!(got.last().unwrap().1, "lease", "{got:?}");
     }
 
     #[tokio::test]

@@ -352,6 +352,11 @@ impl StreamSink {
             .map(|since| now.saturating_duration_since(since))
     }
 
+    /// Whether the body of `attachment` is the one attached now (or the last one attached).
+    pub fn is_attachment(&self, attachment: u64) -> bool {
+        self.state().attachment == attachment
+    }
+
     /// Values merged so far for a reader that was behind.
     pub fn merged(&self) -> u64 {
         self.state().queue.merged()
@@ -551,23 +556,30 @@ impl Drop for StreamReceiver {
 }
 
 /// Tells the registry when the body is dropped (the client went away, the stream was closed,
-/// or the gateway stopped): the stream is detached, kept for a reader that resumes it.
+/// or the gateway stopped): the stream is detached, kept for a reader that resumes it, unless
+/// a reader has resumed it already on another connection.
 #[derive(Debug)]
 pub struct StreamGuard {
     events: Weak<Events>,
     id: Arc<str>,
+    /// The attachment of the body it guards.
+    attachment: u64,
 }
 
 impl StreamGuard {
-    pub fn new(events: Weak<Events>, id: Arc<str>) -> StreamGuard {
-        StreamGuard { events, id }
+    pub fn new(events: Weak<Events>, receiver: &StreamReceiver) -> StreamGuard {
+        StreamGuard {
+            events,
+            id: receiver.sink.id.clone(),
+            attachment: receiver.attachment,
+        }
     }
 }
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
         if let Some(events) = self.events.upgrade() {
-            events.detached(&self.id);
+            events.detached(&self.id, self.attachment);
         }
     }
 }
@@ -848,10 +860,11 @@ mod tests {
 
     fn open(shape: StreamShape) -> OpenedStream {
         let (sink, receiver) = new_sink(shape);
+        let guard = StreamGuard::new(Weak::new(), &receiver);
         OpenedStream {
             sink,
             receiver,
-            guard: StreamGuard::new(Weak::new(), "s".into()),
+            guard,
         }
     }
 
