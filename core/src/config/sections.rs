@@ -428,7 +428,7 @@ impl Default for EventsConfig {
             stream_queue: 64,
             subscription_ttl_ms: 60_000,
             resume_grace_ms: 30_000,
-            replay_events: 32,
+            replay_events: 16,
             ranges: Default::default(),
         }
     }

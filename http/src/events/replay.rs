@@ -50,6 +50,10 @@ impl<T> ReplayBuffer<T> {
         if self.events.len() == self.capacity {
             self.events.pop_front();
             self.first += 1;
+        } else if self.events.capacity() == 0 {
+            // Once, the whole of it: a buffer that grew by doubling would keep the smaller
+            // blocks it outgrew in the allocator, for every stream.
+            self.events.reserve_exact(self.capacity);
         }
         self.events.push_back(event);
     }
