@@ -235,9 +235,7 @@ async fn the_status_page_resumes_after_a_cut_and_a_restart_never_showing_old_val
         .navigate(&session, &format!("http://{}/", proxy.addr))
         .await;
     let badge = "document.getElementById('values-state').textContent";
-    let cells = format!(
-        "[...document.querySelectorAll('#values-table td.value')].map(c => c.dataset.live + ' ' + c.className)"
-    );
+    let cells = "[...document.querySelectorAll('#values-table td.value')].map(c => c.dataset.live + ' ' + c.className)";
     let live_value = format!(
         "document.querySelector('tr[data-channel=\"{MON_3V3}\"] td.value')?.dataset.live === 'true'"
     );
@@ -257,7 +255,7 @@ async fn the_status_page_resumes_after_a_cut_and_a_restart_never_showing_old_val
             v == "reconnecting"
         })
         .await;
-    let shown = browser.devtools.evaluate(&session, &cells).await;
+    let shown = browser.devtools.evaluate(&session, cells).await;
     let shown: Vec<&str> = shown
         .as_array()
         .unwrap()
