@@ -17,8 +17,12 @@ use crate::requests::events::{StreamIdRequest, SubscriptionBody};
 pub(super) async fn open_stream(call: Call<'_>) -> Answer {
     let gateway = call.gateway;
     let last_seen = last_event_id(&call)?;
-    // Who opens it, for the access rules' read rights over events about a channel.
-    let (opened, start) = gateway.events.open_stream(call.who_if_rules(), last_seen)?;
+    // Who opens it, for the access rules' read rights over events about a channel, and
+    // whose credentials: only the same may resume it.
+    let opener = gateway.access.caller(call.headers);
+    let (opened, start) = gateway
+        .events
+        .open_stream(call.who_if_rules(), opener, last_seen)?;
     if start != StreamStart::New {
         tracing::debug!(stream = %opened.sink.id, ?start, "an event stream reconnected");
     }

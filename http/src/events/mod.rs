@@ -176,9 +176,11 @@ struct StreamEntry {
     sink: Arc<StreamSink>,
     subscriptions: HashSet<Arc<str>>,
     /// Who opened it, when access rules are in force: an event about a channel (a
-    /// `numeric-result`) reaches it only if the rules let them read that channel, and only
-    /// they may resume it.
+    /// `numeric-result`) reaches it only if the rules let them read that channel.
     reader: Option<Who>,
+    /// The API key's or Basic user's name it was opened with (`None` with access control
+    /// off): only the same may resume it, so that nobody takes over another's stream.
+    opener: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -403,15 +405,17 @@ impl Events {
         self.registry().subscriptions.len()
     }
 
-    /// Opens a stream for `reader` (`None`: no access rules in force): a new one that starts
-    /// with `hello`, or, given the `Last-Event-ID` its reader saw last, the stream that event
-    /// was of, resumed (`hello`, then every event it missed, then what comes). When that
-    /// cannot be (another epoch: the gateway restarted; the stream ended; the replay buffer no
-    /// longer reaches back), the reader is told so by a `gap` event followed by a `snapshot`.
-    /// The returned receiver is the body's.
+    /// Opens a stream for `reader` (`None`: no access rules in force), whose credentials name
+    /// `opener` (`None`: access control off): a new one that starts with `hello`, or, given
+    /// the `Last-Event-ID` its reader saw last, the stream that event was of, resumed (`hello`,
+    /// then every event it missed, then what comes). When that cannot be (another epoch: the
+    /// gateway restarted; the stream ended; the replay buffer no longer reaches back; another
+    /// opened it), the reader is told so by a `gap` event followed by a `snapshot`. The
+    /// returned receiver is the body's.
     pub(crate) fn open_stream(
         self: &Arc<Events>,
         reader: Option<Who>,
+        opener: Option<String>,
         last_seen: Option<EventId>,
     ) -> Result<(sse::OpenedStream, StreamStart), EventsError> {
         if self.shutdown.is_cancelled() {
@@ -428,14 +432,9 @@ impl Events {
                 .and_then(|id| registry.streams.get(id))
             {
                 None => Some(GapReason::Ended),
-                // Only who opened a stream may resume it (its subscriptions were checked
-                // against their rights).
-                Some(entry)
-                    if entry.reader.as_ref().map(|who| &who.name)
-                        != reader.as_ref().map(|who| &who.name) =>
-                {
-                    Some(GapReason::Unknown)
-                }
+                // Only who opened a stream may resume it: its subscriptions were checked
+                // against their rights, and a resume takes the stream from its connection.
+                Some(entry) if entry.opener != opener => Some(GapReason::Unknown),
                 Some(entry) => {
                     let sink = entry.sink.clone();
                     let hello = Frame {
@@ -503,6 +502,7 @@ impl Events {
                 sink: sink.clone(),
                 subscriptions: HashSet::new(),
                 reader,
+                opener,
             },
         );
         registry.slots.insert(slot, id.clone());
@@ -1046,7 +1046,7 @@ mod tests {
     }
 
     fn open(events: &Arc<Events>, last_seen: Option<EventId>) -> (sse::OpenedStream, StreamStart) {
-        events.open_stream(None, last_seen).unwrap()
+        events.open_stream(None, None, last_seen).unwrap()
     }
 
     /// Every event queued on `receiver` now: (id, name, data).
@@ -1255,6 +1255,27 @@ mod tests {
         assert_eq!(events.stream_count(), 2);
     }
 
+    /// With access control on, a stream is resumed only with the credentials it was opened
+    /// with: someone else's `Last-Event-ID` gets a new stream, the stream stays its opener's.
+    #[tokio::test]
+    async fn only_the_key_that_opened_a_stream_resumes_it() {
+        let events = events(EventsConfig::default());
+        let (mut opened, _) = events
+            .open_stream(None, Some("bench-3".into()), None)
+            .unwrap();
+        let hello = drain(&mut opened.receiver)[0].0.unwrap();
+        let (mut other, start) = events
+            .open_stream(None, Some("bench-4".into()), Some(hello))
+            .unwrap();
+        assert_eq!(start, StreamStart::Gap(GapReason::Unknown));
+        assert_eq!(drain(&mut other.receiver)[1].2["reason"], "unknown");
+        assert!(!opened.sink.is_closed());
+        let (_, start) = events
+            .open_stream(None, Some("bench-3".into()), Some(hello))
+            .unwrap();
+        assert_eq!(start, StreamStart::Resumed { replayed: 0 });
+    }
+
     #[tokio::test]
     async fn at_the_stream_limit_the_stream_gone_longest_makes_room() {
         let events = events(EventsConfig {
@@ -1265,12 +1286,12 @@ mod tests {
         let (second, _) = open(&events, None);
         let (first_sink, second_sink) = (first.sink.clone(), second.sink.clone());
         assert_eq!(
-            events.open_stream(None, None).err(),
+            events.open_stream(None, None, None).err(),
             Some(EventsError::TooManyStreams(2)),
             "every stream has its reader"
         );
         drop(first.into_body(CancellationToken::new()));
-        assert!(events.open_stream(None, None).is_ok());
+        assert!(events.open_stream(None, None, None).is_ok());
         assert!(first_sink.is_closed());
         assert!(!second_sink.is_closed());
     }
