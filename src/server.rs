@@ -633,8 +633,16 @@ async fn start_station(
     let station = crate::station::Station::new(link.clone(), audit.clone())
         .with_access_rules(access_rules.clone());
     let (history, archive) = start_history(&config.history, &link);
-    let events =
-        crate::events::Events::new(config.events.clone(), station.clone(), shutdown.clone());
+    let lease_view = {
+        let lease = lease.clone();
+        Box::new(move || lease.view())
+    };
+    let events = crate::events::Events::new(
+        config.events.clone(),
+        station.clone(),
+        lease_view,
+        shutdown.clone(),
+    );
     let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
     let config_files_config = config.config_files.clone();
     // The gate the link checks (below), also asked by every door that acts on the station.

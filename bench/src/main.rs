@@ -15,6 +15,7 @@ mod load;
 mod report;
 mod sampling;
 mod scenarios;
+mod slow_readers;
 mod workers;
 
 use std::net::SocketAddr;
@@ -32,7 +33,7 @@ use crate::report::Row;
 use crate::scenarios::Bench;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 15] = [
+const SCENARIOS: [&str; 17] = [
     "idle",
     "cached",
     "forced",
@@ -45,6 +46,8 @@ const SCENARIOS: [&str; 15] = [
     "legacy",
     "fanout",
     "deadband",
+    "slow-readers",
+    "reconnects",
     "serial",
     "sampling",
     "bus",
@@ -59,8 +62,8 @@ struct Args {
     #[arg(long)]
     all: bool,
     /// Run one scenario (repeatable): idle, cached, forced, forced-shared, slow-station, batch, set, sets,
-    /// coalescing, legacy, fanout, deadband, serial, sampling, bus (I2C through api/comm over
-    /// TCP and serial).
+    /// coalescing, legacy, fanout, deadband, slow-readers, reconnects, serial, sampling, bus
+    /// (I2C through api/comm over TCP and serial).
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// Measuring time of each throughput run (a warm-up of a fifth of it comes first).
@@ -362,6 +365,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if wants("deadband") {
             step(&mut rows, "deadband", async {
                 Ok(deadband::deadband(&bench).await)
+            })
+            .await;
+        }
+        if wants("slow-readers") {
+            step(&mut rows, "slow-readers", async {
+                Ok(slow_readers::slow_readers(&bench).await)
+            })
+            .await;
+        }
+        if wants("reconnects") {
+            step(&mut rows, "reconnects", async {
+                Ok(slow_readers::reconnects(&bench).await)
             })
             .await;
         }

@@ -237,7 +237,8 @@ impl From<EventsError> for ApiError {
             | EventsError::TooManyChannels { .. }
             | EventsError::UnknownChannel(_)
             | EventsError::BadFilter(_)
-            | EventsError::NoRange(_) => ErrorKind::BadRequest,
+            | EventsError::NoRange(_)
+            | EventsError::BadLastEventId(_) => ErrorKind::BadRequest,
             EventsError::StationNotReached(_) => ErrorKind::StationNotReached,
             EventsError::ShuttingDown => ErrorKind::ShuttingDown,
         };

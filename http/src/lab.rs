@@ -97,7 +97,7 @@ fn answer_or_refuse(
     }
     Ok(match below {
         "/v1/stations" => json_response(&Json::Array(station_views(stations))),
-        "/v1/stations/events" => stream::open(stations)?,
+        "/v1/stations/events" => stream::open(stations, &head.headers, head.uri.query())?,
         "/metrics" => ops::text_response(
             "text/plain; version=0.0.4; charset=utf-8",
             lab_metrics(stations),

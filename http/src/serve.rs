@@ -175,6 +175,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
+        crate::events::sse::limit_unsent(&stream);
         let connection = Connection {
             stations: stations.clone(),
             browser: browser.clone(),

@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod backends;
+pub mod cut_proxy;
+pub mod devtools;
 pub mod process;
 pub mod proxy;
 pub mod sse;

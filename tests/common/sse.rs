@@ -23,7 +23,13 @@ pub struct Sse {
     buf: Vec<u8>,
     /// Comment lines (`: ping`) seen so far.
     pub pings: usize,
+    /// The id of the last event read that had one (a resumed stream's `hello` has none).
+    pub last_id: u64,
 }
+
+/// How many events a stream can number: an id's last ten digits are the event's place in its
+/// stream (docs/events.md, "Ids").
+pub const SEQUENCE_SPAN: u64 = 10_000_000_000;
 
 impl Sse {
     pub async fn open(rig: &Rig) -> Result<Sse> {
@@ -52,9 +58,19 @@ impl Sse {
 
     /// Opens the event stream at `url` (the lab's, `http://ADDR/v1/stations/events`).
     pub async fn open_url(http: &reqwest::Client, url: &str, key: Option<&str>) -> Result<Sse> {
+        let headers: Vec<(&str, &str)> = key.map(|key| ("X-Api-Key", key)).into_iter().collect();
+        Sse::open_with_headers(http, url, &headers).await
+    }
+
+    /// Opens the event stream at `url` with `headers` (a `Last-Event-ID`, an API key).
+    pub async fn open_with_headers(
+        http: &reqwest::Client,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Sse> {
         let mut request = http.get(url).header("Accept", "text/event-stream");
-        if let Some(key) = key {
-            request = request.header("X-Api-Key", key);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let response = request.send().await?;
         if response.status() != 200 {
@@ -73,6 +89,7 @@ impl Sse {
             response,
             buf: Vec::new(),
             pings: 0,
+            last_id: 0,
         })
     }
 
@@ -84,7 +101,7 @@ impl Sse {
             .await?
             .context("the stream ended before hello")?;
         assert_eq!(hello.name, "hello");
-        assert_eq!(hello.id, 1);
+        assert_eq!(hello.id % SEQUENCE_SPAN, 1, "a new stream's first event");
         Ok((sse, hello.data))
     }
 
@@ -114,6 +131,9 @@ impl Sse {
                     continue;
                 }
                 assert_eq!(data.len(), 1, "one data line per event: {text}");
+                if id != 0 {
+                    self.last_id = id;
+                }
                 return Ok(Some(Event {
                     id,
                     name,

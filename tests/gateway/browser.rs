@@ -13,8 +13,8 @@ use serde_json::{Value as Json, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::common::devtools::Browser;
 use crate::common::*;
-use crate::status_page::Headless;
 
 /// Serves `page` (HTML) at every path of a port of its own on 127.0.0.1, as another site
 /// would; its origin (`http://127.0.0.1:PORT`).
@@ -96,7 +96,7 @@ const send = (path, init) => fetch(gateway + path, {{ mode: "no-cors", method: "
 /// Polls `expression` in the page of `session` until it is a string starting with `prefix`
 /// (at most `limit`); that string.
 async fn page_says(
-    headless: &mut Headless,
+    headless: &mut Browser,
     session: &str,
     expression: &str,
     prefix: &str,
@@ -120,7 +120,7 @@ async fn page_says(
     .await
 }
 
-async fn navigate(headless: &mut Headless, session: &str, url: &str) {
+async fn navigate(headless: &mut Browser, session: &str, url: &str) {
     let answer = headless
         .devtools
         .call(Some(session), "Page.navigate", json!({ "url": url }))
@@ -169,11 +169,14 @@ async fn a_page_of_another_site_changes_nothing_and_the_gateways_own_page_still_
     let gateway = rig.gateway.base_url();
     let port = rig.gateway.http_addr.port();
     let elsewhere = serve_page(attacking_page()).await;
-    let mut headless =
-        Headless::start(&["--host-resolver-rules=MAP rebind.evil.example 127.0.0.1"]).await;
+    let mut headless = Browser::launch_with(
+        "other-sites",
+        &["--host-resolver-rules=MAP rebind.evil.example 127.0.0.1"],
+    )
+    .await;
 
     // 1. Another site's page: forms and no-cors fetches.
-    let page = headless.devtools.new_page(1000, 800).await;
+    let page = headless.new_page(1000, 800).await;
     navigate(
         &mut headless,
         &page,
@@ -190,7 +193,7 @@ async fn a_page_of_another_site_changes_nothing_and_the_gateways_own_page_still_
     .await;
     // 2. A rebound name: the page's origin is rebind.evil.example at the gateway's port, so
     // to the browser the gateway is its own origin.
-    let rebound = headless.devtools.new_page(1000, 800).await;
+    let rebound = headless.new_page(1000, 800).await;
     navigate(
         &mut headless,
         &rebound,
@@ -256,7 +259,7 @@ async fn a_page_of_another_site_changes_nothing_and_the_gateways_own_page_still_
     // 3. The gateway's own page, by its own name: its safe-stop button ends the lease a
     // holder has and writes the safe state.
     let holder = rig.take_lease("bench operator").await;
-    let own = headless.devtools.new_page(1400, 1100).await;
+    let own = headless.new_page(1400, 1100).await;
     navigate(&mut headless, &own, &format!("{gateway}/")).await;
     page_says(
         &mut headless,

@@ -54,7 +54,7 @@ async fn a_subscription_delivers_values_and_ages_about_every_interval_then_updat
     let (mut sse, hello) = Sse::open_hello(&rig).await?;
     let id = subscribe(&rig, &stream_id(&hello), &[VMON1, IMON1], 200).await?;
     let mut arrivals = Vec::new();
-    let mut last_id = 1;
+    let mut last_id = sse.last_id;
     while arrivals.len() < 8 {
         let event = sse.next_named("values", Duration::from_secs(2)).await?;
         assert_eq!(event.id, last_id + 1, "no gaps for a reader that keeps up");
@@ -413,8 +413,9 @@ async fn lease_changes_are_relayed_and_subscriptions_work_while_someone_else_hol
         .await;
     assert_eq!(status, 200, "{lease}");
     for sse in [&mut first, &mut second] {
+        let hello_id = sse.last_id;
         let event = sse.next_named("lease", Duration::from_secs(2)).await?;
-        assert_eq!(event.id, 2);
+        assert_eq!(event.id, hello_id + 1);
         assert_eq!(event.data["held"], true, "{}", event.data);
         assert_eq!(event.data["owner"], "TAT 3", "{}", event.data);
         assert!(event.data.get("leaseId").is_none(), "{}", event.data);
@@ -495,7 +496,7 @@ async fn two_hundred_streams_on_the_same_channels_share_one_read_per_interval() 
         subscribe(&rig, &stream_id(&hello), &channel_refs, 100).await?;
         let counts = counts.clone();
         readers.spawn(async move {
-            let mut last_id = 1;
+            let mut last_id = sse.last_id;
             let mut gaps = 0;
             let mut clean = true;
             while let Ok(Some(event)) = sse.next(Duration::from_secs(10)).await {
@@ -578,8 +579,10 @@ async fn two_hundred_streams_on_the_same_channels_share_one_read_per_interval() 
     Ok(())
 }
 
-/// A reader that stops reading (a tiny receive window, never read) has its events dropped
-/// at the gateway, without slowing the scheduler or anyone else.
+/// A reader that stops reading (a tiny receive window, never read) has its subscriptions'
+/// values merged at the gateway (the latest value wins: one values event a subscription
+/// waits, however long it is behind), without slowing the scheduler or anyone else; when it
+/// reads again its ids go on without a gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_reader_stops_reading_does_not_delay_the_others() -> Result<()> {
     let rig = rig(|c| {
@@ -645,48 +648,58 @@ async fn a_stream_whose_reader_stops_reading_does_not_delay_the_others() -> Resu
         "the healthy stream waited {longest:?} for an event"
     );
 
-    // The stuck stream fell behind: the gateway dropped its events (an id gap when read).
-    let subscriptions = rig.gateway.gateway.events.subscription_count();
+    // The stuck stream fell behind: its values wait merged, one event a subscription.
+    let events = &rig.gateway.gateway.events;
     assert_eq!(
-        subscriptions, 11,
+        events.subscription_count(),
+        11,
         "the stuck stream is not closed before the stuck limit"
     );
+    let (queued, merged) = events
+        .stream_queue(&stuck_id)
+        .context("the stuck stream is open")?;
+    assert!(
+        (1..=10).contains(&queued),
+        "{queued} waiting: at most one values event for each of its 10 subscriptions"
+    );
+    assert!(merged > 0, "nothing merged in 4 s of a stuck reader");
+    // It reads again: every id after its hello's is there, each one more than the last.
     let mut buffer = Vec::new();
     let mut chunk = vec![0u8; 65536];
-    let mut ids = Vec::new();
+    let mut ids: Vec<u64> = Vec::new();
     let read_until = Instant::now() + Duration::from_secs(10);
-    let gap = loop {
+    while ids.len() < 200 {
         let n = tokio::time::timeout(Duration::from_secs(2), stuck.read(&mut chunk)).await??;
         if n == 0 {
             bail!("the stuck stream ended");
         }
         buffer.extend_from_slice(&chunk[..n]);
-        // Only whole lines: a read can end inside "id: 18", which would read as id 1.
+        // Only whole lines: a read can end inside an id.
         let whole = buffer
             .iter()
             .rposition(|&byte| byte == b'\n')
             .map_or(0, |at| at + 1);
         let text = String::from_utf8_lossy(&buffer[..whole]);
-        ids.clear();
-        ids.extend(
-            text.lines()
-                .filter_map(|line| line.strip_prefix("id: "))
-                .filter_map(|id| id.parse::<u64>().ok()),
-        );
-        if let Some(pair) = ids.windows(2).find(|pair| pair[1] != pair[0] + 1) {
-            break (pair[0], pair[1]);
-        }
+        ids = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("id: "))
+            .filter_map(|id| id.parse::<u64>().ok())
+            .collect();
         if Instant::now() > read_until {
-            bail!("no id gap in {} events", ids.len());
+            bail!("only {} events read again in 10 s", ids.len());
         }
-    };
-    assert!(gap.1 > gap.0 + 1, "{gap:?}");
+    }
+    if let Some(pair) = ids.windows(2).find(|pair| pair[1] != pair[0] + 1) {
+        bail!("an id gap after the reader was stuck: {pair:?}");
+    }
     Ok(())
 }
 
+/// With `events.resume_grace_ms = 0` a stream whose reader went away is not kept for it to
+/// resume: its subscriptions end at once (with a grace, `event_resume.rs`).
 #[tokio::test]
-async fn a_closed_stream_ends_its_subscriptions_at_once() -> Result<()> {
-    let rig = rig(|_| {}).await;
+async fn without_a_resume_grace_a_closed_stream_ends_its_subscriptions_at_once() -> Result<()> {
+    let rig = rig(|c| c.events.resume_grace_ms = 0).await;
     let (mut sse, hello) = Sse::open_hello(&rig).await?;
     let id = subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
     sse.next_named("values", Duration::from_secs(2)).await?;
@@ -733,7 +746,7 @@ async fn an_idle_stream_gets_a_ping_comment_within_ten_seconds() -> Result<()> {
 }
 
 #[tokio::test]
-async fn shutdown_ends_open_streams_promptly() -> Result<()> {
+async fn shutdown_ends_open_streams_promptly_saying_so_last() -> Result<()> {
     let rig = rig(|_| {}).await;
     let (mut sse, hello) = Sse::open_hello(&rig).await?;
     subscribe(&rig, &stream_id(&hello), &[VMON1], 100).await?;
@@ -749,14 +762,19 @@ async fn shutdown_ends_open_streams_promptly() -> Result<()> {
         "stop took {:?}",
         started.elapsed()
     );
+    // Each stream's last event says why it ends, so its reader knows to reconnect.
     for stream in [&mut sse, &mut idle] {
+        let mut last = None;
         loop {
             match stream.next(Duration::from_secs(1)).await {
-                Ok(Some(_)) => {}
+                Ok(Some(event)) => last = Some(event),
                 Ok(None) => break,
                 Err(error) => bail!("the stream did not end cleanly: {error:#}"),
             }
         }
+        let last = last.context("no event before the end")?;
+        assert_eq!(last.name, "closed", "{last:?}");
+        assert_eq!(last.data["reason"], "shutdown", "{}", last.data);
     }
     Ok(())
 }

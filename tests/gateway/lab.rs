@@ -660,6 +660,54 @@ async fn the_lab_stream_tells_every_stations_lease_and_link_naming_the_station()
     drop(own);
 }
 
+/// The lab stream's events are numbered once for the lab: a reader that reconnects with the
+/// id of the last it saw gets `resumed` and what it missed; an id of the gateway before a
+/// restart gets a `gap` saying so and a fresh `stations`.
+#[tokio::test]
+async fn the_lab_stream_resumes_with_last_event_id_and_says_gap_after_a_restart() {
+    use crate::common::Sse;
+    let lab = lab2(None, |_| {}).await;
+    let url = format!("{}/v1/stations/events", lab.gateway.base_url());
+    let wait = Duration::from_secs(10);
+    let mut stream = Sse::open_url(&lab.http, &url, None).await.unwrap();
+    let first = stream.next(wait).await.unwrap().expect("stations");
+    assert_eq!(first.name, "stations");
+    lab.take("st2", "bench two").await;
+    let taken = stream.next_named("lease", wait).await.unwrap();
+    assert!(taken.id > first.id, "{} after {}", taken.id, first.id);
+    drop(stream);
+    // Missed while away: st1 taken.
+    lab.take("st1", "bench one").await;
+    let seen = taken.id.to_string();
+    let mut resumed = Sse::open_with_headers(&lab.http, &url, &[("Last-Event-ID", &seen)])
+        .await
+        .unwrap();
+    let marker = resumed.next(wait).await.unwrap().expect("resumed");
+    assert_eq!(marker.name, "resumed", "{marker:?}");
+    assert_eq!(marker.data["lastEventId"], seen.as_str());
+    let missed = resumed.next_named("lease", wait).await.unwrap();
+    assert_eq!(missed.id, taken.id + 1);
+    assert_eq!(missed.data["station"], "st1", "{}", missed.data);
+    assert_eq!(missed.data["owner"], "bench one", "{}", missed.data);
+    // An id of another epoch (the gateway before a restart).
+    let epoch = taken.id / 1_000_000_000_000_000;
+    let other: u64 = if epoch == 1000 { 1001 } else { 1000 };
+    let old = (other * 1_000_000_000_000_000 + 42).to_string();
+    let mut after = Sse::open_with_headers(&lab.http, &url, &[("Last-Event-ID", &old)])
+        .await
+        .unwrap();
+    let gap = after.next(wait).await.unwrap().expect("gap");
+    assert_eq!(gap.name, "gap", "{gap:?}");
+    assert_eq!(gap.data["reason"], "restart", "{}", gap.data);
+    let stations = after.next(wait).await.unwrap().expect("stations");
+    assert_eq!(stations.name, "stations");
+    assert_eq!(stations.data[0]["holder"], "bench one", "{}", stations.data);
+    assert_eq!(
+        stations.id, missed.id,
+        "it reflects every event up to the last"
+    );
+}
+
 #[tokio::test]
 async fn the_labs_paths_need_a_reader_as_a_stations_do_health_and_readiness_open() {
     use station_gateway::config::{ApiKey, Role};
@@ -954,8 +1002,10 @@ async fn the_labs_safe_stop_stops_every_station() {
 async fn the_lab_page_lists_every_station_in_headless_chromium() {
     let lab = lab2(None, |_| {}).await;
     lab.take("st2", "bench two").await;
+    // `?snapshot`: the page closes its event stream once the stations are shown; with the
+    // stream open, Chromium's virtual time would never run out.
     let dom = crate::operations::dump_dom(
-        &format!("{}/", lab.gateway.base_url()),
+        &format!("{}/?snapshot", lab.gateway.base_url()),
         &["--virtual-time-budget=3000"],
     )
     .await;
@@ -1398,8 +1448,8 @@ async fn the_labs_paths_refuse_unknown_names_and_other_sites_and_its_page_still_
         lab.take("st1", "bench one").await,
         lab.take("st2", "bench two").await,
     ];
-    let mut headless = crate::status_page::Headless::start(&[]).await;
-    let page = headless.devtools.new_page(1200, 900).await;
+    let mut headless = crate::common::devtools::Browser::launch("lab-other-sites").await;
+    let page = headless.new_page(1200, 900).await;
     headless
         .devtools
         .call(

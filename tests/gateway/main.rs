@@ -20,6 +20,7 @@ mod configuration;
 mod consuming_reads;
 mod deadband;
 mod duties;
+mod event_resume;
 mod events;
 mod faults;
 mod fidelity;

@@ -548,16 +548,7 @@ pub(crate) fn chromium() -> Result<String, String> {
 }
 
 /// The flags every headless Chromium of the tests runs with.
-pub(crate) const HEADLESS: [&str; 8] = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-];
+pub(crate) use crate::common::devtools::HEADLESS;
 
 /// The DOM headless Chromium makes of `url` with `extra` flags (a virtual time budget, a
 /// window size), in a profile of its own; fails with the reason when there is no Chromium,

@@ -1,234 +1,22 @@
-//! The status page in a real headless Chromium, driven over the DevTools protocol (a minimal
-//! WebSocket client below): trends that fill in real time while HV1 ramps, the set point on
-//! its monitor's plot, the last configuration and the recent changes; a screenshot is kept
-//! under `target/test-artifacts/status-page.png` for a person to look at.
+//! The status page in a real headless Chromium, driven over the DevTools protocol
+//! (`common/devtools.rs`): trends that fill in real time while HV1 ramps, the set point on its
+//! monitor's plot, the last configuration and the recent changes (a screenshot is kept under
+//! `target/test-artifacts/status-page.png` for a person to look at); and its `EventSource`
+//! cut by the test and by a gateway restart, after which it shows "reconnecting" with its
+//! values stale, then "resumed" or "gap: …, values refreshed", never an old value as live.
 //!
 //! Real time, not `--virtual-time-budget`: virtual time stands still while the event stream
 //! is open, which would put every sample of a trend at the same instant.
 
 use crate::common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine as _;
+use common::cut_proxy::CuttingProxy;
+use common::devtools::Browser;
 use common::*;
 use serde_json::{Value as Json, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-
-/// One WebSocket connection to Chromium's DevTools endpoint, text frames only.
-pub(crate) struct DevTools {
-    stream: TcpStream,
-    next_id: u64,
-}
-
-impl DevTools {
-    async fn connect(ws_url: &str) -> DevTools {
-        let rest = ws_url.strip_prefix("ws://").expect("a ws:// URL");
-        let (host, path) = rest.split_once('/').unwrap();
-        let mut stream = TcpStream::connect(host).await.unwrap();
-        let request = format!(
-            "GET /{path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        );
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            head.push(stream.read_u8().await.unwrap());
-        }
-        let head = String::from_utf8_lossy(&head);
-        assert!(head.starts_with("HTTP/1.1 101"), "no WebSocket: {head}");
-        DevTools { stream, next_id: 1 }
-    }
-
-    async fn send_text(&mut self, text: &str) {
-        let payload = text.as_bytes();
-        let mut frame = vec![0x81u8];
-        match payload.len() {
-            n if n < 126 => frame.push(0x80 | n as u8),
-            n if n < 65_536 => {
-                frame.push(0x80 | 126);
-                frame.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                frame.push(0x80 | 127);
-                frame.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        // A client's frames are masked; a zero mask leaves the payload as it is.
-        frame.extend_from_slice(&[0, 0, 0, 0]);
-        frame.extend_from_slice(payload);
-        self.stream.write_all(&frame).await.unwrap();
-    }
-
-    async fn receive_text(&mut self) -> String {
-        let mut message = Vec::new();
-        loop {
-            let first = self.stream.read_u8().await.unwrap();
-            let second = self.stream.read_u8().await.unwrap();
-            let len = match second & 0x7f {
-                126 => u64::from(self.stream.read_u16().await.unwrap()),
-                127 => self.stream.read_u64().await.unwrap(),
-                n => u64::from(n),
-            };
-            let mut payload = vec![0; len as usize];
-            self.stream.read_exact(&mut payload).await.unwrap();
-            match first & 0x0f {
-                0 | 1 => message.extend_from_slice(&payload),
-                8 => panic!("Chromium closed the DevTools connection"),
-                _ => continue, // ping, pong
-            }
-            if first & 0x80 != 0 {
-                return String::from_utf8(message).unwrap();
-            }
-        }
-    }
-
-    /// One DevTools command (of a page's session when given); its result.
-    pub(crate) async fn call(&mut self, session: Option<&str>, method: &str, params: Json) -> Json {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut command = json!({ "id": id, "method": method, "params": params });
-        if let Some(session) = session {
-            command["sessionId"] = json!(session);
-        }
-        self.send_text(&command.to_string()).await;
-        loop {
-            let message: Json = serde_json::from_str(&self.receive_text().await).unwrap();
-            if message["id"] == json!(id) {
-                assert!(message["error"].is_null(), "{method}: {message}");
-                return message["result"].clone();
-            }
-        }
-    }
-
-    pub(crate) async fn evaluate(&mut self, session: &str, expression: &str) -> Json {
-        let result = self
-            .call(
-                Some(session),
-                "Runtime.evaluate",
-                json!({ "expression": expression, "returnByValue": true }),
-            )
-            .await;
-        result["result"]["value"].clone()
-    }
-
-    /// The value of `expression` once the promise it makes has settled (a page's `fetch`).
-    pub(crate) async fn evaluate_awaited(&mut self, session: &str, expression: &str) -> Json {
-        let result = self
-            .call(
-                Some(session),
-                "Runtime.evaluate",
-                json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
-            )
-            .await;
-        assert!(
-            result["exceptionDetails"].is_null(),
-            "{expression}: {result}"
-        );
-        result["result"]["value"].clone()
-    }
-
-    /// A new page (about:blank) of `width` x `height` pixels: its session.
-    pub(crate) async fn new_page(&mut self, width: u32, height: u32) -> String {
-        let target = self
-            .call(None, "Target.createTarget", json!({ "url": "about:blank" }))
-            .await["targetId"]
-            .clone();
-        let session = self
-            .call(
-                None,
-                "Target.attachToTarget",
-                json!({ "targetId": target, "flatten": true }),
-            )
-            .await["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        self.call(
-            Some(&session),
-            "Emulation.setDeviceMetricsOverride",
-            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false }),
-        )
-        .await;
-        session
-    }
-}
-
-/// A headless Chromium driven over DevTools, in a profile of its own (removed when it is
-/// dropped, the browser with it); fails with the reason when there is no Chromium (never a
-/// silent pass).
-pub(crate) struct Headless {
-    browser: tokio::process::Child,
-    pub(crate) devtools: DevTools,
-    profile: std::path::PathBuf,
-}
-
-impl Headless {
-    /// Starts Chromium with `extra` flags and connects to its DevTools endpoint.
-    pub(crate) async fn start(extra: &[&str]) -> Headless {
-        let chromium = crate::operations::chromium()
-            .unwrap_or_else(|reason| panic!("this test needs headless Chromium: {reason}"));
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let profile = std::env::temp_dir().join(format!(
-            "sg-cdp-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&profile);
-        let mut browser = tokio::process::Command::new(chromium)
-            .args(crate::operations::HEADLESS)
-            .args(["--hide-scrollbars", "--remote-debugging-port=0"])
-            .args(extra)
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(browser.stderr.take().unwrap()).lines();
-        let ws_url = within(
-            Duration::from_secs(30),
-            "Chromium's DevTools address",
-            async {
-                loop {
-                    let line = stderr.next_line().await.unwrap().expect("Chromium exited");
-                    if let Some(at) = line.find("ws://") {
-                        return line[at..].trim().to_owned();
-                    }
-                }
-            },
-        )
-        .await;
-        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-        let devtools = DevTools::connect(&ws_url).await;
-        Headless {
-            browser,
-            devtools,
-            profile,
-        }
-    }
-
-    /// Closes the browser and waits (at most 10 s) for it to exit.
-    pub(crate) async fn close(mut self) {
-        let _ = self.devtools.call(None, "Browser.close", json!({})).await;
-        let _ = within(
-            Duration::from_secs(10),
-            "Chromium to exit",
-            self.browser.wait(),
-        )
-        .await;
-    }
-}
-
-impl Drop for Headless {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() {
@@ -245,7 +33,7 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
         c.history.interval_ms = 50;
     })
     .await;
-    let mut headless = Headless::start(&[]).await;
+    let mut browser = Browser::launch("trends").await;
 
     // HV1 ramps up under a lease (50 V/s) while the page watches; someone else is refused.
     let lease = rig.take_lease("bench 3 ramp test").await;
@@ -263,8 +51,8 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
     let (status, _) = rig.write(VSET1, "2000").await;
     assert_eq!(status, 423);
 
-    let devtools = &mut headless.devtools;
-    let session = devtools.new_page(1400, 1100).await;
+    let session = browser.new_page(1400, 1100).await;
+    let devtools = &mut browser.devtools;
     let recorded = format!(
         "{}/v1/history?channel={VMON1}&from=-1m&fn=raw",
         rig.gateway.base_url()
@@ -359,7 +147,7 @@ async fn the_status_page_plots_trends_and_recent_changes_in_headless_chromium() 
         },
     )
     .await;
-    headless.close().await;
+    browser.close().await;
     let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let path = artifacts.join("status-page.png");
@@ -430,4 +218,133 @@ fn plot_attribute(dom: &str, channel: &str, attribute: &str) -> u64 {
         .and_then(|rest| rest.split('"').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// The status page's `EventSource`, cut by the test (every connection closed, new ones refused
+/// for a while) and then by a gateway restart: while broken the page says "reconnecting" and
+/// shows no value as live; the browser reconnects by itself with `Last-Event-ID`, and the page
+/// then says "resumed" (the lease taken meanwhile shown, its event replayed) or, after the
+/// restart, "gap: gateway restarted, values refreshed" with live values again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_resumes_after_a_cut_and_a_restart_never_showing_old_values_as_live() {
+    let rig = rig(|c| c.status_page.interval_ms = 200).await;
+    let proxy = CuttingProxy::start(rig.gateway.http_addr).await;
+    let mut browser = Browser::launch("resume").await;
+    let session = browser.new_page(1280, 900).await;
+    browser
+        .navigate(&session, &format!("http://{}/", proxy.addr))
+        .await;
+    let badge = "document.getElementById('values-state').textContent";
+    let cells = "[...document.querySelectorAll('#values-table td.value')].map(c => c.dataset.live + ' ' + c.className)";
+    let live_value = format!(
+        "document.querySelector('tr[data-channel=\"{MON_3V3}\"] td.value')?.dataset.live === 'true'"
+    );
+    let wait = Duration::from_secs(20);
+    browser
+        .until(&session, wait, "live values", &live_value, |v| {
+            v == &json!(true)
+        })
+        .await;
+    assert_eq!(browser.devtools.evaluate(&session, badge).await, "live");
+
+    // A blip: every connection cut, the network down for a while.
+    proxy.set_refusing(true);
+    proxy.cut();
+    browser
+        .until(&session, wait, "reconnecting", badge, |v| {
+            v == "reconnecting"
+        })
+        .await;
+    let shown = browser.devtools.evaluate(&session, cells).await;
+    let shown: Vec<&str> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .collect();
+    assert!(!shown.is_empty());
+    assert!(
+        shown
+            .iter()
+            .all(|cell| cell.starts_with("false") && cell.contains("stale")),
+        "a value shown as live while the stream is broken: {shown:?}"
+    );
+    // Meanwhile the lease is taken: the page learns it from the event replayed on resume.
+    let lease = rig.take_lease("bench 3 blip").await;
+    assert!(!lease.is_empty());
+    proxy.set_refusing(false);
+    browser
+        .until(&session, wait, "resumed", badge, |v| v == "resumed")
+        .await;
+    browser
+        .until(
+            &session,
+            wait,
+            "the lease taken while away",
+            "document.getElementById('lease-owner').textContent",
+            |v| v == "bench 3 blip",
+        )
+        .await;
+    browser
+        .until(&session, wait, "live values again", &live_value, |v| {
+            v == &json!(true)
+        })
+        .await;
+
+    // The gateway restarts, on a port of its own; the proxy keeps the page's address.
+    let Rig { sim, gateway, .. } = rig;
+    gateway.stop().await;
+    browser
+        .until(&session, wait, "reconnecting after the stop", badge, |v| {
+            v.as_str()
+                .is_some_and(|text| text.starts_with("reconnecting"))
+        })
+        .await;
+    let stale = browser.devtools.evaluate(&session, &live_value).await;
+    assert_eq!(
+        stale,
+        json!(false),
+        "a value shown as live with the gateway gone"
+    );
+    let config = config_for(&sim, |c| c.status_page.interval_ms = 200);
+    let rig = rig_on(sim, config, false).await;
+    proxy.set_target(rig.gateway.http_addr);
+    browser
+        .until(&session, wait, "the gap after the restart", badge, |v| {
+            v == "gap: gateway restarted, values refreshed"
+        })
+        .await;
+    browser
+        .until(
+            &session,
+            wait,
+            "live values after the restart",
+            &live_value,
+            |v| v == &json!(true),
+        )
+        .await;
+    let states = browser
+        .devtools
+        .evaluate(&session, "window.streamStates.join(' | ')")
+        .await;
+    let states = states.as_str().unwrap_or_default().to_owned();
+    println!("the status page's stream went through: {states}");
+    browser.close().await;
+    // Every state it went through, in order.
+    let expected = [
+        "live",
+        "reconnecting",
+        "resumed",
+        "reconnecting",
+        "gap: gateway restarted",
+        "gap: gateway restarted, values refreshed",
+    ];
+    let mut rest = states.as_str();
+    for state in expected {
+        let at = rest
+            .find(state)
+            .unwrap_or_else(|| panic!("{state:?} not in order in: {states}"));
+        rest = &rest[at + state.len()..];
+    }
+    drop(rig);
 }

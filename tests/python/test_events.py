@@ -329,3 +329,63 @@ def test_a_configuration_event_when_the_station_changes_its_channel_list(
                      "the channel back in resources/names after the restart")
         finally:
             events.close()
+
+
+def test_a_stream_resumes_with_last_event_id_through_the_reference_client(
+        client_factory, gateway_url: str, open_events) -> None:
+    """A reader that reconnects sending the id of the last event it saw (Last-Event-ID, as a
+    browser's EventSource does; here a default header of the client) gets its stream back: the
+    same streamId, its subscription still there, and every event after that id, one after
+    the other, including what happened while it was away."""
+    client, other = client_factory(), client_factory()
+    wait_for(lambda: not client.lease.get().held, 35, "the lease free before the test")
+    events = open_events(client)
+    sub = client.subscriptions.create(events.stream.stream_id, [station.VMON1], 200)
+    last_id = events.values_of(sub.id, 3, timeout=15.0)[-1][1].id
+    events.close()
+    # While the reader is away, the lease changes hands.
+    other.lease.acquire("TAT station 3", ttl_ms=5000)
+    other.lease.release()
+    resuming = client_factory(default_headers={"Last-Event-ID": str(last_id)})
+    resumed = open_events(resuming)
+    assert resumed.hello.get("resumed") is True, resumed.hello
+    assert resumed.stream.stream_id == events.stream.stream_id, resumed.hello
+    lease = resumed.named("lease", 5.0, lambda d: d.get("held") is True)
+    assert lease["owner"] == "TAT station 3", lease
+    resumed.named("lease", 5.0, lambda d: d.get("held") is False)
+    resumed.values_of(sub.id, 2, timeout=15.0)
+    ids = [event.id for _, event in resumed.seen]
+    assert ids == list(range(last_id + 1, last_id + 1 + len(ids))), ids
+    # Its subscription was never subscribed again: it is the same one, still renewable.
+    assert client.subscriptions.update(sub.id, [station.VMON1], 200).id == sub.id
+
+
+def test_after_a_gateway_restart_the_reference_client_is_told_of_the_gap(gateway_factory) -> None:
+    """An id from the gateway before a restart: a new stream whose first events say what was
+    lost (gap, reason restart) and what is so now (snapshot), never silence."""
+    first = gateway_factory()
+    with AccordionQ2Client(first.url, timeout=10) as client:
+        events = Events(client.events.open())
+        try:
+            sub = client.subscriptions.create(events.stream.stream_id, [station.VMON1], 200)
+            last_id = events.values_of(sub.id, 1, timeout=15.0)[-1][1].id
+        finally:
+            events.close()
+    first.stop()
+    second = gateway_factory()
+    with AccordionQ2Client(second.url, timeout=10, default_headers={"Last-Event-ID": str(last_id)}) as client:
+        events = Events(client.events.open())
+        try:
+            assert events.hello.get("resumed") is False, events.hello
+            _, gap = events.next(5.0, what="the first event after hello")
+            assert gap.name == "gap", gap
+            assert gap.data["reason"] == "restart", gap.data
+            assert gap.data["lastEventId"] == str(last_id), gap.data
+            assert gap.data["subscriptions"] == "ended", gap.data
+            _, snapshot = events.next(5.0, what="the snapshot after the gap")
+            assert snapshot.name == "snapshot", snapshot
+            assert snapshot.data["connection"]["isConnected"] is True, snapshot.data
+            assert "held" in snapshot.data["lease"], snapshot.data
+            assert snapshot.id == gap.id + 1, (gap.id, snapshot.id)
+        finally:
+            events.close()

@@ -353,10 +353,16 @@ pub struct EventsConfig {
     pub max_streams: usize,
     pub max_subscriptions_per_stream: usize,
     pub max_channels_per_subscription: usize,
-    /// Events held for a slow reader before newer ones are dropped.
+    /// Events other than values (which merge, the latest winning) held for a slow reader;
+    /// one more closes its stream with a last event saying so.
     pub stream_queue: usize,
     /// A subscription not renewed (PUT) within this long ends; the contract says 60 s.
     pub subscription_ttl_ms: u64,
+    /// How long a stream whose reader went away is kept, with its subscriptions, for the reader
+    /// to resume it with `Last-Event-ID`; 0 ends it at once.
+    pub resume_grace_ms: u64,
+    /// Events sent that a stream keeps, to send again to a reader that resumes it.
+    pub replay_events: usize,
     /// Channels' ranges `[low, high]` by name or glob pattern, for percent deadbands.
     pub ranges: std::collections::BTreeMap<String, [f64; 2]>,
 }
@@ -445,6 +451,8 @@ impl Default for EventsConfig {
             max_channels_per_subscription: 256,
             stream_queue: 64,
             subscription_ttl_ms: 60_000,
+            resume_grace_ms: 30_000,
+            replay_events: 16,
             ranges: Default::default(),
         }
     }

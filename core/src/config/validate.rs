@@ -357,6 +357,12 @@ impl EventsConfig {
                 "must be 100 to 3600000",
             ));
         }
+        if self.resume_grace_ms > 3_600_000 {
+            return Err(invalid("events.resume_grace_ms", "must be 0 to 3600000"));
+        }
+        if self.replay_events > 10_000 {
+            return Err(invalid("events.replay_events", "must be 0 to 10000"));
+        }
         for (pattern, [low, high]) in &self.ranges {
             if let Err(error) = globset::Glob::new(pattern) {
                 return Err(invalid(

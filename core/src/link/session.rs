@@ -233,8 +233,7 @@ impl Session {
     /// passed). The end of a lease, and a new grant, wait until this is false.
     pub fn changes_at_the_station(&self, scope: SettleScope) -> bool {
         // (A fence leaves the map when its last change does.)
-        self.fences.keys().any(|&fence| scope.covers(fence))
-            || self.doubts.holds(scope)
+        self.fences.keys().any(|&fence| scope.covers(fence)) || self.doubts.holds(scope)
     }
 
     /// Whether a change of `fence` is in doubt (timed out and not answered since).

@@ -7,14 +7,25 @@ use serde_json::json;
 
 use super::call::{Answer, Call, ok};
 use crate::error::ApiError;
-use crate::events::SubscriptionRequest;
+use crate::events::event_id::EventId;
+use crate::events::{StreamStart, SubscriptionRequest};
 use crate::requests::events::{StreamIdRequest, SubscriptionBody};
 
-/// `GET api/events`: a `text/event-stream` that starts with `hello`.
+/// `GET api/events`: a `text/event-stream` that starts with `hello`; with `Last-Event-ID`
+/// (the header, or the query parameter `lastEventId` for a client that cannot set headers)
+/// the stream of that event, resumed, or a new one that says first what was lost.
 pub(super) async fn open_stream(call: Call<'_>) -> Answer {
     let gateway = call.gateway;
-    // Who opens it, for the access rules' read rights over events about a channel.
-    let opened = gateway.events.open_stream(call.who_if_rules())?;
+    let last_seen = last_event_id(&call)?;
+    // Who opens it, for the access rules' read rights over events about a channel, and
+    // whose credentials: only the same may resume it.
+    let opener = gateway.access.caller(call.headers);
+    let (opened, start) = gateway
+        .events
+        .open_stream(call.who_if_rules(), opener, last_seen)?;
+    if start != StreamStart::New {
+        tracing::debug!(stream = %opened.sink.id, ?start, "an event stream reconnected");
+    }
     let mut response = Response::new(super::super::reply::Body::Streamed(
         opened.into_body(gateway.shutdown.clone()),
     ));
@@ -27,6 +38,26 @@ pub(super) async fn open_stream(call: Call<'_>) -> Answer {
     // Reverse proxies (nginx) must pass events through at once, not buffer them.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(response)
+}
+
+/// The `Last-Event-ID` a reconnecting reader sent: the header, else the query parameter
+/// `lastEventId`; an empty one counts as none (the SSE standard's reconnection without an id).
+fn last_event_id(call: &Call<'_>) -> Result<Option<EventId>, ApiError> {
+    let header = call
+        .headers
+        .get("last-event-id")
+        .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned());
+    let query = || {
+        form_urlencoded::parse(call.query.unwrap_or("").as_bytes())
+            .find(|(key, _)| key == "lastEventId")
+            .map(|(_, value)| value.into_owned())
+    };
+    match header.or_else(query) {
+        Some(id) if !id.trim().is_empty() => Ok(Some(
+            EventId::parse(&id).map_err(crate::events::EventsError::from)?,
+        )),
+        _ => Ok(None),
+    }
 }
 
 /// The access rules' read rights over every channel of a subscription, decided by the station

@@ -2,14 +2,23 @@
 //! and their subscriptions ([`Events`]), shared by the HTTP handlers, the [`scheduler`] that
 //! reads for every subscription, and the [`relay`] that fans link and lease events out.
 //!
-//! Every event reaches a stream through its bounded queue ([`sse::StreamSink`]), filled with
-//! `try_send` only: no producer ever waits for a reader. See `docs/events.md`.
+//! Every event reaches a stream through its queue ([`sse::StreamSink`]), offered without ever
+//! waiting for a reader: a subscription's values merge into its values still waiting (the
+//! latest value wins), other events are never dropped. A stream outlives its connection for
+//! `events.resume_grace_ms`, so a reader that reconnects with `Last-Event-ID` resumes it: the
+//! events it missed, or a `gap` and a snapshot when they are no longer all kept or the gateway
+//! restarted (`resume.rs`). See `docs/events.md`.
 
+pub mod event_id;
 pub mod filter;
 pub mod filter_index;
+pub mod queue;
 pub mod relay;
+pub mod replay;
+pub mod resume;
 pub mod scheduler;
 pub mod sse;
+pub mod values;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,10 +31,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access_rules::Who;
 use crate::config::EventsConfig;
+use crate::lease::LeaseView;
 use crate::station::Station;
+use event_id::{BadEventId, EventId, STREAM_SLOTS};
 use filter::{ChannelFilter, Deadband, FilterOptions, ResolveError};
 use filter_index::{FilterIndex, Slot};
-use sse::StreamSink;
+use resume::{GapReason, Reading};
+use sse::{Frame, Push, SharedEvent, StreamShape, StreamSink};
 
 /// The shortest and longest `IntervalMs` a subscription may ask for.
 pub const MIN_INTERVAL_MS: u64 = 100;
@@ -34,7 +46,7 @@ pub const MAX_INTERVAL_MS: u64 = 60_000;
 /// The longest `MinIntervalMs` or `MaxIntervalMs` a subscription may ask for.
 pub const MAX_FILTER_INTERVAL_MS: u64 = 3_600_000;
 
-/// A stream whose queue stays full this long is closed (its reader is stuck).
+/// A stream whose reader takes nothing this long while events wait is closed (it is stuck).
 pub const STUCK_LIMIT: Duration = Duration::from_secs(30);
 
 /// Why an event-stream or subscription request was refused; `crate::error` gives each its status.
@@ -84,6 +96,8 @@ pub enum EventsError {
     NoRange(String),
     #[error("the gateway is shutting down")]
     ShuttingDown,
+    #[error(transparent)]
+    BadLastEventId(#[from] BadEventId),
 }
 
 /// What a subscription is created or renewed with.
@@ -164,11 +178,20 @@ struct StreamEntry {
     /// Who opened it, when access rules are in force: an event about a channel (a
     /// `numeric-result`) reaches it only if the rules let them read that channel.
     reader: Option<Who>,
+    /// The API key's or Basic user's name it was opened with (`None` with access control
+    /// off): only the same may resume it, so that nobody takes over another's stream.
+    opener: Option<String>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     streams: HashMap<Arc<str>, StreamEntry>,
+    /// Each stream's slot in its events' ids, to its `streamId`.
+    slots: HashMap<u32, Arc<str>>,
+    /// The slot the next stream is offered (then the next free one after it).
+    next_slot: u32,
+    /// Each channel's last reading by the scheduler, by channel number: for snapshots.
+    pub latest: Vec<Option<Reading>>,
     pub subscriptions: HashMap<Arc<str>, Subscription>,
     /// The subscriptions the scheduler times one by one: every unfiltered one, and a filtered
     /// one until its first values went out (then its beat times it).
@@ -262,6 +285,25 @@ impl Registry {
         }
     }
 
+    /// Takes a stream and its subscriptions out; its sink is the caller's to end.
+    fn remove_stream(&mut self, id: &str) -> Option<StreamEntry> {
+        let entry = self.streams.remove(id)?;
+        self.slots.remove(&entry.sink.slot());
+        for subscription in &entry.subscriptions {
+            self.remove_subscription(subscription);
+        }
+        Some(entry)
+    }
+
+    /// A slot no open stream has, from `next_slot` on (1 to 99 999; 0 is the lab stream's).
+    fn free_slot(&mut self) -> Option<u32> {
+        let slots = STREAM_SLOTS - 1;
+        (0..slots)
+            .map(|n| (self.next_slot.wrapping_add(n) % slots) + 1)
+            .find(|slot| !self.slots.contains_key(slot))
+            .inspect(|slot| self.next_slot = *slot % slots)
+    }
+
     fn remove_subscription(&mut self, id: &str) -> Option<Subscription> {
         self.shortest = None;
         let subscription = self.subscriptions.remove(id)?;
@@ -276,36 +318,70 @@ impl Registry {
     }
 }
 
+/// The control lease as a snapshot shows it, asked when one is made.
+pub type LeaseViewSource = Box<dyn Fn() -> LeaseView + Send + Sync>;
+
 /// The open event streams and their subscriptions.
 pub struct Events {
     limits: EventsConfig,
     /// `[events] ranges`, for percent deadbands.
     ranges: filter::Ranges,
     subscription_ttl: Duration,
+    /// How long a stream whose reader went away is kept for it to resume.
+    resume_grace: Duration,
     station: Station,
+    lease: LeaseViewSource,
     shutdown: CancellationToken,
     registry: Mutex<Registry>,
     /// Wakes the scheduler when subscriptions are added, changed or removed.
     pub(crate) changed: Notify,
     /// The origin of the scheduler's time grid: subscriptions with the same interval tick
     /// together, so their reads share one READ.
-    pub(crate) epoch: Instant,
+    pub(crate) grid_origin: Instant,
+    /// The epoch of this run's event ids (`event_id.rs`): another one after a restart.
+    epoch: u16,
+}
+
+/// How a stream was opened: new, resumed, or new or resumed after a gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStart {
+    New,
+    Resumed { replayed: usize },
+    Gap(GapReason),
 }
 
 impl Events {
-    pub fn new(limits: EventsConfig, station: Station, shutdown: CancellationToken) -> Arc<Events> {
+    pub fn new(
+        limits: EventsConfig,
+        station: Station,
+        lease: LeaseViewSource,
+        shutdown: CancellationToken,
+    ) -> Arc<Events> {
         let subscription_ttl = Duration::from_millis(limits.subscription_ttl_ms);
+        let resume_grace = Duration::from_millis(limits.resume_grace_ms);
         let ranges = filter::Ranges::new(&limits.ranges);
+        let epoch = event_id::random_epoch();
         Arc::new(Events {
             limits,
             ranges,
             subscription_ttl,
+            resume_grace,
             station,
+            lease,
             shutdown,
-            registry: Mutex::new(Registry::default()),
+            registry: Mutex::new(Registry {
+                next_slot: rand::random::<u32>() % (STREAM_SLOTS - 1),
+                ..Registry::default()
+            }),
             changed: Notify::new(),
-            epoch: Instant::now(),
+            grid_origin: Instant::now(),
+            epoch,
         })
+    }
+
+    /// The epoch of this run's event ids.
+    pub fn epoch(&self) -> u16 {
+        self.epoch
     }
 
     pub fn station(&self) -> &Station {
@@ -329,58 +405,235 @@ impl Events {
         self.registry().subscriptions.len()
     }
 
-    /// Registers a new stream opened by `reader` (`None`: no access rules in force) and
-    /// queues its `hello`; the returned sink's receiver is the body.
+    /// Opens a stream for `reader` (`None`: no access rules in force), whose credentials name
+    /// `opener` (`None`: access control off): a new one that starts with `hello`, or, given
+    /// the `Last-Event-ID` its reader saw last, the stream that event was of, resumed (`hello`,
+    /// then every event it missed, then what comes). When that cannot be (another epoch: the
+    /// gateway restarted; the stream ended; the replay buffer no longer reaches back; another
+    /// opened it), the reader is told so by a `gap` event followed by a `snapshot`. The
+    /// returned receiver is the body's.
     pub(crate) fn open_stream(
         self: &Arc<Events>,
         reader: Option<Who>,
-    ) -> Result<sse::OpenedStream, EventsError> {
+        opener: Option<String>,
+        last_seen: Option<EventId>,
+    ) -> Result<(sse::OpenedStream, StreamStart), EventsError> {
         if self.shutdown.is_cancelled() {
             return Err(EventsError::ShuttingDown);
         }
         let info = self.station.info();
         let mut registry = self.registry();
-        if registry.streams.len() >= self.limits.max_streams {
+        let gap = match last_seen {
+            None => None,
+            Some(seen) if seen.epoch != self.epoch => Some(GapReason::Restart),
+            Some(seen) => match registry
+                .slots
+                .get(&seen.stream)
+                .and_then(|id| registry.streams.get(id))
+            {
+                None => Some(GapReason::Ended),
+                // Only who opened a stream may resume it: its subscriptions were checked
+                // against their rights, and a resume takes the stream from its connection.
+                Some(entry) if entry.opener != opener => Some(GapReason::Unknown),
+                Some(entry) => {
+                    let sink = entry.sink.clone();
+                    let hello = Frame {
+                        own: bytes::Bytes::from(format!(
+                            "event: hello\nretry: {}\ndata: {}\n\n",
+                            sse::RECONNECT_AFTER_MS,
+                            resume::hello_data(info.connected, info.generation, &sink.id, true)
+                        )),
+                        tail: None,
+                    };
+                    let lost = |from: u64, to: u64| {
+                        let (from, to) = (sink.event_id(from), sink.event_id(to));
+                        let last = EventId::of_number(from.number() - 1);
+                        [
+                            SharedEvent::new(
+                                "gap",
+                                &resume::gap_data(GapReason::Buffer, last, Some(to)),
+                            ),
+                            SharedEvent::new("snapshot", &self.snapshot(&registry, &sink.id)),
+                        ]
+                    };
+                    match sink.resume(seen.sequence, hello, lost) {
+                        Ok((receiver, how)) => {
+                            let start = match how {
+                                sse::Resumed::Replayed { count } => {
+                                    StreamStart::Resumed { replayed: count }
+                                }
+                                sse::Resumed::Lost { .. } => StreamStart::Gap(GapReason::Buffer),
+                            };
+                            let guard = sse::StreamGuard::new(Arc::downgrade(self), &receiver);
+                            drop(registry);
+                            return Ok((
+                                sse::OpenedStream {
+                                    sink,
+                                    receiver,
+                                    guard,
+                                },
+                                start,
+                            ));
+                        }
+                        Err(sse::NotSent) => Some(GapReason::Unknown),
+                    }
+                }
+            },
+        };
+        if registry.streams.len() >= self.limits.max_streams && !self.make_room(&mut registry) {
             return Err(EventsError::TooManyStreams(registry.streams.len()));
         }
+        let Some(slot) = registry.free_slot() else {
+            return Err(EventsError::TooManyStreams(registry.streams.len()));
+        };
         let id: Arc<str> = random_id().into();
-        let (sink, receiver) = StreamSink::new(id.clone(), self.limits.stream_queue);
-        let hello = json!({
-            "isConnected": info.connected,
-            "generation": info.generation,
-            "apiVersion": crate::api_version::API_VERSION,
-            "streamId": &*id,
-        });
-        // The queue is new and at least one event long: hello always fits, as id 1.
-        let _ = sink.push("hello", &hello.to_string());
+        let shape = StreamShape {
+            epoch: self.epoch,
+            slot,
+            event_limit: self.limits.stream_queue,
+            replay: self.limits.replay_events,
+        };
+        let (sink, receiver) = StreamSink::new(id.clone(), shape);
+        let hello = resume::hello_data(info.connected, info.generation, &id, false);
+        sink.push_shared(&SharedEvent::hello(&hello));
         registry.streams.insert(
             id.clone(),
             StreamEntry {
                 sink: sink.clone(),
                 subscriptions: HashSet::new(),
                 reader,
+                opener,
             },
         );
+        registry.slots.insert(slot, id.clone());
+        let start = match (gap, last_seen) {
+            (Some(reason), Some(seen)) => {
+                sink.push("gap", &resume::gap_data(reason, seen, None));
+                sink.push("snapshot", &self.snapshot(&registry, &id));
+                StreamStart::Gap(reason)
+            }
+            _ => StreamStart::New,
+        };
         drop(registry);
-        Ok(sse::OpenedStream {
-            sink,
-            receiver,
-            guard: sse::StreamGuard::new(Arc::downgrade(self), id),
-        })
+        let guard = sse::StreamGuard::new(Arc::downgrade(self), &receiver);
+        Ok((
+            sse::OpenedStream {
+                sink,
+                receiver,
+                guard,
+            },
+            start,
+        ))
     }
 
-    /// Ends a stream and, at once, every subscription it had.
-    pub fn close_stream(&self, id: &str) {
-        let mut registry = self.registry();
-        let Some(entry) = registry.streams.remove(id) else {
-            return;
+    /// Ends the stream whose reader has been gone longest, for a new one at
+    /// `events.max_streams`; `false` when every stream has its reader.
+    fn make_room(&self, registry: &mut Registry) -> bool {
+        let now = Instant::now();
+        let longest = registry
+            .streams
+            .values()
+            .filter_map(|entry| Some((entry.sink.detached_for(now)?, entry.sink.id.clone())))
+            .max();
+        let Some((_, id)) = longest else {
+            return false;
         };
-        for subscription in &entry.subscriptions {
-            registry.remove_subscription(subscription);
+        if let Some(entry) = registry.remove_stream(&id) {
+            entry.sink.close();
         }
-        drop(registry);
-        entry.sink.close();
         self.changed.notify_one();
+        true
+    }
+
+    /// The `snapshot` of stream `id`'s subscriptions (each channel's last reading, its age now
+    /// and quality), the control lease and the station link.
+    fn snapshot(&self, registry: &Registry, id: &str) -> String {
+        let info = self.station.info();
+        let link = (info.connected, info.generation);
+        let now = Instant::now();
+        let mut subscriptions: Vec<&Subscription> = registry
+            .streams
+            .get(id)
+            .map(|entry| {
+                entry
+                    .subscriptions
+                    .iter()
+                    .filter_map(|sub| registry.subscriptions.get(sub))
+                    .collect()
+            })
+            .unwrap_or_default();
+        subscriptions.sort_by(|a, b| a.id.cmp(&b.id));
+        let parts = subscriptions
+            .into_iter()
+            .map(|subscription| {
+                let channels = subscription
+                    .channels
+                    .iter()
+                    .zip(subscription.ids.iter())
+                    .map(|(name, &number)| {
+                        let reading = registry
+                            .latest
+                            .get(number as usize)
+                            .and_then(Option::as_ref);
+                        (name.as_str(), reading)
+                    });
+                resume::subscription_snapshot(&subscription.id, channels, link, now)
+            })
+            .collect();
+        resume::snapshot_data(
+            parts,
+            &(self.lease)(),
+            info.connected,
+            info.generation,
+            info.last_error.as_deref(),
+        )
+    }
+
+    /// The body of stream `id` attached as `attachment` was dropped: its reader went away.
+    /// Kept for the reader to resume within `events.resume_grace_ms` (ended at once when that
+    /// is 0); nothing to do when another body has resumed it since.
+    pub(crate) fn detached(&self, id: &str, attachment: u64) {
+        let resumed_since = self
+            .registry()
+            .streams
+            .get(id)
+            .is_some_and(|entry| !entry.sink.is_attachment(attachment));
+        if resumed_since {
+            return;
+        }
+        if self.resume_grace.is_zero() || self.shutdown.is_cancelled() {
+            self.close_stream(id);
+        } else {
+            // The sweep ends it after the grace.
+            self.changed.notify_one();
+        }
+    }
+
+    /// Ends a stream at once and every subscription it had.
+    pub fn close_stream(&self, id: &str) {
+        let removed = self.registry().remove_stream(id);
+        if let Some(entry) = removed {
+            entry.sink.close();
+            self.changed.notify_one();
+        }
+    }
+
+    /// Ends a stream and its subscriptions after a last `closed` event saying why.
+    fn close_stream_saying(&self, id: &str, reason: &str, message: &str) {
+        let removed = self.registry().remove_stream(id);
+        if let Some(entry) = removed {
+            entry.sink.close_saying(reason, message);
+            self.changed.notify_one();
+        }
+    }
+
+    /// Takes a stream out whose queue closed it (it fell too many events behind).
+    fn remove_stream(&self, id: &str) {
+        let removed = self.registry().remove_stream(id);
+        if removed.is_some() {
+            tracing::info!(stream = %id, "closed an event stream whose reader fell events.stream_queue events behind");
+            self.changed.notify_one();
+        }
     }
 
     /// Every open stream, for fanning an event out.
@@ -392,10 +645,13 @@ impl Events {
             .collect()
     }
 
-    /// Queues one event on every open stream.
-    pub(crate) fn broadcast(&self, event: &str, data: &str) {
+    /// Queues one event on every open stream (its data shared by all of them).
+    pub(crate) fn broadcast(&self, event: &'static str, data: &str) {
+        let shared = SharedEvent::new(event, data);
         for sink in self.sinks() {
-            let _ = sink.push(event, data);
+            if sink.push_shared(&shared) == Push::Overflow {
+                self.remove_stream(&sink.id);
+            }
         }
     }
 
@@ -404,11 +660,12 @@ impl Events {
     /// cache (`read_cache`, as a subscription to them asks); on every stream without rules.
     /// Decided when the event goes out, by the rules in force then; not counted as refusals
     /// (nobody asked).
-    pub(crate) fn broadcast_about(&self, channels: &[&str], event: &str, data: &str) {
+    pub(crate) fn broadcast_about(&self, channels: &[&str], event: &'static str, data: &str) {
         let Some(rules) = self.station.access_rules().current() else {
             self.broadcast(event, data);
             return;
         };
+        let shared = SharedEvent::new(event, data);
         let readers: Vec<(Arc<StreamSink>, Option<Who>)> = self
             .registry()
             .streams
@@ -430,8 +687,8 @@ impl Events {
                         .allowed
                 })
             });
-            if may_read {
-                let _ = sink.push(event, data);
+            if may_read && sink.push_shared(&shared) == Push::Overflow {
+                self.remove_stream(&sink.id);
             }
         }
     }
@@ -632,8 +889,9 @@ impl Events {
         }
     }
 
-    /// Ends subscriptions not renewed in time, and closes streams stuck for [`STUCK_LIMIT`].
-    /// Returns when this next needs doing.
+    /// Ends subscriptions not renewed in time, streams not resumed within the grace, and
+    /// closes streams stuck for [`STUCK_LIMIT`] with a last event saying so. Returns when this
+    /// next needs doing.
     pub(crate) fn sweep(&self, now: Instant) -> Option<Instant> {
         let mut registry = self.registry();
         let expired: Vec<Arc<str>> = registry
@@ -645,17 +903,32 @@ impl Events {
         for id in &expired {
             registry.remove_subscription(id);
         }
-        let stuck: Vec<Arc<str>> = registry
-            .streams
-            .values()
-            .filter(|entry| {
-                entry
-                    .sink
-                    .stuck_for(now)
-                    .is_some_and(|stuck| stuck >= STUCK_LIMIT)
-            })
-            .map(|entry| entry.sink.id.clone())
-            .collect();
+        let mut stuck = Vec::new();
+        let mut gone = Vec::new();
+        let mut next_gone: Option<Instant> = None;
+        for entry in registry.streams.values() {
+            let sink = &entry.sink;
+            if sink.is_closed() {
+                gone.push(sink.id.clone());
+            } else if let Some(away) = sink.detached_for(now) {
+                if away >= self.resume_grace {
+                    gone.push(sink.id.clone());
+                } else {
+                    let at = now + (self.resume_grace - away);
+                    next_gone = Some(next_gone.map_or(at, |next| next.min(at)));
+                }
+            } else if sink
+                .stuck_for(now)
+                .is_some_and(|stuck| stuck >= STUCK_LIMIT)
+            {
+                stuck.push(sink.id.clone());
+            }
+        }
+        for id in &gone {
+            if let Some(entry) = registry.remove_stream(id) {
+                entry.sink.close();
+            }
+        }
         let next_expiry = registry
             .subscriptions
             .values()
@@ -663,10 +936,28 @@ impl Events {
             .min();
         drop(registry);
         for id in &stuck {
-            tracing::info!(stream = %id, "closing an event stream whose reader has not read for {} s", STUCK_LIMIT.as_secs());
-            self.close_stream(id);
+            tracing::info!(stream = %id, "closing an event stream whose reader has taken nothing for {} s", STUCK_LIMIT.as_secs());
+            self.close_stream_saying(
+                id,
+                "stuck",
+                &format!(
+                    "the reader took no event for {} s: reconnect with Last-Event-ID for a gap and a snapshot",
+                    STUCK_LIMIT.as_secs()
+                ),
+            );
         }
-        next_expiry
+        match (next_expiry, next_gone) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// How many items wait in stream `id`'s queue now, and how many values were merged in it
+    /// so far (for tests and diagnostics).
+    pub fn stream_queue(&self, id: &str) -> Option<(usize, u64)> {
+        let registry = self.registry();
+        let sink = &registry.streams.get(id)?.sink;
+        Some((sink.queued(), sink.merged()))
     }
 
     /// The live subscriptions' channels and intervals (for tests and diagnostics).
@@ -749,48 +1040,260 @@ mod tests {
         Events::new(
             limits,
             Station::new(link, crate::audit::AuditLog::memory_only()),
+            Box::new(LeaseView::nobody),
             CancellationToken::new(),
         )
     }
 
-    #[tokio::test]
-    async fn a_stream_full_for_the_stuck_limit_is_closed_and_a_drained_one_is_not() {
-        let events = events(EventsConfig {
-            stream_queue: 2,
-            ..EventsConfig::default()
-        });
-        let stuck = events.open_stream(None).unwrap();
-        let mut slow = events.open_stream(None).unwrap();
-        for sink in [&stuck.sink, &slow.sink] {
-            assert_eq!(sink.push("x", "{}"), sse::Push::Queued);
-            assert_eq!(sink.push("x", "{}"), sse::Push::Dropped);
-        }
-        // The slow reader catches up: its queue has room again.
-        slow.receiver.recv().await.unwrap();
-        let now = Instant::now();
-        events.sweep(now);
-        assert_eq!(events.stream_count(), 2);
-        events.sweep(now + STUCK_LIMIT + Duration::from_secs(1));
-        assert_eq!(events.stream_count(), 1);
-        assert!(stuck.sink.is_closed());
-        assert!(!slow.sink.is_closed());
-        assert_eq!(stuck.sink.push("x", "{}"), sse::Push::Closed);
+    fn open(events: &Arc<Events>, last_seen: Option<EventId>) -> (sse::OpenedStream, StreamStart) {
+        events.open_stream(None, None, last_seen).unwrap()
+    }
+
+    /// Every event queued on `receiver` now: (id, name, data).
+    fn drain(
+        receiver: &mut sse::StreamReceiver,
+    ) -> Vec<(Option<EventId>, String, serde_json::Value)> {
+        std::iter::from_fn(|| receiver.try_recv())
+            .map(|frame| {
+                let text = String::from_utf8(frame.to_vec()).unwrap();
+                let field = |name: &str| {
+                    text.lines()
+                        .find_map(|line| line.strip_prefix(name))
+                        .map(str::to_owned)
+                };
+                (
+                    field("id: ").map(|id| EventId::parse(&id).unwrap()),
+                    field("event: ").unwrap(),
+                    serde_json::from_str(&field("data: ").unwrap()).unwrap(),
+                )
+            })
+            .collect()
     }
 
     #[tokio::test]
-    async fn streams_past_the_limit_are_refused_and_a_dropped_body_frees_its_place() {
+    async fn a_reader_that_takes_nothing_for_the_stuck_limit_is_closed_saying_so() {
+        let events = events(EventsConfig::default());
+        let (mut stuck, _) = open(&events, None);
+        let (mut slow, _) = open(&events, None);
+        let now = Instant::now();
+        events.sweep(now);
+        assert_eq!(events.stream_count(), 2);
+        // Both had their hello and a lease event waiting; the slow reader took them, late.
+        events.broadcast("lease", "{}");
+        drain(&mut slow.receiver);
+        events.sweep(now + STUCK_LIMIT + Duration::from_secs(1));
+        assert_eq!(events.stream_count(), 1, "the stuck one is closed");
+        assert!(stuck.sink.is_closed());
+        assert!(!slow.sink.is_closed());
+        let last = drain(&mut stuck.receiver);
+        assert_eq!(last.len(), 1, "{last:?}");
+        assert_eq!(last[0].1, "closed");
+        assert_eq!(last[0].2["reason"], "stuck");
+        assert_eq!(stuck.sink.push("x", "{}"), Push::Closed);
+    }
+
+    #[tokio::test]
+    async fn a_stream_whose_reader_went_away_is_kept_for_the_grace_then_ended() {
         let events = events(EventsConfig {
-            max_streams: 1,
+            resume_grace_ms: 5_000,
             ..EventsConfig::default()
         });
-        let first = events.open_stream(None).unwrap();
+        let (opened, _) = open(&events, None);
+        let sink = opened.sink.clone();
+        drop(opened.into_body(CancellationToken::new()));
+        assert_eq!(events.stream_count(), 1, "kept for its reader to resume");
+        let now = Instant::now();
+        let next = events
+            .sweep(now)
+            .expect("the grace's end is when to sweep next");
+        assert!(next <= now + Duration::from_secs(5), "{:?}", next - now);
+        assert_eq!(events.stream_count(), 1);
+        events.sweep(now + Duration::from_secs(6));
+        assert_eq!(events.stream_count(), 0);
+        assert!(sink.is_closed());
+    }
+
+    #[tokio::test]
+    async fn with_no_grace_a_stream_ends_with_its_body() {
+        let events = events(EventsConfig {
+            resume_grace_ms: 0,
+            ..EventsConfig::default()
+        });
+        let (opened, _) = open(&events, None);
+        drop(opened.into_body(CancellationToken::new()));
+        assert_eq!(events.stream_count(), 0);
+    }
+
+    /// A connection the gateway has not seen die yet: the reader resumes on a new one, and the
+    /// old body, dropped later, leaves the resumed stream alone (even with no grace).
+    #[tokio::test]
+    async fn the_old_body_of_a_stream_resumed_elsewhere_leaves_it_alone_when_dropped() {
+        let events = events(EventsConfig {
+            resume_grace_ms: 0,
+            ..EventsConfig::default()
+        });
+        let (mut old, _) = open(&events, None);
+        let hello = drain(&mut old.receiver)[0].0.unwrap();
+        let old_body = old.into_body(CancellationToken::new());
+        let (mut resumed, start) = open(&events, Some(hello));
+        assert_eq!(start, StreamStart::Resumed { replayed: 0 });
+        drop(old_body);
+        assert_eq!(events.stream_count(), 1);
+        events.broadcast("lease", "{}");
+        let got = drain(&mut resumed.receiver);
+        assert_eq!(got.last().unwrap().1, "lease", "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reader_resuming_with_its_last_event_id_gets_the_rest_of_its_stream() {
+        let events = events(EventsConfig::default());
+        let (mut opened, start) = open(&events, None);
+        assert_eq!(start, StreamStart::New);
+        let hello = drain(&mut opened.receiver);
+        let (Some(hello_id), name, data) = &hello[0] else {
+            panic!("{hello:?}")
+        };
+        assert_eq!(name, "hello");
+        assert_eq!(data["resumed"], false);
+        assert_eq!(hello_id.epoch, events.epoch());
+        assert_eq!(hello_id.sequence, 1);
+        events.broadcast("lease", "{\"n\":1}");
+        let lease = drain(&mut opened.receiver);
+        let id_of_lease = lease[0].0.unwrap();
+        // The reader saw hello only: the lease event was lost on its way.
+        drop(opened.into_body(CancellationToken::new()));
+        events.broadcast("lease", "{\"n\":2}");
+        let (mut resumed, start) = open(&events, Some(*hello_id));
+        assert_eq!(start, StreamStart::Resumed { replayed: 1 });
+        let got = drain(&mut resumed.receiver);
+        let names: Vec<&str> = got.iter().map(|(_, name, _)| name.as_str()).collect();
+        assert_eq!(names, ["hello", "lease", "lease"]);
+        assert_eq!(got[0].0, None, "a resumed stream's hello has no id");
+        assert_eq!(got[0].2["resumed"], true);
+        assert_eq!(got[0].2["streamId"], data["streamId"]);
+        assert_eq!(got[1].0, Some(id_of_lease), "sent again with its id");
+        assert_eq!(got[2].0.unwrap().number(), id_of_lease.number() + 1);
+        assert_eq!(got[2].2["n"], 2);
+        assert_eq!(events.stream_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_id_of_another_epoch_or_an_ended_stream_opens_a_new_stream_after_a_gap_and_a_snapshot()
+     {
+        let events = events(EventsConfig::default());
+        let other_epoch = if events.epoch() == 1000 { 1001 } else { 1000 };
+        for (seen, reason) in [
+            (EventId::new(other_epoch, 5, 17), "restart"),
+            (EventId::new(events.epoch(), 5, 17), "ended"),
+        ] {
+            let (mut opened, start) = open(&events, Some(seen));
+            assert_eq!(
+                start,
+                StreamStart::Gap(if reason == "restart" {
+                    GapReason::Restart
+                } else {
+                    GapReason::Ended
+                })
+            );
+            let got = drain(&mut opened.receiver);
+            let names: Vec<&str> = got.iter().map(|(_, name, _)| name.as_str()).collect();
+            assert_eq!(names, ["hello", "gap", "snapshot"], "{reason}");
+            assert_eq!(got[0].2["resumed"], false);
+            let gap = &got[1].2;
+            assert_eq!(gap["reason"], reason);
+            assert_eq!(gap["lastEventId"], seen.to_string());
+            assert_eq!(gap["from"], EventId::new(seen.epoch, 5, 18).to_string());
+            assert!(gap["to"].is_null() && gap["lost"].is_null(), "{gap}");
+            assert_eq!(gap["subscriptions"], "ended");
+            let snapshot = &got[2].2;
+            assert_eq!(snapshot["subscriptions"], serde_json::json!([]));
+            assert_eq!(snapshot["lease"]["held"], false);
+            assert_eq!(snapshot["connection"]["isConnected"], false);
+            // Ids go on by one after the hello: no gap a client would take for dropped events.
+            let ids: Vec<u64> = got.iter().map(|(id, _, _)| id.unwrap().number()).collect();
+            assert_eq!(ids[1], ids[0] + 1);
+            assert_eq!(ids[2], ids[0] + 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reader_behind_the_replay_buffer_gets_a_gap_with_the_ids_lost_and_a_snapshot() {
+        let events = events(EventsConfig {
+            replay_events: 2,
+            ..EventsConfig::default()
+        });
+        let (mut opened, _) = open(&events, None);
+        let hello_id = drain(&mut opened.receiver)[0].0.unwrap();
+        for _ in 0..4 {
+            events.broadcast("lease", "{}");
+        }
+        let sent = drain(&mut opened.receiver);
+        drop(opened.into_body(CancellationToken::new()));
+        let (mut resumed, start) = open(&events, Some(hello_id));
+        assert_eq!(start, StreamStart::Gap(GapReason::Buffer));
+        let got = drain(&mut resumed.receiver);
+        let names: Vec<&str> = got.iter().map(|(_, name, _)| name.as_str()).collect();
+        assert_eq!(names, ["hello", "gap", "snapshot"]);
+        let gap = &got[1].2;
+        assert_eq!(gap["reason"], "buffer");
+        assert_eq!(gap["from"], sent[0].0.unwrap().to_string());
+        assert_eq!(gap["to"], sent[3].0.unwrap().to_string());
+        assert_eq!(gap["lost"], 4);
+        assert_eq!(gap["subscriptions"], "kept");
+        assert_eq!(got[1].0.unwrap().number(), sent[3].0.unwrap().number() + 1);
+    }
+
+    #[tokio::test]
+    async fn an_id_this_stream_never_sent_opens_a_new_stream() {
+        let events = events(EventsConfig::default());
+        let (mut opened, _) = open(&events, None);
+        let hello_id = drain(&mut opened.receiver)[0].0.unwrap();
+        let ahead = EventId::new(hello_id.epoch, hello_id.stream, hello_id.sequence + 5);
+        let (mut other, start) = open(&events, Some(ahead));
+        assert_eq!(start, StreamStart::Gap(GapReason::Unknown));
+        assert_eq!(drain(&mut other.receiver)[1].2["reason"], "unknown");
+        assert_eq!(events.stream_count(), 2);
+    }
+
+    /// With access control on, a stream is resumed only with the credentials it was opened
+    /// with: someone else's `Last-Event-ID` gets a new stream, the stream stays its opener's.
+    #[tokio::test]
+    async fn only_the_key_that_opened_a_stream_resumes_it() {
+        let events = events(EventsConfig::default());
+        let (mut opened, _) = events
+            .open_stream(None, Some("bench-3".into()), None)
+            .unwrap();
+        let hello = drain(&mut opened.receiver)[0].0.unwrap();
+        let (mut other, start) = events
+            .open_stream(None, Some("bench-4".into()), Some(hello))
+            .unwrap();
+        assert_eq!(start, StreamStart::Gap(GapReason::Unknown));
+        assert_eq!(drain(&mut other.receiver)[1].2["reason"], "unknown");
+        assert!(!opened.sink.is_closed());
+        let (_, start) = events
+            .open_stream(None, Some("bench-3".into()), Some(hello))
+            .unwrap();
+        assert_eq!(start, StreamStart::Resumed { replayed: 0 });
+    }
+
+    #[tokio::test]
+    async fn at_the_stream_limit_the_stream_gone_longest_makes_room() {
+        let events = events(EventsConfig {
+            max_streams: 2,
+            ..EventsConfig::default()
+        });
+        let (first, _) = open(&events, None);
+        let (second, _) = open(&events, None);
+        let (first_sink, second_sink) = (first.sink.clone(), second.sink.clone());
         assert_eq!(
-            events.open_stream(None).err(),
-            Some(EventsError::TooManyStreams(1))
+            events.open_stream(None, None, None).err(),
+            Some(EventsError::TooManyStreams(2)),
+            "every stream has its reader"
         );
         drop(first.into_body(CancellationToken::new()));
-        assert_eq!(events.stream_count(), 0);
-        assert!(events.open_stream(None).is_ok());
+        assert!(events.open_stream(None, None, None).is_ok());
+        assert!(first_sink.is_closed());
+        assert!(!second_sink.is_closed());
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 //! queues a `values` event per due subscription without ever waiting for a reader.
 //!
 //! Subscriptions tick on a grid shared by all of them (multiples of their interval from
-//! [`Events::epoch`]), so those with the same interval tick together and share one read. A
+//! [`Events::grid_origin`]), so those with the same interval tick together and share one read. A
 //! channel is read from the hardware only when the cache holds no value younger than
 //! [`FRESH_FRACTION`] of the shortest interval any subscription asks of it; so each channel
 //! is read at most about once per that interval, however many subscriptions name it, and a
@@ -13,23 +13,27 @@
 //! decision. Filtered ones are timed by their interval's [`Beat`](super::Beat) once their first values went
 //! out; a beat's tick asks its [`FilterIndex`] which (subscription, channel) pairs pass, in
 //! time proportional to them, and queues an event for each subscription with any.
+//!
+//! A tick's values of the same channels are made once ([`TickValues`]: the outcomes and their
+//! text) and offered to every stream; a stream whose reader has yet to take the subscription's
+//! last values merges them (the latest value wins, `queue.rs`). Each channel's outcome is also
+//! kept as its latest reading, for the snapshot a reconnecting reader may get.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use serde_json::{Map, Value as Json, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::filter::Observed;
 use super::filter_index::{FilterIndex, Slot};
+use super::resume::Reading;
 use super::sse::{Push, StreamSink};
+use super::values::{NOT_READ, Outcome, TickValues, Values};
 use super::{Events, Member};
 use crate::numeric::NUMERIC_RESULT_FLAG;
 use crate::station::{ConsumingRule, Freshness, ItemError, ReadPolicy, UnknownRule};
-use station_protocol::Value;
 
 /// A cached value this fraction of the channel's interval old (or younger) is reused. Less
 /// than 1 so that timer jitter cannot make a value read at the previous tick look fresh,
@@ -84,33 +88,56 @@ struct Wanted {
     max_age: Duration,
 }
 
-/// One channel's outcome in a tick.
-enum Outcome {
-    Value {
-        value: Value,
-        text: String,
-        age_ms: f64,
-    },
-    Error(String),
+/// A tick's outcomes by channel number; `None` for a channel not read.
+type Outcomes = Vec<Option<Arc<Outcome>>>;
+
+/// A channel's outcome in a tick, by its number.
+fn outcome_of(outcomes: &[Option<Arc<Outcome>>], id: u32) -> Option<&Arc<Outcome>> {
+    outcomes.get(id as usize).and_then(Option::as_ref)
 }
 
-/// A tick's outcomes by channel number; `None` for a channel not read.
-type Outcomes = Vec<Option<Outcome>>;
+/// What the filters compare: a channel's value, or why there is none.
+fn observed(outcome: Option<&Arc<Outcome>>) -> Observed<'_> {
+    match outcome.map(|outcome| &**outcome) {
+        Some(Outcome::Value { value, .. }) => Observed::Value(value),
+        Some(Outcome::Error(why)) => Observed::Error(why),
+        None => Observed::Error(NOT_READ),
+    }
+}
 
-/// What a channel not read in a tick is said to be.
-const NOT_READ: &str = "not read: the gateway is shutting down";
+/// One tick's outcomes, with what makes its shared values: when it had them, and the outcome a
+/// channel not read is given (made once a tick, when needed).
+struct Tick<'a> {
+    at: Instant,
+    outcomes: &'a [Option<Arc<Outcome>>],
+    not_read: std::cell::OnceCell<Arc<Outcome>>,
+}
 
-impl Outcome {
-    fn of(outcomes: &[Option<Outcome>], id: u32) -> Option<&Outcome> {
-        outcomes.get(id as usize).and_then(Option::as_ref)
+impl<'a> Tick<'a> {
+    fn new(at: Instant, outcomes: &'a [Option<Arc<Outcome>>]) -> Tick<'a> {
+        Tick {
+            at,
+            outcomes,
+            not_read: std::cell::OnceCell::new(),
+        }
     }
 
-    fn observed(outcome: Option<&Outcome>) -> Observed<'_> {
-        match outcome {
-            Some(Outcome::Value { value, .. }) => Observed::Value(value),
-            Some(Outcome::Error(why)) => Observed::Error(why),
-            None => Observed::Error(NOT_READ),
-        }
+    /// The values of the channels `(name, number)`: an event's content, made once for every
+    /// stream that sends exactly these channels this tick.
+    fn values<'n>(&self, channels: impl Iterator<Item = (&'n String, u32)>) -> Arc<TickValues> {
+        let channels = channels
+            .map(|(name, id)| {
+                let outcome = match outcome_of(self.outcomes, id) {
+                    Some(outcome) => outcome.clone(),
+                    None => self
+                        .not_read
+                        .get_or_init(|| Arc::new(Outcome::Error(NOT_READ.into())))
+                        .clone(),
+                };
+                (Arc::from(name.as_str()), outcome)
+            })
+            .collect();
+        Arc::new(TickValues::new(self.at, channels))
     }
 }
 
@@ -144,7 +171,9 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
     let plan = plan(events, now);
     if !plan.is_empty() {
         let outcomes = read_channels(events, &plan.wanted, plan.count, shutdown).await;
-        send_plain(&plan.plain, &outcomes);
+        let tick = Tick::new(Instant::now(), &outcomes);
+        keep_latest(events, &plan.wanted, &tick);
+        send_plain(&plan.plain, &tick);
         let filtered_due = !(plan.starting.is_empty() && plan.beats.is_empty());
         if !plan.plain.is_empty() && filtered_due {
             // Let the streams just woken write their events before the filtered ones are
@@ -165,21 +194,21 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
             {
                 continue;
             }
-            let observe = |id: u32| Outcome::observed(Outcome::of(&outcomes, id));
+            let observe = |id: u32| observed(outcome_of(&outcomes, id));
             beat.index
                 .evaluate_member(starting.slot, starting.at, observe, &mut positions);
             send_passed(
                 &mut beat.index,
                 starting.slot,
                 &positions,
-                &outcomes,
+                &tick,
                 starting.at,
             );
         }
         let mut passed = Vec::new();
         for (interval, at) in &plan.beats {
             if let Some(beat) = registry.beats.get_mut(interval) {
-                serve_beat(&mut beat.index, *at, &outcomes, &mut passed);
+                serve_beat(&mut beat.index, *at, &tick, &mut passed);
             }
         }
     }
@@ -193,42 +222,62 @@ async fn tick(events: &Events, shutdown: &CancellationToken) -> Option<Instant> 
     own.chain(beats).min()
 }
 
-/// Queues every due unfiltered subscription's `values` event. Subscriptions to the same
-/// channels share one serialization of their values; only the subscription id differs.
-fn send_plain(due: &[Due], outcomes: &[Option<Outcome>]) {
-    let mut tails: HashMap<&[u32], Bytes> = HashMap::new();
-    for subscription in due {
-        let tail = tails.entry(&subscription.ids[..]).or_insert_with(|| {
-            event_tail(values_body(
-                subscription
-                    .channels
-                    .iter()
-                    .zip(subscription.ids.iter())
-                    .map(|(name, &id)| (name, Outcome::of(outcomes, id))),
-            ))
+/// Keeps each channel read this tick as its latest reading, for snapshots.
+fn keep_latest(events: &Events, wanted: &[Wanted], tick: &Tick<'_>) {
+    let generation = events.station().info().generation;
+    let mut registry = events.registry();
+    let latest = &mut registry.latest;
+    for channel in wanted {
+        let Some(outcome) = outcome_of(tick.outcomes, channel.id) else {
+            continue;
+        };
+        let at = channel.id as usize;
+        if latest.len() <= at {
+            latest.resize(at + 1, None);
+        }
+        latest[at] = Some(Reading {
+            outcome: outcome.clone(),
+            at: tick.at,
+            generation,
         });
-        let _ = subscription.stream.push_with_tail(
-            "values",
-            &values_event_head(&subscription.id),
-            tail,
-        );
     }
 }
 
-/// A beat's tick at grid point `at`: asks the index what passes and queues each
-/// subscription's event as soon as its channels are known.
+/// Offers every due unfiltered subscription its values. Subscriptions to the same channels
+/// share one [`TickValues`] (outcomes and text); only the subscription id differs.
+fn send_plain(due: &[Due], tick: &Tick<'_>) {
+    let mut shared: HashMap<&[u32], Values> = HashMap::new();
+    for subscription in due {
+        let values = shared.entry(&subscription.ids[..]).or_insert_with(|| {
+            Values::Tick(
+                tick.values(
+                    subscription
+                        .channels
+                        .iter()
+                        .zip(subscription.ids.iter().copied()),
+                ),
+            )
+        });
+        let _ = subscription
+            .stream
+            .push_values(&subscription.id, values.clone());
+    }
+}
+
+/// A beat's tick at grid point `at`: asks the index what passes and offers each
+/// subscription's values as soon as its channels are known.
 fn serve_beat(
     index: &mut FilterIndex<Member>,
     at: Instant,
-    outcomes: &[Option<Outcome>],
+    tick: &Tick<'_>,
     passed: &mut Vec<(Slot, u32)>,
 ) {
-    let observe = |id: u32| Outcome::observed(Outcome::of(outcomes, id));
+    let observe = |id: u32| observed(outcome_of(tick.outcomes, id));
     index.evaluate(at, observe, passed);
     let mut positions = Vec::new();
     // Subscriptions through which the same channels passed share one serialization (a text
     // that changed passes for every subscriber of it in the same tick).
-    let mut tails: HashMap<Vec<u32>, Bytes> = HashMap::new();
+    let mut shared: HashMap<Vec<u32>, Values> = HashMap::new();
     let mut key = Vec::new();
     for member in passed.chunk_by(|a, b| a.0 == b.0) {
         positions.clear();
@@ -243,39 +292,42 @@ fn serve_beat(
                 .iter()
                 .map(|&position| meta.ids[position as usize]),
         );
-        if !tails.contains_key(&key) {
-            let tail = event_tail(passed_body(meta, &positions, outcomes));
-            tails.insert(key.clone(), tail);
+        if !shared.contains_key(&key) {
+            let values = Values::Tick(tick.values(passed_channels(meta, &positions)));
+            shared.insert(key.clone(), values);
         }
-        let pushed =
-            meta.stream
-                .push_with_tail("values", &values_event_head(&meta.id), &tails[&key]);
-        if pushed == Push::Queued {
+        let pushed = meta.stream.push_values(&meta.id, shared[&key].clone());
+        if counts_as_sent(pushed) {
             index.sent(slot, &positions, observe, at);
         }
     }
 }
 
-/// Everything of a filtered subscription's `values` event but its id, for the channels at
-/// `positions`.
-fn passed_body(member: &Member, positions: &[u32], outcomes: &[Option<Outcome>]) -> String {
-    values_body(positions.iter().map(|&position| {
-        let position = position as usize;
-        (
-            &member.channels[position],
-            Outcome::of(outcomes, member.ids[position]),
-        )
-    }))
+/// Values offered that the reader will get: queued, or merged into its waiting values (it
+/// gets the newest then), so the filter compares the next ones with them.
+fn counts_as_sent(pushed: Push) -> bool {
+    matches!(pushed, Push::Queued | Push::Merged)
 }
 
-/// Queues a filtered subscription's `values` event with the channels at `positions`, or
-/// nothing when there are none. What went out is what the filter compares with next: a dropped
-/// event (the reader is behind) leaves it as it was, so its changes go out on a later tick.
+/// The names and numbers of a filtered subscription's channels at `positions`.
+fn passed_channels<'a>(
+    member: &'a Member,
+    positions: &'a [u32],
+) -> impl Iterator<Item = (&'a String, u32)> + 'a {
+    positions.iter().map(|&position| {
+        let position = position as usize;
+        (&member.channels[position], member.ids[position])
+    })
+}
+
+/// Offers a filtered subscription's values of the channels at `positions`, or nothing when
+/// there are none. What the reader will get is what the filter compares with next; values
+/// offered to a stream that has closed leave it as it was.
 fn send_passed(
     index: &mut FilterIndex<Member>,
     slot: Slot,
     positions: &[u32],
-    outcomes: &[Option<Outcome>],
+    tick: &Tick<'_>,
     at: Instant,
 ) {
     let Some(member) = index.meta(slot) else {
@@ -284,12 +336,10 @@ fn send_passed(
     if positions.is_empty() {
         return;
     }
-    let tail = event_tail(passed_body(member, positions, outcomes));
-    let pushed = member
-        .stream
-        .push_with_tail("values", &values_event_head(&member.id), &tail);
-    if pushed == Push::Queued {
-        let observe = |id: u32| Outcome::observed(Outcome::of(outcomes, id));
+    let values = Values::Tick(tick.values(passed_channels(member, positions)));
+    let pushed = member.stream.push_values(&member.id, values);
+    if counts_as_sent(pushed) {
+        let observe = |id: u32| observed(outcome_of(tick.outcomes, id));
         index.sent(slot, positions, observe, at);
     }
 }
@@ -316,7 +366,7 @@ fn plan(events: &Events, now: Instant) -> Plan {
     let mut next_of = |interval: Duration| match grid.iter().find(|(of, _)| *of == interval) {
         Some((_, point)) => *point,
         None => {
-            let point = next_point(events.epoch, interval, now);
+            let point = next_point(events.grid_origin, interval, now);
             grid.push((interval, point));
             point
         }
@@ -429,7 +479,9 @@ async fn read_channels(
     });
     for channel in numeric {
         if let Some(slot) = outcomes.get_mut(channel.id as usize) {
-            *slot = Some(Outcome::Error(numeric_result_error(&channel.name)));
+            *slot = Some(Arc::new(Outcome::Error(numeric_result_error(
+                &channel.name,
+            ))));
         }
     }
     if wanted.is_empty() {
@@ -480,7 +532,7 @@ async fn read_channels(
             Err(ItemError::Cancelled) => continue,
         };
         if let Some(slot) = outcomes.get_mut(channel.id as usize) {
-            *slot = Some(outcome);
+            *slot = Some(Arc::new(outcome));
         }
     }
     outcomes
@@ -493,69 +545,11 @@ fn numeric_result_error(name: &str) -> String {
     )
 }
 
-/// The `values` event's data for one subscription whose channels are numbered in order.
-#[cfg(test)]
-fn values_event(id: &str, channels: &[String], outcomes: &[Option<Outcome>]) -> String {
-    let pairs = channels
-        .iter()
-        .enumerate()
-        .map(|(number, name)| (name, Outcome::of(outcomes, number as u32)));
-    values_event_with(id, &values_body(pairs))
-}
-
-/// A `values` event's data from its subscription id and [`values_body`].
-#[cfg(test)]
-fn values_event_with(id: &str, body: &str) -> String {
-    values_event_head(id) + body
-}
-
-/// The start of a `values` event's data, up to what [`values_body`] writes: its subscription.
-fn values_event_head(id: &str) -> String {
-    let id = Json::String(id.to_owned());
-    format!("{{\"subscription\":{id},")
-}
-
-/// The text that ends a `values` event after its subscription ([`StreamSink::push_with_tail`]):
-/// `body` and the event's end.
-fn event_tail(body: String) -> Bytes {
-    let mut tail = body.into_bytes();
-    tail.extend_from_slice(b"\n\n");
-    Bytes::from(tail)
-}
-
-/// Everything of a `values` event but the subscription id: `"values":…,"ageMs":…,"errors":…}`,
-/// from each channel's name and outcome (`None`: not read).
-fn values_body<'a>(channels: impl Iterator<Item = (&'a String, Option<&'a Outcome>)>) -> String {
-    let mut values = Map::new();
-    let mut ages = Map::new();
-    let mut errors = Map::new();
-    for (name, outcome) in channels {
-        match outcome {
-            Some(Outcome::Value { text, age_ms, .. }) => {
-                values.insert(name.clone(), Json::String(text.clone()));
-                ages.insert(name.clone(), json!(age_ms));
-            }
-            Some(Outcome::Error(why)) => {
-                errors.insert(name.clone(), Json::String(why.clone()));
-            }
-            None => {
-                errors.insert(name.clone(), Json::String(NOT_READ.into()));
-            }
-        }
-    }
-    let errors = if errors.is_empty() {
-        Json::Null
-    } else {
-        Json::Object(errors)
-    };
-    let whole = json!({ "values": values, "ageMs": ages, "errors": errors }).to_string();
-    // `{"ageMs":…}` without its opening brace, to follow the subscription id.
-    whole[1..].to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value as Json, json};
+    use station_protocol::Value;
 
     #[test]
     fn grid_points_are_multiples_of_the_interval_strictly_after_now() {
@@ -580,34 +574,26 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_values_event_names_failures_and_says_null_without_them() {
-        let outcomes = vec![
-            Some(Outcome::Value {
-                value: Value::Integer(5),
-                text: "5".into(),
-                age_ms: 1.5,
-            }),
-            Some(Outcome::Error("timed out".into())),
-        ];
-        let data: Json =
-            serde_json::from_str(&values_event("s1", &["A".into(), "B".into()], &outcomes))
-                .unwrap();
-        assert_eq!(data["subscription"], "s1");
-        assert_eq!(data["values"], json!({ "A": "5" }));
-        assert_eq!(data["ageMs"], json!({ "A": 1.5 }));
-        assert_eq!(data["errors"], json!({ "B": "timed out" }));
-        let data: Json =
-            serde_json::from_str(&values_event("s1", &["A".into()], &outcomes)).unwrap();
-        assert!(data["errors"].is_null());
-    }
-
-    fn float(x: f64) -> Outcome {
-        Outcome::Value {
+    fn float(x: f64) -> Option<Arc<Outcome>> {
+        Some(Arc::new(Outcome::Value {
             value: Value::Float(x),
             text: x.to_string(),
             age_ms: 0.5,
-        }
+        }))
+    }
+
+    fn error(why: &str) -> Option<Arc<Outcome>> {
+        Some(Arc::new(Outcome::Error(why.into())))
+    }
+
+    fn sink() -> (Arc<StreamSink>, super::super::sse::StreamReceiver) {
+        let shape = super::super::sse::StreamShape {
+            epoch: 4000,
+            slot: 1,
+            event_limit: 8,
+            replay: 8,
+        };
+        StreamSink::new("stream".into(), shape)
     }
 
     /// A beat with one filtered subscription over channels A and B (numbers 0 and 1), joined
@@ -634,8 +620,8 @@ mod tests {
         (index, slot)
     }
 
-    fn send(index: &mut FilterIndex<Member>, at: Instant, outcomes: &[Option<Outcome>]) {
-        serve_beat(index, at, outcomes, &mut Vec::new());
+    fn send(index: &mut FilterIndex<Member>, at: Instant, outcomes: &[Option<Arc<Outcome>>]) {
+        serve_beat(index, at, &Tick::new(at, outcomes), &mut Vec::new());
     }
 
     /// The data of the next queued event, if any.
@@ -650,18 +636,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn subscriptions_to_the_same_channels_share_one_ticks_values_and_name_failures() {
+        let (first, mut first_receiver) = sink();
+        let (second, mut second_receiver) = sink();
+        let due = |id: &str, stream: &Arc<StreamSink>| Due {
+            id: id.into(),
+            stream: stream.clone(),
+            channels: vec!["A".to_owned(), "B".to_owned()].into(),
+            ids: vec![0, 1].into(),
+        };
+        // B not read: the gateway is shutting down.
+        let outcomes = vec![float(5.0), None];
+        send_plain(
+            &[due("s1", &first), due("s2", &second)],
+            &Tick::new(Instant::now(), &outcomes),
+        );
+        let one = next_data(&mut first_receiver).unwrap();
+        let two = next_data(&mut second_receiver).unwrap();
+        assert_eq!(one["subscription"], "s1");
+        assert_eq!(two["subscription"], "s2");
+        assert_eq!(one["values"], json!({ "A": "5" }));
+        assert_eq!(one["ageMs"], json!({ "A": 0.5 }));
+        assert_eq!(one["errors"], json!({ "B": NOT_READ }));
+        assert_eq!(one["values"], two["values"]);
+    }
+
+    #[tokio::test]
     async fn a_filtered_event_carries_only_what_passed_and_none_when_nothing_did() {
-        let (sink, mut receiver) = StreamSink::new("stream".into(), 8);
+        let (sink, mut receiver) = sink();
         let t0 = Instant::now();
         let tick = |k: u32| t0 + Duration::from_millis(100) * k;
         let (mut index, _) = filtered_beat(sink, 1.0, t0);
-        let mut outcomes = vec![Some(float(1.0)), Some(float(5.0))];
+        let mut outcomes = vec![float(1.0), float(5.0)];
         send(&mut index, tick(0), &outcomes);
         let first = next_data(&mut receiver).expect("the first values go out");
         assert_eq!(first["values"], json!({ "A": "1", "B": "5" }));
 
-        outcomes[0] = Some(float(1.5));
-        outcomes[1] = Some(float(6.5));
+        outcomes[0] = float(1.5);
+        outcomes[1] = float(6.5);
         send(&mut index, tick(1), &outcomes);
         let second = next_data(&mut receiver).expect("B moved by more than the band");
         assert_eq!(second["values"], json!({ "B": "6.5" }));
@@ -673,7 +685,7 @@ mod tests {
         assert!(next_data(&mut receiver).is_none());
 
         // A read error passes whatever the band; a channel not read counts as one.
-        outcomes[0] = Some(Outcome::Error("timed out".into()));
+        outcomes[0] = error("timed out");
         outcomes[1] = None;
         send(&mut index, tick(3), &outcomes);
         let third = next_data(&mut receiver).unwrap();
@@ -681,32 +693,40 @@ mod tests {
         assert_eq!(third["errors"], json!({ "A": "timed out", "B": NOT_READ }));
     }
 
+    /// A reader behind: what passes the deadband merges into its values still waiting, so
+    /// the last change of a channel is never lost (nothing may come after it until the value
+    /// moves again), and it counts as sent, since the reader will get it.
     #[tokio::test]
-    async fn an_event_dropped_for_a_slow_reader_is_not_counted_as_sent() {
-        let (sink, mut receiver) = StreamSink::new("stream".into(), 1);
+    async fn a_change_offered_to_a_reader_behind_merges_and_its_last_change_is_never_lost() {
+        let (sink, mut receiver) = sink();
         let t0 = Instant::now();
+        let tick = |k: u32| t0 + Duration::from_millis(100) * k;
         let (mut index, _) = filtered_beat(sink.clone(), 1.0, t0);
-        let outcomes = vec![Some(float(1.0)), Some(float(2.0))];
-        assert_eq!(sink.push("filler", "{}"), Push::Queued);
-        send(&mut index, t0, &outcomes); // dropped: the queue is full
-        assert!(next_data(&mut receiver).is_some(), "the filler");
-        send(&mut index, t0 + Duration::from_millis(100), &outcomes);
-        let data = next_data(&mut receiver).expect("sent again: the drop did not count");
-        assert_eq!(data["values"], json!({ "A": "1", "B": "2" }));
+        send(&mut index, tick(0), &[float(1.0), float(2.0)]);
+        send(&mut index, tick(1), &[float(1.2), float(4.0)]);
+        send(&mut index, tick(2), &[float(3.0), float(4.1)]);
+        // The reader takes its values now: one event, each channel's newest that passed.
+        let data = next_data(&mut receiver).expect("the merged values");
+        assert_eq!(data["values"], json!({ "A": "3", "B": "4" }));
+        assert!(next_data(&mut receiver).is_none(), "one event, not three");
+        assert!(sink.merged() >= 2);
+        // What the reader got is what the filter compares with: B at 4.1 is within the band.
+        send(&mut index, tick(3), &[float(3.0), float(4.1)]);
+        assert!(next_data(&mut receiver).is_none());
     }
 
     #[tokio::test]
     async fn a_subscription_is_not_served_by_its_beat_before_the_point_it_joined_from() {
-        let (sink, mut receiver) = StreamSink::new("stream".into(), 8);
+        let (sink, mut receiver) = sink();
         let t0 = Instant::now();
         let later = t0 + Duration::from_millis(200);
         let (mut index, slot) = filtered_beat(sink, 1.0, later);
-        let outcomes = vec![Some(float(1.0)), Some(float(2.0))];
+        let outcomes = vec![float(1.0), float(2.0)];
         send(&mut index, t0 + Duration::from_millis(100), &outcomes);
         assert!(next_data(&mut receiver).is_none(), "not due yet");
         // Its first values, off the grid, decided one by one.
         let mut positions = Vec::new();
-        let observe = |id: u32| Outcome::observed(Outcome::of(&outcomes, id));
+        let observe = |id: u32| observed(outcome_of(&outcomes, id));
         index.evaluate_member(slot, t0, observe, &mut positions);
         assert_eq!(positions, [0, 1]);
         send(&mut index, later, &outcomes);

@@ -16,8 +16,8 @@ use crate::stations::StationPaths;
 pub struct Stations {
     gateways: Vec<Arc<Gateway>>,
     paths: StationPaths,
-    /// The lab event streams open now.
-    pub(super) lab_streams: super::stream::OpenStreams,
+    /// The lab's event stream: its events, numbered once for every reader.
+    pub(super) lab_events: super::stream::LabEvents,
     /// The audit trail as the whole gateway writes it (its lines name no station).
     audit: crate::audit::AuditLog,
 }
@@ -42,7 +42,7 @@ impl Stations {
         Stations {
             gateways,
             paths,
-            lab_streams: super::stream::OpenStreams::default(),
+            lab_events: super::stream::LabEvents::default(),
             audit,
         }
     }
