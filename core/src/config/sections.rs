@@ -452,7 +452,7 @@ impl Default for EventsConfig {
             stream_queue: 64,
             subscription_ttl_ms: 60_000,
             resume_grace_ms: 30_000,
-            replay_events: 16,
+            replay_events: 8,
             ranges: Default::default(),
         }
     }
