@@ -328,7 +328,7 @@ async fn a_reader_that_cannot_keep_up_is_closed_with_a_last_event_saying_why() -
     let mut stuck = socket.connect(rig.gateway.http_addr).await?;
     stuck
         .write_all(
-            b"GET /api/events HTTP/1.1\r\nHost: gateway\r\nAccept: text/event-stream\r\n\r\n",
+            b"GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n",
         )
         .await?;
     let mut received = Vec::new();
