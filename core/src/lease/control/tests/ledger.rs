@@ -1,0 +1,293 @@
+//! The control lease's side of the station's ledger, on a memory store and paused time: what a
+//! restart reads before its link meets the station, what it takes over from another control
+//! lease, an unreadable record, the doubts it inherits, and what each lease's start and end
+//! write.
+
+use super::*;
+use crate::lease::control::state::{LockDelayWhy, StoredLockDelay};
+use crate::lease::ledger::{RECORD_TTL, StationDuties, record_name};
+use crate::lease::store::LeaseStore;
+
+const STATION: &str = "HVS-3 ESH1";
+const LOCK_DELAY: Duration = Duration::from_secs(5);
+
+/// A control lease named `name` on `store` that keeps the station's ledger, resumed.
+async fn resumed(name: &str, store: &Arc<MemoryLeaseStore>) -> Arc<ControlLease> {
+    let (events, _) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(store.clone(), name, events)
+            .with_end_timing(LeaseEndTiming {
+                lock_delay: LOCK_DELAY,
+                ..LeaseEndTiming::default()
+            })
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    lease
+}
+
+/// The station `identity`'s record as the store keeps it now.
+async fn record_of(store: &MemoryLeaseStore, identity: &str) -> Option<StationDuties> {
+    let record = store.current(&record_name(identity)).await.unwrap()?;
+    Some(StationDuties::decode(&record.owner, record.expires_in).unwrap())
+}
+
+fn delay(after: &str, left: Duration) -> StoredLockDelay {
+    StoredLockDelay {
+        after: after.into(),
+        fence: 3,
+        why: LockDelayWhy::ChangesInDoubt,
+        left,
+    }
+}
+
+fn refused_lock_delay(answer: Result<LeaseAnswer, LeaseError>) -> (String, Duration) {
+    match answer {
+        Err(LeaseError::LockDelay { after, wait, .. }) => (after, wait),
+        other => panic!("not refused the lock-delay: {other:?}"),
+    }
+}
+
+async fn take(lease: &Arc<ControlLease>, owner: &str) -> Result<LeaseAnswer, LeaseError> {
+    lease.acquire(owner.into(), TTL, None, Duration::ZERO).await
+}
+
+/// Two control leases on one store, each serving its own station, each record a lock-delay;
+/// restarted, each knows its own station's duties before its link meets the station (the
+/// station it served last is kept beside its lease), never the other's.
+#[tokio::test(start_paused = true)]
+async fn a_restart_knows_its_own_stations_ledger_before_its_link_meets_it() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    for (name, station, owner) in [
+        ("control:a", "STATION A", "A"),
+        ("control:b", "STATION B", "B"),
+    ] {
+        let lease = resumed(name, &store).await;
+        lease.adopt_station(station).await.unwrap();
+        let left = if owner == "A" {
+            LOCK_DELAY
+        } else {
+            LOCK_DELAY * 2
+        };
+        lease.store_end(Some(delay(owner, left))).await;
+    }
+    let a = resumed("control:a", &store).await;
+    let b = resumed("control:b", &store).await;
+    assert_eq!(a.station_served().as_deref(), Some("station a"));
+    assert_eq!(
+        refused_lock_delay(take(&a, "C").await),
+        ("A's lease".to_owned(), LOCK_DELAY)
+    );
+    assert_eq!(
+        refused_lock_delay(take(&b, "C").await),
+        ("B's lease".to_owned(), LOCK_DELAY * 2)
+    );
+}
+
+/// A record another control lease wrote since (another gateway served the station) is not
+/// taken over at start: only the gateway that owns the station may end that lease. Until the
+/// link meets the station no lease is granted; then its duties are taken over, its live lease
+/// ended, and the next holder waits the whole lock-delay.
+#[tokio::test(start_paused = true)]
+async fn a_record_of_another_control_lease_waits_for_the_link_to_meet_the_station() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let ours = resumed("control:ours", &store).await;
+    ours.adopt_station(STATION).await.unwrap();
+    drop(ours);
+    let theirs = resumed("control:theirs", &store).await;
+    theirs.adopt_station(STATION).await.unwrap();
+    take(&theirs, "T").await.unwrap();
+    drop(theirs);
+    let ours = resumed("control:ours", &store).await;
+    assert!(
+        matches!(
+            take(&ours, "B").await,
+            Err(LeaseError::StationNotMet { .. })
+        ),
+        "the other lease's record is not taken over before the link meets the station"
+    );
+    assert!(store.current("control:theirs").await.unwrap().is_some());
+    ours.adopt_station(STATION).await.unwrap();
+    assert!(
+        store.current("control:theirs").await.unwrap().is_none(),
+        "T's lease, of the other control lease, is ended in the store"
+    );
+    let (after, wait) = refused_lock_delay(take(&ours, "B").await);
+    assert_eq!((after.as_str(), wait), ("T's lease", LOCK_DELAY));
+    assert_eq!(
+        record_of(&store, STATION).await.map(|record| record.lease),
+        Some("control:ours".to_owned()),
+        "the record names the control lease that serves the station now"
+    );
+}
+
+/// A record this version cannot read owes all it might: the next holder waits the whole
+/// lock-delay, after "an unknown holder".
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_record_makes_the_next_holder_wait_the_whole_lock_delay() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    store
+        .try_acquire(
+            &record_name(STATION),
+            AcquireRequest::new("not a record".to_owned(), RECORD_TTL),
+        )
+        .await
+        .unwrap();
+    let lease = resumed("control:test", &store).await;
+    lease.adopt_station(STATION).await.unwrap();
+    let (after, wait) = refused_lock_delay(take(&lease, "B").await);
+    assert_eq!(
+        (after.as_str(), wait),
+        ("an unknown holder's lease", LOCK_DELAY)
+    );
+}
+
+/// A lease's start records its end as pending, and the safe state it would owe only when one
+/// is configured; a clean release records neither any more.
+#[tokio::test(start_paused = true)]
+async fn a_lease_records_its_end_pending_while_held_and_its_release_clears_it() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let lease = resumed("control:test", &store).await;
+    lease.adopt_station(STATION).await.unwrap();
+    let held = take(&lease, "A").await.unwrap();
+    let record = record_of(&store, STATION)
+        .await
+        .expect("a record while held");
+    assert_eq!(record.end_pending.as_deref(), Some("A"));
+    assert_eq!(record.safe_state_owed, None, "no safe state is configured");
+    lease.release(&held.lease_id).await.unwrap();
+    assert_eq!(
+        record_of(&store, STATION).await,
+        None,
+        "nothing owed after a clean release: no record"
+    );
+}
+
+/// With a safe state configured, the record says it is owed while the lease is held, and a
+/// release (which owes none) clears it.
+#[tokio::test(start_paused = true)]
+async fn a_safe_state_owed_is_recorded_while_held_and_cleared_when_the_lease_ends_owing_none() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let (events, _) = broadcast::channel(64);
+    let link = started_link();
+    let lease = Arc::new(
+        ControlLease::new(store.clone(), "control:test", events)
+            .with_end_timing(LeaseEndTiming {
+                lock_delay: LOCK_DELAY,
+                ..LeaseEndTiming::default()
+            })
+            .with_safe_state(
+                link.clone(),
+                vec![crate::config::SafeWrite {
+                    channel: "ON1".into(),
+                    value: "False".into(),
+                }],
+            )
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    lease.adopt_station(STATION).await.unwrap();
+    let held = take(&lease, "A").await.unwrap();
+    let record = record_of(&store, STATION).await.unwrap();
+    assert_eq!(record.safe_state_owed.as_deref(), Some("A"));
+    lease.release(&held.lease_id).await.unwrap();
+    assert_eq!(record_of(&store, STATION).await, None);
+}
+
+/// A recorded lock-delay is replaced only by one that lasts longer.
+#[tokio::test(start_paused = true)]
+async fn a_recorded_lock_delay_is_replaced_only_by_a_longer_one() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let lease = resumed("control:test", &store).await;
+    lease.adopt_station(STATION).await.unwrap();
+    let recorded = |store: Arc<MemoryLeaseStore>| async move {
+        record_of(&store, STATION)
+            .await
+            .and_then(|record| record.lock_delay)
+            .map(|delay| (delay.after, delay.left))
+    };
+    lease
+        .store_end(Some(delay("A", Duration::from_secs(8))))
+        .await;
+    lease
+        .store_end(Some(delay("B", Duration::from_secs(2))))
+        .await;
+    assert_eq!(
+        recorded(store.clone()).await,
+        Some(("A".to_owned(), Duration::from_secs(8)))
+    );
+    lease
+        .store_end(Some(delay("C", Duration::from_secs(8))))
+        .await;
+    assert_eq!(
+        recorded(store.clone()).await,
+        Some(("A".to_owned(), Duration::from_secs(8))),
+        "one as long changes nothing"
+    );
+    lease
+        .store_end(Some(delay("D", Duration::from_secs(9))))
+        .await;
+    assert_eq!(
+        recorded(store.clone()).await,
+        Some(("D".to_owned(), Duration::from_secs(9)))
+    );
+}
+
+/// A change another control lease left in doubt at the station (recorded with the time it may
+/// still land) holds the next grant until that time has passed.
+#[tokio::test(start_paused = true)]
+async fn an_inherited_doubt_holds_the_next_grant_until_it_can_no_longer_land() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let record = StationDuties {
+        doubts: vec![crate::lease::ledger::RecordedDoubt {
+            fence: 9,
+            left: Duration::from_secs(3),
+        }],
+        ..StationDuties::none("control:other")
+    };
+    store
+        .try_acquire(
+            &record_name(STATION),
+            AcquireRequest::new(record.encode(), RECORD_TTL),
+        )
+        .await
+        .unwrap();
+    let (events, _) = broadcast::channel(64);
+    let link = started_link();
+    let lease = Arc::new(
+        ControlLease::new(store.clone(), "control:test", events)
+            .with_safe_state(link, Vec::new())
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    lease.adopt_station(STATION).await.unwrap();
+    let asked = tokio::time::Instant::now();
+    let granted = lease
+        .acquire("B".into(), TTL, None, Duration::from_secs(30))
+        .await;
+    assert!(granted.is_ok(), "{granted:?}");
+    assert!(
+        asked.elapsed() >= Duration::from_secs(3),
+        "granted {:?} after the ledger was read, while the inherited change could still land",
+        asked.elapsed()
+    );
+}
+
+/// A link task running against a station it never reaches (a settle waits on its doubts).
+fn started_link() -> LinkHandle {
+    let settings = crate::link::LinkSettings {
+        url: crate::link::StationUrl::parse("tcp://127.0.0.1:1").unwrap(),
+        request_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        reconnect_min: Duration::from_millis(100),
+        reconnect_max: Duration::from_millis(100),
+        max_names_per_read: 64,
+        coalesce_quiet: Duration::ZERO,
+        coalesce_max: Duration::ZERO,
+        queue_depth: 8,
+        client_name: "ledger test".into(),
+    };
+    let (task, link) = crate::link::LinkTask::new(settings);
+    tokio::spawn(task.run(CancellationToken::new()));
+    link
+}
