@@ -178,7 +178,7 @@ async fn a_safe_state_owed_is_recorded_while_held_and_cleared_when_the_lease_end
             })
             .with_safe_state(
                 link.clone(),
-                vec![crate::config::SafeWrite {
+                vec![SafeWrite {
                     channel: "ON1".into(),
                     value: "False".into(),
                 }],
@@ -287,7 +287,7 @@ fn started_link() -> LinkHandle {
         queue_depth: 8,
         client_name: "ledger test".into(),
     };
-    let (task, link) = crate::link::LinkTask::new(settings);
+    let (task, link) = LinkTask::new(settings);
     tokio::spawn(task.run(CancellationToken::new()));
     link
 }
