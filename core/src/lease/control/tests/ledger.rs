@@ -261,7 +261,7 @@ async fn an_inherited_doubt_holds_the_next_grant_until_it_can_no_longer_land() {
     );
     lease.resume().await.unwrap();
     lease.adopt_station(STATION).await.unwrap();
-    let asked = tokio::time::Instant::now();
+    let asked = Instant::now();
     let granted = lease
         .acquire("B".into(), TTL, None, Duration::from_secs(30))
         .await;
@@ -287,7 +287,7 @@ fn started_link() -> LinkHandle {
         queue_depth: 8,
         client_name: "ledger test".into(),
     };
-    let (task, link) = LinkTask::new(settings);
+    let (task, link) = crate::link::LinkTask::new(settings);
     tokio::spawn(task.run(CancellationToken::new()));
     link
 }
