@@ -64,6 +64,13 @@ pub async fn acquire(
     let (owner, ttl) = body.typed::<LeaseAcquireRequest>()?.owner_and_ttl()?;
     let ttl = ttl.unwrap_or(DEFAULT_TTL);
     let wait = wait(query)?;
+    // A lease is for changing the station: a station whose link stands by because another
+    // gateway (or another station of this one) serves it, and which has never read its ledger,
+    // grants none now, and says who serves it; one asked to wait waits in line (it is served
+    // once this gateway serves the station and knows what it is owed).
+    if wait.is_zero() && gateway.lease.station_served().is_none() {
+        gateway.owns_link()?;
+    }
     let answer = gateway
         .lease
         .acquire_unless(owner, ttl, presented, wait, client_ended)

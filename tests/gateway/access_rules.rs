@@ -906,6 +906,9 @@ async fn a_configuration_file_load_is_judged_by_the_write_rules_and_their_interl
     .unwrap();
     let lease = operator_lease(&rig).await;
     assert!(rig.sim.set_input(DOOR, Value::Bool(false)));
+    // The gateway has seen the door open (an interlock is judged on a value at most its
+    // max_age old, which the interlock watcher keeps fresh).
+    rig.gateway.link().read(vec![DOOR.into()]).await.unwrap();
     rig.sim.clear_write_log();
 
     let (status, body) = set(&rig, OPERATOR, ON1, "True", Some(&lease)).await;
