@@ -291,3 +291,69 @@ fn started_link() -> LinkHandle {
     tokio::spawn(task.run(CancellationToken::new()));
     link
 }
+
+/// After a crash this gateway took its link back from (its own link-owner lease, with its
+/// state file), whatever the crashed run had at the station holds the next grant for the
+/// longest processing.
+#[tokio::test(start_paused = true)]
+async fn after_a_crash_the_next_grant_waits_the_longest_processing() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let (events, _) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(store.clone(), "control:test", events)
+            .with_safe_state(started_link(), Vec::new())
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    lease.adopt_station(STATION).await.unwrap();
+    lease.after_a_crash(Duration::from_secs(2)).await;
+    let asked = Instant::now();
+    lease
+        .acquire("B".into(), TTL, None, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        asked.elapsed() >= Duration::from_secs(2),
+        "granted {:?} after a crash restart, while the crashed run's change could still land",
+        asked.elapsed()
+    );
+}
+
+/// At a clean stop what is still at the station goes into its ledger — only while this
+/// process still owns the station's link — so that whoever serves it next waits for it.
+#[tokio::test(start_paused = true)]
+async fn a_clean_stop_records_what_is_still_at_the_station_only_while_it_owns_the_link() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let link = started_link();
+    let (events, _) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(store.clone(), "control:test", events)
+            .with_safe_state(link.clone(), Vec::new())
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    lease.adopt_station(STATION).await.unwrap();
+    link.inherit_doubts(vec![crate::link::Doubt {
+        fence: 4,
+        until: Instant::now() + Duration::from_secs(3),
+    }])
+    .await;
+    let mut doubts = link.watch_doubts();
+    doubts.wait_for(|doubts| !doubts.is_empty()).await.unwrap();
+    let limit = Duration::from_secs(1);
+    lease.flush_ledger(false, limit).await;
+    assert_eq!(
+        record_of(&store, STATION).await,
+        None,
+        "a process that no longer owns the link writes nothing"
+    );
+    lease.flush_ledger(true, limit).await;
+    let record = record_of(&store, STATION)
+        .await
+        .expect("the change recorded");
+    assert_eq!(record.doubts.len(), 1);
+    assert_eq!(
+        (record.doubts[0].fence, record.doubts[0].left),
+        (4, Duration::from_secs(3))
+    );
+}
