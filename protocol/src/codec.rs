@@ -5,12 +5,12 @@
 //! first error, and a serial line full of noise must keep working. What it drops is counted in
 //! [`CodecStats`] instead.
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::frame::{
-    FRAME_CRC, FrameError, HEADER_CRC, HEADER_LEN, MAX_PAYLOAD, PROTOCOL_VERSION, RawFrame, SYNC,
-    TRAILER_LEN,
+    FRAME_CRC, HEADER_CRC, HEADER_LEN, MAX_PAYLOAD, PROTOCOL_VERSION, RawFrame, SYNC, TRAILER_LEN,
+    encode_frame,
 };
 
 /// What the decoder has seen and dropped since it was made.
@@ -115,27 +115,6 @@ impl Decoder for StationCodec {
     }
 }
 
-/// Appends `frame`'s wire bytes to `dst`.
-pub(crate) fn encode_frame(frame: &RawFrame, dst: &mut BytesMut) -> Result<(), FrameError> {
-    let payload_len = frame.payload.len();
-    if payload_len > MAX_PAYLOAD {
-        return Err(FrameError::PayloadTooLarge(payload_len));
-    }
-    dst.reserve(HEADER_LEN + payload_len + TRAILER_LEN);
-    let start = dst.len();
-    dst.put_slice(&SYNC);
-    dst.put_u8(PROTOCOL_VERSION);
-    dst.put_u8(frame.opcode);
-    dst.put_u32(frame.request_id);
-    dst.put_u16(payload_len as u16);
-    let header_crc = HEADER_CRC.checksum(&dst[start + 2..start + 10]);
-    dst.put_u16(header_crc);
-    dst.put_slice(&frame.payload);
-    let frame_crc = FRAME_CRC.checksum(&dst[start + 2..]);
-    dst.put_u32(frame_crc);
-    Ok(())
-}
-
 impl Encoder<RawFrame> for StationCodec {
     type Error = std::io::Error;
 
@@ -161,7 +140,7 @@ mod tests {
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
     use super::*;
-    use crate::frame::{MAX_FRAME, Opcode};
+    use crate::frame::{FrameError, MAX_FRAME, Opcode};
     use crate::message::{Request, Response};
     use crate::spec_examples::{SpecMessage, spec_examples};
 

@@ -12,7 +12,7 @@
 //! 12+n   4     frame CRC       CRC-32/ISO-HDLC of bytes 2..12+n
 //! ```
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use crc::{CRC_16_IBM_3740, CRC_32_ISO_HDLC, Crc};
 
 /// The two bytes every frame starts with.
@@ -126,10 +126,31 @@ impl RawFrame {
 
     /// The frame's bytes on the wire.
     pub fn to_bytes(&self) -> Result<Vec<u8>, FrameError> {
-        let mut out = bytes::BytesMut::new();
-        crate::codec::encode_frame(self, &mut out)?;
+        let mut out = BytesMut::new();
+        encode_frame(self, &mut out)?;
         Ok(out.to_vec())
     }
+}
+
+/// Appends `frame`'s wire bytes to `dst`.
+pub(crate) fn encode_frame(frame: &RawFrame, dst: &mut BytesMut) -> Result<(), FrameError> {
+    let payload_len = frame.payload.len();
+    if payload_len > MAX_PAYLOAD {
+        return Err(FrameError::PayloadTooLarge(payload_len));
+    }
+    dst.reserve(HEADER_LEN + payload_len + TRAILER_LEN);
+    let start = dst.len();
+    dst.put_slice(&SYNC);
+    dst.put_u8(PROTOCOL_VERSION);
+    dst.put_u8(frame.opcode);
+    dst.put_u32(frame.request_id);
+    dst.put_u16(payload_len as u16);
+    let header_crc = HEADER_CRC.checksum(&dst[start + 2..start + 10]);
+    dst.put_u16(header_crc);
+    dst.put_slice(&frame.payload);
+    let frame_crc = FRAME_CRC.checksum(&dst[start + 2..]);
+    dst.put_u32(frame_crc);
+    Ok(())
 }
 
 /// Why a frame could not be built.
