@@ -27,6 +27,7 @@ mod owner_gate;
 mod read_queue;
 mod session;
 mod settings;
+mod state;
 mod task;
 mod transport;
 

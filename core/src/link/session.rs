@@ -415,21 +415,6 @@ impl Session {
     }
 }
 
-impl InFlightKind {
-    /// Answers a change or passed-through request with `error`; other kinds have no caller.
-    pub(super) fn fail(self, error: LinkError) {
-        match self {
-            InFlightKind::Change { reply, .. } | InFlightKind::Pass { reply } => {
-                let _ = reply.send(Err(error));
-            }
-            InFlightKind::Stream { parts } => {
-                let _ = parts.send(Err(error));
-            }
-            _ => {}
-        }
-    }
-}
-
 /// Whether `response` is of the kind that answers `entry`'s request.
 fn check_kind(entry: &InFlight, response: &Response) -> Result<(), ProtocolError> {
     let answered = response.opcode();

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::LinkHandle;
 use super::command::{Command, Settled};
-use super::connection::{Connection, Settling, Shared};
+use super::connection::{Connection, Shared};
 use super::doubts::DoubtBook;
 use super::error::{LinkDown, LinkError};
 use super::handshake::{self, Connected};
@@ -25,6 +25,7 @@ use super::info::{ChannelTable, LinkEvent, LinkStats, PublishedInfo, StationInfo
 use super::owner_gate::OwnerGate;
 use super::read_queue::CoalescePolicy;
 use super::settings::LinkSettings;
+use super::state::Settling;
 use crate::cache::ValueCache;
 use crate::config::MAX_PROCESSING_PER_TIMEOUT;
 
