@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http::HttpConnection;
 use crate::report::{Row, Verdict, megabytes, thousands};
-use crate::scenarios::{Bench, CpuSpan, EventStream, body, median};
+use crate::scenarios::fanout::EventStream;
+use crate::scenarios::{Bench, CpuSpan, body, median};
 use hyper::Method;
 
 const STREAMS: usize = 500;

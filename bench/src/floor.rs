@@ -666,9 +666,10 @@ mod tests {
             .unwrap();
         let channels = ["A.one", "B.two"];
         let subscription = serde_json::json!({ "Channels": channels, "IntervalMs": 20 });
-        let (mut stream, ids) = crate::scenarios::EventStream::subscribed(addr, &[subscription])
-            .await
-            .unwrap();
+        let (mut stream, ids) =
+            crate::scenarios::fanout::EventStream::subscribed(addr, &[subscription])
+                .await
+                .unwrap();
         let started = Instant::now();
         for _ in 0..3 {
             let (kind, data) = stream.next_event().await.unwrap();

@@ -8,10 +8,12 @@
 mod bus;
 mod child;
 mod deadband;
+mod event_reader;
 mod floor;
 mod http;
 mod lab;
 mod load;
+mod reconnects;
 mod report;
 mod sampling;
 mod scenarios;
@@ -376,7 +378,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         if wants("reconnects") {
             step(&mut rows, "reconnects", async {
-                Ok(slow_readers::reconnects(&bench).await)
+                Ok(reconnects::reconnects(&bench).await)
             })
             .await;
         }
@@ -387,7 +389,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if wants("serial") {
         step(&mut rows, "serial", async {
-            Ok(scenarios::serial(&simulator, &binary, &names[0], bounds, &gateway_env).await)
+            Ok(
+                scenarios::serial::serial(&simulator, &binary, &names[0], bounds, &gateway_env)
+                    .await,
+            )
         })
         .await;
     }

@@ -1,4 +1,4 @@
-//! Scenarios 5d and 5e: an event stream that never leaves a reader silently wrong.
+//! Scenario 5d, slow readers: an event stream that never leaves a reader silently wrong.
 //!
 //! 5d, slow readers: 1 000 streams (`--streams`), each subscribed to 10 channels at 100 ms,
 //! eight of them set points the harness moves all along; in one run every reader keeps up, in
@@ -9,12 +9,9 @@
 //! once the set points are set one last time, how long until every slow reader shows exactly
 //! the station's values.
 //!
-//! 5e, reconnects: a reader that goes away for 1 s, for 10 s, and one whose gateway restarts,
-//! each reconnecting with the id of the last event it read: how many events it missed (0,
-//! every one of them sent again), or the explicit `gap` and `snapshot` it got; never silence.
-//!
-//! The readers are plain sockets parsing the chunked `text/event-stream` themselves, so that a
-//! slow one holds no more than its receive buffer and its own few bytes.
+//! The readers are plain sockets parsing the chunked `text/event-stream` themselves
+//! (`event_reader.rs`), so that a slow one holds no more than its receive buffer and its own
+//! few bytes. Scenario 5e, reconnects, is in `reconnects.rs`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,10 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use bytes::{Buf, BytesMut};
 use serde_json::{Value as Json, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{GatewayProcess, rss_of};
@@ -34,7 +28,7 @@ use crate::http::HttpConnection;
 use crate::report::{Row, Verdict, megabytes};
 use crate::scenarios::{Bench, CpuSpan, body, median, wait_until_serving};
 
-const INTERVAL_MS: u64 = 100;
+use crate::event_reader::{INTERVAL_MS, opened};
 /// One reader in this many is slow.
 const SLOW_ONE_IN: usize = 3;
 /// A slow reader takes one event this often: ten times slower than its subscription sends.
@@ -58,185 +52,8 @@ const SET_POINTS: [&str; 8] = [
 ];
 const MONITORS: [&str; 2] = ["0.1.ESH10000158.MON_3V3", "0.4.ESH10000662.VMON1"];
 
-/// One server-sent event as read.
-#[derive(Debug, Clone)]
-pub struct ReadEvent {
-    pub id: Option<u64>,
-    pub name: String,
-    pub data: String,
-}
-
-/// `GET /api/events` on a socket of its own, read as it comes: the chunked body decoded and
-/// split into events, comments (pings) skipped.
-pub struct RawEvents {
-    stream: TcpStream,
-    /// Bytes read and not yet decoded.
-    raw: BytesMut,
-    /// The decoded body not yet split into events.
-    body: BytesMut,
-    /// The most bytes one read takes from the socket.
-    read_size: usize,
-    ended: bool,
-}
-
-impl RawEvents {
-    /// Opens the stream (with `Last-Event-ID: resume` when given), reading `read_size` bytes at
-    /// most at a time through a receive buffer of `receive_buffer` bytes when given.
-    pub async fn open(
-        addr: SocketAddr,
-        receive_buffer: Option<u32>,
-        read_size: usize,
-        resume: Option<u64>,
-    ) -> anyhow::Result<RawEvents> {
-        let socket = TcpSocket::new_v4()?;
-        if let Some(size) = receive_buffer {
-            socket.set_recv_buffer_size(size)?;
-        }
-        let mut stream = socket
-            .connect(addr)
-            .await
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        stream.set_nodelay(true)?;
-        let resume = resume
-            .map(|id| format!("Last-Event-ID: {id}\r\n"))
-            .unwrap_or_default();
-        let request = format!(
-            "GET /api/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{resume}\r\n"
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = BytesMut::with_capacity(read_size.max(1024));
-        let head_end = loop {
-            if let Some(at) = find(&raw, b"\r\n\r\n") {
-                break at;
-            }
-            let mut chunk = vec![0u8; read_size.max(1024)];
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                bail!("the gateway closed the connection before answering");
-            }
-            raw.extend_from_slice(&chunk[..n]);
-        };
-        let head = String::from_utf8_lossy(&raw[..head_end]).to_string();
-        raw.advance(head_end + 4);
-        if !head.starts_with("HTTP/1.1 200") {
-            bail!("GET /api/events: {}", head.lines().next().unwrap_or(""));
-        }
-        if !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            bail!("the event stream is not chunked: {head}");
-        }
-        Ok(RawEvents {
-            stream,
-            raw,
-            body: BytesMut::new(),
-            read_size,
-            ended: false,
-        })
-    }
-
-    /// Moves every whole chunk of `raw` into `body`.
-    fn decode(&mut self) {
-        loop {
-            let Some(line_end) = find(&self.raw, b"\r\n") else {
-                return;
-            };
-            let size_text = String::from_utf8_lossy(&self.raw[..line_end]);
-            let size_text = size_text.split(';').next().unwrap_or("").trim();
-            let Ok(size) = usize::from_str_radix(size_text, 16) else {
-                self.ended = true;
-                return;
-            };
-            if size == 0 {
-                self.ended = true;
-                return;
-            }
-            if self.raw.len() < line_end + 2 + size + 2 {
-                return;
-            }
-            self.raw.advance(line_end + 2);
-            let chunk = self.raw.split_to(size);
-            self.body.extend_from_slice(&chunk);
-            self.raw.advance(2);
-        }
-    }
-
-    /// The next event; `None` once the stream ended.
-    pub async fn next(&mut self) -> anyhow::Result<Option<ReadEvent>> {
-        loop {
-            self.decode();
-            if let Some(end) = find(&self.body, b"\n\n") {
-                let block = self.body.split_to(end + 2);
-                let text = String::from_utf8_lossy(&block);
-                let (mut id, mut name, mut data) = (None, String::from("message"), String::new());
-                for line in text.lines() {
-                    if line.starts_with(':') {
-                        continue;
-                    }
-                    let (key, value) = line.split_once(':').unwrap_or((line, ""));
-                    let value = value.strip_prefix(' ').unwrap_or(value);
-                    match key {
-                        "id" => id = value.parse().ok(),
-                        "event" => name = value.to_owned(),
-                        "data" => data.push_str(value),
-                        _ => {}
-                    }
-                }
-                if data.is_empty() {
-                    continue;
-                }
-                return Ok(Some(ReadEvent { id, name, data }));
-            }
-            if self.ended {
-                return Ok(None);
-            }
-            let mut chunk = vec![0u8; self.read_size];
-            let n = self.stream.read(&mut chunk).await?;
-            if n == 0 {
-                return Ok(None);
-            }
-            self.raw.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
-}
-
-/// Subscribes stream `stream_id` to `channels` at 100 ms.
-async fn subscribe(addr: SocketAddr, stream_id: &str, channels: &[&str]) -> anyhow::Result<()> {
-    let mut control = HttpConnection::open(addr).await?;
-    let request = json!({ "StreamId": stream_id, "Channels": channels, "IntervalMs": INTERVAL_MS });
-    control.post("/api/subscriptions", &body(request)).await?;
-    Ok(())
-}
-
-/// A stream past its `hello`, subscribed to `channels`: the stream and its `streamId`.
-async fn opened(
-    addr: SocketAddr,
-    channels: &[&str],
-    receive_buffer: Option<u32>,
-    read_size: usize,
-) -> anyhow::Result<(RawEvents, String)> {
-    let mut events = RawEvents::open(addr, receive_buffer, read_size, None).await?;
-    let hello = tokio::time::timeout(Duration::from_secs(10), events.next())
-        .await
-        .context("no hello within 10 s")??
-        .context("the stream ended before its hello")?;
-    let data: Json = serde_json::from_str(&hello.data)?;
-    let stream_id = data["streamId"]
-        .as_str()
-        .context("hello has no streamId")?
-        .to_owned();
-    subscribe(addr, &stream_id, channels).await?;
-    Ok((events, stream_id))
-}
-
-fn channels() -> Vec<&'static str> {
+/// Every channel a reader subscribes to: the set points the harness moves, then the monitors.
+pub(crate) fn channels() -> Vec<&'static str> {
     SET_POINTS.iter().chain(MONITORS.iter()).copied().collect()
 }
 
@@ -718,183 +535,6 @@ fn judged(without: &[Run], with: &[Run]) -> Row {
         with.iter().map(|run| run.slow_events).collect::<Vec<_>>()
     ));
     row
-}
-
-/// How a reader that reconnected was served.
-struct Reconnected {
-    /// `hello` said the stream was resumed (same stream, subscriptions kept).
-    resumed: bool,
-    /// Ids skipped without a gap event: events missed silently.
-    silently_missed: u64,
-    /// The `gap` event, if one came: reason, lost.
-    gap: Option<(String, Option<u64>)>,
-    snapshot: bool,
-    /// From the reconnection to its first values (subscribed again on a new stream).
-    first_values_after: Duration,
-}
-
-/// Reads `reader`'s events for `read_for`; the id of the last event it read.
-async fn read_for(events: &mut RawEvents, read_for: Duration) -> anyhow::Result<u64> {
-    let until = Instant::now() + read_for;
-    let mut last = 0;
-    while Instant::now() < until {
-        match tokio::time::timeout_at(until.into(), events.next()).await {
-            Err(_) => break,
-            Ok(next) => {
-                let event = next?.context("the stream ended")?;
-                if let Some(id) = event.id {
-                    last = id;
-                }
-            }
-        }
-    }
-    anyhow::ensure!(last != 0, "no event with an id in {read_for:?}");
-    Ok(last)
-}
-
-/// Reconnects with `last` and reads until the first values: what it was told.
-async fn reconnect(addr: SocketAddr, last: u64) -> anyhow::Result<(Reconnected, RawEvents)> {
-    let started = Instant::now();
-    let mut events = RawEvents::open(addr, None, 64 * 1024, Some(last)).await?;
-    let mut seen = Reconnected {
-        resumed: false,
-        silently_missed: 0,
-        gap: None,
-        snapshot: false,
-        first_values_after: Duration::ZERO,
-    };
-    let mut expected = last + 1;
-    let mut new_stream = false;
-    let mut stream_id = String::new();
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
-            .await
-            .context("no event within 10 s of the reconnection")??
-            .context("the stream ended")?;
-        match event.name.as_str() {
-            "hello" => {
-                let data: Json = serde_json::from_str(&event.data)?;
-                seen.resumed = data["resumed"] == json!(true);
-                stream_id = data["streamId"].as_str().unwrap_or("").to_owned();
-                if let Some(id) = event.id {
-                    // A new stream: its ids start afresh.
-                    new_stream = true;
-                    expected = id + 1;
-                }
-                continue;
-            }
-            "gap" => {
-                let data: Json = serde_json::from_str(&event.data)?;
-                seen.gap = Some((
-                    data["reason"].as_str().unwrap_or("").to_owned(),
-                    data["lost"].as_u64(),
-                ));
-            }
-            "snapshot" => {
-                seen.snapshot = true;
-                // A new stream (the old one ended, or the gateway restarted): subscribe again,
-                // as a client told `subscriptions: "ended"` does.
-                if new_stream {
-                    subscribe(addr, &stream_id, &channels()).await?;
-                }
-            }
-            _ => {}
-        }
-        if let Some(id) = event.id {
-            if id > expected && seen.gap.is_none() {
-                seen.silently_missed += id - expected;
-            }
-            expected = id + 1;
-        }
-        if event.name == "values" {
-            seen.first_values_after = started.elapsed();
-            break;
-        }
-    }
-    Ok((seen, events))
-}
-
-fn describe(case: &str, seen: &Reconnected) -> String {
-    match &seen.gap {
-        None => format!(
-            "{case}: resumed {}, {} events missed silently, first values {:.1} ms after reconnecting",
-            if seen.resumed { "yes" } else { "NO" },
-            seen.silently_missed,
-            seen.first_values_after.as_secs_f64() * 1000.0
-        ),
-        Some((reason, lost)) => format!(
-            "{case}: gap ({reason}{}) and {}, {} events missed silently, first values {:.1} ms after reconnecting",
-            lost.map(|lost| format!(", {lost} events lost"))
-                .unwrap_or_default(),
-            if seen.snapshot {
-                "a snapshot"
-            } else {
-                "NO snapshot"
-            },
-            seen.silently_missed,
-            seen.first_values_after.as_secs_f64() * 1000.0
-        ),
-    }
-}
-
-/// Row 5e.
-pub async fn reconnects(bench: &Bench) -> Row {
-    let scenario = "Reconnects: after 1 s, 10 s and a gateway restart, with Last-Event-ID";
-    match reconnects_inner(bench).await {
-        Ok(mut row) => {
-            row.scenario = scenario.to_owned();
-            row
-        }
-        Err(why) => Row::not_measurable("5e", scenario, format!("{why:#}")),
-    }
-}
-
-async fn reconnects_inner(bench: &Bench) -> anyhow::Result<Row> {
-    let gateway = bench.recipe.spawn().await?;
-    wait_until_serving(&gateway, &bench.names[0], Duration::from_secs(20)).await?;
-    let addr = gateway.http_addr;
-    let channels = channels();
-    let (mut events, _) = opened(addr, &channels, None, 64 * 1024).await?;
-    let mut cases = Vec::new();
-    let mut last = read_for(&mut events, Duration::from_secs(2)).await?;
-    for away in [Duration::from_secs(1), Duration::from_secs(10)] {
-        drop(events);
-        tokio::time::sleep(away).await;
-        let (seen, mut again) = reconnect(addr, last)
-            .await
-            .with_context(|| format!("reconnecting after {away:?} with {last}"))?;
-        cases.push((format!("away {} s", away.as_secs()), seen));
-        last = read_for(&mut again, Duration::from_secs(2)).await?;
-        events = again;
-    }
-    drop(events);
-    // The gateway restarts (a new process on the same station, at a port of its own).
-    gateway.stop().await;
-    let restarted = bench.recipe.spawn().await?;
-    wait_until_serving(&restarted, &bench.names[0], Duration::from_secs(20)).await?;
-    let (seen, after) = reconnect(restarted.http_addr, last)
-        .await
-        .with_context(|| format!("reconnecting after a restart with {last}"))?;
-    cases.push(("gateway restarted".to_owned(), seen));
-    drop(after);
-    restarted.stop().await;
-    let never_silent = cases.iter().all(|(case, seen)| {
-        seen.silently_missed == 0
-            && (seen.gap.is_some() && seen.snapshot || seen.gap.is_none() && seen.resumed)
-            && (case != "gateway restarted"
-                || seen.gap.as_ref().is_some_and(|(r, _)| r == "restart"))
-    });
-    let mut row = Row::new("5e", "");
-    row.gateway = cases
-        .iter()
-        .map(|(case, seen)| describe(case, seen))
-        .collect::<Vec<_>>()
-        .join("; ");
-    row.baseline = "a reader with one subscription of 10 channels at 100 ms, reading for 2 s before each time away".to_owned();
-    row.ratio = "—".to_owned();
-    row.target = "events missed = 0, or an explicit gap and a snapshot; never silence".to_owned();
-    row.verdict = Verdict::from_bool(never_silent);
-    Ok(row)
 }
 
 #[cfg(test)]
