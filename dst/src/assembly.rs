@@ -65,7 +65,9 @@ pub struct SimGateway {
     pub gate: Option<Arc<OwnerGate>>,
     pub audit: AuditLog,
     pub line: LineControl,
-    shutdown: CancellationToken,
+    /// Cancelled to stop it, or by the gateway itself when it can no longer prove it owns the
+    /// station's link (the process then exits, and is started again).
+    pub shutdown: CancellationToken,
     release: CancellationToken,
     /// Cancelled when the process is gone (killed or stopped): what a client waits on then
     /// is answered as a dropped connection.
@@ -336,12 +338,13 @@ impl SimGateway {
     }
 
     /// `DELETE api/lease` with the admin token.
-    pub async fn break_lease(&self) -> Result<(), Refusal> {
+    /// Answers whose lease it broke.
+    pub async fn break_lease(&self) -> Result<Option<String>, Refusal> {
         self.owns_link()?;
         self.lease
             .break_lease(peer())
             .await
-            .map(|_| ())
+            .map(|broken| broken.owner)
             .map_err(Refusal::Lease)
     }
 

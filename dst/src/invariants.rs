@@ -88,6 +88,19 @@ pub struct Tenure {
 }
 
 impl Tenure {
+    /// Its end was asked for at `at` (the first ask counts).
+    pub fn end_asked(&mut self, at: Instant) {
+        self.ended_at = Some(self.ended_at.map_or(at, |before| before.min(at)));
+    }
+
+    /// It ran out (or its holder learnt it had): the safe state is owed, unless a press had
+    /// ended it before.
+    pub fn ran_out(&mut self) {
+        if self.ended_at.is_none() {
+            self.unreleased_end = true;
+        }
+    }
+
     pub fn end(&self) -> Instant {
         match self.ended_at {
             Some(at) => at.min(self.ends_by),
@@ -125,13 +138,17 @@ impl Records {
         self.tenures.len() - 1
     }
 
-    /// A break or a safe stop sent at `sent` ends every lease held then.
-    pub fn ended_by_press(&mut self, sent: Instant, owes_safe_state: bool) {
-        for tenure in &mut self.tenures {
-            if tenure.start <= sent && sent < tenure.end() {
-                tenure.ended_at = Some(sent);
-                tenure.unreleased_end = owes_safe_state;
-            }
+    /// A break or a safe stop sent at `sent` ended the lease `which` picks (the latest such):
+    /// from `sent`, or from its start when it began after the press was sent.
+    pub fn ended_by_press(
+        &mut self,
+        sent: Instant,
+        owes_safe_state: bool,
+        which: impl Fn(&Tenure) -> bool,
+    ) {
+        if let Some(tenure) = self.tenures.iter_mut().rev().find(|t| which(t)) {
+            tenure.end_asked(sent.max(tenure.start));
+            tenure.unreleased_end = owes_safe_state;
         }
     }
 
@@ -376,10 +393,10 @@ impl Checker<'_> {
                 Some(fence) => format!(" fence={fence} "),
                 None => " fence=- ".into(),
             };
-            if !lines
-                .iter()
-                .any(|line| line.ends_with(&asked) && line.contains(&fence))
-            {
+            if !lines.iter().any(|line| {
+                (line.ends_with(&asked) || line.contains(&format!("{asked} ")))
+                    && line.contains(&fence)
+            }) {
                 return Err(format!(
                     "invariant 5: write {value} (client{}) landed at {}, and no audit line records it with{}",
                     intent.client,

@@ -268,14 +268,44 @@ async fn start_gateway(world: &Arc<World>, index: usize) {
                     "owner"
                 }
             ));
-            let mut slots = world.gateways.lock().unwrap();
-            slots[index].running = Some(gateway.clone());
-            slots[index].all.push(gateway);
+            {
+                let mut slots = world.gateways.lock().unwrap();
+                slots[index].running = Some(gateway.clone());
+                slots[index].all.push(gateway.clone());
+            }
+            tokio::spawn(exit_when_stopped_by_itself(world.clone(), gateway));
         }
         Err(why) => world
             .trace
             .note(format!("gw{index}: cannot start now: {why}")),
     }
+}
+
+/// A gateway that stopped itself (it could no longer prove it owns the link) exits, as the
+/// process does, and is started again a moment later, as its service manager does.
+async fn exit_when_stopped_by_itself(world: Arc<World>, gateway: Arc<SimGateway>) {
+    tokio::select! {
+        biased;
+        () = gateway.gone.cancelled() => return,
+        () = gateway.shutdown.cancelled() => {}
+    }
+    let index = gateway.index;
+    {
+        let mut slots = world.gateways.lock().unwrap();
+        if slots[index]
+            .running
+            .as_ref()
+            .is_some_and(|running| Arc::ptr_eq(running, &gateway))
+        {
+            slots[index].running = None;
+        }
+    }
+    world.trace.note(format!(
+        "gw{index}: stopped by itself (link ownership lost), exits"
+    ));
+    gateway.kill();
+    tokio::time::sleep(Duration::from_millis(world.draw(500..3_000))).await;
+    restart_when_down(&world, index).await;
 }
 
 /// The gateways running now, in order.
@@ -357,11 +387,12 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                 ));
                 match request(&gateway, patience, gateway.acquire(&name, ttl, None, wait)).await {
                     Some(Ok(answer)) => {
+                        let now = Instant::now();
                         let tenure = world.records.lock().unwrap().add_tenure(Tenure {
                             client,
                             fence: answer.fence,
-                            start: Instant::now(),
-                            ends_by: sent + ttl,
+                            start: now,
+                            ends_by: now + Duration::from_millis(answer.expires_in_ms),
                             ended_at: None,
                             released: false,
                             unreleased_end: false,
@@ -375,7 +406,8 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                             gateway: gateway.index,
                             tenure,
                         });
-                        last_renewed = sent;
+                        last_renewed = now.min(sent + ttl)
+                            - ttl.saturating_sub(Duration::from_millis(answer.expires_in_ms));
                         forgetful = world.draw(0..100u32) < 15;
                     }
                     Some(Err(refusal)) => world
@@ -393,9 +425,20 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                     .trace
                     .note(format!("{name}: break at {}", gateway.name));
                 let sent = Instant::now();
-                if let Some(Ok(())) = request(&gateway, patience, gateway.break_lease()).await {
-                    world.records.lock().unwrap().ended_by_press(sent, false);
-                    world.trace.note(format!("{name}: broke the lease"));
+                if let Some(Ok(broken)) = request(&gateway, patience, gateway.break_lease()).await {
+                    world.trace.note(format!(
+                        "{name}: broke the lease of {}",
+                        broken.as_deref().unwrap_or("nobody")
+                    ));
+                    if let Some(owner) = broken {
+                        world
+                            .records
+                            .lock()
+                            .unwrap()
+                            .ended_by_press(sent, false, |t| {
+                                owner == format!("client{}", t.client)
+                            });
+                    }
                 }
             }
             None => {}
@@ -408,7 +451,7 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                         world
                             .trace
                             .note(format!("{name}: forgot its lease (fence {fence})"));
-                        world.records.lock().unwrap().tenures[tenure].unreleased_end = true;
+                        world.records.lock().unwrap().tenures[tenure].ran_out();
                         held = None;
                     }
                     continue;
@@ -418,7 +461,7 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                     world
                         .trace
                         .note(format!("{name}: lease (fence {fence}) ran out"));
-                    world.records.lock().unwrap().tenures[tenure].unreleased_end = true;
+                    world.records.lock().unwrap().tenures[tenure].ran_out();
                     held = None;
                     continue;
                 }
@@ -435,11 +478,13 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                 } else if roll < 75 {
                     let sent = Instant::now();
                     match request(&gateway, patience, gateway.renew(&token)).await {
-                        Some(Ok(_)) => {
+                        Some(Ok(answer)) => {
+                            let now = Instant::now();
                             let mut records = world.records.lock().unwrap();
                             let tenure = &mut records.tenures[tenure];
-                            tenure.ends_by = tenure.ends_by.max(sent + ttl);
-                            last_renewed = sent;
+                            let ends_by = now + Duration::from_millis(answer.expires_in_ms);
+                            tenure.ends_by = tenure.ends_by.max(ends_by);
+                            last_renewed = ends_by.checked_sub(ttl).unwrap_or(sent);
                             world.trace.note(format!("{name}: renewed fence {fence}"));
                         }
                         Some(Err(refusal)) => {
@@ -448,7 +493,7 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                                 short(&refusal)
                             ));
                             if matches!(refusal, Refusal::Lease(_)) {
-                                world.records.lock().unwrap().tenures[tenure].unreleased_end = true;
+                                world.records.lock().unwrap().tenures[tenure].ran_out();
                                 held = None;
                             }
                         }
@@ -456,7 +501,7 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                     }
                 } else if roll < 95 {
                     let sent = Instant::now();
-                    world.records.lock().unwrap().tenures[tenure].ended_at = Some(sent);
+                    world.records.lock().unwrap().tenures[tenure].end_asked(sent);
                     world.trace.note(format!("{name}: release fence {fence}"));
                     match request(&gateway, patience, gateway.release(&token)).await {
                         Some(Ok(())) => {
@@ -469,7 +514,7 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                                 short(&refusal)
                             ));
                             if matches!(refusal, Refusal::Lease(_)) {
-                                world.records.lock().unwrap().tenures[tenure].unreleased_end = true;
+                                world.records.lock().unwrap().tenures[tenure].ran_out();
                             }
                         }
                         None => world.trace.note(format!("{name}: release: hung up")),
@@ -564,8 +609,8 @@ async fn safe_stop(world: &World, name: &str, gateway: &SimGateway, patience: Op
                 outcome.ended.as_ref().map(|(_, fence)| fence)
             ));
             let mut records = world.records.lock().unwrap();
-            if outcome.ended.is_some() {
-                records.ended_by_press(sent, true);
+            if let Some((_, fence)) = outcome.ended {
+                records.ended_by_press(sent, true, |t| t.fence == fence);
             }
             if done {
                 records.safe_stops.push(SafeStopRecord {
@@ -745,10 +790,18 @@ async fn faults(world: Arc<World>) {
     }
 }
 
-async fn restart_when_down(world: &Arc<World>, index: usize) {
-    if world.gateways.lock().unwrap()[index].running.is_none() {
-        start_gateway(world, index).await;
-    }
+/// Starts gateway `index` again if it is down. Boxed: starting a gateway spawns what restarts
+/// it.
+fn restart_when_down(
+    world: &Arc<World>,
+    index: usize,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+    let world = world.clone();
+    Box::pin(async move {
+        if world.gateways.lock().unwrap()[index].running.is_none() {
+            start_gateway(&world, index).await;
+        }
+    })
 }
 
 /// Every fault ends; a gateway that is down starts again.
