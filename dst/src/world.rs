@@ -151,7 +151,7 @@ impl World {
         let start = Instant::now();
         let count = world.gateways.lock().unwrap().len();
         for index in 0..count {
-            start_gateway(&world, index).await;
+            restart_when_down(&world, index).await;
         }
         let clients = world.draw(2..4);
         let stop_clients = CancellationToken::new();
@@ -235,7 +235,8 @@ fn fail(world: &World, why: String) {
 }
 
 /// Starts gateway `index` (again): as configured, or as a standby when another owns the link.
-async fn start_gateway(world: &Arc<World>, index: usize) {
+/// `false` when it could not start now.
+async fn start_gateway(world: &Arc<World>, index: usize) -> bool {
     let (standby, line, incarnation) = {
         let mut slots = world.gateways.lock().unwrap();
         let slot = &mut slots[index];
@@ -274,10 +275,14 @@ async fn start_gateway(world: &Arc<World>, index: usize) {
                 slots[index].all.push(gateway.clone());
             }
             tokio::spawn(exit_when_stopped_by_itself(world.clone(), gateway));
+            true
         }
-        Err(why) => world
-            .trace
-            .note(format!("gw{index}: cannot start now: {why}")),
+        Err(why) => {
+            world
+                .trace
+                .note(format!("gw{index}: cannot start now: {why}"));
+            false
+        }
     }
 }
 
@@ -765,8 +770,11 @@ async fn faults(world: Arc<World>) {
                     world
                         .trace
                         .note(format!("fault: gw{index} stopped cleanly, restarts"));
-                    gateway.stop().await;
-                    restart_when_down(&world, index).await;
+                    let world = world.clone();
+                    tokio::spawn(async move {
+                        gateway.stop().await;
+                        restart_when_down(&world, index).await;
+                    });
                 }
             }
             12 => {
@@ -798,8 +806,11 @@ fn restart_when_down(
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
     let world = world.clone();
     Box::pin(async move {
-        if world.gateways.lock().unwrap()[index].running.is_none() {
-            start_gateway(&world, index).await;
+        // As a service manager does: tried again every second until it runs.
+        while world.gateways.lock().unwrap()[index].running.is_none()
+            && !start_gateway(&world, index).await
+        {
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     })
 }
