@@ -256,6 +256,7 @@ async fn stand_by(
         }
     };
     tokio::select! {
+        biased;
         () = &mut keep => return,
         () = resumed => {}
     }

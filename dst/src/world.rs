@@ -166,6 +166,7 @@ impl World {
         let checker = tokio::spawn(check_every_step(world.clone()));
         let faults = tokio::spawn(faults(world.clone()));
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(world.options.faulty_for) => {}
             _ = world.failed.cancelled() => {}
         }
@@ -177,6 +178,7 @@ impl World {
         if !world.failed.is_cancelled() {
             let served = tokio::time::timeout(SERVED_AFTER_HEAL, final_acquirer(world.clone()));
             tokio::select! {
+                biased;
                 result = served => if result.is_err() {
                     fail(&world, format!(
                         "invariant 6: a waiting acquirer was not served within {} s after the faults healed",
@@ -278,9 +280,10 @@ async fn start_gateway(world: &Arc<World>, index: usize) -> bool {
             true
         }
         Err(why) => {
-            world
-                .trace
-                .note(format!("gw{index}: cannot start now: {why}"));
+            world.trace.note(format!(
+                "gw{index}: cannot start now: {}",
+                why.replace(&*world.state_dir.to_string_lossy(), "STATE")
+            ));
             false
         }
     }
@@ -333,6 +336,7 @@ async fn request<T>(
 ) -> Option<T> {
     let limit = patience.unwrap_or(ANSWER_LIMIT);
     tokio::select! {
+        biased;
         result = tokio::time::timeout(limit, op) => result.ok(),
         _ = gateway.gone.cancelled() => None,
     }

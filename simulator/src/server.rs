@@ -147,6 +147,8 @@ async fn run_ticker(shared: Arc<Shared>) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            // In order: a deterministic simulation replays the same choice.
+            biased;
             _ = shared.shutdown.cancelled() => break,
             _ = ticks.tick() => {
                 shared.lock_station().advance(Instant::now());

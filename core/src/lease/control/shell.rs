@@ -74,6 +74,8 @@ impl ControlLease {
             other => return Err(mismatched(other)),
         };
         tokio::select! {
+            // In order: a deterministic simulation replays the same choice.
+            biased;
             answer = &mut granted => answer.map_err(|_| self.held_by_other()),
             () = tokio::time::sleep(wait) => {
                 lock(&self.line).waiting.retain(|waiter| waiter.ticket != ticket);
