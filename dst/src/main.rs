@@ -31,6 +31,9 @@ struct Args {
     /// Put back a fixed hole by name (needs the `reintroduce-holes` feature).
     #[arg(long)]
     reintroduce: Option<String>,
+    /// Stop at the first seed that fails (the acid test: how long until a hole is found).
+    #[arg(long)]
+    until_found: bool,
 }
 
 fn main() {
@@ -73,7 +76,10 @@ fn main() {
                 Some(name) => format!(" --reintroduce {name}"),
                 None => String::new(),
             };
-            println!("seed {seed} FAILED: {why}");
+            println!(
+                "seed {seed} FAILED after {} s wall: {why}",
+                started.elapsed().as_secs()
+            );
             println!(
                 "  replay: cargo run --release -p station-dst{} -- --seed {seed}{reintroduce} --trace",
                 if args.reintroduce.is_some() {
@@ -82,6 +88,9 @@ fn main() {
                     ""
                 }
             );
+            if args.until_found {
+                break;
+            }
         }
     }
     println!(

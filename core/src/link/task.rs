@@ -176,6 +176,11 @@ impl LinkTask {
                     }
                     match self.serve(connected, generation, &shutdown).await {
                         SessionEnd::Shutdown => return,
+                        // Hole put back (reintroduce-holes only): a link drop erases the doubts.
+                        SessionEnd::Lost(why) if crate::holes::active("link-drop-doubt") => {
+                            self.between.doubts = DoubtBook::default();
+                            why
+                        }
                         SessionEnd::Lost(why) => why,
                     }
                 }
