@@ -38,6 +38,14 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    // The gateways' own log lines, interleaved with the trace: DST_LOG=info (an EnvFilter).
+    if let Ok(filter) = std::env::var("DST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .without_time()
+            .with_writer(std::io::stdout)
+            .init();
+    }
     if let Some(name) = &args.reintroduce
         && let Err(why) = station_core::holes::reintroduce(name)
     {
