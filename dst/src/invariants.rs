@@ -308,8 +308,23 @@ impl Checker<'_> {
                 .iter()
                 .filter(|t| t.start > end)
                 .min_by_key(|t| t.start);
+            // The safe state after its last change that landed (its end may have come earlier
+            // than its holder learnt: a press whose answer was lost).
+            let last_change = writes
+                .iter()
+                .filter(|&&(_, value, _)| {
+                    value != SAFE_VALUE
+                        && self
+                            .records
+                            .intent_of(value)
+                            .is_some_and(|w| w.fence == Some(tenure.fence))
+                })
+                .map(|&(at, _, _)| at)
+                .max()
+                .unwrap_or(tenure.start)
+                .max(tenure.start);
             if let Some(next) = next
-                && !safe.iter().any(|&at| end <= at && at <= next.start)
+                && !safe.iter().any(|&at| last_change <= at && at <= next.start)
             {
                 return Err(format!(
                     "invariant 2: client{}'s lease (fence {}) ended unreleased at {}, and client{}'s lease (fence {}) began at {} with no safe state written between",
