@@ -152,6 +152,16 @@ impl Records {
         }
     }
 
+    /// A break or a safe stop is sent at `sent`: whatever lease is held then may end from
+    /// now, whether or not its answer ever comes back.
+    pub fn press_sent(&mut self, sent: Instant) {
+        for tenure in &mut self.tenures {
+            if tenure.start <= sent && sent < tenure.end() {
+                tenure.end_asked(sent);
+            }
+        }
+    }
+
     fn intent_of(&self, value: f64) -> Option<&WriteIntent> {
         let index = (value as usize).checked_sub(1)?;
         self.writes.get(index).filter(|w| w.value == value)

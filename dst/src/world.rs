@@ -434,6 +434,7 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                     .trace
                     .note(format!("{name}: break at {}", gateway.name));
                 let sent = Instant::now();
+                world.records.lock().unwrap().press_sent(sent);
                 if let Some(Ok(broken)) = request(&gateway, patience, gateway.break_lease()).await {
                     world.trace.note(format!(
                         "{name}: broke the lease of {}",
@@ -603,6 +604,7 @@ async fn write(
 
 async fn safe_stop(world: &World, name: &str, gateway: &SimGateway, patience: Option<Duration>) {
     let sent = Instant::now();
+    world.records.lock().unwrap().press_sent(sent);
     world
         .trace
         .note(format!("{name}: safe stop at {}", gateway.name));
