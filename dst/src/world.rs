@@ -105,13 +105,16 @@ impl World {
         let sim = Simulator::in_process(Profile::default_station());
         let processing = Duration::from_millis(rng.lock().unwrap().gen_range(2..40));
         sim.set_processing_time(processing);
+        // Half the stations carry a change out after its connection closed (serial lines).
+        let ignores_close = rng.lock().unwrap().gen_bool(0.5);
+        sim.set_ignores_close(ignores_close);
         let count = if rng.lock().unwrap().gen_bool(0.5) {
             2
         } else {
             1
         };
         trace.note(format!(
-            "seed {}: {count} gateway(s), station processing {} ms",
+            "seed {}: {count} gateway(s), station processing {} ms, ignores a close: {ignores_close}",
             options.seed,
             processing.as_millis()
         ));
@@ -673,7 +676,7 @@ async fn faults(world: Arc<World>) {
         let count = world.gateways.lock().unwrap().len();
         let index = world.draw(0..count);
         let line = world.gateways.lock().unwrap()[index].line.clone();
-        match world.draw(0..15u32) {
+        match world.draw(0..17u32) {
             0 | 1 => {
                 world.trace.note(format!("fault: gw{index}'s link cut"));
                 line.cut();
@@ -691,7 +694,7 @@ async fn faults(world: Arc<World>) {
                     .note(format!("fault: the station ignores a close: {ignores}"));
                 world.sim.set_ignores_close(ignores);
             }
-            4 => {
+            4 | 15 | 16 => {
                 // With the longest processing (1.8 s), still within station.max_processing_ms (4 s): a
                 // station slower than that breaks its own contract.
                 let extra = Duration::from_millis(world.draw(500..2_100));
