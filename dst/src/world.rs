@@ -677,9 +677,25 @@ async fn faults(world: Arc<World>) {
         let index = world.draw(0..count);
         let line = world.gateways.lock().unwrap()[index].line.clone();
         match world.draw(0..17u32) {
-            0 | 1 => {
+            0 => {
                 world.trace.note(format!("fault: gw{index}'s link cut"));
                 line.cut();
+            }
+            1 => {
+                // The link cut while a request is at the station (within 3 s, if one comes).
+                let world = world.clone();
+                tokio::spawn(async move {
+                    for _ in 0..300 {
+                        if world.sim.requests_in_progress() > 0 {
+                            world.trace.note(format!(
+                                "fault: gw{index}'s link cut while a request is at the station"
+                            ));
+                            line.cut();
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                });
             }
             2 => {
                 world
