@@ -123,6 +123,9 @@ pub struct Records {
     pub writes: Vec<WriteIntent>,
     pub tenures: Vec<Tenure>,
     pub safe_stops: Vec<SafeStopRecord>,
+    /// When an admin break was sent: a lease ended by one owes no safe state, and its answer
+    /// (naming only the owner) may be lost.
+    pub breaks: Vec<Instant>,
     /// The last value written: each write's value is its own (1, 2, 3...), never the safe one.
     pub next_value: f64,
 }
@@ -333,7 +336,15 @@ impl Checker<'_> {
                 .max()
                 .unwrap_or(tenure.start)
                 .max(tenure.start);
+            // A break sent meanwhile may have ended it (no safe state is owed after a break).
+            let broken = next.is_some_and(|next| {
+                self.records
+                    .breaks
+                    .iter()
+                    .any(|&at| tenure.start <= at && at <= next.start)
+            });
             if let Some(next) = next
+                && !broken
                 && !safe.iter().any(|&at| last_change <= at && at <= next.start)
             {
                 return Err(format!(

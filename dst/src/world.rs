@@ -438,6 +438,7 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                     .note(format!("{name}: break at {}", gateway.name));
                 let sent = Instant::now();
                 world.records.lock().unwrap().press_sent(sent);
+                world.records.lock().unwrap().breaks.push(sent);
                 if let Some(Ok(broken)) = request(&gateway, patience, gateway.break_lease()).await {
                     world.trace.note(format!(
                         "{name}: broke the lease of {}",
