@@ -328,6 +328,22 @@ if ((status != 0)); then
     ((rust_failed > 0)) || rust_failed=1
 fi
 
+# The lab's deterministic simulation (dst/README.md): a short run of seeds, each counted as a
+# test. Its last line: `dst: N seeds, F failed, simulated S s in W s wall`.
+step "station-dst --seeds 200 (the lab's deterministic simulation)"
+dst_passed=0 dst_failed=0
+status=0
+"$target_dir/debug/station-dst" --seeds 200 2>&1 | tee "$work/dst.log" || status=$?
+if read -r dst_seeds dst_failed < <(sed -nE 's/^dst: ([0-9]+) seeds, ([0-9]+) failed.*/\1 \2/p' "$work/dst.log"); then
+    dst_passed=$((dst_seeds - dst_failed))
+fi
+if ((status != 0)); then
+    failed+=("station-dst --seeds 200 (exit $status)")
+    ((dst_failed > 0)) || dst_failed=1
+fi
+rust_passed=$((rust_passed + dst_passed))
+rust_failed=$((rust_failed + dst_failed))
+
 py_passed=0 py_failed=0 py_skipped=0
 venv=$root/target/pyenv
 python_ready=true
@@ -387,7 +403,7 @@ fi
 step "summary"
 # cargo says "ignored" for an opt-in #[ignore] test (the soak test): one word, "skipped", in
 # every count here.
-printf 'rust (cargo test --workspace): %d passed, %d failed, %d skipped (opt-in #[ignore] tests, such as the soak test)\n' \
+printf 'rust (cargo test --workspace, and station-dst seeds): %d passed, %d failed, %d skipped (opt-in #[ignore] tests, such as the soak test)\n' \
     "$rust_passed" "$rust_failed" "$rust_ignored"
 if $python_ready; then
     printf 'python (pytest tests/python, one station and station sim2 of two): %d passed, %d failed, %d skipped\n' \

@@ -37,6 +37,7 @@ pub mod config_files;
 pub mod error_kind;
 pub mod gateway_runtime;
 pub mod history;
+pub mod holes;
 pub mod lease;
 pub mod link;
 pub mod metrics;

@@ -53,6 +53,8 @@ where
         let cancel = cancel.clone();
         tokio::spawn(async move {
             tokio::select! {
+                // In order: a deterministic simulation replays the same choice.
+                biased;
                 _ = stop.cancelled() => cancel.cancel(),
                 _ = cancel.cancelled() => {}
             }
@@ -81,6 +83,8 @@ where
     let mut line_in_free_at = Instant::now();
     loop {
         let frame = tokio::select! {
+            // In order: a deterministic simulation replays the same choice.
+            biased;
             _ = cancel.cancelled() => break,
             frame = frames.next() => frame,
         };
@@ -168,6 +172,8 @@ where
             let delay = shared.faults.reply_delay();
             if !delay.is_zero() {
                 tokio::select! {
+                    // In order: a deterministic simulation replays the same choice.
+                    biased;
                     _ = closed.cancelled() => {}
                     _ = tokio::time::sleep(delay) => {}
                 }

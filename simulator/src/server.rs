@@ -35,6 +35,26 @@ impl Simulator {
     pub async fn start(profile: Profile, addr: SocketAddr) -> io::Result<SimulatorHandle> {
         let listener = TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
+        let (shared, control_rx) = Simulator::shared(profile, local_addr);
+        tokio::spawn(run_listener(shared.clone(), listener, control_rx));
+        tokio::spawn(run_ticker(shared.clone()));
+        tracing::info!(%local_addr, "station simulator listening");
+        Ok(SimulatorHandle { shared })
+    }
+
+    /// A simulator with no listening socket, served only through
+    /// [`SimulatorHandle::serve_stream_as`]: in-process pipes, as the deterministic simulation
+    /// of the lab uses (nothing of it touches the network). Its address is `0.0.0.0:0`.
+    pub fn in_process(profile: Profile) -> SimulatorHandle {
+        let (shared, _control) = Simulator::shared(profile, SocketAddr::from(([0, 0, 0, 0], 0)));
+        tokio::spawn(run_ticker(shared.clone()));
+        SimulatorHandle { shared }
+    }
+
+    fn shared(
+        profile: Profile,
+        local_addr: SocketAddr,
+    ) -> (Arc<Shared>, mpsc::Receiver<ListenerCommand>) {
         let now = Instant::now();
         let (control_tx, control_rx) = mpsc::channel(4);
         let shared = Arc::new(Shared {
@@ -55,10 +75,7 @@ impl Simulator {
             shutdown: CancellationToken::new(),
             acquiring: crate::shared::Acquiring::default(),
         });
-        tokio::spawn(run_listener(shared.clone(), listener, control_rx));
-        tokio::spawn(run_ticker(shared.clone()));
-        tracing::info!(%local_addr, "station simulator listening");
-        Ok(SimulatorHandle { shared })
+        (shared, control_rx)
     }
 
     /// Starts a simulator (also on TCP, at a free loopback port) and serves it on a new
@@ -130,6 +147,8 @@ async fn run_ticker(shared: Arc<Shared>) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            // In order: a deterministic simulation replays the same choice.
+            biased;
             _ = shared.shutdown.cancelled() => break,
             _ = ticks.tick() => {
                 shared.lock_station().advance(Instant::now());
@@ -174,6 +193,21 @@ impl SimulatorHandle {
             window,
             baud: None,
             peer: "stream".to_owned(),
+            stop: None,
+        };
+        tokio::spawn(connection::serve(self.shared.clone(), stream, options))
+    }
+
+    /// [`SimulatorHandle::serve_stream`], with `peer` as the write log's name for whoever is
+    /// on the other end (a simulated gateway's name).
+    pub fn serve_stream_as<S>(&self, stream: S, window: u16, peer: &str) -> JoinHandle<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let options = LinkOptions {
+            window,
+            baud: None,
+            peer: peer.to_owned(),
             stop: None,
         };
         tokio::spawn(connection::serve(self.shared.clone(), stream, options))

@@ -72,6 +72,9 @@ struct Shared {
     syncs: AtomicU64,
     /// Lines sent and not yet taken by the writer.
     queued: AtomicU64,
+    /// No writer thread: each line is written to memory by whoever sends it, before `send`
+    /// returns ([`AuditLog::memory_inline`], for the deterministic simulation).
+    inline: bool,
 }
 
 /// One thing for each of the two streams.
@@ -189,6 +192,51 @@ impl AuditLog {
         AuditLog::start(requests, changes, None, memory)
     }
 
+    /// A trail kept in memory and written by whoever sends a line, with no writer thread: a
+    /// change's line is written before its `record` returns, so that a simulation with paused
+    /// time never waits on another thread.
+    pub fn memory_inline() -> AuditLog {
+        let memory = Streams::in_memory(&AuditConfig::default());
+        AuditLog {
+            queue: Arc::new(QueueHandle(Arc::new(Queue::default()))),
+            shared: Arc::new(Shared {
+                dir: None,
+                memory,
+                recent: Mutex::new(VecDeque::with_capacity(RECENT_CHANGES)),
+                last_error: Mutex::new(None),
+                batches: AtomicU64::new(0),
+                syncs: AtomicU64::new(0),
+                queued: AtomicU64::new(0),
+                inline: true,
+            }),
+            station_suffix: None,
+        }
+    }
+
+    /// Writes what is queued now, in the sender's own call (a trail without a writer thread).
+    fn write_inline(&self) {
+        let queue = &self.queue.0;
+        let mut quiet = String::new();
+        let (batch, quiet_lines) = {
+            let mut state = lock(&queue.state);
+            std::mem::swap(&mut state.quiet, &mut quiet);
+            state.urgent = false;
+            (
+                std::mem::take(&mut state.jobs),
+                std::mem::take(&mut state.quiet_lines),
+            )
+        };
+        let mut requests = MemorySink(self.shared.memory.requests.clone());
+        let mut changes = MemorySink(self.shared.memory.changes.clone());
+        write_batch(
+            (&mut requests, &mut changes),
+            (batch, quiet_lines),
+            &mut quiet,
+            &mut Vec::new(),
+            &self.shared,
+        );
+    }
+
     /// A trail writing to `requests` and `changes` (tests give their own).
     fn start(
         requests: impl Sink,
@@ -205,6 +253,7 @@ impl AuditLog {
             batches: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             queued: AtomicU64::new(0),
+            inline: false,
         });
         let (writer, writer_queue) = (shared.clone(), queue.clone());
         std::thread::Builder::new()
@@ -293,6 +342,10 @@ impl AuditLog {
         if was_empty {
             queue.wake.notify_one();
         }
+        drop(state);
+        if self.shared.inline {
+            self.write_inline();
+        }
     }
 
     /// Queues a job (a change's line, or a waiter's empty one) and wakes the writer at once.
@@ -303,6 +356,10 @@ impl AuditLog {
         state.jobs.push(Job { line, done });
         state.urgent = true;
         queue.wake.notify_one();
+        drop(state);
+        if self.shared.inline {
+            self.write_inline();
+        }
     }
 
     /// Waits until every line queued before this call is written (not synced): a reader of
@@ -387,7 +444,27 @@ fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, s
     // The requests' lines come rendered, in a text the writer swaps for this one.
     let mut request_bytes = String::with_capacity(64 * 1024);
     let mut change_bytes = Vec::with_capacity(4 * 1024);
-    while let Some((batch, quiet_lines)) = next_batch(queue, &mut request_bytes) {
+    while let Some(taken) = next_batch(queue, &mut request_bytes) {
+        write_batch(
+            (&mut requests, &mut changes),
+            taken,
+            &mut request_bytes,
+            &mut change_bytes,
+            shared,
+        );
+    }
+}
+
+/// Writes one batch: the changes' lines appended and synced, the requests' appended, then
+/// every waiter told.
+fn write_batch(
+    (requests, changes): (&mut impl Sink, &mut impl Sink),
+    (batch, quiet_lines): (Vec<Job>, u64),
+    request_bytes: &mut String,
+    change_bytes: &mut Vec<u8>,
+    shared: &Shared,
+) {
+    {
         shared
             .queued
             .fetch_sub(batch.len() as u64 + quiet_lines, Ordering::Relaxed);
@@ -399,7 +476,7 @@ fn write_lines(mut requests: impl Sink, mut changes: impl Sink, queue: &Queue, s
         }
         let mut result = Ok(());
         if !change_bytes.is_empty() {
-            result = changes.append(&change_bytes).and_then(|()| changes.sync());
+            result = changes.append(change_bytes).and_then(|()| changes.sync());
             shared.syncs.fetch_add(1, Ordering::Relaxed);
         }
         if !request_bytes.is_empty() {

@@ -489,6 +489,8 @@ impl LinkOwnership {
         identities.mark_changed();
         loop {
             tokio::select! {
+                // In order: a deterministic simulation replays the same choice.
+                biased;
                 () = shutdown.cancelled() => break,
                 changed = identities.changed() => {
                     if changed.is_err() {

@@ -231,6 +231,8 @@ impl Standby {
                 }
             };
             tokio::select! {
+                // In order: a deterministic simulation replays the same choice.
+                biased;
                 () = shutdown.cancelled() => return None,
                 () = tokio::time::sleep(look) => {}
             }

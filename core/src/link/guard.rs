@@ -386,7 +386,12 @@ impl SendGuard {
     /// The decision, pure: may the change be sent at `moment`? The lease first (`moment.lease`
     /// is this guard's [`SendGuard::lease_now`]), then the interlocks in order.
     pub fn judge(&self, moment: &SendMoment<'_>) -> Result<(), GuardRefusal> {
-        if let Some(lease) = moment.lease {
+        // Hole put back (reintroduce-holes only): a change admitted under a lease is sent after
+        // that lease ended (the guard judges only the admission).
+        if let Some(lease) = moment
+            .lease
+            .filter(|_| !crate::holes::active("change-after-end"))
+        {
             lease.admits(self.fence, self.what, moment.now)?;
         }
         match &self.interlocks {

@@ -105,8 +105,9 @@ pub fn add_list_page(
 pub async fn connect(
     settings: &LinkSettings,
     owner: Option<&OwnerGate>,
+    opener: Option<&transport::StationOpener>,
 ) -> Result<Connected, LinkDown> {
-    let stream = transport::open(&settings.url, settings.connect_timeout)
+    let stream = transport::open_with(opener, &settings.url, settings.connect_timeout)
         .await
         .map_err(|error| LinkDown::Open(Arc::new(error)))?;
     let mut framed = Framed::new(stream, StationCodec::new());

@@ -52,6 +52,7 @@ pub use info::{ChannelPlace, ChannelTable, LinkEvent, LinkStats, StationInfo};
 pub use owner_gate::{IdentityVerdict, OwnerGate};
 pub use settings::LinkSettings;
 pub use task::LinkTask;
+pub use transport::{StationOpener, StationStream};
 
 use crate::cache::ValueCache;
 

@@ -163,6 +163,10 @@ impl OwnerGate {
 
     /// True while this gateway may send to the station at `now`.
     pub fn owned_at(&self, now: Instant) -> bool {
+        // Hole put back (reintroduce-holes only): a gate once opened never closes by itself.
+        if crate::holes::active("owner-gate-never-closes") {
+            return self.until().is_some();
+        }
         self.until().is_some_and(|until| now < until)
     }
 }

@@ -43,6 +43,8 @@ pub struct LinkTask {
     between: BetweenSessions,
     /// The version of the doubts last published.
     doubts_published: u64,
+    /// Opens the station's byte stream instead of its URL (a simulated station's pipe).
+    opener: Option<super::transport::StationOpener>,
 }
 
 /// What the link task keeps while no session runs, and lends to each session.
@@ -109,6 +111,7 @@ impl LinkTask {
             },
             between: BetweenSessions::default(),
             doubts_published: 0,
+            opener: None,
         };
         (task, handle)
     }
@@ -117,6 +120,13 @@ impl LinkTask {
     /// backend's link-owner lease): checked before connecting and right before every write.
     pub fn with_owner_gate(mut self, gate: Arc<OwnerGate>) -> LinkTask {
         self.shared.owner = Some(gate);
+        self
+    }
+
+    /// Opens the station's byte stream with `opener` instead of the URL: each connection is
+    /// what it returns (the deterministic simulation's in-memory pipes).
+    pub fn with_opener(mut self, opener: super::transport::StationOpener) -> LinkTask {
+        self.opener = Some(opener);
         self
     }
 
@@ -136,8 +146,11 @@ impl LinkTask {
                 // Not even a HELLO without the link: another gateway may own the station.
                 Err(not_owner) => Err(not_owner),
                 Ok(()) => {
-                    let connecting =
-                        handshake::connect(&self.settings, self.shared.owner.as_deref());
+                    let connecting = handshake::connect(
+                        &self.settings,
+                        self.shared.owner.as_deref(),
+                        self.opener.as_ref(),
+                    );
                     tokio::pin!(connecting);
                     loop {
                         self.shared
@@ -164,6 +177,11 @@ impl LinkTask {
                     }
                     match self.serve(connected, generation, &shutdown).await {
                         SessionEnd::Shutdown => return,
+                        // Hole put back (reintroduce-holes only): a link drop erases the doubts.
+                        SessionEnd::Lost(why) if crate::holes::active("link-drop-doubt") => {
+                            self.between.doubts = DoubtBook::default();
+                            why
+                        }
                         SessionEnd::Lost(why) => why,
                     }
                 }

@@ -1,7 +1,9 @@
 //! Opening the byte stream to the station: a TCP socket or a serial line.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_serial::SerialPortBuilderExt;
@@ -12,6 +14,26 @@ use crate::config::station_url::{Parity, StationUrl};
 /// A byte stream to the station, whatever carries it.
 pub trait StationStream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> StationStream for T {}
+
+/// Opens the byte stream some other way than the station's URL says: an in-process pipe to a
+/// simulated station (the deterministic simulation of the lab). Called once per connection.
+pub type StationOpener =
+    Arc<dyn Fn() -> BoxFuture<'static, std::io::Result<Box<dyn StationStream>>> + Send + Sync>;
+
+/// Opens the stream `opener` gives, or else the one `url` names, within `timeout`.
+pub async fn open_with(
+    opener: Option<&StationOpener>,
+    url: &StationUrl,
+    timeout: Duration,
+) -> Result<Box<dyn StationStream>, OpenError> {
+    match opener {
+        Some(opener) => opener().await.map_err(|source| OpenError::Connect {
+            target: url.to_string(),
+            source,
+        }),
+        None => open(url, timeout).await,
+    }
+}
 
 /// Opens the stream `url` names, within `timeout`.
 pub async fn open(

@@ -141,6 +141,8 @@ impl ControlLease {
                 }
             };
             let event = tokio::select! {
+                // In order: a deterministic simulation replays the same choice.
+                biased;
                 () = shutdown.cancelled() => return,
                 () = self.expiry_changed.notified() => continue,
                 () = doubts_changed => {

@@ -452,7 +452,8 @@ impl LeaseMachine {
             LeaseState::Held(live) if live.token == *token => live,
             _ => return refuse(LeaseError::NoSuchLease),
         };
-        if held.is_live(now) {
+        // Hole put back (reintroduce-holes only): a renewal confirmed after the deadline extends.
+        if held.is_live(now) || crate::holes::active("renewal-confirmed-late") {
             let renewed = LiveLease::from_grant(grant, asked_at);
             let answer = renewed.answer(now);
             self.state = LeaseState::Held(renewed);
@@ -578,6 +579,8 @@ impl LeaseMachine {
                 ending.step = SafeStateStep::Write;
             }
         }
+        // Hole put back (reintroduce-holes only): a doubt does not withhold the next grant.
+        let delay_until = delay_until.filter(|_| !crate::holes::active("lease-less-doubt"));
         match (&self.state, self.granting.take()) {
             (LeaseState::Held(live), Some(grantee)) => match delay_until {
                 Some(until) => {
@@ -668,6 +671,14 @@ impl LeaseMachine {
     /// A try of the safe state (its writes or a read back) failed for `why`: counted, shown,
     /// and the same step tried again after the back-off.
     fn safe_state_failed(&mut self, why: String, now: Instant) -> Vec<Action> {
+        // Hole put back (reintroduce-holes only): the safe state tried once, then given up.
+        if crate::holes::active("safe-state-tried-once")
+            && matches!(self.state, LeaseState::Ending(_))
+        {
+            let mut actions = self.answer_stop(SafeStopState::NotConfirmed { tries: 1, why });
+            actions.extend(self.finish(now));
+            return actions;
+        }
         let LeaseState::Ending(ending) = &mut self.state else {
             return Vec::new();
         };

@@ -74,6 +74,8 @@ impl ControlLease {
             other => return Err(mismatched(other)),
         };
         tokio::select! {
+            // In order: a deterministic simulation replays the same choice.
+            biased;
             answer = &mut granted => answer.map_err(|_| self.held_by_other()),
             () = tokio::time::sleep(wait) => {
                 lock(&self.line).waiting.retain(|waiter| waiter.ticket != ticket);
@@ -138,12 +140,24 @@ impl ControlLease {
     async fn ask(self: &Arc<Self>, request: Request) -> Result<Reply, LeaseError> {
         let (reply, answer) = oneshot::channel();
         let lease = self.clone();
-        self.runtime.spawn(async move {
+        let transition = async move {
             let mut turn = lease.turn().await;
             turn.drive(Event::Deadline, None).await;
             let event = turn.event_for(&request);
             turn.drive(event, Some((request, reply))).await;
-        });
+        };
+        // Hole put back (reintroduce-holes only): the transition lives in the request's future,
+        // so a client that hangs up leaves it half done.
+        if crate::holes::active("transition-in-request") {
+            let (done, answer) = futures::future::join(transition, answer).await;
+            let () = done;
+            return match answer {
+                Ok(Reply::Answer(Answer::Refused(refusal))) => Err(refusal),
+                Ok(reply) => Ok(reply),
+                Err(_) => Err(self.held_by_other()),
+            };
+        }
+        self.runtime.spawn(transition);
         match tokio::time::timeout(ANSWER_BOUND, answer).await {
             Ok(Ok(Reply::Answer(Answer::Refused(refusal)))) => Err(refusal),
             Ok(Ok(reply)) => Ok(reply),
@@ -323,6 +337,12 @@ impl Turn {
             Action::ForgetOwed => lease.forget_safe_state_owed().await,
             Action::StoreEnd(lock_delay) => lease.store_end(lock_delay).await,
             Action::Settle(scope) => {
+                // Hole put back (reintroduce-holes only): a lease's end waits for nothing of it.
+                if crate::holes::active("end-without-settle")
+                    && matches!(scope, crate::link::SettleScope::Fence(_))
+                {
+                    return Some(Event::ChangesSettled { lapsed_at: None });
+                }
                 let lapsed_at = match &lease.link {
                     Some(link) => link.settle(scope).await.lapsed_at,
                     None => None,

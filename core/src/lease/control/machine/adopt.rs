@@ -53,6 +53,8 @@ impl LeaseMachine {
                 why: LockDelayWhy::LostTrack,
             });
         let lock_delay = longer(stored, lost_track).filter(|delay| delay.until > now);
+        // Hole put back (reintroduce-holes only): the lock-delay lost on a restart or takeover.
+        let lock_delay = lock_delay.filter(|_| !crate::holes::active("lock-delay-lost"));
         let owed_after = owed_after.filter(|_| self.has_safe_state);
         let mut actions = Vec::new();
         if let LeaseState::Held(live) = &self.state

@@ -1,0 +1,226 @@
+//! The simulated lease store: the lease engine's memory store behind the [`LeaseStore`] trait,
+//! seen by each gateway through its own view whose calls the simulation can delay, lose (the
+//! call carried out, its answer never arriving) or partition away, and stall for everyone.
+//! It also records who took the link-owner lease when: the epochs invariant 4 judges by.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::Rng;
+use station_lease::{
+    AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
+    MemoryLeaseStore,
+};
+use tokio::time::Instant;
+
+use crate::trace::Trace;
+use crate::world::SimRng;
+
+/// Faults of the store as the simulation sets them.
+#[derive(Debug, Default, Clone)]
+pub struct StoreFaults {
+    /// Per gateway: its calls hang until the store's timeout would end them, then fail.
+    pub partitioned: Vec<bool>,
+    /// Every call waits until then before it is carried out (a stalled or failing-over store).
+    pub stalled_until: Option<Instant>,
+    /// The chance (per mille) that a call's answer is lost after it was carried out.
+    pub lose_answer_per_mille: u32,
+    /// The most a call's answer is delayed.
+    pub max_delay: Duration,
+}
+
+/// One acquisition of a link-owner lease: who took it, when, under which fence.
+#[derive(Debug, Clone)]
+pub struct OwnerEpoch {
+    pub gateway: usize,
+    pub at: Instant,
+    pub fence: u64,
+}
+
+/// The store every gateway of the lab shares.
+pub struct SimStore {
+    inner: MemoryLeaseStore,
+    faults: Mutex<StoreFaults>,
+    epochs: Mutex<Vec<OwnerEpoch>>,
+    rng: SimRng,
+    trace: Trace,
+}
+
+impl SimStore {
+    pub fn new(gateways: usize, rng: SimRng, trace: Trace) -> Arc<SimStore> {
+        Arc::new(SimStore {
+            inner: MemoryLeaseStore::new(),
+            faults: Mutex::new(StoreFaults {
+                partitioned: vec![false; gateways],
+                ..StoreFaults::default()
+            }),
+            epochs: Mutex::new(Vec::new()),
+            rng,
+            trace,
+        })
+    }
+
+    /// Gateway `gateway`'s view of the store.
+    pub fn view(self: &Arc<Self>, gateway: usize) -> Arc<dyn LeaseStore> {
+        Arc::new(StoreView {
+            store: self.clone(),
+            gateway,
+        })
+    }
+
+    pub fn set_faults(&self, change: impl FnOnce(&mut StoreFaults)) {
+        change(&mut self.faults.lock().unwrap());
+    }
+
+    pub fn heal(&self) {
+        let mut faults = self.faults.lock().unwrap();
+        let gateways = faults.partitioned.len();
+        *faults = StoreFaults {
+            partitioned: vec![false; gateways],
+            ..StoreFaults::default()
+        };
+    }
+
+    /// Every acquisition of the control lease's link-owner lease, oldest first.
+    pub fn owner_epochs(&self) -> Vec<OwnerEpoch> {
+        self.epochs.lock().unwrap().clone()
+    }
+
+    /// Waits out the faults before a call of `gateway`: `Err` for a partitioned one.
+    async fn before(&self, gateway: usize, what: &str) -> Result<(), LeaseStoreError> {
+        let (partitioned, stalled_until, delay) = {
+            let faults = self.faults.lock().unwrap();
+            let delay = if faults.max_delay.is_zero() {
+                Duration::ZERO
+            } else {
+                let most = faults.max_delay.as_micros() as u64;
+                Duration::from_micros(self.rng.lock().unwrap().gen_range(0..=most))
+            };
+            (
+                faults.partitioned.get(gateway).copied().unwrap_or(false),
+                faults.stalled_until,
+                delay,
+            )
+        };
+        if partitioned {
+            // A partitioned store hangs until the client gives up (the gateway's own timeouts
+            // end it earlier where it has them).
+            tokio::time::sleep(Duration::from_millis(3_000)).await;
+            self.trace
+                .note(format!("store: {what} of gw{gateway} lost (partitioned)"));
+            return Err(LeaseStoreError::Unavailable(
+                "the simulated store is partitioned from this gateway".into(),
+            ));
+        }
+        if let Some(until) = stalled_until {
+            tokio::time::sleep_until(until).await;
+        }
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok(())
+    }
+
+    /// After a call was carried out: its answer lost, now and then.
+    fn answer_lost(&self, gateway: usize, what: &str) -> bool {
+        let per_mille = self.faults.lock().unwrap().lose_answer_per_mille;
+        let lost = per_mille > 0 && self.rng.lock().unwrap().gen_range(0..1000) < per_mille;
+        if lost {
+            self.trace.note(format!(
+                "store: the answer to {what} of gw{gateway} was lost"
+            ));
+        }
+        lost
+    }
+}
+
+fn lost() -> LeaseStoreError {
+    LeaseStoreError::Unavailable("the simulated store's answer was lost".into())
+}
+
+struct StoreView {
+    store: Arc<SimStore>,
+    gateway: usize,
+}
+
+impl LeaseStore for StoreView {
+    fn try_acquire_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        request: AcquireRequest,
+    ) -> BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
+        Box::pin(async move {
+            self.store.before(self.gateway, "acquire").await?;
+            let result = self.store.inner.try_acquire_kind(kind, name, request).await;
+            if let Ok(Acquisition::Taken(grant)) = &result
+                && name.starts_with("link-owner:")
+                && !name.starts_with("link-owner:station:")
+                && !name.ends_with(":released")
+            {
+                self.store.epochs.lock().unwrap().push(OwnerEpoch {
+                    gateway: self.gateway,
+                    at: Instant::now(),
+                    fence: grant.fence,
+                });
+                self.store.trace.note(format!(
+                    "store: gw{} took {name} (fence {})",
+                    self.gateway, grant.fence
+                ));
+            }
+            if self.store.answer_lost(self.gateway, "acquire") {
+                return Err(lost());
+            }
+            result
+        })
+    }
+
+    fn refresh_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Option<LeaseGrant>, LeaseStoreError>> {
+        Box::pin(async move {
+            self.store.before(self.gateway, "refresh").await?;
+            let result = self.store.inner.refresh_kind(kind, name, token, ttl).await;
+            if self.store.answer_lost(self.gateway, "refresh") {
+                return Err(lost());
+            }
+            result
+        })
+    }
+
+    fn release_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+    ) -> BoxFuture<'a, Result<bool, LeaseStoreError>> {
+        Box::pin(async move {
+            self.store.before(self.gateway, "release").await?;
+            let result = self.store.inner.release_kind(kind, name, token).await;
+            if self.store.answer_lost(self.gateway, "release") {
+                return Err(lost());
+            }
+            result
+        })
+    }
+
+    fn holders<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LeaseGrant>, LeaseStoreError>> {
+        Box::pin(async move {
+            self.store.before(self.gateway, "holders").await?;
+            let result = self.store.inner.holders(kind, name).await;
+            if self.store.answer_lost(self.gateway, "holders") {
+                return Err(lost());
+            }
+            result
+        })
+    }
+}

@@ -1,0 +1,893 @@
+//! One seed's world: the simulated station, the lease store, one or two gateways (an owner
+//! and its standby), the clients and the faults, all on one current-thread runtime with paused
+//! time, every choice drawn from one seeded random number generator.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use station_core::lease::control::SafeStopState;
+use station_core::station::ChangeOutcome;
+use station_simulator::{Profile, Simulator, SimulatorHandle};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::assembly::{self, GatewayStart, Refusal, SimGateway};
+use crate::invariants::{Checker, Records, SafeStopRecord, Tenure, WriteAnswer, WriteIntent};
+use crate::pipe::LineControl;
+use crate::store::SimStore;
+use crate::trace::Trace;
+
+/// The one random number generator of a seed, shared by every part that draws from it.
+pub type SimRng = Arc<Mutex<StdRng>>;
+
+/// How one seed is run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub seed: u64,
+    /// Simulated time with faults; the heal and the final checks come after it.
+    pub faulty_for: Duration,
+    /// Print the trace as it is written.
+    pub echo: bool,
+    /// The hole put back (`--reintroduce NAME`), if any.
+    pub reintroduce: Option<String>,
+}
+
+/// What one seed did.
+pub struct SeedOutcome {
+    pub seed: u64,
+    pub failure: Option<String>,
+    pub trace: String,
+    pub simulated: Duration,
+}
+
+/// The longest any request of a client may stay unanswered, faults or not (invariant 6).
+const ANSWER_LIMIT: Duration = Duration::from_secs(130);
+/// After the faults heal, a waiting acquirer is served within the lease's TTL, the
+/// lock-delay, the link-owner lease's TTL and lock-delay, and this.
+const SERVED_AFTER_HEAL: Duration = Duration::from_secs(45);
+
+/// Runs `options.seed` to its end on a runtime of its own.
+pub fn run(options: RunOptions) -> SeedOutcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let seed = options.seed;
+    let state_dir = std::env::temp_dir().join(format!(
+        "station-dst-{}-{seed}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::create_dir_all(&state_dir);
+    let outcome = runtime.block_on(async {
+        let world = World::new(&options, state_dir.clone()).await;
+        world.run().await
+    });
+    drop(runtime);
+    let _ = std::fs::remove_dir_all(&state_dir);
+    outcome
+}
+
+static NEXT_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+struct World {
+    options: RunOptions,
+    rng: SimRng,
+    trace: Trace,
+    sim: SimulatorHandle,
+    store: Arc<SimStore>,
+    gateways: Arc<Mutex<Vec<Slot>>>,
+    records: Arc<Mutex<Records>>,
+    state_dir: PathBuf,
+    /// Set once a check failed: the world stops.
+    failed: CancellationToken,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+/// One gateway's place: its process now (none while it is down), how it is configured.
+struct Slot {
+    running: Option<Arc<SimGateway>>,
+    standby: bool,
+    line: LineControl,
+    incarnation: u32,
+    /// Every process it ran, for the audit trails (invariant 5).
+    all: Vec<Arc<SimGateway>>,
+}
+
+impl World {
+    async fn new(options: &RunOptions, state_dir: PathBuf) -> World {
+        let rng: SimRng = Arc::new(Mutex::new(StdRng::seed_from_u64(options.seed)));
+        let trace = Trace::new(options.echo);
+        let sim = Simulator::in_process(Profile::default_station());
+        let processing = Duration::from_millis(rng.lock().unwrap().gen_range(2..40));
+        sim.set_processing_time(processing);
+        // Half the stations carry a change out after its connection closed (serial lines).
+        let ignores_close = rng.lock().unwrap().gen_bool(0.5);
+        sim.set_ignores_close(ignores_close);
+        let count = if rng.lock().unwrap().gen_bool(0.5) {
+            2
+        } else {
+            1
+        };
+        trace.note(format!(
+            "seed {}: {count} gateway(s), station processing {} ms, ignores a close: {ignores_close}",
+            options.seed,
+            processing.as_millis()
+        ));
+        let store = SimStore::new(count, rng.clone(), trace.clone());
+        let slots = (0..count)
+            .map(|index| Slot {
+                running: None,
+                standby: index > 0,
+                line: LineControl::default(),
+                incarnation: 0,
+                all: Vec::new(),
+            })
+            .collect();
+        World {
+            options: options.clone(),
+            rng,
+            trace,
+            sim,
+            store,
+            gateways: Arc::new(Mutex::new(slots)),
+            records: Arc::new(Mutex::new(Records::default())),
+            state_dir,
+            failed: CancellationToken::new(),
+            failure: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn draw<T: rand::distributions::uniform::SampleUniform + PartialOrd>(
+        &self,
+        range: std::ops::Range<T>,
+    ) -> T {
+        self.rng.lock().unwrap().gen_range(range)
+    }
+
+    async fn run(self) -> SeedOutcome {
+        let world = Arc::new(self);
+        let start = Instant::now();
+        let count = world.gateways.lock().unwrap().len();
+        for index in 0..count {
+            restart_when_down(&world, index).await;
+        }
+        let clients = world.draw(2..4);
+        let stop_clients = CancellationToken::new();
+        let mut tasks = Vec::new();
+        for client in 0..clients {
+            tasks.push(tokio::spawn(client_life(
+                world.clone(),
+                client,
+                stop_clients.clone(),
+            )));
+        }
+        let checker = tokio::spawn(check_every_step(world.clone()));
+        let faults = tokio::spawn(faults(world.clone()));
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep(world.options.faulty_for) => {}
+            _ = world.failed.cancelled() => {}
+        }
+        faults.abort();
+        heal(&world).await;
+        world.trace.note("heal: every fault ends");
+        let healed_at = Instant::now();
+        // Invariant 6: a waiting acquirer is served once the faults are healed.
+        if !world.failed.is_cancelled() {
+            let served = tokio::time::timeout(SERVED_AFTER_HEAL, final_acquirer(world.clone()));
+            tokio::select! {
+                biased;
+                result = served => if result.is_err() {
+                    fail(&world, format!(
+                        "invariant 6: a waiting acquirer was not served within {} s after the faults healed",
+                        SERVED_AFTER_HEAL.as_secs()
+                    ));
+                },
+                _ = world.failed.cancelled() => {}
+            }
+        }
+        stop_clients.cancel();
+        for task in tasks {
+            let limit = ANSWER_LIMIT.saturating_sub(healed_at.elapsed());
+            if tokio::time::timeout(limit.max(Duration::from_secs(1)), task)
+                .await
+                .is_err()
+            {
+                fail(
+                    &world,
+                    "invariant 6: a client's request was left unanswered".into(),
+                );
+            }
+        }
+        // Whatever is still in doubt lands or lapses, and the read-backs run.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        checker.abort();
+        check_now(&world, true);
+        let simulated = start.elapsed();
+        let failure = world.failure.lock().unwrap().clone();
+        let gateways: Vec<_> = world
+            .gateways
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|slot| slot.running.clone())
+            .collect();
+        for gateway in gateways {
+            gateway.kill();
+        }
+        world.sim.shutdown();
+        SeedOutcome {
+            seed: world.options.seed,
+            failure,
+            trace: world.trace.text(),
+            simulated,
+        }
+    }
+}
+
+fn fail(world: &World, why: String) {
+    let mut failure = world.failure.lock().unwrap();
+    if failure.is_none() {
+        world.trace.note(format!("FAILED {why}"));
+        *failure = Some(why);
+    }
+    world.failed.cancel();
+}
+
+/// Starts gateway `index` (again): as configured, or as a standby when another owns the link.
+/// `false` when it could not start now.
+async fn start_gateway(world: &Arc<World>, index: usize) -> bool {
+    let (standby, line, incarnation) = {
+        let mut slots = world.gateways.lock().unwrap();
+        let slot = &mut slots[index];
+        slot.incarnation += 1;
+        (slot.standby, slot.line.clone(), slot.incarnation)
+    };
+    let setup = |standby| GatewayStart {
+        index,
+        incarnation,
+        standby,
+        store: world.store.view(index),
+        sim: world.sim.clone(),
+        line: line.clone(),
+        state_file: world.state_dir.join(format!("gw{index}.state")),
+    };
+    let started = match assembly::start(setup(standby)).await {
+        Ok(gateway) => Ok(gateway),
+        // Its link-owner lease is another's now (a standby took over): it stands by.
+        Err(_) if !standby => assembly::start(setup(true)).await,
+        Err(why) => Err(why),
+    };
+    match started {
+        Ok(gateway) => {
+            let gateway = Arc::new(gateway);
+            world.trace.note(format!(
+                "gw{index}: started ({})",
+                if gateway.ha.standing_by().is_some() {
+                    "standby"
+                } else {
+                    "owner"
+                }
+            ));
+            {
+                let mut slots = world.gateways.lock().unwrap();
+                slots[index].running = Some(gateway.clone());
+                slots[index].all.push(gateway.clone());
+            }
+            tokio::spawn(exit_when_stopped_by_itself(world.clone(), gateway));
+            true
+        }
+        Err(why) => {
+            world.trace.note(format!(
+                "gw{index}: cannot start now: {}",
+                why.replace(&*world.state_dir.to_string_lossy(), "STATE")
+            ));
+            false
+        }
+    }
+}
+
+/// A gateway that stopped itself (it could no longer prove it owns the link) exits, as the
+/// process does, and is started again a moment later, as its service manager does.
+async fn exit_when_stopped_by_itself(world: Arc<World>, gateway: Arc<SimGateway>) {
+    tokio::select! {
+        biased;
+        () = gateway.gone.cancelled() => return,
+        () = gateway.shutdown.cancelled() => {}
+    }
+    let index = gateway.index;
+    {
+        let mut slots = world.gateways.lock().unwrap();
+        if slots[index]
+            .running
+            .as_ref()
+            .is_some_and(|running| Arc::ptr_eq(running, &gateway))
+        {
+            slots[index].running = None;
+        }
+    }
+    world.trace.note(format!(
+        "gw{index}: stopped by itself (link ownership lost), exits"
+    ));
+    gateway.kill();
+    tokio::time::sleep(Duration::from_millis(world.draw(500..3_000))).await;
+    restart_when_down(&world, index).await;
+}
+
+/// The gateways running now, in order.
+fn running(world: &World) -> Vec<Arc<SimGateway>> {
+    world
+        .gateways
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|slot| slot.running.clone())
+        .collect()
+}
+
+/// Runs `op` against `gateway` as a client's request: answered `None` when the gateway's
+/// process went away meanwhile (the connection dropped) or the client hung up after `patience`.
+async fn request<T>(
+    gateway: &SimGateway,
+    patience: Option<Duration>,
+    op: impl Future<Output = T>,
+) -> Option<T> {
+    let limit = patience.unwrap_or(ANSWER_LIMIT);
+    tokio::select! {
+        biased;
+        result = tokio::time::timeout(limit, op) => result.ok(),
+        _ = gateway.gone.cancelled() => None,
+    }
+}
+
+/// A lease as its client knows it.
+struct Held {
+    token: String,
+    fence: u64,
+    gateway: usize,
+    tenure: usize,
+}
+
+/// One client: takes the lease, writes, renews (or forgets to), releases (or hangs up), writes
+/// without a lease, presses the safe stop and breaks leases, as the seed says.
+async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) {
+    let name = format!("client{client}");
+    let mut held: Option<Held> = None;
+    let ttl = Duration::from_millis(world.draw(2_000..8_000));
+    let mut last_renewed = Instant::now();
+    let mut forgetful = false;
+    while !stop.is_cancelled() && !world.failed.is_cancelled() {
+        tokio::time::sleep(Duration::from_micros(world.draw(50_000..1_500_000))).await;
+        if stop.is_cancelled() {
+            break;
+        }
+        let gateways = running(&world);
+        if gateways.is_empty() {
+            continue;
+        }
+        let pick = world.draw(0..gateways.len());
+        let gateway = match &held {
+            Some(lease) => match gateways.iter().find(|g| g.index == lease.gateway) {
+                Some(gateway) => gateway.clone(),
+                // Its gateway went: the client finds the one that serves now.
+                None => gateways[pick].clone(),
+            },
+            None => gateways[pick].clone(),
+        };
+        let roll = world.draw(0..100u32);
+        // A client that hangs up: waits this long at most for its answer.
+        let patience =
+            (world.draw(0..100u32) < 8).then(|| Duration::from_millis(world.draw(1..1_500)));
+        match &held {
+            None if roll < 45 => {
+                let wait = if world.draw(0..2u32) == 0 {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(world.draw(100..6_000))
+                };
+                let sent = Instant::now();
+                world.trace.note(format!(
+                    "{name}: acquire at {} (ttl {} ms, wait {} ms)",
+                    gateway.name,
+                    ttl.as_millis(),
+                    wait.as_millis()
+                ));
+                match request(&gateway, patience, gateway.acquire(&name, ttl, None, wait)).await {
+                    Some(Ok(answer)) => {
+                        let now = Instant::now();
+                        let tenure = world.records.lock().unwrap().add_tenure(Tenure {
+                            client,
+                            fence: answer.fence,
+                            start: now,
+                            ends_by: now + Duration::from_millis(answer.expires_in_ms),
+                            ended_at: None,
+                            released: false,
+                            unreleased_end: false,
+                        });
+                        world
+                            .trace
+                            .note(format!("{name}: holds the lease, fence {}", answer.fence));
+                        held = Some(Held {
+                            token: answer.lease_id,
+                            fence: answer.fence,
+                            gateway: gateway.index,
+                            tenure,
+                        });
+                        last_renewed = now.min(sent + ttl)
+                            - ttl.saturating_sub(Duration::from_millis(answer.expires_in_ms));
+                        forgetful = world.draw(0..100u32) < 15;
+                    }
+                    Some(Err(refusal)) => world
+                        .trace
+                        .note(format!("{name}: acquire refused: {}", short(&refusal))),
+                    None => world.trace.note(format!("{name}: acquire: hung up")),
+                }
+            }
+            None if roll < 75 => {
+                write(&world, &name, client, &gateway, None, patience).await;
+            }
+            None if roll < 80 => safe_stop(&world, &name, &gateway, patience).await,
+            None if roll < 83 => {
+                world
+                    .trace
+                    .note(format!("{name}: break at {}", gateway.name));
+                let sent = Instant::now();
+                world.records.lock().unwrap().press_sent(sent);
+                world.records.lock().unwrap().breaks.push(sent);
+                if let Some(Ok(broken)) = request(&gateway, patience, gateway.break_lease()).await {
+                    world.trace.note(format!(
+                        "{name}: broke the lease of {}",
+                        broken.as_deref().unwrap_or("nobody")
+                    ));
+                    if let Some(owner) = broken {
+                        world
+                            .records
+                            .lock()
+                            .unwrap()
+                            .ended_by_press(sent, false, |t| {
+                                owner == format!("client{}", t.client)
+                            });
+                    }
+                }
+            }
+            None => {}
+            Some(lease) => {
+                let token = lease.token.clone();
+                let (fence, tenure) = (lease.fence, lease.tenure);
+                if forgetful {
+                    // It stops renewing and writing: the lease runs out on its own.
+                    if Instant::now() > last_renewed + ttl + Duration::from_secs(1) {
+                        world
+                            .trace
+                            .note(format!("{name}: forgot its lease (fence {fence})"));
+                        world.records.lock().unwrap().tenures[tenure].ran_out();
+                        held = None;
+                    }
+                    continue;
+                }
+                if Instant::now() + Duration::from_millis(300) > last_renewed + ttl {
+                    // Too late to renew reliably: it lets the lease go as a crashed client.
+                    world
+                        .trace
+                        .note(format!("{name}: lease (fence {fence}) ran out"));
+                    world.records.lock().unwrap().tenures[tenure].ran_out();
+                    held = None;
+                    continue;
+                }
+                if roll < 50 {
+                    write(
+                        &world,
+                        &name,
+                        client,
+                        &gateway,
+                        Some((&token, fence)),
+                        patience,
+                    )
+                    .await;
+                } else if roll < 75 {
+                    let sent = Instant::now();
+                    match request(&gateway, patience, gateway.renew(&token)).await {
+                        Some(Ok(answer)) => {
+                            let now = Instant::now();
+                            let mut records = world.records.lock().unwrap();
+                            let tenure = &mut records.tenures[tenure];
+                            let ends_by = now + Duration::from_millis(answer.expires_in_ms);
+                            tenure.ends_by = tenure.ends_by.max(ends_by);
+                            last_renewed = ends_by.checked_sub(ttl).unwrap_or(sent);
+                            world.trace.note(format!("{name}: renewed fence {fence}"));
+                        }
+                        Some(Err(refusal)) => {
+                            world.trace.note(format!(
+                                "{name}: renewal of fence {fence} refused: {}",
+                                short(&refusal)
+                            ));
+                            if matches!(refusal, Refusal::Lease(_)) {
+                                world.records.lock().unwrap().tenures[tenure].ran_out();
+                                held = None;
+                            }
+                        }
+                        None => world.trace.note(format!("{name}: renewal: hung up")),
+                    }
+                } else if roll < 95 {
+                    let sent = Instant::now();
+                    world.records.lock().unwrap().tenures[tenure].end_asked(sent);
+                    world.trace.note(format!("{name}: release fence {fence}"));
+                    match request(&gateway, patience, gateway.release(&token)).await {
+                        Some(Ok(())) => {
+                            world.records.lock().unwrap().tenures[tenure].released = true;
+                            world.trace.note(format!("{name}: released fence {fence}"));
+                        }
+                        Some(Err(refusal)) => {
+                            world.trace.note(format!(
+                                "{name}: release of fence {fence} refused: {}",
+                                short(&refusal)
+                            ));
+                            if matches!(refusal, Refusal::Lease(_)) {
+                                world.records.lock().unwrap().tenures[tenure].ran_out();
+                            }
+                        }
+                        None => world.trace.note(format!("{name}: release: hung up")),
+                    }
+                    held = None;
+                } else {
+                    safe_stop(&world, &name, &gateway, patience).await;
+                    if world.records.lock().unwrap().tenures[tenure]
+                        .ended_at
+                        .is_some()
+                    {
+                        held = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn short(refusal: &Refusal) -> String {
+    let text = refusal.to_string();
+    match text.char_indices().nth(90) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
+    }
+}
+
+async fn write(
+    world: &World,
+    name: &str,
+    client: usize,
+    gateway: &SimGateway,
+    lease: Option<(&str, u64)>,
+    patience: Option<Duration>,
+) {
+    let value = {
+        let mut records = world.records.lock().unwrap();
+        records.next_value += 1.0;
+        records.next_value
+    };
+    let intent = world.records.lock().unwrap().add_write(WriteIntent {
+        value,
+        client,
+        fence: lease.map(|(_, fence)| fence),
+        gateway: gateway.index,
+        sent: Instant::now(),
+        answer: WriteAnswer::Pending,
+    });
+    world.trace.note(format!(
+        "{name}: write {value} at {} under {}",
+        gateway.name,
+        lease.map_or("no lease".to_string(), |(_, f)| format!("fence {f}"))
+    ));
+    let answer = match request(
+        gateway,
+        patience,
+        gateway.write(value, lease.map(|(token, _)| token)),
+    )
+    .await
+    {
+        None => WriteAnswer::HungUp,
+        Some(Err(refusal)) => WriteAnswer::Refused(short(&refusal)),
+        Some(Ok(Err(still_running))) => WriteAnswer::Unknown(still_running),
+        Some(Ok(Ok(report))) => match report.outcome {
+            ChangeOutcome::Applied => WriteAnswer::Applied(Instant::now()),
+            ChangeOutcome::Refused { why } => WriteAnswer::Refused(why),
+            ChangeOutcome::Partial { why, .. } | ChangeOutcome::Unknown { why } => {
+                WriteAnswer::Unknown(why)
+            }
+        },
+    };
+    world
+        .trace
+        .note(format!("{name}: write {value}: {}", answer.word()));
+    world.records.lock().unwrap().writes[intent].answer = answer;
+}
+
+async fn safe_stop(world: &World, name: &str, gateway: &SimGateway, patience: Option<Duration>) {
+    let sent = Instant::now();
+    world.records.lock().unwrap().press_sent(sent);
+    world
+        .trace
+        .note(format!("{name}: safe stop at {}", gateway.name));
+    match request(gateway, patience, gateway.safe_stop(name)).await {
+        Some(Ok(outcome)) => {
+            let done = matches!(
+                outcome.safe_state,
+                SafeStopState::Confirmed | SafeStopState::AlreadySafe
+            );
+            world.trace.note(format!(
+                "{name}: safe stop answered: {:?}, ended {:?}",
+                outcome.safe_state,
+                outcome.ended.as_ref().map(|(_, fence)| fence)
+            ));
+            let mut records = world.records.lock().unwrap();
+            if let Some((_, fence)) = outcome.ended {
+                records.ended_by_press(sent, true, |t| t.fence == fence);
+            }
+            if done {
+                records.safe_stops.push(SafeStopRecord {
+                    gateway: gateway.index,
+                    sent,
+                    answered: Instant::now(),
+                });
+            }
+        }
+        Some(Err(refusal)) => world
+            .trace
+            .note(format!("{name}: safe stop refused: {}", short(&refusal))),
+        None => world.trace.note(format!("{name}: safe stop: hung up")),
+    }
+}
+
+/// After the heal: one acquirer waits in line until it gets the lease (invariant 6).
+async fn final_acquirer(world: Arc<World>) {
+    loop {
+        for gateway in running(&world) {
+            let answer = request(
+                &gateway,
+                None,
+                gateway.acquire(
+                    "final acquirer",
+                    Duration::from_secs(5),
+                    None,
+                    Duration::from_secs(10),
+                ),
+            )
+            .await;
+            if let Some(Ok(answer)) = answer {
+                world.trace.note(format!(
+                    "final acquirer: holds the lease, fence {}",
+                    answer.fence
+                ));
+                let _ = gateway.release(&answer.lease_id).await;
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The faults, one after another, each drawn from the seed.
+async fn faults(world: Arc<World>) {
+    loop {
+        tokio::time::sleep(Duration::from_micros(world.draw(300_000..4_000_000))).await;
+        let count = world.gateways.lock().unwrap().len();
+        let index = world.draw(0..count);
+        let line = world.gateways.lock().unwrap()[index].line.clone();
+        match world.draw(0..17u32) {
+            0 => {
+                world.trace.note(format!("fault: gw{index}'s link cut"));
+                line.cut();
+            }
+            1 => {
+                // The link cut while a request is at the station (within 3 s, if one comes).
+                let world = world.clone();
+                tokio::spawn(async move {
+                    for _ in 0..300 {
+                        if world.sim.requests_in_progress() > 0 {
+                            world.trace.note(format!(
+                                "fault: gw{index}'s link cut while a request is at the station"
+                            ));
+                            line.cut();
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                });
+            }
+            2 => {
+                world
+                    .trace
+                    .note("fault: the station drops every connection");
+                world.sim.drop_connections();
+            }
+            3 => {
+                let ignores = world.draw(0..2u32) == 0;
+                world
+                    .trace
+                    .note(format!("fault: the station ignores a close: {ignores}"));
+                world.sim.set_ignores_close(ignores);
+            }
+            4 | 15 | 16 => {
+                // With the longest processing (1.8 s), still within station.max_processing_ms (4 s): a
+                // station slower than that breaks its own contract.
+                let extra = Duration::from_millis(world.draw(500..2_100));
+                world.trace.note(format!(
+                    "fault: the next write takes {} ms more",
+                    extra.as_millis()
+                ));
+                world.sim.delay_next_write_to(assembly::SETPOINT, extra);
+            }
+            5 => {
+                let stall = Duration::from_millis(world.draw(200..5_000));
+                world.trace.note(format!(
+                    "fault: the station hangs for {} ms",
+                    stall.as_millis()
+                ));
+                world.sim.set_stall(true);
+                let sim = world.sim.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(stall).await;
+                    sim.set_stall(false);
+                });
+            }
+            6 => {
+                let until = Instant::now() + Duration::from_millis(world.draw(200..5_000));
+                world.trace.note("fault: the store stalls");
+                world.store.set_faults(|f| f.stalled_until = Some(until));
+            }
+            7 => {
+                let partitioned = world.draw(0..3u32) != 0;
+                world.trace.note(format!(
+                    "fault: gw{index} partitioned from the store: {partitioned}"
+                ));
+                world
+                    .store
+                    .set_faults(|f| f.partitioned[index] = partitioned);
+            }
+            8 => {
+                let per_mille = world.draw(0..150);
+                let delay = Duration::from_millis(world.draw(0..800));
+                world.trace.note(format!(
+                    "fault: the store loses {per_mille}‰ of its answers, delays up to {} ms",
+                    delay.as_millis()
+                ));
+                world.store.set_faults(|f| {
+                    f.lose_answer_per_mille = per_mille;
+                    f.max_delay = delay;
+                });
+            }
+            9 => {
+                let pause = Duration::from_millis(world.draw(300..9_000));
+                world.trace.note(format!(
+                    "fault: gw{index} paused for {} ms",
+                    pause.as_millis()
+                ));
+                line.set_held(true);
+                world.store.set_faults(|f| f.partitioned[index] = true);
+                let world = world.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(pause).await;
+                    world.trace.note(format!("gw{index} runs again"));
+                    line.set_held(false);
+                    world.store.set_faults(|f| f.partitioned[index] = false);
+                });
+            }
+            10 => {
+                let running = world.gateways.lock().unwrap()[index].running.take();
+                if let Some(gateway) = running {
+                    let down = Duration::from_millis(world.draw(100..6_000));
+                    world.trace.note(format!(
+                        "fault: gw{index} killed, back in {} ms",
+                        down.as_millis()
+                    ));
+                    gateway.kill();
+                    let world = world.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(down).await;
+                        restart_when_down(&world, index).await;
+                    });
+                }
+            }
+            11 => {
+                let running = world.gateways.lock().unwrap()[index].running.take();
+                if let Some(gateway) = running {
+                    world
+                        .trace
+                        .note(format!("fault: gw{index} stopped cleanly, restarts"));
+                    let world = world.clone();
+                    tokio::spawn(async move {
+                        gateway.stop().await;
+                        restart_when_down(&world, index).await;
+                    });
+                }
+            }
+            12 => {
+                let processing = Duration::from_millis(world.draw(2..1_800));
+                world.trace.note(format!(
+                    "fault: the station takes {} ms over each request",
+                    processing.as_millis()
+                ));
+                world.sim.set_processing_time(processing);
+            }
+            _ => {
+                world
+                    .trace
+                    .note("fault: the station answers normally again");
+                world
+                    .sim
+                    .set_processing_time(Duration::from_millis(world.draw(2..40)));
+                world.sim.set_stall(false);
+            }
+        }
+    }
+}
+
+/// Starts gateway `index` again if it is down. Boxed: starting a gateway spawns what restarts
+/// it.
+fn restart_when_down(
+    world: &Arc<World>,
+    index: usize,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+    let world = world.clone();
+    Box::pin(async move {
+        // As a service manager does: tried again every second until it runs.
+        while world.gateways.lock().unwrap()[index].running.is_none()
+            && !start_gateway(&world, index).await
+        {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
+/// Every fault ends; a gateway that is down starts again.
+async fn heal(world: &Arc<World>) {
+    world.store.heal();
+    world.sim.set_stall(false);
+    world.sim.set_ignores_close(false);
+    world
+        .sim
+        .set_processing_time(Duration::from_millis(world.draw(2..40)));
+    let count = world.gateways.lock().unwrap().len();
+    for index in 0..count {
+        let line = world.gateways.lock().unwrap()[index].line.clone();
+        line.set_held(false);
+        restart_when_down(world, index).await;
+    }
+}
+
+/// Checks the invariants against the station's log every few simulated milliseconds.
+async fn check_every_step(world: Arc<World>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        check_now(&world, false);
+    }
+}
+
+fn check_now(world: &World, last: bool) {
+    let log = world.sim.write_log();
+    let audits: Vec<_> = world
+        .gateways
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|slot| slot.all.iter().map(|g| g.audit.clone()))
+        .collect();
+    let records = world.records.lock().unwrap();
+    let checker = Checker {
+        log: &log,
+        records: &records,
+        epochs: world.store.owner_epochs(),
+        start: world.trace.start(),
+        now: Instant::now(),
+        last,
+        audits: &audits,
+    };
+    if let Err(why) = checker.check() {
+        drop(records);
+        fail(world, why);
+    }
+}
