@@ -28,16 +28,20 @@ use tracing::{debug, info, warn};
 
 mod codes;
 
-use crate::gateway::Gateway;
 use crate::lease::{Access, Admitted, LeaseError};
 use crate::link::{LinkError, LinkEvent};
+use crate::runtime::StationRuntime;
 use crate::station::{
     Change, ChangeAnswer, ChangeOrigin, ChangeWhat, ConsumingRule, Freshness, FrontEnd, ItemError,
     ReadPolicy, Step, StepAction, UnknownRule,
 };
 
 /// Serves legacy clients on `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<StationRuntime>,
+    shutdown: CancellationToken,
+) {
     let limits = Arc::new(Semaphore::new(gateway.config.legacy.max_clients));
     let allowed: Vec<IpAddr> = gateway
         .config
@@ -101,7 +105,7 @@ async fn refuse_busy(stream: TcpStream) {
 async fn serve_client(
     stream: TcpStream,
     peer: SocketAddr,
-    gateway: Arc<Gateway>,
+    gateway: Arc<StationRuntime>,
     shutdown: CancellationToken,
 ) -> String {
     let config = &gateway.config.legacy;
@@ -189,7 +193,7 @@ fn queue_reply(replies: &mpsc::Sender<RawFrame>, request_id: u32, response: Resp
 }
 
 /// The answer to one request frame, as the station would give it.
-async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Response {
+async fn answer(gateway: &StationRuntime, frame: &RawFrame, peer: SocketAddr) -> Response {
     let request = match Request::from_frame(frame) {
         Ok(request) => request,
         Err(PayloadError::UnknownOpcode(op) | PayloadError::NotARequest(op)) => {
@@ -344,7 +348,7 @@ fn asked_text(items: &[(String, Value)]) -> String {
 /// clients never hold the lease: their changes go through only while nobody does; a refused
 /// one is in the audit trail too.
 async fn change(
-    gateway: &Gateway,
+    gateway: &StationRuntime,
     peer: SocketAddr,
     operation: &'static str,
     what: ChangeWhat,
@@ -399,7 +403,7 @@ async fn change(
 /// when a lease is granted is never sent); while someone does, from the cache up to
 /// `legacy.read_max_age_ms`, misses read, and channels whose read consumes data refused with
 /// LOCKED.
-async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Response {
+async fn read(gateway: &StationRuntime, names: Vec<String>, peer: SocketAddr) -> Response {
     let lease = legacy_policy(gateway, Access::ForcedRead);
     let (policy, locked_by) = match &lease {
         LegacyPolicy::Open(admitted) => (
@@ -476,7 +480,7 @@ enum LegacyPolicy {
 /// Legacy clients never hold the lease (the byte protocol has no way to say so): they may
 /// change the station (`access`: a change, or a forced read, whose guard covers channels whose
 /// read consumes data) only while nobody holds it.
-fn legacy_policy(gateway: &Gateway, access: Access) -> LegacyPolicy {
+fn legacy_policy(gateway: &StationRuntime, access: Access) -> LegacyPolicy {
     match gateway.lease.admit(access, None) {
         Ok(admitted) if admitted.guard.is_some() => LegacyPolicy::Open(admitted),
         Ok(_) => LegacyPolicy::Locked("the control lease refused the change".into()),

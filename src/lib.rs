@@ -30,7 +30,8 @@ mod server;
 pub use station_http as http;
 pub use station_http::{
     Config, access_rules, audit, config, config_files, credentials, error, events, gateway,
-    gateway_runtime, history, lease, link, logs, metrics, numeric, rules, station, timestamp,
+    gateway_runtime, history, lease, link, logs, metrics, numeric, rules, runtime, station,
+    timestamp,
 };
 
 pub use server::{

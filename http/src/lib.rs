@@ -57,7 +57,7 @@ pub mod tls;
 
 pub use station_core::{
     Config, access_rules, audit, cache, config, config_files, gateway_runtime, history, lease,
-    link, metrics, numeric, numtext, rules, station, timestamp,
+    link, metrics, numeric, numtext, rules, runtime, station, timestamp,
 };
 
 pub use api::LeaseNeed;

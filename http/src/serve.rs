@@ -115,11 +115,11 @@ pub async fn serve(
     shutdown: Shutdown,
 ) {
     let HttpService { stations, threads } = service;
-    // The connection counters are the whole gateway's: kept in the first station's metrics.
-    let gateway = stations.host().clone();
+    // The connection counters are the whole gateway's.
+    let counters = stations.wide().connections.clone();
     let browser = Arc::new(BrowserRules::new(
-        &gateway.config.http,
-        gateway.tls.is_some(),
+        &stations.wide().http,
+        stations.wide().tls.is_some(),
     ));
     let Shutdown {
         signal: shutdown,
@@ -151,7 +151,7 @@ pub async fn serve(
         // most connections the one idle the longest (its slot is given back at once, its
         // descriptor as soon as its task sees it).
         if slots.make_room() {
-            gateway.metrics.http_connections_evicted.inc();
+            counters.evicted.inc();
         }
         // With every connection taken (the reserve included) and none idle, this one waits
         // and the next clients in the listen backlog, costing the gateway no descriptor,
@@ -168,7 +168,7 @@ pub async fn serve(
             Ok(slot) => slot,
             Err(refusal) => {
                 if matches!(refusal, Refusal::PerIp(_)) {
-                    gateway.metrics.http_connections_refused.per_ip.inc();
+                    counters.refused.per_ip.inc();
                 }
                 debug!(%peer, "connection closed at once: {refusal}");
                 continue;
@@ -230,13 +230,13 @@ impl Connection {
         let limits = builders.limits;
         let header_timeout = limits.header_read;
         let peer = self.peer;
-        let host = self.stations.host();
+        let wide = self.stations.wide();
         let timed_out = |what: &str| {
-            host.metrics.http_timeouts.headers.inc();
+            wide.connections.timeouts.headers.inc();
             info!(%peer, "HTTP: closed a connection: {what} within {}", body::readable(header_timeout));
         };
         let (io, activity) = TimedIo::new(stream, limits.write);
-        let ended = match host.tls.clone() {
+        let ended = match wide.tls.clone() {
             None => {
                 // The first bytes are awaited before hyper: a client that connects and sends
                 // nothing is closed at the header timeout exactly, and counted as having
@@ -272,7 +272,7 @@ impl Connection {
             }
         };
         if activity.write_stalled() {
-            host.metrics.http_timeouts.write.inc();
+            wide.connections.timeouts.write.inc();
             info!(
                 %peer,
                 "HTTP: closed a connection whose client stopped reading: its answer made no progress for {}",
@@ -589,8 +589,8 @@ async fn answer_routed(
         ..
     } = served;
     let (peers, kind, limits) = (*peers, *kind, builders.limits);
-    let host = stations.host();
-    let http = &host.config.http;
+    let wide = stations.wide();
+    let http = &wide.http;
     let http1 = head.version < Version::HTTP_2;
     let reserved = kind == SlotKind::Reserved;
     // Which station the request is for: one station's paths are all its own (and also under
@@ -617,7 +617,7 @@ async fn answer_routed(
         }
     };
     if reserved && !is_reserved_request(&http.path_prefix, &head.method, head.uri.path()) {
-        host.metrics.http_connections_refused.reserve_only.inc();
+        wide.connections.refused.reserve_only.inc();
         let error = ApiError::overloaded(format!(
             "the gateway is at its connection limit ({} connections): only health checks and renewing or releasing a lease are served now; try again shortly",
             limits.max_connections
@@ -641,7 +641,7 @@ async fn answer_routed(
         ));
         let (response, timed_out) = body::with_body_limits(limits.body, answered).await;
         if timed_out.is_some() {
-            host.metrics.http_timeouts.body.inc();
+            wide.connections.timeouts.body.inc();
         }
         return if reserved || timed_out.is_some() {
             closing(response, http1, usage)
@@ -656,7 +656,7 @@ async fn answer_routed(
     let handled = Box::pin(routes::handle(gateway, head, body, peers, site));
     let (response, timed_out) = body::with_body_limits(limits.body, handled).await;
     if timed_out.is_some() {
-        host.metrics.http_timeouts.body.inc();
+        wide.connections.timeouts.body.inc();
         return closing(response, http1, usage);
     }
     if reserved {
