@@ -321,7 +321,7 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
             None => None,
         });
         if let Some(listener) = listener {
-            front_ends.spawn(crate::legacy::serve(
+            front_ends.spawn(station_legacy::serve(
                 listener,
                 runtime.clone(),
                 shared.shutdown.clone(),

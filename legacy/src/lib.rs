@@ -10,6 +10,12 @@
 //! reads get LOCKED and other reads come from the cache up to `legacy.read_max_age_ms` (misses
 //! read from the hardware). Every change goes through `change`, one function for write,
 //! transact, configure, reset and bus.
+//!
+//! A front end beside HTTP, on the station core only: it serves a station's
+//! [`StationRuntime`](station_core::runtime::StationRuntime), whoever started it.
+
+#![forbid(unsafe_code)]
+#![warn(rust_2018_idioms, unused_qualifications)]
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -26,12 +32,12 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-mod codes;
+pub mod codes;
 
-use crate::lease::{Access, Admitted, LeaseError};
-use crate::link::{LinkError, LinkEvent};
-use crate::runtime::StationRuntime;
-use crate::station::{
+use station_core::lease::{Access, Admitted, LeaseError};
+use station_core::link::{LinkError, LinkEvent};
+use station_core::runtime::StationRuntime;
+use station_core::station::{
     Change, ChangeAnswer, ChangeOrigin, ChangeWhat, ConsumingRule, Freshness, FrontEnd, ItemError,
     ReadPolicy, Step, StepAction, UnknownRule,
 };
@@ -282,7 +288,8 @@ async fn answer(gateway: &StationRuntime, frame: &RawFrame, peer: SocketAddr) ->
                     }
                     _ => None,
                 });
-            let clash = crate::config_files::settings::check_aliases(&info.channels, aliases);
+            let clash =
+                station_core::config_files::settings::check_aliases(&info.channels, aliases);
             let asked: Vec<(String, Value)> = configure
                 .settings
                 .iter()
@@ -424,7 +431,7 @@ async fn read(gateway: &StationRuntime, names: Vec<String>, peer: SocketAddr) ->
             (policy, Some(message.as_str()))
         }
     };
-    let who = crate::access_rules::Who {
+    let who = station_core::access_rules::Who {
         name: None,
         address: Some(peer.ip()),
         group: gateway
@@ -442,8 +449,10 @@ async fn read(gateway: &StationRuntime, names: Vec<String>, peer: SocketAddr) ->
     // access rules.
     let readings = match gateway.station.read(&names, policy).await {
         Ok(readings) => readings,
-        Err(crate::station::ReadError::AccessDenied(refusal)) => {
-            return link_error(LinkError::Refused(crate::link::GuardRefusal::from(refusal)));
+        Err(station_core::station::ReadError::AccessDenied(refusal)) => {
+            return link_error(LinkError::Refused(station_core::link::GuardRefusal::from(
+                refusal,
+            )));
         }
         Err(_) => return internal("the read was refused"),
     };
