@@ -354,11 +354,13 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         crate::http::threads::ConnectionThreads::start(wide.http.connection_threads())
             .map_err(StartError::ConnectionThreads)?;
     front_ends.spawn(crate::http::serve(
-        listeners.http,
-        crate::http::HttpService {
-            stations: stations.clone(),
+        crate::http::HttpListener {
+            tcp: listeners.http,
+            tls: tls.clone(),
             threads: connection_threads.placer(),
+            counters: shared.connections.clone(),
         },
+        Arc::new(crate::http::lab::LabService::new(stations.clone())),
         crate::http::ServeLimits::of(&wide.http),
         crate::http::Shutdown {
             signal: shared.shutdown.clone(),

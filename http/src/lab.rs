@@ -23,10 +23,12 @@ use crate::ops;
 use crate::reply::{Body, error_response, json_response};
 
 pub mod roster;
+pub mod routing;
 pub mod safe_stop;
 pub mod stream;
 
 pub use roster::{GatewayWide, Stations, station_views};
+pub use routing::LabService;
 
 /// The lab's status page: every station, its link and its lease, each linking to its own page.
 const LAB_PAGE: &str = include_str!("lab.html");
