@@ -6,30 +6,18 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::net::TcpListener;
-use tokio::sync::broadcast;
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
-use tracing::{Instrument as _, info};
+use tracing::info;
 
+use crate::config::Config;
 use crate::config::lab::Lab;
-use crate::config::{Config, HaMode};
 use crate::gateway::Gateway;
-use crate::history::archive::ArchiveReader;
-use crate::history::archive::writer::WriterSettings;
-use crate::history::recorder::{ArchivedSample, History, Limits, WallClock};
-use crate::http::lab::Stations;
-use crate::lease::control::LeaseEndTiming;
-use crate::lease::link_owner::{LinkOwnerError, LinkOwnership};
-use crate::lease::owner_state::OwnerState;
-use crate::lease::standby::{HaRole, Standby, owner_label};
-use crate::lease::{BackendUrl, ControlLease, LeaseBackends};
-use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
-
-/// How long shutdown waits for requests in flight.
-const DRAIN: Duration = Duration::from_secs(5);
+use crate::http::lab::{GatewayWide, Stations};
+use crate::link::LinkHandle;
+use crate::runtime::{DRAIN, LabShared, StationRuntime, StationStartError, stop_stations};
 
 /// The sockets the gateway serves, bound by the caller (so `127.0.0.1:0` works in tests).
 pub struct Listeners {
@@ -200,22 +188,14 @@ fn hint(kind: std::io::ErrorKind) -> &'static str {
 pub enum StartError {
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Station(#[from] StationStartError),
     #[error("cannot use the listening socket: {0}")]
     Listener(std::io::Error),
-    #[error("lease.backend: {0}")]
-    LeaseBackend(crate::lease::LeaseStoreError),
-    #[error("cannot resume the control lease from lease.backend: {0}")]
-    LeaseResume(crate::lease::LeaseError),
     #[error("{0}")]
     Tls(#[from] crate::http::tls::TlsError),
     #[error("http.threads: cannot start the threads serving HTTP connections: {0}")]
     ConnectionThreads(std::io::Error),
-    #[error("audit.dir: cannot open the audit trail: {0}")]
-    Audit(std::io::Error),
-    #[error("{0}")]
-    LinkOwner(#[from] LinkOwnerError),
-    #[error("access.rules: {0}")]
-    AccessRules(#[from] crate::access_rules::LoadError),
     #[error(
         "the gateway stopped by itself: it could no longer prove it owns the station's link (see the log)"
     )]
@@ -235,12 +215,10 @@ pub struct GatewayHandle {
     pub legacy_addr: Option<SocketAddr>,
     /// Each station's legacy listener, in the lab's order.
     pub legacy_addrs: Vec<Option<SocketAddr>>,
-    tasks: JoinSet<()>,
-    /// The tasks that keep each station's link-owner lease (and a standby's watch): they stop
-    /// last, once what was still at each station is in its ledger.
-    owner_tasks: JoinSet<()>,
-    /// Stops `owner_tasks`: they release the link-owner leases.
-    release: CancellationToken,
+    /// The front ends' accept loops (HTTP, each legacy listener).
+    front_ends: JoinSet<()>,
+    /// What the stations share; its shutdown stops everything.
+    lab: LabShared,
     /// The threads serving HTTP connections besides the gateway's own: they stop when the
     /// handle is dropped, after `stop` has drained the connections and the changes.
     _connection_threads: crate::http::threads::ConnectionThreads,
@@ -270,26 +248,32 @@ impl GatewayHandle {
         }
     }
 
-    /// Stops accepting, finishes requests in flight (up to a few seconds), ends streams; then,
-    /// while it still owns each station's link, writes what is still at the station into its
-    /// ledger, and only then lets the link-owner leases go: a standby that takes over at once
-    /// finds every change it must wait for.
+    /// Stops accepting, finishes requests in flight (up to a few seconds), ends streams; then
+    /// stops every station in order (`runtime::stop_stations`): while it still owns each
+    /// station's link, it writes what is still at the station into its ledger, and only then
+    /// lets the link-owner leases go: a standby that takes over at once finds every change it
+    /// must wait for.
     pub async fn stop(mut self) {
-        self.gateway.shutdown.cancel();
-        while self.tasks.join_next().await.is_some() {}
-        // Changes still running end with the link (answered, or failed "may or may not have
-        // been applied"), each with its audit line.
+        self.lab.shutdown.cancel();
+        while self.front_ends.join_next().await.is_some() {}
+        let runtimes: Vec<_> = self
+            .stations
+            .gateways()
+            .iter()
+            .map(|gateway| gateway.runtime.clone())
+            .collect();
+        stop_stations(&runtimes, DRAIN).await;
+    }
+}
+
+impl Drop for GatewayHandle {
+    /// A handle dropped without `stop` ends every task at once, nothing released (as after
+    /// `kill -9`); after `stop` nothing is left to end.
+    fn drop(&mut self) {
+        self.front_ends.abort_all();
         for gateway in self.stations.gateways() {
-            gateway.station.changes_ended(DRAIN).await;
+            gateway.runtime.abort();
         }
-        for gateway in self.stations.gateways() {
-            let owned = gateway.link_gate.as_ref().is_none_or(|gate| {
-                gate.owned_at(tokio::time::Instant::now()) && gate.standing_by().is_none()
-            }) && gateway.ha.standing_by().is_none();
-            gateway.lease.flush_ledger(owned, DRAIN).await;
-        }
-        self.release.cancel();
-        while self.owner_tasks.join_next().await.is_some() {}
     }
 }
 
@@ -298,25 +282,10 @@ pub async fn start(listeners: Listeners, config: Config) -> Result<GatewayHandle
     start_lab(listeners.into(), Lab::single(config)).await
 }
 
-/// What the stations of one gateway share: the lease backends, the audit trail, TLS, the
-/// HTTP address others reach them at, and the shutdown.
-struct Shared {
-    leases: Arc<LeaseBackends>,
-    /// With several stations: which serves which physical station, for a lease backend no
-    /// other gateway shares (a shared one says it through each station's link-owner lease).
-    identities: Option<Arc<crate::lease::lab_identities::LabIdentities>>,
-    audit: crate::audit::AuditLog,
-    tls: Option<crate::http::tls::TlsAcceptor>,
-    http_addr: SocketAddr,
-    shutdown: CancellationToken,
-    /// Stops the link-owner tasks, after everything else (`GatewayHandle::stop`).
-    release: CancellationToken,
-}
-
-/// Starts every station of `lab` behind one HTTP listener: each station its own link, value
-/// cache, control lease, change runner, events, history and legacy listener; the lease
-/// backends, the audit trail (each line naming its station when there are several) and the
-/// connection threads shared.
+/// Starts every station of `lab` behind one HTTP listener: each station's runtime
+/// (`StationRuntime::start`) with its HTTP front end and legacy listener; the lease backends,
+/// the audit trail (each line naming its station when there are several) and the connection
+/// threads shared.
 pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandle, StartError> {
     let Some(first) = lab.stations.first() else {
         return Err(crate::config::ConfigError::Invalid {
@@ -329,115 +298,88 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         station.config.validate()?;
     }
     crate::config::lab::check_apart(&lab.stations)?;
-    // The gateway-wide sections ([http], [audit], [access], the lease backend) are the same in
-    // every station's config: the first's are read.
-    let host = first.config.clone();
+    // The gateway-wide sections ([http], [audit], [access], [events], the lease backend) are
+    // the same in every station's config.
+    let wide = first.config.clone();
     // Certificate and key files are read now, not when the config was parsed.
-    let tls = crate::http::tls::acceptor(&host.http.tls)?;
+    let tls = crate::http::tls::acceptor(&wide.http.tls)?;
     let http_addr = listeners.http.local_addr().map_err(StartError::Listener)?;
-    let shared = Shared {
-        leases: Arc::new(
-            LeaseBackends::open(&host.lease.backend)
-                .await
-                .map_err(StartError::LeaseBackend)?,
-        ),
-        audit: crate::audit::AuditLog::open(&host.audit).map_err(StartError::Audit)?,
-        identities: (lab.stations.len() > 1).then(crate::lease::lab_identities::LabIdentities::new),
-        tls,
-        http_addr,
-        shutdown: CancellationToken::new(),
-        release: CancellationToken::new(),
-    };
-    let several = lab.stations.len() > 1;
-    let ids = lab.ids();
-    let mut tasks = JoinSet::new();
-    let mut owner_tasks = JoinSet::new();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let shared = LabShared::open(&wide, lab.ids(), format!("{scheme}://{http_addr}"))
+        .await?
+        .with_endpoint_labels(crate::http::ops::metric_labels());
+    let several = shared.several();
+    let mut front_ends = JoinSet::new();
     let mut gateways = Vec::with_capacity(lab.stations.len());
     let mut legacy_addrs = Vec::with_capacity(lab.stations.len());
     let mut legacy = listeners.legacy.into_iter();
     for setup in lab.stations {
-        // With several stations every audit line names its station, and a rule naming
-        // stations applies to those only.
-        // ... and every task of it runs in a span naming it, so that each station's log
-        // lines are its own (`api/application/log`; the human format shows `station{id=..}`).
-        let (audit, station_id, span) = if several {
-            (
-                shared.audit.for_station(&setup.id),
-                Some(setup.id.as_str()),
-                tracing::error_span!(crate::logs::STATION_SPAN, id = setup.id.as_str()),
-            )
-        } else {
-            (shared.audit.clone(), None, tracing::Span::none())
-        };
-        let named = StationNames {
-            several: station_id,
-            id: &setup.id,
-            served: &ids,
-        };
-        let gateway = start_station(
-            setup.config,
-            named,
-            audit,
-            &shared,
-            (&mut tasks, &mut owner_tasks),
-        )
-        .instrument(span)
-        .await?;
+        let runtime = StationRuntime::start(setup, &shared).await?;
         let listener = legacy.next().flatten();
         legacy_addrs.push(match &listener {
             Some(listener) => Some(listener.local_addr().map_err(StartError::Listener)?),
             None => None,
         });
         if let Some(listener) = listener {
-            tasks.spawn(crate::legacy::serve(
+            front_ends.spawn(station_legacy::serve(
                 listener,
-                gateway.clone(),
+                runtime.clone(),
                 shared.shutdown.clone(),
             ));
         }
-        gateways.push(gateway);
+        gateways.push(Gateway::start(runtime, tls.clone()));
     }
     let paths = crate::http::stations::StationPaths::new(
-        ids,
+        shared.served.clone(),
         lab.default_station.as_deref(),
-        &host.http.path_prefix,
+        &wide.http.path_prefix,
     );
     let default = paths.default_index().unwrap_or(0);
-    let stations = Arc::new(Stations::new(gateways, paths, shared.audit.clone()));
+    let gateway_wide = GatewayWide {
+        http: wide.http.clone(),
+        max_lab_streams: wide.events.max_streams,
+        access: crate::credentials::AccessControl::new(&wide.access),
+        tls: tls.clone(),
+        connections: shared.connections.clone(),
+        started: Instant::now(),
+        shutdown: shared.shutdown.clone(),
+    };
+    let stations = Arc::new(Stations::new(
+        gateways,
+        paths,
+        gateway_wide,
+        shared.audit.clone(),
+    ));
     let connection_threads =
-        crate::http::threads::ConnectionThreads::start(host.http.connection_threads())
+        crate::http::threads::ConnectionThreads::start(wide.http.connection_threads())
             .map_err(StartError::ConnectionThreads)?;
-    tasks.spawn(crate::http::serve(
-        listeners.http,
-        crate::http::HttpService {
-            stations: stations.clone(),
+    front_ends.spawn(crate::http::serve(
+        crate::http::HttpListener {
+            tcp: listeners.http,
+            tls: tls.clone(),
             threads: connection_threads.placer(),
+            counters: shared.connections.clone(),
         },
-        crate::http::ServeLimits::of(&host.http),
+        Arc::new(crate::http::lab::LabService::new(stations.clone())),
+        crate::http::ServeLimits::of(&wide.http),
         crate::http::Shutdown {
             signal: shared.shutdown.clone(),
             drain: DRAIN,
         },
     ));
-    let scheme = if shared.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
     info!(%http_addr, "HTTP listening on {scheme}://{http_addr}");
     if several {
         info!(
             "serving {} stations: {}; each at {scheme}://{http_addr}{}/stations/ID/api/...",
             stations.gateways().len(),
             stations.paths().ids().join(", "),
-            host.http.path_prefix.trim_end_matches('/')
+            wide.http.path_prefix.trim_end_matches('/')
         );
     }
-    let gateway = stations.gateways()[default].clone();
-    if gateway.access.enabled() {
+    if stations.wide().access.enabled() {
         info!(
-            keys = host.access.keys.len(),
-            users = host.access.users.len(),
+            keys = wide.access.keys.len(),
+            users = wide.access.users.len(),
             "access control on"
         );
     }
@@ -451,423 +393,16 @@ pub async fn start_lab(listeners: LabListeners, lab: Lab) -> Result<GatewayHandl
         }
     }
     Ok(GatewayHandle {
-        tls: shared.tls.is_some(),
+        tls: tls.is_some(),
         legacy_addr: legacy_addrs[default],
-        gateway,
+        gateway: stations.gateways()[default].clone(),
         stations,
         http_addr,
         legacy_addrs,
-        tasks,
-        owner_tasks,
-        release: shared.release.clone(),
+        front_ends,
+        lab: shared,
         _connection_threads: connection_threads,
     })
-}
-
-/// What a station is called: its id in a gateway of several (in its published URL, its state
-/// file, the lab's identities), its id whatever the count (the access rules are compiled for
-/// it), and every station the gateway serves.
-struct StationNames<'a> {
-    several: Option<&'a str>,
-    id: &'a str,
-    served: &'a [String],
-}
-
-/// Starts one station's tasks (its link, link-owner lease or standby watch, control lease,
-/// access rules, events, history) and returns its [`Gateway`].
-async fn start_station(
-    config: Config,
-    named: StationNames<'_>,
-    audit: crate::audit::AuditLog,
-    shared: &Shared,
-    (tasks, owner_tasks): (&mut JoinSet<()>, &mut JoinSet<()>),
-) -> Result<Arc<Gateway>, StartError> {
-    let station_id = named.several;
-    let url = StationUrl::parse(&config.station.url).map_err(|error| {
-        crate::config::ConfigError::Invalid {
-            key: "station.url",
-            message: error.to_string(),
-        }
-    })?;
-    let settings = LinkSettings {
-        url,
-        request_timeout: config.request_timeout(),
-        connect_timeout: Duration::from_millis(config.station.connect_timeout_ms),
-        reconnect_min: Duration::from_millis(config.station.reconnect_min_ms),
-        reconnect_max: Duration::from_millis(config.station.reconnect_max_ms),
-        max_names_per_read: config.station.max_names_per_read,
-        coalesce_quiet: Duration::from_micros(config.station.coalesce_quiet_us),
-        coalesce_max: Duration::from_micros(config.station.coalesce_max_us),
-        queue_depth: config.station.queue_depth,
-        client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
-    };
-    let access = crate::credentials::AccessControl::new(&config.access);
-    let shutdown = shared.shutdown.clone();
-    let (link_task, link) = LinkTask::with_max_processing(settings, config.max_processing());
-    let leases = shared.leases.clone();
-    // One gateway per station: with a backend others can reach, take the link-owner lease
-    // before the link touches the station (or, a standby, watch it until it lapses).
-    let standby = config.ha.mode == HaMode::Standby;
-    let (ownership, standing_by) = if BackendUrl::parse(leases.default_url())
-        .map_err(StartError::LeaseBackend)?
-        .is_shared()
-    {
-        let scheme = if shared.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        let published = match config.ha.advertise_url.as_str() {
-            "" => format!("{scheme}://{}", shared.http_addr),
-            url => url.trim_end_matches('/').to_owned(),
-        };
-        // A station of several is reached at its own base URL: where a standby points its
-        // clients, and what tells this station's leases from its neighbours'.
-        let published = match station_id {
-            Some(id) => format!("{published}/stations/{id}"),
-            None => published,
-        };
-        let me = owner_label(std::process::id(), &published);
-        let timing = config.link_owner_timing();
-        let name = config.link_owner_key();
-        // Each station of several its own state file (each is locked by its owner).
-        let state_path = config
-            .lease
-            .link_owner_state_path()
-            .map(|path| match station_id {
-                Some(id) => crate::config::lab::station_file(&path, id),
-                None => path,
-            });
-        let state = match state_path {
-            Some(path) => Some(OwnerState::open(&path).map_err(LinkOwnerError::from)?),
-            None => None,
-        };
-        if standby {
-            let watch = Standby {
-                store: leases.default_store(),
-                name: LinkOwnership::name_for(&name),
-                me,
-                timing,
-                state,
-                gate: Arc::new(crate::link::OwnerGate::new(tokio::time::Instant::now())),
-                role: Arc::new(HaRole::standby()),
-                station_id: config.station_id(),
-            };
-            (None, Some(watch))
-        } else {
-            let claimed =
-                LinkOwnership::claim(leases.default_store(), &name, me, timing, state).await?;
-            (Some(claimed.with_station_id(config.station_id())), None)
-        }
-    } else {
-        (None, None)
-    };
-    // Several stations on a backend only this process sees: the stations of this gateway
-    // still never serve one physical station twice.
-    let identity_gate = match (&ownership, &standing_by, &shared.identities) {
-        (None, None, Some(identities)) => Some((
-            identities.clone(),
-            Arc::new(crate::link::OwnerGate::open_for_good(
-                tokio::time::Instant::now(),
-            )),
-        )),
-        _ => None,
-    };
-    // Someone else may read what the station is owed (a restart, a standby, another gateway,
-    // another station of this one): its ledger is kept, and read when the link meets it.
-    let ledger_kept = ownership.is_some() || standing_by.is_some() || identity_gate.is_some();
-    let ha = match &standing_by {
-        Some(watch) => watch.role.clone(),
-        None => Arc::new(HaRole::owner()),
-    };
-    let (lease_events, _) = broadcast::channel(64);
-    let lease = ControlLease::new(
-        leases.default_store(),
-        config.control_lease_name(),
-        lease_events.clone(),
-    )
-    .with_end_timing(LeaseEndTiming {
-        read_back_after: config.max_processing(),
-        tolerance: config.lease.safe_state_tolerance,
-        lock_delay: config.lock_delay(),
-    })
-    .with_safe_state(link.clone(), config.lease.safe_state.clone())
-    .with_notices(crate::audit::lease_lines::lease_hook(audit.clone()));
-    let lease = match ledger_kept {
-        true => lease.with_station_ledger(),
-        false => lease,
-    };
-    // With a backend that outlives the process, the lease held before a restart is still held:
-    // never start believing nobody holds it when the backend cannot say. (A standby resumes
-    // it when it takes over.)
-    if standing_by.is_none() {
-        lease.resume().await.map_err(StartError::LeaseResume)?;
-    }
-    let lease = Arc::new(lease);
-    let adopter = adopter_of(&lease);
-    let identity_gate = identity_gate.map(|(identities, gate)| {
-        tasks.spawn(
-            identities
-                .serve(
-                    station_id.unwrap_or_default().to_owned(),
-                    gate.clone(),
-                    Some(adopter.clone()),
-                    shutdown.clone(),
-                )
-                .in_current_span(),
-        );
-        gate
-    });
-    let access_rules = if config.access.rules.is_empty() {
-        crate::access_rules::AccessRules::off()
-    } else {
-        // Compiled for the station's id however many stations this gateway serves: a rule
-        // naming only other stations is never in force here.
-        crate::access_rules::AccessRules::load_for_station(
-            std::path::Path::new(&config.access.rules),
-            Some(named.id),
-            named.served,
-        )?
-    }
-    .with_legacy_group(Some(&config.legacy.access_group));
-    let station = crate::station::Station::new(link.clone(), audit.clone())
-        .with_access_rules(access_rules.clone());
-    let (history, archive) = start_history(&config.history, &link);
-    let lease_view = {
-        let lease = lease.clone();
-        Box::new(move || lease.view())
-    };
-    let events = crate::events::Events::new(
-        config.events.clone(),
-        station.clone(),
-        lease_view,
-        shutdown.clone(),
-    );
-    let (link_events, lease_receiver) = (link.subscribe_events(), lease_events.subscribe());
-    let config_files_config = config.config_files.clone();
-    // The gate the link checks (below), also asked by every door that acts on the station.
-    let link_gate = match (&ownership, &standing_by) {
-        (Some(ownership), _) => Some(ownership.gate()),
-        (None, Some(watch)) => Some(watch.gate.clone()),
-        (None, None) => identity_gate,
-    };
-    let gateway = Arc::new(Gateway {
-        config,
-        link,
-        station,
-        started: Instant::now(),
-        shutdown: shutdown.clone(),
-        lease_events,
-        lease,
-        leases,
-        events,
-        metrics: crate::http::ops::new_metrics(),
-        access,
-        audit,
-        config_files: crate::config_files::ConfigFiles::new(&config_files_config),
-        numeric: Default::default(),
-        ha,
-        link_gate: link_gate.clone(),
-        history,
-        history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),
-        tls: shared.tls.clone(),
-        lab_station_id: station_id.map(str::to_owned),
-        log_span: tracing::Span::current(),
-    });
-    // Self-fencing: the link sends only while the link-owner lease is provably this gateway's.
-    let link_task = match link_gate {
-        Some(gate) => link_task.with_owner_gate(gate),
-        None => link_task,
-    };
-    if let Some(ownership) = ownership {
-        if ownership.taken_back() {
-            gateway
-                .lease
-                .after_a_crash(gateway.config.max_processing())
-                .await;
-        }
-        owner_tasks.spawn(
-            ownership
-                .with_adopter(adopter)
-                .keep(shared.release.clone(), shutdown.clone())
-                .in_current_span(),
-        );
-    }
-    if let Some(watch) = standing_by {
-        owner_tasks
-            .spawn(stand_by(watch, gateway.clone(), shared.release.clone()).in_current_span());
-    }
-    tasks.spawn(link_task.run(shutdown.clone()).in_current_span());
-    access_rules.spawn_reloader(shutdown.clone());
-    tasks.spawn(
-        crate::access_rules::report_unmatched(
-            access_rules.clone(),
-            gateway.link.watch_info(),
-            shutdown.clone(),
-        )
-        .in_current_span(),
-    );
-    tasks.spawn(
-        crate::station::watch_interlocks(gateway.station.clone(), shutdown.clone())
-            .in_current_span(),
-    );
-    tasks.spawn(
-        gateway
-            .lease
-            .clone()
-            .run_expiry(shutdown.clone())
-            .in_current_span(),
-    );
-    tasks.spawn(
-        crate::events::scheduler::run(gateway.events.clone(), shutdown.clone()).in_current_span(),
-    );
-    if let (Some(history), Some((_, queue, settings))) = (&gateway.history, archive) {
-        tasks.spawn(
-            crate::history::archive::writer::run(
-                history.clone(),
-                queue,
-                settings,
-                shutdown.clone(),
-            )
-            .in_current_span(),
-        );
-    }
-    if let Some(history) = &gateway.history {
-        tasks.spawn(
-            crate::history::task::run(
-                history.clone(),
-                gateway.station.clone(),
-                gateway.link.watch_info(),
-                gateway.config.history.clone(),
-                shutdown.clone(),
-            )
-            .in_current_span(),
-        );
-    }
-    tasks.spawn(
-        crate::events::relay::run(
-            gateway.events.clone(),
-            link_events,
-            lease_receiver,
-            shutdown.clone(),
-        )
-        .in_current_span(),
-    );
-    Ok(gateway)
-}
-
-/// A standby's life: watch the owner's link-owner lease until it lapses, take it, wait the
-/// lock-delay (after a lapse), resume the control lease from the store (its holder keeps its id and fence; a safe state owed is
-/// applied by the lease task once the link is up), and only then serve, announcing the
-/// failover in the audit trail. From then on it owns the station like any owner.
-async fn stand_by(watch: Standby, gateway: Arc<Gateway>, release: CancellationToken) {
-    let shutdown = gateway.shutdown.clone();
-    let (me, retry) = (watch.me.clone(), watch.timing.renew_every);
-    let Some(taken) = watch.until_lapsed(&shutdown).await else {
-        return;
-    };
-    // Renewals (and the station identity's verdict the link waits for, which reads the
-    // station's ledger once the control lease is resumed) go on meanwhile.
-    let gate = taken.ownership.gate();
-    let keep = taken
-        .ownership
-        .with_adopter(adopter_of(&gateway.lease))
-        .keep(release, shutdown.clone());
-    tokio::pin!(keep);
-    let resumed = async {
-        // After a lapse, the lock-delay first: a holder's request still queued at a paused old
-        // owner may yet change the control lease in the store; it is read after that. Until
-        // then requests are answered as by a standby.
-        let mut reopenings = gate.reopenings();
-        while !gate.owned_at(tokio::time::Instant::now()) {
-            if reopenings.changed().await.is_err() {
-                break;
-            }
-        }
-        while let Err(why) = gateway.lease.resume().await {
-            tracing::warn!(
-                "taking over: cannot resume the control lease from lease.backend ({why}); trying again"
-            );
-            tokio::time::sleep(retry).await;
-        }
-    };
-    tokio::select! {
-        () = &mut keep => return,
-        () = resumed => {}
-    }
-    let lease = gateway.lease.view();
-    gateway
-        .audit
-        .note_change(crate::audit::lease_lines::failover_line(
-            &me,
-            taken.previous_owner.as_deref(),
-            lease.owner.as_deref(),
-            std::time::SystemTime::now(),
-        ));
-    gateway.ha.took_over();
-    info!(
-        previous = taken.previous_owner.as_deref().unwrap_or("unknown"),
-        lapsed = taken.lapsed,
-        "failover: this gateway owns the station now"
-    );
-    keep.await;
-}
-
-/// What reads the station's ledger and takes its duties over once the link met the station:
-/// the control lease's [`ControlLease::adopt_station`].
-fn adopter_of(lease: &Arc<ControlLease>) -> crate::lease::ledger::Adopter {
-    let lease = lease.clone();
-    Arc::new(move |identity: String| {
-        let lease = lease.clone();
-        Box::pin(async move { lease.adopt_station(&identity).await })
-    })
-}
-
-/// The samples the archive's queue holds while the writer is busy (a COPY, a stalled
-/// database until it times out): minutes at 1 000 samples/s.
-const ARCHIVE_QUEUE: usize = 200_000;
-
-/// The archive: its reader, the writer's queue and settings.
-type ArchiveParts = (
-    Arc<ArchiveReader>,
-    tokio::sync::mpsc::Receiver<ArchivedSample>,
-    WriterSettings,
-);
-
-/// The value history's recorder, fed by the value cache, and with `[history] archive` its
-/// archive's parts.
-fn start_history(
-    config: &crate::config::HistoryConfig,
-    link: &LinkHandle,
-) -> (Option<Arc<History>>, Option<ArchiveParts>) {
-    if !config.enabled {
-        return (None, None);
-    }
-    let (queue, archive) = match config.archive.as_str() {
-        "" => (None, None),
-        url => {
-            let (queue, receiver) = tokio::sync::mpsc::channel(ARCHIVE_QUEUE);
-            let reader = Arc::new(ArchiveReader::new(url.into(), config.archive_table.clone()));
-            let settings = WriterSettings {
-                url: url.into(),
-                table: config.archive_table.clone(),
-                spool: config.spool.clone(),
-                retention_days: config.retention_days,
-            };
-            (Some(queue), Some((reader, receiver, settings)))
-        }
-    };
-    let history = Arc::new(History::new(
-        Limits {
-            samples_per_channel: config.samples_per_channel,
-            max_channels: config.max_channels,
-            min_spacing_ms: config.interval_ms,
-        },
-        WallClock::now(),
-        queue,
-    ));
-    link.cache().observe(history.clone());
-    (Some(history), archive)
 }
 
 /// Runs the gateway until `shutdown` completes, then stops it gracefully.
@@ -888,7 +423,7 @@ pub async fn run_lab(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     let handle = start_lab(listeners, lab).await?;
-    let stopped_by_itself = handle.gateway.shutdown.clone();
+    let stopped_by_itself = handle.lab.shutdown.clone();
     tokio::select! {
         () = shutdown => {}
         () = stopped_by_itself.cancelled() => {

@@ -1,9 +1,9 @@
 //! The gateway's one error vocabulary, below every layer: an [`ErrorKind`] says what went wrong,
 //! and each layer gives its own errors their kind beside them (`LinkError::kind`,
 //! `LeaseError::kind`, ...). The front ends choose what a kind is on their side: the HTTP status
-//! in `station-http`'s `error.rs`, the legacy byte protocol's code in `station-gateway`'s
-//! `legacy.rs`; what a change refused with a kind is in the audit trail is
-//! `audit::Outcome::of_error`.
+//! in `station-http`'s `error.rs`, the legacy byte protocol's code in `station-legacy`'s
+//! `codes.rs`; what a change refused with a kind is in the audit trail is
+//! `audit::Outcome::of_error`. `station-gateway`'s `error_vocabulary.rs` pins all three.
 
 use station_protocol::ErrorCode;
 

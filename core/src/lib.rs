@@ -20,6 +20,8 @@
 //!   changes run by the change runner under the send guard of their lease admission.
 //! - [`numeric`]: NumericResult acquisitions and their statistics; [`config_files`]: station
 //!   configuration files, through the station service; [`history`]: the value history.
+//! - [`runtime`]: one station assembled, started and stopped ([`runtime::StationRuntime`]), and
+//!   what the stations of one gateway share ([`runtime::LabShared`]).
 //! - Beside them: [`metrics`], [`timestamp`], [`numtext`] and [`gateway_runtime`] (where work
 //!   that must finish is spawned from a request).
 //!
@@ -44,6 +46,7 @@ pub mod metrics;
 pub mod numeric;
 pub mod numtext;
 pub mod rules;
+pub mod runtime;
 pub mod station;
 pub mod timestamp;
 

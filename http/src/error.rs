@@ -420,7 +420,7 @@ mod tests {
         }
     }
 
-    /// Link errors keep their statuses (their legacy codes: `legacy/codes.rs`).
+    /// Link errors keep their statuses (their legacy codes: `legacy/src/codes.rs`).
     #[test]
     fn link_errors_keep_their_kinds() {
         use ErrorCode as C;

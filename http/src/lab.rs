@@ -23,10 +23,12 @@ use crate::ops;
 use crate::reply::{Body, error_response, json_response};
 
 pub mod roster;
+pub mod routing;
 pub mod safe_stop;
 pub mod stream;
 
-pub use roster::{Stations, station_views};
+pub use roster::{GatewayWide, Stations, station_views};
+pub use routing::LabService;
 
 /// The lab's status page: every station, its link and its lease, each linking to its own page.
 const LAB_PAGE: &str = include_str!("lab.html");
@@ -47,8 +49,8 @@ pub async fn answer(
         } else if site == RequestSite::Elsewhere && head.method == Method::POST {
             // A page of another site presses no station's safe stop; the refusal is in the
             // trail as the press would have been.
-            let refusal = cross_site_refusal(head, stations.host().tls.is_some());
-            let caller = stations.host().access.caller(&head.headers);
+            let refusal = cross_site_refusal(head, stations.wide().tls.is_some());
+            let caller = stations.wide().access.caller(&head.headers);
             stations.note_refused_change(head, peer, refusal.status(), caller);
             Err(refusal)
         } else {
@@ -62,7 +64,11 @@ pub async fn answer(
         Err(error) => {
             let mut response = error_response(&error);
             // As for a station's request: counted, and challenged for Basic.
-            ops::access_refusal(stations.host(), &mut response);
+            ops::count_access_refusal_of(
+                stations.counting_refusals(),
+                &stations.wide().access,
+                &mut response,
+            );
             response
         }
     }
@@ -89,11 +95,11 @@ fn answer_or_refuse(
     {
         return Ok(document);
     }
-    let host = stations.host();
+    let wide = stations.wide();
     // As a station's own: health and readiness open to all (load balancers, systemd), the
     // rest (who holds which lease, metrics, the page) to a reader.
     if !matches!(below, "/healthz" | "/readyz") {
-        host.access.authorize(&head.headers, Some(Role::Read))?;
+        wide.access.authorize(&head.headers, Some(Role::Read))?;
     }
     Ok(match below {
         "/v1/stations" => json_response(&Json::Array(station_views(stations))),
@@ -104,7 +110,7 @@ fn answer_or_refuse(
         ),
         "/healthz" => json_response(&json!({
             "status": "alive",
-            "uptimeSeconds": host.started.elapsed().as_secs(),
+            "uptimeSeconds": wide.started.elapsed().as_secs(),
             "stations": stations.gateways().len(),
         })),
         "/readyz" => return readiness(stations),

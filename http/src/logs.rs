@@ -53,7 +53,7 @@ pub const RECENT_LINES: usize = 1000;
 
 /// The name of the span a station's tasks run in, in a gateway of several; its one field,
 /// `id`, is the station's id.
-pub const STATION_SPAN: &str = "station";
+pub use station_core::runtime::STATION_SPAN;
 
 /// A recent line and the station whose span it was logged in (`None`: the gateway's own).
 type RecentLine = (Option<Arc<str>>, String);

@@ -26,7 +26,13 @@ const STATUS_PAGE: &str = include_str!("status.html");
 
 /// The gateway's metrics registry, with a slot for every route.
 pub fn new_metrics() -> Metrics {
-    Metrics::new(api::metric_labels())
+    Metrics::new(metric_labels())
+}
+
+/// The labels of the request counters: one for every route, in the endpoint table's order
+/// (`LabShared::with_endpoint_labels`).
+pub fn metric_labels() -> Vec<&'static str> {
+    api::metric_labels()
 }
 
 /// Answers an operation.
@@ -337,13 +343,32 @@ pub fn access_refusal(gateway: &Gateway, response: &mut Response<Body>) {
     count_access_refusal(gateway, error_kind(response), response);
 }
 
+/// [`access_refusal`] for a request judged by `access` (the lab's own paths), counted in
+/// `counted_in`'s metrics.
+pub fn count_access_refusal_of(
+    counted_in: &Gateway,
+    access: &crate::credentials::AccessControl,
+    response: &mut Response<Body>,
+) {
+    count_refusal(&counted_in.metrics, access, error_kind(response), response);
+}
+
 /// [`access_refusal`] with the answer's error kind already read.
 fn count_access_refusal(gateway: &Gateway, kind: Option<ErrorKind>, response: &mut Response<Body>) {
-    let metrics = &gateway.metrics;
+    count_refusal(&gateway.metrics, &gateway.access, kind, response);
+}
+
+/// Counts a refusal of `kind` in `metrics`, with Basic's challenge when `access` offers it.
+fn count_refusal(
+    metrics: &Metrics,
+    access: &crate::credentials::AccessControl,
+    kind: Option<ErrorKind>,
+    response: &mut Response<Body>,
+) {
     match kind {
         Some(ErrorKind::Unauthorized) => {
             metrics.access_unauthenticated.inc();
-            if gateway.access.basic_enabled() {
+            if access.basic_enabled() {
                 response
                     .headers_mut()
                     .insert(WWW_AUTHENTICATE, HeaderValue::from_static(BASIC_CHALLENGE));

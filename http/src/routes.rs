@@ -4,7 +4,6 @@
 //! `browser.rs`), access control, its body's type and the lease admission in one place as its
 //! row says, and goes to its endpoint's handler.
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use hyper::body::Incoming;
@@ -25,17 +24,7 @@ use crate::error::ApiError;
 use crate::gateway::Gateway;
 use tracing::info;
 
-/// The two ends of the connection a request came on.
-#[derive(Debug, Clone, Copy)]
-pub struct Peers {
-    /// The client's address.
-    pub remote: SocketAddr,
-    /// The gateway's address the client reached (`api/modules/physical-system` reports it).
-    pub local: Option<SocketAddr>,
-    /// The connection's socket, for a request that waits to see whether its client went
-    /// ([`super::peer_end`]).
-    pub socket: Option<std::os::fd::RawFd>,
-}
+pub use crate::server::Peers;
 
 /// What `handle` learnt of a request before routing it, each looked up once.
 #[derive(Clone, Copy)]

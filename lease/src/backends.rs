@@ -114,6 +114,17 @@ impl LeaseBackends {
         })
     }
 
+    /// `store` as the configured backend, named `url` (a test's or a simulation's store, say:
+    /// `url` says whether others share it, as for an opened one).
+    pub fn with_store(url: &str, store: Arc<dyn LeaseStore>) -> LeaseBackends {
+        let opened = HashMap::from([(url.trim().to_owned(), store.clone())]);
+        LeaseBackends {
+            default_url: url.trim().to_owned(),
+            default_store: store,
+            opened: tokio::sync::Mutex::new(opened),
+        }
+    }
+
     /// The configured backend.
     pub fn default_store(&self) -> Arc<dyn LeaseStore> {
         self.default_store.clone()

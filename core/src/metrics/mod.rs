@@ -22,4 +22,6 @@ mod registry;
 pub use comm::{BusKind, CommMetrics};
 pub use exposition::{HistoryCounts, LinkCounts, Snapshot};
 pub use instruments::{Counter, Gauge, Histogram, LATENCY_BUCKETS, PREFIX, single};
-pub use registry::{HttpMetrics, HttpRefusals, HttpTimeouts, LeaseCounters, Metrics, STATUSES};
+pub use registry::{
+    ConnectionCounters, HttpMetrics, HttpRefusals, HttpTimeouts, LeaseCounters, Metrics, STATUSES,
+};

@@ -2,6 +2,7 @@
 //! status with their latency, timeouts, refusals, and the lease's changes of hands.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::comm::CommMetrics;
@@ -139,6 +140,16 @@ pub struct HttpRefusals {
     pub reserve_only: Counter,
 }
 
+/// The counters of the HTTP connections, the whole gateway's: every station's [`Metrics`]
+/// shares them, so each station's exposition shows them alike.
+#[derive(Debug, Default, Clone)]
+pub struct ConnectionCounters {
+    pub timeouts: Arc<HttpTimeouts>,
+    pub refused: Arc<HttpRefusals>,
+    /// Idle HTTP connections closed to make room for a new one at the connection limit.
+    pub evicted: Arc<Counter>,
+}
+
 /// Counters kept by the HTTP entry and the legacy listener; the link, the cache, the lease and
 /// the event registry keep their own and are read at exposition.
 #[derive(Debug)]
@@ -151,10 +162,11 @@ pub struct Metrics {
     /// Requests refused by access control: 401 and 403.
     pub access_unauthenticated: Counter,
     pub access_forbidden: Counter,
-    pub http_timeouts: HttpTimeouts,
-    pub http_connections_refused: HttpRefusals,
+    /// The gateway's connection counters ([`ConnectionCounters`]), shared by every station.
+    pub http_timeouts: Arc<HttpTimeouts>,
+    pub http_connections_refused: Arc<HttpRefusals>,
     /// Idle HTTP connections closed to make room for a new one at the connection limit.
-    pub http_connections_evicted: Counter,
+    pub http_connections_evicted: Arc<Counter>,
     pub legacy_clients: Gauge,
     pub legacy_connections: Counter,
     pub legacy_refused: Counter,
@@ -163,16 +175,25 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// A station's counters, with connection counters of its own (a gateway of one station).
     pub fn new(endpoint_labels: Vec<&'static str>) -> Metrics {
+        Metrics::sharing(endpoint_labels, &ConnectionCounters::default())
+    }
+
+    /// A station's counters, sharing the gateway's `connections`.
+    pub fn sharing(
+        endpoint_labels: Vec<&'static str>,
+        connections: &ConnectionCounters,
+    ) -> Metrics {
         Metrics {
             http: HttpMetrics::new(endpoint_labels),
             lease_refused_locked: Counter::default(),
             lease_refused_held: Counter::default(),
             access_unauthenticated: Counter::default(),
             access_forbidden: Counter::default(),
-            http_timeouts: HttpTimeouts::default(),
-            http_connections_refused: HttpRefusals::default(),
-            http_connections_evicted: Counter::default(),
+            http_timeouts: connections.timeouts.clone(),
+            http_connections_refused: connections.refused.clone(),
+            http_connections_evicted: connections.evicted.clone(),
             legacy_clients: Gauge::default(),
             legacy_connections: Counter::default(),
             legacy_refused: Counter::default(),

@@ -1,6 +1,6 @@
 //! The roster: every station one gateway serves, in the configuration's order, each station's
-//! [`Gateway`] and which path goes to which ([`StationPaths`]), and how `GET /v1/stations` shows
-//! them.
+//! [`Gateway`] and which path goes to which ([`StationPaths`]), what HTTP holds for the whole
+//! gateway ([`GatewayWide`]), and how `GET /v1/stations` shows them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,10 +12,32 @@ use crate::gateway::Gateway;
 use crate::ops;
 use crate::stations::StationPaths;
 
+/// What the HTTP front end holds for the whole gateway, whatever station a request is for:
+/// read from the gateway-wide sections of the configuration (`[http]`, `[access]`,
+/// `[events]`), never from one of its stations.
+pub struct GatewayWide {
+    /// `[http]`: limits, host names, sites, the path prefix.
+    pub http: crate::config::HttpConfig,
+    /// How many lab event streams may be open at once (`events.max_streams`).
+    pub max_lab_streams: usize,
+    /// Who may do what on the lab's own paths (`[access]`).
+    pub access: crate::credentials::AccessControl,
+    /// HTTPS, while `[http.tls]` names a certificate and key.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The HTTP connections' timeouts, refusals and evictions, shared by every station's
+    /// metrics.
+    pub connections: crate::metrics::ConnectionCounters,
+    pub started: std::time::Instant,
+    /// Cancelled when the gateway shuts down; the lab's streams end with it.
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
 /// Every station of the gateway, in the configuration's order, and which path goes to which.
 pub struct Stations {
     gateways: Vec<Arc<Gateway>>,
     paths: StationPaths,
+    /// What HTTP holds for the whole gateway.
+    wide: GatewayWide,
     /// The lab's event stream: its events, numbered once for every reader.
     pub(super) lab_events: super::stream::LabEvents,
     /// The audit trail as the whole gateway writes it (its lines name no station).
@@ -28,6 +50,7 @@ impl Stations {
     pub fn new(
         gateways: Vec<Arc<Gateway>>,
         paths: StationPaths,
+        wide: GatewayWide,
         audit: crate::audit::AuditLog,
     ) -> Stations {
         assert_eq!(
@@ -42,6 +65,7 @@ impl Stations {
         Stations {
             gateways,
             paths,
+            wide,
             lab_events: super::stream::LabEvents::default(),
             audit,
         }
@@ -55,9 +79,14 @@ impl Stations {
         &self.paths
     }
 
-    /// The first station's gateway: what every station's config holds alike (`[http]`, TLS,
-    /// access control) is read from it, and the accept loop counts its connections there.
-    pub fn host(&self) -> &Arc<Gateway> {
+    /// What HTTP holds for the whole gateway: settings, TLS, access control, connection
+    /// counters.
+    pub fn wide(&self) -> &GatewayWide {
+        &self.wide
+    }
+
+    /// The station whose counters count the lab's own requests refused by access control.
+    pub fn counting_refusals(&self) -> &Gateway {
         &self.gateways[0]
     }
 

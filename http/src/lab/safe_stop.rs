@@ -50,10 +50,10 @@ pub async fn press(
             Allowed::NONE.with(&Method::POST),
         ));
     }
-    let host = stations.host();
-    host.access.authorize(&head.headers, Some(Role::Control))?;
+    let wide = stations.wide();
+    wide.access.authorize(&head.headers, Some(Role::Control))?;
     let started = Instant::now();
-    let bytes = read_body(body, host.config.http.max_body_bytes).await?;
+    let bytes = read_body(body, wide.http.max_body_bytes).await?;
     crate::body::media_type::check(
         &head.headers,
         crate::body::media_type::MediaType::Json,
@@ -62,7 +62,7 @@ pub async fn press(
     )?;
     let json = JsonBody::from_bytes(bytes)?;
     let reason = json.typed::<SafeStopRequest>()?.reason()?;
-    let caller = host.access.caller(&head.headers);
+    let caller = wide.access.caller(&head.headers);
     let by = caller
         .clone()
         .unwrap_or_else(|| format!("a client at {}", peer.ip()));

@@ -170,9 +170,9 @@ pub fn open(
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let last_seen = last_event_id(headers, query)?;
-    let host = stations.host();
+    let wide = stations.wide();
     let lab = &stations.lab_events;
-    let limit = host.config.events.max_streams;
+    let limit = wide.max_lab_streams;
     if lab.open.fetch_add(1, Ordering::Relaxed) >= limit {
         lab.open.fetch_sub(1, Ordering::Relaxed);
         return Err(ApiError::new(
@@ -181,7 +181,7 @@ pub fn open(
         ));
     }
     let counted = Counted(stations.clone());
-    let shutdown = host.shutdown.clone();
+    let shutdown = wide.shutdown.clone();
     lab.relay.get_or_init(|| {
         // Subscribed now, so that nothing after this first stream opened is missed.
         let sources = stations

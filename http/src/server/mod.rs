@@ -1,7 +1,16 @@
-//! The accept loop: [`serve`] takes connections until shutdown, gives each a task on the
-//! thread the service's placer picks, and drains them; every stage of a request has its time
-//! limit. Its shape is hyper-util's `server_graceful.rs`: `serve(listener, service, limits,
-//! shutdown)`, the limits read once from `[http]` ([`ServeLimits::of`]).
+//! The HTTP transport: [`serve`] takes connections until shutdown, gives each a task on the
+//! thread the placer picks ([`threads`]), TLS ([`tls`]) when configured, and drains them;
+//! every stage of a request has its time limit ([`connections`], [`idle`]). Its shape is
+//! hyper-util's `server_graceful.rs`: `serve(listener, service, limits, shutdown)`, generic
+//! over what answers a request ([`Answer`]); which station a request is for is not known
+//! here (`lab::routing`).
+
+pub mod connections;
+pub(crate) mod gated;
+pub mod idle;
+pub mod peer_end;
+pub mod threads;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::header::{CONNECTION, HeaderValue};
 use hyper::{Request, Response, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulConnection;
@@ -19,27 +27,58 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
-use crate::body::BodyTimeouts;
-use crate::browser::{self, BrowserRules, RequestSite};
-use crate::connections::{
-    ConnectionLimits, ConnectionSlot, FirstByteDeadline, IoActivity, Refusal, SlotKind, TimedIo,
-    is_reserved_request,
-};
-use crate::error::ApiError;
-use crate::idle::{CloseWanted, ConnectionUse, CountedBody, IdleLimits};
-use crate::reply::{Body, error_response};
-use crate::{body, gated, routes, threads};
-
+use crate::body::{self, BodyTimeouts};
 use crate::config::HttpConfig;
-use crate::lab::{self, Stations};
-use crate::stations::StationRoute;
+use crate::metrics::ConnectionCounters;
+use crate::reply::Body;
+use connections::{
+    ConnectionLimits, ConnectionSlot, FirstByteDeadline, IoActivity, Refusal, SlotKind, TimedIo,
+};
+use idle::{CloseWanted, ConnectionUse, CountedBody, IdleLimits};
 
-/// What answers the requests (each station's [`crate::gateway::Gateway`], through
-/// `routes::handle`, and the lab's own paths), and where each connection runs (the least busy
-/// of the connection threads: [`threads`]).
-pub struct HttpService {
-    pub stations: Arc<Stations>,
+/// What answers requests: [`serve`] asks it for every request, with what it knows of the
+/// connection the request came on.
+pub trait Answer: Send + Sync + 'static {
+    /// Answers `request`, which came on `connection`; never fails (an error is an answer).
+    fn answer(
+        &self,
+        request: Request<Incoming>,
+        connection: &ConnectionInfo,
+    ) -> impl Future<Output = Response<Body>> + Send;
+}
+
+/// What a request's answerer knows of its connection.
+pub struct ConnectionInfo {
+    pub peers: Peers,
+    /// Whether the connection is busy, and how to close it once idle.
+    pub usage: Arc<ConnectionUse>,
+    /// An ordinary connection, or one from the reserve (at the connection limit).
+    pub kind: SlotKind,
+    /// The limits every connection keeps (its body's among them).
+    pub limits: ServeLimits,
+}
+
+/// The two ends of the connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub struct Peers {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The gateway's address the client reached (`api/modules/physical-system` reports it).
+    pub local: Option<SocketAddr>,
+    /// The connection's socket, for a request that waits to see whether its client went
+    /// ([`peer_end`]).
+    pub socket: Option<std::os::fd::RawFd>,
+}
+
+/// Where connections come from and how they are served: the listening socket, TLS, the
+/// connection threads, and the counters of what happened to connections.
+pub struct HttpListener {
+    pub tcp: TcpListener,
+    /// HTTPS, while `[http.tls]` names a certificate and key.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Where each connection runs (the least busy of the connection threads: [`threads`]).
     pub threads: threads::Placer,
+    pub counters: ConnectionCounters,
 }
 
 /// Every limit the accept loop and its connections keep, read once from `[http]`.
@@ -108,19 +147,18 @@ pub struct Shutdown {
 /// write ([`TimedIo`]). Connections are
 /// limited in all, per address and with a reserve for health checks and the lease
 /// ([`ConnectionLimits`]); at the limit the longest-idle connection makes room for a newcomer.
-pub async fn serve(
-    listener: TcpListener,
-    service: HttpService,
+pub async fn serve<A: Answer>(
+    listener: HttpListener,
+    service: Arc<A>,
     limits: ServeLimits,
     shutdown: Shutdown,
 ) {
-    let HttpService { stations, threads } = service;
-    // The connection counters are the whole gateway's: kept in the first station's metrics.
-    let gateway = stations.host().clone();
-    let browser = Arc::new(BrowserRules::new(
-        &gateway.config.http,
-        gateway.tls.is_some(),
-    ));
+    let HttpListener {
+        tcp: listener,
+        tls,
+        threads,
+        counters,
+    } = listener;
     let Shutdown {
         signal: shutdown,
         drain,
@@ -151,7 +189,7 @@ pub async fn serve(
         // most connections the one idle the longest (its slot is given back at once, its
         // descriptor as soon as its task sees it).
         if slots.make_room() {
-            gateway.metrics.http_connections_evicted.inc();
+            counters.evicted.inc();
         }
         // With every connection taken (the reserve included) and none idle, this one waits
         // and the next clients in the listen backlog, costing the gateway no descriptor,
@@ -168,7 +206,7 @@ pub async fn serve(
             Ok(slot) => slot,
             Err(refusal) => {
                 if matches!(refusal, Refusal::PerIp(_)) {
-                    gateway.metrics.http_connections_refused.per_ip.inc();
+                    counters.refused.per_ip.inc();
                 }
                 debug!(%peer, "connection closed at once: {refusal}");
                 continue;
@@ -177,8 +215,9 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         crate::events::sse::limit_unsent(&stream);
         let connection = Connection {
-            stations: stations.clone(),
-            browser: browser.clone(),
+            service: service.clone(),
+            tls: tls.clone(),
+            counters: counters.clone(),
             peer,
             local: stream.local_addr().ok(),
             socket: Some(std::os::fd::AsRawFd::as_raw_fd(&stream)),
@@ -210,9 +249,10 @@ pub async fn serve(
 }
 
 /// One accepted connection: its client and its place in the limits.
-struct Connection {
-    stations: Arc<Stations>,
-    browser: Arc<BrowserRules>,
+struct Connection<A> {
+    service: Arc<A>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    counters: ConnectionCounters,
     peer: SocketAddr,
     /// The gateway's address the client reached (`api/modules/physical-system` reports it).
     local: Option<SocketAddr>,
@@ -223,20 +263,20 @@ struct Connection {
     shutdown: CancellationToken,
 }
 
-impl Connection {
+impl<A: Answer> Connection<A> {
     /// Serves the connection, plain or TLS, until it ends, counting and logging the timeout
     /// that ended it if one did.
     async fn serve(self, stream: TcpStream, builders: Arc<Builders>) {
         let limits = builders.limits;
         let header_timeout = limits.header_read;
         let peer = self.peer;
-        let host = self.stations.host();
+        let counters = &self.counters;
         let timed_out = |what: &str| {
-            host.metrics.http_timeouts.headers.inc();
+            counters.timeouts.headers.inc();
             info!(%peer, "HTTP: closed a connection: {what} within {}", body::readable(header_timeout));
         };
         let (io, activity) = TimedIo::new(stream, limits.write);
-        let ended = match host.tls.clone() {
+        let ended = match self.tls.clone() {
             None => {
                 // The first bytes are awaited before hyper: a client that connects and sends
                 // nothing is closed at the header timeout exactly, and counted as having
@@ -272,7 +312,7 @@ impl Connection {
             }
         };
         if activity.write_stalled() {
-            host.metrics.http_timeouts.write.inc();
+            counters.timeouts.write.inc();
             info!(
                 %peer,
                 "HTTP: closed a connection whose client stopped reading: its answer made no progress for {}",
@@ -341,21 +381,23 @@ impl Connection {
             // connection on every worker thread shares (issue 30: each clone and drop of a
             // shared count pulls its cache line from the other core).
             let served = Arc::new(Served {
-                stations: self.stations.clone(),
-                browser: self.browser.clone(),
-                builders: builders.clone(),
-                usage: self.slot.usage.clone(),
-                peers: routes::Peers {
-                    remote: self.peer,
-                    local: self.local,
-                    socket: self.socket,
+                service: self.service.clone(),
+                connection: ConnectionInfo {
+                    peers: Peers {
+                        remote: self.peer,
+                        local: self.local,
+                        socket: self.socket,
+                    },
+                    usage: self.slot.usage.clone(),
+                    kind: self.slot.kind,
+                    limits,
                 },
-                kind: self.slot.kind,
             });
             hyper::service::service_fn(move |request: Request<Incoming>| {
-                let in_progress = served.usage.begin();
+                let usage = &served.connection.usage;
+                let in_progress = usage.begin();
                 if request.version() == Version::HTTP_2 {
-                    served.usage.saw_http2();
+                    usage.saw_http2();
                 }
                 let served = served.clone();
                 async move {
@@ -363,7 +405,8 @@ impl Connection {
                     // connection lives, and `answer`'s future is about 0.7 KB (the request's
                     // own future boxed inside it), which every open event stream would
                     // otherwise hold after its answer went out (issue 30).
-                    let response = Box::pin(answer(&served, request)).await;
+                    let response =
+                        Box::pin(served.service.answer(request, &served.connection)).await;
                     Ok::<_, Infallible>(response.map(|body| CountedBody::new(body, in_progress)))
                 }
             })
@@ -484,15 +527,9 @@ impl Speaks {
 
 /// What each request on one connection is served with, shared by its requests (and by no
 /// other connection's).
-struct Served {
-    stations: Arc<Stations>,
-    /// What a browser may ask: the host names, the sites, CORS (`[http]`).
-    browser: Arc<BrowserRules>,
-    /// The connection builders and the limits, shared by every connection.
-    builders: Arc<Builders>,
-    usage: Arc<ConnectionUse>,
-    peers: routes::Peers,
-    kind: SlotKind,
+struct Served<A> {
+    service: Arc<A>,
+    connection: ConnectionInfo,
 }
 
 /// The connection builders and the limits, made once and shared by every connection's task.
@@ -537,162 +574,6 @@ impl Builders {
 
 /// The longest an idle connection asked to close may take to finish closing.
 const CLOSING_GRACE: Duration = Duration::from_secs(1);
-
-/// Answers one request: first what its browser may ask (a host name the gateway is not known
-/// by is 421, on every path, before routing; a CORS preflight is answered here), then
-/// [`answer_routed`]; a page of a listed origin may read the answer (CORS).
-async fn answer(served: &Served, request: Request<Incoming>) -> Response<Body> {
-    let browser = &served.browser;
-    let (head, body) = request.into_parts();
-    let answered_here = match browser.host_refusal(&head) {
-        Some(refusal) => {
-            let response = error_response(&refusal);
-            served
-                .stations
-                .note_unrouted(&head, served.peers.remote, response.status());
-            Some(response)
-        }
-        None => browser.preflight(&head),
-    };
-    if let Some(response) = answered_here {
-        // A reserved connection serves what the reserve is for, then closes.
-        return if served.kind == SlotKind::Reserved {
-            closing(response, head.version < Version::HTTP_2, &served.usage)
-        } else {
-            response
-        };
-    }
-    let site = browser.site(&head);
-    let cors = browser.cors_origin(&head);
-    let mut response = answer_routed(served, head, body, site).await;
-    if let Some(origin) = cors {
-        browser::allow_origin(&mut response, origin);
-    }
-    response
-}
-
-/// Answers one request within the body time limits; on a reserved connection only what the
-/// reserve is for. A timed-out body and a reserved connection end the connection after the
-/// answer (HTTP/1: `Connection: close`; HTTP/2: GOAWAY once no request is in progress).
-async fn answer_routed(
-    served: &Served,
-    mut head: hyper::http::request::Parts,
-    body: Incoming,
-    site: RequestSite,
-) -> Response<Body> {
-    let Served {
-        stations,
-        builders,
-        usage,
-        peers,
-        kind,
-        ..
-    } = served;
-    let (peers, kind, limits) = (*peers, *kind, builders.limits);
-    let host = stations.host();
-    let http = &host.config.http;
-    let http1 = head.version < Version::HTTP_2;
-    let reserved = kind == SlotKind::Reserved;
-    // Which station the request is for: one station's paths are all its own (and also under
-    // `/stations/{id}`), so its requests pass here without a copy.
-    let index = match stations.paths().route(head.uri.path()) {
-        StationRoute::Station { index, path } => {
-            if let std::borrow::Cow::Owned(path) = path {
-                let sent = crate::stations::SentPath(head.uri.path().to_owned());
-                head.uri = with_path(&head.uri, &path);
-                head.extensions.insert(sent);
-            }
-            Some(index)
-        }
-        StationRoute::Lab => None,
-        route => {
-            let error = ApiError::not_found(stations.paths().not_found(&route));
-            let response = error_response(&error);
-            stations.note_unrouted(&head, peers.remote, response.status());
-            return if reserved {
-                closing(response, http1, usage)
-            } else {
-                response
-            };
-        }
-    };
-    if reserved && !is_reserved_request(&http.path_prefix, &head.method, head.uri.path()) {
-        host.metrics.http_connections_refused.reserve_only.inc();
-        let error = ApiError::overloaded(format!(
-            "the gateway is at its connection limit ({} connections): only health checks and renewing or releasing a lease are served now; try again shortly",
-            limits.max_connections
-        ));
-        return closing(error_response(&error), http1, usage);
-    }
-    let Some(index) = index else {
-        let below = head
-            .uri
-            .path()
-            .strip_prefix(stations.paths().prefix())
-            .unwrap_or_default();
-        let below = below.to_owned();
-        let answered = Box::pin(lab::answer(
-            stations,
-            &head,
-            body,
-            peers.remote,
-            &below,
-            site,
-        ));
-        let (response, timed_out) = body::with_body_limits(limits.body, answered).await;
-        if timed_out.is_some() {
-            host.metrics.http_timeouts.body.inc();
-        }
-        return if reserved || timed_out.is_some() {
-            closing(response, http1, usage)
-        } else {
-            response
-        };
-    };
-    let gateway = &stations.gateways()[index];
-    // A body that timed out is logged by `handle`, which knows the request's redacted path.
-    // Boxed where it is made: the request's future (0.9 KB) is then moved as a pointer, not
-    // copied into the body limits' scope and again into `answer`'s own box (issue 30).
-    let handled = Box::pin(routes::handle(gateway, head, body, peers, site));
-    let (response, timed_out) = body::with_body_limits(limits.body, handled).await;
-    if timed_out.is_some() {
-        host.metrics.http_timeouts.body.inc();
-        return closing(response, http1, usage);
-    }
-    if reserved {
-        return closing(response, http1, usage);
-    }
-    response
-}
-
-/// `uri` with its path replaced by `path` (the station's own path of a
-/// `/stations/{id}/...` request), its query kept.
-fn with_path(uri: &hyper::Uri, path: &str) -> hyper::Uri {
-    let path_and_query = match uri.query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path.to_owned(),
-    };
-    let mut parts = uri.clone().into_parts();
-    // A path cut from a valid one at a `/` is valid: only if it were not would the URI stay.
-    match path_and_query.parse() {
-        Ok(path_and_query) => parts.path_and_query = Some(path_and_query),
-        Err(_) => return uri.clone(),
-    }
-    hyper::Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
-}
-
-/// `response`, and the connection closes after it: HTTP/1 by `Connection: close`, HTTP/2
-/// (which has no such header) by a GOAWAY once no request is in progress.
-fn closing(mut response: Response<Body>, http1: bool, usage: &ConnectionUse) -> Response<Body> {
-    if http1 {
-        response
-            .headers_mut()
-            .insert(CONNECTION, HeaderValue::from_static("close"));
-    } else {
-        usage.close_when_idle();
-    }
-    response
-}
 
 #[cfg(test)]
 mod tests {

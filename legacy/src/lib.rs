@@ -10,6 +10,12 @@
 //! reads get LOCKED and other reads come from the cache up to `legacy.read_max_age_ms` (misses
 //! read from the hardware). Every change goes through `change`, one function for write,
 //! transact, configure, reset and bus.
+//!
+//! A front end beside HTTP, on the station core only: it serves a station's
+//! [`StationRuntime`](station_core::runtime::StationRuntime), whoever started it.
+
+#![forbid(unsafe_code)]
+#![warn(rust_2018_idioms, unused_qualifications)]
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -26,18 +32,22 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-mod codes;
+pub mod codes;
 
-use crate::gateway::Gateway;
-use crate::lease::{Access, Admitted, LeaseError};
-use crate::link::{LinkError, LinkEvent};
-use crate::station::{
+use station_core::lease::{Access, Admitted, LeaseError};
+use station_core::link::{LinkError, LinkEvent};
+use station_core::runtime::StationRuntime;
+use station_core::station::{
     Change, ChangeAnswer, ChangeOrigin, ChangeWhat, ConsumingRule, Freshness, FrontEnd, ItemError,
     ReadPolicy, Step, StepAction, UnknownRule,
 };
 
 /// Serves legacy clients on `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<StationRuntime>,
+    shutdown: CancellationToken,
+) {
     let limits = Arc::new(Semaphore::new(gateway.config.legacy.max_clients));
     let allowed: Vec<IpAddr> = gateway
         .config
@@ -101,7 +111,7 @@ async fn refuse_busy(stream: TcpStream) {
 async fn serve_client(
     stream: TcpStream,
     peer: SocketAddr,
-    gateway: Arc<Gateway>,
+    gateway: Arc<StationRuntime>,
     shutdown: CancellationToken,
 ) -> String {
     let config = &gateway.config.legacy;
@@ -189,7 +199,7 @@ fn queue_reply(replies: &mpsc::Sender<RawFrame>, request_id: u32, response: Resp
 }
 
 /// The answer to one request frame, as the station would give it.
-async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Response {
+async fn answer(gateway: &StationRuntime, frame: &RawFrame, peer: SocketAddr) -> Response {
     let request = match Request::from_frame(frame) {
         Ok(request) => request,
         Err(PayloadError::UnknownOpcode(op) | PayloadError::NotARequest(op)) => {
@@ -278,7 +288,8 @@ async fn answer(gateway: &Gateway, frame: &RawFrame, peer: SocketAddr) -> Respon
                     }
                     _ => None,
                 });
-            let clash = crate::config_files::settings::check_aliases(&info.channels, aliases);
+            let clash =
+                station_core::config_files::settings::check_aliases(&info.channels, aliases);
             let asked: Vec<(String, Value)> = configure
                 .settings
                 .iter()
@@ -344,7 +355,7 @@ fn asked_text(items: &[(String, Value)]) -> String {
 /// clients never hold the lease: their changes go through only while nobody does; a refused
 /// one is in the audit trail too.
 async fn change(
-    gateway: &Gateway,
+    gateway: &StationRuntime,
     peer: SocketAddr,
     operation: &'static str,
     what: ChangeWhat,
@@ -399,7 +410,7 @@ async fn change(
 /// when a lease is granted is never sent); while someone does, from the cache up to
 /// `legacy.read_max_age_ms`, misses read, and channels whose read consumes data refused with
 /// LOCKED.
-async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Response {
+async fn read(gateway: &StationRuntime, names: Vec<String>, peer: SocketAddr) -> Response {
     let lease = legacy_policy(gateway, Access::ForcedRead);
     let (policy, locked_by) = match &lease {
         LegacyPolicy::Open(admitted) => (
@@ -420,7 +431,7 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
             (policy, Some(message.as_str()))
         }
     };
-    let who = crate::access_rules::Who {
+    let who = station_core::access_rules::Who {
         name: None,
         address: Some(peer.ip()),
         group: gateway
@@ -438,8 +449,10 @@ async fn read(gateway: &Gateway, names: Vec<String>, peer: SocketAddr) -> Respon
     // access rules.
     let readings = match gateway.station.read(&names, policy).await {
         Ok(readings) => readings,
-        Err(crate::station::ReadError::AccessDenied(refusal)) => {
-            return link_error(LinkError::Refused(crate::link::GuardRefusal::from(refusal)));
+        Err(station_core::station::ReadError::AccessDenied(refusal)) => {
+            return link_error(LinkError::Refused(station_core::link::GuardRefusal::from(
+                refusal,
+            )));
         }
         Err(_) => return internal("the read was refused"),
     };
@@ -476,7 +489,7 @@ enum LegacyPolicy {
 /// Legacy clients never hold the lease (the byte protocol has no way to say so): they may
 /// change the station (`access`: a change, or a forced read, whose guard covers channels whose
 /// read consumes data) only while nobody holds it.
-fn legacy_policy(gateway: &Gateway, access: Access) -> LegacyPolicy {
+fn legacy_policy(gateway: &StationRuntime, access: Access) -> LegacyPolicy {
     match gateway.lease.admit(access, None) {
         Ok(admitted) if admitted.guard.is_some() => LegacyPolicy::Open(admitted),
         Ok(_) => LegacyPolicy::Locked("the control lease refused the change".into()),
