@@ -325,7 +325,10 @@ class Page:
 
     @staticmethod
     def is_server(script: str) -> bool:
-        words = shlex.split(script.replace("\\\n", " "), comments=True) if script.strip() else []
+        try:
+            words = shlex.split(script.replace("\\\n", " "), comments=True)
+        except ValueError:
+            return False
         if not words or words[0] != "station-gateway":
             return False
         if "\n" in script.replace("\\\n", " ").strip():
