@@ -1,4 +1,4 @@
-//! The eight scenarios of issue 8, each measured through the gateway and beside its baseline.
+//! The scenarios of BENCHMARKS.md, each measured through the gateway and beside its baseline.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -276,13 +276,13 @@ struct ForcedFloor {
     errors: u64,
 }
 
-/// 2d. Issue 30's targets for a forced read: the gateway's own CPU a read and what it adds to
+/// 2d. The targets for a forced read's own cost: the gateway's own CPU a read and what it adds to
 /// an unloaded read's p50, judged beside the forced floor in the same run. `gateway` and
 /// `floor` are each (CPU µs a request, unloaded p50 overhead µs).
 fn forced_own_cost(conns: usize, gateway: (f64, f64), floor: (f64, f64), errors: u64) -> Row {
     const CPU_US: f64 = 15.0;
     const OVERHEAD_US: f64 = 40.0;
-    let mut row = Row::new("2d", "Forced read: the gateway's own cost (issue 30)");
+    let mut row = Row::new("2d", "Forced read: the gateway's own cost");
     row.gateway = format!(
         "{:.1} µs CPU a read ({conns} conns); unloaded p50 +{}",
         gateway.0,
@@ -567,7 +567,7 @@ impl Bench {
     /// requests a second (below the gateway's saturation, so below every server's): the
     /// trivial server, the audited floor and the gateway in turn, in up to three rounds;
     /// the note that reports it. A saturated run also charges the slower server for the load
-    /// generator's threads preempting its own; this one does not (issue 30).
+    /// generator's threads preempting its own; this one does not.
     async fn cached_at_equal_load(
         &self,
         row: &mut Row,
@@ -1043,7 +1043,7 @@ impl Bench {
         );
         row.baseline = "no coalescing: 1 hardware read/request".to_owned();
         row.ratio = format!("{per_request:.4}× the reads");
-        // Issue 30's floor: two reads a round, with room for the one READ already on the wire
+        // The floor: two reads a round, with room for the one READ already on the wire
         // when counting starts.
         row.target = "≤ 0.0205 hardware reads/request".to_owned();
         row.verdict = Verdict::from_bool(per_request <= 0.0205 && errors == 0);
@@ -1149,12 +1149,12 @@ impl Bench {
         }
     }
 
-    /// Row 5, and row 5c: issue 30's targets for a stream, judged beside the stream floor.
+    /// Row 5, and row 5c: the targets for a stream's cost, judged beside the stream floor.
     async fn fanout_inner(&self) -> anyhow::Result<(Row, Row)> {
         let streams = self.fanout_streams;
         let channels: Vec<String> = self.names.iter().take(10).cloned().collect();
         // The stream floor first, in a process of its own, under the same load: what any
-        // gateway's streams cost at the least (issue 30's fan-out targets are judged by it).
+        // gateway's streams cost at the least (the fan-out's cost targets are judged by it).
         let floor = crate::child::TrivialProcess::spawn_floor(
             &self.names[0],
             b"{}",
@@ -1215,7 +1215,7 @@ impl Bench {
             run.failed
         ));
         row.notes.push(format!(
-            "stream floor (`floor.rs`: hyper's HTTP/1 connection, a queue a stream, one ticker task an interval, the event rendered once; run just before): RSS before the streams {}; {} streams ended early; issue 30's fan-out targets: ≤ 8 % of a core, ≤ 20 KB a stream",
+            "stream floor (`floor.rs`: hyper's HTTP/1 connection, a queue a stream, one ticker task an interval, the event rendered once; run just before): RSS before the streams {}; {} streams ended early; the fan-out's cost targets: ≤ 8 % of a core, ≤ 20 KB a stream",
             megabytes(floor_run.rss_before),
             floor_run.failed
         ));
@@ -1224,14 +1224,14 @@ impl Bench {
     }
 }
 
-/// 5c. Issue 30's targets for the fan-out: the share of a core and the memory a stream, judged
+/// 5c. The targets for the fan-out's cost: the share of a core and the memory a stream, judged
 /// beside the stream floor under the same load.
 fn stream_own_cost(streams: usize, gateway: &FanOut, floor: &FanOut) -> Row {
     const CPU_PERCENT: f64 = 8.0;
     const KB_A_STREAM: f64 = 20.0;
     let mut row = Row::new(
         "5c",
-        format!("Event fan-out: a stream's cost, {streams} streams (issue 30)"),
+        format!("Event fan-out: a stream's cost, {streams} streams"),
     );
     let kb = |run: &FanOut| run.per_stream() / 1000.0;
     row.gateway = format!(

@@ -10,7 +10,7 @@
 //! CORS) in [`browser`]; health, metrics and the status page in [`ops`]; HTTPS in [`tls`];
 //! connection limits and the write timeout in [`connections`], whether a connection is idle in [`idle`]; what of a path
 //! may be logged in [`redact`]; which thread serves a connection in [`threads`]; which station a
-//! path is for, in a gateway of several, in [`stations`] (issue 53; not yet used by the server).
+//! path is for, in a gateway of several, in [`stations`].
 //!
 //! Each connection is one task, on the thread `threads` picks: hyper's HTTP/1 connection when a
 //! plain connection's first bytes leave the HTTP/2 preface, hyper-util's HTTP/1-or-2 one
