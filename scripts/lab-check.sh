@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lab check (issue 53), runnable by anyone: two simulated stations (two station-sim
+# The lab check, runnable by anyone: two simulated stations (two station-sim
 # processes) behind one gateway process. It checks that two holders hold the two stations'
 # leases at once, that a change reaches its own station and never the other, that a station
 # stopped with SIGSTOP slows nobody else (the other's forced reads and lease renewal answer

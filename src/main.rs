@@ -72,7 +72,7 @@ struct Args {
 /// The gateway's own runtime: one worker thread (`TOKIO_WORKER_THREADS` may say otherwise),
 /// where the link, the lease, the change runner and the first of the HTTP connections run, so
 /// that a request to the station crosses no thread; `http.threads` adds threads for more
-/// connections (`http::threads`; issue 30's twelfth round in BENCHMARKS.md).
+/// connections (`http::threads`; measured in BENCHMARKS.md, "The cached read").
 fn gateway_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {

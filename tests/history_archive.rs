@@ -101,7 +101,7 @@ async fn samples_are_archived_and_a_restart_reads_them_back() {
 #[tokio::test]
 async fn a_database_outage_loses_no_sample_and_never_slows_a_read() {
     // Longer than the writer's database timeout (5 s), so that it gives up and spools;
-    // HISTORY_OUTAGE_SECONDS=60 for the measured outage.
+    // HISTORY_OUTAGE_SECONDS=60 for the outage BENCHMARKS.md reports.
     let outage = Duration::from_secs(
         std::env::var("HISTORY_OUTAGE_SECONDS")
             .ok()
@@ -603,7 +603,7 @@ async fn a_batch_written_again_after_its_commit_is_archived_once() {
     drop_history_tables(&client, &table).await;
 }
 
-/// The archive figures, on this machine's PostgreSQL (run on its own:
+/// The archive's figures (BENCHMARKS.md), on this machine's PostgreSQL (run on its own:
 /// `cargo test --test history_archive --release -- --ignored --nocapture`): the COPY insert
 /// rate, and a 30-day query of one channel at 1 Hz reduced to 1 000 points.
 #[tokio::test]

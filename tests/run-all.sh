@@ -374,7 +374,7 @@ if $python_ready; then
     export STATION_GATEWAY_BIN=${STATION_GATEWAY_BIN:-$target_dir/debug/station-gateway}
     export PYTHONDONTWRITEBYTECODE=1
     # Twice: against a one-station gateway, then the unchanged suite against one station of a
-    # gateway of two, through its base URL http://ADDR/stations/sim2 (issue 53).
+    # gateway of two, through its base URL http://ADDR/stations/sim2.
     for lab in "" sim2; do
         if [[ -z $lab ]]; then
             step "pytest tests/python (gateway: $STATION_GATEWAY_BIN)"

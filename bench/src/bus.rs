@@ -1,4 +1,4 @@
-//! The `bus` scenario (issue 18): an I2C SendReceive of 2 bytes (the EEPROM at 0x50) through
+//! The `bus` scenario: an I2C SendReceive of 2 bytes (the EEPROM at 0x50) through
 //! `POST api/comm/i2c` against the same BUS request straight to the station, one client; and
 //! the same through a gateway on the simulator's 115 200 baud serial line, against the frames'
 //! wire time plus the station's processing.

@@ -402,7 +402,7 @@ pub fn locate_binary(explicit: Option<PathBuf>, build: bool) -> anyhow::Result<P
 }
 
 /// nginx with one worker answering every request with `return 200` and the same JSON bytes
-/// (the outside reference for a cached read): `master_process off`, so the one process
+/// (the outside reference for a cached read): `master_process off`, so the one process
 /// serving is the one whose CPU is read, its access log written to a file as nginx does by
 /// default. `None` when no `nginx` binary is installed.
 pub struct NginxProcess {

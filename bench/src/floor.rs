@@ -15,7 +15,7 @@
 //! no limits): what any gateway's stream costs at the least.
 //!
 //! Audited ([`Floor::Audited`]), it also writes the line the station's audit log has for every
-//! request (`timestamp ip method path status duration`, issue 20: the clients' `audit.md`), as
+//! request (`timestamp ip method path status duration`, the clients' `audit.md`), as
 //! the gateway must: rendered in the request, handed to a writer thread of its own, which
 //! writes its batches to `/dev/null` (the gateway keeps them in memory or in files; either
 //! costs more).

@@ -1,4 +1,4 @@
-//! `station-bench lab`: one gateway serving N stations (issue 53) measured for its start, its
+//! `station-bench lab`: one gateway serving N stations measured for its start, its
 //! memory and CPU at idle and its CPU a request under a cached-read load spread over the
 //! stations, and N stations in one gateway beside N gateways of one station each.
 //!

@@ -1,5 +1,5 @@
 //! `station-bench`: starts the simulator in-process and the release gateway as a child process,
-//! runs the scenarios of issue 8 each beside a baseline measured in the same run, prints a
+//! runs BENCHMARKS.md's scenarios, each beside a baseline measured in the same run, prints a
 //! markdown table and writes it into `BENCHMARKS.md`.
 //!
 //! `cargo run --release -p station-bench -- --all`; `station-bench lab` measures one gateway
@@ -146,7 +146,7 @@ struct Args {
 /// Measurements other than the scenarios.
 #[derive(clap::Subcommand, Debug)]
 enum Command {
-    /// One gateway serving N stations (issue 53): start-up to /readyz, idle memory and CPU, CPU
+    /// One gateway serving N stations: start-up to /readyz, idle memory and CPU, CPU
     /// a request under a cached read spread over the stations; and N stations in one gateway
     /// beside N gateways of one station each. Prints; writes nothing.
     Lab(lab::LabArgs),

@@ -1,4 +1,4 @@
-//! The `sampling` scenario (issue 19): a NumericResult acquisition of 100 000 samples through
+//! The `sampling` scenario: a NumericResult acquisition of 100 000 samples through
 //! the gateway, over TCP and over the serial pty at 115 200 baud, while another client reads a
 //! different channel from the hardware in a loop. Reported: samples per second against the
 //! limit (the station's sample rate on TCP; the wire, bytes × 10 / baud, on serial) and the

@@ -1,4 +1,4 @@
-//! The eight scenarios of issue 8, each measured through the gateway and beside its baseline.
+//! The scenarios of BENCHMARKS.md, each measured through the gateway and beside its baseline.
 //! Here what every scenario shares (the [`Bench`], the load workers, the medians and the
 //! rows' cells); each family of scenarios in a module of its own: `cached`, `forced`,
 //! `changes`, `legacy`, `fanout`, `serial`.

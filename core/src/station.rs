@@ -215,7 +215,7 @@ impl Station {
         self.reached_now().map(arc_swap::Guard::into_inner)
     }
 
-    /// [`Station::reached`] to look at without keeping it: the read path's way (issue 30).
+    /// [`Station::reached`] to look at without keeping it: the read path's way.
     pub fn reached_now(&self) -> Result<arc_swap::Guard<Arc<StationInfo>>, NotReached> {
         let info = self.link.info_now();
         if info.hello.is_none() {
@@ -247,8 +247,8 @@ impl Station {
         names: &[String],
         policy: ReadPolicy<'_>,
     ) -> Result<Vec<ItemReading>, ReadError> {
-        // Looked at, not kept: a cached read writes nothing the other worker threads share
-        // (issue 30); a read that goes to the hardware keeps it below.
+        // Looked at, not kept: a cached read writes nothing the other worker threads share;
+        // a read that goes to the hardware keeps it below.
         let info = self.link.info_now();
         let plan = plan_read(
             names,
@@ -286,8 +286,7 @@ impl Station {
         }
         let info = arc_swap::Guard::into_inner(info);
         // Boxed: a cached read never comes here, and inline the hardware read's state (about
-        // 1 KB) would make every read's future, and every handler's, that much larger
-        // (issue 30).
+        // 1 KB) would make every read's future, and every handler's, that much larger.
         Box::pin(self.read_misses(
             names,
             &policy,

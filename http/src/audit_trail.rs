@@ -139,7 +139,7 @@ pub fn asked(body: &JsonBody) -> Option<String> {
 /// its typed outcome). `outcome` is the request's own, from its error's kind.
 ///
 /// Not async itself: only a change waits, and a read's future would otherwise carry what a
-/// change's record needs (issue 30: every byte of a request's future is moved and boxed).
+/// change's record needs (every byte of a request's future is moved and boxed).
 #[allow(clippy::too_many_arguments)]
 pub fn write_line(
     gateway: &Gateway,

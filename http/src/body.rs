@@ -98,7 +98,7 @@ tokio::task_local! {
 /// A plain function returning the scoped future, and the output read by a combinator (neither
 /// an `async fn` nor an `async move` block): either would hold `request` twice in its state,
 /// once as captured and once as awaited, and a request's whole future is moved (copied) as it
-/// is handed to hyper and boxed. `answer`'s future went from 5.3 to 3.0 KB (issue 30; 0.7 KB
+/// is handed to hyper and boxed. `answer`'s future went from 5.3 to 3.0 KB (0.7 KB
 /// since the request's future is boxed where `answer` makes it).
 pub fn with_body_limits<F: Future>(
     timeouts: BodyTimeouts,
@@ -133,7 +133,7 @@ pub fn timed_out() -> Option<BodyTimeout> {
 /// What is already buffered is taken at once, and a body that came whole (a small body's
 /// usual case) needs nothing more; one still on its way is waited for in a boxed future of its
 /// own. A request's future then holds the wait's state (the limits, the pieces so far, the
-/// timer: 0.5 KB) only while a body is slow, not on every request (issue 30). Not an `async
+/// timer: 0.5 KB) only while a body is slow, not on every request. Not an `async
 /// fn`, which would hold the body twice (see [`with_body_limits`]).
 pub fn read_body(
     body: Incoming,
@@ -250,7 +250,7 @@ fn too_large(limit: usize) -> ApiError {
 ///
 /// Parsed once, as a `serde_json::Value` parse would parse it (the same bodies refused with
 /// the same errors), into a flat list of [`Node`]s, its strings as spans of the body kept as
-/// sent: a cached read's body costs one pass, one list and no copy of its names (issue 30).
+/// sent: a cached read's body costs one pass, one list and no copy of its names.
 /// A field is looked up as `serde_json`'s map would hold it: the last of a repeated name, and
 /// of a name's spellings in letter case the first in byte order. A field read as a
 /// `serde_json::Value` ([`JsonBody::get`]) is made when first read and kept.

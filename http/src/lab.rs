@@ -1,5 +1,5 @@
 //! The lab: every station one gateway serves, and the whole gateway's own answers once it
-//! serves several (issue 53). [`Stations`] ([`roster`]) holds each station's gateway and which
+//! serves several. [`Stations`] ([`roster`]) holds each station's gateway and which
 //! path goes to which; [`answer`] serves the lab's paths: `GET /v1/stations` (each
 //! station's link, lease and safe state), `/v1/stations/events` (the lab's one event stream,
 //! [`stream`]), `POST /v1/safe-stop` (every station's safe stop at once, [`safe_stop`]),

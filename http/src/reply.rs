@@ -16,7 +16,7 @@ use crate::error::{ApiError, ErrorKind};
 
 /// Every response body: a whole document (JSON, text, a file) or a stream of events. A whole
 /// one is held as it is, not boxed: most answers are whole, and a box is an allocation more
-/// for every request (issue 30).
+/// for every request.
 #[derive(Debug)]
 pub enum Body {
     /// The whole answer.

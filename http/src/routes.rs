@@ -43,8 +43,8 @@ struct RequestFacts<'a> {
 ///
 /// The request comes as its head and its body: the head lives in this future for the whole
 /// request, and everything after borrows from it (the presented lease id, the logged path,
-/// the handler's headers) rather than copying it (issue 30: a request's future is moved and
-/// boxed whole, so every byte of it costs).
+/// the handler's headers) rather than copying it (a request's future is moved and boxed
+/// whole, so every byte of it costs).
 ///
 /// An async block rather than an `async fn`: an `async fn`'s future keeps its arguments twice,
 /// as passed and as moved into its body (224 bytes of head more to move and box).

@@ -1,4 +1,4 @@
-//! Which station a request is for, in a gateway of several (issue 53): `/stations/{id}/...`
+//! Which station a request is for, in a gateway of several: `/stations/{id}/...`
 //! (below `http.path_prefix`) names one, and the rest of the path is that station's as if the
 //! gateway were its alone, so the unchanged clients work with a base URL such as
 //! `http://host:5000/stations/st1`. The lab's own endpoints (`/v1/stations`, `/metrics`,

@@ -1,5 +1,5 @@
-//! The simulated station's behaviour as a client sees it over TCP: the "done when"
-//! scenario, errors, trips, bus channels, paging, the write log and profile files.
+//! The simulated station's behaviour as a client sees it over TCP: a whole
+//! session, errors, trips, bus channels, paging, the write log and profile files.
 
 mod common;
 

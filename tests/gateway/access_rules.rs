@@ -1,4 +1,4 @@
-//! Per-channel access rules (issue 31) against the simulator, with config/access-example.toml's
+//! Per-channel access rules against the simulator, with config/access-example.toml's
 //! keys and rules: students set LEDs and are refused HV over REST and the legacy port, the door
 //! interlock at admission and at the send guard, reloads (under load, a bad file, SIGHUP),
 //! `v1/access/explain`, a configuration file with one forbidden channel, subscriptions.
@@ -883,8 +883,8 @@ fn the_example_config_parses_and_its_rules_compile() {
     assert_eq!(rules.interlock_channels(), [DOOR]);
 }
 
-/// Every door a value reaches a channel by is judged by the same `write` rules and interlocks
-/// (issue 49, 1): with the door open, an operator holding the lease is refused ON1 = True by
+/// Every door a value reaches a channel by is judged by the same `write` rules and interlocks:
+/// with the door open, an operator holding the lease is refused ON1 = True by
 /// `values/set`, by `transact` and by loading a configuration file that sets it (before, the
 /// load was judged by `load_config` alone and ON1 = True reached the station); the station's
 /// write log sees none of them. With the door closed the same file loads.

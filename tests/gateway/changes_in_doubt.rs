@@ -1,4 +1,4 @@
-//! Changes in doubt (issue 26): a change the station did not answer in time may still be
+//! Changes in doubt: a change the station did not answer in time may still be
 //! carried out, so the end of its lease waits for it (at most `station.max_processing_ms`,
 //! then the link is reset) before the safe state or the next holder's first change. Against
 //! a station that takes 3.5 s over one write while it answers other requests and pings.

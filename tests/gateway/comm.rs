@@ -1,4 +1,4 @@
-//! Bus transactions through the gateway (issue 18): one bus's transactions in arrival order,
+//! Bus transactions through the gateway: one bus's transactions in arrival order,
 //! never retried, the lease rule over HTTP and the legacy listener, metrics, and a station
 //! without BUS (501, `comm` left out of the capabilities).
 

@@ -270,7 +270,7 @@ async fn a_load_goes_on_to_its_end_when_its_caller_hangs_up() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 28: every channel's configuration is known from the start (the link asks CONFIGURE's
+/// Every channel's configuration is known from the start (the link asks CONFIGURE's
 /// inquiry after LIST), and again after a configuration NOTIFY: a channel the station adds
 /// comes with its details by the time the `configuration` event says so.
 #[tokio::test]

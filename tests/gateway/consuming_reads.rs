@@ -1,4 +1,4 @@
-//! Reads that consume data are changes (issue 15 item 4), against a simulated station: a
+//! Reads that consume data are changes, against a simulated station: a
 //! consuming read queued before a lease is granted is refused at the link and the grant waits
 //! for one already at the station; a non-holder's `MaxAgeMs` read during a lease never reaches
 //! the hardware; the `read` role never consumes data.

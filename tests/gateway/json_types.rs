@@ -889,7 +889,7 @@ async fn every_response_binds_to_the_dotnet_models() -> Result<()> {
 }
 
 /// A body that starts with a UTF-8 byte-order mark (as Windows tools write JSON) is read as the
-/// JSON after it (issue 51, 9): before, it was 400 "not JSON".
+/// JSON after it, not refused with 400 "not JSON".
 #[tokio::test]
 async fn a_body_with_a_utf8_byte_order_mark_is_read() {
     let rig = rig(|_| {}).await;
@@ -913,7 +913,7 @@ async fn a_body_with_a_utf8_byte_order_mark_is_read() {
 }
 
 /// A name no channel has is quoted in the 404, so an empty name or a trailing space shows
-/// (issue 51, 9): before, `no such resource: ` named nothing visible.
+/// (`no such resource: ` alone would name nothing visible).
 #[tokio::test]
 async fn an_unknown_name_is_quoted_so_an_empty_one_or_a_trailing_space_shows() {
     let rig = rig(|_| {}).await;

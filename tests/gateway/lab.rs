@@ -1,4 +1,4 @@
-//! Several stations in one gateway (issue 53): each at `/stations/{id}/...`, each with its own
+//! Several stations in one gateway: each at `/stations/{id}/...`, each with its own
 //! lease, link and queue, so that two holders work at once, a change never reaches the other
 //! station and a station that stops answering delays nobody else; and the lab's own view
 //! (`/v1/stations`, `/metrics`, `/readyz`, the audit trail naming stations).

@@ -218,7 +218,7 @@ async fn a_holder_shuts_everyone_else_out_of_changes_and_forced_reads() -> Resul
     assert_locked_by_holder(&transact, "transact");
 
     // Cached reads and lookups stay open; ages are shown. During a lease a non-holder's cached
-    // read comes from the cache only (issue 15): the holder has read these.
+    // read comes from the cache only: the holder has read these.
     a.get_values(&[VMON1, VMON2], None).await?.expect(200)?;
     let cached = b
         .get_values(&[VMON1, VMON2], Some(5000))
@@ -354,7 +354,7 @@ async fn a_lease_not_renewed_ends_within_its_ttl_and_its_id_then_says_lease_ende
         events.recv(),
     )
     .await?;
-    // Free at once: no change of it was left in doubt, so no lock-delay (issue 51).
+    // Free at once: no change of it was left in doubt, so no lock-delay.
     assert_eq!(ran_out, LeaseView::nobody());
     let ended = Instant::now();
     assert!(

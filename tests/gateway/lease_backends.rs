@@ -371,7 +371,7 @@ async fn a_client_chosen_token_only_gets_back_the_lease_it_holds_over_http() -> 
 }
 
 // ---------------------------------------------------------------------------------------------
-// A renewal the store confirms only after the lease's deadline (issue 15 item 1), on every
+// A renewal the store confirms only after the lease's deadline, on every
 // backend: the store is wrapped so that its refresh answers late, as a slow database would.
 
 /// While a renewal waits on the store past the lease's deadline, nobody may change the station;

@@ -417,7 +417,7 @@ async fn a_legacy_reset_is_a_change_under_the_lease() {
     rig.reconnected_after(generation).await;
 }
 
-/// Issue 28: names resolve in one place for every front end, the legacy port too: a channel's
+/// Names resolve in one place for every front end, the legacy port too: a channel's
 /// alias reads, writes and transacts like its name.
 #[tokio::test]
 async fn a_legacy_client_reads_writes_and_transacts_by_alias() {

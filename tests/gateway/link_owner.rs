@@ -3,7 +3,7 @@
 //! it can no longer reach in time) — well before the store would let another gateway take the
 //! station; and it stops itself. A second gateway that names the station otherwise (another
 //! address, no `station.id` or another spelling of it) serves nothing once it met the station,
-//! and a gateway restarted after a crash takes both its leases back at once (issue 49).
+//! and a gateway restarted after a crash takes both its leases back at once.
 
 use crate::common;
 
@@ -347,7 +347,8 @@ fn names_the_owner(why: &str, owner_url: &str) -> bool {
     why.contains("another gateway owns") && why.contains(owner_url)
 }
 
-/// Issue 49, item 4. The owner names the station by `station.id`; a second gateway on the same
+/// One owner whatever `station.id` says.
+/// The owner names the station by `station.id`; a second gateway on the same
 /// backend and station URL, not a standby, names it otherwise: without `station.id` (its
 /// control lease by `lease.name`), or with the owner's id in another case and spacing. Each
 /// either refuses to start or, once it met the station, serves nothing — a lease-less write
@@ -429,7 +430,7 @@ on_shared_backends!(a_second_gateway_sends_the_station_nothing_whatever_its_stat
     a_second_gateway_sends_the_station_nothing_whatever_its_station_id_says_on_redis => "redis",
 );
 
-/// How soon a gateway restarted after a crash must serve again (issue 49, item 6b), at the
+/// How soon a gateway restarted after a crash must serve again, at the
 /// default link-owner TTL (10 s).
 const READY_AFTER_CRASH: Duration = Duration::from_secs(3);
 
@@ -489,7 +490,8 @@ fn scratch(test: &str) -> std::path::PathBuf {
     dir
 }
 
-/// Issue 49, item 6b. A gateway that met the station holds two leases: the link-owner lease
+/// A crash restart takes both leases back.
+/// A gateway that met the station holds two leases: the link-owner lease
 /// and the station's own. Restarted after a crash (every task aborted, nothing released) with
 /// its state file, it takes both back at once and serves within 3 s, not when the station's
 /// lapses (10 s).
@@ -525,7 +527,8 @@ on_shared_backends!(a_gateway_restarted_after_a_crash_takes_both_its_leases_back
     a_gateway_restarted_after_a_crash_takes_both_its_leases_back_at_once_on_redis => "redis",
 );
 
-/// Issue 49, item 6b, measured as operators see it: the gateway process killed with `kill -9`
+/// A crash restart takes both leases back.
+/// Measured as operators see it: the gateway process killed with `kill -9`
 /// and started again with the same config and state file is ready within 3 s of its start at
 /// the default TTL.
 async fn a_gateway_process_killed_with_sigkill_is_ready_again_within_3_s(backend: &str) {

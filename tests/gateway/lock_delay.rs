@@ -1,4 +1,4 @@
-//! The lock-delay (issue 26, item 4; issue 51, item 1): after a lease one of whose changes was
+//! The lock-delay: after a lease one of whose changes was
 //! left in doubt, a new lease waits `lease.lock_delay_ms` — refused 409 with `Retry-After` and
 //! why, or queued when it asked to wait — and so does a change without a lease (423); a lease
 //! that ended with every change answered, released or run out, frees at once. On memory,
@@ -86,7 +86,7 @@ async fn free_again(events: &mut broadcast::Receiver<LeaseView>) {
     .await;
 }
 
-/// Issue 51, item 1: a lease that lapses unreleased with every change of it answered (a write
+/// A lease that lapses unreleased with every change of it answered (a write
 /// the station confirmed): nothing of it can land late, so the next acquire is served at once
 /// — no lock-delay, no `Retry-After` — and `GET api/lease` says nobody holds it and shows no
 /// delay.
@@ -210,7 +210,7 @@ async fn a_release_with_a_change_left_in_doubt_makes_the_next_holder_wait(
     // The release waits for the change in doubt, until max_processing_ms and the reset.
     lease.release(&held.lease_id).await?;
     let freed = Instant::now();
-    // Issue 51, item 1: the acquire is 409 (not now: the clients' word for "someone else has
+    // The acquire is 409 (not now: the clients' word for "someone else has
     // it"), with Retry-After and the reason.
     let (status, retry_after, body) = acquire(&gateway, "", "TAT station 4", 30_000).await?;
     ensure!(status == 409, "not refused the lock-delay: {status} {body}");
@@ -300,7 +300,8 @@ fn on1_writes(sim: &SimulatorHandle) -> Vec<station_protocol::Value> {
         .collect()
 }
 
-/// Issue 49, item 2: a station that ignores SPEC.md §4 and takes 6 s over a write; `A`'s
+/// A restart keeps the lock-delay.
+/// A station that ignores SPEC.md §4 and takes 6 s over a write; `A`'s
 /// `VSET1`+`ON1=True` is answered 504 (in doubt), A's lease runs out, its end resets the link
 /// at `max_processing_ms` and the lock-delay (8 s, counted from then) begins. The gateway is
 /// restarted on the same store during the delay: the delay goes on there (`GET api/lease`
@@ -438,7 +439,8 @@ on_every_backend!(a_gateway_restart_during_the_lock_delay_keeps_it:
     a_gateway_restart_during_the_lock_delay_keeps_it_on_redis => "redis",
 );
 
-/// Issue 49, item 2 with `kill -9`: the gateway as a process of its own on an SQLite store,
+/// A restart after `kill -9` keeps the lock-delay.
+/// the gateway as a process of its own on an SQLite store,
 /// with its link-owner state file; ON1 takes 6 s at a station that ignores SPEC.md §4. A's
 /// `ON1=True` is answered 504 (in doubt), A's lease runs out and the lock-delay (8 s from the
 /// settle) begins; the gateway is killed (-9) during it and started again with the same file

@@ -1,4 +1,4 @@
-//! Numeric results (issue 19) end to end: a long acquisition streams while forced reads of
+//! Numeric results end to end: a long acquisition streams while forced reads of
 //! another channel keep flowing on the same link, over TCP and over a paced serial line.
 
 use crate::common;

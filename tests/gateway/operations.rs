@@ -783,7 +783,7 @@ async fn metrics_count_timeouts_crc_errors_reconnects_and_every_lease_transition
             break;
         }
     }
-    // After a lapse with every change answered the next lease is served at once (issue 51).
+    // After a lapse with every change answered the next lease is served at once.
     let (status, body) = rig
         .post("lease", json!({ "Owner": "c", "TtlMs": 30_000 }))
         .await;
@@ -1013,7 +1013,7 @@ async fn a_request_in_flight_at_shutdown_gets_a_whole_answer() {
     );
 }
 
-/// A batch write is checked whole before anything is sent (issue 51, 7): one value outside its
+/// A batch write is checked whole before anything is sent: one value outside its
 /// channel's limits (VSET2 3 000 V at most) is 400 naming it and its limits, and the station's
 /// write log shows the other entry was not applied either. Before, the LED was written and the
 /// answer was 400 all the same.

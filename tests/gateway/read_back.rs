@@ -1,4 +1,4 @@
-//! A confirmed write feeds the value cache through a read-back (issue 28, point 4): one READ of
+//! A confirmed write feeds the value cache through a read-back: one READ of
 //! the channels written, the station's value and the age of that READ; channels whose read
 //! consumes data are never read back; a refused item is not read back either.
 

@@ -1,4 +1,4 @@
-//! The safe state read back (issue 26, item 3): once the station has confirmed the safe
+//! The safe state read back: once the station has confirmed the safe
 //! state's writes, the gateway reads those channels back from the hardware, and again after
 //! `station.max_processing_ms`; a late change that overrode the safe state is caught there,
 //! applied again, logged, counted in `/metrics` and published on the `lease` event. Against a

@@ -22,7 +22,7 @@ use station_simulator::SimulatorHandle;
 /// rest of the suite was syncing files: within a hair of the 667 ms a renewal had under a 2 s
 /// TTL, and a renewal that misses its bound twice stops the owner (`tests/failover_run.rs`).
 const TTL: Duration = Duration::from_millis(3_000);
-/// What the failover may take beyond the TTL and the lock-delay (issue 25: 2 s).
+/// What the failover may take beyond the TTL and the lock-delay (the promised bound: 2 s).
 const FAILOVER_SLACK: Duration = Duration::from_secs(2);
 /// The lock-delay in these tests: longer than the TTL, so that a takeover without it shows.
 const LOCK_DELAY: Duration = Duration::from_millis(3_500);
@@ -598,7 +598,8 @@ async fn a_standby_without_a_shared_name_for_the_station_is_refused_naming_the_k
     );
 }
 
-/// Issue 49, item 3: a station that ignores SPEC.md §4 and takes 12 s over a write. The
+/// A takeover keeps the lock-delay.
+/// A station that ignores SPEC.md §4 and takes 12 s over a write. The
 /// holder's `VSET1`+`ON1=True` is answered 504 (in doubt), its lease runs out, and the owner
 /// starts the control lease's lock-delay (16 s) after it; then the owner dies. The standby
 /// that takes over honours the lock-delay the store keeps: `GET api/lease` shows it, B is

@@ -6,7 +6,7 @@ SIGTERM at the end, and must exit 0 within a few seconds (graceful shutdown).
 
 With STATION_GATEWAY_LAB=ID (e.g. sim2) the session's gateway serves two simulated stations
 (`--simulator 2`) and every client of the session uses the station's base URL,
-http://ADDR/stations/ID: the unchanged suite against one station of a lab (issue 53).
+http://ADDR/stations/ID: the unchanged suite against one station of a lab.
 
 Fixtures other test files reuse (the lease and event-stream suites build on these):
 - `gateway`         the session's GatewayProcess (`.url`, `.log`, `.proc`)

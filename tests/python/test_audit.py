@@ -1,4 +1,4 @@
-"""The audit trail (issue 20) through accordionq2: `audit.get_audit_log` shows the writes with
+"""The audit trail through accordionq2: `audit.get_audit_log` shows the writes with
 their lease owner and fence, a refused write as refused, and `tail` as the clients document."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Bus transactions (issue 18) through accordionq2's `client.comm`: I2C, UART and SPI on the
-simulated station's buses, every bad input the issue lists, the lease rule and short reads."""
+"""Bus transactions through accordionq2's `client.comm`: I2C, UART and SPI on the
+simulated station's buses, every bad input a caller can send, the lease rule and short reads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Channel configuration and station configuration files (issue 20, items 1 and 2) through
+"""Channel configuration and station configuration files through
 accordionq2: configure and read back with the `configuration` event, a list checked whole,
 save / change / load, download / upload / list / delete, bad names and bad files, and 423 for a
 non-holder. One gateway of this module's own, its configuration files in a temporary directory."""

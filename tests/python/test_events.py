@@ -1,4 +1,4 @@
-"""The event stream and subscriptions (issue 5) through accordionq2: hello, values, lease,
+"""The event stream and subscriptions through accordionq2: hello, values, lease,
 connection and configuration events, with deadlines rather than exact timings."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fidelity with a real station's WebApi (issue 17), through accordionq2 the way scripts call it:
+"""Fidelity with a real station's WebApi, through accordionq2 the way scripts call it:
 the station's network identity, application lists, every documented path answered on purpose
 (404 saying why where a station reached over the byte protocol cannot offer it, as a WebApi
 without the group answers), the application log

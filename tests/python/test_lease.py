@@ -1,4 +1,4 @@
-"""The control lease (issue 4) through accordionq2: two test stations, one holder at a time."""
+"""The control lease through accordionq2: two test stations, one holder at a time."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_a_lease_not_renewed_ends_within_its_ttl(two, gateway_url) -> None:
     # It ran out, rather than being released early: it lasted most of its TTL.
     assert took >= 0.8, f"a 1 s lease ended after {took:.2f} s"
     # Unreleased, but every change of it was answered: nothing can land late, so the next
-    # lease is served at once, with no lock-delay (issue 51).
+    # lease is served at once, with no lock-delay.
     assert lease_takeable(gateway_url), "a lock-delay after a lapse with nothing in doubt"
     b.lease.acquire(OTHER, ttl_ms=5000)
     b.lease.release()

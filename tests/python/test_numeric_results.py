@@ -1,4 +1,4 @@
-"""Numeric results (issue 19) through accordionq2: NumericResult channels, acquisitions with
+"""Numeric results through accordionq2: NumericResult channels, acquisitions with
 statistics, measurements kept per channel, every refusal, and the lease."""
 
 from __future__ import annotations

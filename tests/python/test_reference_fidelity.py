@@ -1,4 +1,4 @@
-"""Answering like a real station's WebApi, second round (issue 28), through accordionq2 the way
+"""Answering like a real station's WebApi, through accordionq2 the way
 the reference clients document it: aliases accepted everywhere a name is, NetName before Alias in
 a lookup, channel details from the start, a cache fed by confirmed writes, the lease on
 configuration files, 404 for what a byte-protocol station cannot offer, `isConnected` on every

@@ -1,5 +1,5 @@
-"""`station-lease hold` around a Python step that hands its lease to accordionq2 (issue 34), as
-the README shows it: the step's changes go through with
+"""`station-lease hold` around a Python step that hands its lease to accordionq2, as
+docs/leases.md shows it: the step's changes go through with
 `default_headers={"X-Lease-Id": os.environ["STATION_LEASE_ID"]}`, another client gets 423
 meanwhile, the step's exit status is station-lease's, and the lease is released at the end.
 

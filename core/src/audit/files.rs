@@ -238,7 +238,7 @@ impl MemoryLines {
 
     /// Appends a batch of lines, each ending in a newline, as [`MemoryLines::push`] of each
     /// non-empty one would: at once when it fits and holds no empty line (a batch of rendered
-    /// lines always does), one line at a time otherwise (issue 30: a cached read's line was
+    /// lines always does), one line at a time otherwise (so a cached read's line is never
     /// split off its batch and copied on its own).
     pub fn push_lines(&mut self, lines: &str) {
         let whole = lines.ends_with('\n') && !lines.starts_with('\n') && !lines.contains("\n\n");

@@ -98,7 +98,7 @@ impl Streams<Arc<Mutex<MemoryLines>>> {
 struct QueueState {
     jobs: Vec<Job>,
     /// The lines of requests that changed nothing, each with its newline, rendered here under
-    /// the lock: no line of its own to allocate and free on another thread (issue 30).
+    /// the lock: no line of its own to allocate and free on another thread.
     quiet: String,
     /// How many lines `quiet` holds.
     quiet_lines: u64,

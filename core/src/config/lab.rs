@@ -1,4 +1,4 @@
-//! Several stations in one configuration (issue 53): `[[station]]` tables, each turned into a
+//! Several stations in one configuration: `[[station]]` tables, each turned into a
 //! whole single-station [`Config`] of its own, so that every part that serves one station today
 //! (its link, cache, control lease, safe state, legacy listener, history) reads the same keys
 //! it reads now.

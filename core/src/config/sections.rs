@@ -14,7 +14,7 @@ pub struct StationConfig {
     /// set it names the control lease (`control:station:<id>`) whatever address reaches the
     /// station; set it alike on two gateways of one station. Empty: `control:<url>`. The
     /// station's own link-owner lease is named after HELLO's identity whatever this says (one
-    /// writer per station whatever the configuration, issue 49).
+    /// writer per station whatever the configuration).
     pub id: String,
     /// How long one request may wait for the station's answer.
     pub request_timeout_ms: u64,

@@ -221,7 +221,7 @@ fn a_link_owner_timing_that_breaks_a_rule_is_refused_naming_the_keys() {
     assert_eq!(config.link_owner_key(), "control:station:hvs-3 esh1234");
 }
 
-/// Issue 49, item 4: `station.id` in another case or spacing is the same station to the
+/// `station.id` in another case or spacing is the same station to the
 /// link-owner lease; `lease.name` or the URL name it as they are.
 #[test]
 fn the_link_owner_lease_compares_station_ids_after_normalising_case_and_spaces() {

@@ -1,6 +1,6 @@
 //! The station configuration file format: TOML with a format version, one `[[channel]]` table
 //! per channel (its configuration and, for a writable setting, its value in the station's
-//! text format). README's "Station configuration files" describes it for people.
+//! text format). docs/rest-api.md's "Station configuration files" describes it for people.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -76,7 +76,7 @@ pub enum FormatError {
 
 const HEADER: &str = "\
 # Station configuration saved by station-gateway: the channels' configuration and the values
-# of the writable settings. See README \"Station configuration files\" for the format.
+# of the writable settings. See docs/rest-api.md, \"Station configuration files\", for the format.
 ";
 
 impl ConfigFile {

@@ -399,7 +399,7 @@ mod tests {
     }
 
     /// A detail whose values the clients list (`PullType`: None, Down or Up) takes only those,
-    /// in any case, kept in the list's spelling (issue 51, 5: `Sideways` was stored).
+    /// in any case, kept in the list's spelling (`Sideways` is refused, not stored).
     #[test]
     fn an_enum_detail_takes_only_the_names_the_clients_list() {
         let (descriptor, config) = channel();

@@ -629,7 +629,8 @@ mod keep_tests {
         keeping.await.unwrap();
     }
 
-    /// Issue 49, item 4: the owner names the station by `station.id`; a second gateway names
+    /// One owner whatever `station.id` says.
+    /// The owner names the station by `station.id`; a second gateway names
     /// it otherwise (another control lease: no `station.id`, or another address). Once each
     /// met the station, the second is refused it, naming the owner, whatever case and spacing
     /// the identity comes in.
@@ -681,7 +682,7 @@ mod keep_tests {
         }
     }
 
-    /// Issue 49, with item 4: the owner of the station's lease dies (or is paused) without
+    /// The lock-delay on the station's own lease: its owner dies (or is paused) without
     /// releasing it; a second gateway that names the station otherwise stands by and, once
     /// that lease lapsed, waits the lock-delay before it serves the station (a change the old
     /// owner sent last may still be under way). After a clean stop the next serves at once.

@@ -225,7 +225,8 @@ mod tests {
         assert_eq!(reread.station_token("ESH 42 serial 7"), Some(station));
     }
 
-    /// Issue 49, item 6b: taking the link-owner lease back at a restart wrote its token alone,
+    /// Both tokens kept across a crash restart.
+    /// Taking the link-owner lease back once wrote its token alone,
     /// and the station's, needed right after HELLO, was gone: the restart then waited for the
     /// station's lease to lapse.
     #[test]

@@ -41,7 +41,7 @@ pub fn http_url_of(owner: &str) -> Option<&str> {
 pub struct HaRole {
     standby: Mutex<Option<Watching>>,
     /// `standby` is `Some`: asked by every request, so an owner answers it without the lock
-    /// (a lock is a write every worker thread shares, issue 30).
+    /// (a lock is a write every worker thread shares).
     standing: AtomicBool,
 }
 

@@ -2,8 +2,8 @@
 //! [`LinkEvent`]s broadcast on changes and the [`LinkStats`] counters.
 //!
 //! [`StationInfo`] is replaced whole, never mutated, and kept twice: in a `watch` for whoever
-//! waits for a change, and in an `ArcSwap` the read path looks at without writing shared memory
-//! (issue 30). Its channel table holds every channel's configuration from the handshake on; a
+//! waits for a change, and in an `ArcSwap` the read path looks at without writing shared memory.
+//! Its channel table holds every channel's configuration from the handshake on; a
 //! CONFIGURE answer replaces its channel at once, a configuration NOTIFY brings a LIST refresh
 //! and the inquiries again before the new table and the `configuration` event. The table is
 //! where names resolve for every front end ([`ChannelTable::get`]: station name or net name
@@ -24,7 +24,7 @@ use station_protocol::{
 /// change, and in an [`ArcSwap`] for the requests that only look at it ([`InfoReader::now`]).
 /// A look at a `watch` takes its lock and a clone of its `Arc` bumps its count: writes to
 /// memory every worker thread shares, whose cache line then moves from core to core with
-/// every request; a look at an `ArcSwap` writes nothing shared (issue 30).
+/// every request; a look at an `ArcSwap` writes nothing shared.
 pub struct PublishedInfo {
     changes: watch::Sender<Arc<StationInfo>>,
     current: Arc<ArcSwap<StationInfo>>,

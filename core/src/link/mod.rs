@@ -355,7 +355,7 @@ impl LinkHandle {
     }
 
     /// What the gateway knows of the station now, to look at without keeping it: the read
-    /// path's way, which writes nothing the other worker threads share (issue 30).
+    /// path's way, which writes nothing the other worker threads share.
     pub fn info_now(&self) -> arc_swap::Guard<Arc<StationInfo>> {
         self.info.now()
     }

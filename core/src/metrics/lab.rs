@@ -1,4 +1,4 @@
-//! One `GET /metrics` for a gateway serving several stations (issue 53): each station's own
+//! One `GET /metrics` for a gateway serving several stations: each station's own
 //! exposition ([`Snapshot::render`](super::Snapshot::render)) merged into one valid text
 //! exposition (format 0.0.4) by [`merge_expositions`]. Every metric family appears once, its
 //! `# HELP` and `# TYPE` once, then the samples of every station in the stations' order, each

@@ -158,7 +158,7 @@ pub(super) fn plan_read(
     for asked in names {
         // Every name as the station knows it (an alias or net name resolved once, here, for
         // every front end): the cache and the READ use the station's name.
-        // One lookup for both (issue 30: a cached read looked its name up three times).
+        // One lookup for both, not one each (a cached read's hot path).
         let channel = channels.get(asked);
         let name: &str = channel.map_or(asked.as_str(), |channel| &channel.name);
         if channel.is_none() && policy.unknown == UnknownRule::Refuse {

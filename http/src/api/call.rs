@@ -126,7 +126,7 @@ pub(crate) fn known_channels(gateway: &Gateway) -> Result<Arc<ChannelTable>, Api
 }
 
 /// [`known_channels`]' station info, to look at without keeping it: the read path's way, which
-/// writes nothing the other worker threads share (issue 30).
+/// writes nothing the other worker threads share.
 pub(crate) fn reached_now(
     gateway: &Gateway,
 ) -> Result<arc_swap::Guard<Arc<crate::link::StationInfo>>, ApiError> {

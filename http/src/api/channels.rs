@@ -237,7 +237,7 @@ mod tests {
         }
     }
 
-    /// The clients' model (issue 51, 4): `index` is the position within the device,
+    /// The clients' model: `index` is the position within the device,
     /// `channelIndex` the station-wide one; `defaultDirection` the direction the channel had
     /// when first listed and `directionChanged` whether it differs now; `isVirtual` for a
     /// VirtualDigital channel.

@@ -780,7 +780,7 @@ mod tests {
         );
         for endpoint in endpoints() {
             // A configuration file's upload and delete change the files a load applies: they
-            // are changes, the lease's (issue 28).
+            // are changes, the lease's.
             if matches!(
                 endpoint.label,
                 "POST api/application/config/upload" | "DELETE api/application/config/{id}"

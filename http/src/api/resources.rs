@@ -58,7 +58,7 @@ pub(super) async fn value_set(call: Call<'_>) -> Answer {
 /// `POST api/resources/values/get {Names, MaxAgeMs?}`.
 ///
 /// Not an `async fn`: one keeps its argument twice in its state, as passed and as bound, and
-/// this is the hot read path, its future boxed for every request (issue 30).
+/// this is the hot read path, its future boxed for every request.
 #[allow(
     clippy::manual_async_fn,
     reason = "an async fn would hold its Call twice in its state"
@@ -276,8 +276,7 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 
 /// Appends `text` as a JSON string, byte for byte as [`write_json`] would: between quotes as
 /// it is when nothing in it needs escaping (every channel name and value text the station
-/// has), through `serde_json` otherwise. A third of the cost for a cached read's three strings
-/// (issue 30).
+/// has), through `serde_json` otherwise. A third of the cost for a cached read's three strings.
 fn write_json_str(out: &mut Vec<u8>, text: &str) {
     // JSON escapes only control characters, `"` and `\`; other bytes (UTF-8 too) go as they are.
     // Without a branch for each byte, which the compiler turns into a few wide compares.

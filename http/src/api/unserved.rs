@@ -14,8 +14,8 @@ use crate::error::ApiError;
 pub(crate) enum Unserved {
     /// A station behind the byte protocol has nothing of the kind (what it lacks).
     ByteProtocol(&'static str),
-    /// Not served by this gateway yet (what, and the issue that builds it).
-    NotYet(&'static str, u32),
+    /// Not served by this gateway yet (what).
+    NotYet(&'static str),
 }
 
 // What a byte-protocol station does not have.
@@ -42,8 +42,8 @@ impl Unserved {
                 "{label} is not offered by a station reached over the byte protocol (it has no \
                  {what}); GET api/capabilities lists what is"
             )),
-            Unserved::NotYet(what, issue) => ApiError::not_implemented(format!(
-                "{label} is not yet served by this gateway ({what}: issue {issue})"
+            Unserved::NotYet(what) => ApiError::not_implemented(format!(
+                "{label} is not yet served by this gateway ({what})"
             )),
         }
     }
@@ -51,9 +51,7 @@ impl Unserved {
 
 /// The handler of every unserved endpoint: its 404 (or 501) saying why.
 pub(super) async fn answer(call: Call<'_>) -> Answer {
-    let unserved = call
-        .unserved
-        .unwrap_or(Unserved::NotYet("this endpoint", 17));
+    let unserved = call.unserved.unwrap_or(Unserved::NotYet("this endpoint"));
     Err(unserved.error(call.label))
 }
 

@@ -1,7 +1,7 @@
 //! A future polled only after its own waker fired: for the side branches of a connection's
 //! `select!` (the shutdown token, the idle deadline), which `select!` would otherwise poll on
-//! every wake of the connection, that is twice a request (issue 30: a thirtieth of a cached
-//! read's instructions).
+//! every wake of the connection, that is twice a request (a thirtieth of a cached read's
+//! instructions).
 
 use std::future::Future;
 use std::pin::Pin;

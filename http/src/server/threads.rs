@@ -4,7 +4,7 @@
 //! open connections, the gateway's own first: there a request that goes to the station costs
 //! no hop between threads, so a lone client (a test script) gets the shortest way to it.
 //!
-//! Why not one work-stealing runtime for all (issue 30, twelfth round in BENCHMARKS.md): with
+//! Why not one work-stealing runtime for all (measured, BENCHMARKS.md "The cached read"): with
 //! two workers, connections' tasks move between them and each is preempted far more often on
 //! cores shared with its clients; a connection kept on one thread costs about a tenth less a
 //! request, and the station's own work (the link, the lease, the change runner) stays on the

@@ -23,8 +23,8 @@
 //! a late change found over it is written over again), then free, the `lease` event, the next
 //! in line — after the lock-delay (`lease.lock_delay_ms`, default `station.max_processing_ms`)
 //! only when a change of it left doubt unanswered or a restart (or a standby's takeover) lost
-//! track of its end; a lease whose changes were all answered frees at once, however it ended
-//! (issue 51). Meanwhile an acquire is refused 409 with `Retry-After` (or waits in line), a
+//! track of its end; a lease whose changes were all answered frees at once, however it ended.
+//! Meanwhile an acquire is refused 409 with `Retry-After` (or waits in line), a
 //! change without a lease 423 at admission and `GuardRefusal::LockDelay` at the link. A new
 //! holder gets its id only after `settle(None)`, so changes admitted while nobody held it have
 //! left first. A renewal the store confirms only after the local deadline is undone and
@@ -168,7 +168,7 @@ pub struct ControlLease {
     /// every transition ([`ControlLease::on`]).
     published: LeaseWatch,
     /// The send guard of every read admitted while nobody holds the lease: one check, the same
-    /// for each, made once rather than for every cached read (issue 30: an allocation and a
+    /// for each, made once rather than for every cached read (an allocation and a
     /// clone of `machine`'s count a request, for a guard a cached read never uses).
     unfenced_read: SendGuard,
     /// One transition at a time (a `shell::Turn` holds it).

@@ -53,7 +53,7 @@ impl ControlLease {
 
     /// [`ControlLease::acquire`], but a wait in line ends, refused as when it runs out, once
     /// `gone` resolves: the client closed its side while it waited, and nothing is taken for
-    /// it (issue 50: a lease granted to a client that had gone, whose id nobody received).
+    /// it (else a lease would be granted to a client that had gone, its id received by nobody).
     pub async fn acquire_unless(
         self: &Arc<Self>,
         owner: String,

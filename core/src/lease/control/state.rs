@@ -156,7 +156,7 @@ impl LockDelay {
 
 /// Why the gateway cannot prove that no change of an ended lease can still land, so that the
 /// next holder waits the lock-delay. A lease that ran out, was broken or was safe-stopped with
-/// every change answered (and its safe state read back) frees at once (issue 51); `RanOut`,
+/// every change answered (and its safe state read back) frees at once; `RanOut`,
 /// `Broken` and `SafeStopped` are only read from the records of gateways before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum LockDelayWhy {

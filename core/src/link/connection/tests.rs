@@ -362,7 +362,7 @@ async fn a_change_in_doubt_nobody_waits_for_leaves_doubt_at_the_longest_processi
     assert!(!settled.await.unwrap().had_doubts());
 }
 
-/// Issue 28: a LIST refresh asks every listed channel's configuration (at most
+/// A LIST refresh asks every listed channel's configuration (at most
 /// `INQUIRIES_AT_ONCE` at a time) before it publishes; a NOTIFY meanwhile makes it start over
 /// once the inquiries in flight are answered, and a station without CONFIGURE is asked no more.
 #[tokio::test(start_paused = true)]

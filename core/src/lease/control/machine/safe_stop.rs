@@ -3,9 +3,9 @@
 //! and the safe state is applied whatever held it (a lease, a safe state still pending). With
 //! nobody holding the lease it is read back first, and a station already in the safe state is
 //! left as it is: the press is audited and changes nothing else, so repeated presses never
-//! write again (issue 49). A press never starts a lock-delay: once the safe state is read back
-//! right and every change answered, nothing can land late and the lease is free at once
-//! (issue 51); a lock-delay already running goes on.
+//! write again. A press never starts a lock-delay: once the safe state is read back
+//! right and every change answered, nothing can land late and the lease is free at once;
+//! a lock-delay already running goes on.
 
 use tokio::time::Instant;
 

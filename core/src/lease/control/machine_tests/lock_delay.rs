@@ -1,6 +1,6 @@
 //! The lock-delay: after a lease one of whose changes left doubt unanswered, a new lease (and
 //! a change without one) waits `LOCK_DELAY`, counted from the settle; a lease that ended with
-//! every change answered — released, run out, broken or safe-stopped — frees at once (issue 51).
+//! every change answered — released, run out, broken or safe-stopped — frees at once.
 
 use super::*;
 use crate::lease::control::state::{LockDelayWhy, StoredLockDelay, guard_check};
@@ -62,7 +62,7 @@ fn is_clean_finish(actions: &[Action]) -> bool {
     )
 }
 
-/// Issue 51, item 1: the gateway owns the only link, so it knows every change of the lease was
+/// The gateway owns the only link, so it knows every change of the lease was
 /// answered: nothing can land late, and the next acquire is taken at once.
 #[test]
 fn a_lease_that_ran_out_with_every_change_answered_frees_at_once() {
@@ -139,7 +139,7 @@ fn an_acquire_at_the_instant_the_lock_delay_is_over_is_installed_before_any_dead
     );
 }
 
-/// Issue 51, item 1: the lock-delay exists because a change of the ended lease may still
+/// The lock-delay exists because a change of the ended lease may still
 /// land, so a change without a lease waits it too: refused at admission (423, with the wait)
 /// and at the link's send guard, until the instant it is over.
 #[test]

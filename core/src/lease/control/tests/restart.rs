@@ -92,7 +92,7 @@ async fn the_lock_delay_goes_on_in_a_control_lease_restarted_on_the_same_store()
     second_run.cancel();
 }
 
-/// Issue 51, item 1: a lease that ran out with every change answered records no lock-delay,
+/// A lease that ran out with every change answered records no lock-delay,
 /// so a restart right after it serves the next holder at once.
 #[tokio::test(start_paused = true)]
 async fn after_a_lease_that_ran_out_with_nothing_in_doubt_a_restart_has_no_lock_delay() {
