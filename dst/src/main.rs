@@ -36,6 +36,9 @@ struct Args {
     until_found: bool,
 }
 
+/// The longest one seed may take in wall time.
+const WATCHDOG: Duration = Duration::from_secs(90);
+
 fn main() {
     let args = Args::parse();
     // The gateways' own log lines, interleaved with the trace: DST_LOG=info (an EnvFilter).
@@ -75,10 +78,28 @@ fn main() {
                 break;
             }
         }
-        let outcome = run(options(seed));
+        // A seed whose simulated time stops advancing (something spins at one instant) never
+        // ends: it fails after WATCHDOG of wall time, and the run stops there (its thread
+        // still spins).
+        let (done, outcome) = std::sync::mpsc::channel();
+        let seed_options = options(seed);
+        std::thread::spawn(move || {
+            let _ = done.send(run(seed_options));
+        });
+        let (failure, seed_simulated, hung) = match outcome.recv_timeout(WATCHDOG) {
+            Ok(outcome) => (outcome.failure, outcome.simulated, false),
+            Err(_) => (
+                Some(format!(
+                    "invariant 6: the seed did not end within {} s of wall time (simulated time stopped advancing)",
+                    WATCHDOG.as_secs()
+                )),
+                Duration::ZERO,
+                true,
+            ),
+        };
         ran += 1;
-        simulated += outcome.simulated;
-        if let Some(why) = outcome.failure {
+        simulated += seed_simulated;
+        if let Some(why) = failure {
             failed += 1;
             let reintroduce = match &args.reintroduce {
                 Some(name) => format!(" --reintroduce {name}"),
@@ -96,7 +117,7 @@ fn main() {
                     ""
                 }
             );
-            if args.until_found {
+            if args.until_found || hung {
                 break;
             }
         }
@@ -106,7 +127,6 @@ fn main() {
         simulated.as_secs(),
         started.elapsed().as_secs()
     );
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    // Exits rather than returns: a hung seed's thread would keep the process alive.
+    std::process::exit(i32::from(failed > 0));
 }
