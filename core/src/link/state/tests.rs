@@ -739,3 +739,18 @@ async fn inherited_doubts_hold_a_settle_until_their_instant() {
         "{effects:?}"
     );
 }
+
+#[tokio::test]
+async fn request_ids_go_on_from_where_the_handshake_left_them() {
+    let world = World::new();
+    let mut link = link(4, 10);
+    link.ids_from(100);
+    let now = Instant::now();
+    let _a = read(&mut link, &["A"], now);
+    let _change = change(&mut link, write_request("OUT", 1.0), None);
+    let ids: Vec<u32> = round(&mut link, &world, now)
+        .iter()
+        .map(|frame| frame.request_id)
+        .collect();
+    assert_eq!(ids, [100, 101]);
+}
