@@ -1,15 +1,13 @@
-//! The control lease as a pure state machine: [`LeaseMachine::on`] takes an [`Event`] (a
-//! request, the store's answer, the link's, a deadline) and the time, changes the lease state
-//! admission and the send guards read, and returns the [`Action`]s the shell
-//! (`control/shell.rs`) carries out, in order (both in `events.rs`). No I/O, no clock, no
-//! runtime: unit-tested with plain `#[test]`s (`machine_tests.rs`).
+//! The control lease as a pure state machine: [`LeaseMachine::on`] takes an [`Event`] (a request,
+//! the store's answer, the link's, a deadline) and the time, changes the lease state admission and
+//! the send guards read, and returns the [`Action`]s the shell (`control/shell.rs`) carries out, in
+//! order (both in `events.rs`). No I/O, no clock, no runtime: unit-tested with plain `#[test]`s.
 //!
 //! An action that asks something of the store, the link or the station (`Take`, `Refresh`,
-//! `Release`, `Settle`, `SendSafeState`, `ReadBackSafeState`) is always the last of its batch;
-//! its answer comes back as the next event. A lease ends in one place: [`LeaseMachine::end`].
-//! The safe state's read back is decided in `machine/read_back.rs`, the safe stop in
-//! `machine/safe_stop.rs`; the lock-delay after a lease that did not end cleanly here
-//! ([`LeaseMachine::finish`]).
+//! `Release`, `Settle`, `SendSafeState`, `ReadBackSafeState`) is always the last of its batch; its
+//! answer comes back as the next event. A lease ends in one place: [`LeaseMachine::end`]. The safe
+//! state's read back is decided in `machine/read_back.rs`, the safe stop in `machine/safe_stop.rs`;
+//! the lock-delay after a lease that did not end cleanly here ([`LeaseMachine::finish`]).
 
 use std::time::Duration;
 
