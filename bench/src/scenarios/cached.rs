@@ -199,7 +199,7 @@ impl Bench {
     /// requests a second (below the gateway's saturation, so below every server's): the
     /// trivial server, the audited floor and the gateway in turn, in up to three rounds;
     /// the note that reports it. A saturated run also charges the slower server for the load
-    /// generator's threads preempting its own; this one does not (issue 30).
+    /// generator's threads preempting its own; this one does not.
     async fn cached_at_equal_load(
         &self,
         row: &mut Row,

@@ -33,12 +33,12 @@ impl Bench {
         }
     }
 
-    /// Row 5, and row 5c: issue 30's targets for a stream, judged beside the stream floor.
+    /// Row 5, and row 5c: the targets for a stream's cost, judged beside the stream floor.
     async fn fanout_inner(&self) -> anyhow::Result<(Row, Row)> {
         let streams = self.fanout_streams;
         let channels: Vec<String> = self.names.iter().take(10).cloned().collect();
         // The stream floor first, in a process of its own, under the same load: what any
-        // gateway's streams cost at the least (issue 30's fan-out targets are judged by it).
+        // gateway's streams cost at the least (the fan-out's cost targets are judged by it).
         let floor = crate::child::TrivialProcess::spawn_floor(
             &self.names[0],
             b"{}",
@@ -99,7 +99,7 @@ impl Bench {
             run.failed
         ));
         row.notes.push(format!(
-            "stream floor (`floor.rs`: hyper's HTTP/1 connection, a queue a stream, one ticker task an interval, the event rendered once; run just before): RSS before the streams {}; {} streams ended early; issue 30's fan-out targets: ≤ 8 % of a core, ≤ 20 KB a stream",
+            "stream floor (`floor.rs`: hyper's HTTP/1 connection, a queue a stream, one ticker task an interval, the event rendered once; run just before): RSS before the streams {}; {} streams ended early; the fan-out's cost targets: ≤ 8 % of a core, ≤ 20 KB a stream",
             megabytes(floor_run.rss_before),
             floor_run.failed
         ));
@@ -108,14 +108,14 @@ impl Bench {
     }
 }
 
-/// 5c. Issue 30's targets for the fan-out: the share of a core and the memory a stream, judged
+/// 5c. The targets for the fan-out's cost: the share of a core and the memory a stream, judged
 /// beside the stream floor under the same load.
 pub(super) fn stream_own_cost(streams: usize, gateway: &FanOut, floor: &FanOut) -> Row {
     const CPU_PERCENT: f64 = 8.0;
     const KB_A_STREAM: f64 = 20.0;
     let mut row = Row::new(
         "5c",
-        format!("Event fan-out: a stream's cost, {streams} streams (issue 30)"),
+        format!("Event fan-out: a stream's cost, {streams} streams"),
     );
     let kb = |run: &FanOut| run.per_stream() / 1000.0;
     row.gateway = format!(

@@ -360,7 +360,7 @@ impl Bench {
         );
         row.baseline = "no coalescing: 1 hardware read/request".to_owned();
         row.ratio = format!("{per_request:.4}× the reads");
-        // Issue 30's floor: two reads a round, with room for the one READ already on the wire
+        // The floor: two reads a round, with room for the one READ already on the wire
         // when counting starts.
         row.target = "≤ 0.0205 hardware reads/request".to_owned();
         row.verdict = Verdict::from_bool(per_request <= 0.0205 && errors == 0);
@@ -385,7 +385,7 @@ struct ForcedFloor {
     errors: u64,
 }
 
-/// 2d. Issue 30's targets for a forced read: the gateway's own CPU a read and what it adds to
+/// 2d. The targets for a forced read's own cost: the gateway's own CPU a read and what it adds to
 /// an unloaded read's p50, judged beside the forced floor in the same run. `gateway` and
 /// `floor` are each (CPU µs a request, unloaded p50 overhead µs).
 pub(super) fn forced_own_cost(
@@ -396,7 +396,7 @@ pub(super) fn forced_own_cost(
 ) -> Row {
     const CPU_US: f64 = 15.0;
     const OVERHEAD_US: f64 = 40.0;
-    let mut row = Row::new("2d", "Forced read: the gateway's own cost (issue 30)");
+    let mut row = Row::new("2d", "Forced read: the gateway's own cost");
     row.gateway = format!(
         "{:.1} µs CPU a read ({conns} conns); unloaded p50 +{}",
         gateway.0,

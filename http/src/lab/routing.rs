@@ -162,7 +162,7 @@ async fn answer_routed(
     let gateway = &stations.gateways()[index];
     // A body that timed out is logged by `handle`, which knows the request's redacted path.
     // Boxed where it is made: the request's future (0.9 KB) is then moved as a pointer, not
-    // copied into the body limits' scope and again into `answer`'s own box (issue 30).
+    // copied into the body limits' scope and again into `answer`'s own box.
     let handled = Box::pin(routes::handle(gateway, head, body, peers, site));
     let (response, timed_out) = body::with_body_limits(limits.body, handled).await;
     if timed_out.is_some() {

@@ -295,7 +295,7 @@ impl<A: Answer> Connection<A> {
             Some(tls) => {
                 // The handshake and the TLS connection boxed, as the auto builder's connection
                 // is: a plain connection's task is sized to what it holds itself, 2.4 KB
-                // against 9.2 KB with both inline (issue 30: the fan-out's memory a stream).
+                // against 9.2 KB with both inline (the fan-out's memory a stream).
                 let io = match self.before_hyper(Box::pin(tls.accept(io)), limits).await {
                     Ok(Ok(io)) => io,
                     Ok(Err(error)) => {
@@ -378,7 +378,7 @@ impl<A: Answer> Connection<A> {
         let service = {
             // What every request on this connection needs, in one handle of the connection's
             // own: a request clones this, never the gateway's `Arc`, whose count every
-            // connection on every worker thread shares (issue 30: each clone and drop of a
+            // connection on every worker thread shares (each clone and drop of a
             // shared count pulls its cache line from the other core).
             let served = Arc::new(Served {
                 service: self.service.clone(),
@@ -404,7 +404,7 @@ impl<A: Answer> Connection<A> {
                     // Boxed: hyper keeps a box sized for this future for as long as the
                     // connection lives, and `answer`'s future is about 0.7 KB (the request's
                     // own future boxed inside it), which every open event stream would
-                    // otherwise hold after its answer went out (issue 30).
+                    // otherwise hold after its answer went out.
                     let response =
                         Box::pin(served.service.answer(request, &served.connection)).await;
                     Ok::<_, Infallible>(response.map(|body| CountedBody::new(body, in_progress)))
@@ -422,7 +422,7 @@ impl<A: Answer> Connection<A> {
                 .await
             }
             // Boxed: the auto builder's connection (HTTP/2's state with it) is about 3.5 KB,
-            // and every connection's task would otherwise be sized to it (issue 30).
+            // and every connection's task would otherwise be sized to it.
             Speaks::Either => {
                 Box::pin(self.drive(
                     builders.either.serve_connection(io, service),
@@ -508,7 +508,7 @@ enum Speaks {
     /// Not the HTTP/2 preface: served by hyper's HTTP/1 connection alone, which starts with an
     /// empty 8 KB read buffer. (The auto builder hands hyper the bytes it read to tell the
     /// two apart, and hyper then reserves 16 KB for the connection's life; the second half is
-    /// never written, so this saves heap, not resident memory: BENCHMARKS.md, issue 30.)
+    /// never written, so this saves heap, not resident memory, as measured.)
     Http1,
     /// The HTTP/2 preface so far, or a TLS connection: the auto builder tells them apart.
     Either,
@@ -544,12 +544,12 @@ impl Builders {
         // The header and keep-alive timeouts are the connection's idle deadline ([`idle`]: no
         // request in progress for `http.keep_alive_timeout_ms`, or the header timeout before
         // the first request and for a head begun), one timer per connection; hyper's own
-        // header timeout would make a timer for every request (issue 30).
+        // header timeout would make a timer for every request.
         //
         // Half-closed: a client that shuts its side once its request is sent
         // (`shutdown(SHUT_WR)`) is still answered. Without it hyper takes the end of the
         // client's stream for the client gone, and drops the request while it is served, its
-        // work perhaps done (a lease granted) and its answer never sent (issue 50). A body cut
+        // work perhaps done (a lease granted) and its answer never sent. A body cut
         // short by the end of the stream is still an incomplete body: refused, never acted on.
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
