@@ -1,9 +1,10 @@
 //! The gateway's one error vocabulary, below every layer: an [`ErrorKind`] says what went wrong,
 //! and each layer gives its own errors their kind beside them (`LinkError::kind`,
-//! `LeaseError::kind`, ...). The front ends choose what a kind is on their side: the HTTP status
-//! in `station-http`'s `error.rs`, the legacy byte protocol's code in `station-legacy`'s
-//! `codes.rs`; what a change refused with a kind is in the audit trail is
-//! `audit::Outcome::of_error`. `station-gateway`'s `error_vocabulary.rs` pins all three.
+//! `LeaseError::kind`, ...). A kind's HTTP status is [`ErrorKind::http_status`] (here, because a
+//! change's audit line, written by the core's change task, carries the status its REST answer
+//! has); the legacy byte protocol's code is in `station-legacy`'s `codes.rs`; what a change
+//! refused with a kind is in the audit trail is `audit::Outcome::of_error`.
+//! `station-gateway`'s `error_vocabulary.rs` pins all three.
 
 use station_protocol::ErrorCode;
 
@@ -86,6 +87,54 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The HTTP status a REST answer of this kind has, and the status of a change's audit line:
+    /// the one table of statuses, beside the kinds (the legacy port's codes are in
+    /// `station-legacy`'s `codes.rs`, a change's audit outcome in `audit::Outcome::of_error`).
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::BadRequest => 400,
+            Self::Unauthorized => 401,
+            Self::Forbidden | Self::AccessDenied | Self::CrossSite => 403,
+            Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::BodyTimeout => 408,
+            Self::Conflict => 409,
+            Self::TooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::UnknownHost => 421,
+            Self::Locked => 423,
+            Self::LimitReached => 429,
+            Self::Internal => 500,
+            Self::NotOffered => 501,
+            Self::AreaNotOffered => 404,
+            Self::StationRefused(code) => match code {
+                ErrorCode::UnknownChannel => 404,
+                // Nothing on the bus acknowledged the address: the hardware's error, which the
+                // .NET client's `docs/error-handling.md` documents as the vendor's 500 ("Hardware
+                // manager encountered an error"), not a 404 that says the channel does not exist. Not 502: that says a
+                // change may or may not have been applied, and a NAKed transaction was not.
+                ErrorCode::Nak => 500,
+                ErrorCode::Internal | ErrorCode::Malformed => 502,
+                ErrorCode::ReadOnly
+                | ErrorCode::BadValue
+                | ErrorCode::Unsupported
+                | ErrorCode::BadSettings => 400,
+                ErrorCode::Busy | ErrorCode::Locked => 409,
+                ErrorCode::BusTimeout => 504,
+            },
+            Self::StationFailed | Self::OutcomeUnknown => 502,
+            Self::StationTimeout => 504,
+            Self::StationNotReached
+            | Self::Overloaded
+            | Self::SafeStatePending
+            | Self::LeaseEnding
+            | Self::LeaseStoreUnavailable
+            | Self::HistoryArchiveUnavailable
+            | Self::ShuttingDown
+            | Self::StandingBy => 503,
+        }
+    }
+
     /// Every kind, the station's codes included: the front ends' tables of their statuses and
     /// codes are checked against it, so a kind added here fails them until it has its row.
     pub fn every() -> Vec<ErrorKind> {

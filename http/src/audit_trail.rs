@@ -60,7 +60,6 @@ impl Noted {
         let front = FrontEnd::Http {
             method: method.as_str().to_owned(),
             path: path.to_owned(),
-            status_of: |report| crate::error::change_status(report).as_u16(),
         };
         let mut origin = ChangeOrigin::new(front, peer, started);
         origin.caller = self.caller.clone();

@@ -1,5 +1,5 @@
 //! The HTTP front end's side of the gateway's one error vocabulary: the status of each
-//! [`ErrorKind`] ([`http_status`], the only place a status is chosen), and [`ApiError`], a
+//! [`ErrorKind`] ([`http_status`], from the kinds' one table in the core), and [`ApiError`], a
 //! kind with its message, built from every lower layer's error by the kind that layer gives it
 //! (the HTTP front end's own, events and credentials, are given theirs here; the named leases'
 //! beside them in `named_leases.rs`).
@@ -15,54 +15,12 @@ use crate::events::EventsError;
 use crate::lease::{LeaseError, LeaseStoreError};
 use crate::link::LinkError;
 use crate::numeric::NumericError;
-use crate::station::{ChangeAnswer, ChangeReport, StillRunning};
+use crate::station::StillRunning;
 
-/// The HTTP status of a kind.
+/// The HTTP status of a kind (the table is [`ErrorKind::http_status`], in the core, where a
+/// change's audit line takes its status from it too).
 pub fn http_status(kind: ErrorKind) -> StatusCode {
-    match kind {
-        ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorKind::Forbidden | ErrorKind::AccessDenied | ErrorKind::CrossSite => {
-            StatusCode::FORBIDDEN
-        }
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-        ErrorKind::Conflict => StatusCode::CONFLICT,
-        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ErrorKind::UnknownHost => StatusCode::MISDIRECTED_REQUEST,
-        ErrorKind::Locked => StatusCode::LOCKED,
-        ErrorKind::LimitReached => StatusCode::TOO_MANY_REQUESTS,
-        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        ErrorKind::NotOffered => StatusCode::NOT_IMPLEMENTED,
-        ErrorKind::AreaNotOffered => StatusCode::NOT_FOUND,
-        ErrorKind::StationRefused(code) => match code {
-            ErrorCode::UnknownChannel => StatusCode::NOT_FOUND,
-            // Nothing on the bus acknowledged the address: the hardware's error, which the
-            // .NET client's `docs/error-handling.md` documents as the vendor's 500 ("Hardware
-            // manager encountered an error"), not a 404 that says the channel does not exist. Not 502: that says a
-            // change may or may not have been applied, and a NAKed transaction was not.
-            ErrorCode::Nak => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::Internal | ErrorCode::Malformed => StatusCode::BAD_GATEWAY,
-            ErrorCode::ReadOnly
-            | ErrorCode::BadValue
-            | ErrorCode::Unsupported
-            | ErrorCode::BadSettings => StatusCode::BAD_REQUEST,
-            ErrorCode::Busy | ErrorCode::Locked => StatusCode::CONFLICT,
-            ErrorCode::BusTimeout => StatusCode::GATEWAY_TIMEOUT,
-        },
-        ErrorKind::StationFailed | ErrorKind::OutcomeUnknown => StatusCode::BAD_GATEWAY,
-        ErrorKind::StationTimeout => StatusCode::GATEWAY_TIMEOUT,
-        ErrorKind::StationNotReached
-        | ErrorKind::Overloaded
-        | ErrorKind::SafeStatePending
-        | ErrorKind::LeaseEnding
-        | ErrorKind::LeaseStoreUnavailable
-        | ErrorKind::HistoryArchiveUnavailable
-        | ErrorKind::ShuttingDown
-        | ErrorKind::StandingBy => StatusCode::SERVICE_UNAVAILABLE,
-    }
+    StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// An error answer: what went wrong, and a message that says what happened and what to do.
@@ -310,22 +268,6 @@ impl From<StillRunning> for ApiError {
     fn from(error: StillRunning) -> ApiError {
         ApiError::new(error.kind(), error.to_string())
     }
-}
-
-/// The status of the answer to a change the station service reported: the link's failure's, or
-/// the first item or step the station refused, else 200. The handlers' answers and the
-/// change's audit line both follow it.
-pub fn change_status(report: &ChangeReport) -> StatusCode {
-    let kind = match &report.answer {
-        Err(error) => Some(error.kind()),
-        Ok(ChangeAnswer::Written(results)) => results
-            .iter()
-            .find_map(|result| result.as_ref().err())
-            .map(|refused| ErrorKind::StationRefused(refused.code)),
-        Ok(ChangeAnswer::Stepped(done)) => done.stopped.as_ref().map(|(_, error)| error.kind()),
-        Ok(_) => None,
-    };
-    kind.map_or(StatusCode::OK, http_status)
 }
 
 #[cfg(test)]

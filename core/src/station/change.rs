@@ -27,6 +27,7 @@ use super::access;
 use super::bus::BusLanes;
 use crate::access_rules::AccessRules;
 use crate::audit::{AuditLog, ChangeFields, Outcome, RequestLine};
+use crate::error_kind::ErrorKind;
 use crate::lease::Admitted;
 use crate::link::{ChannelTable, GuardRefusal, LinkError, LinkHandle};
 use crate::rules::Refusal;
@@ -277,13 +278,9 @@ impl ChangeOutcome {
 /// Which front end a change came through, and what its audit line says of it.
 #[derive(Debug, Clone)]
 pub enum FrontEnd {
-    /// A REST request: its method and path (lease ids hidden), and the status its answer has
-    /// for a report (the front end's own mapping).
-    Http {
-        method: String,
-        path: String,
-        status_of: fn(&ChangeReport) -> u16,
-    },
+    /// A REST request: its method and path (lease ids hidden). Its line's status is the one its
+    /// answer has: [`ChangeReport::error_kind`]'s [`ErrorKind::http_status`].
+    Http { method: String, path: String },
     /// The legacy byte-protocol port: `write`, `transact`, `configure`, `reset`, `bus`.
     Legacy { operation: &'static str },
 }
@@ -332,7 +329,7 @@ impl ChangeOrigin {
     /// The status the front end answers `report` with (`None`: the legacy port has none).
     fn status(&self, report: &ChangeReport) -> Option<u16> {
         match &self.front {
-            FrontEnd::Http { status_of, .. } => Some(status_of(report)),
+            FrontEnd::Http { .. } => Some(report.error_kind().map_or(200, ErrorKind::http_status)),
             FrontEnd::Legacy { .. } => None,
         }
     }
@@ -394,6 +391,22 @@ pub struct ChangeReport {
     pub outcome: ChangeOutcome,
 }
 
+impl ChangeReport {
+    /// What went wrong, if anything: the link's failure, or the first item or step the station
+    /// refused. A REST answer's status and the change's audit line are this kind's.
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        match &self.answer {
+            Err(error) => Some(error.kind()),
+            Ok(ChangeAnswer::Written(results)) => results
+                .iter()
+                .find_map(|result| result.as_ref().err())
+                .map(|refused| ErrorKind::StationRefused(refused.code)),
+            Ok(ChangeAnswer::Stepped(done)) => done.stopped.as_ref().map(|(_, error)| error.kind()),
+            Ok(_) => None,
+        }
+    }
+}
+
 /// The caller stopped waiting for a change that is still running (past its bound); it goes on
 /// to its end and its audit line says what became of it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -406,8 +419,8 @@ pub struct StillRunning(pub Duration);
 impl StillRunning {
     /// A station that has not answered yet: a timeout (its outcome is in the audit trail once
     /// it has one).
-    pub fn kind(&self) -> crate::error_kind::ErrorKind {
-        crate::error_kind::ErrorKind::StationTimeout
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::StationTimeout
     }
 }
 

@@ -232,7 +232,6 @@ fn http_origin() -> ChangeOrigin {
     let front = FrontEnd::Http {
         method: "POST".into(),
         path: "/api/channels/configure".into(),
-        status_of: |_| 504,
     };
     let peer: SocketAddr = "127.0.0.1:4000".parse().unwrap();
     let mut origin = ChangeOrigin::new(front, peer, Instant::now());
