@@ -898,12 +898,17 @@ async fn change_left_at_the_station(world: Arc<World>, index: usize) {
     let processing = Duration::from_millis(world.draw(2..40));
     let extra = Duration::from_millis(world.draw(1_100..2_100));
     let ignores_close = world.draw(0..4u32) != 0;
-    let after = world.draw(0..3u32);
+    let after = world.draw(0..4u32);
     world.trace.note(format!(
         "fault: a {} change left at gw{index}'s station for {} ms, ignores a close: {ignores_close}, then {}",
         if leased { "leased" } else { "lease-less" },
         (processing + extra).as_millis(),
-        ["its link cut", "the station drops every connection", "gw killed and restarted"][after as usize],
+        [
+            "its link cut",
+            "the station drops every connection",
+            "gw killed and restarted",
+            "gw stopped cleanly and restarted",
+        ][after as usize],
     ));
     world.sim.set_processing_time(processing);
     world.sim.set_ignores_close(ignores_close);
@@ -947,7 +952,20 @@ async fn change_left_at_the_station(world: Arc<World>, index: usize) {
                 .note("fault: the station drops every connection while a change is at it");
             world.sim.drop_connections();
         }
-        _ => killed = true,
+        2 => killed = true,
+        _ => {
+            let running = world.gateways.lock().unwrap()[index].running.take();
+            if let Some(gateway) = running {
+                world.trace.note(format!(
+                    "fault: gw{index} stopped cleanly while a change is at the station, restarts"
+                ));
+                let world = world.clone();
+                tokio::spawn(async move {
+                    gateway.stop().await;
+                    restart_when_down(&world, index).await;
+                });
+            }
+        }
     }
     if let Some((token, fence, tenure)) = &held {
         let released = {
