@@ -486,6 +486,17 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                             write(&world, "client6", 6, &gateway, None, None).await;
                         })
                     };
+                    if world.draw(0..2u32) == 0 {
+                        // The store answers late now and then (up to 300 ms).
+                        let delay = Duration::from_millis(world.draw(20..300));
+                        world.trace.note(format!(
+                            "fault: the store answers up to {} ms late",
+                            delay.as_millis()
+                        ));
+                        world
+                            .store
+                            .set_faults(|f| f.max_delay = f.max_delay.max(delay));
+                    }
                     world
                         .trace
                         .note(format!("{name}: renews fence {fence} at its deadline"));
@@ -493,6 +504,19 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                     match request(&gateway, patience, gateway.renew(&token)).await {
                         Some(Ok(answer)) => {
                             let now = Instant::now();
+                            let told_end = world.records.lock().unwrap().tenures[tenure].ends_by;
+                            if now > told_end + Duration::from_millis(2) {
+                                // Invariant 3: its lease ran out at the end it was told (its
+                                // changes were refused from then), so it cannot be renewed.
+                                fail(
+                                    &world,
+                                    format!(
+                                        "invariant 3: {name}'s renewal of fence {fence} was answered renewed at {:.3} s, after the lease's end it was told ({:.3} s)",
+                                        (now - world.trace.start()).as_secs_f64(),
+                                        (told_end - world.trace.start()).as_secs_f64()
+                                    ),
+                                );
+                            }
                             let mut records = world.records.lock().unwrap();
                             let tenure = &mut records.tenures[tenure];
                             let ends_by = now + Duration::from_millis(answer.expires_in_ms);
