@@ -769,6 +769,7 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>, release: CancellationTo
     // Renewals (and the station identity's verdict the link waits for, which reads the
     // station's ledger once the control lease is resumed) go on meanwhile.
     let gate = taken.ownership.gate();
+    let taken_back = taken.ownership.taken_back();
     let keep = taken
         .ownership
         .with_adopter(adopter_of(&gateway.lease))
@@ -783,6 +784,14 @@ async fn stand_by(watch: Standby, gateway: Arc<Gateway>, release: CancellationTo
             if reopenings.changed().await.is_err() {
                 break;
             }
+        }
+        // A standby that took its own lease back after a crash: what the crashed run had at
+        // the station counts as in doubt, as at an owner's crash restart.
+        if taken_back {
+            gateway
+                .lease
+                .after_a_crash(gateway.config.max_processing())
+                .await;
         }
         while let Err(why) = gateway.lease.resume().await {
             tracing::warn!(

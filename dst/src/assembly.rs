@@ -239,6 +239,7 @@ async fn stand_by(
         return;
     };
     let gate = taken.ownership.gate();
+    let taken_back = taken.ownership.taken_back();
     let keep = taken
         .ownership
         .with_adopter(adopter_of(&lease))
@@ -250,6 +251,9 @@ async fn stand_by(
             if reopenings.changed().await.is_err() {
                 break;
             }
+        }
+        if taken_back {
+            lease.after_a_crash(config().max_processing()).await;
         }
         while lease.resume().await.is_err() {
             tokio::time::sleep(retry).await;
