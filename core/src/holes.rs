@@ -46,6 +46,10 @@ pub const HOLES: &[(&str, &str)] = &[
         "crash-doubt-forgotten",
         "a restart after a crash forgets what the crashed run had at the station",
     ),
+    (
+        "clean-stop-doubt-forgotten",
+        "a clean stop does not write what is still at the station into its ledger",
+    ),
 ];
 
 /// Whether the hole `name` is put back in this process.

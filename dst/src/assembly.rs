@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use station_core::audit::AuditLog;
 use station_core::config::{Config, HaMode, SafeWrite};
-use station_core::lease::control::{LeaseAnswer, LeaseEndTiming, SafeStopOutcome};
+use station_core::lease::control::{LeaseAnswer, LeaseEndTiming, SafeStopOutcome, SafeStopState};
 use station_core::lease::ledger::Adopter;
 use station_core::lease::link_custody::owns_link;
 use station_core::lease::link_owner::LinkOwnership;
@@ -239,6 +239,7 @@ async fn stand_by(
         return;
     };
     let gate = taken.ownership.gate();
+    let taken_back = taken.ownership.taken_back();
     let keep = taken
         .ownership
         .with_adopter(adopter_of(&lease))
@@ -250,6 +251,9 @@ async fn stand_by(
             if reopenings.changed().await.is_err() {
                 break;
             }
+        }
+        if taken_back {
+            lease.after_a_crash(config().max_processing()).await;
         }
         while lease.resume().await.is_err() {
             tokio::time::sleep(retry).await;
@@ -351,14 +355,23 @@ impl SimGateway {
 
     /// `POST /v1/safe-stop`.
     pub async fn safe_stop(&self, by: &str) -> Result<SafeStopOutcome, Refusal> {
-        // Hole put back (reintroduce-holes only): the door does not ask who owns the link.
-        if !station_core::holes::active("safe-stop-on-standby") {
+        // Hole put back (reintroduce-holes only): the door does not ask who owns the link, and
+        // a press there is answered done whatever became of its safe state (both undone by
+        // the same fix: before it, a standby answered 200 "safe-stopped" and reached nothing).
+        let hole = station_core::holes::active("safe-stop-on-standby");
+        let standing_by = self.owns_link().is_err();
+        if !hole {
             self.owns_link()?;
         }
-        self.lease
+        let mut outcome = self
+            .lease
             .safe_stop(by.to_owned(), "simulated press".into())
             .await
-            .map_err(Refusal::Lease)
+            .map_err(Refusal::Lease)?;
+        if hole && standing_by {
+            outcome.safe_state = SafeStopState::Confirmed;
+        }
+        Ok(outcome)
     }
 
     /// A write of [`SETPOINT`] under the lease `presented` (or none), admitted as the HTTP

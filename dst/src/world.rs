@@ -361,6 +361,8 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
     let ttl = Duration::from_millis(world.draw(2_000..8_000));
     let mut last_renewed = Instant::now();
     let mut forgetful = false;
+    // Some clients renew in the last few milliseconds before the deadline.
+    let last_minute = world.draw(0..100u32) < 30;
     while !stop.is_cancelled() && !world.failed.is_cancelled() {
         tokio::time::sleep(Duration::from_micros(world.draw(50_000..1_500_000))).await;
         if stop.is_cancelled() {
@@ -470,7 +472,74 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
                     }
                     continue;
                 }
-                if Instant::now() + Duration::from_millis(300) > last_renewed + ttl {
+                let deadline = last_renewed + ttl;
+                if last_minute && roll < 40 && Instant::now() < deadline {
+                    // It renews a few milliseconds before its deadline, while another client
+                    // writes without a lease just after it at the same gateway.
+                    let at = deadline.checked_sub(Duration::from_millis(world.draw(0..40)));
+                    tokio::time::sleep_until(at.unwrap_or(deadline).max(Instant::now())).await;
+                    let other = {
+                        let (world, gateway) = (world.clone(), gateway.clone());
+                        let after = Duration::from_millis(world.draw(1..60));
+                        tokio::spawn(async move {
+                            tokio::time::sleep_until(deadline + after).await;
+                            write(&world, "client6", 6, &gateway, None, None).await;
+                        })
+                    };
+                    if world.draw(0..2u32) == 0 {
+                        // The store answers late now and then (up to 300 ms).
+                        let delay = Duration::from_millis(world.draw(20..300));
+                        world.trace.note(format!(
+                            "fault: the store answers up to {} ms late",
+                            delay.as_millis()
+                        ));
+                        world
+                            .store
+                            .set_faults(|f| f.max_delay = f.max_delay.max(delay));
+                    }
+                    world
+                        .trace
+                        .note(format!("{name}: renews fence {fence} at its deadline"));
+                    let sent = Instant::now();
+                    match request(&gateway, patience, gateway.renew(&token)).await {
+                        Some(Ok(answer)) => {
+                            let now = Instant::now();
+                            let told_end = world.records.lock().unwrap().tenures[tenure].ends_by;
+                            if now > told_end + Duration::from_millis(2) {
+                                // Invariant 3: its lease ran out at the end it was told (its
+                                // changes were refused from then), so it cannot be renewed.
+                                fail(
+                                    &world,
+                                    format!(
+                                        "invariant 3: {name}'s renewal of fence {fence} was answered renewed at {:.3} s, after the lease's end it was told ({:.3} s)",
+                                        (now - world.trace.start()).as_secs_f64(),
+                                        (told_end - world.trace.start()).as_secs_f64()
+                                    ),
+                                );
+                            }
+                            let mut records = world.records.lock().unwrap();
+                            let tenure = &mut records.tenures[tenure];
+                            let ends_by = now + Duration::from_millis(answer.expires_in_ms);
+                            tenure.ends_by = tenure.ends_by.max(ends_by);
+                            last_renewed = ends_by.checked_sub(ttl).unwrap_or(sent);
+                            world.trace.note(format!("{name}: renewed fence {fence}"));
+                        }
+                        Some(Err(refusal)) => {
+                            world.trace.note(format!(
+                                "{name}: renewal of fence {fence} refused: {}",
+                                short(&refusal)
+                            ));
+                            if matches!(refusal, Refusal::Lease(_)) {
+                                world.records.lock().unwrap().tenures[tenure].ran_out();
+                                held = None;
+                            }
+                        }
+                        None => world.trace.note(format!("{name}: renewal: hung up")),
+                    }
+                    let _ = other.await;
+                    continue;
+                }
+                if Instant::now() + Duration::from_millis(300) > deadline {
                     // Too late to renew reliably: it lets the lease go as a crashed client.
                     world
                         .trace
@@ -677,7 +746,10 @@ async fn faults(world: Arc<World>) {
         let count = world.gateways.lock().unwrap().len();
         let index = world.draw(0..count);
         let line = world.gateways.lock().unwrap()[index].line.clone();
-        match world.draw(0..17u32) {
+        match world.draw(0..19u32) {
+            17 | 18 => {
+                tokio::spawn(change_left_at_the_station(world.clone(), index));
+            }
             0 => {
                 world.trace.note(format!("fault: gw{index}'s link cut"));
                 line.cut();
@@ -822,6 +894,213 @@ async fn faults(world: Arc<World>) {
                     .set_processing_time(Duration::from_millis(world.draw(2..40)));
                 world.sim.set_stall(false);
             }
+        }
+    }
+}
+
+/// The client that a scripted fault acts as (a client of its own, so its writes and tenures
+/// are judged like everyone's).
+const SCRIPTED_WRITER: usize = 7;
+const SCRIPTED_ACQUIRER: usize = 8;
+
+/// A change left at the station past its request's timeout: a write (lease-less, or under a
+/// lease it then releases) that the station applies after `station.request_timeout_ms` and
+/// before `station.max_processing_ms`, while its link is cut from either side or its gateway
+/// is killed and restarted with its state file; then another client acquires right away.
+/// The lock-delays and doubts that keep that late change out of the next lease are what this
+/// fault tests.
+async fn change_left_at_the_station(world: Arc<World>, index: usize) {
+    let Some(gateway) = world.gateways.lock().unwrap()[index].running.clone() else {
+        return;
+    };
+    if gateway.ha.standing_by().is_some() {
+        return;
+    }
+    let leased = world.draw(0..2u32) == 0;
+    // Past the 1 s request timeout, within the 4 s station.max_processing_ms (with the longest
+    // processing another fault may set, 1.8 s).
+    let processing = Duration::from_millis(world.draw(2..40));
+    let extra = Duration::from_millis(world.draw(1_100..2_100));
+    let ignores_close = world.draw(0..4u32) != 0;
+    let after = world.draw(0..4u32);
+    world.trace.note(format!(
+        "fault: a {} change left at gw{index}'s station for {} ms, ignores a close: {ignores_close}, then {}",
+        if leased { "leased" } else { "lease-less" },
+        (processing + extra).as_millis(),
+        [
+            "its link cut",
+            "the station drops every connection",
+            "gw killed and restarted",
+            "gw stopped cleanly and restarted",
+        ][after as usize],
+    ));
+    world.sim.set_processing_time(processing);
+    world.sim.set_ignores_close(ignores_close);
+    let name = format!("client{SCRIPTED_WRITER}");
+    let mut held = None;
+    if leased {
+        held = scripted_acquire(&world, SCRIPTED_WRITER, &gateway, Duration::from_secs(2)).await;
+        if held.is_none() {
+            return;
+        }
+    }
+    world.sim.delay_next_write_to(assembly::SETPOINT, extra);
+    let writer = {
+        let (world, gateway, held) = (world.clone(), gateway.clone(), held.clone());
+        tokio::spawn(async move {
+            let lease = held
+                .as_ref()
+                .map(|(token, fence, _): &(String, u64, usize)| (token.as_str(), *fence));
+            write(&world, &name, SCRIPTED_WRITER, &gateway, lease, None).await;
+        })
+    };
+    for _ in 0..100 {
+        if world.sim.requests_in_progress() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(world.draw(50..1_300))).await;
+    let line = world.gateways.lock().unwrap()[index].line.clone();
+    let mut killed = false;
+    match after {
+        0 => {
+            world.trace.note(format!(
+                "fault: gw{index}'s link cut while a change is at the station"
+            ));
+            line.cut();
+        }
+        1 => {
+            world
+                .trace
+                .note("fault: the station drops every connection while a change is at it");
+            world.sim.drop_connections();
+        }
+        2 => killed = true,
+        _ => {
+            let running = world.gateways.lock().unwrap()[index].running.take();
+            if let Some(gateway) = running {
+                world.trace.note(format!(
+                    "fault: gw{index} stopped cleanly while a change is at the station, restarts"
+                ));
+                let world = world.clone();
+                tokio::spawn(async move {
+                    gateway.stop().await;
+                    restart_when_down(&world, index).await;
+                });
+            }
+        }
+    }
+    if let Some((token, fence, tenure)) = &held {
+        let released = {
+            let (world, gateway, token) = (world.clone(), gateway.clone(), token.clone());
+            let (fence, tenure) = (*fence, *tenure);
+            tokio::spawn(async move {
+                world.records.lock().unwrap().tenures[tenure].end_asked(Instant::now());
+                world
+                    .trace
+                    .note(format!("client{SCRIPTED_WRITER}: release fence {fence}"));
+                if let Some(Ok(())) = request(
+                    &gateway,
+                    Some(Duration::from_millis(1_500)),
+                    gateway.release(&token),
+                )
+                .await
+                {
+                    world.records.lock().unwrap().tenures[tenure].released = true;
+                    world
+                        .trace
+                        .note(format!("client{SCRIPTED_WRITER}: released fence {fence}"));
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(world.draw(10..300))).await;
+        if world.draw(0..2u32) == 0 {
+            killed = true;
+        }
+        if !killed {
+            let _ = released.await;
+        }
+    }
+    if killed {
+        let running = world.gateways.lock().unwrap()[index].running.take();
+        if let Some(gateway) = running {
+            world.trace.note(format!(
+                "fault: gw{index} killed while a change is at the station, restarts"
+            ));
+            gateway.kill();
+            tokio::time::sleep(Duration::from_millis(world.draw(50..400))).await;
+            restart_when_down(&world, index).await;
+        }
+    }
+    let _ = writer.await;
+    // The next client acquires right away, at whichever gateway serves.
+    let next = running(&world);
+    let Some(gateway) = next.iter().find(|g| g.ha.standing_by().is_none()) else {
+        return;
+    };
+    {
+        if let Some((token, fence, tenure)) =
+            scripted_acquire(&world, SCRIPTED_ACQUIRER, gateway, Duration::from_secs(4)).await
+        {
+            tokio::time::sleep(Duration::from_millis(world.draw(1_500..3_000))).await;
+            world.records.lock().unwrap().tenures[tenure].end_asked(Instant::now());
+            world
+                .trace
+                .note(format!("client{SCRIPTED_ACQUIRER}: release fence {fence}"));
+            if let Some(Ok(())) = request(gateway, None, gateway.release(&token)).await {
+                world.records.lock().unwrap().tenures[tenure].released = true;
+            }
+        }
+    }
+}
+
+/// A scripted client acquires at `gateway` (waiting up to 6 s in line), its tenure recorded:
+/// the token, fence and tenure, or `None` when it was not granted.
+async fn scripted_acquire(
+    world: &World,
+    client: usize,
+    gateway: &SimGateway,
+    ttl: Duration,
+) -> Option<(String, u64, usize)> {
+    let name = format!("client{client}");
+    world.trace.note(format!(
+        "{name}: acquire at {} (ttl {} ms, wait 6000 ms)",
+        gateway.name,
+        ttl.as_millis()
+    ));
+    match request(
+        gateway,
+        None,
+        gateway.acquire(&name, ttl, None, Duration::from_secs(6)),
+    )
+    .await
+    {
+        Some(Ok(answer)) => {
+            let now = Instant::now();
+            let tenure = world.records.lock().unwrap().add_tenure(Tenure {
+                client,
+                fence: answer.fence,
+                start: now,
+                ends_by: now + Duration::from_millis(answer.expires_in_ms),
+                ended_at: None,
+                released: false,
+                unreleased_end: false,
+            });
+            world
+                .trace
+                .note(format!("{name}: holds the lease, fence {}", answer.fence));
+            Some((answer.lease_id, answer.fence, tenure))
+        }
+        Some(Err(refusal)) => {
+            world
+                .trace
+                .note(format!("{name}: acquire refused: {}", short(&refusal)));
+            None
+        }
+        None => {
+            world.trace.note(format!("{name}: acquire: hung up"));
+            None
         }
     }
 }

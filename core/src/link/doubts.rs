@@ -40,6 +40,14 @@ impl SettleScope {
     }
 }
 
+/// Hole put back (reintroduce-holes only): a grant's settle does not wait for a lease-less
+/// change left in doubt.
+fn lease_less_doubt_ignored(scope: SettleScope, fence: u64) -> bool {
+    scope == SettleScope::Every
+        && fence == super::session::FREE_FENCE
+        && crate::holes::active("lease-less-doubt")
+}
+
 /// One change in doubt: its fence, and the instant after which the station can no longer
 /// carry it out by its contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +161,7 @@ impl DoubtBook {
         self.current
             .values()
             .chain(&self.orphaned)
-            .any(|doubt| scope.covers(doubt.fence))
+            .any(|doubt| scope.covers(doubt.fence) && !lease_less_doubt_ignored(scope, doubt.fence))
     }
 
     /// When the last doubt that `scope` covers lapsed, if one did since this was last asked of

@@ -340,7 +340,17 @@ impl LinkTask {
                 .shared
                 .owner
                 .as_ref()
-                .map(|gate| gate.until().unwrap_or_else(Instant::now));
+                .map(|gate| gate.until().unwrap_or_else(Instant::now))
+                // Hole put back (reintroduce-holes only): a gate once opened never closes by
+                // itself, so its lapse ends no session.
+                .filter(|_| {
+                    !(crate::holes::active("owner-gate-never-closes")
+                        && self
+                            .shared
+                            .owner
+                            .as_ref()
+                            .is_some_and(|g| g.until().is_some()))
+                });
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return SessionEnd::Shutdown,

@@ -169,6 +169,7 @@ async fn stand_by(watch: Standby, runtime: Arc<StationRuntime>, release: Cancell
     // Renewals (and the station identity's verdict the link waits for, which reads the
     // station's ledger once the control lease is resumed) go on meanwhile.
     let gate = taken.ownership.gate();
+    let taken_back = taken.ownership.taken_back();
     let keep = taken
         .ownership
         .with_adopter(adopter_of(&runtime.lease))
@@ -183,6 +184,14 @@ async fn stand_by(watch: Standby, runtime: Arc<StationRuntime>, release: Cancell
             if reopenings.changed().await.is_err() {
                 break;
             }
+        }
+        // A standby that took its own lease back after a crash: what the crashed run had at
+        // the station counts as in doubt, as at an owner's crash restart.
+        if taken_back {
+            runtime
+                .lease
+                .after_a_crash(runtime.config.max_processing())
+                .await;
         }
         while let Err(why) = runtime.lease.resume().await {
             tracing::warn!(

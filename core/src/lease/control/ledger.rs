@@ -414,6 +414,11 @@ impl ControlLease {
         if !owned || !self.ledger_kept() {
             return;
         }
+        // Hole put back (reintroduce-holes only): a clean stop forgets what is still at the
+        // station.
+        if crate::holes::active("clean-stop-doubt-forgotten") {
+            return;
+        }
         let Some(doubts) = self
             .link
             .as_ref()
