@@ -8,6 +8,7 @@
 pub mod assembly;
 pub mod invariants;
 pub mod pipe;
+pub mod rng;
 pub mod store;
 pub mod trace;
 pub mod world;

@@ -14,8 +14,8 @@ use station_lease::{
 };
 use tokio::time::Instant;
 
+use crate::rng::SimRng;
 use crate::trace::Trace;
-use crate::world::SimRng;
 
 /// Faults of the store as the simulation sets them.
 #[derive(Debug, Default, Clone)]

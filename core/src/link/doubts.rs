@@ -22,7 +22,7 @@ pub const ANY_FENCE: u64 = u64::MAX;
 /// Whose changes a settle waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettleScope {
-    /// The changes admitted under one lease fence ([`super::session::FREE_FENCE`]: while nobody
+    /// The changes admitted under one lease fence ([`FREE_FENCE`]: while nobody
     /// held the lease), at a lease's end.
     Fence(u64),
     /// Every change of every fence, before a new lease is granted: whatever is still at the
@@ -40,12 +40,13 @@ impl SettleScope {
     }
 }
 
+/// The fence key of a change admitted while nobody held the lease (lease fences start at 1).
+pub const FREE_FENCE: u64 = 0;
+
 /// Hole put back (reintroduce-holes only): a grant's settle does not wait for a lease-less
 /// change left in doubt.
 fn lease_less_doubt_ignored(scope: SettleScope, fence: u64) -> bool {
-    scope == SettleScope::Every
-        && fence == super::session::FREE_FENCE
-        && crate::holes::active("lease-less-doubt")
+    scope == SettleScope::Every && fence == FREE_FENCE && crate::holes::active("lease-less-doubt")
 }
 
 /// One change in doubt: its fence, and the instant after which the station can no longer

@@ -32,8 +32,7 @@ use super::doubts::{DoubtBook, Lapsed};
 use super::error::{LinkError, ProtocolError};
 use super::read_queue::ReadBatch;
 
-/// The fence key of a change admitted while nobody held the lease (lease fences start at 1).
-pub const FREE_FENCE: u64 = 0;
+pub use super::doubts::FREE_FENCE;
 
 /// Where the answer to a change or passed-through request goes.
 pub type ResponseReply = oneshot::Sender<Result<Response, LinkError>>;
