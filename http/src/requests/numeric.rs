@@ -5,8 +5,8 @@
 
 use serde::Deserialize;
 
-use super::{Finite, Flag, Integer};
-use crate::body::Deferred;
+use super::{Finite, Flag, Integer, RequestBody, asked_text};
+use crate::body::{Deferred, Sent};
 use crate::error::ApiError;
 use crate::numeric::Limits;
 
@@ -18,9 +18,9 @@ const DEFAULT_SAMPLES: i64 = 1000;
 #[serde(rename_all = "PascalCase")]
 pub struct NumericMeasureRequest {
     pub reduced_set: Option<Flag>,
-    pub samples: Option<Integer>,
-    pub channel_net_name: Deferred<String>,
-    pub target_net_name: Deferred<String>,
+    pub samples: Sent<Option<Integer>>,
+    pub channel_net_name: Sent<Deferred<String>>,
+    pub target_net_name: Sent<Deferred<String>>,
 }
 
 impl NumericMeasureRequest {
@@ -30,8 +30,32 @@ impl NumericMeasureRequest {
     }
 
     pub fn samples(&self) -> i64 {
-        self.samples.map_or(DEFAULT_SAMPLES, |Integer(n)| n)
+        self.samples.value.map_or(DEFAULT_SAMPLES, |Integer(n)| n)
     }
+}
+
+impl RequestBody for NumericMeasureRequest {
+    /// `channel=…,target=…,samples=50`, as sent.
+    fn asked(&self) -> Option<String> {
+        asked_of_numeric(&self.channel_net_name, &self.target_net_name, &self.samples)
+    }
+}
+
+/// A numeric acquisition's or measurement's `asked=`: the channel, target and samples sent.
+fn asked_of_numeric<C, T, S>(
+    channel: &Sent<C>,
+    target: &Sent<T>,
+    samples: &Sent<S>,
+) -> Option<String> {
+    let parts: Vec<String> = [
+        ("channel", &channel.text),
+        ("target", &target.text),
+        ("samples", &samples.text),
+    ]
+    .into_iter()
+    .filter_map(|(key, text)| Some(format!("{key}={}", text.as_deref()?)))
+    .collect();
+    asked_text(&parts)
 }
 
 /// `POST api/numeric-results/acquire`.
@@ -41,9 +65,16 @@ pub struct NumericAcquireRequest {
     pub lsl: Option<Finite>,
     pub usl: Option<Finite>,
     /// Checked after the limits.
-    pub samples: Deferred<Option<Integer>>,
-    pub channel: Deferred<String>,
-    pub target: Deferred<String>,
+    pub samples: Sent<Deferred<Option<Integer>>>,
+    pub channel: Sent<Deferred<String>>,
+    pub target: Sent<Deferred<String>>,
+}
+
+impl RequestBody for NumericAcquireRequest {
+    /// `channel=…,target=…,samples=50`, as sent.
+    fn asked(&self) -> Option<String> {
+        asked_of_numeric(&self.channel, &self.target, &self.samples)
+    }
 }
 
 impl NumericAcquireRequest {

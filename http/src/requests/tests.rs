@@ -46,11 +46,14 @@ fn a_batchs_values_are_checked_when_their_names_are_found() {
     let request: ResourceValuesSetRequest = body.typed().unwrap();
     let mut values = request.resources.into_iter();
     let (name, a) = values.next().unwrap();
-    assert_eq!((name.as_str(), a.checked().unwrap().0.as_str()), ("a", "1"));
+    assert_eq!(
+        (name.as_str(), a.value.checked().unwrap().0.as_str()),
+        ("a", "1")
+    );
     let (name, b) = values.next().unwrap();
     assert_eq!(name, "b");
     assert_eq!(
-        b.checked().unwrap_err().message,
+        b.value.checked().unwrap_err().message,
         value_text(&json!([1]), "Resources.b").unwrap_err().message
     );
 }
@@ -244,7 +247,7 @@ fn numeric_bodies_take_the_clients_defaults_and_refuse_in_their_words() {
     assert!(measure.reduced());
     assert_eq!(measure.samples(), 1000);
     assert_eq!(
-        measure.target_net_name.checked().unwrap_err().message,
+        measure.target_net_name.value.checked().unwrap_err().message,
         "the field TargetNetName is missing"
     );
     for (sent, message) in [
@@ -278,7 +281,7 @@ fn numeric_bodies_take_the_clients_defaults_and_refuse_in_their_words() {
         "Lsl (2) must be below Usl (1)"
     );
     assert_eq!(
-        NumericAcquireRequest::samples(acquire.samples)
+        NumericAcquireRequest::samples(acquire.samples.value)
             .unwrap_err()
             .message,
         "the field Samples must be a whole number"
