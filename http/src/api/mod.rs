@@ -1,10 +1,10 @@
 //! The route table: one row per route of the gateway, in metrics-slot order. The operations
 //! (`/healthz`, `/readyz`, `/metrics`, the status page), named leases (`v1/...`) and one
 //! declaration per REST endpoint (method, path, role, lease need, body kind, audit class,
-//! authority, metric label, handler), from which routing (404, 405), access control, lease
-//! admission, how the body is read, the audit trail's class, the metrics labels and the check
-//! against `docs/openapi.json` are all derived. Handlers live one module per area. Adding an
-//! endpoint is one row here and one handler.
+//! authority, metric label, handler and the request type it takes), from which routing (404,
+//! 405), access control, lease admission, how the body is read and typed, the audit trail's
+//! class, the metrics labels and the check against `docs/openapi.json` are all derived.
+//! Handlers live one module per area. Adding an endpoint is one row here and one handler.
 
 mod access_explain;
 mod application;
