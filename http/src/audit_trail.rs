@@ -200,6 +200,14 @@ mod tests {
             .as_deref(),
             Some("channel=5,target=ADC01,samples=50.0")
         );
+        // A body refused for its fields still says what it asked.
+        assert_eq!(
+            asked_of::<NumericMeasureRequest>(
+                r#"{"ReducedSet": "no", "ChannelNetName": "NR", "Samples": "x"}"#
+            )
+            .as_deref(),
+            Some("channel=NR,samples=x")
+        );
         assert_eq!(asked_of::<NumericAcquireRequest>("{}"), None);
         assert_eq!(asked_of::<BusTransactionRequest>("{}"), None);
     }
@@ -213,6 +221,15 @@ mod tests {
         assert_eq!(
             asked_of::<ResourceValueRequest>(r#"{"name": "ON1", "value": true}"#).as_deref(),
             Some("ON1=True")
+        );
+        // Refused (not a name, not a value): as sent; half of it: nothing.
+        assert_eq!(
+            asked_of::<ResourceValueRequest>(r#"{"Name": 5, "Value": {"x": 1}}"#).as_deref(),
+            Some(r#"5={"x":1}"#)
+        );
+        assert_eq!(
+            asked_of::<ResourceValueRequest>(r#"{"Name": "VSET1"}"#),
+            None
         );
         // Sorted by name, each value as the station's text, or as sent when it is not one.
         assert_eq!(

@@ -76,7 +76,7 @@ pub(super) async fn acquire(call: Call<'_>, asked: NumericAcquireRequest) -> Ans
 /// `POST api/numeric-results/measure {ChannelNetName, TargetNetName, Samples, ReducedSet}`:
 /// kept as the channel's result; its samples only when `ReducedSet` is false.
 pub(super) async fn measure(call: Call<'_>, asked: NumericMeasureRequest) -> Answer {
-    let (reduced, samples) = (asked.reduced(), asked.samples());
+    let (reduced, samples) = asked.reduced_and_samples()?;
     let acquisition = run(
         &call,
         asked.channel_net_name.value,

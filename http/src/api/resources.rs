@@ -14,6 +14,7 @@ use crate::link::ChannelTable;
 use crate::reply::json_bytes_response;
 use crate::requests::resources::{
     ResourceNameRequest, ResourceValueRequest, ResourceValuesRequest, ResourceValuesSetRequest,
+    item,
 };
 use crate::station::{
     ChangeAnswer, ChangeWhat, ConsumingRule, ItemError, ItemReading, ReadError, ReadPolicy,
@@ -46,7 +47,8 @@ pub(super) async fn value_get(call: Call<'_>, request: ResourceNameRequest) -> A
 
 /// `POST api/resources/value/set {Name, Value}`.
 pub(super) async fn value_set(call: Call<'_>, request: ResourceValueRequest) -> Answer {
-    let (name, value) = request.into_item(&*known_channels(call.gateway)?)?;
+    let (name, text) = request.checked()?;
+    let (name, value) = item(name, &text, &*known_channels(call.gateway)?)?;
     let names = vec![name.clone()];
     let report = call.change(ChangeWhat::Write(vec![(name, value)])).await?;
     let results = answered(report, ChangeAnswer::written)?;
@@ -79,7 +81,8 @@ pub(super) async fn values_set(call: Call<'_>, request: ResourceValuesSetRequest
 
 /// `POST api/resources/transact {Name, Value}`: write and read back in one step.
 pub(super) async fn transact(call: Call<'_>, request: ResourceValueRequest) -> Answer {
-    let (name, value) = request.into_item(&*known_channels(call.gateway)?)?;
+    let (name, text) = request.checked()?;
+    let (name, value) = item(name, &text, &*known_channels(call.gateway)?)?;
     let report = call.change(ChangeWhat::Transact { name, value }).await?;
     let answer = answered(report, ChangeAnswer::transacted)?;
     ok(json!({ "value": answer.render() }))

@@ -64,30 +64,43 @@ impl RequestBody for ResourceValuesRequest {
     }
 }
 
-/// `POST api/resources/value/set` and `api/resources/transact {Name, Value}`.
+/// `POST api/resources/value/set` and `api/resources/transact {Name, Value}`: checked by the
+/// handler ([`ResourceValueRequest::checked`]), kept as sent for the audit line.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ResourceValueRequest {
-    pub name: String,
-    pub value: ValueText,
+    pub name: Sent<Deferred<String>>,
+    pub value: Sent<Deferred<ValueText>>,
 }
 
 impl RequestBody for ResourceValueRequest {
-    /// `VSET1=100`.
+    /// `VSET1=100`: the value as the station's text, or as sent when it is not one.
     fn asked(&self) -> Option<String> {
-        asked_text(&[format!("{}={}", self.name, self.value.0)])
+        let name = self.name.text.as_deref()?;
+        let value = self.value.value.value().map(|text| text.0.as_str());
+        let value = value.or(self.value.text.as_deref())?;
+        asked_text(&[format!("{name}={value}")])
     }
 }
 
 impl ResourceValueRequest {
-    /// The channel (by name or alias, as asked) and the value as its type, checked.
-    pub fn into_item(self, channels: &ChannelTable) -> Result<(String, Value), ApiError> {
-        let channel = channels
-            .get(&self.name)
-            .ok_or_else(|| ApiError::no_such_resource(&self.name))?;
-        let value = checked_value(channels, channel, &self.value.0)?;
-        Ok((self.name, value))
+    /// The name and the value, or a 400 naming the first of them that is missing or wrong.
+    pub fn checked(self) -> Result<(String, ValueText), ApiError> {
+        Ok((self.name.value.checked()?, self.value.value.checked()?))
     }
+}
+
+/// The channel `name` (by name or alias, as asked) and `text` as a value of its type, checked.
+pub fn item(
+    name: String,
+    text: &ValueText,
+    channels: &ChannelTable,
+) -> Result<(String, Value), ApiError> {
+    let channel = channels
+        .get(&name)
+        .ok_or_else(|| ApiError::no_such_resource(&name))?;
+    let value = checked_value(channels, channel, &text.0)?;
+    Ok((name, value))
 }
 
 /// `POST api/resources/values/set {Resources}`: name → value, each value checked after its
