@@ -83,17 +83,18 @@ const TYPES: [ValueType; 6] = [
 ];
 
 /// Request bodies: `JsonBody::parse`, the typed requests the routes read them as (the
-/// resources', leases', subscriptions', bus transactions', channel configurations'), the lease
-/// decision, and `Value::parse_as` on the raw text and on every value the body carries.
+/// resources', leases', subscriptions', bus transactions', channel configurations'), what each
+/// tells the request entry (a change's `asked=`, a cached read), the lease decision, and
+/// `Value::parse_as` on the raw text and on every value the body carries.
 pub fn request_body(data: &[u8]) {
     use station_gateway::http::requests::{
-        access::AccessExplainRequest, channel_config::ChannelConfigRequest,
+        RequestBody, access::AccessExplainRequest, channel_config::ChannelConfigRequest,
         channels::ChannelLookupRequest, comm::BusTransactionRequest,
         config_files::ConfigFileRequest, events::SubscriptionBody, lease::LeaseAcquireRequest,
         lease::LeaseRenewRequest, lease::NamedLeaseAcquireRequest, lease::NamedLeaseRenewRequest,
-        numeric::NumericMeasureRequest, resources::ResourceNameRequest,
-        resources::ResourceValueRequest, resources::ResourceValuesRequest,
-        resources::ResourceValuesSetRequest,
+        numeric::NumericAcquireRequest, numeric::NumericMeasureRequest,
+        resources::ResourceNameRequest, resources::ResourceValueRequest,
+        resources::ResourceValuesRequest, resources::ResourceValuesSetRequest,
     };
 
     if let Ok(text) = std::str::from_utf8(data) {
@@ -102,34 +103,43 @@ pub fn request_body(data: &[u8]) {
     let Ok(body) = JsonBody::parse(data) else {
         return;
     };
+    /// What a typed body tells the request entry, if it types.
+    fn told<T: RequestBody>(typed: Result<T, impl Sized>) -> bool {
+        typed.is_ok_and(|typed| typed.asked().is_some() | typed.cached())
+    }
     let _ = body.typed::<ResourceNameRequest>();
-    let _ = body.typed::<ResourceValuesRequest>();
-    let _ = body.typed::<LeaseAcquireRequest>();
+    let cached = body
+        .typed::<ResourceValuesRequest>()
+        .is_ok_and(|request| request.cached());
+    let _ = told(body.typed::<LeaseAcquireRequest>());
+    let _ = told(body.typed::<BusTransactionRequest>());
+    let _ = told(body.typed::<NumericAcquireRequest>());
+    let _ = told(body.typed::<NumericMeasureRequest>());
+    let _ = told(body.typed::<ResourceValueRequest>());
+    let _ = told(body.typed::<ResourceValuesSetRequest>());
+    let _ = told(body.typed::<ConfigFileRequest>());
     let _ = body.typed::<LeaseRenewRequest>();
     let _ = body.typed::<NamedLeaseAcquireRequest>();
     let _ = body.typed::<NamedLeaseRenewRequest>();
     let _ = body.typed::<SubscriptionBody>();
-    let _ = body.typed::<BusTransactionRequest>();
     let _ = body.typed::<ChannelConfigRequest>();
     let _ = body.typed::<ChannelLookupRequest>();
-    let _ = body.typed::<ConfigFileRequest>();
-    let _ = body.typed::<NumericMeasureRequest>();
     let _ = body.typed::<AccessExplainRequest>();
     for need in [
         LeaseNeed::ByMaxAge,
         LeaseNeed::Change,
         LeaseNeed::ForcedRead,
     ] {
-        let _ = need.access(&body);
+        let _ = need.access(cached);
     }
-    if let Ok(asked) = body.typed::<ResourceValueRequest>() {
-        values(&asked.value.0);
+    if let Ok(Ok((_, text))) = body.typed::<ResourceValueRequest>().map(|r| r.checked()) {
+        values(&text.0);
     }
     if let Ok(asked) = body.typed::<ResourceValuesSetRequest>() {
         for text in asked
             .resources
             .into_values()
-            .filter_map(|text| text.checked().ok())
+            .filter_map(|sent| sent.value.checked().ok())
         {
             values(&text.0);
         }

@@ -8,13 +8,9 @@ use std::time::{Instant, SystemTime};
 use hyper::{Method, StatusCode};
 use tracing::error;
 
-use super::body::{JsonBody, value_text};
 use crate::audit::{ChangeFields, Outcome, RequestLine};
 use crate::gateway::Gateway;
 use crate::station::{ChangeOrigin, FrontEnd};
-
-/// The longest `asked=` field; longer ones end in `...`.
-const MOST_ASKED_CHARS: usize = 400;
 
 /// What routing learned of a request for its audit line.
 #[derive(Debug, Default)]
@@ -31,6 +27,8 @@ pub struct Noted {
     pub change: bool,
     pub caller: Option<String>,
     pub lease: Option<(String, u64)>,
+    /// What a change asked for: from its typed body (`requests::RequestBody::asked`), else
+    /// from its path or raw body (its row's `AskedOf`).
     pub asked: Option<String>,
 }
 
@@ -68,68 +66,6 @@ impl Noted {
         self.origin = Some(Box::new(origin.clone()));
         origin
     }
-}
-
-/// The fields of the bus and numeric bodies a change's `asked=` names, and how.
-const ASKED_FIELDS: [(&str, &str); 10] = [
-    ("DeviceName", "device"),
-    ("Action", "action"),
-    ("Address", "address"),
-    ("DataToSend", "data"),
-    ("NumberOfBytesToReceive", "receive"),
-    ("Channel", "channel"),
-    ("ChannelNetName", "channel"),
-    ("Target", "target"),
-    ("TargetNetName", "target"),
-    ("Samples", "samples"),
-];
-
-/// What a change asked for, e.g. `VSET1=100`, `A=1,B=2`, `file=bench3.cfg`,
-/// `device=…I2C09,action=Send,address=50,data=6401`, `channel=…,target=…,samples=50`; never a
-/// lease id or credential (those never travel in these bodies).
-pub fn asked(body: &JsonBody) -> Option<String> {
-    let mut parts: Vec<String> = Vec::new();
-    if let (Some(name), Some(value)) = (body.get("Name"), body.get("Value")) {
-        let name = name
-            .as_str()
-            .map_or_else(|| name.to_string(), str::to_owned);
-        let value = value_text(value, "Value").unwrap_or_else(|_| value.to_string());
-        parts.push(format!("{name}={value}"));
-    }
-    if let Some(resources) = body.get("Resources").and_then(|r| r.as_object()) {
-        for (name, value) in resources {
-            let value = value_text(value, name).unwrap_or_else(|_| value.to_string());
-            parts.push(format!("{name}={value}"));
-        }
-    }
-    for (field, key) in [("NetName", "netname"), ("Alias", "alias")] {
-        if let Some(name) = body.get(field).and_then(|n| n.as_str()) {
-            parts.push(format!("{key}={name}"));
-        }
-    }
-    if let Some(file) = body.get("FileName").and_then(|f| f.as_str()) {
-        parts.push(format!("file={file}"));
-    }
-    if let Some(owner) = body.get("Owner").and_then(|o| o.as_str()) {
-        parts.push(format!("owner={owner}"));
-    }
-    // A bus transaction (`comm/i2c|uart|spi`) and a numeric acquisition or measurement.
-    for (field, key) in ASKED_FIELDS {
-        if let Some(value) = body.get(field).filter(|v| !v.is_null()) {
-            let value = value
-                .as_str()
-                .map_or_else(|| value.to_string(), str::to_owned);
-            parts.push(format!("{key}={value}"));
-        }
-    }
-    if parts.is_empty() {
-        return None;
-    }
-    let mut joined = parts.join(",");
-    if joined.chars().count() > MOST_ASKED_CHARS {
-        joined = joined.chars().take(MOST_ASKED_CHARS).collect::<String>() + "...";
-    }
-    Some(joined)
 }
 
 /// Writes the request's line: any other's than a change's queued at once; a change's rendered
@@ -209,31 +145,116 @@ impl ChangeLine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::body::JsonBody;
+    use crate::requests::RequestBody;
+    use crate::requests::comm::BusTransactionRequest;
+    use crate::requests::config_files::ConfigFileRequest;
+    use crate::requests::lease::LeaseAcquireRequest;
+    use crate::requests::numeric::{NumericAcquireRequest, NumericMeasureRequest};
+    use crate::requests::resources::{ResourceValueRequest, ResourceValuesSetRequest};
 
-    fn asked_of(body: &str) -> Option<String> {
-        asked(&JsonBody::parse(body.as_bytes()).unwrap())
+    /// What a change's audit line says was asked, from its body typed as `T`.
+    fn asked_of<T: RequestBody + serde::de::DeserializeOwned>(body: &str) -> Option<String> {
+        JsonBody::parse(body.as_bytes())
+            .unwrap()
+            .typed::<T>()
+            .unwrap()
+            .asked()
     }
 
     #[test]
-    fn bus_and_numeric_bodies_say_what_was_asked() {
+    fn bus_and_numeric_bodies_say_what_was_asked_as_sent() {
         assert_eq!(
-            asked_of(r#"{"DeviceName": "I2C09", "Address": "50", "Action": "Send", "DataToSend": "6401"}"#)
-                .as_deref(),
+            asked_of::<BusTransactionRequest>(
+                r#"{"DeviceName": "I2C09", "Address": "50", "Action": "Send", "DataToSend": "6401"}"#
+            )
+            .as_deref(),
             Some("device=I2C09,action=Send,address=50,data=6401")
         );
         assert_eq!(
-            asked_of(r#"{"DeviceName": "UART01", "Action": 2, "NumberOfBytesToReceive": 8}"#)
-                .as_deref(),
+            asked_of::<BusTransactionRequest>(
+                r#"{"DeviceName": "UART01", "Action": 2, "NumberOfBytesToReceive": 8}"#
+            )
+            .as_deref(),
             Some("device=UART01,action=2,receive=8")
         );
+        // As sent, whatever the type makes of it, a value it refuses too.
         assert_eq!(
-            asked_of(
+            asked_of::<BusTransactionRequest>(
+                r#"{"deviceName": "I2C09", "Address": 80, "DataToSend": "ab0Z", "Action": null}"#
+            )
+            .as_deref(),
+            Some("device=I2C09,address=80,data=ab0Z")
+        );
+        assert_eq!(
+            asked_of::<NumericMeasureRequest>(
                 r#"{"ChannelNetName": "NR", "TargetNetName": "ADC01", "Samples": 50, "Usl": null}"#
             )
             .as_deref(),
             Some("channel=NR,target=ADC01,samples=50")
         );
-        assert_eq!(asked_of("{}"), None);
+        assert_eq!(
+            asked_of::<NumericAcquireRequest>(
+                r#"{"Channel": 5, "Target": "ADC01", "Samples": 50.0}"#
+            )
+            .as_deref(),
+            Some("channel=5,target=ADC01,samples=50.0")
+        );
+        // A body refused for its fields still says what it asked.
+        assert_eq!(
+            asked_of::<NumericMeasureRequest>(
+                r#"{"ReducedSet": "no", "ChannelNetName": "NR", "Samples": "x"}"#
+            )
+            .as_deref(),
+            Some("channel=NR,samples=x")
+        );
+        assert_eq!(asked_of::<NumericAcquireRequest>("{}"), None);
+        assert_eq!(asked_of::<BusTransactionRequest>("{}"), None);
+    }
+
+    #[test]
+    fn writes_files_and_leases_say_what_was_asked() {
+        assert_eq!(
+            asked_of::<ResourceValueRequest>(r#"{"Name": "VSET1", "Value": 100}"#).as_deref(),
+            Some("VSET1=100")
+        );
+        assert_eq!(
+            asked_of::<ResourceValueRequest>(r#"{"name": "ON1", "value": true}"#).as_deref(),
+            Some("ON1=True")
+        );
+        // Refused (not a name, not a value): as sent; half of it: nothing.
+        assert_eq!(
+            asked_of::<ResourceValueRequest>(r#"{"Name": 5, "Value": {"x": 1}}"#).as_deref(),
+            Some(r#"5={"x":1}"#)
+        );
+        assert_eq!(
+            asked_of::<ResourceValueRequest>(r#"{"Name": "VSET1"}"#),
+            None
+        );
+        // Sorted by name, each value as the station's text, or as sent when it is not one.
+        assert_eq!(
+            asked_of::<ResourceValuesSetRequest>(
+                r#"{"Resources": {"B": 2.5, "A": "x", "C": false, "D": [1], "E": null}}"#
+            )
+            .as_deref(),
+            Some("A=x,B=2.5,C=False,D=[1],E=null")
+        );
+        assert_eq!(
+            asked_of::<ResourceValuesSetRequest>(r#"{"Resources": {}}"#),
+            None
+        );
+        assert_eq!(
+            asked_of::<ConfigFileRequest>(r#"{"FileName": "bench3.cfg"}"#).as_deref(),
+            Some("file=bench3.cfg")
+        );
+        assert_eq!(
+            asked_of::<LeaseAcquireRequest>(r#"{"Owner": " bench 3 ", "TtlMs": "x"}"#).as_deref(),
+            Some("owner= bench 3 ")
+        );
+        assert_eq!(asked_of::<LeaseAcquireRequest>(r#"{"Owner": 3}"#), None);
+        let long = format!(r#"{{"Name": "VSET1", "Value": "{}"}}"#, "9".repeat(500));
+        let asked = asked_of::<ResourceValueRequest>(&long).unwrap();
+        assert_eq!(asked.chars().count(), 403);
+        assert!(asked.starts_with("VSET1=99") && asked.ends_with("9..."));
     }
 }

@@ -1,7 +1,8 @@
 //! Request bodies: read with a size limit and time limits, parsed as JSON, and fields bound by
-//! name case-insensitively (`Name` and `name` alike), with errors that name the field. Handlers
-//! read a body as its typed request ([`JsonBody::typed`], `body/typed.rs`; the types are in
-//! `requests/`), from the nodes parsed here, never parsing it again.
+//! name case-insensitively (`Name` and `name` alike), with errors that name the field. A body is
+//! typed once, as its route's handler takes it, right after it is read (`routes.rs`,
+//! [`JsonBody::typed`], `body/typed.rs`; the types are in `requests/`), from the nodes parsed
+//! here, never parsing it again.
 //!
 //! The time limits (`http.body_timeout_ms` for the whole body from the request's arrival,
 //! `http.body_idle_timeout_ms` between two of its pieces) come from the request's scope, set
@@ -12,6 +13,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::ops::Range;
+#[cfg(test)]
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -27,7 +29,7 @@ pub mod media_type;
 mod typed;
 
 pub(crate) use typed::whole_of_float;
-pub use typed::{BodyError, Deferred, StringList, Whole, said};
+pub use typed::{BodyError, Deferred, Sent, StringList, Whole, said};
 
 /// How long a request body may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,14 +255,15 @@ fn too_large(limit: usize) -> ApiError {
 /// sent: a cached read's body costs one pass, one list and no copy of its names.
 /// A field is looked up as `serde_json`'s map would hold it: the last of a repeated name, and
 /// of a name's spellings in letter case the first in byte order. A field read as a
-/// `serde_json::Value` ([`JsonBody::get`]) is made when first read and kept.
+/// `serde_json::Value` (`JsonBody::get`, tests only) is made when first read and kept.
 #[derive(Debug)]
 pub struct JsonBody {
     /// The body as sent: the spans of [`Node::Text`] are of it.
     text: bytes::Bytes,
     /// The top-level object and everything in it, in the order sent; empty for no body.
     nodes: Vec<Node>,
-    /// The values [`JsonBody::get`] made, each by its node's index.
+    /// The values `JsonBody::get` made, each by its node's index (tests only).
+    #[cfg(test)]
     made: OnceLock<Vec<(usize, OnceLock<Json>)>>,
 }
 
@@ -315,6 +318,8 @@ impl JsonBody {
             Ok(true) => Ok(JsonBody {
                 text,
                 nodes,
+                #[cfg(test)]
+                #[cfg(test)]
                 made: OnceLock::new(),
             }),
             Ok(false) => Err(ApiError::bad_request(
@@ -329,6 +334,7 @@ impl JsonBody {
         JsonBody {
             text: bytes::Bytes::new(),
             nodes: Vec::new(),
+            #[cfg(test)]
             made: OnceLock::new(),
         }
     }
@@ -340,11 +346,13 @@ impl JsonBody {
         JsonBody {
             text: bytes::Bytes::new(),
             nodes,
+            #[cfg(test)]
             made: OnceLock::new(),
         }
     }
 
     /// The node of the field called `name`, in any letter case, unless it is absent or `null`.
+    #[cfg(test)]
     fn field(&self, name: &str) -> Option<usize> {
         self.field_in(0, name)
     }
@@ -370,6 +378,7 @@ impl JsonBody {
     }
 
     /// The top level's fields as (name, value) nodes, in the order sent.
+    #[cfg(test)]
     fn fields(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.fields_of(0)
     }
@@ -439,7 +448,10 @@ impl JsonBody {
         }
     }
 
-    /// The field called `name`, in any letter case.
+    /// The field called `name`, in any letter case: for tests only, as the reference the typed
+    /// reads are compared against. The gateway reads no field by name: a body is typed once,
+    /// as its route's handler takes it (`api/mod.rs`).
+    #[cfg(test)]
     pub fn get(&self, name: &str) -> Option<&Json> {
         let at = self.field(name)?;
         let made = self.made.get_or_init(|| {

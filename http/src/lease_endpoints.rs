@@ -12,7 +12,6 @@ use serde_json::{Value as Json, json};
 use subtle::ConstantTimeEq;
 use tracing::warn;
 
-use super::body::JsonBody;
 use super::reply::{Body, json_response};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -56,12 +55,12 @@ pub fn status(gateway: &Gateway) -> Json {
 /// does (the client closed its side: nothing is taken for it).
 pub async fn acquire(
     gateway: &Gateway,
-    body: &JsonBody,
+    request: LeaseAcquireRequest,
     query: Option<&str>,
     presented: Option<&str>,
     client_ended: impl Future<Output = ()>,
 ) -> Result<Response<Body>, ApiError> {
-    let (owner, ttl) = body.typed::<LeaseAcquireRequest>()?.owner_and_ttl()?;
+    let (owner, ttl) = request.owner_and_ttl()?;
     let ttl = ttl.unwrap_or(DEFAULT_TTL);
     let wait = wait(query)?;
     // A lease is for changing the station: a station whose link stands by because another
@@ -84,9 +83,9 @@ pub async fn acquire(
 pub async fn renew(
     gateway: &Gateway,
     id: &str,
-    body: &JsonBody,
+    request: LeaseRenewRequest,
 ) -> Result<Response<Body>, ApiError> {
-    let answer = gateway.lease.renew(id, ttl(body)?).await?;
+    let answer = gateway.lease.renew(id, request.ttl()?).await?;
     let mut response = json_response(&json!(answer));
     set_fence_header(&mut response, answer.fence);
     Ok(response)
@@ -139,11 +138,6 @@ pub async fn break_lease(
     Ok(json!({ "broken": broken }))
 }
 
-/// `TtlMs`, when given, in range.
-fn ttl(body: &JsonBody) -> Result<Option<Duration>, ApiError> {
-    body.typed::<LeaseRenewRequest>()?.ttl()
-}
-
 /// `waitMs` from the query (any letter case); none is no wait.
 fn wait(query: Option<&str>) -> Result<Duration, LeaseError> {
     let Some(query) = query else {
@@ -186,7 +180,13 @@ mod tests {
     }
 
     use super::*;
+    use crate::body::JsonBody;
     use crate::lease::MIN_TTL;
+
+    /// `TtlMs`, when given, in range.
+    fn ttl(body: &JsonBody) -> Result<Option<Duration>, ApiError> {
+        body.typed::<LeaseRenewRequest>()?.ttl()
+    }
 
     #[test]
     fn wait_comes_from_the_query_in_range() {

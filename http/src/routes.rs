@@ -1,8 +1,10 @@
 //! The request entry: every HTTP request comes in here, is matched against the route table
 //! (`api/mod.rs`: the operations `/healthz`, `/metrics`, ..., named leases, the REST
 //! endpoints), passes the browser's check (a change from a page of another site is refused:
-//! `browser.rs`), access control, its body's type and the lease admission in one place as its
-//! row says, and goes to its endpoint's handler.
+//! `browser.rs`), access control, its body's reading and the lease admission in one place as
+//! its row says, and goes to its endpoint's handler. The body is typed once, as the row's
+//! handler takes it, right after it is read; what the typed body asks (`asked=`, a cached read)
+//! comes back to the admission here ([`Admit`]).
 
 use std::time::Instant;
 
@@ -11,13 +13,14 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, Version};
 
 use super::allow::Allowed;
-use super::api::{self, AskedFrom, AuditClass, Authority, Call, NotRouted, Route};
+use super::api::{self, Admit, AskedFrom, AuditClass, Authority, Call, Endpoint, NotRouted, Route};
 use super::audit_trail::{self, Noted};
 use super::body::{JsonBody, media_type, read_body};
 use super::browser::{self, RequestSite};
 use super::lease_endpoints::{LEASE_FENCE_HEADER, presented_lease_id, set_fence_header};
 use super::ops;
 use super::reply::{Body, error_response};
+use super::requests::RequestBody;
 use crate::audit::Outcome;
 use crate::config::Role;
 use crate::error::ApiError;
@@ -280,20 +283,67 @@ fn route_and_answer<'a>(
         } else {
             (JsonBody::empty(), bytes::Bytes::new())
         };
+        // Typed once, as the row's handler takes it; what it asks is told back to `Admission`
+        // before the handler's future is made. In a block of its own: kept to the end of the
+        // request, the admission would be kept in its future.
+        let answering = {
+            let mut admission = Admission {
+                gateway,
+                endpoint,
+                parts,
+                facts,
+                noted,
+                id,
+                raw,
+                granted,
+            };
+            (endpoint.handler)(json, &mut admission)?
+        };
+        answering.await
+    }
+}
+
+/// What the request entry needs of a routed request to admit it once its body is typed
+/// ([`Admit`]): the lease admission and the change's notes for the audit trail, in one place.
+struct Admission<'a, 'n> {
+    gateway: &'a Gateway,
+    endpoint: &'static Endpoint,
+    parts: &'a Parts,
+    facts: RequestFacts<'a>,
+    noted: &'n mut Noted,
+    id: &'a str,
+    raw: bytes::Bytes,
+    granted: Option<Role>,
+}
+
+impl<'a> Admit<'a> for Admission<'a, '_> {
+    fn admit(&mut self, body: Option<&dyn RequestBody>) -> Result<Call<'a>, ApiError> {
+        let Admission {
+            gateway,
+            endpoint,
+            parts,
+            facts,
+            ref mut noted,
+            id,
+            ref mut raw,
+            granted,
+        } = *self;
         if noted.change {
-            noted.asked = audit_trail::asked(&json).or_else(|| {
+            noted.asked = body.and_then(|body| body.asked()).or_else(|| {
                 (endpoint.asked)(AskedFrom {
                     id,
                     headers: &parts.headers,
-                    raw: &raw,
+                    raw,
                 })
             });
         }
         // The one place the control lease is enforced: 423 for a non-holder's changes and forced
-        // reads, and for changes a send guard that fences them again at the link.
+        // reads, and for changes a send guard that fences them again at the link. A body that
+        // does not type asks for nothing cached.
+        let cached = body.is_some_and(|body| body.cached());
         let admitted = gateway
             .lease
-            .admit(endpoint.lease.access(&json), facts.presented)?;
+            .admit(endpoint.lease.access(cached), facts.presented)?;
         if noted.change {
             noted.admitted(gateway, facts.presented, admitted.fence);
         }
@@ -307,13 +357,12 @@ fn route_and_answer<'a>(
                 facts.started,
             ))
         });
-        let call = Call {
+        Ok(Call {
             gateway,
             label: endpoint.label,
             unserved: endpoint.unserved,
             local: facts.peers.local,
-            body: json,
-            raw,
+            raw: std::mem::take(raw),
             admitted,
             peer: facts.peers.remote,
             // HTTP/2 resets a stream whose client went: its request is dropped, and its
@@ -329,7 +378,6 @@ fn route_and_answer<'a>(
             presented: facts.presented,
             granted,
             origin,
-        };
-        (endpoint.handler)(call).await
+        })
     }
 }

@@ -783,6 +783,53 @@ async fn refused_bus_and_numeric_changes_say_what_was_asked() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The lease is judged before a change's body, and a body refused for a field still says
+/// what it asked, as sent: a non-holder's bad value is a 423, the holder's the body's 400, each
+/// line naming the value sent. A cached read with bad names is the reader's 400, not the lease's
+/// 423 (a bad field beside a good `MaxAgeMs` does not make it a forced read); a bad `MaxAgeMs`
+/// asks for nothing cached.
+#[tokio::test]
+async fn refused_bodies_say_what_they_asked_as_sent_after_the_lease_is_judged() {
+    let dir = audit_dir("bad-bodies");
+    let rig = rig(|c| c.audit.dir = dir.to_string_lossy().into_owned()).await;
+    let lease = rig.take_lease("somebody else").await;
+    let bad = json!({ "Name": VSET1, "Value": [1] });
+    let (status, answer) = post_as(&rig, None, "resources/value/set", bad.clone()).await;
+    assert_eq!(status, 423, "{answer}");
+    let bad_names = json!({ "Names": 5, "MaxAgeMs": 60000 });
+    let (status, answer) = post_as(&rig, None, "resources/values/get", bad_names).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["error"],
+        "the field Names must be an array of strings"
+    );
+    let bad_age = json!({ "Names": [VSET1], "MaxAgeMs": "60000" });
+    let (status, answer) = post_as(&rig, None, "resources/values/get", bad_age).await;
+    assert_eq!(status, 423, "{answer}");
+    let (status, answer) = post_as(&rig, Some(&lease), "resources/value/set", bad).await;
+    assert_eq!(status, 400, "{answer}");
+    let lines = file_lines(&dir);
+    let line_of = |status: u16| {
+        let marker = format!("POST /api/resources/value/set {status} ");
+        lines
+            .iter()
+            .rfind(|l| l.contains(&marker))
+            .unwrap_or_else(|| panic!("no line of {marker}: {lines:#?}"))
+            .clone()
+    };
+    let asked = format!(" asked={VSET1}=[1]");
+    let locked = line_of(423);
+    assert!(
+        locked.contains("owner=- fence=- outcome=refused") && locked.ends_with(&asked),
+        "{locked}"
+    );
+    let refused = line_of(400);
+    assert!(refused.ends_with(&asked), "{refused}");
+    rig.release_lease(&lease).await;
+    rig.gateway.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn configuration_file_uploads_and_deletes_are_changes_with_caller_lease_and_outcome() {
     let dir = audit_dir("files");

@@ -45,8 +45,7 @@ fn named(
 }
 
 /// `POST /v1/access/explain`.
-pub(super) async fn explain(call: Call<'_>) -> Answer {
-    let asked: AccessExplainRequest = call.body.typed()?;
+pub(super) async fn explain(call: Call<'_>, asked: AccessExplainRequest) -> Answer {
     let action = asked.action()?;
     let name = named(&call, asked.key, asked.user)?;
     let own = call.gateway.access.caller(call.headers);

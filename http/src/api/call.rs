@@ -1,4 +1,5 @@
-//! What a handler gets and gives: its [`Call`] and its [`Answer`], and the checks several
+//! What a handler gets and gives: its [`Call`], its typed request and its [`Answer`]; how a
+//! row's handler types its body before the lease admission ([`typed`]); and the checks several
 //! areas share.
 
 use std::future::Future;
@@ -9,6 +10,8 @@ use std::sync::Arc;
 use hyper::Response;
 use hyper::header::HeaderMap;
 
+use serde::de::DeserializeOwned;
+
 use crate::body::JsonBody;
 use crate::config::Role;
 use crate::error::ApiError;
@@ -16,6 +19,7 @@ use crate::gateway::Gateway;
 use crate::lease::Admitted;
 use crate::link::ChannelTable;
 use crate::reply::{Body, json_response};
+use crate::requests::RequestBody;
 use crate::station::{Change, ChangeAnswer, ChangeOrigin, ChangeReport, ChangeWhat};
 
 /// Everything a handler may use of its request, admitted by access control and the lease.
@@ -25,10 +29,9 @@ pub(crate) struct Call<'a> {
     pub(crate) label: &'static str,
     /// Why that endpoint is not served (404 or 501 saying so), for an unserved one.
     pub(crate) unserved: Option<super::unserved::Unserved>,
-    /// The JSON body of a POST or PUT (empty for other methods), bound case-insensitively.
-    pub(crate) body: JsonBody,
     /// The body's bytes as they came (empty for GET and DELETE); the endpoints whose row says
-    /// `BodyKind::Raw` read their body from here, and `body` is empty for them.
+    /// `BodyKind::JsonRaw`, `Multipart` or `Raw` read their body from here (a JSON body is
+    /// handed to the handler typed, beside its `Call`).
     pub(crate) raw: bytes::Bytes,
     /// What the lease admission decided (for changes: the send guard).
     pub(crate) admitted: Admitted,
@@ -99,8 +102,38 @@ impl Call<'_> {
 /// A handler's answer.
 pub(crate) type Answer = Result<Response<Body>, ApiError>;
 
-/// A handler: an `async fn(Call<'_>) -> Answer`, boxed by [`handler!`].
-pub(crate) type Handler = for<'a> fn(Call<'a>) -> Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+/// A handler's future, boxed: inline, the largest handler's state would make every request's
+/// future larger.
+pub(crate) type Answering<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+
+/// A row's handler, made by `handler!` from an `async fn(Call<'_>, SomeRequest) -> Answer` (or
+/// one of a `Call` alone, whose body is [`NoBody`](crate::requests::NoBody)): it types the
+/// request's body as its request ([`typed`]), has the request entry admit it, and returns the
+/// handler's future.
+pub(crate) type Handler =
+    for<'a> fn(JsonBody, &mut dyn Admit<'a>) -> Result<Answering<'a>, ApiError>;
+
+/// The request entry's side of a handler (`routes.rs`): the lease admission and the audit
+/// trail's notes, told what the typed body asks, then the [`Call`]. Called once a request.
+pub(crate) trait Admit<'a> {
+    /// Admits the request (423 when the lease refuses it), given its typed body (`None`: a body
+    /// that does not type, refused after the admission as it always was) and makes its `Call`.
+    fn admit(&mut self, body: Option<&dyn RequestBody>) -> Result<Call<'a>, ApiError>;
+}
+
+/// The body typed once as `T` (the one place a handler's request is typed), the request
+/// admitted with what the typed body asks, then the handler's `Call` and request. A body that
+/// does not type is refused (400 naming the field) after the admission, as when each handler
+/// typed its own body: a non-holder's change with a bad body is still a 423.
+pub(crate) fn typed<'a, T: RequestBody + DeserializeOwned>(
+    body: JsonBody,
+    admit: &mut dyn Admit<'a>,
+) -> Result<(Call<'a>, T), ApiError> {
+    let typed = body.typed::<T>();
+    drop(body);
+    let call = admit.admit(typed.as_ref().ok().map(|typed| typed as &dyn RequestBody))?;
+    Ok((call, typed?))
+}
 
 /// The station's answer to a change, of the kind `pick` expects; the link's failure as its
 /// error answer.

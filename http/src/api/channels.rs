@@ -60,9 +60,8 @@ async fn add_numeric_result_details(gateway: &Gateway, ch: &ChannelDescriptor, j
 
 /// `POST api/channels/channel {NetName | Alias}`: NetName takes priority over Alias (the
 /// clients' `ChannelLookupRequest`); an alias is asked only when no NetName finds a channel.
-pub(super) async fn lookup(call: Call<'_>) -> Answer {
+pub(super) async fn lookup(call: Call<'_>, asked: ChannelLookupRequest) -> Answer {
     let channels = known_channels(call.gateway)?;
-    let asked: ChannelLookupRequest = call.body.typed()?;
     let (net_name_asked, alias_asked) = asked.asked()?;
     let (net_name_asked, alias_asked) = (net_name_asked.as_deref(), alias_asked.as_deref());
     let by_net_name = net_name_asked.and_then(|wanted| {

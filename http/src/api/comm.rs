@@ -4,7 +4,7 @@
 //! `api/comm/socket`, which a station behind the byte protocol does not offer (404 saying why).
 
 use serde_json::json;
-use station_protocol::ErrorCode;
+use station_protocol::{BusRequest, ErrorCode};
 
 use super::call::{Answer, Call, known_channels, ok};
 use crate::error::ApiError;
@@ -15,22 +15,40 @@ use crate::station::ChangeWhat;
 
 /// `POST api/comm/i2c {DeviceName, Address, Action, DataToSend?, NumberOfBytesToReceive,
 /// MaxRetries}`.
-pub(super) async fn i2c(call: Call<'_>) -> Answer {
-    transaction(&call, BusKind::I2c).await
+pub(super) fn i2c(
+    call: Call<'_>,
+    asked: BusTransactionRequest,
+) -> impl Future<Output = Answer> + Send + '_ {
+    let request = bus_request(&call, asked, BusKind::I2c);
+    transaction(call, request, BusKind::I2c)
 }
 
 /// `POST api/comm/uart {DeviceName, Action, BaudRate, BusType, FlowControl, Parity,
 /// UseTerminationByte, TerminationByte, DataToSend?, NumberOfBytesToReceive, TimeoutMs}`.
-pub(super) async fn uart(call: Call<'_>) -> Answer {
-    transaction(&call, BusKind::Uart).await
+pub(super) fn uart(
+    call: Call<'_>,
+    asked: BusTransactionRequest,
+) -> impl Future<Output = Answer> + Send + '_ {
+    let request = bus_request(&call, asked, BusKind::Uart);
+    transaction(call, request, BusKind::Uart)
 }
 
 /// `POST api/comm/spi {DeviceName, Action, DataToSend?, NumberOfBytesToReceive}`.
-pub(super) async fn spi(call: Call<'_>) -> Answer {
-    transaction(&call, BusKind::Spi).await
+pub(super) fn spi(
+    call: Call<'_>,
+    asked: BusTransactionRequest,
+) -> impl Future<Output = Answer> + Send + '_ {
+    let request = bus_request(&call, asked, BusKind::Spi);
+    transaction(call, request, BusKind::Spi)
 }
 
-async fn transaction(call: &Call<'_>, kind: BusKind) -> Answer {
+/// The bus request `asked` of `kind`, checked: before the transaction's future is made, which
+/// then holds the smaller request, not the body as typed.
+fn bus_request(
+    call: &Call<'_>,
+    asked: BusTransactionRequest,
+    kind: BusKind,
+) -> Result<BusRequest, ApiError> {
     let gateway = call.gateway;
     if !gateway.station.bus_supported() {
         return Err(unsupported(
@@ -38,11 +56,22 @@ async fn transaction(call: &Call<'_>, kind: BusKind) -> Answer {
             "it answered an earlier one `unsupported`",
         ));
     }
-    let asked: BusTransactionRequest = call.body.typed()?;
+    // Missing or not text: 400 before the station's channels are looked at.
+    asked.device_name.value.check()?;
     let times = LinkTimes {
         max_operation: gateway.config.max_operation(),
     };
-    let request = asked.into_bus_request(&*known_channels(gateway)?, kind, times)?;
+    asked.into_bus_request(&*known_channels(gateway)?, kind, times)
+}
+
+/// The bus transaction `request` (or its refusal) of `kind`.
+async fn transaction(
+    call: Call<'_>,
+    request: Result<BusRequest, ApiError>,
+    kind: BusKind,
+) -> Answer {
+    let gateway = call.gateway;
+    let request = request?;
     let (device, action) = (request.channel.clone(), request.action);
     let sent = request.data.len();
     let metrics = &gateway.metrics.comm;

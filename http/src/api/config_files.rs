@@ -27,8 +27,8 @@ pub(super) async fn loaded(call: Call<'_>) -> Answer {
 }
 
 /// `POST api/application/config/load {FileName}`: applies the file under the lease.
-pub(super) async fn load(call: Call<'_>) -> Answer {
-    let ConfigFileRequest { file_name: name } = call.body.typed()?;
+pub(super) async fn load(call: Call<'_>, request: ConfigFileRequest) -> Answer {
+    let ConfigFileRequest { file_name: name } = request;
     let (files, station) = (
         call.gateway.config_files.clone(),
         call.gateway.station.clone(),
@@ -51,8 +51,8 @@ pub(super) async fn load(call: Call<'_>) -> Answer {
 }
 
 /// `POST api/application/config/save {FileName}`: the station as it is now, to a file.
-pub(super) async fn save(call: Call<'_>) -> Answer {
-    let ConfigFileRequest { file_name: name } = call.body.typed()?;
+pub(super) async fn save(call: Call<'_>, request: ConfigFileRequest) -> Answer {
+    let ConfigFileRequest { file_name: name } = request;
     let gateway = call.gateway;
     // The access rules' `save_config` over every channel the snapshot would hold.
     let every: Vec<String> = super::call::known_channels(gateway)?

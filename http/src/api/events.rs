@@ -9,7 +9,7 @@ use super::call::{Answer, Call, ok};
 use crate::error::ApiError;
 use crate::events::event_id::EventId;
 use crate::events::{StreamStart, SubscriptionRequest};
-use crate::requests::events::{StreamIdRequest, SubscriptionBody};
+use crate::requests::events::{SubscribeRequest, SubscriptionBody};
 
 /// `GET api/events`: a `text/event-stream` that starts with `hello`; with `Last-Event-ID`
 /// (the header, or the query parameter `lastEventId` for a client that cannot set headers)
@@ -75,9 +75,9 @@ fn may_read(call: &Call<'_>, request: &SubscriptionRequest) -> Result<(), ApiErr
 
 /// `POST api/subscriptions {StreamId, Channels, IntervalMs, Deadband?, MinIntervalMs?,
 /// MaxIntervalMs?, ChannelOptions?}` → `{id, expiresInMs}`.
-pub(super) async fn subscribe(call: Call<'_>) -> Answer {
-    let StreamIdRequest { stream_id } = call.body.typed()?;
-    let request = call.body.typed::<SubscriptionBody>()?.into_request();
+pub(super) async fn subscribe(call: Call<'_>, request: SubscribeRequest) -> Answer {
+    let (stream_id, request) = request.into_parts();
+    let request = request.into_request();
     may_read(&call, &request)?;
     ok(call
         .gateway
@@ -87,8 +87,8 @@ pub(super) async fn subscribe(call: Call<'_>) -> Answer {
 }
 
 /// `PUT api/subscriptions/{id} {Channels, IntervalMs, …the same options}` → `{id, expiresInMs}`.
-pub(super) async fn update(call: Call<'_>) -> Answer {
-    let request = call.body.typed::<SubscriptionBody>()?.into_request();
+pub(super) async fn update(call: Call<'_>, request: SubscriptionBody) -> Answer {
+    let request = request.into_request();
     may_read(&call, &request)?;
     ok(call.gateway.events.update(call.id, &request)?.to_json())
 }

@@ -6,6 +6,7 @@ use serde_json::json;
 use super::call::{Answer, Call, ok};
 use crate::config::Role;
 use crate::lease_endpoints as handlers;
+use crate::requests::lease::{LeaseAcquireRequest, LeaseRenewRequest};
 
 /// `GET api/lease`: who holds it.
 pub(super) async fn status(call: Call<'_>) -> Answer {
@@ -13,7 +14,7 @@ pub(super) async fn status(call: Call<'_>) -> Answer {
 }
 
 /// `POST api/lease[?waitMs=N]`: take (or re-take) it.
-pub(super) async fn acquire(call: Call<'_>) -> Answer {
+pub(super) async fn acquire(call: Call<'_>, request: LeaseAcquireRequest) -> Answer {
     // The access rules' `lease` right, decided by the station service like every other.
     call.gateway
         .station
@@ -26,7 +27,7 @@ pub(super) async fn acquire(call: Call<'_>) -> Answer {
     let client_ended = crate::peer_end::ended(call.socket);
     handlers::acquire(
         call.gateway,
-        &call.body,
+        request,
         call.query,
         call.presented,
         client_ended,
@@ -35,8 +36,8 @@ pub(super) async fn acquire(call: Call<'_>) -> Answer {
 }
 
 /// `PUT api/lease/{id}`: renew it.
-pub(super) async fn renew(call: Call<'_>) -> Answer {
-    handlers::renew(call.gateway, call.id, &call.body).await
+pub(super) async fn renew(call: Call<'_>, request: LeaseRenewRequest) -> Answer {
+    handlers::renew(call.gateway, call.id, request).await
 }
 
 /// `DELETE api/lease/{id}`: release it.

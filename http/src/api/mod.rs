@@ -1,10 +1,10 @@
 //! The route table: one row per route of the gateway, in metrics-slot order. The operations
 //! (`/healthz`, `/readyz`, `/metrics`, the status page), named leases (`v1/...`) and one
 //! declaration per REST endpoint (method, path, role, lease need, body kind, audit class,
-//! authority, metric label, handler), from which routing (404, 405), access control, lease
-//! admission, how the body is read, the audit trail's class, the metrics labels and the check
-//! against `docs/openapi.json` are all derived. Handlers live one module per area. Adding an
-//! endpoint is one row here and one handler.
+//! authority, metric label, handler and the request type it takes), from which routing (404,
+//! 405), access control, lease admission, how the body is read and typed, the audit trail's
+//! class, the metrics labels and the check against `docs/openapi.json` are all derived.
+//! Handlers live one module per area. Adding an endpoint is one row here and one handler.
 
 mod access_explain;
 mod application;
@@ -25,27 +25,52 @@ pub(crate) mod safe_stop;
 mod unserved;
 
 use foldhash::{HashMap, HashMapExt};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::LazyLock;
 
 use hyper::Method;
 
 use crate::allow::Allowed;
+use crate::body::JsonBody;
 use crate::config::Role;
+use crate::error::ApiError;
+use crate::requests::NoBody;
+use crate::requests::access::AccessExplainRequest;
+use crate::requests::channels::ChannelLookupRequest;
+use crate::requests::comm::BusTransactionRequest;
+use crate::requests::config_files::ConfigFileRequest;
+use crate::requests::events::{SubscribeRequest, SubscriptionBody};
+use crate::requests::lease::{LeaseAcquireRequest, LeaseRenewRequest};
+use crate::requests::numeric::{NumericAcquireRequest, NumericMeasureRequest};
+use crate::requests::resources::{
+    ResourceNameRequest, ResourceValueRequest, ResourceValuesRequest, ResourceValuesSetRequest,
+};
+use crate::requests::safe_stop::SafeStopRequest;
 
-pub(crate) use call::{Answer, Call, Handler};
+pub(crate) use call::{Admit, Answering, Call, Handler};
 pub(crate) use route::{AskedFrom, AuditClass, Authority, BodyKind, Endpoint, Route};
 pub use route::{LeaseNeed, Operation};
 use unserved::*;
 
-/// Boxes an `async fn(Call<'_>) -> Answer` into a [`Handler`].
+/// A [`Handler`] from an `async fn(Call<'_>, SomeRequest) -> Answer` (`handler => SomeRequest`):
+/// the body typed once as `SomeRequest`, then the function's future, boxed; from an `async
+/// fn(Call<'_>) -> Answer` alone, a body of [`NoBody`](crate::requests::NoBody).
 macro_rules! handler {
-    ($f:path) => {{
-        fn boxed(call: Call<'_>) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
-            Box::pin($f(call))
+    ($f:path => $request:ty) => {{
+        fn typed<'a>(body: JsonBody, admit: &mut dyn Admit<'a>) -> Result<Answering<'a>, ApiError> {
+            let (call, request) = call::typed::<$request>(body, admit)?;
+            Ok(Box::pin($f(call, request)))
         }
-        boxed as Handler
+        typed as Handler
+    }};
+    ($f:path) => {{
+        fn untyped<'a>(
+            body: JsonBody,
+            admit: &mut dyn Admit<'a>,
+        ) -> Result<Answering<'a>, ApiError> {
+            let (call, NoBody {}) = call::typed::<NoBody>(body, admit)?;
+            Ok(Box::pin($f(call)))
+        }
+        untyped as Handler
     }};
 }
 
@@ -59,13 +84,14 @@ macro_rules! or_default {
     };
 }
 
-/// `endpoint!(METHOD "path/{id}", Role, LeaseNeed, area::handler)`: one REST [`Endpoint`], its
-/// metric label made from its method and path, its body JSON, audited as a change when it
-/// changes the station, opened by credentials with its role. A row says otherwise with
-/// `, body: JsonRaw` or `, body: Multipart`, `, audit: Change`, `, authority:
+/// `endpoint!(METHOD "path/{id}", Role, LeaseNeed, area::handler => Request)`: one REST
+/// [`Endpoint`], its metric label made from its method and path, its body JSON typed as
+/// `Request` (none named: [`NoBody`]), audited as a change when it changes the station, opened
+/// by credentials with its role. A row says otherwise with `, body: JsonRaw` or `, body:
+/// Multipart`, `, audit: Change`, `, asked: area::asked_of`, `, authority:
 /// AdminTokenOrCredentials` (in this order).
 macro_rules! endpoint {
-    ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path
+    ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path $(=> $request:ty)?
         $(, body: $body:ident)? $(, audit: $audit:ident)? $(, asked: $asked:path)?
         $(, authority: $authority:ident)?) => {
         Route::Api(Endpoint {
@@ -78,7 +104,7 @@ macro_rules! endpoint {
             audit: or_default!(AuditClass::of(LeaseNeed::$lease) $(, AuditClass::$audit)?),
             asked: or_default!(route::asked_in_body $(, $asked)?),
             label: concat!(stringify!($method), " api/", $path),
-            handler: handler!($handler),
+            handler: handler!($handler $(=> $request)?),
             unserved: None,
         })
     };
@@ -106,11 +132,12 @@ macro_rules! unserved {
     };
 }
 
-/// `v1!(METHOD "/v1/path", Role, LeaseNeed, area::handler, audit: Class)`: an endpoint beside
-/// `api/` at its own path below `http.path_prefix`, its body JSON, opened by credentials with
-/// its role.
+/// `v1!(METHOD "/v1/path", Role, LeaseNeed, area::handler => Request, audit: Class)`: an
+/// endpoint beside `api/` at its own path below `http.path_prefix`, its body JSON typed as
+/// `Request` (none named: [`NoBody`]), opened by credentials with its role.
 macro_rules! v1 {
-    ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path, audit: $audit:ident) => {
+    ($method:ident $path:literal, $role:ident, $lease:ident, $handler:path $(=> $request:ty)?,
+        audit: $audit:ident) => {
         Route::V1(Endpoint {
             method: Method::$method,
             path: $path,
@@ -121,7 +148,7 @@ macro_rules! v1 {
             audit: AuditClass::$audit,
             asked: route::asked_in_body,
             label: concat!(stringify!($method), " ", $path),
-            handler: handler!($handler),
+            handler: handler!($handler $(=> $request)?),
             unserved: None,
         })
     };
@@ -162,19 +189,19 @@ pub(crate) static ROUTES: &[Route] = &[
     Route::NamedLeases {
         label: "v1/leases and v1/semaphores",
     },
-    v1!(POST "/v1/safe-stop", Control, Open, safe_stop::press, audit: Change),
-    v1!(POST "/v1/access/explain", Read, Open, access_explain::explain, audit: Request),
+    v1!(POST "/v1/safe-stop", Control, Open, safe_stop::press => SafeStopRequest, audit: Change),
+    v1!(POST "/v1/access/explain", Read, Open, access_explain::explain => AccessExplainRequest, audit: Request),
     v1!(GET "/v1/history", Read, Open, history::query, audit: Request),
     endpoint!(GET "capabilities", Read, Open, application::capabilities),
     endpoint!(GET "connection/status", Read, Open, application::connection_status),
     endpoint!(GET "resources/names", Read, Open, resources::names),
-    endpoint!(POST "resources/value/get", Read, ForcedRead, resources::value_get),
-    endpoint!(POST "resources/value/set", Control, Change, resources::value_set),
-    endpoint!(POST "resources/values/get", Read, ByMaxAge, resources::values_get),
-    endpoint!(POST "resources/values/set", Control, Change, resources::values_set),
-    endpoint!(POST "resources/transact", Control, Change, resources::transact),
+    endpoint!(POST "resources/value/get", Read, ForcedRead, resources::value_get => ResourceNameRequest),
+    endpoint!(POST "resources/value/set", Control, Change, resources::value_set => ResourceValueRequest),
+    endpoint!(POST "resources/values/get", Read, ByMaxAge, resources::values_get => ResourceValuesRequest),
+    endpoint!(POST "resources/values/set", Control, Change, resources::values_set => ResourceValuesSetRequest),
+    endpoint!(POST "resources/transact", Control, Change, resources::transact => ResourceValueRequest),
     endpoint!(GET "channels", Read, Open, channels::list),
-    endpoint!(POST "channels/channel", Read, Open, channels::lookup),
+    endpoint!(POST "channels/channel", Read, Open, channels::lookup => ChannelLookupRequest),
     endpoint!(POST "channels/channel/configure", Control, Change, channel_config::configure_one, body: JsonRaw),
     endpoint!(POST "channels/configure", Control, Change, channel_config::configure_many, body: JsonRaw),
     endpoint!(GET "modules", Read, Open, modules::list),
@@ -189,20 +216,20 @@ pub(crate) static ROUTES: &[Route] = &[
     endpoint!(POST "application/reset", Control, Change, application::reset),
     endpoint!(GET "application/config/list", Read, Open, config_files::list),
     endpoint!(GET "application/config/loaded", Read, Open, config_files::loaded),
-    endpoint!(POST "application/config/load", Control, Change, config_files::load),
-    endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save),
+    endpoint!(POST "application/config/load", Control, Change, config_files::load => ConfigFileRequest),
+    endpoint!(POST "application/config/save", Control, ForcedRead, config_files::save => ConfigFileRequest),
     endpoint!(GET "application/config/download/{id}", Read, Open, config_files::download),
     // Replacing or deleting the file the holder is about to load is a change: the lease's.
     endpoint!(POST "application/config/upload", Control, Change, config_files::upload, body: Multipart, asked: config_files::asked_upload),
     endpoint!(DELETE "application/config/{id}", Control, Change, config_files::delete, asked: config_files::asked_delete),
     endpoint!(GET "events", Read, Open, events::open_stream),
-    endpoint!(POST "subscriptions", Read, Open, events::subscribe),
-    endpoint!(PUT "subscriptions/{id}", Read, Open, events::update),
+    endpoint!(POST "subscriptions", Read, Open, events::subscribe => SubscribeRequest),
+    endpoint!(PUT "subscriptions/{id}", Read, Open, events::update => SubscriptionBody),
     endpoint!(DELETE "subscriptions/{id}", Read, Open, events::unsubscribe),
     endpoint!(GET "lease", Read, Open, lease::status),
-    endpoint!(POST "lease", Control, Open, lease::acquire, audit: Change),
+    endpoint!(POST "lease", Control, Open, lease::acquire => LeaseAcquireRequest, audit: Change),
     endpoint!(DELETE "lease", Admin, Open, lease::break_lease, audit: Change, authority: AdminTokenOrCredentials),
-    endpoint!(PUT "lease/{id}", Control, Open, lease::renew, audit: Change),
+    endpoint!(PUT "lease/{id}", Control, Open, lease::renew => LeaseRenewRequest, audit: Change),
     endpoint!(DELETE "lease/{id}", Control, Open, lease::release, audit: Change),
     endpoint!(GET "audit/log", Admin, Open, audit::log),
     // What a station behind the byte protocol does not have.
@@ -245,12 +272,12 @@ pub(crate) static ROUTES: &[Route] = &[
     unserved!(PUT "system/boot/startup", SYSTEM),
     endpoint!(GET "numeric-results/channels", Read, Open, numeric::channels),
     endpoint!(GET "numeric-results/targets", Read, Open, numeric::targets),
-    endpoint!(POST "numeric-results/acquire", Control, Change, numeric::acquire),
-    endpoint!(POST "numeric-results/measure", Control, Change, numeric::measure),
+    endpoint!(POST "numeric-results/acquire", Control, Change, numeric::acquire => NumericAcquireRequest),
+    endpoint!(POST "numeric-results/measure", Control, Change, numeric::measure => NumericMeasureRequest),
     endpoint!(GET "numeric-results/result/{id}", Read, Open, numeric::result),
-    endpoint!(POST "comm/i2c", Control, Change, comm::i2c),
-    endpoint!(POST "comm/uart", Control, Change, comm::uart),
-    endpoint!(POST "comm/spi", Control, Change, comm::spi),
+    endpoint!(POST "comm/i2c", Control, Change, comm::i2c => BusTransactionRequest),
+    endpoint!(POST "comm/uart", Control, Change, comm::uart => BusTransactionRequest),
+    endpoint!(POST "comm/spi", Control, Change, comm::spi => BusTransactionRequest),
 ];
 
 /// The metric label of `POST api/lease`, whose 409s count as refusals of a held lease.
@@ -751,15 +778,25 @@ mod tests {
 
     #[test]
     fn lease_needs_follow_the_max_age_of_the_body() {
-        let cached = JsonBody::parse(br#"{"maxagems": 5}"#).unwrap();
-        let forced = JsonBody::parse(br#"{"MaxAgeMs": 0}"#).unwrap();
-        let none = JsonBody::parse(b"").unwrap();
-        assert_eq!(LeaseNeed::ByMaxAge.access(&cached), Access::CachedRead);
-        assert_eq!(LeaseNeed::ByMaxAge.access(&forced), Access::ForcedRead);
-        assert_eq!(LeaseNeed::ByMaxAge.access(&none), Access::ForcedRead);
-        assert_eq!(LeaseNeed::Change.access(&cached), Access::Change);
-        assert_eq!(LeaseNeed::ForcedRead.access(&none), Access::ForcedRead);
-        assert_eq!(LeaseNeed::Open.access(&cached), Access::Open);
+        use crate::requests::RequestBody;
+        let cached = |text: &str| {
+            JsonBody::parse(text.as_bytes())
+                .unwrap()
+                .typed::<ResourceValuesRequest>()
+                .unwrap()
+                .cached()
+        };
+        let asks_cached = cached(r#"{"Names": ["A"], "maxagems": 5}"#);
+        assert_eq!(LeaseNeed::ByMaxAge.access(asks_cached), Access::CachedRead);
+        let forced = cached(r#"{"Names": ["A"], "MaxAgeMs": 0}"#);
+        assert_eq!(LeaseNeed::ByMaxAge.access(forced), Access::ForcedRead);
+        assert_eq!(LeaseNeed::ByMaxAge.access(cached("{}")), Access::ForcedRead);
+        // A maximum age the handler refuses asks for nothing cached; bad names do not hide one.
+        assert!(!cached(r#"{"Names": ["A"], "MaxAgeMs": "5"}"#));
+        assert!(cached(r#"{"Names": 5, "MaxAgeMs": 5}"#));
+        assert_eq!(LeaseNeed::Change.access(true), Access::Change);
+        assert_eq!(LeaseNeed::ForcedRead.access(false), Access::ForcedRead);
+        assert_eq!(LeaseNeed::Open.access(true), Access::Open);
     }
 
     /// The facts that used to be decided beside the table: which bodies are raw, which

@@ -48,11 +48,10 @@ pub(super) async fn targets(call: Call<'_>) -> Answer {
 
 /// `POST api/numeric-results/acquire {Channel, Target, Samples, Lsl?, Usl?}`: the samples and
 /// their statistics; the kept result of `measure` is not touched.
-pub(super) async fn acquire(call: Call<'_>) -> Answer {
-    let asked: NumericAcquireRequest = call.body.typed()?;
+pub(super) async fn acquire(call: Call<'_>, asked: NumericAcquireRequest) -> Answer {
     let limits = asked.limits()?;
-    let samples = NumericAcquireRequest::samples(asked.samples)?;
-    let acquisition = run(&call, asked.channel, asked.target, samples).await?;
+    let samples = NumericAcquireRequest::samples(asked.samples.value)?;
+    let acquisition = run(&call, asked.channel.value, asked.target.value, samples).await?;
     let stats = Stats::of(&acquisition.samples, limits);
     publish(call.gateway, &acquisition, &stats);
     call.gateway
@@ -76,13 +75,12 @@ pub(super) async fn acquire(call: Call<'_>) -> Answer {
 
 /// `POST api/numeric-results/measure {ChannelNetName, TargetNetName, Samples, ReducedSet}`:
 /// kept as the channel's result; its samples only when `ReducedSet` is false.
-pub(super) async fn measure(call: Call<'_>) -> Answer {
-    let asked: NumericMeasureRequest = call.body.typed()?;
-    let (reduced, samples) = (asked.reduced(), asked.samples());
+pub(super) async fn measure(call: Call<'_>, asked: NumericMeasureRequest) -> Answer {
+    let (reduced, samples) = asked.reduced_and_samples()?;
     let acquisition = run(
         &call,
-        asked.channel_net_name,
-        asked.target_net_name,
+        asked.channel_net_name.value,
+        asked.target_net_name.value,
         samples,
     )
     .await?;

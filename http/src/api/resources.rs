@@ -14,6 +14,7 @@ use crate::link::ChannelTable;
 use crate::reply::json_bytes_response;
 use crate::requests::resources::{
     ResourceNameRequest, ResourceValueRequest, ResourceValuesRequest, ResourceValuesSetRequest,
+    item,
 };
 use crate::station::{
     ChangeAnswer, ChangeWhat, ConsumingRule, ItemError, ItemReading, ReadError, ReadPolicy,
@@ -34,8 +35,8 @@ pub(super) async fn names(call: Call<'_>) -> Answer {
 }
 
 /// `POST api/resources/value/get {Name}`: a forced read.
-pub(super) async fn value_get(call: Call<'_>) -> Answer {
-    let value = read_one(&call).await?;
+pub(super) async fn value_get(call: Call<'_>, request: ResourceNameRequest) -> Answer {
+    let value = read_one(&call, request.name).await?;
     // `{"value":"..."}` written straight into bytes, as `values/get` is: the forced read's path.
     let mut out = Vec::with_capacity(16 + value.len());
     out.extend_from_slice(b"{\"value\":");
@@ -45,9 +46,9 @@ pub(super) async fn value_get(call: Call<'_>) -> Answer {
 }
 
 /// `POST api/resources/value/set {Name, Value}`.
-pub(super) async fn value_set(call: Call<'_>) -> Answer {
-    let request: ResourceValueRequest = call.body.typed()?;
-    let (name, value) = request.into_item(&*known_channels(call.gateway)?)?;
+pub(super) async fn value_set(call: Call<'_>, request: ResourceValueRequest) -> Answer {
+    let (name, text) = request.checked()?;
+    let (name, value) = item(name, &text, &*known_channels(call.gateway)?)?;
     let names = vec![name.clone()];
     let report = call.change(ChangeWhat::Write(vec![(name, value)])).await?;
     let results = answered(report, ChangeAnswer::written)?;
@@ -63,22 +64,25 @@ pub(super) async fn value_set(call: Call<'_>) -> Answer {
     clippy::manual_async_fn,
     reason = "an async fn would hold its Call twice in its state"
 )]
-pub(super) fn values_get(call: Call<'_>) -> impl Future<Output = Answer> + Send + '_ {
+pub(super) fn values_get(
+    call: Call<'_>,
+    request: ResourceValuesRequest,
+) -> impl Future<Output = Answer> + Send + '_ {
     async move {
-        let answer = read_many(&call).await?;
+        let answer = read_many(&call, request).await?;
         Ok(json_bytes_response(answer))
     }
 }
 
 /// `POST api/resources/values/set {Resources}`.
-pub(super) async fn values_set(call: Call<'_>) -> Answer {
-    ok(write_many(&call).await?)
+pub(super) async fn values_set(call: Call<'_>, request: ResourceValuesSetRequest) -> Answer {
+    ok(write_many(&call, request).await?)
 }
 
 /// `POST api/resources/transact {Name, Value}`: write and read back in one step.
-pub(super) async fn transact(call: Call<'_>) -> Answer {
-    let request: ResourceValueRequest = call.body.typed()?;
-    let (name, value) = request.into_item(&*known_channels(call.gateway)?)?;
+pub(super) async fn transact(call: Call<'_>, request: ResourceValueRequest) -> Answer {
+    let (name, text) = request.checked()?;
+    let (name, value) = item(name, &text, &*known_channels(call.gateway)?)?;
     let report = call.change(ChangeWhat::Transact { name, value }).await?;
     let answer = answered(report, ChangeAnswer::transacted)?;
     ok(json!({ "value": answer.render() }))
@@ -106,9 +110,8 @@ fn first_item_error<T>(names: &[String], results: &[ItemResult<T>]) -> Result<()
 }
 
 /// A forced read of the body's `Name`: its value as text.
-async fn read_one(call: &Call<'_>) -> Result<String, ApiError> {
+async fn read_one(call: &Call<'_>, name: String) -> Result<String, ApiError> {
     let gateway = call.gateway;
-    let ResourceNameRequest { name } = call.body.typed()?;
     check_names(&reached_now(gateway)?.channels, std::slice::from_ref(&name))?;
     let names = vec![name];
     let who = call.who_if_rules();
@@ -192,12 +195,10 @@ fn first_reading_error(names: &[String], readings: &[ItemReading]) -> Result<(),
 /// order first asked. Written straight into bytes: this is the hot read path (every cached
 /// read and every batch), and a `serde_json::Value` tree of two maps cost more than the rest
 /// of the request.
-async fn read_many(call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
+async fn read_many(call: &Call<'_>, request: ResourceValuesRequest) -> Result<Vec<u8>, ApiError> {
     let (gateway, admitted, peer) = (call.gateway, &call.admitted, call.peer);
-    let request: ResourceValuesRequest = call.body.typed()?;
     // Only the holder reads the hardware: every value's true age goes with it.
-    let freshness = request.freshness(admitted.cache_only.is_some());
-    let names = request.names.0;
+    let (names, freshness) = request.names_and_freshness(admitted.cache_only.is_some())?;
     check_names(&reached_now(gateway)?.channels, &names)?;
     let who = call.who_if_rules();
     let policy = ReadPolicy {
@@ -293,8 +294,7 @@ fn write_json_str(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-async fn write_many(call: &Call<'_>) -> Result<Json, ApiError> {
-    let request: ResourceValuesSetRequest = call.body.typed()?;
+async fn write_many(call: &Call<'_>, request: ResourceValuesSetRequest) -> Result<Json, ApiError> {
     let items = request.into_items(&*known_channels(call.gateway)?)?;
     if items.is_empty() {
         return Ok(json!({}));

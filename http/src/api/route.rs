@@ -8,11 +8,9 @@ use hyper::header::HeaderMap;
 
 use super::call::Handler;
 use super::unserved::Unserved;
-use crate::body::JsonBody;
 use crate::body::media_type::MediaType;
 use crate::config::Role;
 use crate::lease::Access;
-use crate::requests::resources::MaxAgeAsked;
 
 /// What an endpoint needs of the control lease; enforced for every request before its handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,17 +26,15 @@ pub enum LeaseNeed {
 }
 
 impl LeaseNeed {
-    /// The access the lease admission is asked for, given the request's body.
-    pub fn access(self, body: &JsonBody) -> Access {
+    /// The access the lease admission is asked for, given whether the request's typed body
+    /// asks for cached values ([`RequestBody::cached`](crate::requests::RequestBody::cached)).
+    pub fn access(self, cached: bool) -> Access {
         match self {
             LeaseNeed::Open => Access::Open,
             LeaseNeed::ForcedRead => Access::ForcedRead,
             LeaseNeed::Change => Access::Change,
-            // A body the handler will refuse asks for nothing cached.
-            LeaseNeed::ByMaxAge => match body.typed::<MaxAgeAsked>() {
-                Ok(asked) if asked.cached() => Access::CachedRead,
-                _ => Access::ForcedRead,
-            },
+            LeaseNeed::ByMaxAge if cached => Access::CachedRead,
+            LeaseNeed::ByMaxAge => Access::ForcedRead,
         }
     }
 }
@@ -47,15 +43,15 @@ impl LeaseNeed {
 /// (415 otherwise: `body/media_type.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BodyKind {
-    /// One JSON object, bound case-insensitively (`Call::body`); anything else is a 400.
+    /// One JSON object, typed as its handler's request (case-insensitively: `body/typed.rs`);
+    /// anything else is a 400.
     Json,
     /// JSON the handler reads itself from `Call::raw` (a channel's configuration, or a list
-    /// of them); `Call::body` is empty.
+    /// of them).
     JsonRaw,
     /// A file upload as `multipart/form-data`, read by the handler from `Call::raw`.
     Multipart,
-    /// Not judged: an unserved endpoint's file or form. The handler reads `Call::raw`, and
-    /// `Call::body` is empty.
+    /// Not judged: an unserved endpoint's file or form. The handler reads `Call::raw`.
     Raw,
 }
 
@@ -69,7 +65,7 @@ impl BodyKind {
         }
     }
 
-    /// Whether its JSON object is parsed before the handler (`Call::body`).
+    /// Whether its JSON object is parsed before the handler, to be typed as its request.
     pub(crate) fn parsed_before(self) -> bool {
         self == BodyKind::Json
     }
@@ -98,8 +94,8 @@ impl AuditClass {
     }
 }
 
-/// What a change's audit line says was asked beyond what its JSON body tells
-/// (`audit_trail::asked`): from the `{id}` of its path or its raw body (a configuration file's
+/// What a change's audit line says was asked beyond what its typed body tells
+/// ([`RequestBody::asked`](crate::requests::RequestBody::asked)): from the `{id}` of its path or its raw body (a configuration file's
 /// name). `None`: nothing more.
 pub(crate) type AskedOf = fn(AskedFrom<'_>) -> Option<String>;
 
@@ -110,7 +106,7 @@ pub(crate) struct AskedFrom<'a> {
     pub(crate) raw: &'a [u8],
 }
 
-/// The [`AskedOf`] of every endpoint whose row names none: its JSON body tells it all.
+/// The [`AskedOf`] of every endpoint whose row names none: its typed body tells it all.
 pub(crate) fn asked_in_body(_: AskedFrom<'_>) -> Option<String> {
     None
 }

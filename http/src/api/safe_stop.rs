@@ -16,8 +16,8 @@ use crate::requests::safe_stop::SafeStopRequest;
 
 /// `POST /v1/safe-stop`: who pressed it is the caller's key or user name, else (access
 /// control off) the peer's address.
-pub(super) async fn press(call: Call<'_>) -> Answer {
-    let reason = call.body.typed::<SafeStopRequest>()?.reason()?;
+pub(super) async fn press(call: Call<'_>, request: SafeStopRequest) -> Answer {
+    let reason = request.reason()?;
     let by = call
         .gateway
         .access

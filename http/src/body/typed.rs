@@ -1,9 +1,9 @@
 //! Typed bodies: a `#[derive(Deserialize)]` request read from a [`JsonBody`] already parsed
-//! (no second parse of the body), its fields bound as [`JsonBody::get`] binds them, and its
+//! (no second parse of the body), its fields bound as `JsonBody::get` binds them, and its
 //! errors in the words clients got from the field-by-field reads before.
 //!
 //! - **Names** in any letter case: each declared field is looked up in the object as
-//!   [`JsonBody::get`] looks a name up (the last of a repeated name; of a name's spellings in
+//!   `JsonBody::get` looks a name up (the last of a repeated name; of a name's spellings in
 //!   letter case the first in byte order), nested structs alike. Declare the clients' names
 //!   (`#[serde(rename_all = "PascalCase")]`).
 //! - **`null` is absent**, as in every read before: a required field sent as `null` is
@@ -17,8 +17,12 @@
 //! - **The order of the checks** is the declared order; a field whose check must come after
 //!   something the body does not say (a channel looked up) is a [`Deferred`], checked when
 //!   its conversion asks.
+//! - **A field as sent** beside its type, for what a change's audit line says was asked, is a
+//!   [`Sent`].
 
+use std::cell::Cell;
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
@@ -241,12 +245,22 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'de, '_> {
         .map_err(|error| error.at(path))
     }
 
+    /// A [`Sent`] is given its node's text, then the node.
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        _: &'static str,
+        name: &'static str,
         visitor: V,
     ) -> Result<V::Value, BodyError> {
         let path = self.path;
+        if name == SENT {
+            let text = self.node().map(|_| sent_text(self.body.json_at(self.at)));
+            return visitor
+                .visit_seq(SentParts {
+                    text,
+                    node: Some(self),
+                })
+                .map_err(|error| error.at(path));
+        }
         visitor
             .visit_newtype_struct(self)
             .map_err(|error| error.at(path))
@@ -366,7 +380,7 @@ impl<'de> MapAccess<'de> for Entries<'de, '_> {
     }
 }
 
-/// A struct's declared fields, each looked up in the object as [`JsonBody::get`] looks it up;
+/// A struct's declared fields, each looked up in the object as `JsonBody::get` looks it up;
 /// absent or `null` ones are not given (serde's derive makes them missing, or `None`).
 struct DeclaredFields<'de, 'p> {
     body: &'de JsonBody,
@@ -422,6 +436,18 @@ impl<T> Deferred<T> {
     pub fn checked(self) -> Result<T, ApiError> {
         self.0.map_err(ApiError::bad_request)
     }
+
+    /// [`Deferred::checked`] without taking the field.
+    pub fn check(&self) -> Result<&T, ApiError> {
+        self.0
+            .as_ref()
+            .map_err(|message| ApiError::bad_request(message.clone()))
+    }
+
+    /// The field, if it is of its type (its 400 kept for [`Deferred::checked`]).
+    pub fn value(&self) -> Option<&T> {
+        self.0.as_ref().ok()
+    }
 }
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Deferred<T> {
@@ -430,6 +456,129 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Deferred<T> {
         Ok(Deferred(
             T::deserialize(deserializer).map_err(|error| error.to_string()),
         ))
+    }
+}
+
+/// A field as typed (`value`) and as the client sent it (`text`: a string as it is, anything
+/// else as its JSON), for what a change's audit line says was asked whatever the type makes of
+/// it: `"0x50"` stays `0x50` and `5.0` stays `5.0`, and a value a [`Deferred`] refuses is still
+/// shown. Absent (or `null`), `value` is `T`'s absence (`None` for an `Option`, a `Deferred`'s
+/// "missing") and `text` is `None`; any other error of `T` is the body's.
+#[derive(Debug)]
+pub struct Sent<T> {
+    pub value: T,
+    pub text: Option<String>,
+}
+
+/// The name [`NodeDeserializer`] knows a [`Sent`] by.
+const SENT: &str = "$station_http::body::Sent";
+
+/// A value's text as a [`Sent`] keeps it.
+fn sent_text(value: serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => text,
+        other => other.to_string(),
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sent<T> {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let reached = Cell::new(false);
+        let visitor = SentVisitor {
+            reached: &reached,
+            value: PhantomData,
+        };
+        match deserializer.deserialize_newtype_struct(SENT, visitor) {
+            // Never reached: the field is absent (serde's stand-in for a missing field refuses
+            // everything but an `Option`); `T` says what it is then.
+            Err(error) if !reached.get() => Ok(Sent {
+                value: T::deserialize(Absent(error))?,
+                text: None,
+            }),
+            sent => sent,
+        }
+    }
+}
+
+struct SentVisitor<'r, T> {
+    reached: &'r Cell<bool>,
+    value: PhantomData<T>,
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for SentVisitor<'_, T> {
+    type Value = Sent<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a value")
+    }
+
+    /// From [`NodeDeserializer`]: the text, then the value.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Sent<T>, A::Error> {
+        self.reached.set(true);
+        let text: Option<String> = seq.next_element()?;
+        let value = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::custom("a sent value without its value"))?;
+        Ok(Sent { value, text })
+    }
+
+    /// From another deserializer: the value alone.
+    fn visit_newtype_struct<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Sent<T>, D::Error> {
+        self.reached.set(true);
+        Ok(Sent {
+            value: T::deserialize(deserializer)?,
+            text: None,
+        })
+    }
+}
+
+/// A [`Sent`]'s text, then its node.
+struct SentParts<'de, 'p> {
+    text: Option<String>,
+    node: Option<NodeDeserializer<'de, 'p>>,
+}
+
+impl<'de> SeqAccess<'de> for SentParts<'de, '_> {
+    type Error = BodyError;
+
+    fn next_element_seed<S: DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<Option<S::Value>, BodyError> {
+        if let Some(text) = self.text.take() {
+            return seed
+                .deserialize(de::value::StringDeserializer::<BodyError>::new(text))
+                .map(Some);
+        }
+        match self.node.take() {
+            Some(node) => seed.deserialize(node).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// An absent field, as serde's stand-in for one says it: `None` for an `Option`, its error
+/// (`the field X is missing`) for anything else.
+struct Absent<E>(E);
+
+impl<'de, E: de::Error> de::Deserializer<'de> for Absent<E> {
+    type Error = E;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, E> {
+        Err(self.0)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, E> {
+        visitor.visit_none()
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier
+        ignored_any
     }
 }
 

@@ -32,6 +32,7 @@ use crate::config::Role;
 use crate::error::{ApiError, ErrorKind};
 use crate::gateway::Gateway;
 use crate::reply::{Body, error_response_with, json_response};
+use crate::requests::RequestBody;
 use crate::requests::safe_stop::SafeStopRequest;
 
 /// What one station's stop came to: its answer, or why it was not stopped at all.
@@ -60,13 +61,13 @@ pub async fn press(
         &bytes,
         "POST /v1/safe-stop",
     )?;
-    let json = JsonBody::from_bytes(bytes)?;
-    let reason = json.typed::<SafeStopRequest>()?.reason()?;
+    let request = JsonBody::from_bytes(bytes)?.typed::<SafeStopRequest>()?;
+    let asked = request.asked();
+    let reason = request.reason()?;
     let caller = wide.access.caller(&head.headers);
     let by = caller
         .clone()
         .unwrap_or_else(|| format!("a client at {}", peer.ip()));
-    let asked = crate::audit_trail::asked(&json);
     let press = Press {
         caller,
         by,

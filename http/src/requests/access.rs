@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::Flag;
+use super::{Flag, RequestBody};
 use crate::body::Deferred;
 use crate::error::ApiError;
 use crate::rules::Action;
@@ -21,6 +21,8 @@ pub struct AccessExplainRequest {
     /// Anything but `true` or `false` counts as absent.
     pub holds_lease: Deferred<Option<Flag>>,
 }
+
+impl RequestBody for AccessExplainRequest {}
 
 impl AccessExplainRequest {
     /// The action, by its word in the rules.

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::RequestBody;
 use crate::body::Deferred;
 use crate::error::ApiError;
 
@@ -12,6 +13,8 @@ pub struct ChannelLookupRequest {
     pub net_name: Deferred<Option<String>>,
     pub alias: Deferred<Option<String>>,
 }
+
+impl RequestBody for ChannelLookupRequest {}
 
 impl ChannelLookupRequest {
     /// The net name and the alias asked for, at least one of them.

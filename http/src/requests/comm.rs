@@ -16,21 +16,24 @@ use station_protocol::bus::{
 };
 use station_protocol::{BusAction, BusRequest, FlowControl, Parity, UartBusType, UartLine};
 
-use crate::body::{Deferred, said};
+use super::{RequestBody, asked_text};
+use crate::body::{Deferred, Sent, said};
 use crate::error::ApiError;
 use crate::link::ChannelTable;
 use crate::metrics::BusKind;
 
 /// `POST api/comm/i2c`, `api/comm/uart` and `api/comm/spi`: the fields of all three; a bus
-/// reads only its own.
+/// reads only its own. The device is checked first (`api/comm.rs` asks whether the station has
+/// buses at all before), the rest after the device is found; the fields a change's audit line
+/// names are kept as sent.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct BusTransactionRequest {
-    pub device_name: String,
-    pub action: Deferred<Option<ClientEnum>>,
-    pub data_to_send: Deferred<Option<HexBytes>>,
-    pub number_of_bytes_to_receive: Deferred<Option<BusWhole>>,
-    pub address: Deferred<Option<BusByte>>,
+    pub device_name: Sent<Deferred<String>>,
+    pub action: Sent<Deferred<Option<ClientEnum>>>,
+    pub data_to_send: Sent<Deferred<Option<HexBytes>>>,
+    pub number_of_bytes_to_receive: Sent<Deferred<Option<BusWhole>>>,
+    pub address: Sent<Deferred<Option<BusByte>>>,
     pub max_retries: Deferred<Option<BusWhole>>,
     pub baud_rate: Deferred<Option<BusWhole>>,
     pub bus_type: Deferred<Option<ClientEnum>>,
@@ -39,6 +42,23 @@ pub struct BusTransactionRequest {
     pub use_termination_byte: Deferred<Option<BusFlag>>,
     pub termination_byte: Deferred<Option<BusByte>>,
     pub timeout_ms: Deferred<Option<BusWhole>>,
+}
+
+impl RequestBody for BusTransactionRequest {
+    /// `device=…I2C09,action=Send,address=50,data=6401,receive=8`, as sent.
+    fn asked(&self) -> Option<String> {
+        let parts: Vec<String> = [
+            ("device", &self.device_name.text),
+            ("action", &self.action.text),
+            ("address", &self.address.text),
+            ("data", &self.data_to_send.text),
+            ("receive", &self.number_of_bytes_to_receive.text),
+        ]
+        .into_iter()
+        .filter_map(|(key, text)| Some(format!("{key}={}", text.as_deref()?)))
+        .collect();
+        asked_text(&parts)
+    }
 }
 
 /// The link's times a UART transaction's `TimeoutMs` must fit in.
@@ -83,11 +103,19 @@ impl BusTransactionRequest {
         times: LinkTimes,
     ) -> Result<BusRequest, ApiError> {
         let BusTransactionRequest {
-            device_name: device,
-            action,
-            data_to_send,
-            number_of_bytes_to_receive,
-            address,
+            device_name: Sent { value: device, .. },
+            action: Sent { value: action, .. },
+            data_to_send:
+                Sent {
+                    value: data_to_send,
+                    ..
+                },
+            number_of_bytes_to_receive:
+                Sent {
+                    value: number_of_bytes_to_receive,
+                    ..
+                },
+            address: Sent { value: address, .. },
             max_retries,
             baud_rate,
             bus_type,
@@ -97,6 +125,7 @@ impl BusTransactionRequest {
             termination_byte,
             timeout_ms,
         } = self;
+        let device = device.checked()?;
         // A device no channel is is 404, as the clients' docs answer a channel that does not
         // exist (`docs/error-handling.md` of the .NET client: "404 Not Found: Channel, resource,
         // or config file does not exist"); one that is not this kind of bus is a bad field.

@@ -10,17 +10,52 @@ use serde::Deserialize;
 use serde::de;
 use serde_json::Value as Json;
 
+use super::RequestBody;
 use crate::body::{StringList, Whole, said, whole_of_float};
 use crate::events::filter::{Deadband, FilterOptions};
 use crate::events::{EventsError, SubscriptionRequest};
 
 /// `POST api/subscriptions`: the stream the subscription's events go to (read before the
-/// subscription itself).
+/// subscription itself), then the subscription, field for field as [`SubscriptionBody`].
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-pub struct StreamIdRequest {
+pub struct SubscribeRequest {
     pub stream_id: String,
+    pub channels: StringList,
+    pub interval_ms: IntervalMs,
+    pub deadband: Option<DeadbandSent>,
+    pub min_interval_ms: Option<Whole>,
+    pub max_interval_ms: Option<Whole>,
+    pub channel_options: Option<BTreeMap<String, ChannelFilter>>,
 }
+
+impl SubscribeRequest {
+    /// The stream and the subscription.
+    pub fn into_parts(self) -> (String, SubscriptionBody) {
+        let SubscribeRequest {
+            stream_id,
+            channels,
+            interval_ms,
+            deadband,
+            min_interval_ms,
+            max_interval_ms,
+            channel_options,
+        } = self;
+        let body = SubscriptionBody {
+            channels,
+            interval_ms,
+            deadband,
+            min_interval_ms,
+            max_interval_ms,
+            channel_options,
+        };
+        (stream_id, body)
+    }
+}
+
+impl RequestBody for SubscribeRequest {}
+
+impl RequestBody for SubscriptionBody {}
 
 /// `POST api/subscriptions` and `PUT api/subscriptions/{id}`: what to send, how often, and
 /// the filters (for every channel, and a channel's own in `ChannelOptions`).

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::{RequestBody, asked_text};
 use crate::body::{Deferred, Whole};
 use crate::error::ApiError;
 use crate::lease::{LeaseError, MAX_TTL, MIN_TTL};
@@ -14,20 +15,31 @@ use crate::lease::{LeaseError, MAX_TTL, MIN_TTL};
 /// The most of an owner's name kept.
 pub const MAX_OWNER_CHARS: usize = 200;
 
-/// `POST lease {Owner, TtlMs?}`.
+/// `POST lease {Owner, TtlMs?}`: both checked by the handler, after the access rules' say on
+/// who may take the lease.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct LeaseAcquireRequest {
-    pub owner: String,
+    pub owner: Deferred<String>,
     /// Checked after the owner.
     pub ttl_ms: Deferred<Option<Whole>>,
 }
+
+impl RequestBody for LeaseAcquireRequest {
+    /// `owner=bench 3`, as sent.
+    fn asked(&self) -> Option<String> {
+        asked_text(&[format!("owner={}", self.owner.value()?)])
+    }
+}
+
+impl RequestBody for LeaseRenewRequest {}
 
 impl LeaseAcquireRequest {
     /// Who takes the lease (trimmed, at most [`MAX_OWNER_CHARS`]) and for how long, when the
     /// body says.
     pub fn owner_and_ttl(self) -> Result<(String, Option<Duration>), ApiError> {
-        let owner = self.owner.trim();
+        let owner = self.owner.checked()?;
+        let owner = owner.trim();
         if owner.is_empty() {
             return Err(ApiError::bad_request(
                 "the field Owner must name who takes the lease, e.g. \"TAT station 3\"",

@@ -7,7 +7,11 @@
 //! [`ChannelTable::get`](crate::link::ChannelTable::get)) live in these conversions, so every
 //! front end that needs them takes them from here.
 //!
-//! A body is read into its type by [`JsonBody::typed`](crate::body::JsonBody::typed): fields
+//! A body is typed once, by the request entry right after it is read (the route table's row
+//! names its handler's request type, `api/mod.rs`), and its [`RequestBody`] tells what the
+//! request asks before its handler runs: the audit line's `asked=` and whether a read asks for
+//! cached values. It is read into its type by
+//! [`JsonBody::typed`](crate::body::JsonBody::typed): fields
 //! in any letter case, `null` as absent, unknown fields ignored (as the vendor's ASP.NET model
 //! binder ignores them; `ChannelConfigRequest` alone refuses them, as it always did), and the
 //! messages clients got from the field-by-field reads before.
@@ -31,6 +35,45 @@ use serde::Deserialize;
 use serde::de::{self, Visitor};
 
 use crate::error::ApiError;
+
+/// What a typed request body tells the request entry before its handler runs.
+pub trait RequestBody {
+    /// What a change asked for, for its audit line's `asked=` (`VSET1=100`, `file=bench3.cfg`,
+    /// `device=…I2C09,action=Send,address=50,data=6401`): never a lease id or credential (those
+    /// never travel in these bodies). `None`: nothing its body says.
+    fn asked(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether a read asks for cached values (a `MaxAgeMs` above 0), which a non-holder may
+    /// read while the lease is held (`LeaseNeed::ByMaxAge`).
+    fn cached(&self) -> bool {
+        false
+    }
+}
+
+/// The request of an endpoint whose body is not JSON or not read (a GET, a DELETE, an upload,
+/// a reset): any JSON object sent is accepted and ignored.
+#[derive(Debug, Deserialize)]
+pub struct NoBody {}
+
+impl RequestBody for NoBody {}
+
+/// The longest `asked=` field; longer ones end in `...`.
+const MOST_ASKED_CHARS: usize = 400;
+
+/// A change's `asked=` from its parts (`key=value` each), joined by commas and cut at
+/// [`MOST_ASKED_CHARS`]; `None` for none.
+pub fn asked_text(parts: &[String]) -> Option<String> {
+    if parts.is_empty() {
+        return None;
+    }
+    let mut joined = parts.join(",");
+    if joined.chars().count() > MOST_ASKED_CHARS {
+        joined = joined.chars().take(MOST_ASKED_CHARS).collect::<String>() + "...";
+    }
+    Some(joined)
+}
 
 /// Refuses (400 naming `field`) text that holds a control character (NUL, ESC, DEL, the C1
 /// range, or a bidirectional override): an owner's or a reason's text is shown back in answers

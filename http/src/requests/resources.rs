@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use station_protocol::{ChannelDescriptor, Value};
 
-use super::ValueText;
-use crate::body::{Deferred, StringList, Whole};
+use super::{RequestBody, ValueText, asked_text};
+use crate::body::{Deferred, Sent, StringList, Whole};
 use crate::error::ApiError;
 use crate::link::ChannelTable;
 use crate::station::Freshness;
@@ -22,59 +22,85 @@ pub struct ResourceNameRequest {
     pub name: String,
 }
 
+impl RequestBody for ResourceNameRequest {}
+
 /// `POST api/resources/values/get {Names, MaxAgeMs?}`: a read of several channels, from the
-/// cache when `MaxAgeMs` is above 0.
+/// cache when `MaxAgeMs` is above 0. Both fields are checked by the handler, after the lease
+/// admission, which asks only whether a valid `MaxAgeMs` above 0 was sent (bad names do not
+/// make a cached read a forced one: the handler refuses them).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ResourceValuesRequest {
-    pub names: StringList,
-    pub max_age_ms: Option<Whole>,
+    pub names: Deferred<StringList>,
+    pub max_age_ms: Deferred<Option<Whole>>,
 }
 
 impl ResourceValuesRequest {
-    /// How fresh the values must be: while someone else holds the lease (`cache_only`: the
-    /// admission lets a non-holder through only with a maximum age) every value comes from the
-    /// cache however old; with a maximum age, fresh cached values serve; else the hardware.
-    pub fn freshness(&self, cache_only: bool) -> Freshness<'static> {
-        match self.max_age_ms {
+    /// The names, checked, and how fresh their values must be: while someone else holds the
+    /// lease (`cache_only`: the admission lets a non-holder through only with a maximum age)
+    /// every value comes from the cache however old; with a maximum age, fresh cached values
+    /// serve; else the hardware.
+    pub fn names_and_freshness(
+        self,
+        cache_only: bool,
+    ) -> Result<(Vec<String>, Freshness<'static>), ApiError> {
+        let StringList(names) = self.names.checked()?;
+        let freshness = match self.max_age_ms.checked()? {
             _ if cache_only => Freshness::CacheOnly,
             Some(Whole(ms)) if ms > 0 => Freshness::Within(Duration::from_millis(ms)),
             _ => Freshness::Hardware,
-        }
+        };
+        Ok((names, freshness))
     }
 }
 
-/// The `MaxAgeMs` of a read, as the lease admission reads it before the handler: a maximum
-/// age above 0 asks for cached values, which a non-holder may read while the lease is held.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct MaxAgeAsked {
-    pub max_age_ms: Option<Whole>,
-}
-
-impl MaxAgeAsked {
-    pub fn cached(&self) -> bool {
-        self.max_age_ms.is_some_and(|Whole(ms)| ms > 0)
+impl RequestBody for ResourceValuesRequest {
+    /// A maximum age above 0 asks for cached values, which a non-holder may read while the
+    /// lease is held; one the handler refuses asks for nothing cached.
+    fn cached(&self) -> bool {
+        self.max_age_ms
+            .value()
+            .is_some_and(|max_age| max_age.is_some_and(|Whole(ms)| ms > 0))
     }
 }
 
-/// `POST api/resources/value/set` and `api/resources/transact {Name, Value}`.
+/// `POST api/resources/value/set` and `api/resources/transact {Name, Value}`: checked by the
+/// handler ([`ResourceValueRequest::checked`]), kept as sent for the audit line.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ResourceValueRequest {
-    pub name: String,
-    pub value: ValueText,
+    pub name: Sent<Deferred<String>>,
+    pub value: Sent<Deferred<ValueText>>,
+}
+
+impl RequestBody for ResourceValueRequest {
+    /// `VSET1=100`: the value as the station's text, or as sent when it is not one.
+    fn asked(&self) -> Option<String> {
+        let name = self.name.text.as_deref()?;
+        let value = self.value.value.value().map(|text| text.0.as_str());
+        let value = value.or(self.value.text.as_deref())?;
+        asked_text(&[format!("{name}={value}")])
+    }
 }
 
 impl ResourceValueRequest {
-    /// The channel (by name or alias, as asked) and the value as its type, checked.
-    pub fn into_item(self, channels: &ChannelTable) -> Result<(String, Value), ApiError> {
-        let channel = channels
-            .get(&self.name)
-            .ok_or_else(|| ApiError::no_such_resource(&self.name))?;
-        let value = checked_value(channels, channel, &self.value.0)?;
-        Ok((self.name, value))
+    /// The name and the value, or a 400 naming the first of them that is missing or wrong.
+    pub fn checked(self) -> Result<(String, ValueText), ApiError> {
+        Ok((self.name.value.checked()?, self.value.value.checked()?))
     }
+}
+
+/// The channel `name` (by name or alias, as asked) and `text` as a value of its type, checked.
+pub fn item(
+    name: String,
+    text: &ValueText,
+    channels: &ChannelTable,
+) -> Result<(String, Value), ApiError> {
+    let channel = channels
+        .get(&name)
+        .ok_or_else(|| ApiError::no_such_resource(&name))?;
+    let value = checked_value(channels, channel, &text.0)?;
+    Ok((name, value))
 }
 
 /// `POST api/resources/values/set {Resources}`: name → value, each value checked after its
@@ -82,7 +108,23 @@ impl ResourceValueRequest {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ResourceValuesSetRequest {
-    pub resources: BTreeMap<String, Deferred<ValueText>>,
+    pub resources: BTreeMap<String, Sent<Deferred<ValueText>>>,
+}
+
+impl RequestBody for ResourceValuesSetRequest {
+    /// `A=1,B=True`: each value as the station's text, or as sent when it is not one.
+    fn asked(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .resources
+            .iter()
+            .map(|(name, sent)| {
+                let value = sent.value.value().map(|text| text.0.as_str());
+                let value = value.or(sent.text.as_deref()).unwrap_or_default();
+                format!("{name}={value}")
+            })
+            .collect();
+        asked_text(&parts)
+    }
 }
 
 impl ResourceValuesSetRequest {
@@ -91,7 +133,7 @@ impl ResourceValuesSetRequest {
     pub fn into_items(self, channels: &ChannelTable) -> Result<Vec<(String, Value)>, ApiError> {
         let mut items = Vec::with_capacity(self.resources.len());
         let mut refused = Vec::new();
-        for (name, text) in self.resources {
+        for (name, Sent { value: text, .. }) in self.resources {
             let channel = channels
                 .get(&name)
                 .ok_or_else(|| ApiError::no_such_resource(&name))?;

@@ -2,6 +2,7 @@
 
 use serde::Deserialize;
 
+use super::RequestBody;
 use crate::error::ApiError;
 
 #[derive(Debug, Deserialize)]
@@ -9,6 +10,8 @@ use crate::error::ApiError;
 pub struct SafeStopRequest {
     pub reason: String,
 }
+
+impl RequestBody for SafeStopRequest {}
 
 impl SafeStopRequest {
     /// The reason, trimmed; never blank, and printable text (it is echoed back in the answer,

@@ -33,7 +33,9 @@ fn a_value_is_text_a_number_or_a_boolean_as_value_text_took_it() {
         let body = body(json!({"Name": "x", "Value": value}));
         let typed = body
             .typed::<ResourceValueRequest>()
-            .map(|request| request.value.0)
+            .unwrap()
+            .checked()
+            .map(|(_, value)| value.0)
             .map_err(|error| error.message);
         let by_field = body.value_text("Value").map_err(|error| error.message);
         assert_eq!(typed, by_field, "{value}");
@@ -46,11 +48,14 @@ fn a_batchs_values_are_checked_when_their_names_are_found() {
     let request: ResourceValuesSetRequest = body.typed().unwrap();
     let mut values = request.resources.into_iter();
     let (name, a) = values.next().unwrap();
-    assert_eq!((name.as_str(), a.checked().unwrap().0.as_str()), ("a", "1"));
+    assert_eq!(
+        (name.as_str(), a.value.checked().unwrap().0.as_str()),
+        ("a", "1")
+    );
     let (name, b) = values.next().unwrap();
     assert_eq!(name, "b");
     assert_eq!(
-        b.checked().unwrap_err().message,
+        b.value.checked().unwrap_err().message,
         value_text(&json!([1]), "Resources.b").unwrap_err().message
     );
 }
@@ -241,10 +246,9 @@ fn owners_and_reasons_with_control_characters_are_refused_naming_the_field() {
 #[test]
 fn numeric_bodies_take_the_clients_defaults_and_refuse_in_their_words() {
     let measure: NumericMeasureRequest = body(json!({"channelNetName": "N"})).typed().unwrap();
-    assert!(measure.reduced());
-    assert_eq!(measure.samples(), 1000);
+    assert_eq!(measure.reduced_and_samples().unwrap(), (true, 1000));
     assert_eq!(
-        measure.target_net_name.checked().unwrap_err().message,
+        measure.target_net_name.value.checked().unwrap_err().message,
         "the field TargetNetName is missing"
     );
     for (sent, message) in [
@@ -263,13 +267,23 @@ fn numeric_bodies_take_the_clients_defaults_and_refuse_in_their_words() {
     ] {
         let refused = body(sent.clone())
             .typed::<NumericMeasureRequest>()
+            .unwrap()
+            .reduced_and_samples()
             .unwrap_err();
         assert_eq!(refused.message, message, "{sent}");
     }
+    // Both wrong: the first declared is named.
+    let both: NumericMeasureRequest = body(json!({"Samples": "5", "ReducedSet": 1}))
+        .typed()
+        .unwrap();
+    assert_eq!(
+        both.reduced_and_samples().unwrap_err().message,
+        "the field ReducedSet must be true or false"
+    );
     let measure: NumericMeasureRequest = body(json!({"Samples": -5.0, "ReducedSet": false}))
         .typed()
         .unwrap();
-    assert_eq!((measure.samples(), measure.reduced()), (-5, false));
+    assert_eq!(measure.reduced_and_samples().unwrap(), (false, -5));
     let acquire: NumericAcquireRequest = body(json!({"Lsl": 2, "Usl": 1, "Samples": "x"}))
         .typed()
         .unwrap();
@@ -278,13 +292,15 @@ fn numeric_bodies_take_the_clients_defaults_and_refuse_in_their_words() {
         "Lsl (2) must be below Usl (1)"
     );
     assert_eq!(
-        NumericAcquireRequest::samples(acquire.samples)
+        NumericAcquireRequest::samples(acquire.samples.value)
             .unwrap_err()
             .message,
         "the field Samples must be a whole number"
     );
-    let refused = body(json!({"Lsl": "1"}))
+    let refused = body(json!({"Lsl": "1", "Usl": "2"}))
         .typed::<NumericAcquireRequest>()
+        .unwrap()
+        .limits()
         .unwrap_err();
     assert_eq!(refused.message, "the field Lsl must be a number");
     let one_limit: NumericAcquireRequest = body(json!({"Usl": 1})).typed().unwrap();
