@@ -9,6 +9,11 @@ use super::*;
 pub(super) async fn faults(world: Arc<World>) {
     loop {
         tokio::time::sleep(Duration::from_micros(world.draw(300_000..4_000_000))).await;
+        // A mix of its own plays its scenario now and then, the random faults waiting.
+        if world.mix != Mix::Usual && world.draw(0..3u32) == 0 {
+            scenarios::play(&world).await;
+            continue;
+        }
         let count = world.gateways.lock().unwrap().len();
         let index = world.draw(0..count);
         let line = world.gateways.lock().unwrap()[index].line.clone();
