@@ -91,6 +91,8 @@ struct World {
     mix: Mix,
     /// While set, the clients hold off (a scripted scenario runs alone).
     calm: std::sync::atomic::AtomicBool,
+    /// Scripted faults still running on tasks of their own (a scenario waits for them).
+    scripts: Arc<std::sync::atomic::AtomicUsize>,
     /// Set once a check failed: the world stops.
     failed: CancellationToken,
     failure: Arc<Mutex<Option<String>>>,
@@ -148,6 +150,7 @@ impl World {
             state_dir,
             mix,
             calm: std::sync::atomic::AtomicBool::new(false),
+            scripts: Arc::default(),
             failed: CancellationToken::new(),
             failure: Arc::new(Mutex::new(None)),
         }

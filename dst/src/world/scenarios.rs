@@ -82,8 +82,8 @@ pub(super) async fn play(world: &Arc<World>) {
 }
 
 /// The clients hold off and the faults end, until a scenario is over: what it tests is then
-/// the only thing happening. Waits until nothing is at the station and the serving gateway's
-/// lease is at rest (nobody holds it, nothing is owed, no lock-delay runs), for 8 s at most.
+/// the only thing happening. Waits (12 s at most) until no scripted fault runs any more,
+/// nothing is at the station, and a gateway serves firmly with its lease at rest.
 async fn calm(world: &World) {
     world.calm.store(true, Ordering::SeqCst);
     world.store.heal();
@@ -94,8 +94,11 @@ async fn calm(world: &World) {
     world
         .sim
         .set_processing_time(Duration::from_millis(world.draw(2..40)));
-    for _ in 0..800 {
-        if world.sim.requests_in_progress() == 0 && serving(world).is_some_and(|g| at_rest(&g)) {
+    for _ in 0..1_200 {
+        if world.scripts.load(Ordering::SeqCst) == 0
+            && world.sim.requests_in_progress() == 0
+            && serving(world).is_some_and(|g| at_rest(&g))
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -140,11 +143,16 @@ fn calm_over(world: &World) {
     world.calm.store(false, Ordering::SeqCst);
 }
 
-/// The gateway that serves the station now (the owner), if one runs.
+/// The gateway that serves the station now (the owner), if one runs and has proved it owns
+/// the link lately (its gate stays open another 2.5 s at least: it is not about to lose it).
 fn serving(world: &World) -> Option<Arc<SimGateway>> {
-    running(world)
-        .into_iter()
-        .find(|g| g.ha.standing_by().is_none())
+    let firmly = Instant::now() + Duration::from_millis(2_500);
+    running(world).into_iter().find(|g| {
+        g.ha.standing_by().is_none()
+            && g.gate
+                .as_ref()
+                .is_none_or(|gate| gate.until().is_some_and(|until| until > firmly))
+    })
 }
 
 /// Holds a scripted lease a while, then releases it.
@@ -321,6 +329,12 @@ async fn late_past_its_contract(world: &Arc<World>) {
         + max_processing
         + Duration::from_millis(world.draw(20..past.as_millis() as u64 / 2 + 21));
     tokio::time::sleep_until(ask_at).await;
+    if gateway.gone.is_cancelled() || gateway.ha.standing_by().is_some() {
+        // It went meanwhile (what the scenario is about did not happen): nothing more.
+        let _ = writer.await;
+        calm_over(world);
+        return;
+    }
     let name = format!("client{SECOND_WRITER}");
     world.trace.note(format!(
         "{name}: acquire at {} (ttl 3000 ms, wait 0 ms)",
