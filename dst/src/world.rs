@@ -771,7 +771,7 @@ fn check_now(world: &World, last: bool) {
         .lock()
         .unwrap()
         .iter()
-        .flat_map(|slot| slot.all.iter().map(|g| g.audit.clone()))
+        .flat_map(|slot| slot.all.iter().map(|g| g.runtime.audit.clone()))
         .collect();
     let records = world.records.lock().unwrap();
     let checker = Checker {

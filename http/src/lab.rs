@@ -64,8 +64,8 @@ pub async fn answer(
         Err(error) => {
             let mut response = error_response(&error);
             // As for a station's request: counted, and challenged for Basic.
-            ops::count_access_refusal_of(
-                stations.counting_refusals(),
+            ops::count_lab_access_refusal(
+                &stations.wide().connections.lab_access_refused,
                 &stations.wide().access,
                 &mut response,
             );

@@ -343,38 +343,51 @@ pub fn access_refusal(gateway: &Gateway, response: &mut Response<Body>) {
     count_access_refusal(gateway, error_kind(response), response);
 }
 
-/// [`access_refusal`] for a request judged by `access` (the lab's own paths), counted in
-/// `counted_in`'s metrics.
-pub fn count_access_refusal_of(
-    counted_in: &Gateway,
+/// [`access_refusal`] for a request to the lab's own paths, judged by `access` and counted in
+/// the whole gateway's `refusals` (no station's).
+pub fn count_lab_access_refusal(
+    refusals: &crate::metrics::AccessRefusals,
     access: &crate::credentials::AccessControl,
     response: &mut Response<Body>,
 ) {
-    count_refusal(&counted_in.metrics, access, error_kind(response), response);
+    let kind = error_kind(response);
+    count_refusal(
+        [&refusals.unauthenticated, &refusals.forbidden],
+        access,
+        kind,
+        response,
+    );
 }
 
 /// [`access_refusal`] with the answer's error kind already read.
 fn count_access_refusal(gateway: &Gateway, kind: Option<ErrorKind>, response: &mut Response<Body>) {
-    count_refusal(&gateway.metrics, &gateway.access, kind, response);
+    let metrics: &Metrics = &gateway.metrics;
+    count_refusal(
+        [&metrics.access_unauthenticated, &metrics.access_forbidden],
+        &gateway.access,
+        kind,
+        response,
+    );
 }
 
-/// Counts a refusal of `kind` in `metrics`, with Basic's challenge when `access` offers it.
+/// Counts a refusal of `kind` in its counter (`[401, 403]`), with Basic's challenge when
+/// `access` offers it.
 fn count_refusal(
-    metrics: &Metrics,
+    [unauthenticated, forbidden]: [&crate::metrics::Counter; 2],
     access: &crate::credentials::AccessControl,
     kind: Option<ErrorKind>,
     response: &mut Response<Body>,
 ) {
     match kind {
         Some(ErrorKind::Unauthorized) => {
-            metrics.access_unauthenticated.inc();
+            unauthenticated.inc();
             if access.basic_enabled() {
                 response
                     .headers_mut()
                     .insert(WWW_AUTHENTICATE, HeaderValue::from_static(BASIC_CHALLENGE));
             }
         }
-        Some(ErrorKind::Forbidden) => metrics.access_forbidden.inc(),
+        Some(ErrorKind::Forbidden) => forbidden.inc(),
         _ => {}
     }
 }

@@ -741,6 +741,29 @@ async fn the_labs_paths_need_a_reader_as_a_stations_do_health_and_readiness_open
             "{path}"
         );
     }
+    // The lab's own refusals are the gateway's, not its first station's: counted once,
+    // unlabelled, and in no station's `access_refused_total`.
+    let metrics = lab
+        .http
+        .get(format!("{}/metrics", lab.gateway.base_url()))
+        .header("X-Api-Key", KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for station in ["st1", "st2"] {
+        let line = format!(
+            "station_gateway_access_refused_total{{station=\"{station}\",status=\"401\"}} 0"
+        );
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let lab_line = "station_gateway_lab_access_refused_total{status=\"401\"} 4";
+    assert!(
+        metrics.lines().any(|l| l == lab_line),
+        "{lab_line} in\n{metrics}"
+    );
 }
 
 /// Two stations of one gateway whose addresses reach one physical station (here one simulator

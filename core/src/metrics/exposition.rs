@@ -151,6 +151,18 @@ impl Snapshot<'_> {
             "Idle HTTP connections (no request in progress) closed to make room for a new one at the connection limit.",
             m.http_connections_evicted.get(),
         );
+        header(
+            &mut out,
+            "lab_access_refused_total",
+            "counter",
+            "Requests to the lab's own paths (the station list, its page, stream, metrics and safe stop) refused by access control: 401, 403.",
+        );
+        let _ = writeln!(
+            out,
+            "{PREFIX}lab_access_refused_total{{status=\"401\"}} {}\n{PREFIX}lab_access_refused_total{{status=\"403\"}} {}",
+            m.lab_access_refused.unauthenticated.get(),
+            m.lab_access_refused.forbidden.get()
+        );
 
         let link = &self.link;
         single(

@@ -4,7 +4,8 @@
 //! `# HELP` and `# TYPE` once, then the samples of every station in the stations' order, each
 //! with `station="<id>"` as its first label. The families of the whole process
 //! ([`GATEWAY_WIDE_FAMILIES`]: the build, the uptime, the HTTP connections' timeouts, refusals
-//! and evictions, which the stations' renders each show alike) are taken once, unlabelled.
+//! and evictions, the lab's own access refusals, which the stations' renders each show alike)
+//! are taken once, unlabelled.
 //!
 //! Pure: texts in, text out; nothing is read but what is given.
 
@@ -19,6 +20,7 @@ pub const GATEWAY_WIDE_FAMILIES: &[&str] = &[
     "station_gateway_http_timeouts_total",
     "station_gateway_http_connections_refused_total",
     "station_gateway_http_connections_evicted_total",
+    "station_gateway_lab_access_refused_total",
 ];
 
 /// The label every station's sample gets first.

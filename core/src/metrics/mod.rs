@@ -23,5 +23,6 @@ pub use comm::{BusKind, CommMetrics};
 pub use exposition::{HistoryCounts, LinkCounts, Snapshot};
 pub use instruments::{Counter, Gauge, Histogram, LATENCY_BUCKETS, PREFIX, single};
 pub use registry::{
-    ConnectionCounters, HttpMetrics, HttpRefusals, HttpTimeouts, LeaseCounters, Metrics, STATUSES,
+    AccessRefusals, ConnectionCounters, HttpMetrics, HttpRefusals, HttpTimeouts, LeaseCounters,
+    Metrics, STATUSES,
 };

@@ -148,6 +148,15 @@ pub struct ConnectionCounters {
     pub refused: Arc<HttpRefusals>,
     /// Idle HTTP connections closed to make room for a new one at the connection limit.
     pub evicted: Arc<Counter>,
+    /// Requests to the lab's own paths refused by access control.
+    pub lab_access_refused: Arc<AccessRefusals>,
+}
+
+/// Requests refused by access control: 401 (no or wrong credentials) and 403 (a role too low).
+#[derive(Debug, Default)]
+pub struct AccessRefusals {
+    pub unauthenticated: Counter,
+    pub forbidden: Counter,
 }
 
 /// Counters kept by the HTTP entry and the legacy listener; the link, the cache, the lease and
@@ -167,6 +176,9 @@ pub struct Metrics {
     pub http_connections_refused: Arc<HttpRefusals>,
     /// Idle HTTP connections closed to make room for a new one at the connection limit.
     pub http_connections_evicted: Arc<Counter>,
+    /// Requests to the lab's own paths (`/v1/stations`, its page, stream, metrics and safe
+    /// stop) refused by access control: the whole gateway's, shared like the connections'.
+    pub lab_access_refused: Arc<AccessRefusals>,
     pub legacy_clients: Gauge,
     pub legacy_connections: Counter,
     pub legacy_refused: Counter,
@@ -194,6 +206,7 @@ impl Metrics {
             http_timeouts: connections.timeouts.clone(),
             http_connections_refused: connections.refused.clone(),
             http_connections_evicted: connections.evicted.clone(),
+            lab_access_refused: connections.lab_access_refused.clone(),
             legacy_clients: Gauge::default(),
             legacy_connections: Counter::default(),
             legacy_refused: Counter::default(),

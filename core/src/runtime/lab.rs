@@ -25,6 +25,9 @@ pub struct LabShared {
     /// Where other gateways and clients reach this one (`http://ADDR`, `https://ADDR`): what
     /// its link-owner leases say, unless `[ha] advertise_url` says otherwise.
     pub published_url: String,
+    /// The process id its link-owner leases name it by, beside `published_url`: this
+    /// process's; a simulation of several gateways in one process gives each run its own.
+    pub pid: u32,
     /// The id of every station the gateway serves, in the configuration's order.
     pub served: Vec<String>,
     /// The counters of the front ends' connections, the whole gateway's.
@@ -72,6 +75,7 @@ impl LabShared {
             leases,
             audit,
             published_url,
+            pid: std::process::id(),
             served,
             connections: ConnectionCounters::default(),
             endpoint_labels: Vec::new(),

@@ -60,7 +60,7 @@ impl Custody {
             Some(id) => format!("{published}/stations/{id}"),
             None => published,
         };
-        let me = owner_label(std::process::id(), &published);
+        let me = owner_label(lab.pid, &published);
         let timing = config.link_owner_timing();
         let name = config.link_owner_key();
         // Each station of several its own state file (each is locked by its owner).
@@ -200,7 +200,9 @@ async fn stand_by(watch: Standby, runtime: Arc<StationRuntime>, release: Cancell
             tokio::time::sleep(retry).await;
         }
     };
+    // In order, so that a simulation under one seed replays exactly.
     tokio::select! {
+        biased;
         () = &mut keep => return,
         () = resumed => {}
     }

@@ -24,7 +24,7 @@ impl StationRuntime {
         setup: StationSetup,
         lab: &LabShared,
     ) -> Result<Arc<StationRuntime>, StationStartError> {
-        let link = link_of(&setup.config)?;
+        let link = StationRuntime::link_for(&setup.config)?;
         StationRuntime::start_on(setup, link, lab).await
     }
 
@@ -45,32 +45,33 @@ impl StationRuntime {
             .instrument(span)
             .await
     }
-}
 
-/// The link task and its handle for the station `config` names.
-fn link_of(config: &Config) -> Result<(LinkTask, LinkHandle), StationStartError> {
-    let url = StationUrl::parse(&config.station.url).map_err(|error| {
-        crate::config::ConfigError::Invalid {
-            key: "station.url",
-            message: error.to_string(),
-        }
-    })?;
-    let settings = LinkSettings {
-        url,
-        request_timeout: config.request_timeout(),
-        connect_timeout: Duration::from_millis(config.station.connect_timeout_ms),
-        reconnect_min: Duration::from_millis(config.station.reconnect_min_ms),
-        reconnect_max: Duration::from_millis(config.station.reconnect_max_ms),
-        max_names_per_read: config.station.max_names_per_read,
-        coalesce_quiet: Duration::from_micros(config.station.coalesce_quiet_us),
-        coalesce_max: Duration::from_micros(config.station.coalesce_max_us),
-        queue_depth: config.station.queue_depth,
-        client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
-    };
-    Ok(LinkTask::with_max_processing(
-        settings,
-        config.max_processing(),
-    ))
+    /// The link task and its handle for the station `config` names, as [`StationRuntime::start`]
+    /// makes them (a simulation gives the task an opener of its own: `LinkTask::with_opener`).
+    pub fn link_for(config: &Config) -> Result<(LinkTask, LinkHandle), StationStartError> {
+        let url = StationUrl::parse(&config.station.url).map_err(|error| {
+            crate::config::ConfigError::Invalid {
+                key: "station.url",
+                message: error.to_string(),
+            }
+        })?;
+        let settings = LinkSettings {
+            url,
+            request_timeout: config.request_timeout(),
+            connect_timeout: Duration::from_millis(config.station.connect_timeout_ms),
+            reconnect_min: Duration::from_millis(config.station.reconnect_min_ms),
+            reconnect_max: Duration::from_millis(config.station.reconnect_max_ms),
+            max_names_per_read: config.station.max_names_per_read,
+            coalesce_quiet: Duration::from_micros(config.station.coalesce_quiet_us),
+            coalesce_max: Duration::from_micros(config.station.coalesce_max_us),
+            queue_depth: config.station.queue_depth,
+            client_name: format!("station-gateway {}", env!("CARGO_PKG_VERSION")),
+        };
+        Ok(LinkTask::with_max_processing(
+            settings,
+            config.max_processing(),
+        ))
+    }
 }
 
 /// Builds the station's parts and starts its tasks, in its span.

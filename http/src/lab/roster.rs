@@ -24,8 +24,8 @@ pub struct GatewayWide {
     pub access: crate::credentials::AccessControl,
     /// HTTPS, while `[http.tls]` names a certificate and key.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
-    /// The HTTP connections' timeouts, refusals and evictions, shared by every station's
-    /// metrics.
+    /// The HTTP connections' timeouts, refusals and evictions, and the lab's own access
+    /// refusals, shared by every station's metrics.
     pub connections: crate::metrics::ConnectionCounters,
     pub started: std::time::Instant,
     /// Cancelled when the gateway shuts down; the lab's streams end with it.
@@ -83,11 +83,6 @@ impl Stations {
     /// counters.
     pub fn wide(&self) -> &GatewayWide {
         &self.wide
-    }
-
-    /// The station whose counters count the lab's own requests refused by access control.
-    pub fn counting_refusals(&self) -> &Gateway {
-        &self.gateways[0]
     }
 
     /// A request for a station's path that no station takes (`/stations/{unknown}/...`, or a
