@@ -108,7 +108,7 @@ async fn calm(world: &World) {
 
 /// Nobody holds `gateway`'s lease, nothing is owed and no lock-delay runs.
 fn at_rest(gateway: &SimGateway) -> bool {
-    let view = gateway.lease.view();
+    let view = gateway.runtime.lease.view();
     !view.held && view.owner.is_none() && view.safe_state.is_none() && view.lock_delay_ms.is_none()
 }
 
@@ -149,7 +149,8 @@ fn serving(world: &World) -> Option<Arc<SimGateway>> {
     let firmly = Instant::now() + Duration::from_millis(2_500);
     running(world).into_iter().find(|g| {
         g.ha.standing_by().is_none()
-            && g.gate
+            && g.runtime
+                .link_gate
                 .as_ref()
                 .is_none_or(|gate| gate.until().is_some_and(|until| until > firmly))
     })
