@@ -126,7 +126,7 @@ fn opener(sim: &SimulatorHandle, line: &LineControl, name: &str) -> StationOpene
         Box::pin(async move {
             let (ours, theirs) = tokio::io::duplex(64 * 1024);
             let token = line.new_connection();
-            sim.serve_stream_as(theirs, 4, &name);
+            sim.serve_stream_as(theirs, line.window(), &name);
             let stream: Box<dyn StationStream> = Box::new(SimStream::new(ours, token, line));
             Ok(stream)
         })

@@ -19,14 +19,32 @@ struct HoldState {
 }
 
 /// The controls of one gateway's line to the station: cut the current connection, hold and
-/// release everything on it.
+/// release everything on it; and how many requests the station takes at once on it.
 #[derive(Clone, Default)]
 pub struct LineControl {
     cut: Arc<Mutex<CancellationToken>>,
     hold: Arc<Mutex<HoldState>>,
+    /// The station's window on this line (0: the usual 4); 1 for a serial line.
+    window: Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl LineControl {
+    /// A line whose station takes `window` requests at once (a serial line takes one).
+    pub fn with_window(window: u16) -> LineControl {
+        let line = LineControl::default();
+        line.window
+            .store(window, std::sync::atomic::Ordering::Relaxed);
+        line
+    }
+
+    /// How many requests the station takes at once on this line (its HELLO says so).
+    pub fn window(&self) -> u16 {
+        match self.window.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => 4,
+            window => window,
+        }
+    }
+
     /// A token for a new connection: cutting cuts this one.
     pub fn new_connection(&self) -> CancellationToken {
         let token = CancellationToken::new();

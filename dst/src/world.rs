@@ -21,7 +21,9 @@ use crate::store::SimStore;
 use crate::trace::Trace;
 
 mod faults;
+mod scenarios;
 use faults::*;
+use scenarios::Mix;
 
 pub use crate::rng::SimRng;
 
@@ -85,6 +87,12 @@ struct World {
     gateways: Arc<Mutex<Vec<Slot>>>,
     records: Arc<Mutex<Records>>,
     state_dir: PathBuf,
+    /// How this seed mixes its faults.
+    mix: Mix,
+    /// While set, the clients hold off (a scripted scenario runs alone).
+    calm: std::sync::atomic::AtomicBool,
+    /// Scripted faults still running on tasks of their own (a scenario waits for them).
+    scripts: Arc<std::sync::atomic::AtomicUsize>,
     /// Set once a check failed: the world stops.
     failed: CancellationToken,
     failure: Arc<Mutex<Option<String>>>,
@@ -110,22 +118,23 @@ impl World {
         // Half the stations carry a change out after its connection closed (serial lines).
         let ignores_close = rng.lock().unwrap().gen_bool(0.5);
         sim.set_ignores_close(ignores_close);
-        let count = if rng.lock().unwrap().gen_bool(0.5) {
-            2
-        } else {
-            1
-        };
+        let two = rng.lock().unwrap().gen_bool(0.5);
+        let mix = Mix::of_seed(options.seed);
+        let count = if two || mix.needs_two() { 2 } else { 1 };
         trace.note(format!(
             "seed {}: {count} gateway(s), station processing {} ms, ignores a close: {ignores_close}",
             options.seed,
             processing.as_millis()
         ));
+        if mix != Mix::Usual {
+            trace.note(format!("mix: {}", mix.words()));
+        }
         let store = SimStore::new(count, rng.clone(), trace.clone());
         let slots = (0..count)
             .map(|index| Slot {
                 running: None,
                 standby: index > 0,
-                line: LineControl::default(),
+                line: LineControl::with_window(mix.window()),
                 incarnation: 0,
                 all: Vec::new(),
             })
@@ -139,6 +148,9 @@ impl World {
             gateways: Arc::new(Mutex::new(slots)),
             records: Arc::new(Mutex::new(Records::default())),
             state_dir,
+            mix,
+            calm: std::sync::atomic::AtomicBool::new(false),
+            scripts: Arc::default(),
             failed: CancellationToken::new(),
             failure: Arc::new(Mutex::new(None)),
         }
@@ -369,6 +381,9 @@ async fn client_life(world: Arc<World>, client: usize, stop: CancellationToken) 
         tokio::time::sleep(Duration::from_micros(world.draw(50_000..1_500_000))).await;
         if stop.is_cancelled() {
             break;
+        }
+        if world.calm.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
         }
         let gateways = running(&world);
         if gateways.is_empty() {

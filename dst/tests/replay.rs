@@ -17,7 +17,8 @@ fn trace_of(seed: u64) -> String {
 
 #[test]
 fn a_seed_run_twice_gives_the_same_trace_byte_for_byte() {
-    for seed in [7, 1_000_003] {
+    // Odd seeds mix the faults the usual way; 8 and 10 play scripted scenarios too.
+    for seed in [7, 8, 10, 1_000_003] {
         let (first, second) = (trace_of(seed), trace_of(seed));
         assert!(
             first.lines().count() > 20,

@@ -9,12 +9,22 @@ use super::*;
 pub(super) async fn faults(world: Arc<World>) {
     loop {
         tokio::time::sleep(Duration::from_micros(world.draw(300_000..4_000_000))).await;
+        // A mix of its own plays its scenario now and then, the random faults waiting.
+        if world.mix != Mix::Usual && world.draw(0..3u32) == 0 {
+            scenarios::play(&world).await;
+            continue;
+        }
         let count = world.gateways.lock().unwrap().len();
         let index = world.draw(0..count);
         let line = world.gateways.lock().unwrap()[index].line.clone();
         match world.draw(0..19u32) {
             17 | 18 => {
-                tokio::spawn(change_left_at_the_station(world.clone(), index));
+                let script = Script::running(&world);
+                let world = world.clone();
+                tokio::spawn(async move {
+                    change_left_at_the_station(world, index).await;
+                    drop(script);
+                });
             }
             0 => {
                 world.trace.note(format!("fault: gw{index}'s link cut"));
@@ -22,8 +32,10 @@ pub(super) async fn faults(world: Arc<World>) {
             }
             1 => {
                 // The link cut while a request is at the station (within 3 s, if one comes).
+                let script = Script::running(&world);
                 let world = world.clone();
                 tokio::spawn(async move {
+                    let _script = script;
                     for _ in 0..300 {
                         if world.sim.requests_in_progress() > 0 {
                             world.trace.note(format!(
@@ -161,6 +173,24 @@ pub(super) async fn faults(world: Arc<World>) {
                 world.sim.set_stall(false);
             }
         }
+    }
+}
+
+/// A scripted fault running on a task of its own, counted until it ends.
+pub(super) struct Script(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Script {
+    pub(super) fn running(world: &World) -> Script {
+        world
+            .scripts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Script(world.scripts.clone())
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
