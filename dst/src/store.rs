@@ -1,8 +1,11 @@
 //! The simulated lease store: the lease engine's memory store behind the [`LeaseStore`] trait,
 //! seen by each gateway through its own view whose calls the simulation can delay, lose (the
 //! call carried out, its answer never arriving) or partition away, and stall for everyone.
-//! It also records who took the link-owner lease when: the epochs invariant 4 judges by.
+//! It also records who took the link-owner lease when: the epochs invariant 4 judges by (the
+//! configured link-owner lease's, or, when the gateways name the station differently and each
+//! has a configured one of its own, the station's own, named after its HELLO identity).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,6 +46,8 @@ pub struct SimStore {
     inner: MemoryLeaseStore,
     faults: Mutex<StoreFaults>,
     epochs: Mutex<Vec<OwnerEpoch>>,
+    /// The epochs are the station's own link-owner lease's (`link-owner:station:<identity>`).
+    station_lease_epochs: AtomicBool,
     rng: SimRng,
     trace: Trace,
 }
@@ -56,6 +61,7 @@ impl SimStore {
                 ..StoreFaults::default()
             }),
             epochs: Mutex::new(Vec::new()),
+            station_lease_epochs: AtomicBool::new(false),
             rng,
             trace,
         })
@@ -85,6 +91,22 @@ impl SimStore {
     /// Every acquisition of the control lease's link-owner lease, oldest first.
     pub fn owner_epochs(&self) -> Vec<OwnerEpoch> {
         self.epochs.lock().unwrap().clone()
+    }
+
+    /// From now on the epochs are the acquisitions of the station's own link-owner lease: the
+    /// gateways name the station differently, so each configured link-owner lease has one
+    /// holder only, and the lease that keeps the second gateway off the station is the one
+    /// named after HELLO's identity.
+    pub fn epochs_of_the_station_lease(&self) {
+        self.station_lease_epochs.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether an acquisition of `name` starts an owner epoch.
+    fn starts_an_epoch(&self, name: &str) -> bool {
+        let station = name.starts_with("link-owner:station:");
+        name.starts_with("link-owner:")
+            && !name.ends_with(":released")
+            && station == self.station_lease_epochs.load(Ordering::Relaxed)
     }
 
     /// Waits out the faults before a call of `gateway`: `Err` for a partitioned one.
@@ -155,9 +177,7 @@ impl LeaseStore for StoreView {
             self.store.before(self.gateway, "acquire").await?;
             let result = self.store.inner.try_acquire_kind(kind, name, request).await;
             if let Ok(Acquisition::Taken(grant)) = &result
-                && name.starts_with("link-owner:")
-                && !name.starts_with("link-owner:station:")
-                && !name.ends_with(":released")
+                && self.store.starts_an_epoch(name)
             {
                 self.store.epochs.lock().unwrap().push(OwnerEpoch {
                     gateway: self.gateway,

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assembly::{self, GatewayStart, Refusal, SimGateway};
 use crate::invariants::{Checker, Records, SafeStopRecord, Tenure, WriteAnswer, WriteIntent};
+use crate::naming::{Naming, StationNames};
 use crate::pipe::LineControl;
 use crate::store::SimStore;
 use crate::trace::Trace;
@@ -94,6 +95,8 @@ struct World {
 struct Slot {
     running: Option<Arc<SimGateway>>,
     standby: bool,
+    /// How its configuration names the station.
+    names: StationNames,
     line: LineControl,
     incarnation: u32,
     /// Every process it ran, for the audit trails (invariant 5).
@@ -121,10 +124,19 @@ impl World {
             processing.as_millis()
         ));
         let store = SimStore::new(count, rng.clone(), trace.clone());
+        let naming = Naming::draw(options.seed, count);
+        if naming.differs() {
+            trace.note(format!(
+                "gw1 names the station otherwise: {}",
+                naming.of(1).describe()
+            ));
+            store.epochs_of_the_station_lease();
+        }
         let slots = (0..count)
             .map(|index| Slot {
                 running: None,
-                standby: index > 0,
+                standby: naming.of(index).configured_standby(index),
+                names: naming.of(index),
                 line: LineControl::default(),
                 incarnation: 0,
                 all: Vec::new(),
@@ -244,11 +256,16 @@ fn fail(world: &World, why: String) {
 /// Starts gateway `index` (again): as configured, or as a standby when another owns the link.
 /// `false` when it could not start now.
 async fn start_gateway(world: &Arc<World>, index: usize) -> bool {
-    let (standby, line, incarnation) = {
+    let (standby, line, incarnation, names) = {
         let mut slots = world.gateways.lock().unwrap();
         let slot = &mut slots[index];
         slot.incarnation += 1;
-        (slot.standby, slot.line.clone(), slot.incarnation)
+        (
+            slot.standby,
+            slot.line.clone(),
+            slot.incarnation,
+            slot.names.clone(),
+        )
     };
     let setup = |standby| GatewayStart {
         index,
@@ -258,6 +275,7 @@ async fn start_gateway(world: &Arc<World>, index: usize) -> bool {
         sim: world.sim.clone(),
         line: line.clone(),
         state_file: world.state_dir.join(format!("gw{index}.state")),
+        names: names.clone(),
     };
     let started = match assembly::start(setup(standby)).await {
         Ok(gateway) => Ok(gateway),
@@ -756,7 +774,7 @@ fn check_now(world: &World, last: bool) {
         .lock()
         .unwrap()
         .iter()
-        .flat_map(|slot| slot.all.iter().map(|g| g.runtime.audit.clone()))
+        .flat_map(|slot| slot.all.iter().map(|g| (g.index, g.runtime.audit.clone())))
         .collect();
     let records = world.records.lock().unwrap();
     let checker = Checker {
