@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use station_lease::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
     MemoryLeaseStore,
@@ -33,6 +34,14 @@ pub struct StoreFaults {
     pub max_delay: Duration,
 }
 
+/// A step of the store's clock (an NTP step on the host whose clock it reads): due at `at`,
+/// by `by_ms` milliseconds (negative: back).
+#[derive(Debug, Clone, Copy)]
+pub struct ClockStep {
+    pub at: Instant,
+    pub by_ms: i64,
+}
+
 /// One acquisition of a link-owner lease: who took it, when, under which fence.
 #[derive(Debug, Clone)]
 pub struct OwnerEpoch {
@@ -48,6 +57,8 @@ pub struct SimStore {
     epochs: Mutex<Vec<OwnerEpoch>>,
     /// The epochs are the station's own link-owner lease's (`link-owner:station:<identity>`).
     station_lease_epochs: AtomicBool,
+    /// The step of its clock still to come, if any.
+    clock_step: Mutex<Option<ClockStep>>,
     rng: SimRng,
     trace: Trace,
 }
@@ -62,6 +73,7 @@ impl SimStore {
             }),
             epochs: Mutex::new(Vec::new()),
             station_lease_epochs: AtomicBool::new(false),
+            clock_step: Mutex::new(None),
             rng,
             trace,
         })
@@ -109,8 +121,49 @@ impl SimStore {
             && station == self.station_lease_epochs.load(Ordering::Relaxed)
     }
 
+    /// Draws the seed's step of the store's clock, from a generator of its own (so that the
+    /// seed's other draws stay as they were): in one seed in three, once within the faulty
+    /// time, forward or back.
+    pub fn draw_clock_step(&self, seed: u64, faulty_for: Duration) {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x636c_6f63_6b5f_6473);
+        if faulty_for < Duration::from_secs(10) || !rng.gen_ratio(1, 3) {
+            return;
+        }
+        let at = rng.gen_range(5_000..faulty_for.as_millis() as u64 - 5_000);
+        let size = match rng.gen_range(0..3u32) {
+            0 => rng.gen_range(50..1_000),
+            1 => rng.gen_range(1_000..5_000),
+            _ => rng.gen_range(5_000..15_000),
+        };
+        let by_ms = if rng.gen_bool(0.5) { size } else { -size };
+        *self.clock_step.lock().unwrap() = Some(ClockStep {
+            at: self.trace.start() + Duration::from_millis(at),
+            by_ms,
+        });
+    }
+
+    /// The step of the store's clock, once it is due (at the first call after its time).
+    fn step_clock_when_due(&self) {
+        let mut pending = self.clock_step.lock().unwrap();
+        let Some(step) = *pending else {
+            return;
+        };
+        if Instant::now() < step.at {
+            return;
+        }
+        *pending = None;
+        self.inner.step_clock(step.by_ms);
+        self.trace.note(format!(
+            "fault: the store's clock steps {} by {}.{:03} s",
+            if step.by_ms > 0 { "forward" } else { "back" },
+            step.by_ms.unsigned_abs() / 1000,
+            step.by_ms.unsigned_abs() % 1000
+        ));
+    }
+
     /// Waits out the faults before a call of `gateway`: `Err` for a partitioned one.
     async fn before(&self, gateway: usize, what: &str) -> Result<(), LeaseStoreError> {
+        self.step_clock_when_due();
         let (partitioned, stalled_until, delay) = {
             let faults = self.faults.lock().unwrap();
             let delay = if faults.max_delay.is_zero() {

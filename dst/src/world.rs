@@ -132,6 +132,7 @@ impl World {
             ));
             store.epochs_of_the_station_lease();
         }
+        store.draw_clock_step(options.seed, options.faulty_for);
         let slots = (0..count)
             .map(|index| Slot {
                 running: None,
