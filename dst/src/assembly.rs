@@ -164,6 +164,12 @@ impl SimGateway {
             .map_err(|e| Refusal::NotLinkOwner(e.to_string()))
     }
 
+    /// Whether this gateway serves the station now: not a standby, and its link not standing
+    /// by on the station's identity (what a client learns from a 503 naming the other).
+    pub fn serves_the_station(&self) -> bool {
+        self.ha.standing_by().is_none() && self.owns_link().is_ok()
+    }
+
     /// `POST lease[?waitMs=N]`.
     pub async fn acquire(
         &self,

@@ -735,7 +735,12 @@ async fn safe_stop(world: &World, name: &str, gateway: &SimGateway, patience: Op
 /// After the heal: one acquirer waits in line until it gets the lease (invariant 6).
 async fn final_acquirer(world: Arc<World>) {
     loop {
-        for gateway in running(&world) {
+        // Where the station is served: a gateway whose link stands by (a standby, or one that
+        // names the station otherwise while the other serves it) answers 503 naming the other.
+        for gateway in running(&world)
+            .into_iter()
+            .filter(|g| g.serves_the_station())
+        {
             let answer = request(
                 &gateway,
                 None,
