@@ -152,12 +152,18 @@ impl SimStore {
             return;
         }
         *pending = None;
-        self.inner.step_clock(step.by_ms);
+        drop(pending);
+        self.step_clock(step.by_ms);
+    }
+
+    /// Steps the store's clock now by `by_ms` milliseconds (negative: back).
+    pub fn step_clock(&self, by_ms: i64) {
+        self.inner.step_clock(by_ms);
         self.trace.note(format!(
             "fault: the store's clock steps {} by {}.{:03} s",
-            if step.by_ms > 0 { "forward" } else { "back" },
-            step.by_ms.unsigned_abs() / 1000,
-            step.by_ms.unsigned_abs() % 1000
+            if by_ms > 0 { "forward" } else { "back" },
+            by_ms.unsigned_abs() / 1000,
+            by_ms.unsigned_abs() % 1000
         ));
     }
 
