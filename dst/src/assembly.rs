@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use station_core::audit::AuditLog;
 use station_core::config::lab::StationSetup;
-use station_core::config::{Config, HaMode, SafeWrite};
+use station_core::config::{Config, SafeWrite};
 use station_core::lease::control::{LeaseAnswer, SafeStopOutcome, SafeStopState};
 use station_core::lease::standby::HaRole;
 use station_core::lease::{Access, LeaseBackends, LeaseError};
@@ -26,6 +26,7 @@ use station_protocol::Value;
 use station_simulator::SimulatorHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::naming::StationNames;
 use crate::pipe::{LineControl, SimStream};
 
 /// The channel every client writes and the safe state sets.
@@ -36,10 +37,11 @@ pub const SAFE_VALUE: f64 = 0.0;
 /// store behind it is handed in, never opened).
 const SHARED_BACKEND: &str = "sqlite:/simulated/leases.db";
 
-/// The configuration every simulated gateway runs with.
+/// The configuration every simulated gateway runs with, before its naming of the station
+/// (`crate::naming`) is put in.
 pub fn config() -> Config {
     let mut config = Config::default();
-    config.station.url = "tcp://station.sim:4000".into();
+    config.station.url = StationNames::shared().url;
     config.station.request_timeout_ms = 1_000;
     config.lease.backend = SHARED_BACKEND.into();
     config.lease.safe_state = vec![SafeWrite {
@@ -67,6 +69,9 @@ pub struct SimGateway {
     /// Cancelled when the process is gone (killed or stopped): what a client waits on then
     /// is answered as a dropped connection.
     pub gone: CancellationToken,
+    /// Added to the fences its doors answer (`naming::OTHER_LEASE_FENCES` when its control
+    /// lease is named otherwise: each lease is told by its fence).
+    pub fence_base: u64,
 }
 
 /// What a gateway is started with.
@@ -80,14 +85,15 @@ pub struct GatewayStart {
     pub line: LineControl,
     /// Where its link-owner state file lives (kept across a restart).
     pub state_file: PathBuf,
+    /// How its configuration names the station.
+    pub names: StationNames,
 }
 
 /// Starts a gateway: `Err` when it cannot start now (its link-owner lease held by another).
 pub async fn start(setup: GatewayStart) -> Result<SimGateway, String> {
     let mut config = config();
-    if setup.standby {
-        config.ha.mode = HaMode::Standby;
-    }
+    setup.names.apply(&mut config, setup.standby);
+    let fence_base = setup.names.fence_base();
     config.lease.link_owner_state = setup.state_file.to_string_lossy().into_owned();
     let name = format!("gw{}", setup.index);
     let (link_task, link) = StationRuntime::link_for(&config).map_err(|e| e.to_string())?;
@@ -115,6 +121,7 @@ pub async fn start(setup: GatewayStart) -> Result<SimGateway, String> {
         runtime,
         line: setup.line,
         gone: CancellationToken::new(),
+        fence_base,
     })
 }
 
@@ -157,6 +164,12 @@ impl SimGateway {
             .map_err(|e| Refusal::NotLinkOwner(e.to_string()))
     }
 
+    /// Whether this gateway serves the station now: not a standby, and its link not standing
+    /// by on the station's identity (what a client learns from a 503 naming the other).
+    pub fn serves_the_station(&self) -> bool {
+        self.ha.standing_by().is_none() && self.owns_link().is_ok()
+    }
+
     /// `POST lease[?waitMs=N]`.
     pub async fn acquire(
         &self,
@@ -175,7 +188,14 @@ impl SimGateway {
             .lease
             .acquire(owner.to_owned(), ttl, presented, wait)
             .await
+            .map(|answer| self.told(answer))
             .map_err(Refusal::Lease)
+    }
+
+    /// `answer` with its fence as the clients' records keep it.
+    fn told(&self, mut answer: LeaseAnswer) -> LeaseAnswer {
+        answer.fence += self.fence_base;
+        answer
     }
 
     /// `PUT lease/{id}`.
@@ -187,6 +207,7 @@ impl SimGateway {
             .lease
             .renew(presented, None)
             .await
+            .map(|answer| self.told(answer))
             .map_err(Refusal::Lease)
     }
 
@@ -230,6 +251,9 @@ impl SimGateway {
             .map_err(Refusal::Lease)?;
         if hole && standing_by {
             outcome.safe_state = SafeStopState::Confirmed;
+        }
+        if let Some((_, fence)) = &mut outcome.ended {
+            *fence += self.fence_base;
         }
         Ok(outcome)
     }

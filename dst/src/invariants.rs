@@ -24,6 +24,7 @@ use station_simulator::WriteRecord;
 use tokio::time::Instant;
 
 use crate::assembly::{SAFE_VALUE, SETPOINT};
+use crate::naming::OTHER_LEASE_FENCES;
 use crate::store::OwnerEpoch;
 
 /// A client's write, as the client knows it.
@@ -180,7 +181,8 @@ pub struct Checker<'a> {
     pub now: Instant,
     /// The last look: also the audit trails (invariant 5).
     pub last: bool,
-    pub audits: &'a [AuditLog],
+    /// Every gateway process's audit trail, with its gateway's index.
+    pub audits: &'a [(usize, AuditLog)],
 }
 
 fn number(value: &Value) -> Option<f64> {
@@ -417,10 +419,13 @@ impl Checker<'_> {
 
     /// Invariant 5.
     fn audited(&self, writes: &[(Instant, f64, usize)]) -> Result<(), String> {
-        let lines: Vec<String> = self
+        let lines: Vec<(usize, String)> = self
             .audits
             .iter()
-            .flat_map(|audit| audit.tail(0).unwrap_or_default())
+            .flat_map(|(gateway, audit)| {
+                let lines = audit.tail(0).unwrap_or_default();
+                lines.into_iter().map(move |line| (*gateway, line))
+            })
             .collect();
         for &(at, value, _) in writes {
             if value == SAFE_VALUE {
@@ -430,12 +435,15 @@ impl Checker<'_> {
                 continue;
             };
             let asked = format!("asked=VSET1={value}");
+            // The audit trail of the gateway it was sent to says the fence of that gateway's
+            // control lease (the records add OTHER_LEASE_FENCES for a lease named otherwise).
             let fence = match intent.fence {
-                Some(fence) => format!(" fence={fence} "),
+                Some(fence) => format!(" fence={} ", fence % OTHER_LEASE_FENCES),
                 None => " fence=- ".into(),
             };
-            if !lines.iter().any(|line| {
-                (line.ends_with(&asked) || line.contains(&format!("{asked} ")))
+            if !lines.iter().any(|(gateway, line)| {
+                *gateway == intent.gateway
+                    && (line.ends_with(&asked) || line.contains(&format!("{asked} ")))
                     && line.contains(&fence)
             }) {
                 return Err(format!(

@@ -7,6 +7,7 @@
 
 pub mod assembly;
 pub mod invariants;
+pub mod naming;
 pub mod pipe;
 pub mod rng;
 pub mod store;

@@ -1,13 +1,17 @@
 //! The simulated lease store: the lease engine's memory store behind the [`LeaseStore`] trait,
 //! seen by each gateway through its own view whose calls the simulation can delay, lose (the
 //! call carried out, its answer never arriving) or partition away, and stall for everyone.
-//! It also records who took the link-owner lease when: the epochs invariant 4 judges by.
+//! It also records who took the link-owner lease when: the epochs invariant 4 judges by (the
+//! configured link-owner lease's, or, when the gateways name the station differently and each
+//! has a configured one of its own, the station's own, named after its HELLO identity).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use station_lease::{
     AcquireRequest, Acquisition, LeaseGrant, LeaseKind, LeaseStore, LeaseStoreError, LeaseToken,
     MemoryLeaseStore,
@@ -30,6 +34,14 @@ pub struct StoreFaults {
     pub max_delay: Duration,
 }
 
+/// A step of the store's clock (an NTP step on the host whose clock it reads): due at `at`,
+/// by `by_ms` milliseconds (negative: back).
+#[derive(Debug, Clone, Copy)]
+pub struct ClockStep {
+    pub at: Instant,
+    pub by_ms: i64,
+}
+
 /// One acquisition of a link-owner lease: who took it, when, under which fence.
 #[derive(Debug, Clone)]
 pub struct OwnerEpoch {
@@ -43,6 +55,10 @@ pub struct SimStore {
     inner: MemoryLeaseStore,
     faults: Mutex<StoreFaults>,
     epochs: Mutex<Vec<OwnerEpoch>>,
+    /// The epochs are the station's own link-owner lease's (`link-owner:station:<identity>`).
+    station_lease_epochs: AtomicBool,
+    /// The step of its clock still to come, if any.
+    clock_step: Mutex<Option<ClockStep>>,
     rng: SimRng,
     trace: Trace,
 }
@@ -56,6 +72,8 @@ impl SimStore {
                 ..StoreFaults::default()
             }),
             epochs: Mutex::new(Vec::new()),
+            station_lease_epochs: AtomicBool::new(false),
+            clock_step: Mutex::new(None),
             rng,
             trace,
         })
@@ -87,8 +105,71 @@ impl SimStore {
         self.epochs.lock().unwrap().clone()
     }
 
+    /// From now on the epochs are the acquisitions of the station's own link-owner lease: the
+    /// gateways name the station differently, so each configured link-owner lease has one
+    /// holder only, and the lease that keeps the second gateway off the station is the one
+    /// named after HELLO's identity.
+    pub fn epochs_of_the_station_lease(&self) {
+        self.station_lease_epochs.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether an acquisition of `name` starts an owner epoch.
+    fn starts_an_epoch(&self, name: &str) -> bool {
+        let station = name.starts_with("link-owner:station:");
+        name.starts_with("link-owner:")
+            && !name.ends_with(":released")
+            && station == self.station_lease_epochs.load(Ordering::Relaxed)
+    }
+
+    /// Draws the seed's step of the store's clock, from a generator of its own (so that the
+    /// seed's other draws stay as they were): in one seed in three, once within the faulty
+    /// time, forward or back.
+    pub fn draw_clock_step(&self, seed: u64, faulty_for: Duration) {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x636c_6f63_6b5f_6473);
+        if faulty_for < Duration::from_secs(10) || !rng.gen_ratio(1, 3) {
+            return;
+        }
+        let at = rng.gen_range(5_000..faulty_for.as_millis() as u64 - 5_000);
+        let size = match rng.gen_range(0..3u32) {
+            0 => rng.gen_range(50..1_000),
+            1 => rng.gen_range(1_000..5_000),
+            _ => rng.gen_range(5_000..15_000),
+        };
+        let by_ms = if rng.gen_bool(0.5) { size } else { -size };
+        *self.clock_step.lock().unwrap() = Some(ClockStep {
+            at: self.trace.start() + Duration::from_millis(at),
+            by_ms,
+        });
+    }
+
+    /// The step of the store's clock, once it is due (at the first call after its time).
+    fn step_clock_when_due(&self) {
+        let mut pending = self.clock_step.lock().unwrap();
+        let Some(step) = *pending else {
+            return;
+        };
+        if Instant::now() < step.at {
+            return;
+        }
+        *pending = None;
+        drop(pending);
+        self.step_clock(step.by_ms);
+    }
+
+    /// Steps the store's clock now by `by_ms` milliseconds (negative: back).
+    pub fn step_clock(&self, by_ms: i64) {
+        self.inner.step_clock(by_ms);
+        self.trace.note(format!(
+            "fault: the store's clock steps {} by {}.{:03} s",
+            if by_ms > 0 { "forward" } else { "back" },
+            by_ms.unsigned_abs() / 1000,
+            by_ms.unsigned_abs() % 1000
+        ));
+    }
+
     /// Waits out the faults before a call of `gateway`: `Err` for a partitioned one.
     async fn before(&self, gateway: usize, what: &str) -> Result<(), LeaseStoreError> {
+        self.step_clock_when_due();
         let (partitioned, stalled_until, delay) = {
             let faults = self.faults.lock().unwrap();
             let delay = if faults.max_delay.is_zero() {
@@ -155,9 +236,7 @@ impl LeaseStore for StoreView {
             self.store.before(self.gateway, "acquire").await?;
             let result = self.store.inner.try_acquire_kind(kind, name, request).await;
             if let Ok(Acquisition::Taken(grant)) = &result
-                && name.starts_with("link-owner:")
-                && !name.starts_with("link-owner:station:")
-                && !name.ends_with(":released")
+                && self.store.starts_an_epoch(name)
             {
                 self.store.epochs.lock().unwrap().push(OwnerEpoch {
                     gateway: self.gateway,

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assembly::{self, GatewayStart, Refusal, SimGateway};
 use crate::invariants::{Checker, Records, SafeStopRecord, Tenure, WriteAnswer, WriteIntent};
+use crate::naming::{Naming, StationNames};
 use crate::pipe::LineControl;
 use crate::store::SimStore;
 use crate::trace::Trace;
@@ -102,6 +103,8 @@ struct World {
 struct Slot {
     running: Option<Arc<SimGateway>>,
     standby: bool,
+    /// How its configuration names the station.
+    names: StationNames,
     line: LineControl,
     incarnation: u32,
     /// Every process it ran, for the audit trails (invariant 5).
@@ -130,10 +133,20 @@ impl World {
             trace.note(format!("mix: {}", mix.words()));
         }
         let store = SimStore::new(count, rng.clone(), trace.clone());
+        let naming = Naming::draw(options.seed, count);
+        if naming.differs() {
+            trace.note(format!(
+                "gw1 names the station otherwise: {}",
+                naming.of(1).describe()
+            ));
+            store.epochs_of_the_station_lease();
+        }
+        store.draw_clock_step(options.seed, options.faulty_for);
         let slots = (0..count)
             .map(|index| Slot {
                 running: None,
-                standby: index > 0,
+                standby: naming.of(index).configured_standby(index),
+                names: naming.of(index),
                 line: LineControl::with_window(mix.window()),
                 incarnation: 0,
                 all: Vec::new(),
@@ -256,11 +269,16 @@ fn fail(world: &World, why: String) {
 /// Starts gateway `index` (again): as configured, or as a standby when another owns the link.
 /// `false` when it could not start now.
 async fn start_gateway(world: &Arc<World>, index: usize) -> bool {
-    let (standby, line, incarnation) = {
+    let (standby, line, incarnation, names) = {
         let mut slots = world.gateways.lock().unwrap();
         let slot = &mut slots[index];
         slot.incarnation += 1;
-        (slot.standby, slot.line.clone(), slot.incarnation)
+        (
+            slot.standby,
+            slot.line.clone(),
+            slot.incarnation,
+            slot.names.clone(),
+        )
     };
     let setup = |standby| GatewayStart {
         index,
@@ -270,6 +288,7 @@ async fn start_gateway(world: &Arc<World>, index: usize) -> bool {
         sim: world.sim.clone(),
         line: line.clone(),
         state_file: world.state_dir.join(format!("gw{index}.state")),
+        names: names.clone(),
     };
     let started = match assembly::start(setup(standby)).await {
         Ok(gateway) => Ok(gateway),
@@ -731,7 +750,12 @@ async fn safe_stop(world: &World, name: &str, gateway: &SimGateway, patience: Op
 /// After the heal: one acquirer waits in line until it gets the lease (invariant 6).
 async fn final_acquirer(world: Arc<World>) {
     loop {
-        for gateway in running(&world) {
+        // Where the station is served: a gateway whose link stands by (a standby, or one that
+        // names the station otherwise while the other serves it) answers 503 naming the other.
+        for gateway in running(&world)
+            .into_iter()
+            .filter(|g| g.serves_the_station())
+        {
             let answer = request(
                 &gateway,
                 None,
@@ -771,7 +795,7 @@ fn check_now(world: &World, last: bool) {
         .lock()
         .unwrap()
         .iter()
-        .flat_map(|slot| slot.all.iter().map(|g| g.runtime.audit.clone()))
+        .flat_map(|slot| slot.all.iter().map(|g| (g.index, g.runtime.audit.clone())))
         .collect();
     let records = world.records.lock().unwrap();
     let checker = Checker {

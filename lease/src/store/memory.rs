@@ -2,6 +2,7 @@
 //! SQL backends do (`plan_acquire`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -28,6 +29,8 @@ pub struct MemoryLeaseStore {
     names: Mutex<HashMap<(bool, String), MemoryName>>,
     /// The zero of this store's millisecond clock.
     epoch: Instant,
+    /// Milliseconds this store's clock was stepped by ([`MemoryLeaseStore::step_clock`]).
+    stepped: AtomicI64,
 }
 
 impl Default for MemoryLeaseStore {
@@ -35,6 +38,7 @@ impl Default for MemoryLeaseStore {
         MemoryLeaseStore {
             names: Mutex::default(),
             epoch: Instant::now(),
+            stepped: AtomicI64::new(0),
         }
     }
 }
@@ -51,6 +55,15 @@ impl MemoryLeaseStore {
 
     fn now(&self) -> i64 {
         duration_to_millis(Instant::now().saturating_duration_since(self.epoch))
+            + self.stepped.load(Ordering::Relaxed)
+    }
+
+    /// Steps this store's clock by `by_ms` milliseconds, forward or (negative) back, as an NTP
+    /// step moves the clock a SQL backend reads (`julianday('now')` is the host's wall clock,
+    /// `clock_timestamp()` the database server's): every expiry is compared with the stepped
+    /// clock from now on. For a simulation of the lab; nothing else calls it.
+    pub fn step_clock(&self, by_ms: i64) {
+        self.stepped.fetch_add(by_ms, Ordering::Relaxed);
     }
 
     fn try_acquire_now(
@@ -188,6 +201,19 @@ mod tests {
             Acquisition::Taken(grant) => grant,
             other => panic!("expected Taken, got {other:?}"),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_of_the_stores_clock_moves_every_expiry_with_it() {
+        let store = MemoryLeaseStore::new();
+        take(&store, "A", 5 * SECOND).await;
+        store.step_clock(-10_000);
+        tokio::time::advance(6 * SECOND).await;
+        let held = store.current("control:x").await.unwrap().unwrap();
+        assert_eq!(held.expires_in, 9 * SECOND);
+        store.step_clock(10_000);
+        assert!(store.current("control:x").await.unwrap().is_none());
+        assert_eq!(take(&store, "B", SECOND).await.fence, 2);
     }
 
     #[tokio::test(start_paused = true)]
