@@ -21,16 +21,16 @@ use station_gateway::{Config, GatewayHandle};
 use station_protocol::Value;
 use station_simulator::SimulatorHandle;
 
-const ON1: &str = "0.4.ESH10000662.ON1";
-const VSET1: &str = "0.4.ESH10000662.VSET1";
+pub(super) const ON1: &str = "0.4.ESH10000662.ON1";
+pub(super) const VSET1: &str = "0.4.ESH10000662.VSET1";
 /// Every wait in this file ends within this, or the test fails saying what it waited for.
-const BOUND: Duration = Duration::from_secs(20);
+pub(super) const BOUND: Duration = Duration::from_secs(20);
 const REQUEST_TIMEOUT_MS: u64 = 1000;
 const MAX_PROCESSING_MS: u64 = 1500;
 
 /// How the station is reached: TCP (the station ignores a closed connection) or a serial line.
 #[derive(Clone, Copy, Debug)]
-enum Line {
+pub(super) enum Line {
     Tcp,
     Serial,
 }
@@ -38,14 +38,14 @@ enum Line {
 /// A station whose writes touching VSET1 take `slow`, which carries a request out after its
 /// connection closed, and the device path a serial gateway opens (a symlink to the pty, so
 /// that the test can unplug and replug it).
-struct Station {
-    sim: SimulatorHandle,
+pub(super) struct Station {
+    pub(super) sim: SimulatorHandle,
     line: Line,
     device: Option<(PathBuf, PathBuf)>,
 }
 
 impl Station {
-    async fn start(line: Line, slow: Duration) -> Station {
+    pub(super) async fn start(line: Line, slow: Duration) -> Station {
         let sim = station_with_slow_channels(|name| name == VSET1, slow, |_| {}).await;
         sim.set_ignores_close(true);
         let device = match line {
@@ -66,7 +66,7 @@ impl Station {
     }
 
     /// The gateway's config for this station, after `tweak`.
-    fn config(&self, tweak: impl FnOnce(&mut Config)) -> Config {
+    pub(super) fn config(&self, tweak: impl FnOnce(&mut Config)) -> Config {
         config_for(&self.sim, |config| {
             if let Some((link, _)) = &self.device {
                 config.station.url = format!("serial://{}?baud=115200", link.display());
@@ -94,7 +94,7 @@ impl Station {
     }
 
     /// The values written to ON1, in the order the station applied them.
-    fn on1_writes(&self) -> Vec<Value> {
+    pub(super) fn on1_writes(&self) -> Vec<Value> {
         self.sim
             .write_log()
             .into_iter()

@@ -46,4 +46,5 @@ mod read_back;
 mod safe_state_read_back;
 mod safe_stop;
 mod standby;
+mod standby_restart;
 mod status_page;

@@ -259,6 +259,33 @@ mod tests {
         assert!(StationDuties::decode("not json", RECORD_TTL).is_err());
     }
 
+    /// Each duty alone is something owed: a record that keeps only one of them is kept.
+    #[test]
+    fn any_one_duty_alone_is_owed() {
+        let full = owing();
+        let alone = [
+            StationDuties {
+                end_pending: full.end_pending.clone(),
+                ..StationDuties::none("control:x")
+            },
+            StationDuties {
+                safe_state_owed: full.safe_state_owed.clone(),
+                ..StationDuties::none("control:x")
+            },
+            StationDuties {
+                lock_delay: full.lock_delay.clone(),
+                ..StationDuties::none("control:x")
+            },
+            StationDuties {
+                doubts: full.doubts.clone(),
+                ..StationDuties::none("control:x")
+            },
+        ];
+        for duties in alone {
+            assert!(duties.owes_anything(), "{duties:?}");
+        }
+    }
+
     #[test]
     fn a_stations_record_is_named_after_its_identity_whatever_its_case_and_spacing() {
         assert_eq!(record_name("HVS-3  ESH1"), "duties:station:hvs-3 esh1");

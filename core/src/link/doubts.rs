@@ -313,4 +313,42 @@ mod tests {
         assert!(changed(&book));
         assert_eq!(book.doubts().len(), 1, "the first lapsed");
     }
+
+    /// Whoever publishes the doubts compares the version with the one it last published: a
+    /// version that came back to an earlier value would hide a change, so every change of the
+    /// doubts (a late answer included) takes it to one never seen before.
+    #[test]
+    fn every_change_of_the_doubts_takes_the_version_higher() {
+        let t0 = Instant::now();
+        let mut book = DoubtBook::default();
+        let mut versions = vec![book.version()];
+        book.add(1, 4, t0 + ms(10));
+        versions.push(book.version());
+        book.add(2, 4, t0 + ms(30));
+        versions.push(book.version());
+        assert!(book.answered(2));
+        versions.push(book.version());
+        book.orphan(0, t0 + ms(20));
+        versions.push(book.version());
+        book.lapse(t0 + ms(10));
+        versions.push(book.version());
+        book.lapse(t0 + ms(20));
+        versions.push(book.version());
+        assert!(
+            versions.windows(2).all(|pair| pair[1] > pair[0]),
+            "{versions:?}"
+        );
+    }
+
+    /// A grant's settle waits for every change in doubt, of a lease or of none.
+    #[test]
+    fn a_settle_of_every_change_waits_for_a_lease_less_doubt_and_a_leases() {
+        let t0 = Instant::now();
+        let mut book = DoubtBook::default();
+        book.orphan(FREE_FENCE, t0 + ms(10));
+        assert!(book.holds(SettleScope::Every), "a lease-less change");
+        book.lapse(t0 + ms(10));
+        book.add(3, 2, t0 + ms(20));
+        assert!(book.holds(SettleScope::Every), "a lease's change");
+    }
 }

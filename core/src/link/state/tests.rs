@@ -264,6 +264,33 @@ async fn a_full_window_sends_nothing_more_until_a_reply_makes_room() {
     );
 }
 
+/// A reader of a channel whose READ is on the wire is held for company; once that READ is
+/// answered, the held READ is due `quiet` after its reader came, and goes out then.
+#[tokio::test]
+async fn a_held_read_is_due_its_quiet_time_after_its_reader_came_and_goes_out_then() {
+    const QUIET: Duration = Duration::from_millis(3);
+    let world = World::new();
+    let policy = CoalescePolicy {
+        quiet: QUIET,
+        max: Duration::from_millis(50),
+        max_names: 10,
+    };
+    let mut link = LinkState::new(1, 4, (TIMEOUT, 4 * TIMEOUT), policy, Default::default());
+    let t0 = Instant::now();
+    let _first = read(&mut link, &["A"], t0);
+    let on_wire = round(&mut link, &world, t0);
+    assert_eq!(on_wire.len(), 1);
+    let came = t0 + Duration::from_millis(1);
+    let _second = read(&mut link, &["A"], came);
+    assert!(round(&mut link, &world, came).is_empty(), "held");
+    assert_eq!(link.next_release(), None, "A is still on the wire");
+    let reply = Response::Read(vec![Ok(Value::Float(1.0))]);
+    frame(&mut link, &world, answer(reply, &on_wire[0]), came);
+    assert_eq!(link.next_release(), Some(came + QUIET));
+    assert!(round(&mut link, &world, came + QUIET).len() == 1);
+    assert_eq!(link.next_release(), None, "nothing held any more");
+}
+
 #[tokio::test]
 async fn a_reply_for_nothing_in_flight_is_counted_late_and_answers_nobody() {
     let world = World::new();
