@@ -630,14 +630,7 @@ impl LeaseMachine {
         let retry_due = self.retry.next_try <= now;
         match ending.step {
             _ if !ending.safe_state_owed => Vec::new(),
-            // Hole put back (reintroduce-holes only): an end taken over with the station's
-            // ledger writes its safe state without waiting for the doubts inherited with it.
-            _ if ending.settle_first && !crate::holes::active("adoption-without-settle") => {
-                // A change that may still land would override the safe state: it goes first,
-                // as a lease's own end waits for its changes ([`Self::end`]).
-                ending.settle_first = false;
-                vec![Action::Settle(SettleScope::Every)]
-            }
+            _ if ending.settle_first => adopt::settle_first(ending),
             SafeStateStep::Write if retry_due => vec![Action::SendSafeState {
                 after: ending.owner.clone(),
             }],
