@@ -50,6 +50,10 @@ pub const HOLES: &[(&str, &str)] = &[
         "clean-stop-doubt-forgotten",
         "a clean stop does not write what is still at the station into its ledger",
     ),
+    (
+        "adoption-without-settle",
+        "the safe state owed after a lease ended at a takeover is written before the changes in doubt inherited with it settle",
+    ),
 ];
 
 /// Whether the hole `name` is put back in this process.

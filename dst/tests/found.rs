@@ -62,9 +62,9 @@ fn a_gateway_that_does_not_serve_the_station_grants_no_lease_of_it() {
 /// there (a foreign lease) and inherits the change's doubt (any fence, 4 s), then writes the
 /// safe state at 29.35 s without waiting for that doubt; write 15 lands at 29.99 s through
 /// gw0's old connection, after gw1's safe state (invariant 4; gw1's read-back then finds 15
-/// and writes the safe state again).
+/// and writes the safe state again). The safe state owed after a lease ended at the takeover
+/// now waits for the changes in doubt inherited with the ledger.
 #[test]
-#[ignore = "a product hole: the safe state of a foreign lease ended at adoption does not wait for the inherited doubts"]
 fn a_takeover_under_another_name_writes_the_safe_state_after_the_changes_in_doubt() {
     let failure = failure_of(491);
     assert!(failure.is_none(), "seed 491 failed: {failure:?}");

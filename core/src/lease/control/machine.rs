@@ -630,6 +630,7 @@ impl LeaseMachine {
         let retry_due = self.retry.next_try <= now;
         match ending.step {
             _ if !ending.safe_state_owed => Vec::new(),
+            _ if ending.settle_first => adopt::settle_first(ending),
             SafeStateStep::Write if retry_due => vec![Action::SendSafeState {
                 after: ending.owner.clone(),
             }],

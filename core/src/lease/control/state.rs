@@ -100,6 +100,10 @@ pub(super) struct EndingLease {
     pub(super) lock_delay: Option<LockDelay>,
     /// When it ended (`None`: before this process started), for the refusal's words.
     pub(super) ended_at: Option<Instant>,
+    /// Its changes may still be at the station and nothing has waited for them yet (an end
+    /// taken over with the station's ledger, its doubts inherited with it): every change in
+    /// doubt settles before the safe state is tried.
+    pub(super) settle_first: bool,
 }
 
 /// Until `until`, after `after`'s lease (`why`: one of its changes may still land), nobody may
@@ -272,6 +276,7 @@ impl EndingLease {
             overridden: 0,
             lock_delay: None,
             ended_at: None,
+            settle_first: false,
         }
     }
 

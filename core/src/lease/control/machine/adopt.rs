@@ -10,6 +10,7 @@ use super::super::state::{
     EndingLease, LeaseState, LiveLease, LockDelay, LockDelayWhy, SafeStateStep, StoredEnd,
 };
 use super::{LeaseMachine, stored_lock_delay};
+use crate::link::SettleScope;
 
 impl LeaseMachine {
     /// At start (or a takeover): the store's live lease goes on. What the station is owed
@@ -21,7 +22,9 @@ impl LeaseMachine {
         Vec::new()
     }
 
-    /// The link met the station and its ledger was read: a safe state owed is applied, and the
+    /// The link met the station and its ledger was read: a safe state owed is applied once the
+    /// changes in doubt inherited with the ledger have settled (a lease of another control
+    /// lease ended at the takeover owes one, and its last change may still land), and the
     /// lock-delay it keeps is honoured for what it has left by the store's clock (counted from
     /// `now`, after the store answered: never shorter here). A lease whose end nobody recorded
     /// may have left a change in doubt: the next holder waits the whole lock-delay from `now`,
@@ -57,8 +60,11 @@ impl LeaseMachine {
         let lock_delay = lock_delay.filter(|_| !crate::holes::active("lock-delay-lost"));
         let owed_after = owed_after.filter(|_| self.has_safe_state);
         let mut actions = Vec::new();
+        // Ended here, its end settles what may still land (the doubts just inherited too).
+        let ended_here = matches!(&self.state, LeaseState::Held(_))
+            && (owed_after.is_some() || lock_delay.is_some());
         if let LeaseState::Held(live) = &self.state
-            && (owed_after.is_some() || lock_delay.is_some())
+            && ended_here
         {
             let live = live.clone();
             actions.push(Action::Forget(live.token.clone()));
@@ -71,6 +77,10 @@ impl LeaseMachine {
                     ending.safe_state_owed = true;
                     ending.step = SafeStateStep::Write;
                 }
+                // An end already under way waited for its changes before the doubts just
+                // inherited joined them: its safe state waits for those too.
+                ending.settle_first |=
+                    !ended_here && ending.safe_state_owed && settles_inherited_doubts();
                 ending.lock_delay = longer(ending.lock_delay.take(), lock_delay);
             }
             LeaseState::Free | LeaseState::Locked(_) => {
@@ -80,10 +90,14 @@ impl LeaseMachine {
                 };
                 let lock_delay = longer(running, lock_delay).filter(|delay| delay.until > now);
                 if let Some(owner) = owed_after {
-                    // Recorded when this end is finished, after the safe state.
+                    // Recorded when this end is finished, after the safe state. Its changes may
+                    // still be at the station (the doubts inherited with the ledger, of
+                    // whichever fence: the ledger does not say which were its): they settle
+                    // before the safe state, which they would otherwise override.
                     let mut ending = EndingLease::new(owner, 0, true);
                     ending.ended_at = Some(now);
                     ending.lock_delay = lock_delay;
+                    ending.settle_first = settles_inherited_doubts();
                     self.state = LeaseState::Ending(ending);
                     self.retry_now(now);
                     return actions;
@@ -105,6 +119,21 @@ impl LeaseMachine {
         }
         actions
     }
+}
+
+/// The next step of an end taken over with the station's ledger, before its safe state: every
+/// change in doubt settles (a change that may still land would override the safe state), as a
+/// lease's own end waits for its changes ([`LeaseMachine::end`]).
+pub(super) fn settle_first(ending: &mut EndingLease) -> Vec<Action> {
+    ending.settle_first = false;
+    vec![Action::Settle(SettleScope::Every)]
+}
+
+/// Whether the safe state of an end taken over with the ledger waits for the doubts inherited
+/// with it.
+fn settles_inherited_doubts() -> bool {
+    // Hole put back (reintroduce-holes only): it is written without waiting for them.
+    !crate::holes::active("adoption-without-settle")
 }
 
 /// The lock-delay of the two that ends later.

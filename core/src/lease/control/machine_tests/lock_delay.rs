@@ -813,6 +813,7 @@ fn a_safe_state_owed_at_a_restart_is_applied_first_then_the_lost_tracks_delay_is
     assert!(actions.is_empty(), "{actions:?}");
     assert_eq!(ending_of(&machine), ("A".into(), true, 0));
     machine.on(Event::Deadline, now);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, now);
     machine.on(Event::SafeStateAnswered(Ok(())), now);
     let actions = read_back_right_twice(&mut machine, now);
     assert!(
@@ -821,6 +822,70 @@ fn a_safe_state_owed_at_a_restart_is_applied_first_then_the_lost_tracks_delay_is
     );
     let (after, _, _) = lock_delay_of(&machine.on(acquire("B", false, true), now));
     assert_eq!(after, "A");
+}
+
+/// The station's ledger owes a safe state after Z's lease (another control lease's, ended at
+/// the takeover) and hands the link Z's changes still in doubt: the safe state waits for them,
+/// as a lease's own end waits for its changes, and one that left doubt unanswered makes it a
+/// write and starts the lock-delay after Z's lease. An end already under way here when the
+/// ledger is read (its safe state failing meanwhile) waits for them too before its next try.
+#[test]
+fn a_safe_state_owed_by_the_ledger_waits_for_the_changes_in_doubt_inherited_with_it() {
+    let now = Instant::now();
+    let mut machine = machine_with_safe_state(now).with_station_unknown();
+    let adopted = |owed_after: Option<&str>| Event::Adopted {
+        owed_after: owed_after.map(str::to_owned),
+        end: StoredEnd::default(),
+    };
+    assert!(machine.on(adopted(Some("Z")), now).is_empty());
+    let actions = machine.on(Event::Deadline, now);
+    assert!(
+        matches!(&actions[..], [Action::Settle(SettleScope::Every)]),
+        "the safe state is tried before Z's changes settled: {actions:?}"
+    );
+    let lapsed = now + Duration::from_secs(3);
+    let actions = machine.on(
+        Event::ChangesSettled {
+            lapsed_at: Some(lapsed),
+        },
+        lapsed,
+    );
+    assert!(
+        matches!(&actions[..], [Action::SendSafeState { after }] if after == "Z"),
+        "{actions:?}"
+    );
+    machine.on(Event::SafeStateAnswered(Ok(())), lapsed);
+    read_back_right_twice(&mut machine, lapsed);
+    let (after, why, wait) = lock_delay_of(&machine.on(acquire("B", false, true), lapsed));
+    assert_eq!(
+        (after.as_str(), why, wait),
+        ("Z", "ended with changes in doubt", LOCK_DELAY)
+    );
+
+    // A's lease ended here before the link met the station; its safe state failed once.
+    let mut machine = machine_with_safe_state(now).with_station_unknown();
+    let resumed = Event::Resumed {
+        held: Some(grant("A", 11)),
+        asked_at: now,
+    };
+    machine.on(resumed, now);
+    let at = now + TTL;
+    machine.on(Event::Deadline, at);
+    machine.on(Event::ChangesSettled { lapsed_at: None }, at);
+    let failure = SafeStateError::NoChannel("ON1".into());
+    machine.on(Event::SafeStateAnswered(Err(failure)), at);
+    machine.on(adopted(None), at);
+    let retry = at + SAFE_STATE_FIRST_BACKOFF;
+    let actions = machine.on(Event::Deadline, retry);
+    assert!(
+        matches!(&actions[..], [Action::Settle(SettleScope::Every)]),
+        "the next try comes before the inherited changes settled: {actions:?}"
+    );
+    let actions = machine.on(Event::ChangesSettled { lapsed_at: None }, retry);
+    assert!(
+        matches!(&actions[..], [Action::SendSafeState { after }] if after == "A"),
+        "{actions:?}"
+    );
 }
 
 #[test]

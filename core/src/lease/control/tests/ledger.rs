@@ -357,3 +357,68 @@ async fn a_clean_stop_records_what_is_still_at_the_station_only_while_it_owns_th
         (4, Duration::from_secs(3))
     );
 }
+
+/// Another control lease served the station: its holder T's lease is still live in the store,
+/// a safe state is owed after it, and one of its changes may still land for 3 s. Taking the
+/// station over ends T's lease there; its safe state is written only once that change can no
+/// longer land (a safe state written before it would be overridden by it), as a lease's own
+/// end waits for its changes.
+#[tokio::test(start_paused = true)]
+async fn a_foreign_lease_ended_at_adoption_gets_its_safe_state_after_the_inherited_doubts() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    store
+        .try_acquire(
+            "control:other",
+            AcquireRequest::new("T".to_owned(), TTL * 30),
+        )
+        .await
+        .unwrap();
+    let left = Duration::from_secs(3);
+    let record = StationDuties {
+        safe_state_owed: Some("T".into()),
+        end_pending: Some("T".into()),
+        doubts: vec![crate::lease::ledger::RecordedDoubt { fence: 9, left }],
+        ..StationDuties::none("control:other")
+    };
+    store
+        .try_acquire(
+            &record_name(STATION),
+            AcquireRequest::new(record.encode(), RECORD_TTL),
+        )
+        .await
+        .unwrap();
+    let (events, mut views) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(store.clone(), "control:test", events)
+            .with_safe_state(
+                started_link(),
+                vec![SafeWrite {
+                    channel: "ON1".into(),
+                    value: "False".into(),
+                }],
+            )
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(lease.clone().run_expiry(shutdown.clone()));
+    let adopted = Instant::now();
+    lease.adopt_station(STATION).await.unwrap();
+    assert!(
+        store.current("control:other").await.unwrap().is_none(),
+        "T's lease, of the other control lease, is ended in the store"
+    );
+    // The first try of the safe state fails (no station): its view counts it.
+    loop {
+        let view = views.recv().await.unwrap();
+        if view.safe_state.is_some_and(|owed| owed.tries > 0) {
+            break;
+        }
+    }
+    assert!(
+        adopted.elapsed() >= left,
+        "the safe state after T's lease was tried {:?} after the takeover, while T's change could still land",
+        adopted.elapsed()
+    );
+    shutdown.cancel();
+}
