@@ -12,12 +12,18 @@ const OTHER: &str = "gateway B holds link-owner:station:hvs-3 esh1";
 /// A control lease asking `gate` (an owner's, open) whether this process owns the link, and
 /// its expiry task.
 fn served_through(gate: &Arc<OwnerGate>) -> (Arc<ControlLease>, CancellationToken) {
+    served_through_on(gate, Arc::new(MemoryLeaseStore::new()))
+}
+
+/// [`served_through`] on `store`.
+fn served_through_on(
+    gate: &Arc<OwnerGate>,
+    store: Arc<dyn LeaseStore>,
+) -> (Arc<ControlLease>, CancellationToken) {
     let (events, _) = broadcast::channel(64);
-    let lease = ControlLease::new(Arc::new(MemoryLeaseStore::new()), "control:test", events)
-        .with_link_custody(LinkCustody::new(
-            Arc::new(HaRole::owner()),
-            Some(gate.clone()),
-        ));
+    let lease = ControlLease::new(store, "control:test", events).with_link_custody(
+        LinkCustody::new(Arc::new(HaRole::owner()), Some(gate.clone())),
+    );
     let lease = Arc::new(lease);
     let shutdown = CancellationToken::new();
     tokio::spawn(lease.clone().run_expiry(shutdown.clone()));
@@ -90,5 +96,36 @@ async fn a_lease_released_while_the_link_stands_by_goes_to_the_next_in_line_only
         (granted.owner.as_str(), granted.fence),
         ("B", held.fence + 1)
     );
+    shutdown.cancel();
+}
+
+/// The link begins to stand by while the store takes the lease for a client waiting in line
+/// (asked once the door and the line had let it through): the grant itself asks again, and
+/// the client waits on, first in line, until the link serves the station.
+#[tokio::test(start_paused = true)]
+async fn a_link_that_stands_by_while_the_store_takes_the_lease_grants_it_to_nobody() {
+    let gate = Arc::new(OwnerGate::open_for_good(Instant::now()));
+    let store = Arc::new(SlowStore {
+        inner: MemoryLeaseStore::new(),
+        refresh_delay: Duration::ZERO,
+        acquire_delay: Duration::from_millis(500).into(),
+    });
+    let (lease, shutdown) = served_through_on(&gate, store);
+    let waiting = spawn_acquire(&lease, "A", Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    gate.decide_identity("hvs-3 esh1".into(), Err(OTHER.into()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !waiting.is_finished(),
+        "granted though the link stood by when it was granted"
+    );
+    assert!(!lease.view().held);
+    assert_eq!(lease.waiting_in_line(), 1);
+    gate.decide_identity("hvs-3 esh1".into(), Ok(()));
+    let granted = waiting
+        .await
+        .unwrap()
+        .expect("granted once the link serves");
+    assert_eq!(granted.owner, "A");
     shutdown.cancel();
 }
