@@ -189,7 +189,12 @@ impl SimGateway {
             .acquire(owner.to_owned(), ttl, presented, wait)
             .await
             .map(|answer| self.told(answer))
-            .map_err(Refusal::Lease)
+            .map_err(|refused| match refused {
+                // Asked when the lease would be granted, as HTTP answers it: 503 naming who
+                // serves the station.
+                LeaseError::NotLinkOwner(why) => Refusal::NotLinkOwner(why.to_string()),
+                refused => Refusal::Lease(refused),
+            })
     }
 
     /// `answer` with its fence as the clients' records keep it.

@@ -10,6 +10,10 @@
 //! gateway (`lab_identities.rs`), or this gateway still waits out the lock-delay after taking
 //! the station's lease over.
 
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
 use crate::error_kind::ErrorKind;
 use crate::link::OwnerGate;
 
@@ -39,6 +43,32 @@ pub fn owns_link(role: &HaRole, gate: Option<&OwnerGate>) -> Result<(), NotLinkO
             "this gateway does not serve the station now, so nothing it was asked reached it: {why}"
         ))),
         None => Ok(()),
+    }
+}
+
+/// What says whether this process owns the station's link, kept where a decision needs it at
+/// the moment it is made (the control lease asks it before it grants, not only at the door).
+#[derive(Clone)]
+pub struct LinkCustody {
+    role: Arc<HaRole>,
+    gate: Option<Arc<OwnerGate>>,
+}
+
+impl LinkCustody {
+    /// The custody `role` and the link's own `gate` (when it has one) say.
+    pub fn new(role: Arc<HaRole>, gate: Option<Arc<OwnerGate>>) -> LinkCustody {
+        LinkCustody { role, gate }
+    }
+
+    /// [`owns_link`], now.
+    pub fn owns_link(&self) -> Result<(), NotLinkOwner> {
+        owns_link(&self.role, self.gate.as_deref())
+    }
+
+    /// Changes whenever the link may serve the station again after it could not (a refused
+    /// station accepted, the gate opened from closed); `None` without a gate.
+    pub fn regained(&self) -> Option<watch::Receiver<u64>> {
+        self.gate.as_ref().map(|gate| gate.reopenings())
     }
 }
 

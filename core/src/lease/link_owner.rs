@@ -101,6 +101,8 @@ pub struct LinkOwnership {
     adopt: Option<Adopter>,
     /// Whether it was its own lease from before a restart (taken back with the state file).
     taken_back: bool,
+    /// Whether the state file named a token of an earlier run of this gateway for this lease.
+    kept_token: bool,
     /// When the last confirmed renewal (or the claim) was sent.
     confirmed_sent_at: Instant,
     /// The lock-delay after taking over a lapsed lease: the gate stays closed until then,
@@ -157,7 +159,9 @@ impl LinkOwnership {
         gate: Arc<OwnerGate>,
     ) -> Result<Result<LinkOwnership, LeaseHolder>, LinkOwnerError> {
         let mut request = AcquireRequest::new(owner.clone(), timing.ttl);
-        if let Some(kept) = state.as_ref().and_then(OwnerState::token) {
+        let kept = state.as_ref().and_then(OwnerState::token);
+        let kept_token = kept.is_some();
+        if let Some(kept) = kept {
             request = request.with_retry_token(kept);
         }
         let asked_at = Instant::now();
@@ -181,6 +185,7 @@ impl LinkOwnership {
                 Ok(Ok(LinkOwnership {
                     fence: grant.fence,
                     taken_back,
+                    kept_token,
                     confirmed_sent_at: asked_at,
                     held_back_until: None,
                     store,
@@ -314,6 +319,16 @@ impl LinkOwnership {
     /// station.
     pub fn taken_back(&self) -> bool {
         self.taken_back
+    }
+
+    /// Whether a run of this gateway before this one may have left changes at the station:
+    /// it took its own lease back ([`Self::taken_back`]), or the state file named a token for
+    /// this lease that the claim found lapsed, with no note of a clean release (the last run
+    /// did not stop cleanly, and its lease lapsed before this restart: a restart later than
+    /// the TTL, or the store's clock stepped forward). Either way the next grant waits for
+    /// what that run may still have at the station.
+    pub async fn after_own_crash(&self) -> bool {
+        self.taken_back || (self.kept_token && self.lapsed_before().await)
     }
 
     /// The gate the link checks before every frame (`LinkTask::with_owner_gate`).

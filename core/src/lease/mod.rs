@@ -211,6 +211,10 @@ pub enum LeaseError {
         "this gateway has not reached the station since it began serving it, so it does not know yet what the station is owed (a safe state, a lock-delay or changes in doubt left by whoever served it before): no lease is granted until its link has reached the station; try again in a moment, or wait in line with ?waitMs=N"
     )]
     StationNotMet { retry_in: Duration },
+    /// An acquisition at a gateway that does not own the station's link now (a standby, or a
+    /// link standing by on the station's identity): it names who serves the station. 503.
+    #[error(transparent)]
+    NotLinkOwner(#[from] link_custody::NotLinkOwner),
     #[error("{0}")]
     Store(#[from] LeaseStoreError),
 }
@@ -244,6 +248,7 @@ impl LeaseError {
             LeaseError::AdminTokenWrong => ErrorKind::Forbidden,
             LeaseError::Store(_) => ErrorKind::LeaseStoreUnavailable,
             LeaseError::StationNotMet { .. } => ErrorKind::StationNotReached,
+            LeaseError::NotLinkOwner(not) => not.kind(),
         }
     }
 

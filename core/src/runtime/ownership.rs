@@ -137,7 +137,7 @@ impl Custody {
                 runtime.shutdown.clone(),
             )),
             Custody::Owner(ownership) => {
-                if ownership.taken_back() {
+                if ownership.after_own_crash().await {
                     runtime
                         .lease
                         .after_a_crash(runtime.config.max_processing())
@@ -169,7 +169,7 @@ async fn stand_by(watch: Standby, runtime: Arc<StationRuntime>, release: Cancell
     // Renewals (and the station identity's verdict the link waits for, which reads the
     // station's ledger once the control lease is resumed) go on meanwhile.
     let gate = taken.ownership.gate();
-    let taken_back = taken.ownership.taken_back();
+    let taken_back = taken.ownership.after_own_crash().await;
     let keep = taken
         .ownership
         .with_adopter(adopter_of(&runtime.lease))
@@ -185,8 +185,9 @@ async fn stand_by(watch: Standby, runtime: Arc<StationRuntime>, release: Cancell
                 break;
             }
         }
-        // A standby that took its own lease back after a crash: what the crashed run had at
-        // the station counts as in doubt, as at an owner's crash restart.
+        // A standby that took its own lease back after a crash (or found it lapsed, unreleased):
+        // what the crashed run had at the station counts as in doubt, as at an owner's crash
+        // restart.
         if taken_back {
             runtime
                 .lease

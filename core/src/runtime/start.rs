@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::config::lab::StationSetup;
 use crate::lease::ControlLease;
 use crate::lease::control::LeaseEndTiming;
+use crate::lease::link_custody::LinkCustody;
 use crate::link::{LinkHandle, LinkSettings, LinkTask, StationUrl};
 
 impl StationRuntime {
@@ -91,6 +92,7 @@ async fn assemble(
     // One gateway per station: with a backend others can reach, take the link-owner lease
     // before the link touches the station (or, a standby, watch it until it lapses).
     let custody = Custody::claim(&config, several, lab).await?;
+    let (role, link_gate) = (custody.role(), custody.gate());
     let (lease_events, _) = broadcast::channel(64);
     let lease = ControlLease::new(
         lab.leases.default_store(),
@@ -103,7 +105,8 @@ async fn assemble(
         lock_delay: config.lock_delay(),
     })
     .with_safe_state(link.clone(), config.lease.safe_state.clone())
-    .with_notices(crate::audit::lease_lines::lease_hook(audit.clone()));
+    .with_notices(crate::audit::lease_lines::lease_hook(audit.clone()))
+    .with_link_custody(LinkCustody::new(role.clone(), link_gate.clone()));
     let lease = match custody.keeps_ledger() {
         true => lease.with_station_ledger(),
         false => lease,
@@ -132,7 +135,6 @@ async fn assemble(
     let station = crate::station::Station::new(link.clone(), audit.clone())
         .with_access_rules(access_rules.clone());
     let (history, archive) = start_history(&config.history, &link);
-    let link_gate = custody.gate();
     let runtime = Arc::new(StationRuntime {
         config_files: crate::config_files::ConfigFiles::new(&config.config_files),
         link,
@@ -145,7 +147,7 @@ async fn assemble(
         metrics: crate::metrics::Metrics::sharing(lab.endpoint_labels.clone(), &lab.connections),
         audit,
         numeric: Default::default(),
-        ha: custody.role(),
+        ha: role,
         link_gate: link_gate.clone(),
         history,
         history_archive: archive.as_ref().map(|(reader, ..)| reader.clone()),

@@ -104,6 +104,12 @@ impl ControlLease {
             .as_ref()
             .filter(|_| self.ledger_kept())
             .map(LinkHandle::watch_doubts);
+        // Whenever the link may serve the station again after it could not: the line waits
+        // for that (no lease is granted while this process does not own the link).
+        let mut regained = self
+            .custody
+            .as_ref()
+            .and_then(super::super::link_custody::LinkCustody::regained);
         if let Some(station) = &station {
             let info = station.borrow().clone();
             let baseline = Event::Link {
@@ -140,6 +146,16 @@ impl ControlLease {
                     None => std::future::pending().await,
                 }
             };
+            let link_regained = async {
+                match regained.as_mut() {
+                    Some(regained) => {
+                        if regained.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let event = tokio::select! {
                 // In order: a deterministic simulation replays the same choice.
                 biased;
@@ -151,6 +167,13 @@ impl ControlLease {
                     };
                     let _turn = self.turn().await;
                     self.record_doubts(&now, Instant::now()).await;
+                    continue;
+                }
+                () = link_regained => {
+                    if let Some(regained) = regained.as_mut() {
+                        regained.borrow_and_update();
+                    }
+                    self.turn().await.hand_over().await;
                     continue;
                 }
                 () = link_changed => {

@@ -195,6 +195,9 @@ pub struct ControlLease {
     resumed: tokio::sync::watch::Sender<bool>,
     /// Whether resuming found a live lease of this control lease in the store.
     resumed_live: std::sync::atomic::AtomicBool,
+    /// Whether this process owns the station's link, asked at the moment a lease is granted:
+    /// none is while it does not (`None`: always owned).
+    custody: Option<super::link_custody::LinkCustody>,
 }
 
 impl ControlLease {
@@ -225,7 +228,23 @@ impl ControlLease {
             ledger: Mutex::default(),
             resumed: tokio::sync::watch::channel(false).0,
             resumed_live: Default::default(),
+            custody: None,
         }
+    }
+
+    /// Grants no lease while `custody` says this process does not own the station's link (a
+    /// standby, a link standing by on the station's identity): an acquisition that waits in
+    /// line waits until it does, one that does not is refused naming who serves the station.
+    pub fn with_link_custody(mut self, custody: super::link_custody::LinkCustody) -> Self {
+        self.custody = Some(custody);
+        self
+    }
+
+    /// Whether this process owns the station's link now, as far as granting a lease goes.
+    fn owns_link(&self) -> Result<(), super::link_custody::NotLinkOwner> {
+        self.custody
+            .as_ref()
+            .map_or(Ok(()), super::link_custody::LinkCustody::owns_link)
     }
 
     /// Times and checks the end of a lease with `timing`.

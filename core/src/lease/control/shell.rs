@@ -143,6 +143,10 @@ impl ControlLease {
         let transition = async move {
             let mut turn = lease.turn().await;
             turn.drive(Event::Deadline, None).await;
+            if let Some(refusal) = turn.not_link_owner(&request) {
+                let _ = reply.send(Reply::Answer(Answer::Refused(refusal)));
+                return;
+            }
             let event = turn.event_for(&request);
             turn.drive(event, Some((request, reply))).await;
         };
@@ -209,6 +213,23 @@ pub(super) struct Turn {
 }
 
 impl Turn {
+    /// The refusal of a new lease asked for without waiting while this process does not own
+    /// the station's link (a renewal of the live lease goes on): it names who serves it.
+    fn not_link_owner(&self, request: &Request) -> Option<LeaseError> {
+        let Request::Acquire {
+            presented,
+            wait: false,
+            ..
+        } = request
+        else {
+            return None;
+        };
+        if self.lease.fence_of(presented.as_deref()).is_some() {
+            return None;
+        }
+        self.lease.owns_link().err().map(LeaseError::from)
+    }
+
     fn event_for(&self, request: &Request) -> Event {
         match request {
             Request::Acquire {
@@ -222,6 +243,9 @@ impl Turn {
                     line.waiting.retain(|waiter| !waiter.reply.is_closed());
                     line.waiting.is_empty()
                 };
+                // While this process does not own the station's link, one that waits waits in
+                // line (it is handed the lease once it does).
+                let line_empty = line_empty && self.lease.owns_link().is_ok();
                 Event::Acquire {
                     owner: owner.clone(),
                     ttl: *ttl,
@@ -248,6 +272,73 @@ impl Turn {
     /// Drives `event`, which no request waits for (a deadline, the link).
     pub(super) async fn feed(&mut self, event: Event) {
         self.drive(event, None).await;
+    }
+
+    /// This process owns the station's link again: the first one waiting in line is handed
+    /// the lease, if it is free.
+    pub(super) async fn hand_over(&mut self) {
+        if !lock(&self.lease.machine).state().is_free(Instant::now()) {
+            return;
+        }
+        let mut reply = None;
+        if let Some(next) = self.carry_out(Action::HandOver, &None, &mut reply).await {
+            self.drive(next, None).await;
+        }
+    }
+
+    /// Puts the acquisition being served in line; its reply is its place there.
+    fn queue(
+        &self,
+        request: &Option<(Request, oneshot::Sender<Reply>)>,
+        reply: &mut Option<Reply>,
+    ) {
+        let Some((Request::Acquire { owner, ttl, .. }, _)) = request else {
+            return;
+        };
+        let (sender, granted) = oneshot::channel();
+        let mut line = lock(&self.lease.line);
+        let ticket = line.next_ticket;
+        line.next_ticket += 1;
+        line.waiting.push_back(Waiter {
+            ticket,
+            owner: owner.clone(),
+            ttl: *ttl,
+            reply: sender,
+        });
+        *reply = Some(Reply::Waiting(ticket, granted));
+    }
+
+    /// A lease about to be handed to `grantee` when this process no longer owns the station's
+    /// link (it stood by while the lease's changes settled): nobody gets it. One that waits
+    /// waits in line (the first again, a waiter), one that does not is refused naming who
+    /// serves the station, and the lease, whose id nobody has, ends at once.
+    fn withhold(
+        &mut self,
+        grantee: Grantee,
+        answer: &LeaseAnswer,
+        why: super::super::link_custody::NotLinkOwner,
+        request: &Option<(Request, oneshot::Sender<Reply>)>,
+        reply: &mut Option<Reply>,
+    ) -> Event {
+        warn!(
+            owner = %answer.owner,
+            "the lease is not granted to {}: {why}",
+            answer.owner
+        );
+        match grantee {
+            Grantee::Requester { wait: true } => self.queue(request, reply),
+            Grantee::Requester { wait: false } => {
+                *reply = Some(Reply::Answer(Answer::Refused(why.into())));
+            }
+            Grantee::Waiter(ticket) => {
+                if let Some(waiter) = self.handing.take().filter(|w| w.ticket == ticket) {
+                    lock(&self.lease.line).waiting.push_front(waiter);
+                }
+            }
+        }
+        Event::Unclaimed {
+            fence: answer.fence,
+        }
     }
 
     /// Feeds `first` and every answer it leads to into the machine until nothing is left to
@@ -359,23 +450,14 @@ impl Turn {
             }
             Action::Publish(view) => lease.publish(view),
             Action::Record(record) => lease.record(record),
-            Action::Answer(Answer::Queued) => {
-                let Some((Request::Acquire { owner, ttl, .. }, _)) = request else {
-                    return None;
-                };
-                let (sender, granted) = oneshot::channel();
-                let mut line = lock(&lease.line);
-                let ticket = line.next_ticket;
-                line.next_ticket += 1;
-                line.waiting.push_back(Waiter {
-                    ticket,
-                    owner: owner.clone(),
-                    ttl: *ttl,
-                    reply: sender,
-                });
-                *reply = Some(Reply::Waiting(ticket, granted));
-            }
+            Action::Answer(Answer::Queued) => self.queue(request, reply),
             Action::Answer(answer) => *reply = Some(Reply::Answer(answer)),
+            // Asked at the moment of granting, not only at the door: the link may have begun
+            // to stand by (another gateway serves the station) since the lease was taken.
+            Action::Grant { grantee, answer } if lease.owns_link().is_err() => {
+                let why = lease.owns_link().err()?;
+                return Some(self.withhold(grantee, &answer, why, request, reply));
+            }
             Action::Grant {
                 grantee: Grantee::Requester { .. },
                 answer,
@@ -392,6 +474,9 @@ impl Turn {
                     });
                 }
             }
+            // Nobody is handed the lease while this process does not own the station's link:
+            // the line waits until it does (`Turn::hand_over`).
+            Action::HandOver if lease.owns_link().is_err() => {}
             Action::HandOver => loop {
                 let waiter = lock(&lease.line).waiting.pop_front()?;
                 if waiter.reply.is_closed() {

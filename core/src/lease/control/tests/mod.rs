@@ -10,6 +10,7 @@ use super::*;
 use crate::lease::MemoryLeaseStore;
 use crate::link::GuardRefusal;
 
+mod custody;
 mod ledger;
 mod line;
 mod restart;
