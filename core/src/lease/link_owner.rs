@@ -562,26 +562,39 @@ impl LinkOwnership {
             }
         }
         self.gate.revoke();
+        // A lease taken after it lapsed, whose lock-delay still runs, is not released cleanly:
+        // what its lapsed owner sent last may still land, so the next owner waits the
+        // lock-delay as this one did (a note would tell it none is owed).
+        let now = Instant::now();
+        let still_waiting = |until: Option<Instant>| until.is_some_and(|until| now < until);
         if let Some((identity, token, fence)) = self.station.take() {
             let name = Self::station_name_for(&identity);
-            let noted = self.note_clean_release(&name, fence);
-            if !matches!(
-                tokio::time::timeout(timing.store_timeout, noted).await,
-                Ok(Ok(()))
-            ) {
-                warn!(%name, "could not note the clean release of the station's lease: the next gateway to serve it waits the lock-delay");
+            if still_waiting(self.station_held_back_until) {
+                warn!(%name, "stopped during the lock-delay after the station's lease lapsed: no clean release is noted, so the next gateway to serve it waits the lock-delay too");
+            } else {
+                let noted = self.note_clean_release(&name, fence);
+                if !matches!(
+                    tokio::time::timeout(timing.store_timeout, noted).await,
+                    Ok(Ok(()))
+                ) {
+                    warn!(%name, "could not note the clean release of the station's lease: the next gateway to serve it waits the lock-delay");
+                }
             }
             let _ = self.store.release(&name, &token).await;
         }
         // (The state file's lock goes with this task: a restart may take it at once.)
-        let noted = self.note_clean_release(&self.name, self.fence);
-        match tokio::time::timeout(timing.store_timeout, noted).await {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => {
-                warn!(name = %self.name, "could not note the clean release ({why}): the next owner waits the lock-delay")
-            }
-            Err(_) => {
-                warn!(name = %self.name, "could not note the clean release in time: the next owner waits the lock-delay")
+        if still_waiting(self.held_back_until) {
+            warn!(name = %self.name, "stopped during the lock-delay after the link-owner lease lapsed: no clean release is noted, so the next owner waits the lock-delay too");
+        } else {
+            let noted = self.note_clean_release(&self.name, self.fence);
+            match tokio::time::timeout(timing.store_timeout, noted).await {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => {
+                    warn!(name = %self.name, "could not note the clean release ({why}): the next owner waits the lock-delay")
+                }
+                Err(_) => {
+                    warn!(name = %self.name, "could not note the clean release in time: the next owner waits the lock-delay")
+                }
             }
         }
         if let Err(why) = self.store.release(&self.name, &self.token).await {
@@ -753,6 +766,81 @@ mod keep_tests {
             asked.elapsed() < lock_delay,
             "after a clean stop the next waited {:?}",
             asked.elapsed()
+        );
+        stop_c.cancel();
+        task_c.await.unwrap();
+    }
+
+    /// A gateway that took the station after its lease lapsed, and stops cleanly while it
+    /// still waits the lock-delay, leaves no note of a clean release: what the lapsed owner
+    /// sent last may still land, so the next gateway waits the lock-delay too.
+    #[tokio::test]
+    async fn a_clean_stop_during_the_lock_delay_after_a_lapse_makes_the_next_wait_it_too() {
+        let store: Arc<dyn LeaseStore> = Arc::new(station_lease::MemoryLeaseStore::new());
+        let lock_delay = Duration::from_millis(1_500);
+        let timing = LinkOwnerTiming {
+            lock_delay,
+            ..LinkOwnerTiming::for_ttl(Duration::from_secs(1))
+        };
+        let limit = Duration::from_secs(2);
+        let start = |control: &'static str, who: &'static str| {
+            let store = store.clone();
+            async move {
+                let ownership = LinkOwnership::claim(store, control, who.into(), timing, None)
+                    .await
+                    .unwrap();
+                let gate = ownership.gate();
+                let stop = CancellationToken::new();
+                let task = tokio::spawn(ownership.keep(stop.clone(), CancellationToken::new()));
+                (gate, stop, task)
+            }
+        };
+        let (gate_a, _, task_a) = start("control:a", "gateway A").await;
+        assert_eq!(gate_a.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
+        task_a.abort();
+        let died = Instant::now();
+        let (gate_b, stop_b, task_b) = start("control:b", "gateway B").await;
+        let refused = gate_b.verify_identity("HVS-3 ESH1", limit).await;
+        assert!(refused.is_err(), "{refused:?}");
+        // B takes the station's lease once A's lapsed, and waits the lock-delay; it stops
+        // cleanly meanwhile.
+        let station = LinkOwnership::station_name_for("HVS-3 ESH1");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let holders = store
+                    .holders(super::super::store::LeaseKind::Exclusive, &station)
+                    .await
+                    .unwrap();
+                if holders
+                    .iter()
+                    .any(|grant| grant.owner.contains("gateway B"))
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("B takes the station's lease once A's lapsed");
+        assert!(
+            gate_b.refused_identity().is_some(),
+            "B still waits the lock-delay"
+        );
+        stop_b.cancel();
+        task_b.await.unwrap();
+        let (gate_c, stop_c, task_c) = start("control:c", "gateway C").await;
+        let _first = gate_c.verify_identity("HVS-3 ESH1", limit).await;
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while gate_c.refused_identity().is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("C serves the station once the lock-delay is over");
+        assert!(
+            died.elapsed() >= lock_delay,
+            "C served the station {:?} after A died: before the lock-delay ({lock_delay:?}) after A's lease lapsed",
+            died.elapsed()
         );
         stop_c.cancel();
         task_c.await.unwrap();
