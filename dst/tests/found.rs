@@ -70,3 +70,16 @@ fn a_takeover_under_another_name_writes_the_safe_state_after_the_changes_in_doub
     let failure = failure_of(491);
     assert!(failure.is_none(), "seed 491 failed: {failure:?}");
 }
+
+/// The owner, gw0, is cut off from the store and paused while client1's write 7 waits in its
+/// line; it stops cleanly and its release of the station's own lease is lost. gw1 (which names
+/// the station otherwise) takes that lease at 8.01 s after it lapsed and waits the lock-delay,
+/// but stops cleanly at 8.42 s, during that wait, and noted a clean release: restarted, it took
+/// the lease again at once with no lock-delay and wrote the safe state after client1's lease at
+/// 8.76 s; write 7 landed at 9.40 s over it (invariant 2). A gateway that stops during the
+/// lock-delay after a lapse now notes no clean release, so the next owner waits it too.
+#[test]
+fn a_clean_stop_during_the_lock_delay_after_a_lapse_leaves_it_owed() {
+    let failure = failure_of(92);
+    assert!(failure.is_none(), "seed 92 failed: {failure:?}");
+}
