@@ -115,10 +115,10 @@ impl ControlLease {
         let mut turn = self.turn().await;
         let key = super::super::ledger::identity_key(identity);
         let previous = lock(&self.ledger).station.clone();
-        if previous.as_deref() == Some(key.as_str()) {
+        if previous.as_deref() == Some(key.as_str()) && !self.served_elsewhere(identity).await? {
             return Ok(());
         }
-        if let Some(previous) = previous {
+        if let Some(previous) = previous.filter(|previous| *previous != key) {
             warn!(
                 "the link met the station {identity}, not the station {previous} it served before: what {previous} is owed stays in its record; this gateway now serves {identity}"
             );
@@ -141,6 +141,25 @@ impl ControlLease {
         self.write_station_served(identity).await;
         info!("the station {identity}'s ledger of duties is read: this gateway serves it");
         Ok(())
+    }
+
+    /// Whether the station `identity`'s record was written by another control lease since this
+    /// gateway last read it: a gateway naming the station otherwise served it meanwhile, and
+    /// what it left (a lease live, a safe state owed, its doubts) is this gateway's to take over.
+    async fn served_elsewhere(&self, identity: &str) -> Result<bool, String> {
+        let record = self
+            .store
+            .current(&record_name(identity))
+            .await
+            .map_err(|why| {
+                format!(
+                    "the lease backend could not say what the station {identity} is owed: {why}"
+                )
+            })?;
+        Ok(record.is_some_and(|record| {
+            StationDuties::decode(&record.owner, record.expires_in)
+                .map_or(true, |duties| duties.lease != self.name)
+        }))
     }
 
     /// At start, before the link met the station: the station this control lease served last

@@ -121,6 +121,28 @@ async fn a_record_of_another_control_lease_waits_for_the_link_to_meet_the_statio
     );
 }
 
+/// A gateway that served the station, then lost it to a gateway naming it otherwise, reads
+/// the station's record again when it gets the station back: the other's lease, left live (its
+/// gateway cut off from the store), is ended there, and its end is owed here (safe state,
+/// lock-delay), not forgotten because this gateway had read the record once before.
+#[tokio::test(start_paused = true)]
+async fn a_gateway_that_gets_the_station_back_takes_over_what_another_left_meanwhile() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let ours = resumed("control:ours", &store).await;
+    ours.adopt_station(STATION).await.unwrap();
+    let theirs = resumed("control:theirs", &store).await;
+    theirs.adopt_station(STATION).await.unwrap();
+    take(&theirs, "T").await.unwrap();
+    drop(theirs);
+    ours.adopt_station(STATION).await.unwrap();
+    assert!(
+        store.current("control:theirs").await.unwrap().is_none(),
+        "T's lease, of the other control lease, is ended in the store"
+    );
+    let (after, wait) = refused_lock_delay(take(&ours, "B").await);
+    assert_eq!((after.as_str(), wait), ("T's lease", LOCK_DELAY));
+}
+
 /// A record this version cannot read owes all it might: the next holder waits the whole
 /// lock-delay, after "an unknown holder".
 #[tokio::test(start_paused = true)]
