@@ -41,7 +41,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 pub use crate::config::station_url::{Parity, SerialSettings, StationUrl, UrlError};
 use command::Command;
 pub use command::{Caller, Settled};
-pub use doubts::{ANY_FENCE, Doubt, SettleScope};
+pub use doubts::{ANY_FENCE, Doubt, FREE_FENCE, SettleScope};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use guard::{
     Forbidden, GuardRefusal, Guarded, Interlock, InterlockBroken, Interlocks, LeaseSnapshot,
