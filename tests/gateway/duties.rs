@@ -744,8 +744,8 @@ async fn a_lapsed_doubts_lock_delay_outlives_a_clean_stop() {
         "{outcome:?}"
     );
     within(BOUND, "the change's doubt to lapse", async {
-        let _ = doubts.wait_for(|d| !d.is_empty()).await;
-        let _ = doubts.wait_for(|d| d.is_empty()).await;
+        let _ = doubts.wait_for(|d| !d.doubts.is_empty()).await;
+        let _ = doubts.wait_for(|d| d.doubts.is_empty()).await;
     })
     .await;
     let lapsed = sent.elapsed();

@@ -13,6 +13,7 @@
 //! it, one transition at a time (under the lease's `Turn`).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -21,8 +22,9 @@ use super::super::ledger::{RecordedDelay, RecordedDoubt, StationDuties, record_n
 use super::super::store::{AcquireRequest, Acquisition, LeaseStore};
 use super::ControlLease;
 use super::events::Event;
+use super::machine::LEASELESS_CHANGE;
 use super::state::{LockDelayWhy, StoredEnd, StoredLockDelay};
-use crate::link::{ANY_FENCE, Doubt};
+use crate::link::{ANY_FENCE, AtStation, Doubt, FREE_FENCE, Lapse};
 
 /// This gateway's copy of the station's record, and where it is kept.
 #[derive(Debug, Default)]
@@ -384,7 +386,7 @@ impl ControlLease {
     /// land until the longest the station may take, `max_processing` from now. Every settle
     /// waits for that, so neither the next grant nor the end of the lease it resumed comes
     /// before it.
-    pub async fn after_a_crash(&self, max_processing: std::time::Duration) {
+    pub async fn after_a_crash(&self, max_processing: Duration) {
         // Hole put back (reintroduce-holes only): a crash restart forgets its changes in doubt.
         if crate::holes::active("crash-doubt-forgotten") {
             return;
@@ -406,11 +408,7 @@ impl ControlLease {
     /// At a clean stop, once the link has stopped: what was still at the station goes into
     /// the ledger, so that whoever serves the station next waits for it. Only while this
     /// process still owns the station's link (`owned`); bounded by `limit`.
-    pub async fn flush_ledger(
-        self: &std::sync::Arc<Self>,
-        owned: bool,
-        limit: std::time::Duration,
-    ) {
+    pub async fn flush_ledger(self: &std::sync::Arc<Self>, owned: bool, limit: Duration) {
         if !owned || !self.ledger_kept() {
             return;
         }
@@ -437,30 +435,88 @@ impl ControlLease {
         }
     }
 
-    /// The station's changes in doubt changed (`doubts`, at `now`): the record keeps them.
-    pub(super) async fn record_doubts(&self, doubts: &[Doubt], now: Instant) {
+    /// The station's changes in doubt or its lapses changed (`at_station`, at `now`): the
+    /// record keeps the doubts, and the lock-delay that runs from the latest lapse.
+    pub(super) async fn record_doubts(&self, at_station: &AtStation, now: Instant) {
         let changed = {
             let mut ledger = lock(&self.ledger);
-            let mut seen: Vec<(u64, Instant)> = doubts.iter().map(|d| (d.fence, d.until)).collect();
-            seen.sort();
-            if !ledger.kept || seen == ledger.written_doubts {
-                false
-            } else {
-                ledger.duties.doubts = doubts
-                    .iter()
-                    .map(|doubt| RecordedDoubt {
-                        fence: doubt.fence,
-                        left: doubt.until.saturating_duration_since(now),
-                    })
-                    .filter(|doubt| !doubt.left.is_zero())
-                    .collect();
-                ledger.written_doubts = seen;
-                true
-            }
+            ledger.kept && ledger.note(at_station, self.timing.lock_delay, now)
         };
         if changed {
             self.write_ledger().await;
         }
+    }
+}
+
+impl Ledger {
+    /// Takes `at_station` into the copy at `now`: its doubts, and the lock-delay (`lock_delay`
+    /// long) from its latest lapse when that outlasts the one recorded. A doubt that lapsed
+    /// delays the next grant from that instant (the machine learns of it only when a settle
+    /// takes it): recorded at once, a clean stop, a restart or a handover before that grant
+    /// does not lose it. Whether the record must be written again.
+    fn note(&mut self, at_station: &AtStation, lock_delay: Duration, now: Instant) -> bool {
+        let mut seen: Vec<(u64, Instant)> = at_station
+            .doubts
+            .iter()
+            .map(|d| (d.fence, d.until))
+            .collect();
+        seen.sort();
+        let doubts_changed = seen != self.written_doubts;
+        if doubts_changed {
+            self.duties.doubts = at_station
+                .doubts
+                .iter()
+                .map(|doubt| RecordedDoubt {
+                    fence: doubt.fence,
+                    left: doubt.until.saturating_duration_since(now),
+                })
+                .filter(|doubt| !doubt.left.is_zero())
+                .collect();
+            self.written_doubts = seen;
+        }
+        let delay = at_station
+            .lapsed
+            .iter()
+            .max_by_key(|lapse| lapse.at)
+            .and_then(|lapse| self.lapse_delay(lapse, lock_delay, now));
+        let longer = delay.filter(|delay| {
+            self.duties
+                .lock_delay
+                .as_ref()
+                .is_none_or(|recorded| recorded.left < delay.left)
+        });
+        let delay_changed = longer.is_some();
+        if let Some(delay) = longer {
+            self.duties.lock_delay = Some(delay);
+        }
+        doubts_changed || delay_changed
+    }
+
+    /// The lock-delay after `lapse` as the record keeps it, if any of it is left at `now`:
+    /// after a change made without a lease (or one a gateway before this one left), or after
+    /// the holder of the lease it was made under.
+    fn lapse_delay(
+        &self,
+        lapse: &Lapse,
+        lock_delay: Duration,
+        now: Instant,
+    ) -> Option<RecordedDelay> {
+        let left = (lapse.at + lock_delay).saturating_duration_since(now);
+        if left.is_zero() {
+            return None;
+        }
+        let leaseless = lapse.fence == FREE_FENCE || lapse.fence == ANY_FENCE;
+        let (after, why) = match (leaseless, &self.duties.end_pending) {
+            (true, _) => (LEASELESS_CHANGE.to_owned(), LockDelayWhy::LeaselessDoubt),
+            (false, Some(holder)) => (holder.clone(), LockDelayWhy::ChangesInDoubt),
+            (false, None) => ("an earlier holder".to_owned(), LockDelayWhy::ChangesInDoubt),
+        };
+        Some(RecordedDelay {
+            after,
+            fence: lapse.fence,
+            why: why.code().to_owned(),
+            left,
+        })
     }
 }
 
@@ -494,7 +550,6 @@ async fn put_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn a_recorded_delay_reads_back_as_the_machines() {
@@ -505,5 +560,47 @@ mod tests {
             left: Duration::from_millis(1200),
         };
         assert_eq!(StoredLockDelay::from(&RecordedDelay::from(&delay)), delay);
+    }
+
+    /// The latest lapse sets the recorded lock-delay, from the lapse (not from `now`), only
+    /// when it outlasts the one recorded; a lapse whose lock-delay is over records nothing.
+    #[test]
+    fn the_latest_lapse_records_its_lock_delay_when_it_outlasts_the_recorded_one() {
+        let t0 = Instant::now();
+        let lock_delay = Duration::from_millis(1500);
+        let mut ledger = Ledger::default();
+        let lapses = |lapsed: Vec<Lapse>| AtStation {
+            doubts: Vec::new(),
+            lapsed,
+        };
+        let lapse = |fence, ms| Lapse {
+            fence,
+            at: t0 + Duration::from_millis(ms),
+        };
+        let now = t0 + Duration::from_millis(1000);
+        assert!(!ledger.note(
+            &lapses(vec![lapse(0, 400)]),
+            lock_delay,
+            t0 + Duration::from_secs(2)
+        ));
+        assert_eq!(ledger.duties.lock_delay, None, "its lock-delay is over");
+        assert!(ledger.note(&lapses(vec![lapse(3, 900), lapse(0, 800)]), lock_delay, now));
+        let recorded = ledger.duties.lock_delay.clone().unwrap();
+        assert_eq!(
+            (recorded.fence, recorded.why.as_str(), recorded.left),
+            (3, "changes-in-doubt", Duration::from_millis(1400))
+        );
+        assert_eq!(recorded.after, "an earlier holder");
+        assert!(
+            !ledger.note(&lapses(vec![lapse(FREE_FENCE, 850)]), lock_delay, now),
+            "a shorter one is not recorded"
+        );
+        ledger.duties.end_pending = Some("A".into());
+        assert!(ledger.note(&lapses(vec![lapse(ANY_FENCE, 950)]), lock_delay, now));
+        let recorded = ledger.duties.lock_delay.clone().unwrap();
+        assert_eq!(
+            (recorded.after.as_str(), recorded.why.as_str()),
+            (LEASELESS_CHANGE, "leaseless-doubt")
+        );
     }
 }

@@ -306,7 +306,10 @@ async fn a_lapsed_doubts_lock_delay_is_in_the_ledger_before_any_grant_takes_it()
     tokio::time::sleep_until(bound + after).await;
     shutdown.cancel();
     let record = record_of(&store, STATION).await.unwrap_or_default();
-    let recorded = record.lock_delay.clone().map(|delay| (delay.why, delay.left));
+    let recorded = record
+        .lock_delay
+        .clone()
+        .map(|delay| (delay.why, delay.left));
     assert_eq!(
         recorded,
         Some(("leaseless-doubt".to_owned(), LOCK_DELAY - after)),
@@ -384,7 +387,10 @@ async fn a_clean_stop_records_what_is_still_at_the_station_only_while_it_owns_th
     }])
     .await;
     let mut doubts = link.watch_doubts();
-    doubts.wait_for(|doubts| !doubts.is_empty()).await.unwrap();
+    doubts
+        .wait_for(|doubts| !doubts.doubts.is_empty())
+        .await
+        .unwrap();
     let limit = Duration::from_secs(1);
     lease.flush_ledger(false, limit).await;
     assert_eq!(
