@@ -70,3 +70,15 @@ fn a_takeover_under_another_name_writes_the_safe_state_after_the_changes_in_doub
     let failure = failure_of(491);
     assert!(failure.is_none(), "seed 491 failed: {failure:?}");
 }
+
+/// A station carried a lease-less change out later than `max_processing_ms` (within the
+/// lock-delay); its doubt lapsed and nobody asked for the lease before the gateway stopped
+/// cleanly. The lock-delay that runs from the lapse lived only in the link's memory until a
+/// grant's settle took it: the restarted gateway granted the next lease at once and the change
+/// landed inside it. The lapse's lock-delay is now written into the station's ledger when the
+/// doubt lapses (fails with `--reintroduce lapse-not-recorded`).
+#[test]
+fn a_lapsed_doubts_lock_delay_holds_the_grant_after_a_clean_stop_before_anyone_asked() {
+    let failure = failure_of(6);
+    assert!(failure.is_none(), "seed 6 failed: {failure:?}");
+}

@@ -474,8 +474,12 @@ impl Ledger {
                 .collect();
             self.written_doubts = seen;
         }
-        let delay = at_station
-            .lapsed
+        // Hole put back (reintroduce-holes only): a lapse's lock-delay is not recorded.
+        let lapsed = match crate::holes::active("lapse-not-recorded") {
+            true => &[][..],
+            false => &at_station.lapsed[..],
+        };
+        let delay = lapsed
             .iter()
             .max_by_key(|lapse| lapse.at)
             .and_then(|lapse| self.lapse_delay(lapse, lock_delay, now));
