@@ -251,7 +251,7 @@ impl ControlLease {
             );
             self.end_foreign_lease(&duties.lease).await?;
         }
-        let doubts = duties
+        let mut doubts: Vec<Doubt> = duties
             .doubts
             .iter()
             .map(|doubt| Doubt {
@@ -262,6 +262,20 @@ impl ControlLease {
             .collect();
         // A lease of this control lease resumed live: its end is this gateway's to record.
         let own_live = !foreign && self.resumed_live.load(std::sync::atomic::Ordering::Acquire);
+        if own_live && let Some(delay) = &duties.lock_delay {
+            // The machine goes on with the live lease and takes no lock-delay from the record;
+            // one still running there followed a doubt that lapsed under it (or before it) and
+            // no settle took yet. Handed to the link as a doubt whose bound has passed, it
+            // lapses at once, at that bound: the settle at the lease's end (or the next
+            // grant's) takes it, and the lock-delay ends when the record says.
+            let lapsed_at = (now + delay.left)
+                .checked_sub(self.timing.lock_delay)
+                .unwrap_or(now);
+            doubts.push(Doubt {
+                fence: delay.fence,
+                until: lapsed_at,
+            });
+        }
         Ok(Some(match own_live {
             true => Inheritance {
                 owed_after: None,
