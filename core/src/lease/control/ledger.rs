@@ -38,6 +38,9 @@ pub(super) struct Ledger {
     pub(super) duties: StationDuties,
     /// The doubts last written, so that a write is made only when they change.
     written_doubts: Vec<(u64, Instant)>,
+    /// When the recorded lock-delay ends: every write keeps what is left of it then, not what
+    /// was left when it was set.
+    delay_until: Option<Instant>,
 }
 
 fn lock(ledger: &Mutex<Ledger>) -> MutexGuard<'_, Ledger> {
@@ -335,6 +338,7 @@ impl ControlLease {
                 return Ok(());
             };
             ledger.duties.lease = self.name.clone();
+            ledger.refresh_delay(Instant::now());
             let text = ledger
                 .duties
                 .owes_anything()
@@ -381,14 +385,7 @@ impl ControlLease {
         {
             let mut ledger = lock(&self.ledger);
             if let Some(delay) = lock_delay {
-                let longer = ledger
-                    .duties
-                    .lock_delay
-                    .as_ref()
-                    .is_none_or(|recorded| recorded.left < delay.left);
-                if longer {
-                    ledger.duties.lock_delay = Some(RecordedDelay::from(&delay));
-                }
+                ledger.keep_delay(RecordedDelay::from(&delay), Instant::now());
             }
             ledger.duties.end_pending = None;
         }
@@ -497,17 +494,34 @@ impl Ledger {
             .iter()
             .max_by_key(|lapse| lapse.at)
             .and_then(|lapse| self.lapse_delay(lapse, lock_delay, now));
-        let longer = delay.filter(|delay| {
-            self.duties
-                .lock_delay
-                .as_ref()
-                .is_none_or(|recorded| recorded.left < delay.left)
-        });
-        let delay_changed = longer.is_some();
-        if let Some(delay) = longer {
-            self.duties.lock_delay = Some(delay);
-        }
+        let delay_changed = delay.is_some_and(|delay| self.keep_delay(delay, now));
         doubts_changed || delay_changed
+    }
+
+    /// Keeps `delay` (its time left counted from `now`) unless the one recorded lasts at least
+    /// as long; whether it was kept.
+    fn keep_delay(&mut self, delay: RecordedDelay, now: Instant) -> bool {
+        let until = now + delay.left;
+        let longer = self.delay_until.is_none_or(|recorded| recorded < until);
+        if longer {
+            self.duties.lock_delay = Some(delay);
+            self.delay_until = Some(until);
+        }
+        longer
+    }
+
+    /// The recorded lock-delay with what is left of it at `now`; none once it is over.
+    fn refresh_delay(&mut self, now: Instant) {
+        let left = self
+            .delay_until
+            .map(|until| until.saturating_duration_since(now));
+        match (left, self.duties.lock_delay.as_mut()) {
+            (Some(left), Some(delay)) if !left.is_zero() => delay.left = left,
+            _ => {
+                self.duties.lock_delay = None;
+                self.delay_until = None;
+            }
+        }
     }
 
     /// The lock-delay after `lapse` as the record keeps it, if any of it is left at `now`:
@@ -620,5 +634,13 @@ mod tests {
             (recorded.after.as_str(), recorded.why.as_str()),
             (LEASELESS_CHANGE, "leaseless-doubt")
         );
+        ledger.refresh_delay(now + Duration::from_millis(1000));
+        assert_eq!(
+            ledger.duties.lock_delay.as_ref().map(|delay| delay.left),
+            Some(Duration::from_millis(450)),
+            "a later write keeps what is left of it"
+        );
+        ledger.refresh_delay(now + Duration::from_millis(1450));
+        assert_eq!(ledger.duties.lock_delay, None, "over: no longer recorded");
     }
 }
