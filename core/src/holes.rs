@@ -54,6 +54,10 @@ pub const HOLES: &[(&str, &str)] = &[
         "adoption-without-settle",
         "the safe state owed after a lease ended at a takeover is written before the changes in doubt inherited with it settle",
     ),
+    (
+        "lapse-not-recorded",
+        "a doubt's lapse is not written into the station's ledger (its lock-delay lost on a clean stop, a restart or a handover before the next grant)",
+    ),
 ];
 
 /// Whether the hole `name` is put back in this process.

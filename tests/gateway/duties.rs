@@ -716,3 +716,61 @@ async fn a_change_at_the_station_when_its_owner_stopped_cleanly_is_waited_for_by
     );
     standby.stop().await;
 }
+
+/// A change made without a lease outlives `station.max_processing_ms` unanswered (this
+/// station breaks its contract: it carries it out later still, within the lock-delay), and
+/// before anyone asks for the lease the gateway stops cleanly; a new gateway on the same SQLite
+/// store serves the station and B asks for the lease at once. The lock-delay that began when
+/// the doubt lapsed is the station's, not the process's: B is granted only once it is over, so
+/// the late `ON1=True` lands before B's lease, never inside it.
+#[tokio::test]
+async fn a_lapsed_doubts_lock_delay_outlives_a_clean_stop() {
+    const LOCK_DELAY_MS: u64 = 1500;
+    let backend = Backend::named("sqlite").await;
+    // Past the longest processing by less than the lock-delay.
+    let late = Duration::from_millis(MAX_PROCESSING_MS + 1000);
+    let station = Station::start(Line::Tcp, late).await;
+    let config = station.config(|config| {
+        config.station.id = format!("lapse-{}", &LeaseToken::random().as_str()[..8]);
+        config.lease.backend = backend.url.clone();
+        config.lease.lock_delay_ms = Some(LOCK_DELAY_MS);
+    });
+    let first = start_gateway(config.clone()).await;
+    let mut doubts = first.link().watch_doubts();
+    let sent = Instant::now();
+    let outcome = slow_on(&first, None).await;
+    assert!(
+        matches!(outcome, Err(LinkError::WriteTimeout { .. })),
+        "{outcome:?}"
+    );
+    within(BOUND, "the change's doubt to lapse", async {
+        let _ = doubts.wait_for(|d| !d.doubts.is_empty()).await;
+        let _ = doubts.wait_for(|d| d.doubts.is_empty()).await;
+    })
+    .await;
+    let lapsed = sent.elapsed();
+    assert!(
+        station.on1_writes().is_empty(),
+        "the late change landed before its doubt lapsed"
+    );
+    first.stop().await;
+    let second = start_gateway(config).await;
+    let b = take(&second, "TAT station 4").await;
+    let granted = sent.elapsed();
+    switch_on1_off(&second, &b).await;
+    until(BOUND, "both writes to ON1 to land", || {
+        station.on1_writes().len() >= 2
+    })
+    .await;
+    assert_eq!(
+        station.on1_writes(),
+        [Value::Bool(true), Value::Bool(false)],
+        "the late lease-less change landed inside B's lease, granted {granted:?} after it was sent (its doubt lapsed at {lapsed:?}, then its gateway stopped)"
+    );
+    let earliest = Duration::from_millis(MAX_PROCESSING_MS + LOCK_DELAY_MS);
+    assert!(
+        granted >= earliest,
+        "B was granted {granted:?} after the change, before the lock-delay that followed its lapse ran ({earliest:?})"
+    );
+    second.stop().await;
+}

@@ -41,9 +41,9 @@ pub struct Shared {
     /// With a shared lease backend: this gateway's hold on the station's link, checked right
     /// before any frame is written (`None`: the only gateway there can be).
     pub owner: Option<Arc<OwnerGate>>,
-    /// The station's changes in doubt, published whenever they change (the ledger of what the
-    /// station is owed records them).
-    pub doubts: tokio::sync::watch::Sender<Arc<Vec<super::doubts::Doubt>>>,
+    /// The station's changes in doubt and the lapses no settle took yet, published whenever
+    /// they change (the ledger of what the station is owed records them).
+    pub doubts: tokio::sync::watch::Sender<Arc<super::doubts::AtStation>>,
 }
 
 impl Shared {
@@ -51,7 +51,7 @@ impl Shared {
     pub fn publish_doubts(&self, book: &DoubtBook, seen: &mut u64) {
         if book.version() != *seen {
             *seen = book.version();
-            self.doubts.send_replace(Arc::new(book.doubts()));
+            self.doubts.send_replace(Arc::new(book.at_station()));
         }
     }
 }

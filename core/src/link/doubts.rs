@@ -8,7 +8,10 @@
 //! A doubt that outlives its bound unanswered *lapses*: by the station's contract it was carried
 //! out or never will be, but the gateway cannot tell which, and a station that breaks the
 //! contract may still carry it out. The book remembers when the last doubt of each fence lapsed
-//! until a settle of that fence takes it: the lease machine starts the lock-delay from it.
+//! until a settle of that fence takes it: the lease machine starts the lock-delay from it. The
+//! lapses are published with the doubts ([`AtStation`]), so that the station's ledger keeps
+//! that lock-delay from the lapse on: a clean stop, a restart or a handover before the next
+//! grant does not lose it.
 
 use std::collections::HashMap;
 
@@ -64,6 +67,21 @@ pub struct Lapsed {
     pub current: Vec<u64>,
     /// The fences of the doubts of connections that ended (or inherited), one per change.
     pub orphaned: Vec<u64>,
+}
+
+/// The doubts of one fence last lapsed at `at`, and no settle has taken that yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lapse {
+    pub fence: u64,
+    pub at: Instant,
+}
+
+/// What the book publishes for the station's ledger: the changes in doubt, and the lapses no
+/// settle has taken yet (the lock-delay runs from them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtStation {
+    pub doubts: Vec<Doubt>,
+    pub lapsed: Vec<Lapse>,
 }
 
 /// The changes in doubt of one station, across its connections.
@@ -193,6 +211,23 @@ impl DoubtBook {
             .copied()
             .collect()
     }
+
+    /// Every doubt and every lapse not yet taken, for the ledger of what the station is owed.
+    pub fn at_station(&self) -> AtStation {
+        let mut lapsed: Vec<Lapse> = self
+            .lapsed
+            .iter()
+            .map(|(fence, at)| Lapse {
+                fence: *fence,
+                at: *at,
+            })
+            .collect();
+        lapsed.sort_by_key(|lapse| (lapse.at, lapse.fence));
+        AtStation {
+            doubts: self.doubts(),
+            lapsed,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -274,6 +309,32 @@ mod tests {
         assert_eq!(book.take_lapsed(SettleScope::Fence(4)), None, "taken once");
         assert_eq!(book.take_lapsed(SettleScope::Every), Some(t0 + ms(20)));
         assert_eq!(book.take_lapsed(SettleScope::Every), None);
+    }
+
+    #[test]
+    fn a_lapse_is_published_for_the_ledger_until_a_settle_takes_it() {
+        let t0 = Instant::now();
+        let mut book = DoubtBook::default();
+        book.add(1, FREE_FENCE, t0 + ms(10));
+        book.orphan(5, t0 + ms(40));
+        let seen = book.version();
+        book.lapse(t0 + ms(10));
+        assert_ne!(book.version(), seen, "a lapse is told");
+        assert_eq!(
+            book.at_station(),
+            AtStation {
+                doubts: vec![Doubt {
+                    fence: 5,
+                    until: t0 + ms(40)
+                }],
+                lapsed: vec![Lapse {
+                    fence: FREE_FENCE,
+                    at: t0 + ms(10)
+                }],
+            }
+        );
+        book.take_lapsed(SettleScope::Every);
+        assert_eq!(book.at_station().lapsed, [], "taken by a settle");
     }
 
     #[test]

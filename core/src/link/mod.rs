@@ -41,7 +41,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 pub use crate::config::station_url::{Parity, SerialSettings, StationUrl, UrlError};
 use command::Command;
 pub use command::{Caller, Settled};
-pub use doubts::{ANY_FENCE, Doubt, SettleScope};
+pub use doubts::{ANY_FENCE, AtStation, Doubt, FREE_FENCE, Lapse, SettleScope};
 pub use error::{HandshakeError, LinkDown, LinkError, OpenError, OutcomeCause, ProtocolError};
 pub use guard::{
     Forbidden, GuardRefusal, Guarded, Interlock, InterlockBroken, Interlocks, LeaseSnapshot,
@@ -68,7 +68,7 @@ pub struct LinkHandle {
     /// The longest the station may take over a request (`station.max_processing_ms`).
     max_processing: Duration,
     /// The station's changes in doubt, as the link task last published them.
-    doubts: watch::Receiver<Arc<Vec<Doubt>>>,
+    doubts: watch::Receiver<Arc<AtStation>>,
 }
 
 impl LinkHandle {
@@ -365,9 +365,9 @@ impl LinkHandle {
         self.info.watch()
     }
 
-    /// The station's changes in doubt, whenever they change (for the ledger of what the
-    /// station is owed).
-    pub fn watch_doubts(&self) -> watch::Receiver<Arc<Vec<Doubt>>> {
+    /// The station's changes in doubt and the lapses no settle took yet, whenever they change
+    /// (for the ledger of what the station is owed).
+    pub fn watch_doubts(&self) -> watch::Receiver<Arc<AtStation>> {
         self.doubts.clone()
     }
 

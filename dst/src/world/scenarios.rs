@@ -284,11 +284,12 @@ async fn owner_cut_off(world: &Arc<World>) {
 }
 
 /// A station later than its contract: it carries a lease-less change out after
-/// `max_processing_ms` (by less than the lock-delay, which is what the lock-delay is for),
-/// while a client asks for the lease (the lock-delay begins), and the gateway stops cleanly,
-/// is killed, or (two gateways) hands over while it runs; then a client takes the lease at
-/// once. The lock-delay kept in the station's ledger must hold the next grant back until the
-/// late change can no longer land.
+/// `max_processing_ms` (by less than the lock-delay, which is what the lock-delay is for).
+/// After the change left doubt, a client asks for the lease (the grant's settle starts the
+/// lock-delay), or nobody does (the lock-delay runs from the lapse, before any grant); then the
+/// gateway stops cleanly, is killed, or (two gateways) hands over while it runs, and a client
+/// takes the lease at once. The lock-delay kept in the station's ledger must hold the next
+/// grant back until the late change can no longer land.
 async fn late_past_its_contract(world: &Arc<World>) {
     calm(world).await;
     let Some(gateway) = serving(world).filter(|g| at_rest(g)) else {
@@ -303,10 +304,15 @@ async fn late_past_its_contract(world: &Arc<World>) {
     let past = Duration::from_millis(world.draw(300..3_000)).min(lock_delay / 2);
     let late = max_processing + past;
     let how = world.draw(0..3u32);
+    let asks = world.draw(0..2u32) == 0;
     world.trace.note(format!(
-        "scenario: at {}, a lease-less change the station carries out {} ms after its sending, past max_processing_ms; a client asks for the lease, then the gateway {}",
+        "scenario: at {}, a lease-less change the station carries out {} ms after its sending, past max_processing_ms; {}, then the gateway {}",
         gateway.name,
         late.as_millis(),
+        match asks {
+            true => "a client asks for the lease",
+            false => "nobody asks for the lease",
+        },
         ["stops cleanly and restarts", "is killed and restarts", "stops cleanly and restarts"][how as usize]
     ));
     world.sim.set_ignores_close(true);
@@ -336,42 +342,8 @@ async fn late_past_its_contract(world: &Arc<World>) {
         calm_over(world);
         return;
     }
-    let name = format!("client{SECOND_WRITER}");
-    world.trace.note(format!(
-        "{name}: acquire at {} (ttl 3000 ms, wait 0 ms)",
-        gateway.name
-    ));
-    match request(
-        &gateway,
-        None,
-        gateway.acquire(&name, Duration::from_secs(3), None, Duration::ZERO),
-    )
-    .await
-    {
-        Some(Ok(answer)) => {
-            // The lock-delay did not hold it back: its tenure is judged as everyone's.
-            let now = Instant::now();
-            let tenure = world.records.lock().unwrap().add_tenure(Tenure {
-                client: SECOND_WRITER,
-                fence: answer.fence,
-                start: now,
-                ends_by: now + Duration::from_millis(answer.expires_in_ms),
-                ended_at: None,
-                released: false,
-                unreleased_end: false,
-            });
-            world
-                .trace
-                .note(format!("{name}: holds the lease, fence {}", answer.fence));
-            world.records.lock().unwrap().tenures[tenure].end_asked(Instant::now());
-            if let Some(Ok(())) = request(&gateway, None, gateway.release(&answer.lease_id)).await {
-                world.records.lock().unwrap().tenures[tenure].released = true;
-            }
-        }
-        Some(Err(refusal)) => world
-            .trace
-            .note(format!("{name}: acquire refused: {}", short(&refusal))),
-        None => world.trace.note(format!("{name}: acquire: hung up")),
+    if asks {
+        ask_for_the_lease(world, &gateway).await;
     }
     tokio::time::sleep(Duration::from_millis(world.draw(10..200))).await;
     let running = world.gateways.lock().unwrap()[index].running.take();
@@ -406,4 +378,46 @@ async fn late_past_its_contract(world: &Arc<World>) {
     }
     let _ = writer.await;
     calm_over(world);
+}
+
+/// `client10` asks `gateway` for the lease once, not waiting in line: refused while the
+/// lock-delay runs; a lease it is granted is judged as everyone's, and released.
+async fn ask_for_the_lease(world: &World, gateway: &SimGateway) {
+    let name = format!("client{SECOND_WRITER}");
+    world.trace.note(format!(
+        "{name}: acquire at {} (ttl 3000 ms, wait 0 ms)",
+        gateway.name
+    ));
+    match request(
+        gateway,
+        None,
+        gateway.acquire(&name, Duration::from_secs(3), None, Duration::ZERO),
+    )
+    .await
+    {
+        Some(Ok(answer)) => {
+            // The lock-delay did not hold it back: its tenure is judged as everyone's.
+            let now = Instant::now();
+            let tenure = world.records.lock().unwrap().add_tenure(Tenure {
+                client: SECOND_WRITER,
+                fence: answer.fence,
+                start: now,
+                ends_by: now + Duration::from_millis(answer.expires_in_ms),
+                ended_at: None,
+                released: false,
+                unreleased_end: false,
+            });
+            world
+                .trace
+                .note(format!("{name}: holds the lease, fence {}", answer.fence));
+            world.records.lock().unwrap().tenures[tenure].end_asked(Instant::now());
+            if let Some(Ok(())) = request(gateway, None, gateway.release(&answer.lease_id)).await {
+                world.records.lock().unwrap().tenures[tenure].released = true;
+            }
+        }
+        Some(Err(refusal)) => world
+            .trace
+            .note(format!("{name}: acquire refused: {}", short(&refusal))),
+        None => world.trace.note(format!("{name}: acquire: hung up")),
+    }
 }

@@ -13,6 +13,7 @@
 //! it, one transition at a time (under the lease's `Turn`).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -21,8 +22,9 @@ use super::super::ledger::{RecordedDelay, RecordedDoubt, StationDuties, record_n
 use super::super::store::{AcquireRequest, Acquisition, LeaseStore};
 use super::ControlLease;
 use super::events::Event;
+use super::machine::LEASELESS_CHANGE;
 use super::state::{LockDelayWhy, StoredEnd, StoredLockDelay};
-use crate::link::{ANY_FENCE, Doubt};
+use crate::link::{ANY_FENCE, AtStation, Doubt, FREE_FENCE, Lapse};
 
 /// This gateway's copy of the station's record, and where it is kept.
 #[derive(Debug, Default)]
@@ -36,6 +38,9 @@ pub(super) struct Ledger {
     pub(super) duties: StationDuties,
     /// The doubts last written, so that a write is made only when they change.
     written_doubts: Vec<(u64, Instant)>,
+    /// When the recorded lock-delay ends: every write keeps what is left of it then, not what
+    /// was left when it was set.
+    delay_until: Option<Instant>,
 }
 
 fn lock(ledger: &Mutex<Ledger>) -> MutexGuard<'_, Ledger> {
@@ -268,7 +273,7 @@ impl ControlLease {
             );
             self.end_foreign_lease(&duties.lease).await?;
         }
-        let doubts = duties
+        let mut doubts: Vec<Doubt> = duties
             .doubts
             .iter()
             .map(|doubt| Doubt {
@@ -279,6 +284,20 @@ impl ControlLease {
             .collect();
         // A lease of this control lease resumed live: its end is this gateway's to record.
         let own_live = !foreign && self.resumed_live.load(std::sync::atomic::Ordering::Acquire);
+        if own_live && let Some(delay) = &duties.lock_delay {
+            // The machine goes on with the live lease and takes no lock-delay from the record;
+            // one still running there followed a doubt that lapsed under it (or before it) and
+            // no settle took yet. Handed to the link as a doubt whose bound has passed, it
+            // lapses at once, at that bound: the settle at the lease's end (or the next
+            // grant's) takes it, and the lock-delay ends when the record says.
+            let lapsed_at = (now + delay.left)
+                .checked_sub(self.timing.lock_delay)
+                .unwrap_or(now);
+            doubts.push(Doubt {
+                fence: delay.fence,
+                until: lapsed_at,
+            });
+        }
         Ok(Some(match own_live {
             true => Inheritance {
                 owed_after: None,
@@ -338,6 +357,7 @@ impl ControlLease {
                 return Ok(());
             };
             ledger.duties.lease = self.name.clone();
+            ledger.refresh_delay(Instant::now());
             let text = ledger
                 .duties
                 .owes_anything()
@@ -384,14 +404,7 @@ impl ControlLease {
         {
             let mut ledger = lock(&self.ledger);
             if let Some(delay) = lock_delay {
-                let longer = ledger
-                    .duties
-                    .lock_delay
-                    .as_ref()
-                    .is_none_or(|recorded| recorded.left < delay.left);
-                if longer {
-                    ledger.duties.lock_delay = Some(RecordedDelay::from(&delay));
-                }
+                ledger.keep_delay(RecordedDelay::from(&delay), Instant::now());
             }
             ledger.duties.end_pending = None;
         }
@@ -403,7 +416,7 @@ impl ControlLease {
     /// land until the longest the station may take, `max_processing` from now. Every settle
     /// waits for that, so neither the next grant nor the end of the lease it resumed comes
     /// before it.
-    pub async fn after_a_crash(&self, max_processing: std::time::Duration) {
+    pub async fn after_a_crash(&self, max_processing: Duration) {
         // Hole put back (reintroduce-holes only): a crash restart forgets its changes in doubt.
         if crate::holes::active("crash-doubt-forgotten") {
             return;
@@ -425,11 +438,7 @@ impl ControlLease {
     /// At a clean stop, once the link has stopped: what was still at the station goes into
     /// the ledger, so that whoever serves the station next waits for it. Only while this
     /// process still owns the station's link (`owned`); bounded by `limit`.
-    pub async fn flush_ledger(
-        self: &std::sync::Arc<Self>,
-        owned: bool,
-        limit: std::time::Duration,
-    ) {
+    pub async fn flush_ledger(self: &std::sync::Arc<Self>, owned: bool, limit: Duration) {
         if !owned || !self.ledger_kept() {
             return;
         }
@@ -456,30 +465,109 @@ impl ControlLease {
         }
     }
 
-    /// The station's changes in doubt changed (`doubts`, at `now`): the record keeps them.
-    pub(super) async fn record_doubts(&self, doubts: &[Doubt], now: Instant) {
+    /// The station's changes in doubt or its lapses changed (`at_station`, at `now`): the
+    /// record keeps the doubts, and the lock-delay that runs from the latest lapse.
+    pub(super) async fn record_doubts(&self, at_station: &AtStation, now: Instant) {
         let changed = {
             let mut ledger = lock(&self.ledger);
-            let mut seen: Vec<(u64, Instant)> = doubts.iter().map(|d| (d.fence, d.until)).collect();
-            seen.sort();
-            if !ledger.kept || seen == ledger.written_doubts {
-                false
-            } else {
-                ledger.duties.doubts = doubts
-                    .iter()
-                    .map(|doubt| RecordedDoubt {
-                        fence: doubt.fence,
-                        left: doubt.until.saturating_duration_since(now),
-                    })
-                    .filter(|doubt| !doubt.left.is_zero())
-                    .collect();
-                ledger.written_doubts = seen;
-                true
-            }
+            ledger.kept && ledger.note(at_station, self.timing.lock_delay, now)
         };
         if changed {
             self.write_ledger().await;
         }
+    }
+}
+
+impl Ledger {
+    /// Takes `at_station` into the copy at `now`: its doubts, and the lock-delay (`lock_delay`
+    /// long) from its latest lapse when that outlasts the one recorded. A doubt that lapsed
+    /// delays the next grant from that instant (the machine learns of it only when a settle
+    /// takes it): recorded at once, a clean stop, a restart or a handover before that grant
+    /// does not lose it. Whether the record must be written again.
+    fn note(&mut self, at_station: &AtStation, lock_delay: Duration, now: Instant) -> bool {
+        let mut seen: Vec<(u64, Instant)> = at_station
+            .doubts
+            .iter()
+            .map(|d| (d.fence, d.until))
+            .collect();
+        seen.sort();
+        let doubts_changed = seen != self.written_doubts;
+        if doubts_changed {
+            self.duties.doubts = at_station
+                .doubts
+                .iter()
+                .map(|doubt| RecordedDoubt {
+                    fence: doubt.fence,
+                    left: doubt.until.saturating_duration_since(now),
+                })
+                .filter(|doubt| !doubt.left.is_zero())
+                .collect();
+            self.written_doubts = seen;
+        }
+        // Hole put back (reintroduce-holes only): a lapse's lock-delay is not recorded.
+        let lapsed = match crate::holes::active("lapse-not-recorded") {
+            true => &[][..],
+            false => &at_station.lapsed[..],
+        };
+        let delay = lapsed
+            .iter()
+            .max_by_key(|lapse| lapse.at)
+            .and_then(|lapse| self.lapse_delay(lapse, lock_delay, now));
+        let delay_changed = delay.is_some_and(|delay| self.keep_delay(delay, now));
+        doubts_changed || delay_changed
+    }
+
+    /// Keeps `delay` (its time left counted from `now`) unless the one recorded lasts at least
+    /// as long; whether it was kept.
+    fn keep_delay(&mut self, delay: RecordedDelay, now: Instant) -> bool {
+        let until = now + delay.left;
+        let longer = self.delay_until.is_none_or(|recorded| recorded < until);
+        if longer {
+            self.duties.lock_delay = Some(delay);
+            self.delay_until = Some(until);
+        }
+        longer
+    }
+
+    /// The recorded lock-delay with what is left of it at `now`; none once it is over.
+    fn refresh_delay(&mut self, now: Instant) {
+        let left = self
+            .delay_until
+            .map(|until| until.saturating_duration_since(now));
+        match (left, self.duties.lock_delay.as_mut()) {
+            (Some(left), Some(delay)) if !left.is_zero() => delay.left = left,
+            _ => {
+                self.duties.lock_delay = None;
+                self.delay_until = None;
+            }
+        }
+    }
+
+    /// The lock-delay after `lapse` as the record keeps it, if any of it is left at `now`:
+    /// after a change made without a lease (or one a gateway before this one left), or after
+    /// the holder of the lease it was made under.
+    fn lapse_delay(
+        &self,
+        lapse: &Lapse,
+        lock_delay: Duration,
+        now: Instant,
+    ) -> Option<RecordedDelay> {
+        let left = (lapse.at + lock_delay).saturating_duration_since(now);
+        if left.is_zero() {
+            return None;
+        }
+        let leaseless = lapse.fence == FREE_FENCE || lapse.fence == ANY_FENCE;
+        let (after, why) = match (leaseless, &self.duties.end_pending) {
+            (true, _) => (LEASELESS_CHANGE.to_owned(), LockDelayWhy::LeaselessDoubt),
+            (false, Some(holder)) => (holder.clone(), LockDelayWhy::ChangesInDoubt),
+            (false, None) => ("an earlier holder".to_owned(), LockDelayWhy::ChangesInDoubt),
+        };
+        Some(RecordedDelay {
+            after,
+            fence: lapse.fence,
+            why: why.code().to_owned(),
+            left,
+        })
     }
 }
 
@@ -513,7 +601,6 @@ async fn put_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn a_recorded_delay_reads_back_as_the_machines() {
@@ -524,5 +611,55 @@ mod tests {
             left: Duration::from_millis(1200),
         };
         assert_eq!(StoredLockDelay::from(&RecordedDelay::from(&delay)), delay);
+    }
+
+    /// The latest lapse sets the recorded lock-delay, from the lapse (not from `now`), only
+    /// when it outlasts the one recorded; a lapse whose lock-delay is over records nothing.
+    #[test]
+    fn the_latest_lapse_records_its_lock_delay_when_it_outlasts_the_recorded_one() {
+        let t0 = Instant::now();
+        let lock_delay = Duration::from_millis(1500);
+        let mut ledger = Ledger::default();
+        let lapses = |lapsed: Vec<Lapse>| AtStation {
+            doubts: Vec::new(),
+            lapsed,
+        };
+        let lapse = |fence, ms| Lapse {
+            fence,
+            at: t0 + Duration::from_millis(ms),
+        };
+        let now = t0 + Duration::from_millis(1000);
+        assert!(!ledger.note(
+            &lapses(vec![lapse(0, 400)]),
+            lock_delay,
+            t0 + Duration::from_secs(2)
+        ));
+        assert_eq!(ledger.duties.lock_delay, None, "its lock-delay is over");
+        assert!(ledger.note(&lapses(vec![lapse(3, 900), lapse(0, 800)]), lock_delay, now));
+        let recorded = ledger.duties.lock_delay.clone().unwrap();
+        assert_eq!(
+            (recorded.fence, recorded.why.as_str(), recorded.left),
+            (3, "changes-in-doubt", Duration::from_millis(1400))
+        );
+        assert_eq!(recorded.after, "an earlier holder");
+        assert!(
+            !ledger.note(&lapses(vec![lapse(FREE_FENCE, 850)]), lock_delay, now),
+            "a shorter one is not recorded"
+        );
+        ledger.duties.end_pending = Some("A".into());
+        assert!(ledger.note(&lapses(vec![lapse(ANY_FENCE, 950)]), lock_delay, now));
+        let recorded = ledger.duties.lock_delay.clone().unwrap();
+        assert_eq!(
+            (recorded.after.as_str(), recorded.why.as_str()),
+            (LEASELESS_CHANGE, "leaseless-doubt")
+        );
+        ledger.refresh_delay(now + Duration::from_millis(1000));
+        assert_eq!(
+            ledger.duties.lock_delay.as_ref().map(|delay| delay.left),
+            Some(Duration::from_millis(450)),
+            "a later write keeps what is left of it"
+        );
+        ledger.refresh_delay(now + Duration::from_millis(1450));
+        assert_eq!(ledger.duties.lock_delay, None, "over: no longer recorded");
     }
 }

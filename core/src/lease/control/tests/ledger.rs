@@ -295,6 +295,104 @@ async fn an_inherited_doubt_holds_the_next_grant_until_it_can_no_longer_land() {
     );
 }
 
+/// A change in doubt lapses (nobody answered it within its bound) before any grant here takes
+/// the lapse: the lock-delay that follows is the station's from that instant, so it is written
+/// into the station's ledger at once. A control lease that serves the station next (after a
+/// clean stop, a crash restart, a standby's takeover) refuses the next lease for what is left
+/// of it.
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_doubts_lock_delay_is_in_the_ledger_before_any_grant_takes_it() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let link = started_link();
+    let (events, _) = broadcast::channel(64);
+    let lease = Arc::new(
+        ControlLease::new(store.clone(), "control:test", events)
+            .with_end_timing(LeaseEndTiming {
+                lock_delay: LOCK_DELAY,
+                ..LeaseEndTiming::default()
+            })
+            .with_safe_state(link.clone(), Vec::new())
+            .with_station_ledger(),
+    );
+    lease.resume().await.unwrap();
+    lease.adopt_station(STATION).await.unwrap();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(lease.clone().run_expiry(shutdown.clone()));
+    let bound = Instant::now() + Duration::from_secs(1);
+    link.inherit_doubts(vec![crate::link::Doubt {
+        fence: crate::link::FREE_FENCE,
+        until: bound,
+    }])
+    .await;
+    let after = Duration::from_millis(200);
+    tokio::time::sleep_until(bound + after).await;
+    shutdown.cancel();
+    let record = record_of(&store, STATION).await.unwrap_or_default();
+    let recorded = record
+        .lock_delay
+        .clone()
+        .map(|delay| (delay.why, delay.left));
+    assert_eq!(
+        recorded,
+        Some(("leaseless-doubt".to_owned(), LOCK_DELAY - after)),
+        "the lock-delay after the lapse is not in the station's ledger: {record:?}"
+    );
+    let next = resumed("control:test", &store).await;
+    next.adopt_station(STATION).await.unwrap();
+    let (_, wait) = refused_lock_delay(take(&next, "B").await);
+    assert_eq!(wait, LOCK_DELAY - after);
+}
+
+/// A holder's change lapses while its lease is held, and the gateway stops cleanly before the
+/// lease ends. The restart resumes the lease live (the machine takes no lock-delay from the
+/// record then); the lock-delay after that lapse still holds the grant that follows the
+/// lease's end, until the record says it is over.
+#[tokio::test(start_paused = true)]
+async fn a_lapse_under_a_lease_resumed_live_delays_the_grant_after_its_end() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let with_link = |link: LinkHandle| {
+        let (events, _) = broadcast::channel(64);
+        Arc::new(
+            ControlLease::new(store.clone(), "control:test", events)
+                .with_end_timing(LeaseEndTiming {
+                    lock_delay: LOCK_DELAY,
+                    ..LeaseEndTiming::default()
+                })
+                .with_safe_state(link, Vec::new())
+                .with_station_ledger(),
+        )
+    };
+    let link = started_link();
+    let first = with_link(link.clone());
+    first.resume().await.unwrap();
+    first.adopt_station(STATION).await.unwrap();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(first.clone().run_expiry(shutdown.clone()));
+    let a = first
+        .acquire("A".into(), Duration::from_secs(60), None, Duration::ZERO)
+        .await
+        .unwrap();
+    let bound = Instant::now() + Duration::from_secs(1);
+    link.inherit_doubts(vec![crate::link::Doubt {
+        fence: a.fence,
+        until: bound,
+    }])
+    .await;
+    let after = Duration::from_millis(200);
+    tokio::time::sleep_until(bound + after).await;
+    shutdown.cancel();
+    let second = with_link(started_link());
+    second.resume().await.unwrap();
+    second.adopt_station(STATION).await.unwrap();
+    assert!(second.view().held, "A's lease goes on after the restart");
+    second.release(&a.lease_id).await.unwrap();
+    let (after_whom, wait) = refused_lock_delay(take(&second, "B").await);
+    assert_eq!(
+        (after_whom.as_str(), wait),
+        ("A's lease", LOCK_DELAY - after)
+    );
+}
+
 /// A link task running against a station it never reaches (a settle waits on its doubts).
 fn started_link() -> LinkHandle {
     let settings = crate::link::LinkSettings {
@@ -361,7 +459,10 @@ async fn a_clean_stop_records_what_is_still_at_the_station_only_while_it_owns_th
     }])
     .await;
     let mut doubts = link.watch_doubts();
-    doubts.wait_for(|doubts| !doubts.is_empty()).await.unwrap();
+    doubts
+        .wait_for(|doubts| !doubts.doubts.is_empty())
+        .await
+        .unwrap();
     let limit = Duration::from_secs(1);
     lease.flush_ledger(false, limit).await;
     assert_eq!(
