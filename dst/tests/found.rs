@@ -82,6 +82,7 @@ fn a_takeover_under_another_name_writes_the_safe_state_after_the_changes_in_doub
 fn a_clean_stop_during_the_lock_delay_after_a_lapse_leaves_it_owed() {
     let failure = failure_of(92);
     assert!(failure.is_none(), "seed 92 failed: {failure:?}");
+}
 
 /// A station carried a lease-less change out later than `max_processing_ms` (within the
 /// lock-delay); its doubt lapsed and nobody asked for the lease before the gateway stopped

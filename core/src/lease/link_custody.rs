@@ -14,23 +14,11 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::error_kind::ErrorKind;
 use crate::link::OwnerGate;
 
 use super::standby::HaRole;
 
-/// Why a door may not act on the station: this process does not own its link now. The message
-/// names who does (and where it serves) when that is known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NotLinkOwner(String);
-
-impl NotLinkOwner {
-    /// 503 on HTTP, as a standby's answer to any request is.
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::StandingBy
-    }
-}
+pub use super::NotLinkOwner;
 
 /// `Ok` when this process owns the station's link now: neither a standby (`role`) nor a link
 /// standing by on the station's identity (`gate`, the link's own, when it has one).
@@ -77,6 +65,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::error_kind::ErrorKind;
 
     #[test]
     fn an_owner_with_no_gate_or_an_open_one_owns_the_link() {

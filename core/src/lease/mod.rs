@@ -214,7 +214,7 @@ pub enum LeaseError {
     /// An acquisition at a gateway that does not own the station's link now (a standby, or a
     /// link standing by on the station's identity): it names who serves the station. 503.
     #[error(transparent)]
-    NotLinkOwner(#[from] link_custody::NotLinkOwner),
+    NotLinkOwner(#[from] NotLinkOwner),
     #[error("{0}")]
     Store(#[from] LeaseStoreError),
 }
@@ -314,6 +314,19 @@ pub fn millis(duration: Duration) -> u64 {
 /// A wall-clock time as RFC 3339 in UTC with milliseconds, e.g. `2024-05-01T12:00:00.123Z`.
 pub fn rfc3339(time: SystemTime) -> String {
     crate::timestamp::rfc3339_millis(time)
+}
+
+/// Why a door may not act on the station: this process does not own its link now. The message
+/// names who does (and where it serves) when that is known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotLinkOwner(pub(crate) String);
+
+impl NotLinkOwner {
+    /// 503 on HTTP, as a standby's answer to any request is.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::StandingBy
+    }
 }
 
 #[cfg(test)]
