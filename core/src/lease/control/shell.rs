@@ -18,10 +18,11 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::super::notice::LeaseNotice;
-use super::super::{LeaseError, LeaseView, rfc3339};
+use super::super::{LeaseError, LeaseStoreError, LeaseView, rfc3339};
 use super::events::{
     Action, Answer, EndCause, Event, Grantee, ReadBackRound, Record, SafeStopOutcome,
 };
+use super::state::STORE_CALL_BOUND;
 use super::{ControlLease, LeaseAnswer, Waiter, lock};
 
 /// How long a request waits for the transition it asked for; the transition goes on past it.
@@ -393,7 +394,7 @@ impl Turn {
                         .await?;
                     lease.store.try_acquire(&lease.name, request).await
                 };
-                let answer = answer.await;
+                let answer = bounded(answer).await;
                 return Some(Event::Taken {
                     grantee,
                     asked_at,
@@ -405,7 +406,7 @@ impl Turn {
                 ttl,
                 asked_at,
             } => {
-                let answer = lease.store.refresh(&lease.name, &token, ttl).await;
+                let answer = bounded(lease.store.refresh(&lease.name, &token, ttl)).await;
                 return Some(Event::Refreshed {
                     token,
                     asked_at,
@@ -635,6 +636,23 @@ impl ControlLease {
             }
         }
     }
+}
+
+/// A store call that takes or renews a lease, failed once it has gone on for
+/// [`STORE_CALL_BOUND`]: the store's copy of a lease granted or renewed then ends at most that
+/// much after the deadline its holder is told (counted from before the call), and a lease
+/// resumed after a restart ends that much sooner than the store says (`LiveLease::resumed`).
+async fn bounded<T>(
+    call: impl Future<Output = Result<T, LeaseStoreError>>,
+) -> Result<T, LeaseStoreError> {
+    tokio::time::timeout(STORE_CALL_BOUND, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(LeaseStoreError::Unavailable(format!(
+                "the lease store did not answer within {} ms",
+                STORE_CALL_BOUND.as_millis()
+            )))
+        })
 }
 
 /// A reply of another kind than the request asked for: never (the machine answers each

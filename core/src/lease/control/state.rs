@@ -13,6 +13,11 @@ use crate::link::LeaseSnapshot;
 #[cfg(test)]
 use crate::link::{GuardRefusal, Guarded};
 
+/// The longest the control lease waits for the store to take or renew a lease (a call not
+/// answered by then has failed). A lease's deadline is counted from before the call, so the
+/// store's copy of it ends at most this much later than the deadline its holder was told.
+pub(super) const STORE_CALL_BOUND: Duration = Duration::from_secs(2);
+
 /// The live lease as this process knows it.
 #[derive(Clone)]
 pub(super) struct LiveLease {
@@ -34,6 +39,22 @@ impl LiveLease {
             since: grant.since,
             expires_at: asked_at + grant.expires_in,
         }
+    }
+
+    /// The store's live lease, found at start (`asked_at`: before the store was asked). The
+    /// store's copy may end up to [`STORE_CALL_BOUND`] after the deadline its holder was last
+    /// told (that call was carried out late), so the lease resumed here ends that much sooner
+    /// than the store says: never later than its holder was told, whatever the call took. A
+    /// lease with less left than that is resumed past its deadline, and ends as run out.
+    pub(super) fn resumed(grant: LeaseGrant, asked_at: Instant) -> LiveLease {
+        let expires_in = grant.expires_in.saturating_sub(STORE_CALL_BOUND);
+        LiveLease::from_grant(
+            LeaseGrant {
+                expires_in,
+                ..grant
+            },
+            asked_at,
+        )
     }
 
     pub(super) fn is_live(&self, now: Instant) -> bool {
