@@ -189,14 +189,16 @@ impl LeaseMachine {
                 }],
                 None => refuse(LeaseError::NoSuchLease),
             },
-            Event::Break { peer } => match &self.state {
-                LeaseState::Held(live) => vec![Action::Release {
-                    token: live.token.clone(),
-                    releasing: Releasing::Admin {
-                        peer,
-                        broken: Box::new(live.view(now)),
-                    },
-                }],
+            Event::Break { peer, asked_at } => match &self.state {
+                LeaseState::Held(live) if live.granted_at.is_some_and(|at| at <= asked_at) => {
+                    vec![Action::Release {
+                        token: live.token.clone(),
+                        releasing: Releasing::Admin {
+                            peer,
+                            broken: Box::new(live.view(now)),
+                        },
+                    }]
+                }
                 _ => refuse(LeaseError::NobodyHolds),
             },
             Event::SafeStop { by, reason } => self.safe_stop(by, reason, now),
@@ -366,7 +368,10 @@ impl LeaseMachine {
         };
         // Hole put back (reintroduce-holes only): a renewal confirmed after the deadline extends.
         if held.is_live(now) || crate::holes::active("renewal-confirmed-late") {
-            let renewed = LiveLease::from_grant(grant, asked_at);
+            let renewed = LiveLease {
+                granted_at: held.granted_at,
+                ..LiveLease::from_grant(grant, asked_at)
+            };
             let answer = renewed.answer(now);
             self.state = LeaseState::Held(renewed);
             return vec![Action::Answer(Answer::Renewed(answer))];
@@ -504,14 +509,15 @@ impl LeaseMachine {
                     self.grant_withheld(grantee, delay, now)
                 }
                 None => {
+                    let mut live = live.clone();
+                    live.granted_at = Some(now);
                     let (owner, fence) = (live.owner.clone(), live.fence);
+                    let (view, answer) = (live.view(now), live.answer(now));
+                    self.state = LeaseState::Held(live);
                     vec![
                         Action::Record(Record::Taken { owner, fence }),
-                        Action::Publish(live.view(now)),
-                        Action::Grant {
-                            grantee,
-                            answer: live.answer(now),
-                        },
+                        Action::Publish(view),
+                        Action::Grant { grantee, answer },
                     ]
                 }
             },

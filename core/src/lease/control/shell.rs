@@ -116,7 +116,8 @@ impl ControlLease {
 
     /// `DELETE api/lease` with the admin token: ends whoever holds it. Returns what was broken.
     pub async fn break_lease(self: &Arc<Self>, peer: SocketAddr) -> Result<LeaseView, LeaseError> {
-        match self.ask(Request::Break { peer }).await? {
+        let asked_at = Instant::now();
+        match self.ask(Request::Break { peer, asked_at }).await? {
             Reply::Answer(Answer::Broken(view)) => Ok(view),
             other => Err(mismatched(other)),
         }
@@ -197,6 +198,7 @@ enum Request {
     },
     Break {
         peer: SocketAddr,
+        asked_at: Instant,
     },
     SafeStop {
         by: String,
@@ -262,7 +264,10 @@ impl Turn {
             Request::Release { presented } => Event::Release {
                 presented: presented.clone(),
             },
-            Request::Break { peer } => Event::Break { peer: *peer },
+            Request::Break { peer, asked_at } => Event::Break {
+                peer: *peer,
+                asked_at: *asked_at,
+            },
             Request::SafeStop { by, reason } => Event::SafeStop {
                 by: by.clone(),
                 reason: reason.clone(),

@@ -26,6 +26,9 @@ pub(super) struct LiveLease {
     pub(super) fence: u64,
     pub(super) since: SystemTime,
     pub(super) expires_at: Instant,
+    /// When its holder was given it (`None`: taken, not yet given): a break asked before
+    /// then is not for it.
+    pub(super) granted_at: Option<Instant>,
 }
 
 impl LiveLease {
@@ -38,6 +41,7 @@ impl LiveLease {
             fence: grant.fence,
             since: grant.since,
             expires_at: asked_at + grant.expires_in,
+            granted_at: None,
         }
     }
 
@@ -48,13 +52,15 @@ impl LiveLease {
     /// lease with less left than that is resumed past its deadline, and ends as run out.
     pub(super) fn resumed(grant: LeaseGrant, asked_at: Instant) -> LiveLease {
         let expires_in = grant.expires_in.saturating_sub(STORE_CALL_BOUND);
-        LiveLease::from_grant(
+        let mut resumed = LiveLease::from_grant(
             LeaseGrant {
                 expires_in,
                 ..grant
             },
             asked_at,
-        )
+        );
+        resumed.granted_at = Some(asked_at);
+        resumed
     }
 
     pub(super) fn is_live(&self, now: Instant) -> bool {

@@ -50,7 +50,9 @@ impl LeaseMachine {
         if !self.state.is_free(now) {
             return self.taken_over_another(grantee, grant.token, now);
         }
-        let live = LiveLease::from_grant(grant, asked_at);
+        let mut live = LiveLease::from_grant(grant, asked_at);
+        // Given at once when the store renewed it (nothing was taken anew).
+        live.granted_at = (!taken).then_some(now);
         let answer = live.answer(now);
         self.state = LeaseState::Held(live);
         if !taken {
