@@ -98,3 +98,23 @@ fn a_lapsed_doubts_lock_delay_holds_the_grant_after_a_clean_stop_before_anyone_a
         assert!(failure.is_none(), "seed {seed} failed: {failure:?}");
     }
 }
+
+/// The store took the lease for the first in line and its answer was lost: the waiter went back
+/// to the front of the line, the lease free at the gateway, and nothing handed the line over
+/// again, so every acquirer after it was refused for ever. The lease the store may have taken
+/// now goes back to it, and the line is handed over again.
+#[test]
+fn a_lost_answer_to_a_waiters_acquisition_does_not_lock_everyone_out() {
+    let failure = failure_of(679);
+    assert!(failure.is_none(), "seed 679 failed: {failure:?}");
+}
+
+/// A gateway killed while a lease was held resumed it from the store, whose copy ended later
+/// than the deadline its holder was told (the store had carried the acquisition out late); a
+/// renewal after that deadline was answered renewed. A resumed lease now ends no later than
+/// its holder was told.
+#[test]
+fn a_lease_resumed_after_a_kill_ends_no_later_than_its_holder_was_told() {
+    let failure = failure_of(220);
+    assert!(failure.is_none(), "seed 220 failed: {failure:?}");
+}

@@ -313,6 +313,12 @@ impl SimulatorHandle {
         *lock(&self.shared.faults.next_write_extra) = Some((channel.to_owned(), extra));
     }
 
+    /// Whether the delay [`SimulatorHandle::delay_next_write_to`] armed still waits for its
+    /// write (no write to its channel has reached the station since).
+    pub fn write_delay_armed(&self) -> bool {
+        lock(&self.shared.faults.next_write_extra).is_some()
+    }
+
     /// While `true`, the station ignores SPEC.md §4: a request still being worked on when its
     /// connection closes is carried out anyway (a write applied late, its answer never sent),
     /// and the closing connection does not wait for it. A faulty station, for tests of what

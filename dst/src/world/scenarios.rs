@@ -112,8 +112,8 @@ fn at_rest(gateway: &SimGateway) -> bool {
     !view.held && view.owner.is_none() && view.safe_state.is_none() && view.lock_delay_ms.is_none()
 }
 
-/// Whether `client`'s last write reached the station (within 50 ms): `false` when it was
-/// answered first (refused), so that the delay armed for it is taken back.
+/// Whether `client`'s last write reached the station (within 50 ms: it took the delay armed
+/// for it): `false` when it was answered first (refused), so that the delay is taken back.
 /// (`since`: how many writes the records held before it was sent.)
 async fn reached_the_station(world: &World, client: usize, since: usize) -> bool {
     let until = Instant::now() + Duration::from_millis(50);
@@ -125,7 +125,9 @@ async fn reached_the_station(world: &World, client: usize, since: usize) -> bool
         if !pending {
             break;
         }
-        if world.sim.requests_in_progress() > 0 {
+        // The delay armed for it was taken by a write at the station: another request in
+        // progress there (a HELLO after a reconnection) says nothing of this one.
+        if world.sim.requests_in_progress() > 0 && !world.sim.write_delay_armed() {
             return true;
         }
         if Instant::now() >= until {

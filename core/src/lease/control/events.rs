@@ -84,8 +84,9 @@ pub(super) enum Event {
     },
     /// `DELETE lease/{id}`.
     Release { presented: String },
-    /// `DELETE lease` by an admin.
-    Break { peer: SocketAddr },
+    /// `DELETE lease` by an admin, asked at `asked_at`: it ends the lease held then, not one
+    /// granted while it waited for its turn.
+    Break { peer: SocketAddr, asked_at: Instant },
     /// `POST /v1/safe-stop` by `by` (anyone with control): the lease ends, if one is held,
     /// and the safe state is applied whether or not one was.
     SafeStop { by: String, reason: String },

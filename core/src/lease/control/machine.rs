@@ -27,6 +27,7 @@ use crate::link::SettleScope;
 mod adopt;
 mod read_back;
 mod safe_stop;
+mod taking;
 
 /// What a lock-delay follows when the change left in doubt was no lease's (or one a gateway
 /// before this one left at the station): what a refusal names.
@@ -68,6 +69,10 @@ pub(super) struct LeaseMachine {
     /// Whether the station's ledger has been read (or none is kept): until then no lease is
     /// granted, for what the station is owed is not known.
     station_known: bool,
+    /// The id the store gives the lease being taken, should it take it.
+    taking: Option<LeaseToken>,
+    /// When the line is handed over again, its first not served by the store.
+    hand_over_at: Option<Instant>,
 }
 
 impl LeaseMachine {
@@ -85,6 +90,8 @@ impl LeaseMachine {
             read_back_after: Duration::ZERO,
             lock_delay: Duration::ZERO,
             station_known: true,
+            taking: None,
+            hand_over_at: None,
         }
     }
 
@@ -123,6 +130,7 @@ impl LeaseMachine {
                 _ => Some(self.retry.next_try),
             },
             LeaseState::Locked(delay) => Some(delay.until),
+            LeaseState::Free => self.hand_over_at,
             _ => None,
         }
     }
@@ -181,14 +189,16 @@ impl LeaseMachine {
                 }],
                 None => refuse(LeaseError::NoSuchLease),
             },
-            Event::Break { peer } => match &self.state {
-                LeaseState::Held(live) => vec![Action::Release {
-                    token: live.token.clone(),
-                    releasing: Releasing::Admin {
-                        peer,
-                        broken: Box::new(live.view(now)),
-                    },
-                }],
+            Event::Break { peer, asked_at } => match &self.state {
+                LeaseState::Held(live) if live.granted_at.is_some_and(|at| at <= asked_at) => {
+                    vec![Action::Release {
+                        token: live.token.clone(),
+                        releasing: Releasing::Admin {
+                            peer,
+                            broken: Box::new(live.view(now)),
+                        },
+                    }]
+                }
                 _ => refuse(LeaseError::NobodyHolds),
             },
             Event::SafeStop { by, reason } => self.safe_stop(by, reason, now),
@@ -304,6 +314,7 @@ impl LeaseMachine {
         // is recorded, the store knows one is pending, and the next holder waits the
         // lock-delay.
         let mark_end_pending = !self.lock_delay.is_zero() && self.state.live(now).is_none();
+        self.taking = Some(request.fresh_token().clone());
         vec![Action::Take {
             grantee: Some(grantee),
             request,
@@ -311,101 +322,6 @@ impl LeaseMachine {
             remember_owed,
             mark_end_pending,
         }]
-    }
-
-    /// The store's answer to a new lease for `grantee`.
-    fn taken(
-        &mut self,
-        grantee: Grantee,
-        asked_at: Instant,
-        answer: Result<Acquisition, LeaseStoreError>,
-        now: Instant,
-    ) -> Vec<Action> {
-        let (grant, taken) = match (answer, grantee) {
-            (Ok(Acquisition::Taken(grant)), _) => (grant, true),
-            (Ok(Acquisition::Renewed(grant)), _) => (grant, false),
-            (Ok(Acquisition::HeldByOther(holder)), Grantee::Requester { wait }) => {
-                return match wait {
-                    true => vec![Action::Answer(Answer::Queued)],
-                    false => refuse(LeaseError::HeldByOther {
-                        owner: holder.owner,
-                        expires_in: holder.expires_in,
-                    }),
-                };
-            }
-            (Err(error), Grantee::Requester { .. }) => return refuse(error.into()),
-            (_, Grantee::Waiter(ticket)) => return vec![Action::BackInLine(ticket)],
-        };
-        // Whatever the store says, a new lease is installed only over none.
-        if !self.state.is_free(now) {
-            return self.taken_over_another(grantee, grant.token, now);
-        }
-        let live = LiveLease::from_grant(grant, asked_at);
-        let answer = live.answer(now);
-        self.state = LeaseState::Held(live);
-        if !taken {
-            return vec![Action::Grant { grantee, answer }];
-        }
-        // Changes admitted while nobody held it are refused at the link from now on; the
-        // holder gets its id (and so can make its first change) once every change that may
-        // still be at the station has left it, whoever made it.
-        self.granting = Some(grantee);
-        vec![Action::Settle(SettleScope::Every)]
-    }
-
-    /// The lease just taken for `grantee` waited for the changes still at the station, and
-    /// one of them left doubt unanswered: until the lock-delay after it is over, nobody may
-    /// have the lease. It goes back to the store unused (nobody has its id), the delay is
-    /// recorded, and `grantee` is answered as while any lock-delay runs.
-    fn grant_withheld(&mut self, grantee: Grantee, delay: LockDelay, now: Instant) -> Vec<Action> {
-        let LeaseState::Held(live) = &self.state else {
-            return Vec::new();
-        };
-        let mut actions = vec![Action::Forget(live.token.clone())];
-        let record = stored_lock_delay(&delay, 0, now);
-        self.state = LeaseState::Locked(delay);
-        if self.has_safe_state {
-            actions.push(Action::ForgetOwed);
-        }
-        actions.push(Action::Publish(self.free_view(now)));
-        if !self.lock_delay.is_zero() {
-            actions.push(Action::StoreEnd(Some(record)));
-        }
-        actions.push(match grantee {
-            Grantee::Requester { wait: true } => Action::Answer(Answer::Queued),
-            Grantee::Requester { wait: false } => {
-                Action::Answer(Answer::Refused(self.held_by_other(now)))
-            }
-            Grantee::Waiter(ticket) => Action::BackInLine(ticket),
-        });
-        actions
-    }
-
-    /// The store took a new lease (`new`) while this gateway's lease had not ended here: asked
-    /// while it was live, the store answered after its deadline (the store's copy had lapsed
-    /// too), or the store lost it. The new lease goes back to the store, and the lease here
-    /// ends the way every lease ends, run out (its changes settle, then its safe state), which
-    /// the store's word says it has: installed over it, a change of it still at the station
-    /// could land under the new holder. `grantee` is answered as while any lease is ending.
-    fn taken_over_another(
-        &mut self,
-        grantee: Grantee,
-        new: LeaseToken,
-        now: Instant,
-    ) -> Vec<Action> {
-        let mut actions = vec![Action::Forget(new)];
-        if let Some(held) = self.held_token() {
-            actions.push(Action::Forget(held.clone()));
-            actions.extend(self.end_held(&held, EndCause::RanOut, now));
-        }
-        actions.push(match grantee {
-            Grantee::Requester { wait: true } => Action::Answer(Answer::Queued),
-            Grantee::Requester { wait: false } => {
-                Action::Answer(Answer::Refused(self.held_by_other(now)))
-            }
-            Grantee::Waiter(ticket) => Action::BackInLine(ticket),
-        });
-        actions
     }
 
     /// The store's answer to `POST lease` with the live lease's id.
@@ -452,7 +368,10 @@ impl LeaseMachine {
         };
         // Hole put back (reintroduce-holes only): a renewal confirmed after the deadline extends.
         if held.is_live(now) || crate::holes::active("renewal-confirmed-late") {
-            let renewed = LiveLease::from_grant(grant, asked_at);
+            let renewed = LiveLease {
+                granted_at: held.granted_at,
+                ..LiveLease::from_grant(grant, asked_at)
+            };
             let answer = renewed.answer(now);
             self.state = LeaseState::Held(renewed);
             return vec![Action::Answer(Answer::Renewed(answer))];
@@ -510,7 +429,7 @@ impl LeaseMachine {
                 self.state = LeaseState::Free;
                 vec![Action::HandOver]
             }
-            LeaseState::Free => Vec::new(),
+            LeaseState::Free => self.hand_over_due(now),
             _ => self.try_safe_state(now),
         }
     }
@@ -590,14 +509,15 @@ impl LeaseMachine {
                     self.grant_withheld(grantee, delay, now)
                 }
                 None => {
+                    let mut live = live.clone();
+                    live.granted_at = Some(now);
                     let (owner, fence) = (live.owner.clone(), live.fence);
+                    let (view, answer) = (live.view(now), live.answer(now));
+                    self.state = LeaseState::Held(live);
                     vec![
                         Action::Record(Record::Taken { owner, fence }),
-                        Action::Publish(live.view(now)),
-                        Action::Grant {
-                            grantee,
-                            answer: live.answer(now),
-                        },
+                        Action::Publish(view),
+                        Action::Grant { grantee, answer },
                     ]
                 }
             },

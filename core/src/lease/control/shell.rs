@@ -18,10 +18,11 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::super::notice::LeaseNotice;
-use super::super::{LeaseError, LeaseView, rfc3339};
+use super::super::{LeaseError, LeaseStoreError, LeaseView, rfc3339};
 use super::events::{
     Action, Answer, EndCause, Event, Grantee, ReadBackRound, Record, SafeStopOutcome,
 };
+use super::state::STORE_CALL_BOUND;
 use super::{ControlLease, LeaseAnswer, Waiter, lock};
 
 /// How long a request waits for the transition it asked for; the transition goes on past it.
@@ -115,7 +116,8 @@ impl ControlLease {
 
     /// `DELETE api/lease` with the admin token: ends whoever holds it. Returns what was broken.
     pub async fn break_lease(self: &Arc<Self>, peer: SocketAddr) -> Result<LeaseView, LeaseError> {
-        match self.ask(Request::Break { peer }).await? {
+        let asked_at = Instant::now();
+        match self.ask(Request::Break { peer, asked_at }).await? {
             Reply::Answer(Answer::Broken(view)) => Ok(view),
             other => Err(mismatched(other)),
         }
@@ -196,6 +198,7 @@ enum Request {
     },
     Break {
         peer: SocketAddr,
+        asked_at: Instant,
     },
     SafeStop {
         by: String,
@@ -261,7 +264,10 @@ impl Turn {
             Request::Release { presented } => Event::Release {
                 presented: presented.clone(),
             },
-            Request::Break { peer } => Event::Break { peer: *peer },
+            Request::Break { peer, asked_at } => Event::Break {
+                peer: *peer,
+                asked_at: *asked_at,
+            },
             Request::SafeStop { by, reason } => Event::SafeStop {
                 by: by.clone(),
                 reason: reason.clone(),
@@ -393,7 +399,7 @@ impl Turn {
                         .await?;
                     lease.store.try_acquire(&lease.name, request).await
                 };
-                let answer = answer.await;
+                let answer = bounded(answer).await;
                 return Some(Event::Taken {
                     grantee,
                     asked_at,
@@ -405,7 +411,7 @@ impl Turn {
                 ttl,
                 asked_at,
             } => {
-                let answer = lease.store.refresh(&lease.name, &token, ttl).await;
+                let answer = bounded(lease.store.refresh(&lease.name, &token, ttl)).await;
                 return Some(Event::Refreshed {
                     token,
                     asked_at,
@@ -635,6 +641,23 @@ impl ControlLease {
             }
         }
     }
+}
+
+/// A store call that takes or renews a lease, failed once it has gone on for
+/// [`STORE_CALL_BOUND`]: the store's copy of a lease granted or renewed then ends at most that
+/// much after the deadline its holder is told (counted from before the call), and a lease
+/// resumed after a restart ends that much sooner than the store says (`LiveLease::resumed`).
+async fn bounded<T>(
+    call: impl Future<Output = Result<T, LeaseStoreError>>,
+) -> Result<T, LeaseStoreError> {
+    tokio::time::timeout(STORE_CALL_BOUND, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(LeaseStoreError::Unavailable(format!(
+                "the lease store did not answer within {} ms",
+                STORE_CALL_BOUND.as_millis()
+            )))
+        })
 }
 
 /// A reply of another kind than the request asked for: never (the machine answers each

@@ -13,6 +13,11 @@ use crate::link::LeaseSnapshot;
 #[cfg(test)]
 use crate::link::{GuardRefusal, Guarded};
 
+/// The longest the control lease waits for the store to take or renew a lease (a call not
+/// answered by then has failed). A lease's deadline is counted from before the call, so the
+/// store's copy of it ends at most this much later than the deadline its holder was told.
+pub(super) const STORE_CALL_BOUND: Duration = Duration::from_secs(2);
+
 /// The live lease as this process knows it.
 #[derive(Clone)]
 pub(super) struct LiveLease {
@@ -21,6 +26,9 @@ pub(super) struct LiveLease {
     pub(super) fence: u64,
     pub(super) since: SystemTime,
     pub(super) expires_at: Instant,
+    /// When its holder was given it (`None`: taken, not yet given): a break asked before
+    /// then is not for it.
+    pub(super) granted_at: Option<Instant>,
 }
 
 impl LiveLease {
@@ -33,7 +41,26 @@ impl LiveLease {
             fence: grant.fence,
             since: grant.since,
             expires_at: asked_at + grant.expires_in,
+            granted_at: None,
         }
+    }
+
+    /// The store's live lease, found at start (`asked_at`: before the store was asked). The
+    /// store's copy may end up to [`STORE_CALL_BOUND`] after the deadline its holder was last
+    /// told (that call was carried out late), so the lease resumed here ends that much sooner
+    /// than the store says: never later than its holder was told, whatever the call took. A
+    /// lease with less left than that is resumed past its deadline, and ends as run out.
+    pub(super) fn resumed(grant: LeaseGrant, asked_at: Instant) -> LiveLease {
+        let expires_in = grant.expires_in.saturating_sub(STORE_CALL_BOUND);
+        let mut resumed = LiveLease::from_grant(
+            LeaseGrant {
+                expires_in,
+                ..grant
+            },
+            asked_at,
+        );
+        resumed.granted_at = Some(asked_at);
+        resumed
     }
 
     pub(super) fn is_live(&self, now: Instant) -> bool {

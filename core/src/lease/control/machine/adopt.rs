@@ -13,11 +13,12 @@ use super::{LeaseMachine, stored_lock_delay};
 use crate::link::SettleScope;
 
 impl LeaseMachine {
-    /// At start (or a takeover): the store's live lease goes on. What the station is owed
-    /// otherwise comes with its ledger ([`Self::adopted`]).
+    /// At start (or a takeover): the store's live lease goes on, ending no later than its
+    /// holder was told ([`LiveLease::resumed`]). What the station is owed otherwise comes with
+    /// its ledger ([`Self::adopted`]).
     pub(super) fn resumed(&mut self, held: Option<LeaseGrant>, asked_at: Instant) -> Vec<Action> {
         if let Some(grant) = held {
-            self.state = LeaseState::Held(LiveLease::from_grant(grant, asked_at));
+            self.state = LeaseState::Held(LiveLease::resumed(grant, asked_at));
         }
         Vec::new()
     }

@@ -89,16 +89,65 @@ fn a_release_the_store_did_not_know_ran_out_and_one_it_could_not_answer_changes_
     assert_eq!(ending_of(&machine), ("A".into(), true, 0));
 }
 
+/// An admin's break waits for the transition under way, which may be a lease being taken
+/// and granted to the first in line: that lease was nobody's when the break was asked, and the
+/// break leaves it alone (as carried out at once it would have found nobody to break). Its
+/// holder was told it holds it; the break is answered that nobody held it.
+#[test]
+fn a_break_asked_before_a_lease_was_granted_leaves_that_lease_alone() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(true, now);
+    let asked_at = now;
+    let granted_at = now + Duration::from_millis(300);
+    held_by(&mut machine, "B", 3, granted_at);
+    let actions = machine.on(
+        Event::Break {
+            peer: peer(),
+            asked_at,
+        },
+        granted_at,
+    );
+    assert!(
+        matches!(refusal(&actions), LeaseError::NobodyHolds),
+        "{actions:?}"
+    );
+    assert_eq!(fence_held(&machine), Some(3));
+    // Asked once it was granted, it breaks it.
+    let actions = machine.on(
+        Event::Break {
+            peer: peer(),
+            asked_at: granted_at,
+        },
+        granted_at,
+    );
+    assert!(
+        matches!(&actions[..], [Action::Release { .. }]),
+        "{actions:?}"
+    );
+}
+
 #[test]
 fn the_admin_break_ends_whoever_holds_it_and_says_what_it_broke() {
     let now = Instant::now();
     let mut machine = LeaseMachine::new(true, now);
     assert!(matches!(
-        refusal(&machine.on(Event::Break { peer: peer() }, now)),
+        refusal(&machine.on(
+            Event::Break {
+                peer: peer(),
+                asked_at: now
+            },
+            now
+        )),
         LeaseError::NobodyHolds
     ));
     let token = held_by(&mut machine, "A", 5, now);
-    let actions = machine.on(Event::Break { peer: peer() }, now + Duration::from_secs(2));
+    let actions = machine.on(
+        Event::Break {
+            peer: peer(),
+            asked_at: now + Duration::from_secs(2),
+        },
+        now + Duration::from_secs(2),
+    );
     let releasing = match &actions[..] {
         [
             Action::Release {
@@ -425,7 +474,10 @@ fn resuming_takes_the_stores_lease_and_the_ledger_the_safe_state_owed() {
     };
     assert!(machine.on(resumed, now).is_empty());
     assert_eq!(fence_held(&machine), Some(11));
-    assert_eq!(machine.next_wake(), Some(now + TTL));
+    // It ends no later than its holder was told: the store's copy may end up to the store
+    // call's bound later.
+    let bound = crate::lease::control::state::STORE_CALL_BOUND;
+    assert_eq!(machine.next_wake(), Some(now + TTL - bound));
 
     let later = now + Duration::from_secs(60);
     let mut owed = LeaseMachine::new(true, now).with_station_unknown();

@@ -293,7 +293,13 @@ fn a_broken_lease_with_every_change_answered_frees_at_once() {
     let now = Instant::now();
     let mut machine = machine(false, now);
     let token = held_by(&mut machine, "A", 5, now);
-    let broken = machine.on(Event::Break { peer: peer() }, now);
+    let broken = machine.on(
+        Event::Break {
+            peer: peer(),
+            asked_at: now,
+        },
+        now,
+    );
     let Some(Action::Release { releasing, .. }) = broken.into_iter().next() else {
         panic!("no release");
     };

@@ -405,6 +405,65 @@ fn nobody_jumps_the_line() {
     ));
 }
 
+/// The store's answer to a waiter's acquisition was lost (the store may have taken the lease
+/// all the same), or the store held the lease for one this gateway does not know of: the lease
+/// it may have taken goes back to the store under the id it was asked for, the waiter goes back
+/// to the front of the line, and the expiry task hands the line over again later. Left there,
+/// the lease free here and nobody handing the line over, everyone after it is refused for ever.
+#[test]
+fn a_waiter_the_store_did_not_serve_is_handed_the_line_again() {
+    let now = Instant::now();
+    let mut machine = LeaseMachine::new(false, now);
+    let next_in_line = || Event::NextInLine {
+        ticket: 7,
+        owner: "B".into(),
+        ttl: TTL,
+    };
+    let actions = machine.on(next_in_line(), now);
+    let [Action::Take { request, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    let asked_for = request.fresh_token().clone();
+    let not_answered = Event::Taken {
+        grantee: Some(Grantee::Waiter(7)),
+        asked_at: now,
+        answer: Err(unavailable()),
+    };
+    let actions = machine.on(not_answered, now);
+    assert!(
+        matches!(&actions[..], [Action::Forget(token), Action::BackInLine(7)] if *token == asked_for),
+        "{actions:?}"
+    );
+    let again = machine
+        .next_wake()
+        .expect("the line is never handed over again");
+    assert!(again > now);
+    assert!(machine.on(Event::Deadline, now).is_empty());
+    assert!(matches!(
+        &machine.on(Event::Deadline, again)[..],
+        [Action::HandOver]
+    ));
+    // Held in the store for 3 s more: handed over again once that lease has lapsed there.
+    machine.on(next_in_line(), again);
+    let held_there = LeaseHolder {
+        expires_in: Duration::from_secs(3),
+        ..holder("X")
+    };
+    let actions = machine.on(
+        Event::Taken {
+            grantee: Some(Grantee::Waiter(7)),
+            asked_at: again,
+            answer: Ok(Acquisition::HeldByOther(held_there)),
+        },
+        again,
+    );
+    assert!(
+        matches!(&actions[..], [Action::BackInLine(7)]),
+        "{actions:?}"
+    );
+    assert_eq!(machine.next_wake(), Some(again + Duration::from_secs(3)));
+}
+
 #[test]
 fn between_leases_an_acquire_is_refused_or_waits() {
     let now = Instant::now();

@@ -2,6 +2,8 @@
 //! come first served, the admin break, the fence.
 
 use super::*;
+use crate::lease::LeaseStoreError;
+use crate::lease::store::LeaseKind;
 
 #[tokio::test(start_paused = true)]
 async fn the_expiry_task_ends_a_lease_that_was_not_renewed_and_publishes_it() {
@@ -180,4 +182,120 @@ async fn the_fence_is_the_live_holders_only() {
         "a lease past its deadline is shown as held"
     );
     assert_eq!(lease.view(), LeaseView::nobody());
+}
+
+/// A memory store that carries out every call but loses the answers scripted (`true`: lost,
+/// as a store whose reply never comes back): the acquisitions' and the releases', in the order
+/// they come; the rest are answered.
+struct LosingStore {
+    inner: MemoryLeaseStore,
+    lose_acquires: Mutex<VecDeque<bool>>,
+    lose_releases: Mutex<VecDeque<bool>>,
+}
+
+fn lost<T>(
+    script: &Mutex<VecDeque<bool>>,
+    answer: Result<T, LeaseStoreError>,
+) -> Result<T, LeaseStoreError> {
+    match script.lock().unwrap().pop_front() {
+        Some(true) => Err(LeaseStoreError::Unavailable("the answer was lost".into())),
+        _ => answer,
+    }
+}
+
+impl LeaseStore for LosingStore {
+    fn try_acquire_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        request: AcquireRequest,
+    ) -> futures::future::BoxFuture<'a, Result<Acquisition, LeaseStoreError>> {
+        Box::pin(async move {
+            let answer = self.inner.try_acquire_kind(kind, name, request).await;
+            lost(&self.lose_acquires, answer)
+        })
+    }
+
+    fn refresh_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+        ttl: Option<Duration>,
+    ) -> futures::future::BoxFuture<'a, Result<Option<LeaseGrant>, LeaseStoreError>> {
+        self.inner.refresh_kind(kind, name, token, ttl)
+    }
+
+    fn release_kind<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+        token: &'a LeaseToken,
+    ) -> futures::future::BoxFuture<'a, Result<bool, LeaseStoreError>> {
+        Box::pin(async move {
+            let answer = self.inner.release_kind(kind, name, token).await;
+            lost(&self.lose_releases, answer)
+        })
+    }
+
+    fn holders<'a>(
+        &'a self,
+        kind: LeaseKind,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<LeaseGrant>, LeaseStoreError>> {
+        self.inner.holders(kind, name)
+    }
+}
+
+/// The store takes the lease for the first in line (its first try was answered held by A), and
+/// its answer is lost; so is the answer to
+/// the release of that lease (the store is out of reach for a moment). The store now holds a
+/// lease nobody was given and nobody renews: it lapses at its TTL, and the waiter is served
+/// then, within its wait; the next acquirer after it is served in turn.
+#[tokio::test(start_paused = true)]
+async fn a_lost_answer_to_a_waiters_acquisition_leaves_no_holder_past_its_ttl() {
+    let store = Arc::new(LosingStore {
+        inner: MemoryLeaseStore::new(),
+        lose_acquires: Mutex::new([false, false, true].into()),
+        lose_releases: Mutex::new([false, true].into()),
+    });
+    let (events, _) = broadcast::channel(64);
+    let lease = Arc::new(ControlLease::new(store, "control:test", events));
+    let shutdown = CancellationToken::new();
+    tokio::spawn(lease.clone().run_expiry(shutdown.clone()));
+    let held = lease
+        .acquire("A".into(), TTL, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let lease = lease.clone();
+        async move {
+            lease
+                .acquire("B".into(), TTL, None, Duration::from_secs(10))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let started = Instant::now();
+    lease.release(&held.lease_id).await.unwrap();
+    let served = waiting.await.unwrap();
+    let served = served.unwrap_or_else(|refusal| {
+        panic!(
+            "the waiter was refused after {:?}: {refusal}",
+            started.elapsed()
+        )
+    });
+    assert_eq!(served.owner, "B");
+    assert!(
+        started.elapsed() <= TTL + Duration::from_millis(500),
+        "served only after {:?}",
+        started.elapsed()
+    );
+    lease.release(&served.lease_id).await.unwrap();
+    let next = lease
+        .acquire("C".into(), TTL, None, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(next.owner, "C");
+    shutdown.cancel();
 }

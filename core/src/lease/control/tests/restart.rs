@@ -200,3 +200,68 @@ async fn after_a_clean_release_a_restart_has_no_lock_delay() {
     assert_eq!(take(&second, "B").await.unwrap().owner, "B");
     second_run.cancel();
 }
+
+/// The store carried A's acquisition out 600 ms after it was asked, so its copy of the lease
+/// ends 600 ms after the deadline A was told (counted from before the call). The gateway is
+/// killed while A holds it, and its next run resumes the lease from the store: the resumed
+/// lease must end no later than A was told, so that a renewal after that deadline is refused,
+/// as it is without the restart.
+#[tokio::test(start_paused = true)]
+async fn a_lease_resumed_after_a_kill_ends_no_later_than_its_holder_was_told() {
+    let ttl = Duration::from_secs(5);
+    let store = Arc::new(SlowStore {
+        inner: MemoryLeaseStore::new(),
+        refresh_delay: Duration::ZERO,
+        acquire_delay: Duration::from_millis(600).into(),
+    });
+    let first = control_lease_on(store.clone());
+    let asked = Instant::now();
+    let held = first
+        .acquire("A".into(), ttl, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let told = Instant::now() + Duration::from_millis(held.expires_in_ms);
+    assert_eq!(told, asked + ttl);
+    // Killed: nothing is released.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = control_lease_on(store.clone());
+    second.resume().await.unwrap();
+    let resumed = Instant::now() + Duration::from_millis(second.view().expires_in_ms);
+    assert!(
+        resumed <= told,
+        "resumed until {:?} after the deadline its holder was told",
+        resumed - told
+    );
+    tokio::time::sleep_until(told + Duration::from_millis(1)).await;
+    let renewal = second.renew(&held.lease_id, None).await;
+    assert!(
+        matches!(renewal, Err(LeaseError::NoSuchLease)),
+        "renewed after the deadline its holder was told: {renewal:?}"
+    );
+}
+
+/// A store call that takes a lease fails once it has gone on for the bound
+/// (`STORE_CALL_BOUND`, 2 s): a lease is never granted on an answer later than that, which is
+/// what lets a restart resume a lease at most that much shorter than the store says.
+#[tokio::test(start_paused = true)]
+async fn an_acquisition_the_store_does_not_answer_within_the_bound_is_refused() {
+    let store = Arc::new(SlowStore {
+        inner: MemoryLeaseStore::new(),
+        refresh_delay: Duration::ZERO,
+        acquire_delay: Duration::from_secs(3).into(),
+    });
+    let lease = control_lease_on(store.clone());
+    let asked = Instant::now();
+    let refused = lease
+        .acquire("A".into(), Duration::from_secs(5), None, Duration::ZERO)
+        .await;
+    assert!(matches!(refused, Err(LeaseError::Store(_))), "{refused:?}");
+    assert_eq!(asked.elapsed(), Duration::from_secs(2));
+    *store.acquire_delay.lock().unwrap() = Duration::ZERO;
+    let held = lease
+        .acquire("B".into(), Duration::from_secs(5), None, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(held.owner, "B");
+}
