@@ -118,3 +118,14 @@ fn a_lease_resumed_after_a_kill_ends_no_later_than_its_holder_was_told() {
     let failure = failure_of(220);
     assert!(failure.is_none(), "seed 220 failed: {failure:?}");
 }
+
+/// A station carried a lease-less change out past `max_processing_ms`; its doubt lapsed and its
+/// lock-delay went into the station's ledger; the gateway restarted while the store's clock
+/// stepped forward 12.2 s. The ledger's times were read less what the store's clock said had
+/// passed, so the step ate the lock-delay and the next lease was granted at once; the change
+/// landed inside it. A time left in the ledger is now read whole.
+#[test]
+fn a_step_of_the_stores_clock_does_not_eat_the_ledgers_lock_delay() {
+    let failure = failure_of(142);
+    assert!(failure.is_none(), "seed 142 failed: {failure:?}");
+}

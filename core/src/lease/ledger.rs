@@ -12,9 +12,11 @@
 //! - the lock-delay in force, after whose lease and why;
 //! - the changes in doubt at the station: each lease fence and how long it may still land.
 //!
-//! Times are kept as what is left when the record is written, and the record lives in the
-//! store for [`RECORD_TTL`]: what the store's clock says has passed since (the TTL less what is
-//! left of it) is taken off each on reading, so no host's clock is trusted over the store's.
+//! Times are kept as what is left when the record is written (each writer drops what is over),
+//! and are read back whole: no clock says reliably how long ago the record was written. The
+//! store's would (the record's TTL less what is left of it), but a step forward of that clock
+//! would eat a lock-delay or a doubt that still runs, letting a late change land inside the
+//! next lease; reading them whole costs at most one lock-delay's wait after a long stop.
 
 use std::time::Duration;
 
@@ -119,16 +121,14 @@ impl StationDuties {
         serde_json::to_string(&text).unwrap_or_else(|_| String::from("{}"))
     }
 
-    /// The record the store keeps as `text`, found with `expires_in` of its TTL left: each
-    /// time in it less what the store's clock says has passed since it was written. A record
-    /// this version cannot read owes everything it might: `Err` says why, and the caller waits
-    /// the whole lock-delay.
-    pub fn decode(text: &str, expires_in: Duration) -> Result<StationDuties, String> {
+    /// The record the store keeps as `text`, each time in it as it was written (a step of the
+    /// store's clock shortens none; `_expires_in`, what the store says is left of the record's
+    /// TTL, is not trusted for that). A record this version cannot read owes everything it
+    /// might: `Err` says why, and the caller waits the whole lock-delay.
+    pub fn decode(text: &str, _expires_in: Duration) -> Result<StationDuties, String> {
         let record: RecordText = serde_json::from_str(text)
             .map_err(|why| format!("the station's ledger record cannot be read: {why}"))?;
-        let written_for = Duration::from_millis(record.ttl_ms);
-        let passed = written_for.saturating_sub(expires_in);
-        let left = |ms: u64| Duration::from_millis(ms).saturating_sub(passed);
+        let left = |ms: u64| Duration::from_millis(ms);
         Ok(StationDuties {
             lease: record.lease,
             end_pending: record.end_pending,
@@ -228,26 +228,23 @@ mod tests {
         assert_eq!(read, duties);
     }
 
+    /// A step forward of the store's clock (or a long stop) shortens no time left: a
+    /// lock-delay or a doubt that still ran when the record was written is waited out whole,
+    /// since nothing says reliably how much of it has passed.
     #[test]
-    fn what_the_stores_clock_says_has_passed_is_taken_off_every_time_left() {
-        let passed = Duration::from_millis(1000);
-        let read = StationDuties::decode(&owing().encode(), RECORD_TTL - passed).unwrap();
-        assert_eq!(
-            read.lock_delay.map(|delay| delay.left),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(
-            read.doubts,
-            [RecordedDoubt {
-                fence: 0,
-                left: Duration::from_millis(1500)
-            }],
-            "a doubt whose time ran out while nobody served the station is gone"
-        );
-        assert_eq!(read.end_pending, owing().end_pending, "untimed duties stay");
-        let later = StationDuties::decode(&owing().encode(), Duration::ZERO).unwrap();
-        assert_eq!(later.lock_delay, None);
-        assert!(later.doubts.is_empty());
+    fn every_time_left_is_read_as_written_whatever_the_stores_clock_says_has_passed() {
+        for expires_in in [
+            RECORD_TTL,
+            RECORD_TTL - Duration::from_millis(1000),
+            Duration::ZERO,
+        ] {
+            let read = StationDuties::decode(&owing().encode(), expires_in).unwrap();
+            assert_eq!(
+                read,
+                owing(),
+                "with {expires_in:?} of the record's TTL left"
+            );
+        }
     }
 
     #[test]
