@@ -40,6 +40,7 @@ import re
 import shlex
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -302,6 +303,10 @@ class Page:
         self.server_log: Path | None = None
         self.env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
         self.env.pop("RUST_LOG", None)
+        # Commands run in a folder of their own, never in the working tree: what a page's
+        # example writes (a captured stream, a state file) is removed with it, and two checks at
+        # once do not share it.
+        self.workdir = tempfile.mkdtemp(prefix="check-docs-")
 
     def rewrite(self, script: str) -> str:
         script = script.replace("$PWD/target/release", str(self.bin_dir))
@@ -346,7 +351,7 @@ class Page:
         self.server_log = Path(log)
         print(f"  server: {command}")
         self.server = subprocess.Popen(
-            ["bash", "-c", "exec " + command], cwd=ROOT, env=self.env,
+            ["bash", "-c", "exec " + command], cwd=self.workdir, env=self.env,
             stdout=fd, stderr=fd, start_new_session=True,
         )
         os.close(fd)
@@ -407,7 +412,7 @@ class Page:
                 print(f"{rel}:{line}: run")
                 try:
                     out = subprocess.run(
-                        ["bash", "-e", "-o", "pipefail", "-c", rewritten], cwd=ROOT, env=self.env,
+                        ["bash", "-e", "-o", "pipefail", "-c", rewritten], cwd=self.workdir, env=self.env,
                         capture_output=True, text=True, timeout=90,
                     )
                 except subprocess.TimeoutExpired:
@@ -425,6 +430,7 @@ class Page:
         finally:
             if self.server is not None:
                 os.killpg(self.server.pid, signal.SIGKILL)
+            shutil.rmtree(self.workdir, ignore_errors=True)
         return problems, ran, skipped
 
 
