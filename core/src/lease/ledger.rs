@@ -121,11 +121,11 @@ impl StationDuties {
         serde_json::to_string(&text).unwrap_or_else(|_| String::from("{}"))
     }
 
-    /// The record the store keeps as `text`, each time in it as it was written (a step of the
-    /// store's clock shortens none; `_expires_in`, what the store says is left of the record's
-    /// TTL, is not trusted for that). A record this version cannot read owes everything it
-    /// might: `Err` says why, and the caller waits the whole lock-delay.
-    pub fn decode(text: &str, _expires_in: Duration) -> Result<StationDuties, String> {
+    /// The record the store keeps as `text`, each time in it as it was written (what the
+    /// store's clock says has passed since is not taken off: a step of that clock would eat
+    /// it). A record this version cannot read owes everything it might: `Err` says why, and
+    /// the caller waits the whole lock-delay.
+    pub fn decode(text: &str) -> Result<StationDuties, String> {
         let record: RecordText = serde_json::from_str(text)
             .map_err(|why| format!("the station's ledger record cannot be read: {why}"))?;
         let left = |ms: u64| Duration::from_millis(ms);
@@ -165,6 +165,8 @@ fn millis(duration: Duration) -> u64 {
 struct RecordText {
     v: u32,
     lease: String,
+    /// The TTL the record was written for; no longer read back (kept so that a gateway of an
+    /// earlier version can still read the record).
     ttl_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     end_pending: Option<String>,
@@ -224,27 +226,8 @@ mod tests {
     fn a_record_reads_back_as_written_when_no_time_has_passed() {
         let duties = owing();
         assert!(duties.owes_anything());
-        let read = StationDuties::decode(&duties.encode(), RECORD_TTL).unwrap();
+        let read = StationDuties::decode(&duties.encode()).unwrap();
         assert_eq!(read, duties);
-    }
-
-    /// A step forward of the store's clock (or a long stop) shortens no time left: a
-    /// lock-delay or a doubt that still ran when the record was written is waited out whole,
-    /// since nothing says reliably how much of it has passed.
-    #[test]
-    fn every_time_left_is_read_as_written_whatever_the_stores_clock_says_has_passed() {
-        for expires_in in [
-            RECORD_TTL,
-            RECORD_TTL - Duration::from_millis(1000),
-            Duration::ZERO,
-        ] {
-            let read = StationDuties::decode(&owing().encode(), expires_in).unwrap();
-            assert_eq!(
-                read,
-                owing(),
-                "with {expires_in:?} of the record's TTL left"
-            );
-        }
     }
 
     #[test]
@@ -252,8 +235,8 @@ mod tests {
         let none = StationDuties::none("control:x");
         assert_eq!(none.lease, "control:x", "it names its control lease");
         assert!(!none.owes_anything());
-        assert_eq!(StationDuties::decode(&none.encode(), RECORD_TTL), Ok(none));
-        assert!(StationDuties::decode("not json", RECORD_TTL).is_err());
+        assert_eq!(StationDuties::decode(&none.encode()), Ok(none));
+        assert!(StationDuties::decode("not json").is_err());
     }
 
     /// Each duty alone is something owed: a record that keeps only one of them is kept.

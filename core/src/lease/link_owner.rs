@@ -615,6 +615,27 @@ async fn sleep_until_opt(until: Option<Instant>) {
 mod keep_tests {
     use super::*;
 
+    /// A gateway that claims `control`'s link-owner lease as `who` on `store` and keeps it: its
+    /// gate, the token that stops it cleanly, and its task (aborted: killed).
+    async fn keeping(
+        store: &Arc<dyn LeaseStore>,
+        timing: LinkOwnerTiming,
+        control: &str,
+        who: &str,
+    ) -> (
+        Arc<OwnerGate>,
+        CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let ownership = LinkOwnership::claim(store.clone(), control, who.into(), timing, None)
+            .await
+            .unwrap();
+        let gate = ownership.gate();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(ownership.keep(stop.clone(), CancellationToken::new()));
+        (gate, stop, task)
+    }
+
     #[test]
     fn identities_are_compared_and_leases_named_after_normalising_case_and_spaces() {
         assert_eq!(identity_key("  HVS-3   ESH1\t"), "hvs-3 esh1");
@@ -723,23 +744,11 @@ mod keep_tests {
             ..LinkOwnerTiming::for_ttl(Duration::from_secs(1))
         };
         let limit = Duration::from_secs(2);
-        let start = |control: &'static str, who: &'static str| {
-            let store = store.clone();
-            async move {
-                let ownership = LinkOwnership::claim(store, control, who.into(), timing, None)
-                    .await
-                    .unwrap();
-                let gate = ownership.gate();
-                let stop = CancellationToken::new();
-                let task = tokio::spawn(ownership.keep(stop.clone(), CancellationToken::new()));
-                (gate, stop, task)
-            }
-        };
-        let (gate_a, _, task_a) = start("control:a", "gateway A").await;
+        let (gate_a, _, task_a) = keeping(&store, timing, "control:a", "gateway A").await;
         assert_eq!(gate_a.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
         task_a.abort();
         let died = Instant::now();
-        let (gate_b, stop_b, task_b) = start("control:b", "gateway B").await;
+        let (gate_b, stop_b, task_b) = keeping(&store, timing, "control:b", "gateway B").await;
         let refused = gate_b.verify_identity("HVS-3 ESH1", limit).await;
         assert!(
             refused.as_ref().is_err_and(|why| why.contains("gateway A")),
@@ -759,7 +768,7 @@ mod keep_tests {
         );
         stop_b.cancel();
         task_b.await.unwrap();
-        let (gate_c, stop_c, task_c) = start("control:c", "gateway C").await;
+        let (gate_c, stop_c, task_c) = keeping(&store, timing, "control:c", "gateway C").await;
         let asked = Instant::now();
         assert_eq!(gate_c.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
         assert!(
@@ -783,23 +792,11 @@ mod keep_tests {
             ..LinkOwnerTiming::for_ttl(Duration::from_secs(1))
         };
         let limit = Duration::from_secs(2);
-        let start = |control: &'static str, who: &'static str| {
-            let store = store.clone();
-            async move {
-                let ownership = LinkOwnership::claim(store, control, who.into(), timing, None)
-                    .await
-                    .unwrap();
-                let gate = ownership.gate();
-                let stop = CancellationToken::new();
-                let task = tokio::spawn(ownership.keep(stop.clone(), CancellationToken::new()));
-                (gate, stop, task)
-            }
-        };
-        let (gate_a, _, task_a) = start("control:a", "gateway A").await;
+        let (gate_a, _, task_a) = keeping(&store, timing, "control:a", "gateway A").await;
         assert_eq!(gate_a.verify_identity("HVS-3 ESH1", limit).await, Ok(()));
         task_a.abort();
         let died = Instant::now();
-        let (gate_b, stop_b, task_b) = start("control:b", "gateway B").await;
+        let (gate_b, stop_b, task_b) = keeping(&store, timing, "control:b", "gateway B").await;
         let refused = gate_b.verify_identity("HVS-3 ESH1", limit).await;
         assert!(refused.is_err(), "{refused:?}");
         // B takes the station's lease once A's lapsed, and waits the lock-delay; it stops
@@ -828,7 +825,7 @@ mod keep_tests {
         );
         stop_b.cancel();
         task_b.await.unwrap();
-        let (gate_c, stop_c, task_c) = start("control:c", "gateway C").await;
+        let (gate_c, stop_c, task_c) = keeping(&store, timing, "control:c", "gateway C").await;
         let _first = gate_c.verify_identity("HVS-3 ESH1", limit).await;
         tokio::time::timeout(Duration::from_secs(5), async {
             while gate_c.refused_identity().is_some() {

@@ -162,8 +162,7 @@ impl ControlLease {
                 )
             })?;
         Ok(record.is_some_and(|record| {
-            StationDuties::decode(&record.owner, record.expires_in)
-                .map_or(true, |duties| duties.lease != self.name)
+            StationDuties::decode(&record.owner).map_or(true, |duties| duties.lease != self.name)
         }))
     }
 
@@ -250,7 +249,7 @@ impl ControlLease {
         let record = self.store.current(&name).await?;
         let duties = match &record {
             None => StationDuties::none(self.name.clone()),
-            Some(record) => match StationDuties::decode(&record.owner, record.expires_in) {
+            Some(record) => match StationDuties::decode(&record.owner) {
                 Ok(duties) => duties,
                 Err(why) => {
                     warn!("{why}: the next lease waits the whole lock-delay");

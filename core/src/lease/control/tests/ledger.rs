@@ -29,7 +29,7 @@ async fn resumed(name: &str, store: &Arc<MemoryLeaseStore>) -> Arc<ControlLease>
 /// The station `identity`'s record as the store keeps it now.
 async fn record_of(store: &MemoryLeaseStore, identity: &str) -> Option<StationDuties> {
     let record = store.current(&record_name(identity)).await.unwrap()?;
-    Some(StationDuties::decode(&record.owner, record.expires_in).unwrap())
+    Some(StationDuties::decode(&record.owner).unwrap())
 }
 
 fn delay(after: &str, left: Duration) -> StoredLockDelay {
